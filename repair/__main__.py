@@ -1,0 +1,3 @@
+from repair.cli import main
+
+main()

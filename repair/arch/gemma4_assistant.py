@@ -1,0 +1,102 @@
+"""Gemma 4 assistant (MTP drafter) checkpoints: the full-precision shape of every module.
+
+Covers `gemma4_assistant` (E2B, E4B, 26B-A4B, 31B) and `gemma4_unified_assistant` (12B).
+Shapes come from config.json read as raw JSON: newer transformers move the full-attention
+head size into `text_config.per_layer_config`, older ones write a flat `global_head_dim`;
+both are understood. The family keeps the handshake layers `pre_projection` ([H, 2B]) and
+`post_projection` ([B, H]) in BF16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from repair.errors import BadInput
+
+MODEL_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
+BF16_HANDSHAKE = ("pre_projection", "post_projection")
+DEFAULT_GLOBAL_HEAD_DIM = 512  # transformers' Gemma4TextConfig default
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """What the model defines for one parameter: full-precision shape and the layer's role."""
+
+    name: str
+    shape: tuple[int, ...]
+    role: str  # pre_projection, post_projection, q_proj, o_proj, gate_proj, up_proj, down_proj, embed, norm, ...
+
+    @property
+    def is_linear(self) -> bool:
+        return self.role in LINEAR_ROLES
+
+
+LINEAR_ROLES = frozenset({"pre_projection", "post_projection", "q_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "centroids", "lm_head"})
+
+
+def matches(config: dict | None) -> bool:
+    return bool(config) and config.get("model_type") in MODEL_TYPES
+
+
+def expected_modules(config: dict, where: str = "config.json") -> dict[str, ModuleSpec]:
+    """Every module this config defines (weights by module name, other tensors by tensor name)."""
+    text = config.get("text_config")
+    if not isinstance(text, dict):
+        raise BadInput(f"{where}: a {config.get('model_type')} config needs a text_config object; fix the config")
+    hidden = _int(text, "hidden_size", where)
+    backbone = _int(config, "backbone_hidden_size", where)
+    inter = _int(text, "intermediate_size", where)
+    layers = _int(text, "num_hidden_layers", where)
+    heads = _int(text, "num_attention_heads", where)
+    vocab = _int(text, "vocab_size", where)
+    specs = [
+        ModuleSpec("model.embed_tokens", (vocab, hidden), "embed"),
+        ModuleSpec("pre_projection", (hidden, 2 * backbone), "pre_projection"),
+        ModuleSpec("post_projection", (backbone, hidden), "post_projection"),
+        ModuleSpec("model.norm", (hidden,), "norm"),
+    ]
+    for layer in range(layers):
+        specs.extend(_layer(text, layer, hidden, inter, heads, where))
+    if not config.get("tie_word_embeddings", True):
+        specs.append(ModuleSpec("lm_head", (vocab, hidden), "lm_head"))
+    if config.get("use_ordered_embeddings"):
+        centroids = _int(config, "num_centroids", where)
+        specs.append(ModuleSpec("masked_embedding.centroids", (centroids, hidden), "centroids"))
+        specs.append(ModuleSpec("masked_embedding.token_ordering", (vocab,), "buffer"))
+    return {s.name: s for s in specs}
+
+
+def _layer(text: dict, layer: int, hidden: int, inter: int, heads: int, where: str) -> list[ModuleSpec]:
+    p = f"model.layers.{layer}"
+    head_dim = head_dim_of(text, layer, where)
+    specs = [
+        ModuleSpec(f"{p}.self_attn.q_proj", (heads * head_dim, hidden), "q_proj"),
+        ModuleSpec(f"{p}.self_attn.o_proj", (hidden, heads * head_dim), "o_proj"),
+        ModuleSpec(f"{p}.self_attn.q_norm", (head_dim,), "norm"),
+        ModuleSpec(f"{p}.mlp.gate_proj", (inter, hidden), "gate_proj"),
+        ModuleSpec(f"{p}.mlp.up_proj", (inter, hidden), "up_proj"),
+        ModuleSpec(f"{p}.mlp.down_proj", (hidden, inter), "down_proj"),
+        ModuleSpec(f"{p}.layer_scalar", (1,), "scalar"),
+    ]
+    for norm in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"):
+        specs.append(ModuleSpec(f"{p}.{norm}", (hidden,), "norm"))
+    return specs
+
+
+def head_dim_of(text: dict, layer: int, where: str) -> int:
+    """Query head size of one layer: per_layer_config wins, then global_head_dim for full attention."""
+    per_layer = (text.get("per_layer_config") or {}).get(str(layer)) or {}
+    if "head_dim" in per_layer:
+        return int(per_layer["head_dim"])
+    layer_types = text.get("layer_types") or []
+    is_full = layer < len(layer_types) and layer_types[layer] == "full_attention"
+    if is_full and not text.get("per_layer_config"):
+        return int(text.get("global_head_dim") or DEFAULT_GLOBAL_HEAD_DIM)
+    return _int(text, "head_dim", where)
+
+
+def _int(section: dict, key: str, where: str) -> int:
+    value = section.get(key)
+    if type(value) is not int or value <= 0:
+        raise BadInput(f"{where}: '{key}' must be a positive integer, found {value!r}; fix the config")
+    return value

@@ -1,0 +1,30 @@
+"""The tool's own error types.
+
+Every error a user can cause carries the one line they see: what is wrong, where, and what
+to do. The CLI prints that line and exits 2; nothing else reaches the user as a traceback.
+"""
+
+from __future__ import annotations
+
+
+class RepairError(Exception):
+    """Base of every error the tool raises on purpose; `str(err)` is the user-facing line."""
+
+    exit_code = 2
+
+
+class BadInput(RepairError):
+    """The checkpoint (or another file we were given) is malformed or unsupported."""
+
+
+class UsageError(RepairError):
+    """The command line or recipe asks for something that cannot be done."""
+
+
+class OutputError(RepairError):
+    """The output location cannot be written as asked (exists, inside the input, disk full)."""
+
+
+def where(path: object, tensor: str | None = None) -> str:
+    """Format a location as `file` or `file: tensor` for error lines."""
+    return f"{path}: {tensor}" if tensor else str(path)

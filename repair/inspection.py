@@ -1,0 +1,103 @@
+"""What a checkpoint stores, module by module, from headers only (never imports torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from repair import arch
+from repair.formats import modelopt_nvfp4 as fmt
+from repair.io.checkpoint import Checkpoint
+from repair.modules import StoredModule, stored_bits
+from repair.targets.vllm_matching import draft_prefix, is_excluded
+
+
+@dataclass(frozen=True)
+class ModuleView:
+    """One module as `inspect` shows it: stored vs expected, and what the config declares."""
+
+    module: StoredModule
+    expected_shape: tuple[int, ...] | None
+    declared: str  # "quantized", "excluded", or "-" for non-linear tensors / unquantized checkpoints
+
+
+@dataclass(frozen=True)
+class Inspection:
+    ckpt: Checkpoint
+    declaration: fmt.Declaration
+    modules: tuple[ModuleView, ...]
+    bits_per_parameter: float
+
+
+def inspect_checkpoint(ckpt: Checkpoint) -> Inspection:
+    infos = ckpt.infos()
+    modules = fmt.group_modules(infos)
+    declaration = fmt.read_declaration(ckpt)
+    expected = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
+    views = tuple(
+        ModuleView(m, expected[m.name].shape if m.name in expected else None, _declared(m, declaration, expected))
+        for m in modules
+    )
+    linears = [m for m in modules if m.tensor("weight")]
+    sizes = {name: info.nbytes for name, info in infos.items()}
+    return Inspection(ckpt, declaration, views, stored_bits(linears, sizes))
+
+
+def _declared(module: StoredModule, declaration: fmt.Declaration, expected: dict) -> str:
+    """How the config declares a linear layer; "-" for everything quantization does not apply to."""
+    spec = expected.get(module.name)
+    linear = spec.is_linear if spec is not None else len(module.logical_shape) == 2
+    if not declaration.quantized or not module.tensor("weight") or not linear:
+        return "-"
+    return "excluded" if is_excluded(draft_prefix(module.name), declaration.exclusions) else "quantized"
+
+
+def as_json(result: Inspection) -> dict:
+    d = result.declaration
+    return {
+        "source": str(result.ckpt.root),
+        "shards": [s.path.name for s in result.ckpt.shards],
+        "bytes": result.ckpt.total_bytes,
+        "declaration": {"quant_algo": d.quant_algo, "config_json_ignore": _list(d.ignore), "hf_quant_exclude_modules": _list(d.exclude_modules)},
+        "bits_per_parameter": round(result.bits_per_parameter, 4),
+        "modules": [
+            {
+                "name": v.module.name,
+                "precision": v.module.precision,
+                "stored_shape": list(v.module.stored_shape),
+                "logical_shape": list(v.module.logical_shape),
+                "expected_shape": list(v.expected_shape) if v.expected_shape is not None else None,
+                "declared": v.declared,
+                "tensors": list(v.module.tensors),
+            }
+            for v in result.modules
+        ],
+    }
+
+
+def _list(values: tuple[str, ...] | None) -> list[str] | None:
+    return list(values) if values is not None else None
+
+
+def as_text(result: Inspection) -> str:
+    d = result.declaration
+    ckpt = result.ckpt
+    lines = [
+        f"{ckpt.root}: {len(ckpt.shards)} shard(s), {sum(len(s.tensors) for s in ckpt.shards)} tensors, {ckpt.total_bytes:,} bytes",
+        f"declared: {d.quant_algo or 'no quantization'}; excluded: {', '.join(d.exclusions) or '-'}",
+        f"{'module':<44} {'precision':<9} {'stored':<15} {'logical':<15} {'expected':<15} declared",
+    ]
+    for v in result.modules:
+        if not v.module.tensor("weight") or len(v.module.logical_shape) != 2:
+            continue
+        expected = _shape(v.expected_shape) if v.expected_shape is not None else "?"
+        mark = "" if v.expected_shape in (None, v.module.logical_shape) else "  <- shape mismatch"
+        lines.append(
+            f"{v.module.name:<44} {v.module.precision:<9} {_shape(v.module.stored_shape):<15} "
+            f"{_shape(v.module.logical_shape):<15} {expected:<15} {v.declared}{mark}"
+        )
+    lines.append(f"bits per parameter (linear and embedding weights, scales included): {result.bits_per_parameter:.3f}")
+    return "\n".join(lines)
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"

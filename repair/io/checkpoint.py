@@ -1,0 +1,166 @@
+"""A checkpoint folder as stored: shards (headers only), index, config files, other files.
+
+Opening a checkpoint reads only headers and small JSON files. Everything that can be wrong
+with the folder's structure (missing shards, duplicate tensors, pickles, links escaping the
+folder) is reported here, before any plan is made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from repair.errors import BadInput
+from repair.io.safetensors import ShardHeader, TensorInfo, read_header
+
+CONFIG = "config.json"
+HF_QUANT_CONFIG = "hf_quant_config.json"
+INDEX_SUFFIX = ".safetensors.index.json"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+@dataclass(frozen=True, eq=False)
+class Checkpoint:
+    """What a checkpoint folder stores; tensor data is never loaded here."""
+
+    root: Path
+    shards: tuple[ShardHeader, ...]
+    index_name: str | None
+    index: dict | None
+    config: dict | None
+    hf_quant_config: dict | None
+    other_files: tuple[str, ...]  # relative paths copied through unchanged (tokenizer, card, ...)
+
+    def shard_name(self, shard: ShardHeader) -> str:
+        return shard.path.name
+
+    def locate(self) -> dict[str, tuple[ShardHeader, TensorInfo]]:
+        """Every tensor name -> (its shard, its stored info)."""
+        return {t.name: (s, t) for s in self.shards for t in s.tensors}
+
+    def infos(self) -> dict[str, TensorInfo]:
+        return {t.name: t for s in self.shards for t in s.tensors}
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s.size for s in self.shards)
+
+
+def open_checkpoint(path: Path) -> Checkpoint:
+    """Read a local checkpoint folder's headers and configs, validating its structure."""
+    root = Path(path)
+    if not root.is_dir():
+        raise BadInput(f"{root}: not a folder; give the checkpoint's folder (or a Hub repo id)")
+    files = _list_files(root)
+    shard_names = sorted(f for f in files if f.endswith(".safetensors") and "/" not in f)
+    if not shard_names:
+        _refuse_without_safetensors(root, files)
+    index_name, index = _read_index(root, files)
+    shards = tuple(read_header(root / name) for name in _indexed_shards(root, shard_names, index))
+    _check_unique(root, shards)
+    if index is not None:
+        _check_index(root, index_name, index, shards)
+    used = set(s.path.name for s in shards) | {CONFIG, HF_QUANT_CONFIG} | ({index_name} if index_name else set())
+    return Checkpoint(
+        root=root,
+        shards=shards,
+        index_name=index_name,
+        index=index,
+        config=read_json(root / CONFIG) if CONFIG in files else None,
+        hf_quant_config=read_json(root / HF_QUANT_CONFIG) if HF_QUANT_CONFIG in files else None,
+        other_files=tuple(f for f in files if f not in used and not f.endswith(".safetensors")),
+    )
+
+
+def read_json(path: Path) -> dict:
+    """A small JSON object file, or BadInput naming the file and the defect."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{path}: cannot read ({exc}); check the file") from None
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}; fix or re-download it") from None
+    if not isinstance(value, dict):
+        raise BadInput(f"{path}: expected a JSON object, found {type(value).__name__}; fix or re-download it")
+    return value
+
+
+def _list_files(root: Path) -> list[str]:
+    """Relative paths of all files below root; links must stay inside it (or in an HF cache's blobs)."""
+    allowed = [root.resolve()]
+    if root.parent.name == "snapshots":  # a huggingface_hub cache snapshot links into ../../blobs
+        allowed.append((root.parent.parent / "blobs").resolve())
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") or d == ".")
+        for name in sorted(filenames):
+            full = Path(dirpath) / name
+            rel = full.relative_to(root).as_posix()
+            if rel.startswith(".") or "/." in rel:
+                continue  # hidden files (.git, .cache) are not part of the checkpoint
+            if full.is_symlink():
+                target = full.resolve()
+                if not any(target.is_relative_to(a) for a in allowed):
+                    raise BadInput(f"{full}: symlink points outside the checkpoint folder (to {target}); copy the file in instead")
+            found.append(rel)
+    return found
+
+
+def _refuse_without_safetensors(root: Path, files: list[str]) -> None:
+    pickles = [f for f in files if f.endswith(PICKLE_SUFFIXES)]
+    if pickles:
+        raise BadInput(
+            f"{root / pickles[0]}: pickle checkpoints are refused (loading them can run code); "
+            "convert to safetensors first"
+        )
+    raise BadInput(f"{root}: no .safetensors files found; give a safetensors checkpoint folder")
+
+
+def _read_index(root: Path, files: list[str]) -> tuple[str | None, dict | None]:
+    names = [f for f in files if f.endswith(INDEX_SUFFIX) and "/" not in f]
+    if not names:
+        return None, None
+    if len(names) > 1:
+        raise BadInput(f"{root}: several index files ({', '.join(names)}); keep the one that matches the shards")
+    index = read_json(root / names[0])
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise BadInput(f"{root / names[0]}: missing or invalid 'weight_map'; fix or re-download the index")
+    return names[0], index
+
+
+def _indexed_shards(root: Path, shard_names: list[str], index: dict | None) -> list[str]:
+    if index is None:
+        return shard_names
+    for shard in sorted(set(index["weight_map"].values())):
+        if shard not in shard_names:
+            raise BadInput(f"{root / shard}: named in the index but missing; download the missing shard")
+    return shard_names
+
+
+def _check_unique(root: Path, shards: tuple[ShardHeader, ...]) -> None:
+    seen: dict[str, str] = {}
+    for shard in shards:
+        for t in shard.tensors:
+            if t.name in seen:
+                raise BadInput(
+                    f"{root}: tensor {t.name} is stored in both {seen[t.name]} and {shard.path.name}; "
+                    "remove the stale shard"
+                )
+            seen[t.name] = shard.path.name
+
+
+def _check_index(root: Path, index_name: str, index: dict, shards: tuple[ShardHeader, ...]) -> None:
+    weight_map: dict[str, str] = index["weight_map"]
+    for shard in shards:
+        for t in shard.tensors:
+            if weight_map.get(t.name) != shard.path.name:
+                where = weight_map.get(t.name)
+                said = f"says it is in {where}" if where else "does not list it"
+                raise BadInput(f"{root / index_name}: {t.name} is in {shard.path.name} but the index {said}; fix the index")
+    stored = {t.name for s in shards for t in s.tensors}
+    for name, shard in weight_map.items():
+        if name not in stored:
+            raise BadInput(f"{root / shard}: tensor {name} is listed in the index but not stored; re-download the shard")

@@ -1,0 +1,241 @@
+"""Safetensors headers, byte-range reads and a streaming writer (no torch needed).
+
+The format is an 8-byte little-endian header length, a JSON header, then the tensor bytes.
+We read and validate headers only, read single tensors by byte range, and write output files
+by computing the whole header first and then streaming each tensor's bytes, so no file is
+ever held in memory and untouched tensors are copied as raw bytes, never decoded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Union
+
+from repair.errors import BadInput
+from repair.io.dtypes import ITEMSIZE, nbytes
+from repair.io.hashing import copy_hashed, write_all
+
+MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor as stored: its name, dtype, shape and absolute byte range in its file."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    start: int  # absolute offset in the file
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class ShardHeader:
+    """A parsed, validated safetensors header; tensors are in stored (byte-offset) order."""
+
+    path: Path
+    header_len: int
+    tensors: tuple[TensorInfo, ...]
+    metadata: dict[str, str] | None = field(default=None, compare=False)
+
+    @property
+    def data_start(self) -> int:
+        return 8 + self.header_len
+
+    @property
+    def size(self) -> int:
+        return self.data_start + sum(t.nbytes for t in self.tensors)
+
+    def by_name(self) -> dict[str, TensorInfo]:
+        return {t.name: t for t in self.tensors}
+
+
+def read_header(path: Path) -> ShardHeader:
+    """Parse and validate a safetensors header, reading only the header bytes."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            file_size = os.fstat(fh.fileno()).st_size
+            prefix = fh.read(8)
+            if len(prefix) < 8:
+                raise BadInput(f"{path}: file is {file_size} bytes, too short to be safetensors; re-download it")
+            (header_len,) = struct.unpack("<Q", prefix)
+            if header_len > MAX_HEADER_BYTES or 8 + header_len > file_size:
+                raise BadInput(
+                    f"{path}: header length {header_len} runs past the end of the {file_size}-byte file; "
+                    "the file is truncated or not safetensors, re-download it"
+                )
+            raw = fh.read(header_len)
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read ({exc.strerror}); check the path and permissions") from None
+    return parse_header(path, raw, file_size)
+
+
+def parse_header(path: Path, raw: bytes, file_size: int) -> ShardHeader:
+    """Validate header JSON bytes against the file size; raise BadInput naming the defect."""
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise BadInput(f"{path}: header is not valid JSON; the file is corrupt, re-download it") from None
+    if not isinstance(header, dict):
+        raise BadInput(f"{path}: header is not a JSON object; the file is corrupt, re-download it")
+    metadata = header.pop("__metadata__", None)
+    if metadata is not None and not (
+        isinstance(metadata, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+    ):
+        raise BadInput(f"{path}: __metadata__ must map strings to strings; the file is corrupt")
+    data_start = 8 + len(raw)
+    tensors = sorted((_tensor_info(path, name, entry, data_start) for name, entry in header.items()), key=_offset_key)
+    _check_coverage(path, tensors, data_start, file_size - data_start)
+    return ShardHeader(path=path, header_len=len(raw), tensors=tuple(tensors), metadata=metadata)
+
+
+def _offset_key(info: TensorInfo) -> tuple[int, int]:
+    return (info.start, info.end)
+
+
+def _tensor_info(path: Path, name: str, entry: object, data_start: int) -> TensorInfo:
+    if not isinstance(entry, dict):
+        raise BadInput(f"{path}: {name}: header entry is not an object; the file is corrupt")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if dtype not in ITEMSIZE:
+        raise BadInput(f"{path}: {name}: unknown dtype {dtype!r}; this tool reads {', '.join(sorted(ITEMSIZE))}")
+    if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+        raise BadInput(f"{path}: {name}: shape {shape!r} is not a list of non-negative integers; the file is corrupt")
+    if not (
+        isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int and o >= 0 for o in offsets)
+        and offsets[0] <= offsets[1]
+    ):
+        raise BadInput(f"{path}: {name}: data_offsets {offsets!r} are not [begin, end]; the file is corrupt")
+    expected = nbytes(dtype, tuple(shape))
+    if offsets[1] - offsets[0] != expected:
+        raise BadInput(
+            f"{path}: {name}: {dtype} {shape} needs {expected} bytes but data_offsets span "
+            f"{offsets[1] - offsets[0]}; the file is corrupt, re-download it"
+        )
+    return TensorInfo(name, dtype, tuple(shape), data_start + offsets[0], data_start + offsets[1])
+
+
+def _check_coverage(path: Path, tensors: list[TensorInfo], data_start: int, data_len: int) -> None:
+    """Tensors must tile the data section exactly: no gap, no overlap, nothing past the end."""
+    if data_len < 0:
+        raise BadInput(f"{path}: file ends inside its header; it is truncated, re-download it")
+    expected = data_start
+    for info in tensors:
+        if info.start != expected:
+            kind = "overlaps the previous tensor" if info.start < expected else "leaves a gap before it"
+            raise BadInput(f"{path}: {info.name}: data range {kind}; the file is corrupt, re-download it")
+        expected = info.end
+    used = expected - data_start
+    if used > data_len:
+        raise BadInput(f"{path}: tensors need {used} data bytes but the file has {data_len}; it is truncated, re-download it")
+    if used < data_len:
+        raise BadInput(f"{path}: {data_len - used} bytes after the last tensor; the file is corrupt")
+
+
+@dataclass(frozen=True)
+class OutTensor:
+    """A tensor to be written: its header entry. Bytes come later, in this order."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return nbytes(self.dtype, self.shape)
+
+
+def encode_header(tensors: Iterable[OutTensor], metadata: dict[str, str] | None) -> bytes:
+    """The length prefix and JSON header for tensors laid out back to back in the given order.
+
+    Deterministic: `__metadata__` first, then tensors in data order, compact JSON, padded with
+    spaces to a multiple of 8 bytes as the safetensors library does.
+    """
+    header: dict[str, object] = {}
+    if metadata is not None:
+        header["__metadata__"] = dict(metadata)
+    offset = 0
+    for t in tensors:
+        header[t.name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [offset, offset + t.nbytes]}
+        offset += t.nbytes
+    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw
+
+
+Bytes = Union[bytes, bytearray, memoryview]
+
+
+class ShardWriter:
+    """Write one safetensors file: header first, then each tensor's bytes streamed in order.
+
+    Everything written is hashed on the way, so the output's sha256 needs no second read.
+    """
+
+    def __init__(self, path: Path, tensors: list[OutTensor], metadata: dict[str, str] | None):
+        self.path = Path(path)
+        self.digest = hashlib.sha256()
+        self._pending = list(reversed(tensors))
+        self._fh = open(self.path, "wb", buffering=0)
+        self._emit(encode_header(tensors, metadata))
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._fh.close()
+        if exc_type is None and self._pending:
+            raise AssertionError(f"{self.path}: tensors never written: {[t.name for t in self._pending]}")
+
+    def _emit(self, data: Bytes) -> None:
+        self.digest.update(data)
+        write_all(self._fh.fileno(), memoryview(data).cast("B"))
+
+    def _next(self, name: str) -> OutTensor:
+        expected = self._pending.pop() if self._pending else None
+        if expected is None or expected.name != name:
+            raise AssertionError(f"{self.path}: wrote {name} but the header expects {expected and expected.name}")
+        return expected
+
+    def write(self, name: str, data: Bytes) -> None:
+        """Write a tensor's bytes; the length must match its header entry."""
+        expected = self._next(name)
+        view = memoryview(data).cast("B")
+        if view.nbytes != expected.nbytes:
+            raise AssertionError(f"{self.path}: {name}: {view.nbytes} bytes, header says {expected.nbytes}")
+        self._emit(view)
+
+    def copy(self, name: str, src: Path, info: TensorInfo) -> None:
+        """Copy a tensor's stored bytes from `src` without decoding them."""
+        expected = self._next(name)
+        if info.nbytes != expected.nbytes:
+            raise AssertionError(f"{self.path}: {name}: source has {info.nbytes} bytes, header says {expected.nbytes}")
+        with open(src, "rb") as source:
+            try:
+                copy_hashed(source.fileno(), self._fh.fileno(), info.start, info.nbytes, self.digest)
+            except EOFError:
+                raise BadInput(f"{src}: {name}: file ended while copying; it is truncated, re-download it") from None
+
+
+def read_bytes(path: Path, info: TensorInfo) -> bytearray:
+    """Read exactly one tensor's bytes by offset (pread), nothing else."""
+    buffer = bytearray(info.nbytes)
+    view = memoryview(buffer)
+    with open(path, "rb") as fh:
+        done = 0
+        while done < info.nbytes:
+            got = os.preadv(fh.fileno(), [view[done:]], info.start + done)
+            if got == 0:
+                raise BadInput(f"{path}: {info.name}: file ended while reading; it is truncated, re-download it")
+            done += got
+    return buffer

@@ -1,0 +1,1 @@
+"""Runtime targets: what each runtime (and release) loads, kept as data."""

@@ -1,0 +1,56 @@
+"""Session-wide fixtures: real ModelOpt exports (built once) and helpers to read outputs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from tools import modelopt_export
+
+
+@pytest.fixture(scope="session")
+def modelopt_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("modelopt")
+
+
+@pytest.fixture(scope="session")
+def broken_export(modelopt_dir) -> Path:
+    """ModelOpt's export with the bug: pre/post_projection packed to NVFP4 (calibrated: has input_scale)."""
+    return modelopt_export.export_modelopt(modelopt_dir / "broken", exclude_projections=False)
+
+
+@pytest.fixture(scope="session")
+def correct_export(modelopt_dir) -> Path:
+    """ModelOpt's export of the same model with pre/post_projection excluded: what a correct export is."""
+    return modelopt_export.export_modelopt(modelopt_dir / "correct", exclude_projections=True)
+
+
+@pytest.fixture(scope="session")
+def original_model(modelopt_dir) -> Path:
+    return modelopt_export.save_original(modelopt_dir / "original")
+
+
+def load_tensors(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a checkpoint folder, via the safetensors library (an independent reader)."""
+    out = {}
+    for file in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(file, "pt") as fh:
+            out.update({k: fh.get_tensor(k) for k in fh.keys()})
+    return out
+
+
+def raw_bytes(t: torch.Tensor) -> bytes:
+    return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def tree_hashes(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
