@@ -1,0 +1,39 @@
+"""The `ckpt-repair` command line: parse, call the API, print. Nothing else lives here."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from repair import __version__
+from repair.errors import RepairError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ckpt-repair")
+def cli() -> None:
+    """Repair quantized checkpoints so the runtime that loads them accepts them."""
+
+
+def say(as_json: bool, payload: dict, text: str) -> None:
+    click.echo(json.dumps(payload, indent=2) if as_json else text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: tool errors become one line on stderr and exit code 2."""
+    try:
+        cli.main(args=argv, prog_name="ckpt-repair", standalone_mode=False)
+    except RepairError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(err.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("interrupted; nothing was written", err=True)
+        sys.exit(130)
