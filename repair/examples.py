@@ -69,8 +69,14 @@ def random_weights(config: dict, seed: int = 0) -> dict[str, torch.Tensor]:
     return weights
 
 
-def quantize_state(weights: dict[str, torch.Tensor], config: dict, keep_bf16: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    """NVFP4-quantize every linear except `keep_bf16`, as ModelOpt's export does (fused siblings share scale_2)."""
+def quantize_state(
+    weights: dict[str, torch.Tensor], config: dict, keep_bf16: tuple[str, ...], input_scales: bool = True
+) -> dict[str, torch.Tensor]:
+    """NVFP4-quantize every linear except `keep_bf16`, as ModelOpt's export does (fused siblings share scales).
+
+    `input_scales` adds the activation scales a calibrated export has (activation amax / 2688);
+    they cannot be derived from weights, so a deterministic stand-in per layer is used.
+    """
     specs = gemma4_assistant.expected_modules(config)
     quantized = {n for n, s in specs.items() if s.is_linear and s.role != "lm_head" and n not in keep_bf16}
     out: dict[str, torch.Tensor] = {}
@@ -81,7 +87,16 @@ def quantize_state(weights: dict[str, torch.Tensor], config: dict, keep_bf16: tu
             continue
         packed, scale, scale_2 = nvfp4.quantize(tensor, _shared_scale_2(module, weights))
         out.update({name: packed, f"{module}.weight_scale": scale, f"{module}.weight_scale_2": scale_2})
+        if input_scales:
+            out[f"{module}.input_scale"] = _input_scale(module)
     return out
+
+
+def _input_scale(module: str) -> torch.Tensor:
+    """A stand-in calibrated activation scale, equal for fused siblings (they read the same input)."""
+    shared_input = module.replace("up_proj", "gate_proj")
+    amax = 1.0 + (sum(shared_input.encode()) % 97) / 10.0
+    return torch.tensor(amax / (nvfp4.E2M1_MAX * nvfp4.E4M3_MAX), dtype=torch.float32)
 
 
 def _shared_scale_2(module: str, weights: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -107,7 +122,7 @@ def quant_configs(exclude: list[str]) -> tuple[dict, dict]:
 
 def write_assistant(
     out: Path, dims: AssistantDims = TINY, *, broken: bool = True, seed: int = 0, shards: list[list[str]] | None = None,
-    weights: dict[str, torch.Tensor] | None = None,
+    weights: dict[str, torch.Tensor] | None = None, input_scales: bool = True,
 ) -> Path:
     """Write an NVFP4 assistant checkpoint; `broken` packs pre/post_projection like the buggy export.
 
@@ -118,7 +133,7 @@ def write_assistant(
     out.mkdir(parents=True, exist_ok=False)
     config = assistant_config(dims)
     keep = () if broken else gemma4_assistant.BF16_HANDSHAKE
-    state = quantize_state(weights if weights is not None else random_weights(config, seed), config, keep)
+    state = quantize_state(weights if weights is not None else random_weights(config, seed), config, keep, input_scales)
     qc, hf = quant_configs(EXCLUDED_BY_EXPORTER + list(keep))
     _write_json(out / "config.json", {**config, "quantization_config": qc})
     _write_json(out / "hf_quant_config.json", hf)

@@ -6,22 +6,22 @@ from __future__ import annotations
 
 import errno
 import json
-import os
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from tqdm import tqdm
 
-from repair.errors import OutputError
+from repair.errors import BadInput, OutputError, RepairError
+from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.safetensors import OutTensor, ShardWriter, read_bytes, read_header
+from repair.io.staging import MARKER, PARTIAL_TAG, discard, fsync_tree, interrupts_raise, new_partial, publish, remove_stale_partials
 from repair.plan import Plan, ShardStep, TensorStep
 from repair.report import REPORT_NAME, build_report
 
-PARTIAL_TAG = ".partial-"
+__all__ = ["PARTIAL_TAG", "Result", "check_output", "execute", "remove_stale_partials"]
 
 
 @dataclass(frozen=True)
@@ -43,31 +43,66 @@ def check_output(src: Path, out: Path, overwrite: bool) -> None:
         raise OutputError(f"{out}: already exists; choose a new folder or pass --overwrite")
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: exists and is not a folder; remove it or choose another name")
+    if out.exists() and not _replaceable(out):
+        raise OutputError(
+            f"{out}: --overwrite only replaces an earlier ckpt-repair output, and this folder has no {REPORT_NAME}; "
+            "remove it yourself or choose another folder"
+        )
     if not out.parent.is_dir():
         raise OutputError(f"{out.parent}: parent folder does not exist; create it first")
 
 
-def execute(plan: Plan, out: Path, *, overwrite: bool = False, progress: bool | None = None, options: dict | None = None) -> Result:
-    """Write the planned checkpoint to `out` atomically and return its report."""
+def execute(
+    plan: Plan, out: Path, *, overwrite: bool = False, progress: bool | None = None, options: dict | None = None,
+    annotate: Callable[[Path], dict] | None = None,
+) -> Result:
+    """Write the planned checkpoint to `out` atomically and return its report.
+
+    `annotate(folder)` may add report sections computed on the written files (e.g. doctor after).
+    """
     out = Path(out)
     check_output(plan.source.root, out, overwrite)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}{PARTIAL_TAG}{os.getpid()}-", dir=out.parent))
+    tmp = None
     try:
-        with _progress(plan, progress) as bar:
-            hashes = _write_all(plan, tmp, bar)
-        report = build_report(plan, hashes, options or {})
-        _write_json(tmp / REPORT_NAME, report)
-        _self_check(plan, tmp)
-        _move_into_place(tmp, out)
+        with interrupts_raise() as state:
+            remove_stale_partials(out)
+            tmp = new_partial(out)
+            report = _build(plan, tmp, out, progress, options, annotate)
+            publish(tmp, out, state)
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if exc.errno == errno.ENOSPC:
-            raise OutputError(f"{out}: disk full while writing; free space (about {plan.source.total_bytes} bytes needed) and re-run") from None
-        raise OutputError(f"{out}: cannot write ({exc.strerror}); check the folder and permissions") from None
+        discard(tmp)
+        raise _os_error(exc, plan, out) from None
+    except EOFError:
+        discard(tmp)
+        raise BadInput(f"{plan.source.root}: a file got shorter while it was copied; make sure nothing writes to the input, then re-run") from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        discard(tmp)
         raise
     return Result(out, report)
+
+
+def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dict | None, annotate) -> dict:
+    """Write and check every file inside the temp folder; return the report."""
+    with _progress(plan, progress) as bar:
+        hashes = _write_all(plan, tmp, bar)
+    report = build_report(plan, hashes, options or {})
+    if annotate is not None:
+        report.update(annotate(tmp))
+    _write_json(tmp / REPORT_NAME, report)
+    (tmp / MARKER).unlink()
+    _self_check(plan, tmp, out, hashes)
+    fsync_tree(tmp)
+    return report
+
+
+def _os_error(exc: OSError, plan: Plan, out: Path) -> OutputError:
+    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        needed = sum(nbytes(t.out.dtype, t.out.shape) for s in plan.shards for t in s.tensors)
+        return OutputError(
+            f"{out}: disk full while writing (the output needs about {needed / 1e6:,.1f} MB); nothing was written, "
+            f"free space on {out.parent} or choose an -o on another disk, then re-run"
+        )
+    return OutputError(f"{exc.filename or out}: {exc.strerror or exc}; nothing was written, check the disk, folder and permissions, then re-run")
 
 
 def _progress(plan: Plan, enabled: bool | None) -> tqdm:
@@ -134,22 +169,32 @@ def _write_json(path: Path, content: dict) -> str:
     return sha256_file(path)
 
 
-def _self_check(plan: Plan, tmp: Path) -> None:
-    """Re-open every written shard header and compare it with the plan before publishing."""
+def _self_check(plan: Plan, tmp: Path, out: Path, hashes: dict) -> None:
+    """Re-open every written file and compare it with the plan before anything is published."""
+    found = {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()}
+    if found != set(hashes) | {REPORT_NAME}:
+        _check_failed(out, f"written files {sorted(found)} differ from the plan")
     for step in plan.shards:
-        header = read_header(tmp / step.name)
+        try:
+            header = read_header(tmp / step.name)
+        except RepairError as err:
+            _check_failed(out / step.name, f"does not re-open ({err})")
         got = [(t.name, t.dtype, t.shape) for t in header.tensors]
         want = [(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
-        if got != want:
-            raise AssertionError(f"{tmp / step.name}: written header does not match the plan")
+        if got != want or header.metadata != step.metadata:
+            _check_failed(out / step.name, "written header does not match the plan")
+    for name, content in plan.json_files.items():
+        if json.loads((tmp / name).read_text(encoding="utf-8")) != content:
+            _check_failed(out / name, "written JSON does not match the plan")
 
 
-def _move_into_place(tmp: Path, out: Path) -> None:
-    """Rename the finished folder to OUT; an existing OUT (with --overwrite) is replaced only now."""
-    if not out.exists():
-        os.rename(tmp, out)
-        return
-    old = out.with_name(f".{out.name}.replaced-{os.getpid()}")
-    os.rename(out, old)
-    os.rename(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
+def _check_failed(where: Path, what: str) -> None:
+    raise OutputError(f"{where}: {what}; nothing was published, check the disk and re-run (if it repeats, report a bug)")
+
+
+def _replaceable(out: Path) -> bool:
+    """--overwrite never deletes a folder we did not write (or an empty one)."""
+    try:
+        return (out / REPORT_NAME).is_file() or not any(out.iterdir())
+    except OSError:
+        return False

@@ -16,6 +16,7 @@ from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 from repair.io.dtypes import nbytes
 from repair.io.safetensors import ShardHeader, TensorInfo
 from repair.modules import StoredModule
+from repair.targets.vllm_matching import draft_prefix, is_excluded
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class Recipe:
 
     dequantize: tuple[str, ...] = ("pre_projection", "post_projection")
     dtype: str = "BF16"
+    drop_quantization: bool = False  # write a plain checkpoint: no quantization_config, no hf_quant_config.json
+    from_target: str | None = None  # set when the recipe was derived from `--target`
 
 
 @dataclass(frozen=True)
@@ -72,10 +75,12 @@ class Plan:
     exclusions_added: tuple[str, ...]
     json_files: dict[str, dict]  # rewritten small files: name -> new content
     copied_files: tuple[str, ...]
+    removed_files: tuple[str, ...] = ()
+
 
     @property
     def is_noop(self) -> bool:
-        return not self.changes and not self.exclusions_added
+        return not self.changes and not self.json_files and not self.removed_files
 
 
 def select(modules: list[StoredModule], patterns: tuple[str, ...]) -> list[StoredModule]:
@@ -95,20 +100,41 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe) -> Plan:
     modules = fmt.group_modules(infos)
     declaration = fmt.read_declaration(ckpt)
     chosen = [m for m in select(modules, recipe.dequantize) if m.tensor("weight")]
-    if not chosen:
+    if not chosen and recipe.dequantize and not recipe.from_target:
         raise UsageError(f"{ckpt.root}: no module matches {', '.join(recipe.dequantize)}; run `ckpt-repair inspect` to see the module names")
     packed = [m for m in chosen if m.is_quantized]
     for module in packed:
         fmt.check_packed(module, infos, str(ckpt.root))
-    changes = tuple(_dequantize_change(m, infos, recipe.dtype) for m in packed)
-    to_exclude = [m.name for m in chosen if declaration.quantized and m.name not in declaration.exclusions]
-    config, hf_quant = fmt.with_exclusions(ckpt, to_exclude)
-    steps = {m.tensor("weight"): m for m in packed}
-    dropped = {name for m in packed for name in m.tensors if name != m.tensor("weight")}
-    shards = tuple(_shard_step(s, steps, dropped, recipe.dtype) for s in ckpt.shards)
+    leftovers = [m for m in chosen if not m.is_quantized and len(m.tensors) > 1]
+    changes = tuple(_dequantize_change(m, infos, recipe.dtype) for m in packed) + tuple(_drop_change(m, infos) for m in leftovers)
+    dropped = {name for m in packed + leftovers for name in m.tensors if name != m.tensor("weight")}
+    shards = tuple(_shard_step(s, {m.tensor("weight"): m for m in packed}, dropped, recipe.dtype) for s in ckpt.shards)
+    if recipe.drop_quantization:
+        to_exclude: list[str] = []
+        config, hf_quant = fmt.without_quantization(ckpt), None
+    else:
+        to_exclude = [m.name for m in chosen if declaration.quantized and not _covered(m.name, declaration)]
+        config, hf_quant = fmt.with_exclusions(ckpt, [m.name for m in chosen] if declaration.quantized else [], _covers)
     json_files = _json_files(ckpt, config, hf_quant, shards)
-    copied = ckpt.other_files + tuple(n for n in _small_files(ckpt) if n not in json_files)
-    return Plan(ckpt, recipe, shards, changes, tuple(to_exclude), json_files, copied)
+    removed = (HF_QUANT_CONFIG,) if recipe.drop_quantization and ckpt.hf_quant_config is not None else ()
+    copied = ckpt.other_files + tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
+    return Plan(ckpt, recipe, shards, changes, tuple(to_exclude), json_files, copied, removed)
+
+
+def _covers(exclusions: list[str], module: str) -> bool:
+    return is_excluded(draft_prefix(module), exclusions)
+
+
+def _covered(module: str, declaration: fmt.Declaration) -> bool:
+    """Excluded in every config file present (so both runtimes' readers agree)."""
+    lists = [x for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
+    return all(_covers(list(x), module) for x in lists)
+
+
+def _drop_change(module: StoredModule, infos: dict[str, TensorInfo]) -> ModuleChange:
+    before = tuple(TensorRef(n, infos[n].dtype, infos[n].shape) for n in module.tensors)
+    weight = module.tensor("weight")
+    return ModuleChange(module.name, "drop-leftover-scales", before, (TensorRef(weight, infos[weight].dtype, infos[weight].shape),))
 
 
 def _dequantize_change(module: StoredModule, infos: dict[str, TensorInfo], dtype: str) -> ModuleChange:

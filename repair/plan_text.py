@@ -15,7 +15,8 @@ def plan_as_json(plan: Plan) -> dict:
         "exclusions_added": list(plan.exclusions_added),
         "files": [{"name": s.name, "op": s.op} for s in plan.shards]
         + [{"name": n, "op": "rewrite_json"} for n in plan.json_files]
-        + [{"name": n, "op": "copy_file"} for n in plan.copied_files],
+        + [{"name": n, "op": "copy_file"} for n in plan.copied_files]
+        + [{"name": n, "op": "remove"} for n in plan.removed_files],
     }
 
 
@@ -25,10 +26,10 @@ def plan_as_text(plan: Plan) -> str:
         weight = c.after[0]
         stored = next(t for t in c.before if t.name == weight.name)
         dropped = [t.name.rsplit(".", 1)[1] for t in c.before if t.name != weight.name]
-        lines.append(
-            f"  {c.module}: {c.action} nvfp4 {list(stored.shape)} -> {weight.dtype.lower()} {list(weight.shape)}"
-            + (f"; drop {', '.join(dropped)}" if dropped else "")
-        )
+        what = f"dequantize nvfp4 {list(stored.shape)} -> {weight.dtype.lower()} {list(weight.shape)}" if c.action == "dequantize" else "keep weight"
+        lines.append(f"  {c.module}: {what}" + (f"; drop {', '.join(dropped)}" if dropped else ""))
+    if plan.recipe.drop_quantization:
+        lines.append("  quantization config: removed (config.json quantization_config" + (", hf_quant_config.json)" if plan.removed_files else ")"))
     if plan.exclusions_added:
         lines.append(f"  exclusions: add {', '.join(plan.exclusions_added)} (config.json and hf_quant_config.json)")
     rewritten = [s.name for s in plan.shards if s.op == "rewrite"]

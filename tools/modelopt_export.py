@@ -135,7 +135,7 @@ def build_tiny_assistant(
     return model.to(torch.bfloat16).eval()
 
 
-def _assistant_inputs(model: torch.nn.Module, gen: torch.Generator) -> dict[str, Any]:
+def assistant_inputs(model: torch.nn.Module, gen: torch.Generator) -> dict[str, Any]:
     """One seq-len-1 assistant step: inputs_embeds [1,1,2*backbone], fake target KV per layer type, position_ids.
     seq_len must be 1: with more, transformers 5.24 slices KV-shared inputs and fails on per_layer_inputs=None."""
     bf = lambda *shape: torch.randn(*shape, generator=gen).to(torch.bfloat16)  # noqa: E731
@@ -197,9 +197,9 @@ def export_modelopt(
     input; the assistant's forward needs inputs_embeds + shared_kv_states, so model.get_dummy_inputs is provided.
     """
     model = build_tiny_assistant(seed, **kw)
-    dummy = _assistant_inputs(model, torch.Generator().manual_seed(seed + 2))
+    dummy = assistant_inputs(model, torch.Generator().manual_seed(seed + 2))
     model.get_dummy_inputs = lambda: dummy
-    batches = [_assistant_inputs(model, torch.Generator().manual_seed(seed + 3 + i)) for i in range(4)]
+    batches = [assistant_inputs(model, torch.Generator().manual_seed(seed + 3 + i)) for i in range(4)]
 
     def forward_loop(m: torch.nn.Module) -> None:
         for batch in batches:

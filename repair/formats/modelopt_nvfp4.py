@@ -16,6 +16,7 @@ from repair.errors import BadInput
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 from repair.io.safetensors import TensorInfo
 from repair.modules import StoredModule, split_name
+from repair.nvfp4_health import block_scale_stats, global_scale_problem, read_f32_scalar
 
 NAME = "modelopt-nvfp4"
 SIDECARS = ("weight_scale", "weight_scale_2", "input_scale")
@@ -74,42 +75,83 @@ def _weighted(module: str, weight: TensorInfo, leaves: dict[str, TensorInfo]) ->
 
 
 def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str) -> None:
-    """Raise BadInput unless an NVFP4 module has consistent scales (needed before dequantizing it)."""
+    """Raise BadInput unless a packed module can be dequantized: scales present, shaped and usable.
+
+    Reads only the 4-byte global scale and the fp8 block scales (small), so it is cheap at plan
+    time; dequantizing a NaN, infinite or non-positive scale would write garbage that looks fixed.
+    """
+    weight = infos[module.tensor("weight")]
     out, logical_in = module.logical_shape
-    scale = infos[module.tensor("weight_scale")]
-    if scale.shape != (out, logical_in // BLOCK) or logical_in % BLOCK:
+    if logical_in % BLOCK:
         raise BadInput(
-            f"{where}: {scale.name}: shape {list(scale.shape)} does not fit packed weight {list(module.stored_shape)} "
-            f"(expected {[out, logical_in // BLOCK]}); the export is corrupt, use --original"
+            f"{_at(weight, where)}: packed shape {list(weight.shape)} unpacks to {logical_in} input columns, "
+            f"not a multiple of the {BLOCK}-element block; {BROKEN_EXPORT}"
         )
-    scale_2 = module.tensor("weight_scale_2")
-    if scale_2 is None:
-        raise BadInput(f"{where}: {module.name}.weight_scale_2 is missing for a packed NVFP4 weight; the export is corrupt, use --original")
-    info = infos[scale_2]
-    if info.dtype != "F32" or info.shape not in ((), (1,)):
-        raise BadInput(f"{where}: {scale_2}: expected a float32 scalar, found {info.dtype} {list(info.shape)}; the export is corrupt")
+    scale = _sidecar(module, "weight_scale", infos, weight, where)
+    if scale.dtype != "F8_E4M3" or scale.shape != (out, logical_in // BLOCK):
+        raise BadInput(
+            f"{_at(scale, where)}: {scale.dtype} {list(scale.shape)} does not fit packed weight {list(weight.shape)} "
+            f"(expected F8_E4M3 {[out, logical_in // BLOCK]}); {BROKEN_EXPORT}"
+        )
+    scale_2 = _sidecar(module, "weight_scale_2", infos, weight, where)
+    if scale_2.dtype != "F32" or scale_2.shape not in ((), (1,)):
+        raise BadInput(f"{_at(scale_2, where)}: expected a float32 scalar, found {scale_2.dtype} {list(scale_2.shape)}; {BROKEN_EXPORT}")
+    problem = global_scale_problem(read_f32_scalar(scale_2.path, scale_2))
+    if problem:
+        raise BadInput(f"{_at(scale_2, where)}: global scale {problem}, so every dequantized value would be wrong; {BROKEN_EXPORT}")
+    stats = block_scale_stats(scale.path, scale)
+    if stats.nan or stats.negative:
+        raise BadInput(f"{_at(scale, where)}: {stats.nan} NaN and {stats.negative} negative block scales; {BROKEN_EXPORT}")
+
+
+BROKEN_EXPORT = "the export is broken: re-download it, or re-export from the original model"
+
+
+def _sidecar(module: StoredModule, role: str, infos: dict[str, TensorInfo], weight: TensorInfo, where: str) -> TensorInfo:
+    name = module.tensor(role)
+    if name is None:
+        raise BadInput(f"{_at(weight, where)}: packed NVFP4 weight without its {role}; {BROKEN_EXPORT}")
+    return infos[name]
+
+
+def _at(info: TensorInfo, where: str) -> str:
+    """`file: tensor` for error lines (the shard when known, else the checkpoint folder)."""
+    return f"{info.path or where}: {info.name}"
 
 
 def read_declaration(ckpt: Checkpoint) -> Declaration:
-    """Read both config files' claims, validating the keys this format needs."""
+    """Read both config files' claims, validating the keys this format needs.
+
+    A quantization section without a quant_algo, an algo other than NVFP4, or the two files
+    naming different algos is refused: repairing on a guess could write a wrong config.
+    """
+    cfg_path, hf_path = ckpt.root / CONFIG, ckpt.root / HF_QUANT_CONFIG
     quant_cfg = (ckpt.config or {}).get("quantization_config")
-    algo = None
-    ignore = None
+    algos: dict[object, object] = {}  # file -> the quant_algo it declares
+    ignore = exclude = None
     if quant_cfg is not None:
         if not isinstance(quant_cfg, dict):
-            raise BadInput(f"{ckpt.root / CONFIG}: quantization_config is not an object; fix the config")
-        algo = quant_cfg.get("quant_algo")
-        ignore = _name_list(quant_cfg.get("ignore", []), ckpt.root / CONFIG, "quantization_config.ignore")
-    exclude = None
+            raise BadInput(f"{cfg_path}: quantization_config is not an object; fix the config")
+        method = quant_cfg.get("quant_method")
+        if method not in (None, "modelopt", "modelopt_fp4"):
+            raise BadInput(f"{cfg_path}: quant_method {method!r} is not supported; this tool repairs ModelOpt NVFP4 checkpoints")
+        if quant_cfg.get("quant_algo") is not None:
+            algos[cfg_path] = quant_cfg["quant_algo"]
+        ignore = _name_list(quant_cfg.get("ignore", []), cfg_path, "quantization_config.ignore")
     if ckpt.hf_quant_config is not None:
         section = ckpt.hf_quant_config.get("quantization")
         if not isinstance(section, dict):
-            raise BadInput(f"{ckpt.root / HF_QUANT_CONFIG}: missing the 'quantization' object; fix or re-download it")
-        algo = algo or section.get("quant_algo")
-        exclude = _name_list(section.get("exclude_modules", []), ckpt.root / HF_QUANT_CONFIG, "quantization.exclude_modules")
-    if algo is not None and algo != "NVFP4":
-        raise BadInput(f"{ckpt.root / CONFIG}: quant_algo {algo!r} is not supported; this tool repairs NVFP4 checkpoints")
-    return Declaration(algo, ignore, exclude)
+            raise BadInput(f"{hf_path}: missing the 'quantization' object; fix or re-download it")
+        if section.get("quant_algo") is not None:
+            algos[hf_path] = section["quant_algo"]
+        exclude = _name_list(section.get("exclude_modules", []), hf_path, "quantization.exclude_modules")
+    for path, algo in algos.items():
+        if algo != "NVFP4":
+            raise BadInput(f"{path}: quant_algo {algo!r} is not supported; this tool repairs NVFP4 checkpoints")
+    if not algos and (quant_cfg is not None or ckpt.hf_quant_config is not None):
+        path, key = (cfg_path, "quantization_config") if quant_cfg is not None else (hf_path, "quantization")
+        raise BadInput(f"{path}: {key} has no quant_algo; add \"quant_algo\": \"NVFP4\" if it is an NVFP4 export, or re-download it")
+    return Declaration("NVFP4" if algos else None, ignore, exclude)
 
 
 def _name_list(value: object, path: object, key: str) -> tuple[str, ...]:
@@ -120,16 +162,20 @@ def _name_list(value: object, path: object, key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def with_exclusions(ckpt: Checkpoint, names: list[str]) -> tuple[dict | None, dict | None]:
-    """New (config.json, hf_quant_config.json) contents with `names` appended to both exclusion lists."""
+def with_exclusions(ckpt: Checkpoint, names: list[str], covers) -> tuple[dict | None, dict | None]:
+    """New (config.json, hf_quant_config.json) contents where both exclusion lists cover `names`.
+
+    `covers(list, name)` tells whether a list already excludes a module (the runtime's matching
+    rules); only names a list does not cover are appended to it.
+    """
     config = copy.deepcopy(ckpt.config)
     hf_quant = copy.deepcopy(ckpt.hf_quant_config)
     if config is not None and isinstance(config.get("quantization_config"), dict):
         qc = config["quantization_config"]
-        qc["ignore"] = _append(qc.get("ignore") or [], names)
+        qc["ignore"] = _append(qc.get("ignore") or [], names, covers)
     if hf_quant is not None:
         section = hf_quant["quantization"]
-        section["exclude_modules"] = _append(section.get("exclude_modules") or [], names)
+        section["exclude_modules"] = _append(section.get("exclude_modules") or [], names, covers)
     return config, hf_quant
 
 
@@ -141,5 +187,6 @@ def without_quantization(ckpt: Checkpoint) -> dict | None:
     return config
 
 
-def _append(existing: list[str], names: list[str]) -> list[str]:
-    return list(existing) + [n for n in names if n not in existing]
+def _append(existing: list[str], names: list[str], covers) -> list[str]:
+    missing = [n for n in names if not covers(existing, n)]
+    return list(existing) + missing

@@ -78,10 +78,14 @@ def read_json(path: Path) -> dict:
     """A small JSON object file, or BadInput naming the file and the defect."""
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{path}: cannot read ({exc}); check the file") from None
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read ({exc.strerror}); check the file and its permissions") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: not UTF-8 text, so not JSON; fix or re-download it") from None
     except json.JSONDecodeError as exc:
         raise BadInput(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}; fix or re-download it") from None
+    except (ValueError, RecursionError):  # a number too long to convert, or absurd nesting
+        raise BadInput(f"{path}: JSON too deeply nested or with an over-long number; fix or re-download it") from None
     if not isinstance(value, dict):
         raise BadInput(f"{path}: expected a JSON object, found {type(value).__name__}; fix or re-download it")
     return value
@@ -101,11 +105,21 @@ def _list_files(root: Path) -> list[str]:
             if rel.startswith(".") or "/." in rel:
                 continue  # hidden files (.git, .cache) are not part of the checkpoint
             if full.is_symlink():
-                target = full.resolve()
-                if not any(target.is_relative_to(a) for a in allowed):
-                    raise BadInput(f"{full}: symlink points outside the checkpoint folder (to {target}); copy the file in instead")
+                _check_link(full, allowed)
             found.append(rel)
     return found
+
+
+def _check_link(link: Path, allowed: list[Path]) -> None:
+    """A link must resolve to an existing file inside the folder: never read (or copy) what lies outside."""
+    try:
+        target = link.resolve(strict=True)
+    except (OSError, RuntimeError):  # dangling, or a loop
+        raise BadInput(f"{link}: symlink is broken (its target is missing or loops); restore the file or remove the link") from None
+    if not any(target.is_relative_to(a) for a in allowed):
+        raise BadInput(f"{link}: symlink points outside the checkpoint folder (to {target}); copy the file in instead")
+    if not target.is_file():
+        raise BadInput(f"{link}: symlink does not point to a regular file; replace it with the file")
 
 
 def _refuse_without_safetensors(root: Path, files: list[str]) -> None:
@@ -128,6 +142,8 @@ def _read_index(root: Path, files: list[str]) -> tuple[str | None, dict | None]:
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise BadInput(f"{root / names[0]}: missing or invalid 'weight_map'; fix or re-download the index")
+    if not isinstance(index.get("metadata", {}), (dict, type(None))):
+        raise BadInput(f"{root / names[0]}: 'metadata' is not an object; fix or re-download the index")
     return names[0], index
 
 

@@ -32,6 +32,7 @@ class TensorInfo:
     shape: tuple[int, ...]
     start: int  # absolute offset in the file
     end: int
+    path: Path | None = field(default=None, compare=False, repr=False)  # the file it is stored in
 
     @property
     def nbytes(self) -> int:
@@ -69,7 +70,12 @@ def read_header(path: Path) -> ShardHeader:
             if len(prefix) < 8:
                 raise BadInput(f"{path}: file is {file_size} bytes, too short to be safetensors; re-download it")
             (header_len,) = struct.unpack("<Q", prefix)
-            if header_len > MAX_HEADER_BYTES or 8 + header_len > file_size:
+            if header_len > MAX_HEADER_BYTES:
+                raise BadInput(
+                    f"{path}: header length {header_len} is over the {MAX_HEADER_BYTES}-byte limit; "
+                    "the file is corrupt or not safetensors, re-download it"
+                )
+            if 8 + header_len > file_size:
                 raise BadInput(
                     f"{path}: header length {header_len} runs past the end of the {file_size}-byte file; "
                     "the file is truncated or not safetensors, re-download it"
@@ -83,8 +89,10 @@ def read_header(path: Path) -> ShardHeader:
 def parse_header(path: Path, raw: bytes, file_size: int) -> ShardHeader:
     """Validate header JSON bytes against the file size; raise BadInput naming the defect."""
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except _DuplicateKey as dup:
+        raise BadInput(f"{path}: {dup.key}: name appears twice in the header; the file is corrupt, re-download it") from None
+    except (ValueError, RecursionError):  # bad UTF-8, bad JSON, absurd nesting or number length
         raise BadInput(f"{path}: header is not valid JSON; the file is corrupt, re-download it") from None
     if not isinstance(header, dict):
         raise BadInput(f"{path}: header is not a JSON object; the file is corrupt, re-download it")
@@ -92,11 +100,26 @@ def parse_header(path: Path, raw: bytes, file_size: int) -> ShardHeader:
     if metadata is not None and not (
         isinstance(metadata, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
     ):
-        raise BadInput(f"{path}: __metadata__ must map strings to strings; the file is corrupt")
+        raise BadInput(f"{path}: __metadata__ must map strings to strings; the file is corrupt, re-download it")
     data_start = 8 + len(raw)
     tensors = sorted((_tensor_info(path, name, entry, data_start) for name, entry in header.items()), key=_offset_key)
     _check_coverage(path, tensors, data_start, file_size - data_start)
     return ShardHeader(path=path, header_len=len(raw), tensors=tuple(tensors), metadata=metadata)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str):
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """json.loads keeps the last of duplicate keys silently; a header with one is corrupt."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
 
 
 def _offset_key(info: TensorInfo) -> tuple[int, int]:
@@ -105,24 +128,24 @@ def _offset_key(info: TensorInfo) -> tuple[int, int]:
 
 def _tensor_info(path: Path, name: str, entry: object, data_start: int) -> TensorInfo:
     if not isinstance(entry, dict):
-        raise BadInput(f"{path}: {name}: header entry is not an object; the file is corrupt")
+        raise BadInput(f"{path}: {name}: header entry is not an object; the file is corrupt, re-download it")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in ITEMSIZE:
+    if not isinstance(dtype, str) or dtype not in ITEMSIZE:
         raise BadInput(f"{path}: {name}: unknown dtype {dtype!r}; this tool reads {', '.join(sorted(ITEMSIZE))}")
     if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
-        raise BadInput(f"{path}: {name}: shape {shape!r} is not a list of non-negative integers; the file is corrupt")
+        raise BadInput(f"{path}: {name}: shape {shape!r} is not a list of non-negative integers; the file is corrupt, re-download it")
     if not (
         isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int and o >= 0 for o in offsets)
         and offsets[0] <= offsets[1]
     ):
-        raise BadInput(f"{path}: {name}: data_offsets {offsets!r} are not [begin, end]; the file is corrupt")
+        raise BadInput(f"{path}: {name}: data_offsets {offsets!r} are not [begin, end]; the file is corrupt, re-download it")
     expected = nbytes(dtype, tuple(shape))
     if offsets[1] - offsets[0] != expected:
         raise BadInput(
             f"{path}: {name}: {dtype} {shape} needs {expected} bytes but data_offsets span "
             f"{offsets[1] - offsets[0]}; the file is corrupt, re-download it"
         )
-    return TensorInfo(name, dtype, tuple(shape), data_start + offsets[0], data_start + offsets[1])
+    return TensorInfo(name, dtype, tuple(shape), data_start + offsets[0], data_start + offsets[1], path)
 
 
 def _check_coverage(path: Path, tensors: list[TensorInfo], data_start: int, data_len: int) -> None:
@@ -131,15 +154,18 @@ def _check_coverage(path: Path, tensors: list[TensorInfo], data_start: int, data
         raise BadInput(f"{path}: file ends inside its header; it is truncated, re-download it")
     expected = data_start
     for info in tensors:
+        if info.end - data_start > data_len:
+            raise BadInput(
+                f"{path}: {info.name}: data_offsets [{info.start - data_start}, {info.end - data_start}] run past the "
+                f"{data_len}-byte data section; the file is truncated or corrupt, re-download it"
+            )
         if info.start != expected:
             kind = "overlaps the previous tensor" if info.start < expected else "leaves a gap before it"
             raise BadInput(f"{path}: {info.name}: data range {kind}; the file is corrupt, re-download it")
         expected = info.end
     used = expected - data_start
-    if used > data_len:
-        raise BadInput(f"{path}: tensors need {used} data bytes but the file has {data_len}; it is truncated, re-download it")
     if used < data_len:
-        raise BadInput(f"{path}: {data_len - used} bytes after the last tensor; the file is corrupt")
+        raise BadInput(f"{path}: {data_len - used} bytes after the last tensor; the file is corrupt, re-download it")
 
 
 @dataclass(frozen=True)

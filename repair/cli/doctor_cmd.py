@@ -1,0 +1,29 @@
+"""`ckpt-repair doctor`: diagnose a checkpoint against a target runtime (headers only, no torch)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from repair.cli.main import cli
+
+
+@cli.command()
+@click.argument("src", type=click.Path(path_type=Path))
+@click.option("--target", "target_spec", default=None, help="vllm==X.Y.Z (default: newest known) or bf16.")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel degree to simulate.")
+@click.option("--strict", is_flag=True, help="Warnings count as problems too (exit 1).")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def doctor(src: Path, target_spec: str | None, tp: int, strict: bool, as_json: bool) -> None:
+    """Predict what TARGET does with SRC: exit 0 healthy, 1 problems, 2 bad input."""
+    from repair.doctor import diagnose
+    from repair.doctor_text import diagnosis_json, diagnosis_text
+    from repair.io.checkpoint import open_checkpoint
+    from repair.targets.profiles import resolve
+
+    result = diagnose(open_checkpoint(src), resolve(target_spec), tp)
+    click.echo(json.dumps(diagnosis_json(result, strict), indent=2) if as_json else diagnosis_text(result, strict))
+    sys.exit(result.exit_code(strict))

@@ -1,0 +1,146 @@
+"""`doctor`: what is stored against what a target runtime allocates, with the runtime's own errors.
+
+Findings are errors (will not load, or loads wrong values) or warnings (loads, but against the
+model's intended precision or with inconsistent metadata). Everything here reads headers, the
+config files and a few scale bytes; torch is never imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from repair import arch
+from repair.arch.gemma4_assistant import BF16_HANDSHAKE, ModuleSpec
+from repair.formats import modelopt_nvfp4 as fmt
+from repair.io.checkpoint import HF_QUANT_CONFIG, Checkpoint
+from repair.modules import StoredModule, stored_bits
+from repair.doctor_checks import config_findings, health_findings
+from repair.targets import vllm_loader
+from repair.targets.profiles import Target
+from repair.targets.vllm_matching import draft_prefix, is_excluded
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str  # "error" | "warning"
+    code: str
+    subject: str  # a module, tensor or file
+    message: str
+    runtime_error: str | None = None  # the exact exception text the runtime raises
+    ranks: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    target: Target
+    tp: int
+    findings: tuple[Finding, ...]
+    first_errors: tuple[vllm_loader.Outcome, ...]  # per failing rank, the tensor the runtime stops on
+    runtime_precision: dict[str, str]
+    bits_per_parameter: float
+
+    def exit_code(self, strict: bool = False) -> int:
+        bad = {"error", "warning"} if strict else {"error"}
+        return 1 if any(f.severity in bad for f in self.findings) else 0
+
+
+def runtime_precision(specs: dict[str, ModuleSpec], declaration: fmt.Declaration, target: Target) -> dict[str, str]:
+    """What the target builds each linear as: BF16, or NVFP4 where it follows the draft's own config."""
+    out = {}
+    for name, spec in specs.items():
+        quantizable = spec.is_linear and spec.role not in ("embed",)
+        follows = target.profile.follows_draft_config and declaration.quantized and quantizable
+        out[name] = "nvfp4" if follows and not is_excluded(draft_prefix(name), declaration.exclusions) else "bf16"
+    return out
+
+
+def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
+    infos = ckpt.infos()
+    modules = {m.name: m for m in fmt.group_modules(infos)}
+    declaration = fmt.read_declaration(ckpt)
+    specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
+    precision = runtime_precision(specs, declaration, target)
+    findings: list[Finding] = []
+    first: tuple[vllm_loader.Outcome, ...] = ()
+    if target.profile.runtime == "vllm" and specs:
+        order = sorted(infos.values(), key=lambda i: (ckpt.locate()[i.name][0].path.name, i.name))
+        outcomes = vllm_loader.simulate(order, specs, precision, target, tp)
+        first = _first_error_per_rank(outcomes)
+        findings += _load_findings(outcomes, modules, specs, precision, target, declaration)
+    if target.profile.runtime == "bf16":
+        findings += _bf16_findings(ckpt, modules)
+    findings += _handshake_findings(modules, precision, target)
+    findings += config_findings(ckpt, declaration, modules, specs)
+    findings += health_findings(ckpt, modules, precision)
+    linears = [m for m in modules.values() if m.tensor("weight")]
+    bits = stored_bits(linears, {n: i.nbytes for n, i in infos.items()})
+    return Diagnosis(target, tp, tuple(findings), first, precision, bits)
+
+
+def _first_error_per_rank(outcomes: list[vllm_loader.Outcome]) -> tuple[vllm_loader.Outcome, ...]:
+    firsts: dict[int, vllm_loader.Outcome] = {}
+    for o in outcomes:
+        if o.status == "error" and o.rank not in firsts:
+            firsts[o.rank] = o
+    return tuple(firsts[r] for r in sorted(firsts))
+
+
+def _load_findings(outcomes, modules, specs, precision, target, declaration) -> list[Finding]:
+    """One finding per module whose tensors fail or load wrong values on some rank."""
+    by_module: dict[str, list[vllm_loader.Outcome]] = {}
+    for o in outcomes:
+        if o.status in ("error", "garbage", "skipped"):
+            by_module.setdefault(_module_of(o.tensor, specs), []).append(o)
+    findings = []
+    for name, items in sorted(by_module.items()):
+        stored = modules.get(name)
+        errors = [o for o in items if o.status == "error"]
+        garbage = [o for o in items if o.status == "garbage"]
+        what = _mismatch_text(name, stored, precision.get(name, "bf16"), target, declaration)
+        if garbage:
+            what += f"; on rank(s) {sorted({o.rank for o in garbage})} the bytes fit and load as wrong values, silently"
+        if errors:
+            findings.append(Finding("error", "load-error", name, what, errors[0].error, tuple(sorted({o.rank for o in errors}))))
+        elif garbage:
+            findings.append(Finding("error", "silent-garbage", name, what, None, tuple(sorted({o.rank for o in garbage}))))
+        else:
+            findings.append(Finding("warning", "ignored-tensors", name, f"{target.spec} silently ignores {', '.join(sorted({o.tensor for o in items}))}"))
+    return findings
+
+
+def _module_of(tensor: str, specs: dict[str, ModuleSpec]) -> str:
+    module = tensor.rpartition(".")[0]
+    return module if module in specs else tensor
+
+
+def _mismatch_text(name: str, stored: StoredModule | None, built: str, target: Target, declaration: fmt.Declaration) -> str:
+    if stored is None:
+        return f"{name}: not stored"
+    why = "builds every drafter linear in BF16" if not target.profile.follows_draft_config else (
+        "follows the config, which excludes it" if built == "bf16" and declaration.quantized else
+        "follows the config, which declares no quantization" if built == "bf16" else
+        "follows the config, which declares it quantized")
+    return (f"{name}: stored {stored.precision} {list(stored.stored_shape)} but {target.spec} {why} "
+            f"({built} {list(stored.logical_shape) if built == 'bf16' else [stored.logical_shape[0], stored.logical_shape[1] // 2]})")
+
+
+def _bf16_findings(ckpt: Checkpoint, modules: dict[str, StoredModule]) -> list[Finding]:
+    findings = [Finding("error", "not-bf16", m.name, f"{m.name}: stored {m.precision}; a plain BF16 checkpoint has no quantized tensors")
+                for m in modules.values() if m.is_quantized]
+    if ckpt.config and "quantization_config" in ckpt.config:
+        findings.append(Finding("error", "quant-config", "config.json", "config.json has a quantization_config; a plain BF16 checkpoint has none"))
+    if ckpt.hf_quant_config is not None:
+        findings.append(Finding("error", "quant-config", HF_QUANT_CONFIG, f"{HF_QUANT_CONFIG} exists; a plain BF16 checkpoint has none"))
+    return findings
+
+
+def _handshake_findings(modules, precision, target) -> list[Finding]:
+    """Packed handshake layers that the target would load quantized: legal, but not the family's design."""
+    out = []
+    for name in BF16_HANDSHAKE:
+        m = modules.get(name)
+        if m is not None and m.is_quantized and precision.get(name) == "nvfp4" and target.profile.follows_draft_config:
+            out.append(Finding("warning", "handshake-quantized", name,
+                               f"{name}: stored and declared NVFP4; {target.spec} loads it, but the Gemma 4 family keeps this "
+                               "handshake layer in BF16 (as the corrected upstream export does)"))
+    return out

@@ -1,0 +1,101 @@
+"""doctor's config and NVFP4-health checks (header and scale bytes only)."""
+
+from __future__ import annotations
+
+from repair.arch.gemma4_assistant import ModuleSpec
+from repair.formats import modelopt_nvfp4 as fmt
+from repair.io.checkpoint import Checkpoint
+from repair.modules import StoredModule
+from repair.nvfp4_health import block_scale_stats, global_scale_problem, read_f32_scalar
+from repair.targets.vllm_matching import draft_prefix, is_excluded
+
+FUSED_SIBLINGS = (("mlp.gate_proj", "mlp.up_proj"), ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
+
+
+def config_findings(ckpt: Checkpoint, declaration: fmt.Declaration, modules: dict[str, StoredModule], specs: dict[str, ModuleSpec]):
+    from repair.doctor import Finding
+
+    findings = []
+    prefixes = {draft_prefix(n) for n in (specs or modules)} | {"lm_head"}
+    for pattern in declaration.exclusions:
+        if not any(is_excluded(p, [pattern]) for p in prefixes):
+            findings.append(Finding("warning", "unused-exclusion", pattern, f"exclusion {pattern!r} matches no module of this model"))
+    if declaration.ignore is not None and declaration.exclude_modules is not None and set(declaration.ignore) != set(declaration.exclude_modules):
+        only_cfg = sorted(set(declaration.ignore) - set(declaration.exclude_modules))
+        only_hf = sorted(set(declaration.exclude_modules) - set(declaration.ignore))
+        findings.append(Finding("warning", "configs-disagree", "config.json / hf_quant_config.json",
+                                f"the two config files disagree (only in config.json: {only_cfg}; only in hf_quant_config.json: {only_hf}); "
+                                "vLLM reads config.json, TensorRT-LLM reads hf_quant_config.json"))
+    for m in modules.values():
+        linear = m.tensor("weight") and (specs[m.name].is_linear and specs[m.name].role != "embed" if m.name in specs else len(m.logical_shape) == 2)
+        if not linear:
+            continue
+        excluded = is_excluded(draft_prefix(m.name), declaration.exclusions)
+        if m.is_quantized and not declaration.quantized:
+            findings.append(Finding("warning", "config-contradiction", m.name, f"{m.name}: tensors are packed NVFP4 but the config declares no quantization"))
+        elif m.is_quantized and excluded:
+            findings.append(Finding("warning", "config-contradiction", m.name, f"{m.name}: the config excludes it but its tensors are packed NVFP4"))
+        elif declaration.quantized and not m.is_quantized and not excluded:
+            findings.append(Finding("warning", "config-contradiction", m.name, f"{m.name}: the config declares it quantized but it is stored {m.precision}"))
+    return findings
+
+
+def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precision: dict[str, str]):
+    """Scale counts, shapes and values of every packed module, and fused siblings' shared scale."""
+    from repair.doctor import Finding
+
+    located = ckpt.locate()
+    findings = []
+    scale_2: dict[str, float] = {}
+    for m in sorted((m for m in modules.values() if m.is_quantized), key=lambda m: m.name):
+        findings += _module_health(m, located, precision, scale_2, Finding)
+    for parent_siblings in _sibling_groups(scale_2):
+        values = {name: scale_2[name] for name in parent_siblings}
+        if len(set(values.values())) > 1:
+            runtime_fuses = all(precision.get(n) == "nvfp4" for n in values)
+            findings.append(Finding("error" if runtime_fuses else "warning", "siblings-scale-2", ", ".join(values),
+                                    f"fused siblings have different weight_scale_2 {values}; vLLM takes the max without rescaling "
+                                    "the block scales, so the fused layer computes wrong values (requantize with --original)"))
+    return findings
+
+
+def _module_health(m: StoredModule, located, precision, scale_2, Finding):
+    out = []
+    logical_out, logical_in = m.logical_shape
+    scale_name = m.tensor("weight_scale")
+    shard, scale = located[scale_name]
+    if scale.shape != (logical_out, logical_in // 16):
+        out.append(Finding("error", "scale-shape", scale_name, f"{scale_name}: shape {list(scale.shape)}, expected {[logical_out, logical_in // 16]}"))
+    else:
+        stats = block_scale_stats(shard.path, scale)
+        if stats.nan or stats.negative:
+            out.append(Finding("error", "block-scales", scale_name, f"{scale_name}: {stats.nan} NaN and {stats.negative} negative block scales"))
+        if stats.zero:
+            out.append(Finding("warning", "block-scales", scale_name, f"{scale_name}: {stats.zero} zero block scales (those blocks dequantize to 0)"))
+    name2 = m.tensor("weight_scale_2")
+    if name2 is None:
+        out.append(Finding("error", "missing-scale-2", m.name, f"{m.name}: packed weight without weight_scale_2"))
+    else:
+        shard2, info2 = located[name2]
+        value = read_f32_scalar(shard2.path, info2) if info2.dtype == "F32" and info2.nbytes == 4 else float("nan")
+        problem = global_scale_problem(value)
+        if problem:
+            out.append(Finding("error", "global-scale", name2, f"{name2} {problem}"))
+        else:
+            scale_2[m.name] = value
+    if m.tensor("input_scale") is None and precision.get(m.name) == "nvfp4":
+        out.append(Finding("error", "missing-input-scale", m.name,
+                           f"{m.name}: no input_scale, but the runtime builds it W4A4 and skips its missing-weights check for "
+                           "quantized models, so it runs with an uninitialised activation scale"))
+    return out
+
+
+def _sibling_groups(names) -> list[list[str]]:
+    groups = []
+    for siblings in FUSED_SIBLINGS:
+        parents = {n[: -len(s)] for n in names for s in siblings if n.endswith(s)}
+        for parent in sorted(parents):
+            members = [parent + s for s in siblings if parent + s in names]
+            if len(members) > 1:
+                groups.append(members)
+    return groups

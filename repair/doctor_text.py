@@ -1,0 +1,39 @@
+"""A diagnosis as text for people and JSON for programs."""
+
+from __future__ import annotations
+
+from repair.doctor import Diagnosis
+
+
+def diagnosis_json(d: Diagnosis, strict: bool = False) -> dict:
+    return {
+        "target": d.target.spec,
+        "profile": d.target.profile.name,
+        "tp": d.tp,
+        "exit_code": d.exit_code(strict),
+        "bits_per_parameter": round(d.bits_per_parameter, 4),
+        "runtime_stops_at": [{"rank": o.rank, "tensor": o.tensor, "error": o.error} for o in d.first_errors],
+        "findings": [
+            {"severity": f.severity, "code": f.code, "subject": f.subject, "message": f.message,
+             "runtime_error": f.runtime_error, "ranks": list(f.ranks)}
+            for f in d.findings
+        ],
+    }
+
+
+def diagnosis_text(d: Diagnosis, strict: bool = False) -> str:
+    errors = [f for f in d.findings if f.severity == "error"]
+    warnings = [f for f in d.findings if f.severity == "warning"]
+    lines = [f"target {d.target.spec} ({d.target.profile.name}), tensor parallel {d.tp}: {len(errors)} error(s), {len(warnings)} warning(s)"]
+    for o in d.first_errors:
+        where = f"rank {o.rank} would stop" if d.tp > 1 else "the runtime would stop"
+        lines.append(f"{where} at {o.tensor} with:\n    {o.error}")
+    for f in errors + warnings:
+        lines.append(f"{f.severity}: [{f.code}] {f.message}")
+        if f.runtime_error:
+            ranks = f" (rank {', '.join(map(str, f.ranks))})" if d.tp > 1 else ""
+            lines.append(f"    runtime error{ranks}: {f.runtime_error}")
+    lines.append(f"bits per parameter: {d.bits_per_parameter:.3f}")
+    if not errors and not (strict and warnings):
+        lines.append("healthy for this target" + (" (warnings ignored; --strict counts them)" if warnings else ""))
+    return "\n".join(lines)

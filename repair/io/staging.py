@@ -1,0 +1,170 @@
+"""The output's temporary folder: created hidden beside OUT, published by one rename, and
+cleaned up after a kill.
+
+Every run writes into `.OUT.partial-<pid>-<random>` holding a marker with its pid and host.
+SIGINT/SIGTERM remove it on the way out; SIGKILL and power loss cannot be caught, so each run
+first removes such folders whose writer is gone. Publishing is a single rename (an atomic swap
+when replacing an existing OUT), with files flushed first, so OUT is either absent, the old
+one, or complete.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+from repair.errors import OutputError
+
+PARTIAL_TAG = ".partial-"
+MARKER = ".ckpt-repair-partial"  # written first into every temp folder: {"pid", "host"}; removed before publishing
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def new_partial(out: Path) -> Path:
+    """A hidden temp folder beside OUT, marked with our pid and host so a later run may clean it up."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}{PARTIAL_TAG}{os.getpid()}-", dir=out.parent))
+    _mark(tmp)
+    return tmp
+
+
+def _mark(folder: Path) -> None:
+    (folder / MARKER).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+
+
+def discard(tmp: Path | None) -> None:
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_stale_partials(out: Path) -> list[Path]:
+    """Delete temp folders of earlier runs into OUT that were killed (SIGKILL, power loss).
+
+    Only folders named `.OUT.partial-<pid>-*` holding our marker, written on this host by a
+    process that no longer exists; anything else is left alone.
+    """
+    pattern = re.compile(re.escape(f".{out.name}{PARTIAL_TAG}") + r"(\d+)-\w+")
+    removed = []
+    for entry in sorted(out.parent.iterdir()):
+        match = pattern.fullmatch(entry.name)
+        if match and entry.is_dir() and not entry.is_symlink() and _owner_gone(entry, int(match[1])):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _owner_gone(folder: Path, pid: int) -> bool:
+    try:
+        owner = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(owner, dict) or owner.get("pid") != pid or owner.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by someone else
+        return False
+    return False
+
+
+@contextmanager
+def interrupts_raise():
+    """While writing, SIGTERM acts like Ctrl-C (KeyboardInterrupt), so the temp folder is removed;
+    once OUT is published both are ignored and the run finishes. SIGKILL cannot be caught: the
+    next run removes what it leaves (remove_stale_partials)."""
+    state = {"published": False}
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+
+    def handler(signum, frame):
+        if not state["published"]:
+            raise KeyboardInterrupt
+
+    old = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    for sig, previous in old.items():
+        if previous is not signal.SIG_IGN:
+            signal.signal(sig, handler)
+    try:
+        yield state
+    finally:
+        for sig, previous in old.items():
+            if previous is not None:
+                signal.signal(sig, previous)
+
+
+def publish(tmp: Path, out: Path, state: dict) -> None:
+    """Move the checked folder into place with SIGINT/SIGTERM held back, so it is all or nothing."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        _move_into_place(tmp, out)
+        state["published"] = True
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    _fsync(out.parent, best_effort=True)
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    """Rename the finished folder to OUT; an existing OUT (with --overwrite) is replaced only now,
+    in one atomic swap where the OS has one, so OUT is never missing."""
+    if not out.exists():
+        try:
+            os.rename(tmp, out)
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            raise OutputError(f"{out}: appeared while this run was writing (another run?); choose another folder") from None
+        return
+    if not _exchange(tmp, out):
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.replaced-{os.getpid()}-", dir=out.parent))
+        os.rename(out, old)  # onto the empty folder
+        os.rename(tmp, out)
+        tmp = old
+    _mark(tmp)  # now holds the old OUT: if we die while deleting it, the next run finishes the job
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def fsync_tree(folder: Path) -> None:
+    """Flush every written file and folder, so a crash after the rename cannot leave empty files
+    behind an OUT that looks complete."""
+    for path in sorted(folder.rglob("*")):
+        _fsync(path, best_effort=path.is_dir())
+    _fsync(folder, best_effort=True)
+
+
+def _fsync(path: Path, best_effort: bool = False) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        if not best_effort:
+            raise

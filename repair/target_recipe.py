@@ -1,0 +1,38 @@
+"""`fix --target T`: the smallest recipe after which `doctor --target T --strict` is clean.
+
+For runtimes that build every drafter linear in BF16 (vLLM 0.21-0.24) and for `bf16`, that is
+dequantizing every packed module and dropping the quantization config. For runtimes that
+follow the draft's own config (vLLM >= 0.25) it is the handshake repair plus whatever the
+config contradicts: packed modules it excludes are dequantized, BF16 modules it declares
+quantized are excluded, leftover scales of BF16 modules are dropped.
+"""
+
+from __future__ import annotations
+
+from repair import arch
+from repair.arch.gemma4_assistant import BF16_HANDSHAKE
+from repair.doctor import runtime_precision
+from repair.formats import modelopt_nvfp4 as fmt
+from repair.io.checkpoint import Checkpoint
+from repair.plan import Recipe
+from repair.targets.profiles import Target
+
+
+def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
+    modules = [m for m in fmt.group_modules(ckpt.infos()) if m.tensor("weight")]
+    if target.wants_all_bf16:
+        return Recipe(dequantize=tuple(m.name for m in modules if m.is_quantized), drop_quantization=True, from_target=target.spec)
+    specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
+    precision = runtime_precision(specs, fmt.read_declaration(ckpt), target)
+    chosen = []
+    for m in modules:
+        spec = specs.get(m.name)
+        linear = spec is not None and spec.is_linear and spec.role != "embed"
+        built = precision.get(m.name, "bf16")
+        if m.name in BF16_HANDSHAKE and m.name in specs:
+            chosen.append(m.name)
+        elif m.is_quantized and built == "bf16":
+            chosen.append(m.name)
+        elif not m.is_quantized and linear and (built == "nvfp4" or len(m.tensors) > 1):
+            chosen.append(m.name)
+    return Recipe(dequantize=tuple(chosen), from_target=target.spec)

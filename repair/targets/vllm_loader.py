@@ -1,0 +1,117 @@
+"""Predict what vLLM's drafter loader does with each stored tensor, rank by rank.
+
+vLLM walks the checkpoint's tensors in sorted order (files, then names) and hands each to its
+parameter's loader. Row-parallel layers narrow the *loaded* tensor along the input dim by the
+parameter's width (so a packed uint8 weight half as wide fails with torch's narrow error, or on
+some ranks fits and loads garbage); column and merged layers narrow the output dim and then
+assert equal shapes. Unknown names raise (>= 0.25) or are skipped (0.21-0.24).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from repair.arch.gemma4_assistant import ModuleSpec
+from repair.io.safetensors import TensorInfo
+from repair.modules import split_name
+from repair.targets.profiles import GEMMA4_ASSISTANT_LAYERS, LayerKind, Target
+
+NVFP4_PARAMS = ("weight", "weight_scale", "weight_scale_2", "input_scale")
+HF_TO_VLLM_PREFIX = {"pre_projection": "model.pre_projection", "post_projection": "model.post_projection"}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happens to one stored tensor on one rank."""
+
+    tensor: str
+    rank: int
+    status: str  # "ok" | "error" | "garbage" (loads silently with wrong values) | "skipped"
+    error: str | None = None  # the runtime's exception, as `Type: message`
+
+
+def vllm_name(tensor: str) -> str:
+    """The parameter name vLLM's Gemma4MTP mapper gives a checkpoint tensor."""
+    for hf, vllm in HF_TO_VLLM_PREFIX.items():
+        if tensor.startswith(hf + "."):
+            tensor = vllm + tensor[len(hf):]
+    for shard in ("gate_proj", "up_proj"):
+        tensor = tensor.replace(f".mlp.{shard}.", ".mlp.gate_up_proj.")
+    return tensor
+
+
+def narrow_error(start: int, length: int, size: int) -> str:
+    return f"RuntimeError: start ({start}) + length ({length}) exceeds dimension size ({size})."
+
+
+def no_param_error(tensor: str, kind: LayerKind, params: tuple[str, ...]) -> str:
+    name = vllm_name(tensor)
+    module = split_name(name)[0]
+    listed = "{" + ", ".join(repr(f"{module}.{p}") for p in params) + "}"
+    return (
+        f"ValueError: There is no module or parameter named {name!r} in Gemma4MTP. "
+        f"The available parameters belonging to {module} ({kind.runtime_class}) are: {listed}"
+    )
+
+
+def simulate(
+    infos: list[TensorInfo], specs: dict[str, ModuleSpec], precision: dict[str, str], target: Target, tp: int = 1
+) -> list[Outcome]:
+    """Outcomes for every stored tensor (in load order) on every rank; `precision` is what the runtime builds."""
+    outcomes = []
+    for info in infos:
+        module, leaf = split_name(info.name)
+        spec = specs.get(module) or specs.get(info.name)
+        if spec is None:
+            continue  # not a module the architecture defines; reported elsewhere
+        kind = GEMMA4_ASSISTANT_LAYERS[spec.role]
+        for rank in range(tp):
+            outcomes.append(_one(info, leaf, spec, kind, precision.get(spec.name, "bf16"), target, rank, tp))
+    return outcomes
+
+
+def _one(info: TensorInfo, leaf: str, spec: ModuleSpec, kind: LayerKind, precision: str, target: Target, rank: int, tp: int) -> Outcome:
+    if not spec.is_linear:
+        return Outcome(info.name, rank, "ok")
+    params = NVFP4_PARAMS if precision == "nvfp4" else ("weight",)
+    if leaf not in params:
+        if target.profile.unknown_tensors == "skip":
+            return Outcome(info.name, rank, "skipped")
+        return Outcome(info.name, rank, "error", no_param_error(info.name, kind, params))
+    if leaf != "weight":
+        return Outcome(info.name, rank, "ok")  # scale shapes are checked by the NVFP4 health checks
+    return _weight(info, spec, kind, precision, rank, tp)
+
+
+def _weight(info: TensorInfo, spec: ModuleSpec, kind: LayerKind, precision: str, rank: int, tp: int) -> Outcome:
+    """Load one weight into the parameter the runtime allocated ([out, in] BF16 or [out, in/2] uint8)."""
+    out_dim, in_dim = spec.shape
+    param = (out_dim, in_dim) if precision == "bf16" else (out_dim, in_dim // 2)
+    stored = info.shape
+    if kind.style == "row":
+        width = param[1] // tp
+        start = rank * width
+        if start + width > stored[1]:
+            return Outcome(info.name, rank, "error", narrow_error(start, width, stored[1]))
+        narrowed = (stored[0], width)
+        local = (param[0], width)
+    elif kind.style in ("column", "merged"):
+        height = param[0] // tp
+        if rank * height + height > stored[0]:
+            return Outcome(info.name, rank, "error", narrow_error(rank * height, height, stored[0]))
+        narrowed = (height, stored[1])
+        local = (height, param[1])
+    else:
+        narrowed, local = stored, param
+    if narrowed != local:
+        return Outcome(info.name, rank, "error", "AssertionError: " + _assertion(kind))
+    stored_packed = info.dtype == "U8"
+    if stored_packed != (precision == "nvfp4"):
+        return Outcome(info.name, rank, "garbage")
+    return Outcome(info.name, rank, "ok")
+
+
+def _assertion(kind: LayerKind) -> str:
+    """vLLM's bare `assert` has no message; name the check that fails so users can find it."""
+    loader = {"row": "load_row_parallel_weight", "column": "load_column_parallel_weight", "merged": "load_merged_column_weight"}
+    return f"(no message) shape check in {loader.get(kind.style, 'weight_loader')} fails"
