@@ -62,7 +62,9 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     precision = runtime_precision(specs, declaration, target)
     findings: list[Finding] = []
     first: tuple[vllm_loader.Outcome, ...] = ()
-    if target.profile.runtime == "vllm" and specs:
+    degree = _degree_findings(specs, precision, ckpt.config, tp) if target.profile.runtime == "vllm" and specs else []
+    findings += degree
+    if target.profile.runtime == "vllm" and specs and not degree:  # an impossible degree fails before any weight loads
         order = sorted(infos.values(), key=lambda i: (ckpt.locate()[i.name][0].path.name, i.name))
         outcomes = vllm_loader.simulate(order, specs, precision, target, tp)
         first = _first_error_per_rank(outcomes)
@@ -75,6 +77,17 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, {n: i.nbytes for n, i in infos.items()})
     return Diagnosis(target, tp, tuple(findings), first, precision, bits)
+
+
+def _degree_findings(specs, precision, config, tp: int) -> list[Finding]:
+    """An impossible --tp: vLLM fails while building the model, on every rank; lists the degrees that work."""
+    from repair import tp as parallel
+
+    built = parallel.runtime_specs(specs, precision, config)
+    found = parallel.problems(built, tp)
+    works = parallel.degrees_text(parallel.valid_degrees(built)) if found else ""
+    return [Finding("error", "tp-impossible", p.tensor, f"{p.tensor}: {p.rule}, so tensor parallel {tp} is impossible; "
+                    f"degrees that work: {works}", p.runtime_error, tuple(range(tp))) for p in found]
 
 
 def _first_error_per_rank(outcomes: list[vllm_loader.Outcome]) -> tuple[vllm_loader.Outcome, ...]:

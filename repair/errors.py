@@ -12,6 +12,15 @@ class RepairError(Exception):
 
     exit_code = 2
 
+    def __init__(self, message: str = ""):
+        super().__init__(one_line(str(message)))
+
+
+def one_line(text: str) -> str:
+    """Escape newlines and other control characters: names read from a broken file may hold
+    anything, and the error must stay one line that cannot forge more output."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
 
 class BadInput(RepairError):
     """The checkpoint (or another file we were given) is malformed or unsupported."""

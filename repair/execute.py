@@ -16,9 +16,9 @@ from tqdm import tqdm
 from repair.errors import BadInput, OutputError, RepairError
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
-from repair.io.safetensors import OutTensor, ShardWriter, read_bytes, read_header
+from repair.io.safetensors import OutTensor, ShardWriter, read_header
 from repair.io.staging import MARKER, PARTIAL_TAG, discard, fsync_tree, interrupts_raise, new_partial, publish, remove_stale_partials
-from repair.plan import Plan, ShardStep, TensorStep
+from repair.plan import Plan, ShardStep
 from repair.report import REPORT_NAME, build_report
 
 __all__ = ["PARTIAL_TAG", "Result", "check_output", "execute", "remove_stale_partials"]
@@ -85,12 +85,11 @@ def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dic
     """Write and check every file inside the temp folder; return the report."""
     with _progress(plan, progress) as bar:
         hashes = _write_all(plan, tmp, bar)
+    _self_check(plan, tmp, out, hashes)  # before anything (annotate) reads the written files
     report = build_report(plan, hashes, options or {})
     if annotate is not None:
         report.update(annotate(tmp))
     _write_json(tmp / REPORT_NAME, report)
-    (tmp / MARKER).unlink()
-    _self_check(plan, tmp, out, hashes)
     fsync_tree(tmp)
     return report
 
@@ -135,32 +134,19 @@ def _write_all(plan: Plan, tmp: Path, bar: tqdm) -> dict[str, dict[str, str]]:
 
 def _rewrite(plan: Plan, step: ShardStep, dst: Path) -> str:
     """Stream one changed shard: copy untouched tensors' bytes, compute the changed ones."""
-    located = plan.source.locate()
+    from repair.compute import Computer
+
+    located = {"checkpoint": plan.source.locate(), "original": plan.original.locate() if plan.original else {}}
+    computer = Computer(located["checkpoint"], located["original"])
     header = [OutTensor(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
     with ShardWriter(dst, header, step.metadata) as writer:
         for t in step.tensors:
             if t.op == "copy":
-                shard, info = located[t.inputs[0]]
+                shard, info = located[t.source][t.inputs[0]]
                 writer.copy(t.out.name, shard.path, info)
             else:
-                writer.write(t.out.name, _compute(t, located))
+                writer.write(t.out.name, computer.bytes_of(t))
     return writer.digest.hexdigest()
-
-
-def _compute(step: TensorStep, located: dict) -> memoryview:
-    """Produce a changed tensor's bytes; torch is imported only here."""
-    from repair.codec import nvfp4
-    from repair.io import tensors
-
-    inputs = []
-    for name in step.inputs:
-        shard, info = located[name]
-        inputs.append(tensors.from_bytes(read_bytes(shard.path, info), info))
-    if step.op == "dequantize":
-        packed, scale, scale_2 = inputs
-        result = nvfp4.dequantize(packed, scale, scale_2, tensors.TORCH_DTYPE[step.out.dtype])
-        return tensors.to_bytes(result)
-    raise AssertionError(f"unknown tensor op {step.op}")
 
 
 def _write_json(path: Path, content: dict) -> str:
@@ -171,8 +157,8 @@ def _write_json(path: Path, content: dict) -> str:
 
 def _self_check(plan: Plan, tmp: Path, out: Path, hashes: dict) -> None:
     """Re-open every written file and compare it with the plan before anything is published."""
-    found = {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()}
-    if found != set(hashes) | {REPORT_NAME}:
+    found = {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()} - {MARKER}
+    if found != set(hashes):
         _check_failed(out, f"written files {sorted(found)} differ from the plan")
     for step in plan.shards:
         try:
@@ -190,6 +176,25 @@ def _self_check(plan: Plan, tmp: Path, out: Path, hashes: dict) -> None:
 
 def _check_failed(where: Path, what: str) -> None:
     raise OutputError(f"{where}: {what}; nothing was published, check the disk and re-run (if it repeats, report a bug)")
+
+
+def write_rewritten_shard(plan: Plan, step: ShardStep, dst: Path) -> str:
+    """One "rewrite" step on its own, written to `dst` and re-checked like execute() checks it; its sha256.
+
+    For publishers that upload file by file instead of writing an output folder (repair/hub): the
+    plan's source must hold every shard this step reads.
+    """
+    digest = _rewrite(plan, step, dst)
+    header = read_header(dst)
+    if [(t.name, t.dtype, t.shape) for t in header.tensors] != [(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors] \
+            or header.metadata != step.metadata:
+        _check_failed(dst, "written header does not match the plan")
+    return digest
+
+
+def write_json(path: Path, content: dict) -> str:
+    """A small JSON file exactly as execute() writes it; its sha256."""
+    return _write_json(path, content)
 
 
 def _replaceable(out: Path) -> bool:

@@ -1,4 +1,4 @@
-"""Recipe + Checkpoint -> Plan: a pure value saying, per output file and tensor, what to do.
+"""Recipe + Checkpoint (+ original) -> Plan: a pure value saying, per output file and tensor, what to do.
 
 Planning reads headers and small JSON files only. A plan can be printed (`--dry-run`) and is
 checked completely before the executor writes a byte.
@@ -10,23 +10,17 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 
+from repair.arch import gemma4_assistant
 from repair.errors import UsageError
 from repair.formats import modelopt_nvfp4 as fmt
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 from repair.io.dtypes import nbytes
-from repair.io.safetensors import ShardHeader, TensorInfo
+from repair.io.safetensors import ShardHeader
 from repair.modules import StoredModule
+from repair.recipe import ACTIONS, Recipe
 from repair.targets.vllm_matching import draft_prefix, is_excluded
 
-
-@dataclass(frozen=True)
-class Recipe:
-    """What to repair: module patterns to turn back into full precision (exact, glob, or `re:`)."""
-
-    dequantize: tuple[str, ...] = ("pre_projection", "post_projection")
-    dtype: str = "BF16"
-    drop_quantization: bool = False  # write a plain checkpoint: no quantization_config, no hf_quant_config.json
-    from_target: str | None = None  # set when the recipe was derived from `--target`
+__all__ = ["ModuleChange", "Plan", "Recipe", "ShardStep", "TensorRef", "TensorStep", "make_plan", "select"]
 
 
 @dataclass(frozen=True)
@@ -41,11 +35,20 @@ class TensorRef:
 
 @dataclass(frozen=True)
 class TensorStep:
-    """How one output tensor is produced: `copy` its stored bytes, or `dequantize` a packed module."""
+    """How one output tensor is produced.
+
+    ops: `copy` (stored bytes, from the checkpoint or with source="original" from the original),
+    `dequantize` (inputs: packed, block scales, global scale), `cast` (an original tensor in
+    another dtype), `requantize` (inputs: the original weights of the module's fused group, own
+    first; `role` says which of weight / weight_scale / weight_scale_2 this step writes).
+    """
 
     out: TensorRef
     op: str
     inputs: tuple[str, ...]
+    source: str = "checkpoint"
+    module: str | None = None
+    role: str | None = None
 
 
 @dataclass(frozen=True)
@@ -61,9 +64,10 @@ class ShardStep:
 @dataclass(frozen=True)
 class ModuleChange:
     module: str
-    action: str
+    action: str  # dequantize | take_original | requantize | drop | drop-leftover-scales
     before: tuple[TensorRef, ...]
     after: tuple[TensorRef, ...]
+    outputs: tuple[TensorStep, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,7 +80,7 @@ class Plan:
     json_files: dict[str, dict]  # rewritten small files: name -> new content
     copied_files: tuple[str, ...]
     removed_files: tuple[str, ...] = ()
-
+    original: Checkpoint | None = None
 
     @property
     def is_noop(self) -> bool:
@@ -94,74 +98,102 @@ def _matches(name: str, pattern: str) -> bool:
     return name == pattern or fnmatch.fnmatchcase(name, pattern)
 
 
-def make_plan(ckpt: Checkpoint, recipe: Recipe) -> Plan:
+def assign_actions(modules: list[StoredModule], recipe: Recipe, where: str) -> dict[str, str]:
+    """Module name -> action; the first action in ACTIONS order wins where patterns overlap."""
+    weighted = [m for m in modules if m.tensor("weight")]
+    actions: dict[str, str] = {}
+    for action in ACTIONS:
+        patterns = recipe.patterns(action)
+        hits = select(weighted, patterns)
+        if patterns and not hits and not recipe.from_target and action != "keep":
+            raise UsageError(f"{where}: no module matches {', '.join(patterns)} ({action}); run `ckpt-repair inspect` to see the module names")
+        for m in hits:
+            actions.setdefault(m.name, action)
+    return {name: a for name, a in actions.items() if a != "keep"}
+
+
+def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = None) -> Plan:
     """Plan the repair of `ckpt` by `recipe` without reading any tensor data."""
+    from repair.plan_modules import module_change
+
     infos = ckpt.infos()
     modules = fmt.group_modules(infos)
+    by_name = {m.name: m for m in modules}
     declaration = fmt.read_declaration(ckpt)
-    chosen = [m for m in select(modules, recipe.dequantize) if m.tensor("weight")]
-    if not chosen and recipe.dequantize and not recipe.from_target:
-        raise UsageError(f"{ckpt.root}: no module matches {', '.join(recipe.dequantize)}; run `ckpt-repair inspect` to see the module names")
-    packed = [m for m in chosen if m.is_quantized]
-    for module in packed:
-        fmt.check_packed(module, infos, str(ckpt.root))
-    leftovers = [m for m in chosen if not m.is_quantized and len(m.tensors) > 1]
-    changes = tuple(_dequantize_change(m, infos, recipe.dtype) for m in packed) + tuple(_drop_change(m, infos) for m in leftovers)
-    dropped = {name for m in packed + leftovers for name in m.tensors if name != m.tensor("weight")}
-    shards = tuple(_shard_step(s, {m.tensor("weight"): m for m in packed}, dropped, recipe.dtype) for s in ckpt.shards)
-    if recipe.drop_quantization:
-        to_exclude: list[str] = []
-        config, hf_quant = fmt.without_quantization(ckpt), None
-    else:
-        to_exclude = [m.name for m in chosen if declaration.quantized and not _covered(m.name, declaration)]
-        config, hf_quant = fmt.with_exclusions(ckpt, [m.name for m in chosen] if declaration.quantized else [], _covers)
+    actions = _with_fused_siblings(assign_actions(modules, recipe, str(ckpt.root)), by_name)
+    if original is None and any(a in ("take_original", "requantize") for a in actions.values()):
+        raise UsageError(f"{ckpt.root}: the recipe takes or requantizes modules from the original model; pass --original ORIG")
+    changes = [c for name, a in sorted(actions.items()) if (c := module_change(by_name[name], a, ckpt, original, recipe, by_name))]
+    shards = tuple(_shard_step(s, changes) for s in ckpt.shards)
+    config, hf_quant, added = _config_edits(ckpt, declaration, recipe, actions)
     json_files = _json_files(ckpt, config, hf_quant, shards)
     removed = (HF_QUANT_CONFIG,) if recipe.drop_quantization and ckpt.hf_quant_config is not None else ()
     copied = ckpt.other_files + tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
-    return Plan(ckpt, recipe, shards, changes, tuple(to_exclude), json_files, copied, removed)
+    return Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original)
 
 
-def _covers(exclusions: list[str], module: str) -> bool:
-    return is_excluded(draft_prefix(module), exclusions)
+def _with_fused_siblings(actions: dict[str, str], modules: dict[str, StoredModule]) -> dict[str, str]:
+    """Requantizing one member of a fused group requantizes the group: they must share weight_scale_2."""
+    from repair.plan_modules import fused_group
+
+    out = dict(actions)
+    for name, action in actions.items():
+        if action == "requantize":
+            out.update({sibling: "requantize" for sibling in fused_group(name, modules)})
+    return out
 
 
-def _covered(module: str, declaration: fmt.Declaration) -> bool:
-    """Excluded in every config file present (so both runtimes' readers agree)."""
-    lists = [x for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
-    return all(_covers(list(x), module) for x in lists)
+def _config_edits(ckpt: Checkpoint, declaration: fmt.Declaration, recipe: Recipe, actions: dict[str, str]):
+    """Exclude every module that ends up BF16; un-exclude requantized ones (exact entries only)."""
+    if recipe.drop_quantization:
+        return fmt.without_quantization(ckpt), None, ()
+    if not declaration.quantized:
+        return ckpt.config, ckpt.hf_quant_config, ()
+    covers = exclusion_matcher(ckpt.config)
+    bf16 = sorted({exclusion_name(n, ckpt.config) for n, a in actions.items() if a in ("dequantize", "take_original")})
+    packed = [n for n, a in sorted(actions.items()) if a == "requantize"]
+    lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
+    added = tuple(n for n in bf16 if not all(covers(x, n) for x in lists))
+    config, hf_quant = fmt.with_exclusions(ckpt, bf16, covers, remove=packed)
+    for name in packed:
+        for exclusions in fmt.exclusion_lists(config, hf_quant):
+            if covers(exclusions, name):
+                raise UsageError(f"{ckpt.root}: {name} is requantized but exclusion patterns {exclusions} still exclude it; edit the config's exclusions")
+    return config, hf_quant, added
 
 
-def _drop_change(module: StoredModule, infos: dict[str, TensorInfo]) -> ModuleChange:
-    before = tuple(TensorRef(n, infos[n].dtype, infos[n].shape) for n in module.tensors)
-    weight = module.tensor("weight")
-    return ModuleChange(module.name, "drop-leftover-scales", before, (TensorRef(weight, infos[weight].dtype, infos[weight].shape),))
+def exclusion_matcher(config: dict | None):
+    """covers(exclusions, module): vLLM's rules on the names it uses (a Gemma 4 drafter's are `draft_model.` prefixed)."""
+    if gemma4_assistant.matches(config):
+        return lambda exclusions, module: is_excluded(draft_prefix(module), exclusions)
+    return lambda exclusions, module: is_excluded(module, exclusions)
 
 
-def _dequantize_change(module: StoredModule, infos: dict[str, TensorInfo], dtype: str) -> ModuleChange:
-    before = tuple(TensorRef(n, infos[n].dtype, infos[n].shape) for n in module.tensors)
-    after = (TensorRef(module.tensor("weight"), dtype, module.logical_shape),)
-    return ModuleChange(module.name, "dequantize", before, after)
+def exclusion_name(module: str, config: dict | None) -> str:
+    """The entry that excludes a module: a drafter's gate/up only by the fused `gate_up_proj` name."""
+    if gemma4_assistant.matches(config):
+        for shard in (".mlp.gate_proj", ".mlp.up_proj"):
+            if module.endswith(shard):
+                return module[: -len(shard)] + ".mlp.gate_up_proj"
+    return module
 
 
-def _shard_step(shard: ShardHeader, packed: dict[str, StoredModule], dropped: set[str], dtype: str) -> ShardStep:
-    touched = any(t.name in packed or t.name in dropped for t in shard.tensors)
-    if not touched:
-        return ShardStep(shard.path.name, "copy_file", _copies(shard.tensors), shard.metadata)
-    steps = []
+def _shard_step(shard: ShardHeader, changes: list[ModuleChange]) -> ShardStep:
+    """Copy the shard whole, or rewrite it: a changed module's outputs take the place of its first tensor."""
+    owner = {t.name: c for c in changes for t in c.before}
+    if not any(t.name in owner for t in shard.tensors):
+        steps = tuple(TensorStep(TensorRef(t.name, t.dtype, t.shape), "copy", (t.name,)) for t in shard.tensors)
+        return ShardStep(shard.path.name, "copy_file", steps, shard.metadata)
+    steps: list[TensorStep] = []
+    emitted: set[str] = set()
     for t in shard.tensors:
-        if t.name in dropped:
-            continue
-        module = packed.get(t.name)
-        if module is None:
+        change = owner.get(t.name)
+        if change is None:
             steps.append(TensorStep(TensorRef(t.name, t.dtype, t.shape), "copy", (t.name,)))
-        else:
-            inputs = (module.tensor("weight"), module.tensor("weight_scale"), module.tensor("weight_scale_2"))
-            steps.append(TensorStep(TensorRef(t.name, dtype, module.logical_shape), "dequantize", inputs))
+        elif change.module not in emitted:
+            emitted.add(change.module)
+            steps.extend(change.outputs)
     return ShardStep(shard.path.name, "rewrite", tuple(steps), shard.metadata)
-
-
-def _copies(tensors: tuple[TensorInfo, ...]) -> tuple[TensorStep, ...]:
-    return tuple(TensorStep(TensorRef(t.name, t.dtype, t.shape), "copy", (t.name,)) for t in tensors)
 
 
 def _json_files(ckpt: Checkpoint, config, hf_quant, shards: tuple[ShardStep, ...]) -> dict[str, dict]:

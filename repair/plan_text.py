@@ -23,11 +23,7 @@ def plan_as_json(plan: Plan) -> dict:
 def plan_as_text(plan: Plan) -> str:
     lines = [f"plan for {plan.source.root}:"]
     for c in plan.changes:
-        weight = c.after[0]
-        stored = next(t for t in c.before if t.name == weight.name)
-        dropped = [t.name.rsplit(".", 1)[1] for t in c.before if t.name != weight.name]
-        what = f"dequantize nvfp4 {list(stored.shape)} -> {weight.dtype.lower()} {list(weight.shape)}" if c.action == "dequantize" else "keep weight"
-        lines.append(f"  {c.module}: {what}" + (f"; drop {', '.join(dropped)}" if dropped else ""))
+        lines.append(f"  {c.module}: {_change_text(c)}")
     if plan.recipe.drop_quantization:
         lines.append("  quantization config: removed (config.json quantization_config" + (", hf_quant_config.json)" if plan.removed_files else ")"))
     if plan.exclusions_added:
@@ -36,3 +32,20 @@ def plan_as_text(plan: Plan) -> str:
     copied = [s.name for s in plan.shards if s.op == "copy_file"] + list(plan.copied_files)
     lines.append(f"  files: {len(rewritten)} shard(s) rewritten, {len(plan.json_files)} config file(s) rewritten, {len(copied)} copied unchanged")
     return "\n".join(lines)
+
+
+def _change_text(c) -> str:
+    before = {t.name.rsplit(".", 1)[1]: t for t in c.before}
+    after = {t.name.rsplit(".", 1)[1]: t for t in c.after}
+    dropped = [leaf for leaf in before if leaf not in after]
+    stored = before.get("weight")
+    new = after.get("weight")
+    shape = lambda t: f"{'nvfp4' if t.dtype == 'U8' else t.dtype.lower()} {list(t.shape)}"  # noqa: E731
+    what = {
+        "dequantize": lambda: f"dequantize {shape(stored)} -> {shape(new)}",
+        "take_original": lambda: f"take {shape(new)} from the original (was {shape(stored)})",
+        "requantize": lambda: f"requantize from the original -> nvfp4 {list(new.shape)} (was {shape(stored)})",
+        "drop": lambda: "drop the module",
+        "drop-leftover-scales": lambda: "keep weight",
+    }[c.action]()
+    return what + (f"; drop {', '.join(dropped)}" if dropped and c.action != "drop" else "")

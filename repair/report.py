@@ -13,6 +13,8 @@ def build_report(plan: Plan, hashes: dict[str, dict[str, str]], options: dict) -
     return {
         "tool": {"name": "ckpt-repair", "version": __version__},
         "options": options,
+        "recipe": plan.recipe.as_dict(),
+        "original": None if plan.original is None else {"path": str(plan.original.root)},
         "source": {
             "path": str(plan.source.root),
             "files": [{"name": n, "sha256": h["source"]} for n, h in sorted(hashes.items()) if h["source"]],

@@ -54,3 +54,14 @@ def tree_hashes(folder: Path) -> dict[str, str]:
 
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def run_cli(*args) -> int:
+    """Run the real CLI in-process; return its exit code."""
+    from repair.cli import main
+
+    try:
+        main([str(a) for a in args])
+    except SystemExit as exc:
+        return exc.code
+    return 0

@@ -1,7 +1,8 @@
-"""`ckpt-repair fix`: plan and write the repaired checkpoint."""
+"""`ckpt-repair fix`: build a recipe from the flags, plan, and write the repaired checkpoint."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -13,25 +14,34 @@ from repair.cli.main import cli, say
 @click.argument("src", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Output folder (must not exist).")
 @click.option("--target", "target_spec", default=None, help="Fix for vllm==X.Y.Z or bf16 (default: the handshake repair).")
+@click.option("--recipe", "recipe_path", default=None, help="A recipe file, a built-in recipe name, or an earlier repair_report.json.")
+@click.option("--original", type=click.Path(path_type=Path), default=None, help="The original BF16 model: BF16 modules are taken from it.")
+@click.option("--requantize", default=None, help="Comma-separated modules to pack afresh from --original (ModelOpt-exact).")
+@click.option("--force", is_flag=True, help="Use --original even if it does not reproduce the checkpoint's packed bytes.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and write nothing.")
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (only once the new output is complete).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan / result as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def fix(src: Path, out: Path, target_spec: str | None, dry_run: bool, overwrite: bool, as_json: bool, quiet: bool) -> None:
+@click.option("--tp", type=click.IntRange(min=1), default=None, help="Write one checkpoint per tensor-parallel rank (OUT/rank-R/) and tp_manifest.json.")
+def fix(src: Path, out: Path, target_spec: str | None, recipe_path: str | None, original: Path | None, requantize: str | None,
+        force: bool, dry_run: bool, overwrite: bool, as_json: bool, quiet: bool, tp: int | None) -> None:
     """Repair SRC into OUT: dequantize wrongly packed layers and fix the exclusions."""
-    from repair.doctor import diagnose
-    from repair.doctor_text import diagnosis_json
-    from repair.execute import check_output, execute
-    from repair.io.checkpoint import open_checkpoint
-    from repair.plan import Recipe, make_plan
+    from repair import api
+    from repair.execute import check_output
     from repair.plan_text import plan_as_json, plan_as_text
-    from repair.target_recipe import recipe_for_target
-    from repair.targets.profiles import resolve
+    from repair.recipe import DEFAULT, load_recipe
 
-    ckpt = open_checkpoint(src)
-    target = resolve(target_spec)
-    recipe = recipe_for_target(ckpt, target) if target_spec else Recipe()
-    plan = make_plan(ckpt, recipe)
+    recipe = load_recipe(Path(recipe_path)) if recipe_path else DEFAULT
+    if target_spec:
+        recipe = replace(recipe, target=target_spec)
+    if requantize:
+        recipe = replace(recipe, requantize=recipe.requantize + tuple(m.strip() for m in requantize.split(",") if m.strip()))
+    plan = api.plan(src, recipe, original=original)
+    if tp is not None:  # per-rank output, written even when the plan changes nothing
+        from repair.tp_write import fix_tp
+
+        say(as_json, *fix_tp(plan, out, tp, dry_run=dry_run, overwrite=overwrite, progress=None if not quiet else False, force=force))
+        return
     if plan.is_noop:
         say(as_json, {"status": "noop", "plan": plan_as_json(plan)}, f"{src}: nothing to repair; it is already fixed. Nothing written.")
         return
@@ -39,16 +49,22 @@ def fix(src: Path, out: Path, target_spec: str | None, dry_run: bool, overwrite:
     if dry_run:
         say(as_json, {"status": "dry-run", "plan": plan_as_json(plan)}, plan_as_text(plan) + "\n(dry run: nothing written)")
         return
+    result = api.run(plan, out, overwrite=overwrite, progress=None if not quiet else False, force=force)
+    say(as_json, {"status": "written", "out": str(result.out), "plan": plan_as_json(plan), "report": result.report}, _summary(plan, result))
 
-    def doctor_before_after(folder: Path) -> dict:
-        before = diagnosis_json(diagnose(ckpt, target), strict=True)
-        after = diagnosis_json(diagnose(open_checkpoint(folder), target), strict=True)
-        return {"doctor": {"target": target.spec, "before": before, "after": after}}
 
-    options = {"recipe": "target" if target_spec else "default", "target": target.spec if target_spec else None}
-    result = execute(plan, out, overwrite=overwrite, progress=False if quiet else None, options=options, annotate=doctor_before_after)
-    remaining = result.report["doctor"]["after"]["findings"]
-    text = plan_as_text(plan) + f"\nwrote {result.out} (report: {result.out / 'repair_report.json'})"
-    if remaining:
-        text += f"\n{len(remaining)} finding(s) remain for {target.spec}; run `ckpt-repair doctor {result.out} --target {target.spec}`"
-    say(as_json, {"status": "written", "out": str(result.out), "plan": plan_as_json(plan), "doctor_after": result.report["doctor"]["after"]}, text)
+def _summary(plan, result) -> str:
+    from repair.plan_text import plan_as_text
+
+    lines = [plan_as_text(plan)]
+    original = result.report.get("original")
+    if original:
+        lines.append(f"original verified: {original['verified']} of {original['checked']} modules reproduce byte-for-byte"
+                     + (" (--force: used anyway)" if original["forced"] and not original["verified"] else ""))
+        for module in original["corrupted"]:
+            lines.append(f"  {module}: its NVFP4 copy is {original['relative_error'][module]:.0%} off the original (corrupted); taken from the original")
+    lines.append(f"wrote {result.out} (report: {result.out / 'repair_report.json'})")
+    doctor = result.report["doctor"]
+    if doctor["after"]["findings"]:
+        lines.append(f"{len(doctor['after']['findings'])} finding(s) remain for {doctor['target']}; run `ckpt-repair doctor {result.out} --target {doctor['target']}`")
+    return "\n".join(lines)

@@ -162,21 +162,32 @@ def _name_list(value: object, path: object, key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def with_exclusions(ckpt: Checkpoint, names: list[str], covers) -> tuple[dict | None, dict | None]:
+def with_exclusions(ckpt: Checkpoint, names: list[str], covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]:
     """New (config.json, hf_quant_config.json) contents where both exclusion lists cover `names`.
 
     `covers(list, name)` tells whether a list already excludes a module (the runtime's matching
-    rules); only names a list does not cover are appended to it.
+    rules); only names a list does not cover are appended to it. Exact entries naming a module
+    in `remove` are taken out (it is quantized again).
     """
     config = copy.deepcopy(ckpt.config)
     hf_quant = copy.deepcopy(ckpt.hf_quant_config)
     if config is not None and isinstance(config.get("quantization_config"), dict):
         qc = config["quantization_config"]
-        qc["ignore"] = _append(qc.get("ignore") or [], names, covers)
+        qc["ignore"] = _append([n for n in qc.get("ignore") or [] if n not in remove], names, covers)
     if hf_quant is not None:
         section = hf_quant["quantization"]
-        section["exclude_modules"] = _append(section.get("exclude_modules") or [], names, covers)
+        section["exclude_modules"] = _append([n for n in section.get("exclude_modules") or [] if n not in remove], names, covers)
     return config, hf_quant
+
+
+def exclusion_lists(config: dict | None, hf_quant: dict | None) -> list[list[str]]:
+    """The exclusion lists present in (config.json, hf_quant_config.json) contents."""
+    lists = []
+    if config is not None and isinstance(config.get("quantization_config"), dict):
+        lists.append(list(config["quantization_config"].get("ignore") or []))
+    if hf_quant is not None:
+        lists.append(list(hf_quant["quantization"].get("exclude_modules") or []))
+    return lists
 
 
 def without_quantization(ckpt: Checkpoint) -> dict | None:

@@ -152,13 +152,14 @@ def _check_coverage(path: Path, tensors: list[TensorInfo], data_start: int, data
     """Tensors must tile the data section exactly: no gap, no overlap, nothing past the end."""
     if data_len < 0:
         raise BadInput(f"{path}: file ends inside its header; it is truncated, re-download it")
-    expected = data_start
-    for info in tensors:
+    for info in tensors:  # first, so a truncated file says so rather than naming a gap
         if info.end - data_start > data_len:
             raise BadInput(
                 f"{path}: {info.name}: data_offsets [{info.start - data_start}, {info.end - data_start}] run past the "
                 f"{data_len}-byte data section; the file is truncated or corrupt, re-download it"
             )
+    expected = data_start
+    for info in tensors:
         if info.start != expected:
             kind = "overlaps the previous tensor" if info.start < expected else "leaves a gap before it"
             raise BadInput(f"{path}: {info.name}: data range {kind}; the file is corrupt, re-download it")

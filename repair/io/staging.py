@@ -26,14 +26,18 @@ from pathlib import Path
 from repair.errors import OutputError
 
 PARTIAL_TAG = ".partial-"
-MARKER = ".ckpt-repair-partial"  # written first into every temp folder: {"pid", "host"}; removed before publishing
+MARKER = ".ckpt-repair-partial"  # first file in every temp folder: {"pid", "host"}; deleted from OUT once published
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def new_partial(out: Path) -> Path:
     """A hidden temp folder beside OUT, marked with our pid and host so a later run may clean it up."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}{PARTIAL_TAG}{os.getpid()}-", dir=out.parent))
-    _mark(tmp)
+    try:
+        _mark(tmp)
+    except BaseException:  # full disk, or Ctrl-C right here: the caller never learns the name
+        discard(tmp)
+        raise
     return tmp
 
 
@@ -105,19 +109,33 @@ def interrupts_raise():
 
 
 def publish(tmp: Path, out: Path, state: dict) -> None:
-    """Move the checked folder into place with SIGINT/SIGTERM held back, so it is all or nothing."""
+    """Move the checked folder into place with SIGINT/SIGTERM held back, so it is all or nothing.
+
+    Nothing after the rename may fail the run: OUT is complete from that moment on.
+    """
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
     try:
-        _move_into_place(tmp, out)
+        old = _move_into_place(tmp, out)
         state["published"] = True
+        _quietly(os.unlink, out / MARKER)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    if old is not None:
+        _quietly(_mark, old)  # if we die while deleting the old OUT, the next run finishes the job
+        shutil.rmtree(old, ignore_errors=True)
     _fsync(out.parent, best_effort=True)
 
 
-def _move_into_place(tmp: Path, out: Path) -> None:
+def _quietly(fn, path: Path) -> None:
+    try:
+        fn(path)
+    except OSError:
+        pass
+
+
+def _move_into_place(tmp: Path, out: Path) -> Path | None:
     """Rename the finished folder to OUT; an existing OUT (with --overwrite) is replaced only now,
-    in one atomic swap where the OS has one, so OUT is never missing."""
+    in one atomic swap where the OS has one, so OUT is never missing. Returns where the old OUT went."""
     if not out.exists():
         try:
             os.rename(tmp, out)
@@ -125,14 +143,13 @@ def _move_into_place(tmp: Path, out: Path) -> None:
             if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                 raise
             raise OutputError(f"{out}: appeared while this run was writing (another run?); choose another folder") from None
-        return
-    if not _exchange(tmp, out):
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.replaced-{os.getpid()}-", dir=out.parent))
-        os.rename(out, old)  # onto the empty folder
-        os.rename(tmp, out)
-        tmp = old
-    _mark(tmp)  # now holds the old OUT: if we die while deleting it, the next run finishes the job
-    shutil.rmtree(tmp, ignore_errors=True)
+        return None
+    if _exchange(tmp, out):
+        return tmp
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}{PARTIAL_TAG}{os.getpid()}-", dir=out.parent))
+    os.rename(out, old)  # onto the empty folder; a kill before the next line leaves the old OUT here, unmarked
+    os.rename(tmp, out)
+    return old
 
 
 def _exchange(a: Path, b: Path) -> bool:

@@ -52,6 +52,25 @@ GEMMA4_ASSISTANT_LAYERS: dict[str, LayerKind] = {
     "buffer": LayerKind("replicated", "buffer"),
 }
 
+# For architectures without a profile: transformers' tensor-parallel style names -> our styles.
+# Anything not listed (expert styles, unknown names) is replicated, and the TP plan says so.
+TRANSFORMERS_TP_STYLES: dict[str, str] = {
+    "colwise": "column", "colwise_rep": "column", "colwise_gather_output": "column", "local_colwise": "column",
+    "rowwise": "row", "rowwise_rep": "row", "local_rowwise": "row",
+    "replicated_with_grad_allreduce": "replicated", "sequence_parallel": "replicated", "gather": "replicated",
+}
+
+# transformers' `base_model_tp_plan` by model_type (research gemma4_assistant.md §5), used when
+# config.json does not carry its own; keys match module names below the base model (`model.`).
+TRANSFORMERS_TP_PLANS: dict[str, dict[str, str]] = {
+    "gemma4_text": {
+        "layers.*.self_attn.q_proj": "colwise", "layers.*.self_attn.k_proj": "colwise", "layers.*.self_attn.v_proj": "colwise",
+        "layers.*.self_attn.q_norm": "replicated_with_grad_allreduce", "layers.*.self_attn.k_norm": "replicated_with_grad_allreduce",
+        "layers.*.self_attn.o_proj": "rowwise", "layers.*.mlp.gate_proj": "colwise", "layers.*.mlp.up_proj": "colwise",
+        "layers.*.mlp.down_proj": "rowwise",
+    },
+}
+
 PROFILES: tuple[Profile, ...] = (
     Profile("vllm 0.21-0.24", "vllm", (0, 21, 0), (0, 25, 0), follows_draft_config=False, unknown_tensors="skip"),
     Profile("vllm >= 0.25", "vllm", (0, 25, 0), None, follows_draft_config=True, unknown_tensors="raise"),

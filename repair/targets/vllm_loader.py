@@ -4,7 +4,9 @@ vLLM walks the checkpoint's tensors in sorted order (files, then names) and hand
 parameter's loader. Row-parallel layers narrow the *loaded* tensor along the input dim by the
 parameter's width (so a packed uint8 weight half as wide fails with torch's narrow error, or on
 some ranks fits and loads garbage); column and merged layers narrow the output dim and then
-assert equal shapes. Unknown names raise (>= 0.25) or are skipped (0.21-0.24).
+assert equal shapes. An NVFP4 layer's fp8 block scales go through the same narrowing as its
+weight; its per-tensor scales (weight_scale_2, input_scale) must be 0-d or [1]. Unknown names
+raise (>= 0.25) or are skipped (0.21-0.24).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from repair.modules import split_name
 from repair.targets.profiles import GEMMA4_ASSISTANT_LAYERS, LayerKind, Target
 
 NVFP4_PARAMS = ("weight", "weight_scale", "weight_scale_2", "input_scale")
+NVFP4_GROUP = 16  # elements per fp8 block scale
 HF_TO_VLLM_PREFIX = {"pre_projection": "model.pre_projection", "post_projection": "model.post_projection"}
 
 
@@ -78,37 +81,63 @@ def _one(info: TensorInfo, leaf: str, spec: ModuleSpec, kind: LayerKind, precisi
         if target.profile.unknown_tensors == "skip":
             return Outcome(info.name, rank, "skipped")
         return Outcome(info.name, rank, "error", no_param_error(info.name, kind, params))
-    if leaf != "weight":
-        return Outcome(info.name, rank, "ok")  # scale shapes are checked by the NVFP4 health checks
-    return _weight(info, spec, kind, precision, rank, tp)
+    if leaf == "weight":
+        return _weight(info, spec, kind, precision, rank, tp)
+    if leaf == "weight_scale":
+        return _block_scale(info, spec, kind, rank, tp)
+    return _per_tensor_scale(info, kind, rank)
 
 
 def _weight(info: TensorInfo, spec: ModuleSpec, kind: LayerKind, precision: str, rank: int, tp: int) -> Outcome:
     """Load one weight into the parameter the runtime allocated ([out, in] BF16 or [out, in/2] uint8)."""
     out_dim, in_dim = spec.shape
     param = (out_dim, in_dim) if precision == "bf16" else (out_dim, in_dim // 2)
-    stored = info.shape
+    error = _narrow_error(info.shape, param, kind, rank, tp)
+    if error:
+        return Outcome(info.name, rank, "error", error)
+    stored_packed = info.dtype == "U8"
+    if stored_packed != (precision == "nvfp4"):
+        return Outcome(info.name, rank, "garbage")
+    return Outcome(info.name, rank, "ok")
+
+
+def _block_scale(info: TensorInfo, spec: ModuleSpec, kind: LayerKind, rank: int, tp: int) -> Outcome:
+    """fp8 block scales [out, in/16] are narrowed and shape-checked exactly like the weight (measured)."""
+    if len(info.shape) != 2:
+        return Outcome(info.name, rank, "ok")  # not predicted; the NVFP4 health checks report the shape
+    out_dim, in_dim = spec.shape
+    error = _narrow_error(info.shape, (out_dim, in_dim // NVFP4_GROUP), kind, rank, tp)
+    return Outcome(info.name, rank, "error", error) if error else Outcome(info.name, rank, "ok")
+
+
+def _per_tensor_scale(info: TensorInfo, kind: LayerKind, rank: int) -> Outcome:
+    """weight_scale_2 / input_scale: a 0-d or [1] tensor fits its per-tensor slot, anything else trips a bare assert."""
+    if info.shape in ((), (1,)):
+        return Outcome(info.name, rank, "ok")
+    where = "PerTensorScaleParameter._load_into_shard_id" if kind.style == "merged" else "BasevLLMParameter._assert_and_load"
+    return Outcome(info.name, rank, "error", f"AssertionError: (no message) shape check in {where} fails")
+
+
+def _narrow_error(stored: tuple[int, ...], param: tuple[int, int], kind: LayerKind, rank: int, tp: int) -> str | None:
+    """What vLLM's row/column/merged loaders raise narrowing `stored` into this rank's slice of `param`, if anything."""
     if kind.style == "row":
         width = param[1] // tp
         start = rank * width
         if start + width > stored[1]:
-            return Outcome(info.name, rank, "error", narrow_error(start, width, stored[1]))
+            return narrow_error(start, width, stored[1])
         narrowed = (stored[0], width)
         local = (param[0], width)
     elif kind.style in ("column", "merged"):
         height = param[0] // tp
         if rank * height + height > stored[0]:
-            return Outcome(info.name, rank, "error", narrow_error(rank * height, height, stored[0]))
+            return narrow_error(rank * height, height, stored[0])
         narrowed = (height, stored[1])
         local = (height, param[1])
     else:
         narrowed, local = stored, param
     if narrowed != local:
-        return Outcome(info.name, rank, "error", "AssertionError: " + _assertion(kind))
-    stored_packed = info.dtype == "U8"
-    if stored_packed != (precision == "nvfp4"):
-        return Outcome(info.name, rank, "garbage")
-    return Outcome(info.name, rank, "ok")
+        return "AssertionError: " + _assertion(kind)
+    return None
 
 
 def _assertion(kind: LayerKind) -> str:

@@ -1,0 +1,63 @@
+"""The Python API: `plan(src, recipe)` to see what would be done, `run(plan, out)` to do it.
+
+Both return values (a Plan; a Result with the report) and print nothing, so scripts, notebooks
+and the CLI share one path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from repair.execute import Result, execute
+from repair.io.checkpoint import Checkpoint, open_checkpoint
+from repair.plan import Plan, make_plan
+from repair.recipe import DEFAULT, Recipe, load_recipe
+from repair.targets.profiles import resolve
+
+
+def plan(src: str | Path | Checkpoint, recipe: Recipe | str | Path = DEFAULT, *, original: str | Path | Checkpoint | None = None) -> Plan:
+    """Plan a repair from headers only. `recipe` is a Recipe, a recipe file, a built-in name or a report."""
+    ckpt = src if isinstance(src, Checkpoint) else open_checkpoint(Path(src))
+    orig = None if original is None else original if isinstance(original, Checkpoint) else open_checkpoint(Path(original))
+    resolved = resolve_recipe(ckpt, recipe if isinstance(recipe, Recipe) else load_recipe(Path(recipe)))
+    if orig is not None:
+        resolved = resolved.using_original()
+    return make_plan(ckpt, resolved, orig)
+
+
+def resolve_recipe(ckpt: Checkpoint, recipe: Recipe) -> Recipe:
+    """Fold `recipe.target` into explicit module actions, so the recipe in the report reproduces exactly."""
+    from repair.target_recipe import recipe_for_target
+
+    if not recipe.target:
+        return recipe
+    derived = recipe_for_target(ckpt, resolve(recipe.target))
+    extra = tuple(n for n in derived.dequantize if n not in recipe.dequantize)
+    return replace(recipe, dequantize=recipe.dequantize + extra, target=None, from_target=recipe.target,
+                   drop_quantization=recipe.drop_quantization or derived.drop_quantization)
+
+
+def run(plan: Plan, out: str | Path, *, overwrite: bool = False, progress: bool = False, force: bool = False) -> Result:
+    """Write the planned checkpoint to `out` (atomically) and return the report.
+
+    With an original model, it is first verified against the checkpoint (refused unless `force`).
+    The report records doctor before and after for the recipe's target (else the newest known).
+    """
+    from repair.doctor import diagnose
+    from repair.doctor_text import diagnosis_json
+
+    extra: dict = {}
+    if plan.original is not None:
+        from repair.original import assess_original
+
+        extra["original"] = {"path": str(plan.original.root), **assess_original(plan, force).as_dict()}
+    target = resolve(plan.recipe.from_target)
+
+    def annotate(folder: Path) -> dict:
+        before = diagnosis_json(diagnose(plan.source, target), strict=True)
+        after = diagnosis_json(diagnose(open_checkpoint(folder), target), strict=True)
+        return {**extra, "doctor": {"target": target.spec, "before": before, "after": after}}
+
+    options = {"recipe": plan.recipe.name, "target": plan.recipe.from_target}
+    return execute(plan, Path(out), overwrite=overwrite, progress=progress, options=options, annotate=annotate)

@@ -1,0 +1,81 @@
+"""huggingface_hub access: every Hub call goes through the real client, configured at call time.
+
+The endpoint (HF_ENDPOINT) and cache (HF_HUB_CACHE / HF_HOME) are read from the environment when a
+call is made and passed explicitly, because huggingface_hub reads its constants once at import. The
+token is never handled here: huggingface_hub finds it (HF_TOKEN, then the saved login) by itself.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterable
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+WORKERS = 8
+
+
+def endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def api():
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=endpoint())
+
+
+def cache_dir() -> Path:
+    """Where `fix` keeps whole downloads: huggingface_hub's cache, as the environment says now."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def download(repo: str, sha: str, name: str, *, local_dir: Path | None = None) -> Path:
+    """One file at the pinned commit: into `local_dir` (a work folder), else into the cache."""
+    from huggingface_hub import hf_hub_download
+
+    if local_dir is not None:
+        return Path(hf_hub_download(repo, name, revision=sha, endpoint=endpoint(), local_dir=local_dir))
+    return Path(hf_hub_download(repo, name, revision=sha, endpoint=endpoint(), cache_dir=cache_dir()))
+
+
+def file_system():
+    """huggingface_hub's HfFileSystem for ranged reads; share one per source (it caches repo lookups)."""
+    from huggingface_hub import HfFileSystem
+
+    return HfFileSystem(endpoint=endpoint(), skip_instance_cache=True)
+
+
+def read_ranges(fs, repo: str, sha: str, name: str, ranges: Iterable[tuple[int, int]]) -> list[bytes]:
+    """Exactly the byte ranges [start, end) of one file at the pinned commit: one HTTP Range request each."""
+    out = []
+    with fs.open(f"{repo}/{name}", "rb", revision=sha, cache_type="none", block_size=1 << 20) as fh:
+        for start, end in ranges:
+            fh.seek(start)
+            data = fh.read(end - start)
+            if len(data) != end - start:
+                raise EOFError(f"{name}: {len(data)} of {end - start} bytes at offset {start}")
+            out.append(data)
+    return out
+
+
+def map_threads(fn, items: list) -> list:
+    """fn over items on a few threads (Hub round trips dominate), results in order, first error raised."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(WORKERS, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def quiet_progress(quiet: bool) -> None:
+    """huggingface_hub's own progress bars only on a terminal, and never with --quiet."""
+    import sys
+
+    from huggingface_hub.utils import disable_progress_bars
+
+    if quiet or not sys.stderr.isatty():
+        disable_progress_bars()

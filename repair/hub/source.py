@@ -1,0 +1,267 @@
+"""A Hub repo as a Checkpoint, from safetensors headers and a few byte ranges, never whole shards.
+
+`resolve` pins the revision to a commit sha and lists the files at that sha (names checked);
+everything after uses the sha. `open_remote` builds a mirror folder: the small JSON files
+(config.json, hf_quant_config.json, the index) downloaded, and each top-level shard as a *sparse*
+file of its real size holding only its header (and, with `scales`, the NVFP4 scale tensors that
+planning and doctor read) — so `open_checkpoint` validates it exactly as it validates a local
+folder. The returned Checkpoint's root is the label `owner/name@sha`; its shard paths point into
+the mirror. Bytes outside the fetched ranges are holes: only `fetch_shard` (whole file) makes a
+shard readable beyond them, and `localize` downloads a full local copy for `fix -o OUT`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import struct
+import tempfile
+import weakref
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from typing import Callable
+
+from repair.errors import BadInput, RepairError
+from repair.hub import client
+from repair.hub.errors import hub_call
+from repair.hub.spec import HubSpec, check_remote_name, hub_spec, local_path
+from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, INDEX_SUFFIX, PICKLE_SUFFIXES, Checkpoint, open_checkpoint
+from repair.io.hashing import sha256_file
+from repair.io.safetensors import MAX_HEADER_BYTES, TensorInfo
+from repair.modules import split_name
+
+SMALL_LIMIT = 64 << 20  # config and index files above this are refused rather than downloaded
+SCALE_LEAVES = ("weight_scale", "weight_scale_2")  # what planning (check_packed) and doctor read
+COALESCE_GAP = 4 << 10
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    name: str
+    size: int
+    blob_id: str | None  # git blob sha1 (regular files) / pointer sha1 (LFS)
+    sha256: str | None  # LFS files only
+
+    @property
+    def is_lfs(self) -> bool:
+        return self.sha256 is not None
+
+
+@dataclass(frozen=True)
+class RemoteRepo:
+    """A repo pinned to one commit, with its file listing at that commit."""
+
+    repo: str
+    asked: str | None  # the revision the user gave (None: default branch)
+    sha: str
+    files: dict[str, RemoteFile]
+
+    @property
+    def label(self) -> str:
+        return f"{self.repo}@{self.sha}"
+
+    def visible(self) -> list[str]:
+        """Non-hidden file names in local-folder walk order (files before subfolders, each sorted)."""
+        names = [n for n in self.files if not (n.startswith(".") or "/." in n)]
+        return sorted(names, key=lambda n: tuple((1, p) for p in n.split("/")[:-1]) + ((0, n.split("/")[-1]),))
+
+
+@dataclass(eq=False)
+class RemoteSource:
+    """What backs a remote Checkpoint: the pinned repo, its mirror folder and the byte ranges fetched."""
+
+    repo: RemoteRepo
+    folder: Path
+    fs: object = field(default=None, repr=False)  # huggingface_hub.HfFileSystem, shared by all ranged reads
+    fetched: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    complete: set[str] = field(default_factory=set)  # shards downloaded whole into the mirror
+
+
+_REMOTE: "weakref.WeakKeyDictionary[Checkpoint, RemoteSource]" = weakref.WeakKeyDictionary()
+
+
+def remote_of(ckpt: Checkpoint | None) -> RemoteSource | None:
+    return None if ckpt is None else _REMOTE.get(ckpt)
+
+
+def resolve(spec: HubSpec) -> RemoteRepo:
+    """Pin `spec` to a commit sha and list (and check) every file name at that commit."""
+    api = client.api()
+    with hub_call(str(spec)):
+        sha = api.model_info(spec.repo, revision=spec.revision).sha
+    label = f"{spec.repo}@{sha}"
+    with hub_call(label):
+        entries = list(api.list_repo_tree(spec.repo, revision=sha, recursive=True))
+    from huggingface_hub.hf_api import RepoFile
+
+    files = {}
+    for entry in entries:
+        if not isinstance(entry, RepoFile):  # folders
+            continue
+        name = check_remote_name(entry.path, label)
+        lfs = getattr(entry, "lfs", None)
+        files[name] = RemoteFile(name, int(entry.size), getattr(entry, "blob_id", None), lfs.sha256 if lfs else None)
+    return RemoteRepo(spec.repo, spec.revision, sha, files)
+
+
+def open_source(src: str | Path, *, scales: bool = True, work: Path | None = None) -> Checkpoint:
+    """A local checkpoint folder, or a Hub repo id (`owner/name[@rev]`) opened from its headers.
+
+    `scales=False` (inspect) reads headers only; otherwise the NVFP4 scale tensors are fetched too,
+    by range, because planning and doctor check their values. The mirror lives in `work` or in a
+    temporary folder removed when the process exits.
+    """
+    spec = hub_spec(src)
+    if spec is None:
+        return open_checkpoint(Path(src))
+    client.quiet_progress(True)
+    repo = resolve(spec)
+    return open_remote(repo, work if work is not None else temp_folder("source"), scales=scales)
+
+
+def temp_folder(kind: str, parent: Path | None = None) -> Path:
+    folder = Path(tempfile.mkdtemp(prefix=f"ckpt-repair-hub-{kind}-", dir=parent))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+def open_remote(repo: RemoteRepo, work: Path, *, scales: bool = True) -> Checkpoint:
+    """The Checkpoint of a pinned repo, from a mirror under `work` (see the module docstring)."""
+    folder = Path(work) / repo.repo.replace("/", "--") / repo.sha
+    folder.mkdir(parents=True, exist_ok=True)
+    shards = [n for n in repo.visible() if n.endswith(".safetensors") and "/" not in n]
+    if not shards:
+        _refuse_without_safetensors(repo)
+    small = [n for n in (CONFIG, HF_QUANT_CONFIG) if n in repo.files] + [n for n in repo.visible() if n.endswith(INDEX_SUFFIX) and "/" not in n]
+    for name in small:
+        _download_small(repo, name, folder)
+    source = RemoteSource(repo, folder, client.file_system())
+    client.map_threads(lambda name: _header_file(source, name), shards)
+    with relabeled(folder, repo.label):
+        base = open_checkpoint(folder)
+    if scales:
+        fetch_tensors(source, base, lambda t: split_name(t.name)[1] in SCALE_LEAVES)
+    used = {s.path.name for s in base.shards} | {CONFIG, HF_QUANT_CONFIG} | ({base.index_name} if base.index_name else set())
+    other = tuple(n for n in repo.visible() if n not in used and not n.endswith(".safetensors"))
+    ckpt = replace(base, root=Path(repo.label), other_files=other)
+    _REMOTE[ckpt] = source
+    return ckpt
+
+
+def _refuse_without_safetensors(repo: RemoteRepo) -> None:
+    pickles = [n for n in repo.visible() if n.endswith(PICKLE_SUFFIXES)]
+    if pickles:
+        raise BadInput(f"{repo.label}/{pickles[0]}: pickle checkpoints are refused (loading them can run code); convert to safetensors first")
+    raise BadInput(f"{repo.label}: no .safetensors files at the top of the repo; give a safetensors checkpoint repo")
+
+
+def _download_small(repo: RemoteRepo, name: str, folder: Path) -> Path:
+    size = repo.files[name].size
+    if size > SMALL_LIMIT:
+        raise BadInput(f"{repo.label}/{name}: {size:,} bytes is far too large for a config or index file; the repo is broken")
+    local_path(folder, name, repo.label)
+    with hub_call(f"{repo.label}/{name}", missing="listed at the pinned commit but not downloadable; re-run"):
+        return client.download(repo.repo, repo.sha, name, local_dir=folder)
+
+
+def _header_file(source: RemoteSource, name: str) -> None:
+    """A sparse stand-in for one shard: the real size, the real header bytes (two ranged reads: the
+    length prefix, then exactly the header), holes elsewhere."""
+    repo = source.repo
+    size = repo.files[name].size
+    path = local_path(source.folder, name, repo.label)
+    data = b""
+    with hub_call(f"{repo.label}/{name}"):
+        if size:
+            [data] = client.read_ranges(source.fs, repo.repo, repo.sha, name, [(0, min(size, 8))])
+        if len(data) == 8:
+            (length,) = struct.unpack("<Q", data)
+            if 0 < length <= MAX_HEADER_BYTES and 8 + length <= size:
+                [rest] = client.read_ranges(source.fs, repo.repo, repo.sha, name, [(8, 8 + length)])
+                data += rest
+    with open(path, "wb") as fh:  # read_header then applies exactly the local checks to these bytes
+        fh.write(data)
+        fh.truncate(size)
+
+
+def fetch_tensors(source: RemoteSource, ckpt: Checkpoint, wanted: Callable[[TensorInfo], bool]) -> int:
+    """Fetch the bytes of the wanted tensors into the mirror's sparse files (ranged reads); bytes fetched."""
+    jobs = []
+    for shard in ckpt.shards:
+        name = shard.path.name
+        if name in source.complete:
+            continue
+        ranges = _coalesce([(t.start, t.end) for t in shard.tensors if t.nbytes and wanted(t)])
+        if ranges:
+            jobs.append((name, shard.path, ranges))
+
+    def fetch(job) -> int:
+        name, path, ranges = job
+        with hub_call(f"{source.repo.label}/{name}"):
+            pieces = client.read_ranges(source.fs, source.repo.repo, source.repo.sha, name, ranges)
+        with open(path, "r+b") as fh:
+            for (start, _), data in zip(ranges, pieces):
+                os.pwrite(fh.fileno(), data, start)
+        source.fetched.setdefault(name, []).extend(ranges)
+        return sum(len(p) for p in pieces)
+
+    return sum(client.map_threads(fetch, jobs))
+
+
+def _coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if out and start - out[-1][1] <= COALESCE_GAP:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def fetch_shard(source: RemoteSource, name: str, staging: Path) -> Path:
+    """Download one shard whole, check its sha256 against the Hub's, and put it in place of its
+    sparse stand-in (so the Checkpoint's paths now read real bytes). Returns the mirror path."""
+    repo = source.repo
+    remote = repo.files[name]
+    target = local_path(source.folder, name, repo.label)
+    with hub_call(f"{repo.label}/{name}", missing="listed at the pinned commit but not downloadable; re-run"):
+        got = client.download(repo.repo, repo.sha, name, local_dir=staging)
+    if remote.sha256 and sha256_file(got) != remote.sha256:
+        got.unlink(missing_ok=True)
+        raise BadInput(f"{repo.label}/{name}: the download does not match the Hub's sha256; re-run (if it repeats, the repo's storage is damaged)")
+    os.replace(got, target)
+    source.complete.add(name)
+    return target
+
+
+def localize(ckpt: Checkpoint | None) -> Checkpoint | None:
+    """A full local copy of a remote checkpoint (huggingface_hub's cache, at the pinned sha), opened as a
+    local folder; local checkpoints are returned as they are."""
+    source = remote_of(ckpt)
+    if source is None:
+        return ckpt
+    repo = source.repo
+    names = [s.path.name for s in ckpt.shards] + [n for n in (CONFIG, HF_QUANT_CONFIG, ckpt.index_name) if n and n in repo.files]
+    names += list(ckpt.other_files)
+    root = None
+    for name in names:
+        with hub_call(f"{repo.label}/{name}", missing="listed at the pinned commit but not downloadable; re-run"):
+            path = client.download(repo.repo, repo.sha, name)
+        root = path.parents[len(PurePosixPath(name).parts) - 1]
+    return open_checkpoint(root)
+
+
+class relabeled:
+    """Rewrite the mirror folder's path to the repo label in tool errors raised inside."""
+
+    def __init__(self, folder: Path, label: str):
+        self.folder, self.label = str(folder), label
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if isinstance(exc, RepairError) and self.folder in str(exc):
+            exc.args = (str(exc).replace(self.folder, self.label),)
+        return False

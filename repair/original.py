@@ -1,0 +1,76 @@
+"""Checking that --original really is the model the checkpoint was quantized from, and measuring
+how far each packed module is from it.
+
+The check that matters: quantizing the original's weight with the checkpoint's own
+`weight_scale_2` must reproduce the stored packed bytes (sign of zero aside) and block scales.
+A different model (another seed, another size) reproduces nothing and is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from repair.codec import nvfp4
+from repair.compute import Computer
+from repair.errors import BadInput
+from repair.formats import modelopt_nvfp4 as fmt
+from repair.plan import Plan
+
+CORRUPT_RELATIVE_ERROR = 0.25  # NVFP4's normal relative error on real weights is about 0.1
+
+
+@dataclass(frozen=True)
+class OriginalAssessment:
+    verified: tuple[str, ...]
+    mismatched: tuple[str, ...]
+    errors: dict[str, float]  # module -> relative error of its NVFP4 copy against the original
+    forced: bool
+
+    def as_dict(self) -> dict:
+        return {
+            "verified": len(self.verified), "checked": len(self.verified) + len(self.mismatched),
+            "mismatched": list(self.mismatched), "forced": self.forced,
+            "relative_error": {k: round(v, 6) for k, v in sorted(self.errors.items())},
+            "corrupted": sorted(k for k, v in self.errors.items() if v > CORRUPT_RELATIVE_ERROR),
+        }
+
+    @property
+    def summary(self) -> str:
+        total = len(self.verified) + len(self.mismatched)
+        return f"original verified: {len(self.verified)} of {total} modules reproduce byte-for-byte"
+
+
+def assess_original(plan: Plan, force: bool = False) -> OriginalAssessment:
+    """Verify the original against every packed module, or raise BadInput (unless `force`)."""
+    ckpt, original = plan.source, plan.original
+    computer = Computer(ckpt.locate(), original.locate())
+    packed = [m for m in fmt.group_modules(ckpt.infos()) if m.is_quantized]
+    orig_infos = original.infos()
+    verified, mismatched, errors = [], [], {}
+    for m in packed:
+        name = f"{m.name}.weight"
+        if name not in orig_infos or orig_infos[name].shape != m.logical_shape:
+            mismatched.append(m.name)
+            continue
+        weight = computer.load(name, "original")
+        stored = [computer.load(m.tensor(r)) for r in ("weight", "weight_scale", "weight_scale_2")]
+        again = nvfp4.quantize(weight, stored[2])
+        same = torch.equal(nvfp4.canonical_codes(again[0]), nvfp4.canonical_codes(stored[0])) and torch.equal(
+            again[1].view(torch.uint8), stored[1].view(torch.uint8))
+        (verified if same else mismatched).append(m.name)
+        errors[m.name] = _relative_error(nvfp4.dequantize(*stored, torch.float32), weight)
+    result = OriginalAssessment(tuple(verified), tuple(mismatched), errors, force)
+    if packed and not verified and not force:
+        raise BadInput(
+            f"{original.root}: not the original of {ckpt.root} ({result.summary}: "
+            f"e.g. {mismatched[0]}); pass the model this checkpoint was quantized from, or --force"
+        )
+    return result
+
+
+def _relative_error(approx: torch.Tensor, truth: torch.Tensor) -> float:
+    truth = truth.float()
+    norm = truth.norm().item()
+    return (approx - truth).norm().item() / norm if norm else 0.0

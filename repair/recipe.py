@@ -1,0 +1,162 @@
+"""Recipes: a typed, immutable description of a repair, from code, from a file, or built in.
+
+A recipe says which modules (exact names, globs, or `re:` regexes) get which action:
+`dequantize` (packed -> BF16), `take_original` (BF16 copied from the original model),
+`requantize` (NVFP4 packed afresh from the original, ModelOpt-exact), `drop` (remove the
+module's tensors) or `keep` (leave alone, whatever else matches). Recipe files are TOML read
+with the standard library: loading one never runs code.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+
+from repair.arch.gemma4_assistant import BF16_HANDSHAKE
+from repair.errors import UsageError
+
+ACTIONS = ("keep", "drop", "requantize", "take_original", "dequantize")  # precedence when patterns overlap
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What to do, module pattern by module pattern; `target` derives the actions from doctor."""
+
+    name: str = "default"
+    description: str = ""
+    dequantize: tuple[str, ...] = BF16_HANDSHAKE
+    take_original: tuple[str, ...] = ()
+    requantize: tuple[str, ...] = ()
+    drop: tuple[str, ...] = ()
+    keep: tuple[str, ...] = ()
+    target: str | None = None  # e.g. "vllm==0.25.0" or "bf16": adds what `doctor --target` needs
+    dtype: str = "BF16"
+    drop_quantization: bool = False  # write a plain checkpoint: no quantization_config, no hf_quant_config.json
+    from_target: str | None = field(default=None, compare=False)  # set once `target` has been resolved
+
+    def patterns(self, action: str) -> tuple[str, ...]:
+        return getattr(self, action)
+
+    def as_dict(self) -> dict:
+        """A JSON/TOML-ready form that `recipe_from_dict` reads back to an equal recipe."""
+        out = {"name": self.name, "description": self.description, "dtype": self.dtype, "drop_quantization": self.drop_quantization}
+        if self.target:
+            out["target"] = self.target
+        if self.from_target:
+            out["resolved_from_target"] = self.from_target
+        out["rules"] = [{"action": a, "modules": list(self.patterns(a))} for a in ACTIONS if self.patterns(a)]
+        return out
+
+    def using_original(self) -> "Recipe":
+        """With an original model at hand, every module turned BF16 is taken from it instead."""
+        return replace(self, take_original=self.take_original + self.dequantize, dequantize=())
+
+
+DEFAULT = Recipe()
+
+
+def recipe_from_dict(data: dict, where: str = "recipe") -> Recipe:
+    """Validate a recipe mapping (from TOML or a report) and build the Recipe; errors name the key."""
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: a recipe must be a table of keys")
+    known = {"name", "description", "dtype", "drop_quantization", "target", "resolved_from_target", "rules"}
+    for key in data:
+        if key not in known:
+            raise UsageError(f"{where}: unknown key {key!r}; recipe keys are {', '.join(sorted(known))}")
+    values: dict = {a: () for a in ACTIONS}
+    for i, rule in enumerate(data.get("rules", [])):
+        action, modules = _rule(rule, f"{where}: rules[{i}]")
+        values[action] = values[action] + modules
+    for key, kind in (("name", str), ("description", str), ("dtype", str), ("target", str), ("drop_quantization", bool),
+                      ("resolved_from_target", str)):
+        if key in data:
+            if not isinstance(data[key], kind):
+                raise UsageError(f"{where}: {key!r} must be a {kind.__name__}, found {data[key]!r}")
+            values["from_target" if key == "resolved_from_target" else key] = data[key]
+    if values.get("dtype", "BF16").upper() not in ("BF16", "F16", "F32"):
+        raise UsageError(f"{where}: 'dtype' must be bf16, f16 or f32, found {values['dtype']!r}")
+    values["dtype"] = values.get("dtype", "BF16").upper()
+    return Recipe(**values)
+
+
+def _rule(rule: object, where: str) -> tuple[str, tuple[str, ...]]:
+    if not isinstance(rule, dict):
+        raise UsageError(f"{where}: each rule must be a table with 'action' and 'modules'")
+    extra = set(rule) - {"action", "modules"}
+    if extra:
+        raise UsageError(f"{where}: unknown key {sorted(extra)[0]!r}; a rule has 'action' and 'modules'")
+    action = rule.get("action")
+    if action not in ACTIONS:
+        raise UsageError(f"{where}: 'action' must be one of {', '.join(ACTIONS)}, found {action!r}")
+    modules = rule.get("modules")
+    if isinstance(modules, str):
+        modules = [modules]
+    if not (isinstance(modules, list) and modules and all(isinstance(m, str) and m for m in modules)):
+        raise UsageError(f"{where}: 'modules' must be a non-empty list of names, globs or re: patterns")
+    return action, tuple(modules)
+
+
+def load_recipe(path: Path) -> Recipe:
+    """A recipe from a TOML file, a built-in name, or the `recipe` section of a repair_report.json."""
+    builtin = _builtin_files().get(str(path))
+    if builtin is not None and not Path(path).exists():
+        return _from_toml(Path(f"recipes/{path}.toml"), builtin.read_text(encoding="utf-8"))
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read recipe ({exc.strerror}); give a .toml file, a built-in name (see `ckpt-repair recipes`) or a repair_report.json") from None
+    if path.suffix == ".json":
+        return _from_report(path, text)
+    return _from_toml(path, text)
+
+
+def _from_toml(path: Path, text: str) -> Recipe:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: invalid TOML: {exc}") from None
+    try:
+        return recipe_from_dict(data, str(path))
+    except UsageError as err:
+        raise UsageError(_with_line(str(err), text)) from None
+
+
+def _from_report(path: Path, text: str) -> Recipe:
+    import json
+
+    try:
+        report = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    section = report.get("recipe") if isinstance(report, dict) else None
+    if section is None:
+        raise UsageError(f"{path}: no 'recipe' section; give a repair_report.json written by ckpt-repair")
+    return recipe_from_dict(section, f"{path}: recipe")
+
+
+def _with_line(message: str, text: str) -> str:
+    """Point at the line of the offending key, found by its text (tomllib reports no key lines)."""
+    import re
+
+    match = re.search(r"(?:unknown key|') ?'?([A-Za-z_][A-Za-z0-9_]*)'?", message.split(": ", 1)[-1])
+    key = match.group(1) if match else None
+    if key:
+        for number, line in enumerate(text.splitlines(), 1):
+            if re.match(rf"\s*{re.escape(key)}\s*=", line):
+                path, rest = message.split(": ", 1)
+                return f"{path}:{number}: {rest}"
+    return message
+
+
+def _builtin_files() -> dict:
+    """Recipe files shipped as package data (the repo's recipes/ folder is the package repair.recipes)."""
+    root = resources.files("repair.recipes")
+    return {f.name.removesuffix(".toml"): f for f in root.iterdir() if f.name.endswith(".toml")}
+
+
+def builtin_recipes() -> dict[str, Recipe]:
+    """The built-in recipes by name."""
+    return {name: load_recipe(name) for name in sorted(_builtin_files())}

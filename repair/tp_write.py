@@ -1,0 +1,363 @@
+"""`fix --tp N`: one checkpoint folder per rank, each rank's slices read by byte range.
+
+OUT/rank-R/model.safetensors holds rank R's slice of every tensor of the standard (non-TP)
+output, in the same order and under the same names (gate_proj and up_proj stay separate: vLLM
+fuses them at load); OUT/rank-R also gets the standard output's config and other small files,
+but not its index (that names shards a rank folder does not have). OUT/tp_manifest.json says how
+every tensor was split and how to rebuild the standard output (`ckpt-repair unshard`). All of it
+is built in a temp folder beside OUT and published by one rename. Memory holds one rank's slice
+of one tensor; only tensors computed from whole inputs (requantize) are held whole, one at a time.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from tqdm import tqdm
+
+from repair.errors import BadInput, OutputError
+from repair.execute import check_output
+from repair.io.dtypes import ITEMSIZE, nbytes
+from repair.io.hashing import copy_file_hashed, sha256_file
+from repair.io.safetensors import OutTensor, ShardWriter, TensorInfo, encode_header, read_header
+from repair.io.staging import MARKER, discard, fsync_tree, interrupts_raise, new_partial, publish, remove_stale_partials
+from repair.report import REPORT_NAME, build_report
+from repair.tp import BLOCK, VOCAB_PADDING, TpPlan, TpTensor, summary_text
+
+MANIFEST = "tp_manifest.json"
+RANK_FILE = "model.safetensors"
+FORMAT = "ckpt-repair-tp"
+VOCAB_NOTE = (f"vLLM pads the vocabulary to a multiple of {VOCAB_PADDING} and gives each rank padded/tp rows; only real rows "
+              "are stored, so rank r holds rows [r*padded/tp, min((r+1)*padded/tp, vocab)) and the last rank(s) may be short "
+              "(vLLM zero-fills its padding rows at load)")
+T = TypeVar("T")
+
+
+def rank_folder(rank: int) -> str:
+    return f"rank-{rank}"
+
+
+def write_json(path: Path, content: dict) -> str:
+    """The same bytes execute writes for a small JSON file (2-space indent, trailing newline); returns sha256."""
+    path.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return sha256_file(path)
+
+
+def build_atomically(src: Path, out: Path, overwrite: bool, build: Callable[[Path], T]) -> T:
+    """Run `build(tmp)` in a temp folder beside OUT and publish it by one rename (as execute does)."""
+    check_output(src, out, overwrite)
+    tmp = None
+    try:
+        with interrupts_raise() as state:
+            remove_stale_partials(out)
+            tmp = new_partial(out)
+            value = build(tmp)
+            fsync_tree(tmp)
+            publish(tmp, out, state)
+    except OSError as exc:
+        discard(tmp)
+        if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            raise OutputError(f"{out}: disk full while writing; nothing was written, free space on {out.parent} or choose another -o") from None
+        raise OutputError(f"{exc.filename or out}: {exc.strerror or exc}; nothing was written, check the disk and permissions") from None
+    except EOFError:
+        discard(tmp)
+        raise BadInput(f"{src}: a file got shorter while it was read; make sure nothing writes to it, then re-run") from None
+    except BaseException:
+        discard(tmp)
+        raise
+    (out / MARKER).unlink(missing_ok=True)
+    return value
+
+
+def pread_exact(fd: int, offset: int, view: memoryview, where: str) -> None:
+    done = 0
+    while done < view.nbytes:
+        got = os.preadv(fd, [view[done:]], offset + done)
+        if got == 0:
+            raise BadInput(f"{where}: file ended while reading; it is truncated, re-download it")
+        done += got
+
+
+def read_slice(path: Path, info: TensorInfo, dim: int, start: int, end: int) -> bytearray:
+    """Elements [start, end) of `dim`: one read when the slice is contiguous, else one read per outer row."""
+    shape = info.shape
+    outer = _prod(shape[:dim])
+    inner = _prod(shape[dim + 1:]) * ITEMSIZE[info.dtype]
+    width, row = (end - start) * inner, shape[dim] * inner
+    out = bytearray(outer * width)
+    view = memoryview(out)
+    with open(path, "rb") as fh:
+        if outer == 1 or width == row:
+            pread_exact(fh.fileno(), info.start + start * inner, view, f"{path}: {info.name}")
+        else:
+            for o in range(outer):
+                pread_exact(fh.fileno(), info.start + o * row + start * inner, view[o * width:(o + 1) * width], f"{path}: {info.name}")
+    return out
+
+
+def _prod(dims) -> int:
+    count = 1
+    for d in dims:
+        count *= d
+    return count
+
+
+@dataclass(frozen=True)
+class TpResult:
+    out: Path
+    manifest: dict
+    report: dict
+
+
+def write_tp(tpp: TpPlan, out: Path, *, overwrite: bool = False, progress: bool | None = None, options: dict | None = None,
+             extra: dict | None = None) -> TpResult:
+    """Write the per-rank checkpoints, the manifest and the report to `out`, atomically."""
+    plan = tpp.plan
+
+    def build(tmp: Path) -> TpResult:
+        rank_hashes = _write_ranks(tpp, tmp, progress)
+        manifest = _manifest(tpp, rank_hashes)
+        outputs = {f"{rank_folder(r)}/{n}": {"source": None, "output": h} for r, files in rank_hashes.items() for n, h in files.items()}
+        outputs[MANIFEST] = {"source": None, "output": write_json(tmp / MANIFEST, manifest)}
+        report = build_report(plan, outputs, {**(options or {}), "tp": tpp.tp})
+        report["source"]["files"] = [{"name": n, "sha256": sha256_file(plan.source.root / n)} for n in _source_files(plan)]
+        report["tp"] = {"degree": tpp.tp, "parallel_plan": tpp.source, "manifest": MANIFEST}
+        report.update(extra or {})
+        write_json(tmp / REPORT_NAME, report)
+        _self_check(tpp, tmp, out, set(outputs) | {REPORT_NAME})
+        return TpResult(out, manifest, report)
+
+    return build_atomically(plan.source.root, out, overwrite, build)
+
+
+def _source_files(plan) -> list[str]:
+    names = [s.name for s in plan.shards] + list(plan.copied_files) + [n for n in plan.json_files if (plan.source.root / n).exists()]
+    return sorted(set(names))
+
+
+def _index_name(plan) -> str | None:
+    name = plan.source.index_name
+    return name if name and (name in plan.json_files or name in plan.copied_files) else None
+
+
+def _write_ranks(tpp: TpPlan, tmp: Path, progress: bool | None) -> dict[int, dict[str, str]]:
+    """Every rank's tensor file (tensor by tensor, rank by rank) and small files; sha256 per file."""
+    plan, tp = tpp.plan, tpp.tp
+    first_meta = next((s.metadata for s in plan.shards if s.metadata), None) or {}
+    located = {"checkpoint": plan.source.locate(), "original": plan.original.locate() if getattr(plan, "original", None) else {}}
+    slicer = _Slicer(located)
+    total = sum(nbytes(t.step.out.dtype, t.step.out.shape) for t in tpp.tensors)
+    show = progress if progress is not None else os.isatty(2)
+    hashes: dict[int, dict[str, str]] = {}
+    with ExitStack() as stack, tqdm(total=total, unit="B", unit_scale=True, desc="tp", disable=not show, leave=False) as bar:
+        writers = []
+        for rank in range(tp):
+            folder = tmp / rank_folder(rank)
+            folder.mkdir()
+            header = [OutTensor(t.step.out.name, t.step.out.dtype, t.rank_shape(_range(t, rank, tp))) for t in tpp.tensors]
+            meta = {**first_meta, "format": first_meta.get("format", "pt"), "tp_rank": str(rank), "tp_size": str(tp)}
+            writers.append(stack.enter_context(ShardWriter(folder / RANK_FILE, header, meta)))
+        for t in tpp.tensors:
+            slicer.write(t, writers, tp)
+            bar.update(nbytes(t.step.out.dtype, t.step.out.shape))
+    for rank, writer in enumerate(writers):
+        hashes[rank] = {RANK_FILE: writer.digest.hexdigest(), **_small_files(plan, tmp / rank_folder(rank))}
+    return hashes
+
+
+def _range(t: TpTensor, rank: int, tp: int):
+    ranges = t.spec.ranges(tp)
+    return ranges[rank] if ranges else None
+
+
+def _small_files(plan, folder: Path) -> dict[str, str]:
+    """The standard output's config and other small files, minus its index."""
+    index, hashes = _index_name(plan), {}
+    for name in plan.copied_files:
+        if name != index:
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            hashes[name] = copy_file_hashed(plan.source.root / name, folder / name)
+    for name, content in plan.json_files.items():
+        if name != index:
+            hashes[name] = write_json(folder / name, content)
+    return hashes
+
+
+class _Slicer:
+    """Produces each rank's bytes of one planned tensor; torch is imported only for computed tensors."""
+
+    def __init__(self, located: dict):
+        self.located = located
+        self._computer = None
+
+    def write(self, t: TpTensor, writers: list[ShardWriter], tp: int) -> None:
+        step, name = t.step, t.step.out.name
+        source = getattr(step, "source", "checkpoint")
+        if step.op == "copy" and t.spec.dim is None:
+            shard, info = self.located[source][step.inputs[0]]
+            for w in writers:
+                w.copy(name, shard.path, info)
+            return
+        whole = None if step.op in ("copy", "dequantize", "cast") else self._compute(step)
+        for rank, w in enumerate(writers):
+            rng = _range(t, rank, tp)
+            if step.op == "copy" and _contiguous(t, rng):
+                shard, info = self.located[source][step.inputs[0]]
+                w.copy(name, shard.path, _sub_range(info, t.spec.dim, rng))  # streamed: no buffer at all
+            else:
+                w.write(name, self._rank_bytes(t, rng, source, whole))
+
+    def _rank_bytes(self, t: TpTensor, rng, source: str, whole):
+        from repair.io import tensors
+
+        step, dim = t.step, t.spec.dim
+        if whole is not None:
+            part = whole if rng is None else whole.narrow(dim, rng.stored[0], rng.stored[1] - rng.stored[0])
+            return tensors.to_bytes(part)
+        if step.op == "dequantize":
+            return tensors.to_bytes(self._dequantized(step, source, dim, rng))
+        shard, info = self.located[source][step.inputs[0]]
+        data = read_slice(shard.path, info, dim, *rng.stored) if rng else _read_all(shard.path, info)
+        if step.op == "copy":
+            return data
+        part = _as_tensor(data, info.dtype, t.rank_shape(rng) if rng else info.shape)
+        return tensors.to_bytes(part.to(tensors.TORCH_DTYPE[step.out.dtype]))  # cast
+
+    def _dequantized(self, step, source: str, dim: int | None, rng):
+        """Dequantize only this rank's rows, or its columns widened to whole 16-element blocks, then trimmed."""
+        from repair.codec import nvfp4
+        from repair.io import tensors
+
+        (ps, packed), (ss, scale), (gs, scale_2) = (self.located[source][n] for n in step.inputs)
+        rows, cols = packed.shape[0], packed.shape[1] * 2
+        lo, hi = rng.logical if rng else (0, rows)  # replicated: every row
+        if dim == 1:
+            a0, b0 = lo - lo % BLOCK, -(-hi // BLOCK) * BLOCK
+            p = _as_tensor(read_slice(ps.path, packed, 1, a0 // 2, b0 // 2), "U8", (rows, (b0 - a0) // 2))
+            s = _as_tensor(read_slice(ss.path, scale, 1, a0 // BLOCK, b0 // BLOCK), scale.dtype, (rows, (b0 - a0) // BLOCK))
+        else:
+            p = _as_tensor(read_slice(ps.path, packed, 0, lo, hi), "U8", (hi - lo, packed.shape[1]))
+            s = _as_tensor(read_slice(ss.path, scale, 0, lo, hi), scale.dtype, (hi - lo, scale.shape[1]))
+        g = _as_tensor(bytearray(_read_all(gs.path, scale_2)), scale_2.dtype, scale_2.shape)
+        out = nvfp4.dequantize(p, s, g, tensors.TORCH_DTYPE[step.out.dtype])
+        return out[:, lo - a0: hi - a0] if dim == 1 else out
+
+    def _compute(self, step):
+        from repair.compute import Computer
+
+        if self._computer is None:
+            self._computer = Computer(self.located["checkpoint"], self.located["original"])
+        return self._computer.tensor(step)
+
+
+def _contiguous(t: TpTensor, rng) -> bool:
+    """A slice along the first non-trivial dim is one byte range of the stored tensor."""
+    return rng is not None and all(d == 1 for d in t.step.out.shape[: t.spec.dim])
+
+
+def _sub_range(info: TensorInfo, dim: int, rng) -> TensorInfo:
+    inner = _prod(info.shape[dim + 1:]) * ITEMSIZE[info.dtype]
+    start = info.start + rng.stored[0] * inner
+    shape = info.shape[:dim] + (rng.stored[1] - rng.stored[0],) + info.shape[dim + 1:]
+    return TensorInfo(info.name, info.dtype, shape, start, start + nbytes(info.dtype, shape), info.path)
+
+
+def _read_all(path: Path, info: TensorInfo) -> bytearray:
+    from repair.io.safetensors import read_bytes
+
+    return read_bytes(path, info)
+
+
+def _as_tensor(data: bytearray, dtype: str, shape):
+    from repair.io import tensors
+
+    return tensors.from_bytes(data, TensorInfo("", dtype, tuple(shape), 0, nbytes(dtype, tuple(shape))))
+
+
+def _manifest(tpp: TpPlan, rank_hashes: dict[int, dict[str, str]]) -> dict:
+    """What each rank holds, and how to rebuild the standard output byte for byte."""
+    plan = tpp.plan
+    return {
+        "format": FORMAT, "version": 1, "tp": tpp.tp, "source": str(plan.source.root),
+        "parallel_plan": tpp.source, "vocab_padding": VOCAB_NOTE,
+        "ranks": [{"rank": r, "folder": rank_folder(r), "files": files} for r, files in sorted(rank_hashes.items())],
+        "standard": {"shards": [_shard_entry(plan, s) for s in plan.shards],
+                     "files": sorted(n for n in rank_hashes[0] if n != RANK_FILE), "index": _index_entry(plan)},
+        "tensors": {t.step.out.name: t.entry(tpp.tp) for t in tpp.tensors},
+    }
+
+
+def _shard_entry(plan, step) -> dict:
+    """A standard shard: its tensors in order and metadata; a copied shard whose header is not canonical keeps it verbatim."""
+    entry = {"name": step.name, "metadata": step.metadata, "tensors": [t.out.name for t in step.tensors]}
+    if step.op == "copy_file":
+        path = plan.source.root / step.name
+        header = read_header(path)
+        with open(path, "rb") as fh:
+            raw = fh.read(header.data_start)
+        canonical = encode_header([OutTensor(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors], step.metadata)
+        if raw != canonical:
+            entry["header"] = raw[8:].decode("utf-8")
+    return entry
+
+
+def _index_entry(plan) -> dict | None:
+    name = _index_name(plan)
+    if name is None:
+        return None
+    text = (json.dumps(plan.json_files[name], indent=2, ensure_ascii=False) + "\n" if name in plan.json_files
+            else (plan.source.root / name).read_text(encoding="utf-8"))
+    return {"name": name, "text": text}
+
+
+def _self_check(tpp: TpPlan, tmp: Path, out: Path, expected: set[str]) -> None:
+    """Re-open every rank file and compare its header with the plan before anything is published."""
+    found = {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()} - {MARKER}
+    if found != expected:
+        raise OutputError(f"{out}: written files {sorted(found ^ expected)} differ from the plan; nothing was published (report a bug)")
+    for rank in range(tpp.tp):
+        got = [(t.name, t.dtype, t.shape) for t in read_header(tmp / rank_folder(rank) / RANK_FILE).tensors]
+        want = [(t.step.out.name, t.step.out.dtype, t.rank_shape(_range(t, rank, tpp.tp))) for t in tpp.tensors]
+        if got != want:
+            raise OutputError(f"{out / rank_folder(rank) / RANK_FILE}: written header does not match the plan; nothing was published (report a bug)")
+
+
+def fix_tp(plan, out: Path, tp: int, *, dry_run: bool = False, overwrite: bool = False, progress: bool | None = None,
+           force: bool = False) -> tuple[dict, str]:
+    """`fix --tp N`: refuse an impossible degree before anything is written, then write; returns (json, text)."""
+    from repair.plan_text import plan_as_json, plan_as_text
+    from repair.tp import plan_tp
+
+    tpp = plan_tp(plan, tp)
+    check_output(plan.source.root, out, overwrite)
+    info = {"degree": tp, "parallel_plan": tpp.source, "styles": tpp.counts()}
+    text = plan_as_text(plan) + "\n" + summary_text(tpp)
+    if dry_run:
+        return {"status": "dry-run", "plan": plan_as_json(plan), "tp": info}, text + "\n(dry run: nothing written)"
+    options = {"recipe": getattr(plan.recipe, "name", None), "target": plan.recipe.from_target}
+    result = write_tp(tpp, out, overwrite=overwrite, progress=progress, options=options, extra=_report_extra(plan, tp, force))
+    text += f"\nwrote {result.out}: {rank_folder(0)} .. {rank_folder(tp - 1)}, manifest {result.out / MANIFEST}"
+    return {"status": "written", "out": str(result.out), "plan": plan_as_json(plan), "tp": info}, text
+
+
+def _report_extra(plan, tp: int, force: bool) -> dict:
+    """Doctor on the input at this degree (the output is per-rank; `unshard` it to doctor the result), and
+    the original model's verification when one is used, as a non-TP fix records them."""
+    from repair.doctor import diagnose
+    from repair.doctor_text import diagnosis_json
+    from repair.targets.profiles import resolve
+
+    extra: dict = {}
+    if getattr(plan, "original", None) is not None:
+        from repair.original import assess_original
+
+        extra["original"] = {"path": str(plan.original.root), **assess_original(plan, force).as_dict()}
+    target = resolve(plan.recipe.from_target)
+    extra["doctor"] = {"target": target.spec, "tp": tp, "before": diagnosis_json(diagnose(plan.source, target, tp), strict=True)}
+    return extra
