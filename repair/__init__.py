@@ -1,3 +1,27 @@
-"""ckpt-repair: streaming weight surgery for quantized LLM checkpoints."""
+"""ckpt-repair: streaming weight surgery for quantized LLM checkpoints.
+
+Python API: `plan = repair.plan(src, recipe)` (inspectable, nothing written), then
+`repair.run(plan, out)`. Both are imported lazily so `import repair` stays cheap.
+"""
 
 __version__ = "0.1.0"
+
+
+def plan(*args, **kwargs):
+    from repair.api import plan as _plan
+
+    return _plan(*args, **kwargs)
+
+
+def run(*args, **kwargs):
+    from repair.api import run as _run
+
+    return _run(*args, **kwargs)
+
+
+def __getattr__(name):
+    if name in ("Recipe", "load_recipe", "builtin_recipes"):
+        from repair import recipe
+
+        return getattr(recipe, name)
+    raise AttributeError(name)

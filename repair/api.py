@@ -11,7 +11,7 @@ from pathlib import Path
 
 from repair.execute import Result, execute
 from repair.io.checkpoint import Checkpoint, open_checkpoint
-from repair.plan import Plan, make_plan
+from repair.planning import Plan, make_plan
 from repair.recipe import DEFAULT, Recipe, load_recipe
 from repair.targets.profiles import resolve
 

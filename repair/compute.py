@@ -14,7 +14,7 @@ import torch
 from repair.codec import nvfp4
 from repair.io import tensors
 from repair.io.safetensors import ShardHeader, TensorInfo, read_bytes
-from repair.plan import TensorStep
+from repair.planning import TensorStep
 
 Located = dict[str, tuple[ShardHeader, TensorInfo]]
 

@@ -15,7 +15,7 @@ def run_demo(workdir: Path | None, say: Callable[[str], None]) -> Path:
     from repair.execute import execute
     from repair.inspection import inspect_checkpoint
     from repair.io.checkpoint import open_checkpoint
-    from repair.plan import Recipe, make_plan
+    from repair.planning import Recipe, make_plan
     from repair.plan_text import plan_as_text
 
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ckpt-repair-demo-"))

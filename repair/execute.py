@@ -18,7 +18,7 @@ from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.safetensors import OutTensor, ShardWriter, read_header
 from repair.io.staging import MARKER, PARTIAL_TAG, discard, fsync_tree, interrupts_raise, new_partial, publish, remove_stale_partials
-from repair.plan import Plan, ShardStep
+from repair.planning import Plan, ShardStep
 from repair.report import REPORT_NAME, build_report
 
 __all__ = ["PARTIAL_TAG", "Result", "check_output", "execute", "remove_stale_partials"]

@@ -16,7 +16,7 @@ from repair.codec import nvfp4
 from repair.compute import Computer
 from repair.errors import BadInput
 from repair.formats import modelopt_nvfp4 as fmt
-from repair.plan import Plan
+from repair.planning import Plan
 
 CORRUPT_RELATIVE_ERROR = 0.25  # NVFP4's normal relative error on real weights is about 0.1
 

@@ -13,7 +13,7 @@ from repair.errors import BadInput
 from repair.formats import modelopt_nvfp4 as fmt
 from repair.io.checkpoint import Checkpoint
 from repair.modules import StoredModule
-from repair.plan import ModuleChange, TensorRef, TensorStep
+from repair.planning import ModuleChange, TensorRef, TensorStep
 from repair.recipe import Recipe
 
 FUSED_GROUPS = (("mlp.gate_proj", "mlp.up_proj"), ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from repair.plan import Plan
+from repair.planning import Plan
 
 
 def plan_as_json(plan: Plan) -> dict:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from repair import __version__
-from repair.plan import Plan
+from repair.planning import Plan
 
 REPORT_NAME = "repair_report.json"
 

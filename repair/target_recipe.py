@@ -14,7 +14,7 @@ from repair.arch.gemma4_assistant import BF16_HANDSHAKE
 from repair.doctor import runtime_precision
 from repair.formats import modelopt_nvfp4 as fmt
 from repair.io.checkpoint import Checkpoint
-from repair.plan import Recipe
+from repair.planning import Recipe
 from repair.targets.profiles import Target
 
 

@@ -17,7 +17,7 @@ from typing import Iterable
 from repair import arch
 from repair.errors import UsageError
 from repair.modules import split_name
-from repair.plan import Plan, TensorStep
+from repair.planning import Plan, TensorStep
 from repair.targets.profiles import GEMMA4_ASSISTANT_LAYERS, TRANSFORMERS_TP_PLANS, TRANSFORMERS_TP_STYLES
 
 BLOCK = 16  # NVFP4 group: logical elements per fp8 block scale

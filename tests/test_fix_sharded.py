@@ -9,7 +9,7 @@ import torch
 from repair.examples import GEMMA4_31B, TINY, write_assistant
 from repair.execute import execute
 from repair.io.checkpoint import open_checkpoint
-from repair.plan import Recipe, make_plan
+from repair.planning import Recipe, make_plan
 from tests.conftest import load_tensors, raw_bytes, read_json
 
 

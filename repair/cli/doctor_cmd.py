@@ -21,9 +21,9 @@ def doctor(src: Path, target_spec: str | None, tp: int, strict: bool, as_json: b
     """Predict what TARGET does with SRC: exit 0 healthy, 1 problems, 2 bad input."""
     from repair.doctor import diagnose
     from repair.doctor_text import diagnosis_json, diagnosis_text
-    from repair.io.checkpoint import open_checkpoint
+    from repair.hub.source import open_source  # a local folder, or a Hub repo id (headers + scale bytes)
     from repair.targets.profiles import resolve
 
-    result = diagnose(open_checkpoint(src), resolve(target_spec), tp)
+    result = diagnose(open_source(src), resolve(target_spec), tp)
     click.echo(json.dumps(diagnosis_json(result, strict), indent=2) if as_json else diagnosis_text(result, strict))
     sys.exit(result.exit_code(strict))

@@ -36,10 +36,13 @@ def fix(src: Path, out: Path, target_spec: str | None, recipe_path: str | None, 
         recipe = replace(recipe, target=target_spec)
     if requantize:
         recipe = replace(recipe, requantize=recipe.requantize + tuple(m.strip() for m in requantize.split(",") if m.strip()))
-    plan = api.plan(src, recipe, original=original)
+    from repair.hub.source import localize_plan, open_source  # SRC / --original: local folders or Hub repo ids
+
+    plan = api.plan(open_source(src), recipe, original=open_source(original) if original else None)
     if tp is not None:  # per-rank output, written even when the plan changes nothing
         from repair.tp_write import fix_tp
 
+        plan = plan if dry_run else localize_plan(plan)
         say(as_json, *fix_tp(plan, out, tp, dry_run=dry_run, overwrite=overwrite, progress=None if not quiet else False, force=force))
         return
     if plan.is_noop:
@@ -49,6 +52,7 @@ def fix(src: Path, out: Path, target_spec: str | None, recipe_path: str | None, 
     if dry_run:
         say(as_json, {"status": "dry-run", "plan": plan_as_json(plan)}, plan_as_text(plan) + "\n(dry run: nothing written)")
         return
+    plan = localize_plan(plan)  # a Hub SRC / --original is downloaded (huggingface_hub's cache) to write a local OUT
     result = api.run(plan, out, overwrite=overwrite, progress=None if not quiet else False, force=force)
     say(as_json, {"status": "written", "out": str(result.out), "plan": plan_as_json(plan), "report": result.report}, _summary(plan, result))
 

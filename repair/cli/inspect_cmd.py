@@ -16,7 +16,7 @@ from repair.cli.main import cli
 def inspect(src: Path, as_json: bool) -> None:
     """Show what SRC stores, module by module (reads headers only)."""
     from repair.inspection import as_json as to_json, as_text, inspect_checkpoint
-    from repair.io.checkpoint import open_checkpoint
+    from repair.hub.source import open_source  # a local folder, or a Hub repo id (headers only)
 
-    result = inspect_checkpoint(open_checkpoint(src))
+    result = inspect_checkpoint(open_source(src, scales=False))
     click.echo(json.dumps(to_json(result), indent=2) if as_json else as_text(result))

@@ -265,3 +265,13 @@ class relabeled:
         if isinstance(exc, RepairError) and self.folder in str(exc):
             exc.args = (str(exc).replace(self.folder, self.label),)
         return False
+
+
+def localize_plan(plan):
+    """The plan again on full local copies when its source or original is a Hub repo (else unchanged)."""
+    src, orig = localize(plan.source), localize(plan.original)
+    if src is plan.source and orig is plan.original:
+        return plan
+    from repair.planning import make_plan
+
+    return make_plan(src, plan.recipe, orig)

@@ -17,41 +17,34 @@ safetensors). Folders:
 
 Every probe configuration (behaviour x TP rank) runs once per module, over several folders in one
 process (each vLLM import costs 5-20 s), lazily: selecting a single test runs only the probes it needs.
+The probe runner, the batching and the expected-tensor helpers live in tests/vllm/probe.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-VLLM_VENV = Path(os.environ.get("VLLM_VENV", REPO / ".venv-vllm"))
-VLLM_PY = VLLM_VENV / "bin" / "python"
-PROBE = REPO / "tools" / "vllm_probe.py"
-LEGACY_FILE = VLLM_VENV / "legacy" / "gemma4_mtp_0_24.py"
+from .probe import (
+    ProbeRuns,
+    assert_params_match,
+    expected_buffers,
+    expected_params,
+    needs_legacy,
+    read_all,
+    requires_vllm,
+    sha,
+)
 
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(not VLLM_PY.exists(),
-                       reason=f"{VLLM_PY} does not exist (create it with tools/vllm_env.sh)"),
-]
+pytestmark = [pytest.mark.vllm, requires_vllm]
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
-from safetensors import safe_open  # noqa: E402
-
-needs_legacy = pytest.mark.skipif(not LEGACY_FILE.exists(),
-                                  reason=f"{LEGACY_FILE} missing (tools/vllm_env.sh extracts it)")
-
-PROBE_TIMEOUT_S = 1800
 
 # --------------------------------------------------------------------------------------------------------
 # NVFP4 packing (modelopt checkpoint layout), by hand
@@ -124,15 +117,6 @@ def build_tiny_bf16(path: Path) -> None:
                 b.fill_(0.5)
     model.save_pretrained(path)
     del model
-
-
-def read_all(path: Path) -> dict:
-    out = {}
-    for f in sorted(path.glob("*.safetensors")):
-        with safe_open(str(f), "pt") as sf:
-            for k in sf.keys():
-                out[k] = sf.get_tensor(k)
-    return out
 
 
 def write_variant(src: Path, dst: Path, tensors: dict, quantization_config: dict | None) -> None:
@@ -290,104 +274,11 @@ RUNS = {
 }
 
 
-def run_probe(dirs: list[Path], behaviour: str, tp_size: int, tp_rank: int, hash_: bool = True) -> list[dict]:
-    cmd = [str(VLLM_PY), str(PROBE), "--behaviour", behaviour, "--tp-size", str(tp_size),
-           "--tp-rank", str(tp_rank), "--draft", *map(str, dirs)]
-    if hash_:
-        cmd.append("--hash")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env, cwd="/")
-    assert proc.returncode == 0, f"probe exited {proc.returncode}\nstderr tail:\n{proc.stderr[-4000:]}"
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
-    assert len(lines) == len(dirs), f"expected {len(dirs)} JSON lines, got:\n{proc.stdout}\n{proc.stderr[-4000:]}"
-    for line, d in zip(lines, dirs):
-        assert line["draft"] == str(d)
-        assert isinstance(line["ok"], bool)
-    return lines
-
-
 @pytest.fixture(scope="module")
 def probe(folders):
-    cache: dict = {}
-
-    def get(name: str, behaviour: str, tp_size: int = 1, tp_rank: int = 0) -> dict:
-        key = (behaviour, tp_size, tp_rank)
-        if behaviour == "legacy" and not LEGACY_FILE.exists():
-            pytest.skip(f"{LEGACY_FILE} missing")
-        if key not in cache:
-            names = RUNS[key]
-            lines = run_probe([folders[n] for n in names], behaviour, tp_size, tp_rank)
-            cache[key] = dict(zip(names, lines))
-        return cache[key][name]
-
-    return get
-
-
-# --------------------------------------------------------------------------------------------------------
-# expected per-rank tensors (vLLM names) from a BF16 checkpoint folder
-# --------------------------------------------------------------------------------------------------------
-COLUMN = (".self_attn.q_proj.weight", ".mlp.gate_up_proj.weight", "pre_projection.weight", "embed_tokens.weight")
-ROW = (".self_attn.o_proj.weight", ".mlp.down_proj.weight", "post_projection.weight")
-
-
-def sha(t: "torch.Tensor") -> str:
-    return hashlib.sha256(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
-
-
-def expected_params(folder: Path, tp_size: int = 1, tp_rank: int = 0) -> dict:
-    """vLLM parameter name -> per-rank tensor, for an unquantized assistant."""
-    t = read_all(folder)
-    mapped = {}
-    for k, v in t.items():
-        if k.endswith("layer_scalar"):
-            continue  # a buffer in vLLM, not a parameter
-        if k.startswith(("pre_projection.", "post_projection.")):
-            k = "model." + k
-        mapped[k] = v
-
-    def shard(v, dim):
-        n = v.shape[dim] // tp_size
-        return v.narrow(dim, tp_rank * n, n)
-
-    out = {}
-    for k, v in mapped.items():
-        if ".mlp.gate_proj." in k:
-            up = mapped[k.replace(".gate_proj.", ".up_proj.")]
-            out[k.replace(".gate_proj.", ".gate_up_proj.")] = torch.cat([shard(v, 0), shard(up, 0)], 0)
-        elif ".mlp.up_proj." in k:
-            continue
-        elif k.endswith(COLUMN):
-            out[k] = shard(v, 0)
-        elif k.endswith(ROW):
-            out[k] = shard(v, 1)
-        else:
-            out[k] = v
-    return out
-
-
-def expected_buffers(folder: Path) -> dict:
-    return {k: v for k, v in read_all(folder).items() if k.endswith("layer_scalar")}
-
-
-def assert_tensors_match(got: dict, expected: dict, check_hash: bool, exact_names: bool = True) -> None:
-    if exact_names:
-        assert set(got) == set(expected)
-    else:
-        assert set(expected) <= set(got)
-    for name, t in expected.items():
-        assert got[name]["shape"] == list(t.shape), name
-        assert got[name]["dtype"] == str(t.dtype).replace("torch.", ""), name
-        if check_hash:
-            assert got[name]["sha256"] == sha(t), f"{name}: loaded bytes differ from the checkpoint's"
-
-
-def assert_params_match(result: dict, expected: dict, check_hash: bool = True,
-                        buffers: dict | None = None) -> None:
-    assert result["ok"], result
-    assert_tensors_match(result["params"], expected, check_hash)
-    if buffers is not None:
-        # vLLM's own buffers (rotary caches are non-persistent, but attn._k_scale & co. are) ride along
-        assert_tensors_match(result["buffers"], buffers, check_hash, exact_names=False)
+    runs = ProbeRuns(folders, RUNS)
+    yield runs
+    runs.close()
 
 
 # --------------------------------------------------------------------------------------------------------
