@@ -11,24 +11,23 @@ of one tensor; only tensors computed from whole inputs (requantize) are held who
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
 
 from tqdm import tqdm
 
-from repair.errors import BadInput, OutputError
+from repair.errors import OutputError
 from repair.execute import check_output
-from repair.io.dtypes import ITEMSIZE, nbytes
+from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.safetensors import OutTensor, ShardWriter, TensorInfo, encode_header, read_header
-from repair.io.staging import MARKER, discard, fsync_tree, interrupts_raise, new_partial, publish, remove_stale_partials
+from repair.io.staging import MARKER
 from repair.report import REPORT_NAME, build_report
 from repair.tp import BLOCK, VOCAB_PADDING, TpPlan, TpTensor, summary_text
+from repair.tp_io import build_atomically, contiguous, read_slice, sub_range, write_json
 
 MANIFEST = "tp_manifest.json"
 RANK_FILE = "model.safetensors"
@@ -36,76 +35,10 @@ FORMAT = "ckpt-repair-tp"
 VOCAB_NOTE = (f"vLLM pads the vocabulary to a multiple of {VOCAB_PADDING} and gives each rank padded/tp rows; only real rows "
               "are stored, so rank r holds rows [r*padded/tp, min((r+1)*padded/tp, vocab)) and the last rank(s) may be short "
               "(vLLM zero-fills its padding rows at load)")
-T = TypeVar("T")
 
 
 def rank_folder(rank: int) -> str:
     return f"rank-{rank}"
-
-
-def write_json(path: Path, content: dict) -> str:
-    """The same bytes execute writes for a small JSON file (2-space indent, trailing newline); returns sha256."""
-    path.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return sha256_file(path)
-
-
-def build_atomically(src: Path, out: Path, overwrite: bool, build: Callable[[Path], T]) -> T:
-    """Run `build(tmp)` in a temp folder beside OUT and publish it by one rename (as execute does)."""
-    check_output(src, out, overwrite)
-    tmp = None
-    try:
-        with interrupts_raise() as state:
-            remove_stale_partials(out)
-            tmp = new_partial(out)
-            value = build(tmp)
-            fsync_tree(tmp)
-            publish(tmp, out, state)
-    except OSError as exc:
-        discard(tmp)
-        if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-            raise OutputError(f"{out}: disk full while writing; nothing was written, free space on {out.parent} or choose another -o") from None
-        raise OutputError(f"{exc.filename or out}: {exc.strerror or exc}; nothing was written, check the disk and permissions") from None
-    except EOFError:
-        discard(tmp)
-        raise BadInput(f"{src}: a file got shorter while it was read; make sure nothing writes to it, then re-run") from None
-    except BaseException:
-        discard(tmp)
-        raise
-    (out / MARKER).unlink(missing_ok=True)
-    return value
-
-
-def pread_exact(fd: int, offset: int, view: memoryview, where: str) -> None:
-    done = 0
-    while done < view.nbytes:
-        got = os.preadv(fd, [view[done:]], offset + done)
-        if got == 0:
-            raise BadInput(f"{where}: file ended while reading; it is truncated, re-download it")
-        done += got
-
-
-def read_slice(path: Path, info: TensorInfo, dim: int, start: int, end: int) -> bytearray:
-    """Elements [start, end) of `dim`: one read when the slice is contiguous, else one read per outer row."""
-    shape = info.shape
-    outer = _prod(shape[:dim])
-    inner = _prod(shape[dim + 1:]) * ITEMSIZE[info.dtype]
-    width, row = (end - start) * inner, shape[dim] * inner
-    out = bytearray(outer * width)
-    view = memoryview(out)
-    with open(path, "rb") as fh:
-        if outer == 1 or width == row:
-            pread_exact(fh.fileno(), info.start + start * inner, view, f"{path}: {info.name}")
-        else:
-            for o in range(outer):
-                pread_exact(fh.fileno(), info.start + o * row + start * inner, view[o * width:(o + 1) * width], f"{path}: {info.name}")
-    return out
-
-
-def _prod(dims) -> int:
-    count = 1
-    for d in dims:
-        count *= d
-    return count
 
 
 @dataclass(frozen=True)
@@ -190,7 +123,7 @@ def _small_files(plan, folder: Path) -> dict[str, str]:
 
 
 class _Slicer:
-    """Produces each rank's bytes of one planned tensor; torch is imported only for computed tensors."""
+    """Produces each rank's bytes of one planned tensor; copies need no torch, computed ops import it."""
 
     def __init__(self, located: dict):
         self.located = located
@@ -207,9 +140,9 @@ class _Slicer:
         whole = None if step.op in ("copy", "dequantize", "cast") else self._compute(step)
         for rank, w in enumerate(writers):
             rng = _range(t, rank, tp)
-            if step.op == "copy" and _contiguous(t, rng):
+            if step.op == "copy" and rng is not None and contiguous(t.step.out.shape, t.spec.dim):
                 shard, info = self.located[source][step.inputs[0]]
-                w.copy(name, shard.path, _sub_range(info, t.spec.dim, rng))  # streamed: no buffer at all
+                w.copy(name, shard.path, sub_range(info, t.spec.dim, *rng.stored))  # streamed: no buffer at all
             else:
                 w.write(name, self._rank_bytes(t, rng, source, whole))
 
@@ -254,18 +187,6 @@ class _Slicer:
         if self._computer is None:
             self._computer = Computer(self.located["checkpoint"], self.located["original"])
         return self._computer.tensor(step)
-
-
-def _contiguous(t: TpTensor, rng) -> bool:
-    """A slice along the first non-trivial dim is one byte range of the stored tensor."""
-    return rng is not None and all(d == 1 for d in t.step.out.shape[: t.spec.dim])
-
-
-def _sub_range(info: TensorInfo, dim: int, rng) -> TensorInfo:
-    inner = _prod(info.shape[dim + 1:]) * ITEMSIZE[info.dtype]
-    start = info.start + rng.stored[0] * inner
-    shape = info.shape[:dim] + (rng.stored[1] - rng.stored[0],) + info.shape[dim + 1:]
-    return TensorInfo(info.name, info.dtype, shape, start, start + nbytes(info.dtype, shape), info.path)
 
 
 def _read_all(path: Path, info: TensorInfo) -> bytearray:

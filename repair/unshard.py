@@ -24,7 +24,8 @@ from repair.io.hashing import copy_file_hashed, copy_hashed, sha256_file, write_
 from repair.io.safetensors import OutTensor, TensorInfo, encode_header, read_header
 from repair.io.staging import MARKER
 from repair.report import REPORT_NAME
-from repair.tp_write import FORMAT, MANIFEST, RANK_FILE, build_atomically, pread_exact, write_json
+from repair.tp_io import build_atomically, pread_exact, write_json
+from repair.tp_write import FORMAT, MANIFEST, RANK_FILE
 
 CHUNK = 8 << 20  # bytes of interleaved rows assembled at a time
 

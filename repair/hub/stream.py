@@ -1,0 +1,172 @@
+"""The changed shards, one at a time: download the shard(s) a rewrite reads, write the rewritten shard,
+keep a sparse copy of its header and scales (for doctor after), delete what is no longer needed,
+pre-upload the result to every destination and delete it too. Disk use peaks at one rewrite's
+inputs plus its output, whatever the model's size.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from repair.errors import BadInput
+from repair.execute import write_json, write_rewritten_shard
+from repair.hub import client, publish
+from repair.hub.errors import hub_call
+from repair.hub.source import SCALE_LEAVES, RemoteSource, fetch_shard
+from repair.hub.spec import local_path
+from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint, open_checkpoint
+from repair.io.hashing import sha256_file
+from repair.io.safetensors import read_header
+from repair.modules import split_name
+from repair.planning import Plan, ShardStep
+
+
+@dataclass
+class Streamed:
+    """What the rewrite loop produced: per destination the commit operations, and file hashes."""
+
+    ops: dict[str, list] = field(default_factory=dict)  # destination kind ("fork" | "pr") -> operations
+    hashes: dict[str, dict] = field(default_factory=dict)  # as execute() records them
+    downloaded: list[str] = field(default_factory=list)
+    peak_bytes: int = 0
+
+
+def rewrite_and_upload(plan: Plan, source: RemoteSource, work: Path, dests: list[tuple[str, str]], say: Callable[[str], None]) -> Streamed:
+    """Every "rewrite" step of the plan, streamed (see the module docstring)."""
+    from huggingface_hub import CommitOperationAdd
+
+    steps = [s for s in plan.shards if s.op == "rewrite"]
+    located = plan.source.locate()
+    needs = {s.name: _reads(s, located) for s in steps}
+    left = Counter(n for names in needs.values() for n in names)
+    out, staging = _folder(work / "out"), _folder(work / "dl")
+    result = Streamed(ops={kind: [] for kind, _ in dests})
+    for step in steps:
+        for name in sorted(needs[step.name] - source.complete):
+            say(f"download {name} ({source.repo.files[name].size:,} bytes)")
+            fetch_shard(source, name, staging)
+            result.downloaded.append(name)
+        result.hashes[step.name] = {"source": _source_digest(source, step.name), "output": write_rewritten_shard(plan, step, out / step.name)}
+        result.peak_bytes = max(result.peak_bytes, _bytes_in(work))
+        sparse_copy(out / step.name, _folder(work / "after") / step.name)
+        for name in needs[step.name]:
+            left[name] -= 1
+            if not left[name]:
+                (source.folder / name).unlink(missing_ok=True)
+        _upload(CommitOperationAdd, step.name, out / step.name, dests, result, say)
+    return result
+
+
+def _upload(op_class, name: str, path: Path, dests, result: Streamed, say) -> None:
+    lfs = True
+    for kind, repo in dests:
+        op = op_class(name, str(path))
+        say(f"upload {name} -> {repo}" + (" (pull request)" if kind == "pr" else ""))
+        lfs = publish.preupload(repo, op, pr=kind == "pr") and lfs
+        result.ops[kind].append(op)
+    if lfs:  # the commit names LFS files by sha256 only: the local copy can go now
+        path.unlink(missing_ok=True)
+
+
+def upload_unchanged(source: RemoteSource, names: list[str], work: Path, fork: str, result: Streamed, say) -> list:
+    """Files the fork lacks and cannot copy server-side (a repo the server did not duplicate, or a
+    pinned commit outside its history): downloaded and uploaded one at a time."""
+    from huggingface_hub import CommitOperationAdd
+
+    ops = []
+    staging = _folder(work / "dl")
+    for name in names:
+        repo = source.repo
+        with hub_call(f"{repo.label}/{name}", missing="listed at the pinned commit but not downloadable; re-run"):
+            path = client.download(repo.repo, repo.sha, name, local_dir=staging)
+        result.downloaded.append(name)
+        if not repo.files[name].is_lfs:
+            ops.append(CommitOperationAdd(name, path.read_bytes()))
+            path.unlink()
+            continue
+        sink = Streamed(ops={"fork": []})
+        _upload(CommitOperationAdd, name, path, [("fork", fork)], sink, say)
+        ops += sink.ops["fork"]
+    return ops
+
+
+def _reads(step: ShardStep, located: dict) -> set[str]:
+    """The source shards a rewrite step reads (a dequantized weight's scales may sit in another shard)."""
+    names = set()
+    for t in step.tensors:
+        if getattr(t, "source", "checkpoint") == "checkpoint":
+            names.update(located[i][0].path.name for i in t.inputs if i in located)
+    return names | {step.name}
+
+
+def _source_digest(source: RemoteSource, name: str) -> str:
+    remote = source.repo.files[name]
+    return remote.sha256 if remote.sha256 else sha256_file(source.folder / name)
+
+
+def sparse_copy(full: Path, dst: Path) -> None:
+    """A stand-in for a written shard: its real size, header and scale tensors; holes elsewhere."""
+    header = read_header(full)
+    with open(full, "rb") as fin, open(dst, "wb") as fout:
+        fout.write(fin.read(header.data_start))
+        for t in header.tensors:
+            if split_name(t.name)[1] in SCALE_LEAVES and t.nbytes:
+                os.pwrite(fout.fileno(), os.pread(fin.fileno(), t.nbytes, t.start), t.start)
+        fout.truncate(header.size)
+
+
+def after_checkpoint(plan: Plan, source: RemoteSource, work: Path, label: str) -> Checkpoint:
+    """The repaired checkpoint as doctor needs it: rewritten shards' stand-ins (written by the loop),
+    unchanged shards' stand-ins linked from the source mirror, and the new small files."""
+    from repair.hub.source import relabeled
+
+    after = _folder(work / "after")
+    for step in plan.shards:
+        if step.op == "copy_file" and not (after / step.name).exists():
+            os.link(source.folder / step.name, after / step.name)
+    for name in (CONFIG, HF_QUANT_CONFIG, plan.source.index_name):
+        if not name or name in plan.removed_files:
+            continue
+        if name in plan.json_files:
+            write_json(after / name, plan.json_files[name])
+        elif (source.folder / name).exists():
+            shutil.copyfile(source.folder / name, after / name)
+    with relabeled(after, label):
+        return open_checkpoint(after)
+
+
+def link_unchanged(plan: Plan, source: RemoteSource, work: Path) -> None:
+    """Before any download replaces a mirror file: keep the unchanged shards' stand-ins for doctor after."""
+    after = _folder(work / "after")
+    for step in plan.shards:
+        if step.op == "copy_file":
+            os.link(source.folder / step.name, after / step.name)
+
+
+def small_file(source: RemoteSource, name: str, work: Path) -> Path:
+    """A small file of the source at the pinned commit (already in the mirror, or downloaded now)."""
+    mirrored = source.folder / name
+    if name in (CONFIG, HF_QUANT_CONFIG) or name.endswith(".index.json"):
+        if mirrored.is_file():
+            return mirrored
+    repo = source.repo
+    if repo.files[name].size > 64 << 20:
+        raise BadInput(f"{repo.label}/{name}: {repo.files[name].size:,} bytes is too large for a non-LFS file; the repo is broken")
+    local_path(work / "small", name, repo.label)
+    with hub_call(f"{repo.label}/{name}", missing="listed at the pinned commit but not downloadable; re-run"):
+        return client.download(repo.repo, repo.sha, name, local_dir=work / "small")
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _bytes_in(folder: Path) -> int:
+    """Disk blocks in use below `folder` (sparse stand-ins count only what they hold)."""
+    return sum(p.stat().st_blocks * 512 for p in folder.rglob("*") if p.is_file() and not p.is_symlink())

@@ -1,0 +1,273 @@
+"""`ckpt-repair hub fix`: repair a Hub model without downloading all of it.
+
+resolve SRC@REV to a sha -> plan from remote headers (+ scale ranges) -> check the destinations
+(an open PR with this fix? a fork that already has it?) -> fork DST server-side -> per changed
+shard: download, rewrite, pre-upload, delete -> small files, report, card -> ONE commit on the
+fork (parent = its head) and/or a pull request on SRC (parent = the pinned sha).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from repair.errors import UsageError
+from repair.hub import card, client, publish, stream
+from repair.hub.source import RemoteSource, fetch_tensors, localize, open_remote, open_source, remote_of, resolve
+from repair.hub.spec import hub_spec, repo_id
+from repair.planning import Plan
+from repair.recipe import Recipe
+from repair.report import REPORT_NAME, build_report
+
+README = "README.md"
+
+
+@dataclass(frozen=True)
+class HubFix:
+    src: str
+    dst: str | None = None
+    pr: bool = False
+    private: bool = False
+    dry_run: bool = False
+    recipe: Recipe = Recipe()
+    original: str | None = None
+    force: bool = False
+    workdir: Path | None = None
+    quiet: bool = False
+
+
+def hub_fix(o: HubFix, say: Callable[[str], None] = lambda line: None) -> dict:
+    """Run the whole flow; returns a JSON-ready summary. Raises the tool's errors (one line each)."""
+    spec = hub_spec(o.src)
+    if spec is None:
+        raise UsageError(f"{o.src}: a local folder; `hub fix` repairs Hub repos (owner/name[@rev]), use `ckpt-repair fix` here")
+    dst = repo_id(o.dst, "--to") if o.dst else None
+    if not dst and not o.pr:
+        raise UsageError("hub fix: give --to DST (a fork to create or update) and/or --pr (a pull request on SRC)")
+    if dst == spec.repo:
+        raise UsageError(f"--to {dst}: that is SRC itself; use --pr to propose the fix to it")
+    client.quiet_progress(o.quiet)
+    work = Path(tempfile.mkdtemp(prefix="ckpt-repair-hub-", dir=o.workdir))
+    try:
+        return _run(o, spec, dst, work, say)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(o: HubFix, spec, dst: str | None, work: Path, say) -> dict:
+    from repair import api
+
+    repo = resolve(spec)
+    say(f"source: {spec} -> commit {repo.sha}")
+    ckpt = open_remote(repo, work / "src", scales=True)
+    source = remote_of(ckpt)
+    original = open_source(o.original, work=work / "orig") if o.original else None
+    plan = api.plan(ckpt, o.recipe, original=original)
+    summary = {"source": {"repo": repo.repo, "revision": spec.revision, "sha": repo.sha}, "plan": _plan_json(plan)}
+    if plan.is_noop:
+        say(f"{repo.label}: nothing to repair; it is already fixed. Nothing uploaded.")
+        return {"status": "noop", **summary}
+    options = {"recipe": plan.recipe.name, "target": plan.recipe.from_target}
+    fid = card.fix_id(repo.label, plan.recipe.as_dict(), _label(original))
+    title = f"ckpt-repair: {_summary(plan)} ({fid})"
+    summary.update(fix_id=fid, title=title, changed=[s.name for s in plan.shards if s.op == "rewrite"])
+    existing_pr = publish.find_open_pr(repo.repo, title) if o.pr else None
+    fork = publish.look(dst, repo, work) if dst else None
+    fork_done = fork is not None and publish.already_fixed(fork, repo.label, plan.recipe.as_dict(), options, plan.removed_files)
+    _say_state(say, plan, repo, dst, fork, fork_done, o.pr, existing_pr, title)
+    summary.update(pr={"url": existing_pr, "existing": True} if existing_pr else None,
+                   fork={"repo": dst, "head": fork.head, "already_fixed": True} if fork_done else None)
+    want_fork, want_pr = bool(dst) and not fork_done, o.pr and not existing_pr
+    if o.dry_run or not (want_fork or want_pr):
+        return {"status": "dry-run" if o.dry_run else "up-to-date", **summary}
+    return _publish(o, plan, source, fork if want_fork else None, want_pr, options, fid, title, work, say, summary)
+
+
+def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, fid, title, work, say, summary) -> dict:
+    from repair.doctor import diagnose
+    from repair.targets.profiles import resolve as resolve_target
+
+    repo = source.repo
+    target = resolve_target(plan.recipe.from_target)
+    before = diagnose(plan.source, target)
+    plan, extra = _with_original(plan, source, o.force)
+    if fork is not None:
+        fork = publish.create(fork, repo, work, private=o.private, say=say)
+        say(f"fork: {fork.repo} ({fork.created or 'exists'}; head {fork.head})")
+    dests = ([("fork", fork.repo)] if fork else []) + ([("pr", repo.repo)] if want_pr else [])
+    stream.link_unchanged(plan, source, work)
+    streamed = stream.rewrite_and_upload(plan, source, work, dests, say)
+    hashes = _hashes(plan, source, work, streamed)
+    after = diagnose(stream.after_checkpoint(plan, source, work, f"{repo.label} (repaired)"), target)
+    doctor = _doctor(target, before, after)
+    facts = _facts(plan, repo, fid, target, before, after, summary)
+    text = card.section(facts)
+    json_ops = lambda: _json_ops(plan, work)  # noqa: E731 - fresh operation objects per commit
+    result = {**summary, "status": "done", "downloaded": streamed.downloaded, "peak_work_bytes": streamed.peak_bytes,
+              "doctor_after": doctor["after"]}
+    if fork is not None:
+        readme = _fork_readme(source, work, fork.repo, text, plan)
+        fork_hashes = {**hashes, README: {"source": hashes.get(README, {}).get("source"), "output": _sha(readme)}}
+        report = _report(plan, fork_hashes, options, extra, doctor)
+        ops = streamed.ops["fork"] + json_ops() + [_add(REPORT_NAME, report), _add(README, readme)]
+        written = {op.path_in_repo for op in ops}
+        copies, deletes, uploads = publish.reconcile(fork, repo, written, set(plan.removed_files))
+        ops += copies + deletes + stream.upload_unchanged(source, uploads, work, fork.repo, streamed, say)
+        info = publish.commit(fork.repo, ops, title=title, description=card.pr_description(text), parent=fork.head, pr=False)
+        say(f"committed {len(ops)} change(s) to {fork.repo} in one commit: {info.commit_url}")
+        result["fork"] = {"repo": fork.repo, "created": fork.created, "parent": fork.head, "commit": info.oid,
+                          "url": info.commit_url, "copied_server_side": len(copies), "uploaded_unchanged": uploads}
+    if want_pr:
+        ops = streamed.ops["pr"] + json_ops() + [_add(REPORT_NAME, _report(plan, hashes, options, extra, doctor))]
+        ops += [_delete(n) for n in plan.removed_files]
+        info = publish.commit(repo.repo, ops, title=title, description=card.pr_description(text), parent=repo.sha, pr=True)
+        say(f"pull request: {info.pr_url}")
+        result["pr"] = {"url": info.pr_url, "existing": False, "parent": repo.sha, "commit": info.oid}
+    return result
+
+
+def _with_original(plan: Plan, source: RemoteSource, force: bool) -> tuple[Plan, dict]:
+    """With --original: a full local copy of a Hub original, the source's packed tensors fetched by range,
+    and the same verification `fix` runs."""
+    if plan.original is None:
+        return plan, {}
+    from repair.formats import modelopt_nvfp4 as fmt
+    from repair.original import assess_original
+    from repair.planning import make_plan
+
+    plan = make_plan(plan.source, plan.recipe, localize(plan.original))
+    packed = {n for m in fmt.group_modules(plan.source.infos()) if m.is_quantized for n in m.tensors}
+    fetch_tensors(source, plan.source, lambda t: t.name in packed)
+    return plan, {"original": {"path": str(plan.original.root), **assess_original(plan, force).as_dict()}}
+
+
+def _hashes(plan: Plan, source: RemoteSource, work: Path, streamed: stream.Streamed) -> dict:
+    """{file: {source, output}} for every output file, as execute() records them."""
+    from repair.io.hashing import sha256_file
+
+    hashes = dict(streamed.hashes)
+    for step in plan.shards:
+        if step.op == "copy_file":
+            digest = _digest(source, step.name, work)
+            hashes[step.name] = {"source": digest, "output": digest}
+    for name in plan.copied_files:
+        digest = _digest(source, name, work)
+        hashes[name] = {"source": digest, "output": digest}
+    for name, content in plan.json_files.items():
+        old = source.folder / name
+        hashes[name] = {"source": sha256_file(old) if old.is_file() else None, "output": _json_digest(work, name, content)}
+    return hashes
+
+
+def _digest(source: RemoteSource, name: str, work: Path) -> str:
+    from repair.io.hashing import sha256_file
+
+    remote = source.repo.files[name]
+    return remote.sha256 if remote.is_lfs else sha256_file(stream.small_file(source, name, work))
+
+
+def _json_digest(work: Path, name: str, content: dict) -> str:
+    from repair.execute import write_json
+
+    path = work / "out" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_json(path, content)
+
+
+def _json_ops(plan: Plan, work: Path) -> list:
+    return [_add(name, (work / "out" / name).read_bytes()) for name in plan.json_files]
+
+
+def _report(plan: Plan, hashes: dict, options: dict, extra: dict, doctor: dict) -> bytes:
+    """repair_report.json exactly as `fix` writes it (build_report + the annotate sections)."""
+    report = build_report(plan, hashes, options)
+    report.update({**extra, "doctor": doctor})
+    return (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _doctor(target, before, after) -> dict:
+    from repair.doctor_text import diagnosis_json
+
+    return {"target": target.spec, "before": diagnosis_json(before, strict=True), "after": diagnosis_json(after, strict=True)}
+
+
+def _facts(plan: Plan, repo, fid: str, target, before, after, summary) -> card.RepairFacts:
+    from repair.doctor_text import diagnosis_text
+    from repair.plan_text import plan_as_text
+
+    return card.RepairFacts(
+        source_repo=repo.repo, source_sha=repo.sha, asked=summary["source"]["revision"], endpoint=client.endpoint(),
+        recipe=plan.recipe.as_dict(), fix_id=fid, target=target.spec, before=diagnosis_text(before, strict=True),
+        after=diagnosis_text(after, strict=True), changes="\n".join(plan_as_text(plan).splitlines()[1:]),
+        rewritten=tuple([s.name for s in plan.shards if s.op == "rewrite"] + list(plan.json_files)),
+        removed=tuple(plan.removed_files), original=_label(plan.original))
+
+
+def _fork_readme(source: RemoteSource, work: Path, dst: str, text: str, plan: Plan) -> bytes:
+    old = stream.small_file(source, README, work).read_text(encoding="utf-8", errors="replace") if README in source.repo.files else None
+    quantized = not plan.recipe.drop_quantization
+    return card.fork_card(old, source_repo=source.repo.repo, title=dst, text=text, quantized=quantized).encode("utf-8")
+
+
+def _summary(plan: Plan) -> str:
+    """A short, deterministic description of the fix for titles: actions and the modules they touch."""
+    by_action: dict[str, list[str]] = {}
+    for c in plan.changes:
+        by_action.setdefault(c.action, []).append(c.module)
+    parts = [f"{a} {', '.join(m[:3])}{f' (+{len(m) - 3} more)' if len(m) > 3 else ''}" for a, m in by_action.items()]
+    if plan.recipe.drop_quantization:
+        parts.append("drop the quantization config")
+    if plan.exclusions_added and not parts:
+        parts.append(f"exclude {', '.join(plan.exclusions_added[:3])}")
+    return "; ".join(parts) or "fix the config files"
+
+
+def _say_state(say, plan, repo, dst, fork, fork_done, pr, existing_pr, title) -> None:
+    from repair.plan_text import plan_as_text
+
+    say(plan_as_text(plan))
+    changed = [s.name for s in plan.shards if s.op == "rewrite"]
+    say(f"changed shards (the only shards downloaded): {', '.join(changed) or 'none'}; "
+        f"{sum(1 for s in plan.shards if s.op == 'copy_file')} unchanged shard(s) stay on the Hub")
+    if dst:
+        state = "already has this fix; nothing to do" if fork_done else (
+            f"exists (head {fork.head}); the fix is committed on top" if fork.exists else f"will be a server-side duplicate of {repo.repo}")
+        say(f"fork {dst}: {state}")
+    if pr:
+        say(f"pull request on {repo.repo}: " + (f"an open PR with this fix already exists: {existing_pr}; not opening another"
+                                                 if existing_pr else f"'{title}' (based on {repo.sha})"))
+
+
+def _plan_json(plan: Plan) -> dict:
+    from repair.plan_text import plan_as_json
+
+    return plan_as_json(plan)
+
+
+def _label(ckpt) -> str | None:
+    if ckpt is None:
+        return None
+    remote = remote_of(ckpt)
+    return remote.repo.label if remote else str(ckpt.root)
+
+
+def _add(name: str, data: bytes):
+    from huggingface_hub import CommitOperationAdd
+
+    return CommitOperationAdd(name, data)
+
+
+def _delete(name: str):
+    from huggingface_hub import CommitOperationDelete
+
+    return CommitOperationDelete(name)
+
+
+def _sha(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()

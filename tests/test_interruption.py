@@ -1,0 +1,198 @@
+"""`fix` killed at any point leaves no OUT that looks complete, and a re-run gives the same bytes.
+
+The kills are real SIGKILLs of a `python -m repair fix` subprocess. To hit exact points without
+any hook in the tool, the child patches one function of its own copy of the code to SIGKILL
+itself when reached (see CHILD); one test also kills from outside at an unplanned moment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from repair.cli import main
+from repair.examples import AssistantDims, write_assistant
+from repair.io.staging import MARKER
+from tests.test_reliability_corpus import tree
+
+# ~22 MB over three shards: big enough that the kill lands mid-write, small enough to be quick.
+DIMS = AssistantDims(hidden=512, backbone=1024, intermediate=2048, layers=2, heads=4, head_dim=128, global_head_dim=256, vocab=16384)
+SHARDS = [["pre_projection"], ["post_projection"]]  # shard 1 is copied whole, shards 2 and 3 rewritten
+
+CHILD = r"""
+import os, signal, sys
+import repair.execute as ex, repair.io.staging as st
+point, args = sys.argv[1], sys.argv[2:]
+
+def die(*_a, **_k):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def then_die(fn):
+    def wrapped(*a, **k):
+        result = fn(*a, **k)
+        die()
+    return wrapped
+
+if point == "temp_created":        # the temp folder holds only its marker
+    ex._build = die
+elif point == "mid_first_shard":   # first shard half copied
+    real_write = os.write
+    def write(fd, data):
+        done = real_write(fd, data)
+        if done >= 4 << 20:
+            die()
+        return done
+    os.write = write
+elif point == "after_first_shard":  # first shard complete, nothing else
+    ex.copy_file_hashed = then_die(ex.copy_file_hashed)
+elif point == "mid_rewrite":        # second shard: header and copied tensors written, not the computed one
+    import repair.io.safetensors as sf
+    sf.ShardWriter.write = die
+elif point == "before_publish":     # everything written, checked and flushed; not yet renamed
+    ex.publish = die
+elif point == "deleting_old_out":   # --overwrite: new OUT swapped in, old one being deleted
+    st.shutil.rmtree = die
+from repair.cli import main
+main(args)
+"""
+
+PARTIAL = re.compile(r"\.out\.partial-(\d+)-\w+")
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> Path:
+    return write_assistant(tmp_path_factory.mktemp("interrupt") / "src", DIMS, shards=SHARDS)
+
+
+@pytest.fixture(scope="module")
+def reference(src, tmp_path_factory) -> dict[str, str]:
+    """The uninterrupted output's file hashes."""
+    out = tmp_path_factory.mktemp("reference") / "out"
+    assert fix(src, out) == 0
+    return tree(out)
+
+
+def fix(src: Path, out: Path, *extra: str) -> int:
+    try:
+        main(["fix", str(src), "-o", str(out), "--quiet", *extra])
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def killed_child(point: str, src: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    args = ["fix", str(src), "-o", str(out), "--quiet", *extra]
+    return subprocess.run([sys.executable, "-c", CHILD, point, *args], capture_output=True, text=True, timeout=120)
+
+
+def partials(out: Path) -> list[Path]:
+    return sorted(p for p in out.parent.iterdir() if p.name.startswith(".out."))
+
+
+def wait_until_writing(child: subprocess.Popen, out: Path) -> None:
+    """Until the child's temp folder (with its marker) exists, or the child is done."""
+    deadline = time.monotonic() + 60
+    while child.poll() is None and not any((p / MARKER).exists() for p in partials(out)) and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def assert_nothing_looks_complete(out: Path, reference: dict[str, str]) -> None:
+    """OUT is absent or exactly the finished output; anything else is a hidden, marked temp folder."""
+    if out.exists():
+        assert tree(out) == reference, "OUT exists but is not the complete output"
+    for leftover in partials(out):
+        assert PARTIAL.fullmatch(leftover.name), leftover.name
+        assert not (leftover / "repair_report.json").exists() or (leftover / MARKER).exists()
+
+
+@pytest.mark.parametrize("point", ["temp_created", "mid_first_shard", "after_first_shard", "mid_rewrite", "before_publish"])
+def test_sigkill_then_rerun_gives_the_uninterrupted_bytes(point, src, reference, tmp_path):
+    out = tmp_path / "out"
+    before = tree(src)
+    done = killed_child(point, src, out)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert not out.exists()
+    left = partials(out)
+    assert len(left) == 1 and (left[0] / MARKER).is_file(), left
+    assert_nothing_looks_complete(out, reference)
+    assert fix(src, out) == 0
+    assert partials(out) == [], "the re-run did not remove the dead run's temp folder"
+    assert tree(out) == reference
+    assert tree(src) == before
+
+
+def test_sigkill_while_replacing_keeps_a_complete_out(src, reference, tmp_path):
+    out = tmp_path / "out"
+    assert fix(src, out) == 0
+    done = killed_child("deleting_old_out", src, out, "--overwrite")
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert tree(out) == reference, "OUT must be the new complete output (no marker, nothing missing)"
+    assert_nothing_looks_complete(out, reference)
+    assert fix(src, out, "--overwrite") == 0
+    assert partials(out) == [] and tree(out) == reference
+
+
+def test_sigkill_from_outside_at_an_unplanned_moment(src, reference, tmp_path):
+    """A plain external kill, as a scheduler or OOM killer does it, as soon as writing has begun."""
+    out = tmp_path / "out"
+    child = subprocess.Popen([sys.executable, "-m", "repair", "fix", str(src), "-o", str(out), "--quiet"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until_writing(child, out)
+    child.kill()
+    child.wait()
+    assert_nothing_looks_complete(out, reference)
+    if not out.exists():
+        assert fix(src, out) == 0
+    assert partials(out) == [] and tree(out) == reference
+
+
+def test_sigterm_removes_the_temp_folder_and_says_so(src, tmp_path):
+    out = tmp_path / "out"
+    child = subprocess.Popen([sys.executable, "-m", "repair", "fix", str(src), "-o", str(out), "--quiet"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_until_writing(child, out)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=60)
+    if child.returncode == 0:  # finished before the signal arrived: then it must be complete
+        assert (out / "repair_report.json").is_file()
+        return
+    # click turns KeyboardInterrupt into Abort, which the CLI reports as "aborted"
+    assert child.returncode == 130 and err.strip().splitlines() in (["aborted"], ["interrupted; nothing was written"]), err
+    assert not out.exists() and partials(out) == []
+
+
+def make_partial(out: Path, pid: int, host: str | None = None, marker: bool = True) -> Path:
+    folder = out.parent / f".{out.name}.partial-{pid}-abc123"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"half")
+    if marker:
+        (folder / MARKER).write_text(json.dumps({"pid": pid, "host": host or socket.gethostname()}))
+    return folder
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_rerun_removes_only_temp_folders_whose_writer_is_gone(src, tmp_path):
+    out = tmp_path / "out"
+    stale = make_partial(out, dead_pid())
+    alive = make_partial(out, os.getppid())  # a live process: maybe another run still writing
+    foreign = make_partial(out, dead_pid(), host="another-host")  # NFS: that pid is not ours to judge
+    unmarked = out.parent / f".{out.name}.partial-{dead_pid()}-zzz999"
+    unmarked.mkdir()
+    (unmarked / "keep.txt").write_text("not ours")
+    assert fix(src, out) == 0
+    assert not stale.exists()
+    assert alive.exists() and foreign.exists() and unmarked.exists()
