@@ -63,6 +63,9 @@ def _module_health(m: StoredModule, located, precision, scale_2, Finding):
     out = []
     logical_out, logical_in = m.logical_shape
     scale_name = m.tensor("weight_scale")
+    if scale_name is None:
+        out.append(Finding("error", "missing-weight-scale", m.name, f"{m.name}: packed weight without weight_scale; it cannot be dequantized (use --original)"))
+        return out
     shard, scale = located[scale_name]
     if scale.shape != (logical_out, logical_in // 16):
         out.append(Finding("error", "scale-shape", scale_name, f"{scale_name}: shape {list(scale.shape)}, expected {[logical_out, logical_in // 16]}"))

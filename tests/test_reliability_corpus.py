@@ -19,12 +19,7 @@ import pytest
 from repair.cli import main
 from tools.malformed import CASES, assistant, build
 
-KNOWN_GAPS = {
-    # group_modules only calls a weight packed when its fp8 weight_scale is present, so plan.py
-    # never calls check_packed for it: fix drops the other scales and declares a uint8 weight
-    # excluded. Needs `_weighted` to treat a 2-D U8 weight with any NVFP4 sidecar as packed.
-    "missing_weight_scale": "group_modules does not see a uint8 weight without weight_scale as packed",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def run_cli(*args: str) -> int:

@@ -67,7 +67,8 @@ def _plain(name: str, info: TensorInfo) -> StoredModule:
 def _weighted(module: str, weight: TensorInfo, leaves: dict[str, TensorInfo]) -> StoredModule:
     roles = [("weight", weight.name)] + [(leaf, leaves[leaf].name) for leaf in SIDECARS if leaf in leaves]
     scale = leaves.get("weight_scale")
-    packed = weight.dtype == "U8" and scale is not None and scale.dtype == "F8_E4M3" and len(weight.shape) == 2
+    has_sidecar = (scale is not None and scale.dtype == "F8_E4M3") or "weight_scale_2" in leaves
+    packed = weight.dtype == "U8" and len(weight.shape) == 2 and has_sidecar  # a lost weight_scale still means packed
     if not packed:
         return StoredModule(module, weight.dtype.lower(), weight.shape, weight.shape, tuple(roles))
     logical = (weight.shape[0], weight.shape[1] * 2)
