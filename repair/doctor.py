@@ -112,6 +112,9 @@ def _load_findings(outcomes, modules, specs, precision, target, declaration) -> 
         what = _mismatch_text(name, stored, precision.get(name, "bf16"), target, declaration)
         if garbage:
             what += f"; on rank(s) {sorted({o.rank for o in garbage})} the bytes fit and load as wrong values, silently"
+            if stored is not None and not stored.is_quantized and precision.get(name) == "nvfp4":
+                what += (" (vLLM 0.32 then stops after loading with 'RuntimeError: NVFP4 weight_scale for layer ... "
+                         "was never loaded (still NaN)', because this layer's scales are missing)")
         if errors:
             findings.append(Finding("error", "load-error", name, what, errors[0].error, tuple(sorted({o.rank for o in errors}))))
         elif garbage:

@@ -392,7 +392,7 @@ def test_fix_output_loads_with_its_own_bytes(probe, folders, name, behaviour, tp
     res = probe(name, behaviour, tp, rank)
     assert_params_match(res, expected_params(folders[name], tp, rank), ignore=VLLM_OWN_PARAMS,
                         buffers=expected_buffers(folders[name]) if tp == 1 else None)
-    dtypes = {p["dtype"] for n, p in res["params"].items() if n.endswith("_proj.weight")}
+    dtypes = {p["dtype"] for n, p in res["params"].items() if n.endswith(("_proj.weight", "_projection.weight"))}
     assert dtypes == ({"bfloat16"} if behaviour == "legacy" else {"bfloat16", "uint8"})
 
 
@@ -496,23 +496,20 @@ def test_missing_input_scale_is_what_weights_tracking_names(probe, folders, name
 
 
 @pytest.mark.parametrize("tp,rank", [(1, 0), (2, 1)])
-def test_bf16_weight_under_nvfp4_declaration_is_silent_garbage(probe, folders, tp, rank):
+def test_bf16_weight_under_nvfp4_declaration_loads_garbage_then_fails_post_check(probe, folders, tp, rank):
     """Row-parallel down_proj stored BF16 [64, 128] where the config declares NVFP4: vLLM narrows it into the
     uint8 [64, 64/tp] parameter without complaint; the loaded bytes are not what the correct checkpoint gives."""
     name = "bf16_declared_nvfp4"
     report = doctor(folders[name], "installed", tp)
     assert stop_at(report, rank) is None
     assert rank in findings(report, "silent-garbage")[DOWN0]["ranks"]
+    # The weight loader copies the BF16 bytes into the uint8 parameter without complaint (what doctor's
+    # silent-garbage names); vLLM 0.32 then notices in post-processing that this layer's scales stayed NaN.
+    # That post-load check is not a per-tensor stop, so doctor reports it inside the finding's message.
     res = probe(name, "installed", tp, rank, weights_track=False)
-    assert res["ok"], res
-    correct = expected_params(folders["healthy"], tp, rank)
-    got = res["params"][f"{DOWN0}.weight"]
-    assert (got["dtype"], got["shape"]) == ("uint8", list(correct[f"{DOWN0}.weight"].shape))
-    assert got["sha256"] != sha(correct[f"{DOWN0}.weight"])
-    # the rest loads exactly; down_proj's scales stay uninitialised, which weights tracking reports
-    rest = {n: t for n, t in correct.items() if not n.startswith(DOWN0)}
-    assert_params_match({**res, "params": {n: p for n, p in res["params"].items() if not n.startswith(DOWN0)}},
-                        rest, ignore=VLLM_OWN_PARAMS)
+    assert not res["ok"] and res["error_type"] == "RuntimeError", res
+    assert res["error"].startswith("NVFP4 weight_scale for layer") and "was never loaded (still NaN)" in res["error"]
+    assert "was never loaded (still NaN)" in findings(report, "silent-garbage")[DOWN0]["message"]
     tracked = probe(name, "installed", tp, rank)
     assert uninitialised(tracked) == {f"{DOWN0}.{leaf}" for leaf in ("weight_scale", "weight_scale_2", "input_scale")}
 
