@@ -254,3 +254,17 @@ def test_header_commands_never_import_torch(healthy):
     )
     done = subprocess.run([sys.executable, "-c", code, str(healthy)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("edit", [
+    lambda t: t.__setitem__("per_layer_config", {"1": "wide"}),
+    lambda t: t.__setitem__("per_layer_config", {"1": {"head_dim": "64"}}),
+    lambda t: t.__setitem__("layer_types", 7),
+    lambda t: t.__setitem__("num_hidden_layers", 10**9),
+])
+def test_malformed_layer_config_is_one_line(capsys, healthy, tmp_path, edit):
+    src = mutate(healthy, tmp_path / "cfg", config=lambda c: edit(c["text_config"]))
+    for cmd in ("inspect", "doctor"):
+        capsys.readouterr()
+        code = run(capsys, cmd, src)[0]
+        assert code == 2

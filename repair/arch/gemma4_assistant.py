@@ -16,6 +16,7 @@ from repair.errors import BadInput
 MODEL_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
 BF16_HANDSHAKE = ("pre_projection", "post_projection")
 DEFAULT_GLOBAL_HEAD_DIM = 512  # transformers' Gemma4TextConfig default
+MAX_LAYERS = 4096
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ def expected_modules(config: dict, where: str = "config.json") -> dict[str, Modu
     layers = _int(text, "num_hidden_layers", where)
     heads = _int(text, "num_attention_heads", where)
     vocab = _int(text, "vocab_size", where)
+    if layers > MAX_LAYERS:
+        raise BadInput(f"{where}: num_hidden_layers {layers} is not plausible for an assistant (at most {MAX_LAYERS}); fix the config")
     specs = [
         ModuleSpec("model.embed_tokens", (vocab, hidden), "embed"),
         ModuleSpec("pre_projection", (hidden, 2 * backbone), "pre_projection"),
@@ -85,13 +88,25 @@ def _layer(text: dict, layer: int, hidden: int, inter: int, heads: int, where: s
 
 def head_dim_of(text: dict, layer: int, where: str) -> int:
     """Query head size of one layer: per_layer_config wins, then global_head_dim for full attention."""
+    try:
+        value = _head_dim(text, layer, where)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        raise BadInput(f"{where}: text_config.per_layer_config / layer_types / global_head_dim are malformed for layer {layer}; fix the config") from None
+    if type(value) is not int or value <= 0:
+        raise BadInput(f"{where}: head size {value!r} of layer {layer} must be a positive integer; fix the config")
+    return value
+
+
+def _head_dim(text: dict, layer: int, where: str) -> int:
     per_layer = (text.get("per_layer_config") or {}).get(str(layer)) or {}
+    if not isinstance(per_layer, dict):
+        raise TypeError("per_layer_config entries are objects")
     if "head_dim" in per_layer:
-        return int(per_layer["head_dim"])
+        return per_layer["head_dim"]
     layer_types = text.get("layer_types") or []
     is_full = layer < len(layer_types) and layer_types[layer] == "full_attention"
     if is_full and not text.get("per_layer_config"):
-        return int(text.get("global_head_dim") or DEFAULT_GLOBAL_HEAD_DIM)
+        return text.get("global_head_dim") or DEFAULT_GLOBAL_HEAD_DIM
     return _int(text, "head_dim", where)
 
 

@@ -28,8 +28,8 @@ def main(argv: list[str] | None = None) -> None:
     except RepairError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(err.exit_code)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+    except click.exceptions.Abort:  # click turns Ctrl-C into Abort
+        click.echo("interrupted; nothing was written", err=True)
         sys.exit(130)
     except click.ClickException as err:
         err.show()
