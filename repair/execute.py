@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -120,7 +121,9 @@ def _write_all(plan: Plan, tmp: Path, bar: tqdm) -> dict[str, dict[str, str]]:
             digest = copy_file_hashed(src, tmp / step.name)
             hashes[step.name] = {"source": digest, "output": digest}
         else:
-            hashes[step.name] = {"source": sha256_file(src), "output": _rewrite(plan, step, tmp / step.name)}
+            with ThreadPoolExecutor(1) as pool:  # hash the source on the other core while rewriting
+                source_sha = pool.submit(sha256_file, src)
+                hashes[step.name] = {"output": _rewrite(plan, step, tmp / step.name), "source": source_sha.result()}
         bar.update((root / step.name).stat().st_size)
     for name in plan.copied_files:
         (tmp / name).parent.mkdir(parents=True, exist_ok=True)
