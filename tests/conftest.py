@@ -63,5 +63,13 @@ def run_cli(*args) -> int:
     try:
         main([str(a) for a in args])
     except SystemExit as exc:
-        return exc.code
+        return int(exc.code or 0)
     return 0
+
+
+def run_captured(capsys, *args) -> tuple[int, str, str]:
+    """Run the real CLI in-process and return (exit code, stdout, stderr) of that run only."""
+    capsys.readouterr()
+    code = run_cli(*args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

@@ -17,19 +17,15 @@ from pathlib import Path
 import pytest
 
 import repair.execute as ex
-from repair.cli import main
 from tests.test_reliability_corpus import assert_one_error_line, tree
 from tools.malformed import SHARDS
+from tests.conftest import run_cli
 
 OPTIONS = [pytest.param((), id="default"), pytest.param(("--target", "bf16"), id="target-bf16")]
 
 
 def fix(src: Path, out: Path, *extra: str) -> int:
-    try:
-        main(["fix", str(src), "-o", str(out), "--quiet", *extra])
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
+    return run_cli("fix", src, "-o", out, "--quiet", *extra)
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from repair.cli import main
 from repair.examples import AssistantDims, write_assistant
 from repair.io.staging import MARKER
 from tests.test_reliability_corpus import tree
+from tests.conftest import run_cli
 
 # ~22 MB over three shards: big enough that the kill lands mid-write, small enough to be quick.
 DIMS = AssistantDims(hidden=512, backbone=1024, intermediate=2048, layers=2, heads=4, head_dim=128, global_head_dim=256, vocab=16384)
@@ -66,7 +66,6 @@ elif point == "before_publish":     # everything written, checked and flushed; n
     ex.publish = die
 elif point == "deleting_old_out":   # --overwrite: new OUT swapped in, old one being deleted
     st.shutil.rmtree = die
-from repair.cli import main
 main(args)
 """
 
@@ -87,11 +86,7 @@ def reference(src, tmp_path_factory) -> dict[str, str]:
 
 
 def fix(src: Path, out: Path, *extra: str) -> int:
-    try:
-        main(["fix", str(src), "-o", str(out), "--quiet", *extra])
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
+    return run_cli("fix", src, "-o", out, "--quiet", *extra)
 
 
 def killed_child(point: str, src: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:

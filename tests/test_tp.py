@@ -11,12 +11,11 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from repair.cli import main
 from repair.codec.nvfp4 import dequantize
 from repair.examples import GEMMA4_31B, TINY, write_assistant
 from repair.planning import TensorRef
 from repair.tp import style_plan, tensor_specs
-from tests.conftest import load_tensors, raw_bytes, tree_hashes
+from tests.conftest import load_tensors, raw_bytes, run_captured, run_cli, tree_hashes
 
 SEED_TP2 = "RuntimeError: start (4096) + length (4096) exceeds dimension size (4096)."
 REALISTIC = dataclasses.replace(GEMMA4_31B, vocab=4096)  # the 31B assistant's real linear shapes, small vocab
@@ -25,14 +24,7 @@ ODD = dataclasses.replace(TINY, intermediate=96, heads=4, vocab=1000)
 
 
 def run(capsys, *args) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        main(list(map(str, args)))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_captured(capsys, *args)
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +37,7 @@ def realistic(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def _fix(src: Path, out: Path, *extra: str) -> None:
-    try:
-        main(["fix", str(src), "-o", str(out), "--quiet", *extra])
-    except SystemExit as exc:
-        assert exc.code == 0
+    assert run_cli("fix", src, "-o", out, "--quiet", *extra) == 0
 
 
 def without_report(folder: Path) -> dict[str, str]:
