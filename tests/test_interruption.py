@@ -66,6 +66,7 @@ elif point == "before_publish":     # everything written, checked and flushed; n
     ex.publish = die
 elif point == "deleting_old_out":   # --overwrite: new OUT swapped in, old one being deleted
     st.shutil.rmtree = die
+from repair.cli import main
 main(args)
 """
 
