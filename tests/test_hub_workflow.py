@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -369,3 +367,37 @@ def test_31b_shape_fork_and_fix_downloads_only_the_changed_shard(hub, tmp_path, 
     assert info.card_data.base_model == SRC and {"ckpt-repair", "nvfp4"} <= set(info.tags)
     readme = small["README.md"].decode()
     assert sha in readme and "### What was wrong" in readme and "### After" in readme and result["fix_id"] in readme
+
+
+def test_card_keeps_the_text_replaces_its_own_section_and_survives_bad_yaml():
+    from repair.hub.card import BEGIN, END, fork_card
+
+    first = fork_card(CARD, source_repo=SRC, title="alice/f", text=f"{BEGIN}\nfirst repair\n{END}", quantized=True)
+    again = fork_card(first, source_repo="alice/f", title="alice/g", text=f"{BEGIN}\nsecond repair\n{END}", quantized=False)
+    assert again.count(BEGIN) == 1 and "second repair" in again and "first repair" not in again
+    assert "Source card text that must be kept." in again and "base_model: alice/f" in again
+    assert "- gemma" in again and "- ckpt-repair" in again and "license: apache-2.0" in again
+    broken_yaml = fork_card("---\n: : not yaml\n---\nprose stays\n", source_repo=SRC, title="t", text=f"{BEGIN}\nx\n{END}", quantized=True)
+    assert broken_yaml.startswith("---\nbase_model: alice/src\n") and "prose stays" in broken_yaml
+
+
+def test_original_given_as_a_hub_repo(hub, broken_export, original_model, tmp_path, capsys):
+    """--original alice/orig (a Hub id): it is downloaded whole (huggingface_hub's cache) and verified like `fix` does."""
+    sha = hub.add_repo(SRC, broken_export)
+    hub.add_repo("alice/orig", original_model)
+    local = tmp_path / "local"
+    assert run(capsys, "fix", broken_export, "-o", local, "--original", original_model, "--quiet")[0] == 0
+    hub.clear_log()
+    code, out, err = run(capsys, "hub", "fix", SRC, "--to", "alice/fo", "--original", "alice/orig", "--json")
+    assert code == 0, err
+    got, want = hub.repo_files("alice/fo"), folder_files(local)
+    assert {n for n in want if want[n] != got.get(n)} <= {"README.md", "repair_report.json"}
+    theirs, ours = json.loads(got["repair_report.json"]), json.loads(want["repair_report.json"])
+    assert theirs["original"]["verified"] == ours["original"]["verified"] == ours["original"]["checked"] > 0
+    assert Path(theirs["original"]["path"]).is_relative_to(tmp_path / "hf-home" / "hub")  # the cached download
+    assert [c["action"] for c in theirs["changes"]] == [c["action"] for c in ours["changes"]]
+    for report in (theirs, ours):  # the source / original path fields are the only differences
+        report["source"]["path"] = report["original"]["path"] = None
+        report["outputs"] = [o for o in report["outputs"] if o["name"] != "README.md"]
+    assert theirs == ours and theirs["source"]["files"] and "alice/orig@" in got["README.md"].decode()
+    assert sha in got["README.md"].decode()

@@ -80,7 +80,7 @@ def fork_card(source: str | None, *, source_repo: str, title: str, text: str, qu
     """README.md for the fork: `source` (the source's README, or None) with metadata and section `text`."""
     from huggingface_hub import ModelCard
 
-    card = _parse(source) if source else ModelCard(f"# {title}\n")
+    card = _parse(source) if source else ModelCard(f"---\n{{}}\n---\n# {title}\n")  # an empty block: no "not found" log
     data = card.data
     previous = getattr(data, "base_model", None)
     data.base_model = source_repo
@@ -106,10 +106,12 @@ def _parse(source: str):
     """The source card; if its front matter is not valid YAML, its text is kept and the metadata restarted."""
     from huggingface_hub import ModelCard
 
+    if not _FRONT_MATTER.match(source):
+        source = "---\n{}\n---\n" + source  # no metadata yet: an empty block (and no "not found" log)
     try:
         return ModelCard(source)
     except Exception:  # noqa: BLE001 - yaml errors of any kind: keep the prose, drop the broken block
-        return ModelCard(_FRONT_MATTER.sub("", source, count=1) or "\n")
+        return ModelCard("---\n{}\n---\n" + _FRONT_MATTER.sub("", source, count=1))
 
 
 def _without_section(text: str) -> str:

@@ -66,7 +66,10 @@ def translate(exc: BaseException, subject: str, *, writing: bool = False, missin
     if isinstance(exc, (hf.OfflineModeIsEnabled,)):
         return UsageError(f"{where}HF_HUB_OFFLINE is set; unset it to use Hub repos")
     if _is_transport(exc) or isinstance(exc, (hf.LocalEntryNotFoundError, ConnectionError, TimeoutError)):
-        return OutputError(scrub(f"{where}cannot reach {_endpoint()} ({type(exc).__name__}); check the network or HF_ENDPOINT{after}"))
+        kind = type(exc).__name__
+        what = f"cannot reach {_endpoint()}" if "Connect" in kind or isinstance(exc, hf.LocalEntryNotFoundError) else \
+            f"the connection to {_endpoint()} failed"
+        return OutputError(scrub(f"{where}{what} ({kind}); check the network or HF_ENDPOINT{after}"))
     if isinstance(exc, RuntimeError) and "upload" in str(exc).lower():
         cause = exc.__cause__ or exc.__context__
         detail = type(cause).__name__ if cause is not None else "upload error"

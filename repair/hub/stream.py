@@ -17,7 +17,7 @@ from repair.errors import BadInput
 from repair.execute import write_json, write_rewritten_shard
 from repair.hub import client, publish
 from repair.hub.errors import hub_call
-from repair.hub.source import SCALE_LEAVES, RemoteSource, fetch_shard
+from repair.hub.source import SCALE_LEAVES, SMALL_LIMIT, RemoteSource, fetch_shard
 from repair.hub.spec import local_path
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint, open_checkpoint
 from repair.io.hashing import sha256_file
@@ -128,7 +128,7 @@ def after_checkpoint(plan: Plan, source: RemoteSource, work: Path, label: str) -
     after = _folder(work / "after")
     for step in plan.shards:
         if step.op == "copy_file" and not (after / step.name).exists():
-            os.link(source.folder / step.name, after / step.name)
+            _link_stub(source, step.name, after / step.name)
     for name in (CONFIG, HF_QUANT_CONFIG, plan.source.index_name):
         if not name or name in plan.removed_files:
             continue
@@ -145,7 +145,24 @@ def link_unchanged(plan: Plan, source: RemoteSource, work: Path) -> None:
     after = _folder(work / "after")
     for step in plan.shards:
         if step.op == "copy_file":
-            os.link(source.folder / step.name, after / step.name)
+            _link_stub(source, step.name, after / step.name)
+
+
+def _link_stub(source: RemoteSource, name: str, dst: Path) -> None:
+    """A second name for a shard's sparse stand-in: a hard link, else a new stand-in from the fetched ranges
+    (a plain copy would fill the holes: 512 MB of zeros for an untouched embedding shard)."""
+    src = source.folder / name
+    try:
+        os.link(src, dst)
+        return
+    except OSError:
+        pass
+    header = read_header(src)
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        fout.write(fin.read(header.data_start))
+        for start, end in source.fetched.get(name, []):
+            os.pwrite(fout.fileno(), os.pread(fin.fileno(), end - start, start), start)
+        fout.truncate(header.size)
 
 
 def small_file(source: RemoteSource, name: str, work: Path) -> Path:
@@ -155,7 +172,7 @@ def small_file(source: RemoteSource, name: str, work: Path) -> Path:
         if mirrored.is_file():
             return mirrored
     repo = source.repo
-    if repo.files[name].size > 64 << 20:
+    if repo.files[name].size > SMALL_LIMIT:
         raise BadInput(f"{repo.label}/{name}: {repo.files[name].size:,} bytes is too large for a non-LFS file; the repo is broken")
     local_path(work / "small", name, repo.label)
     with hub_call(f"{repo.label}/{name}", missing="listed at the pinned commit but not downloadable; re-run"):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from repair.errors import UsageError
+from repair.errors import RepairError, UsageError
 from repair.hub import card, client, publish, stream
 from repair.hub.source import RemoteSource, fetch_tensors, localize, open_remote, open_source, remote_of, resolve
 from repair.hub.spec import hub_spec, repo_id
@@ -54,6 +54,9 @@ def hub_fix(o: HubFix, say: Callable[[str], None] = lambda line: None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="ckpt-repair-hub-", dir=o.workdir))
     try:
         return _run(o, spec, dst, work, say)
+    except RepairError as err:  # name files as owner/name@sha, not by their place in the work folder
+        err.args = (_relabel(str(err), work),)
+        raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -67,12 +70,13 @@ def _run(o: HubFix, spec, dst: str | None, work: Path, say) -> dict:
     source = remote_of(ckpt)
     original = open_source(o.original, work=work / "orig") if o.original else None
     plan = api.plan(ckpt, o.recipe, original=original)
-    summary = {"source": {"repo": repo.repo, "revision": spec.revision, "sha": repo.sha}, "plan": _plan_json(plan)}
+    summary = {"source": {"repo": repo.repo, "revision": spec.revision, "sha": repo.sha}, "original": _label(original),
+               "plan": _plan_json(plan)}
     if plan.is_noop:
         say(f"{repo.label}: nothing to repair; it is already fixed. Nothing uploaded.")
         return {"status": "noop", **summary}
     options = {"recipe": plan.recipe.name, "target": plan.recipe.from_target}
-    fid = card.fix_id(repo.label, plan.recipe.as_dict(), _label(original))
+    fid = card.fix_id(repo.label, plan.recipe.as_dict(), summary["original"])
     title = f"ckpt-repair: {_summary(plan)} ({fid})"
     summary.update(fix_id=fid, title=title, changed=[s.name for s in plan.shards if s.op == "rewrite"])
     existing_pr = publish.find_open_pr(repo.repo, title) if o.pr else None
@@ -204,7 +208,7 @@ def _facts(plan: Plan, repo, fid: str, target, before, after, summary) -> card.R
         recipe=plan.recipe.as_dict(), fix_id=fid, target=target.spec, before=diagnosis_text(before, strict=True),
         after=diagnosis_text(after, strict=True), changes="\n".join(plan_as_text(plan).splitlines()[1:]),
         rewritten=tuple([s.name for s in plan.shards if s.op == "rewrite"] + list(plan.json_files)),
-        removed=tuple(plan.removed_files), original=_label(plan.original))
+        removed=tuple(plan.removed_files), original=summary["original"])
 
 
 def _fork_readme(source: RemoteSource, work: Path, dst: str, text: str, plan: Plan) -> bytes:
@@ -240,6 +244,13 @@ def _say_state(say, plan, repo, dst, fork, fork_done, pr, existing_pr, title) ->
     if pr:
         say(f"pull request on {repo.repo}: " + (f"an open PR with this fix already exists: {existing_pr}; not opening another"
                                                  if existing_pr else f"'{title}' (based on {repo.sha})"))
+
+
+def _relabel(text: str, work: Path) -> str:
+    import re
+
+    mirror = re.escape(str(work)) + r"/(?:src|orig)/([^/\s]+?)--([^/\s]+)/([0-9a-f]{40})"
+    return re.sub(mirror, r"\1/\2@\3", text)
 
 
 def _plan_json(plan: Plan) -> dict:
