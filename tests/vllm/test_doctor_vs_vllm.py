@@ -68,6 +68,12 @@ SEED_TP2 = "RuntimeError: start (4096) + length (4096) exceeds dimension size (4
 DOWN0 = "model.layers.0.mlp.down_proj"
 Q0 = "model.layers.0.self_attn.q_proj"
 NOT_INITIALISED = "ValueError: Following weights were not initialized from checkpoint: "
+# doctor's findings for modules whose NVFP4 parameters no checkpoint tensor fills
+UNINITIALISED_CODES = ("missing-input-scale", "missing-weight-scale", "missing-scale-2", "silent-garbage")
+NAN_CODES = ("silent-garbage", "missing-weight-scale", "block-scales")  # what trips vLLM 0.32's NaN check
+NAN_CHECK = ("RuntimeError: NVFP4 weight_scale for layer 'row_parallel_linear' was never loaded (still NaN). "
+             "The checkpoint likely stores this layer as BF16 (not FP4). Fix: pass quant_config=None when "
+             "constructing this layer, or add it to the quantization ignore list.")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -173,6 +179,13 @@ def pack_down0(state: dict) -> None:
     state.update({f"{DOWN0}.weight": q, f"{DOWN0}.weight_scale": s, f"{DOWN0}.weight_scale_2": s2})
 
 
+def nan_block_scale(state: dict) -> None:
+    """One NaN (0x7F) in layer-0 down_proj's fp8 block scales (rank 0's slice at TP=2)."""
+    raw = state[f"{DOWN0}.weight_scale"].view(torch.uint8).clone()
+    raw[0, 0] = 0x7F
+    state[f"{DOWN0}.weight_scale"] = raw.view(torch.float8_e4m3fn)
+
+
 LEFTOVER = setter("pre_projection.weight_scale", lambda s: torch.ones(64, 12).to(torch.float8_e4m3fn))
 
 
@@ -204,6 +217,10 @@ def folders(tmp_path_factory, broken_export) -> dict[str, Path]:
     f["nan_scale2"] = variant(healthy, root / "nan_scale2",
                               tensors=setter(f"{DOWN0}.weight_scale_2", lambda s: torch.tensor(float("nan"))))
     f["bf16_declared_nvfp4"] = variant(healthy, root / "bf16_declared_nvfp4", tensors=bf16_down0)
+    f["no_weight_scale"] = variant(healthy, root / "no_weight_scale", tensors=lambda s: s.pop(f"{DOWN0}.weight_scale"))
+    f["no_weight_scale_2"] = variant(healthy, root / "no_weight_scale_2",
+                                     tensors=lambda s: s.pop(f"{DOWN0}.weight_scale_2"))
+    f["nan_block_scale"] = variant(healthy, root / "nan_block_scale", tensors=nan_block_scale)
     # the real buggy ModelOpt export (tiny) and its repairs
     f["mo_broken"] = broken_export
     f["mo_fix_025"] = fix(broken_export, root / "mo_fix_025", "vllm==0.25.0")
@@ -225,13 +242,15 @@ def folders(tmp_path_factory, broken_export) -> dict[str, Path]:
 # --------------------------------------------------------------------------------------------------------
 TINY_DEFECTS = ["broken", "broken_noinput", "healthy", "noinput", "excluded_packed", "excluded_packed_noinput",
                 "undeclared", "undeclared_noinput", "leftover", "stray_on_nvfp4", "scale_shape_row",
-                "scale_shape_col", "scale2_shape", "siblings_scale2", "nan_scale2", "bf16_declared_nvfp4"]
+                "scale_shape_col", "scale2_shape", "siblings_scale2", "nan_scale2", "bf16_declared_nvfp4",
+                "no_weight_scale", "no_weight_scale_2", "nan_block_scale"]
 R31_INSTALLED = ["r31_broken", "r31_excluded_packed", "r31_undeclared", "r31_fix_025"]
 RUNS = {
     Run("installed", 1, 0): TINY_DEFECTS + ["mo_broken", "mo_fix_025", "leftover_bf16"] + R31_INSTALLED,
     Run("installed", 2, 1): TINY_DEFECTS + ["mo_broken", "mo_fix_025", "leftover_bf16"] + R31_INSTALLED,
     Run("installed", 2, 0): ["excluded_packed_noinput", "undeclared_noinput", "scale_shape_row", "scale_shape_col"],
-    Run("installed", 1, 0, weights_track=False): ["noinput", "broken_noinput", "bf16_declared_nvfp4"],
+    Run("installed", 1, 0, weights_track=False): ["noinput", "broken_noinput", "bf16_declared_nvfp4",
+                                                  "no_weight_scale", "no_weight_scale_2", "nan_block_scale"],
     Run("installed", 2, 1, weights_track=False): ["noinput", "bf16_declared_nvfp4"],
     Run("legacy", 1, 0): ["broken", "healthy", "excluded_packed", "undeclared_noinput", "bf16_declared_nvfp4",
                           "mo_broken", "mo_fix_025", "mo_fix_022", "mo_fix_bf16", "leftover_bf16",
@@ -303,9 +322,14 @@ def assert_doctor_matches(report: dict, res: dict, rank: int) -> None:
         # vLLM's missing-weights check (off by default for quantized drafts): doctor predicts a silent load,
         # and flags every module vLLM names
         assert stop is None, f"vLLM only misses weights ({actual}); doctor predicts a stop: {stop}"
-        flagged = {vllm_module(s) for code in ("missing-input-scale", "silent-garbage") for s in findings(report, code)}
+        flagged = {vllm_module(s) for code in UNINITIALISED_CODES for s in findings(report, code)}
         named = {p.rpartition(".")[0] for p in uninitialised(res)}
         assert named <= flagged, f"vLLM leaves {sorted(named - flagged)} uninitialised; doctor flags {sorted(flagged)}"
+        return
+    if actual == NAN_CHECK:
+        # documented difference (test_post_load_nan_check_of_vllm_032_is_a_documented_difference): vLLM 0.32's
+        # post-load NaN check is not predicted as a stop; doctor must still report the module as an error
+        assert stop is None and {f["code"] for f in report["findings"] if f["severity"] == "error"} & set(NAN_CODES)
         return
     assert stop is not None, f"vLLM raises {actual!r} on rank {rank}; doctor predicts it loads"
     if res["error_type"] == "AssertionError" and res["error"] == "":
@@ -541,3 +565,30 @@ def test_leftover_scale_dropped_legacy(probe, folders):
     report = doctor(folders["leftover_bf16"], "legacy")
     assert stop_at(report, 0) is None and "pre_projection.weight_scale" in findings(report, "ignored-tensors")["pre_projection"]["message"]
     assert_params_match(probe("leftover_bf16", "legacy"), expected_params(folders["mo_fix_bf16"]))
+
+
+@pytest.mark.parametrize("name,code", [
+    ("bf16_declared_nvfp4", "silent-garbage"), ("no_weight_scale", "missing-weight-scale"),
+    ("nan_block_scale", "block-scales")])
+def test_post_load_nan_check_of_vllm_032_is_a_documented_difference(probe, folders, name, code):
+    """DOCUMENTED DIFFERENCE. vLLM 0.32 creates NVFP4 block scales filled with NaN and, in
+    process_weights_after_loading (after every tensor loaded), raises if any NaN is left: a module declared
+    NVFP4 but stored BF16, a packed module without weight_scale, or a stored NaN block scale all stop there
+    (weights tracking off, vLLM's default for quantized drafts). 0.24 has no such check and the release
+    that added it (0.25-0.32) is not known here, so the ">= 0.25" profile does not predict it as a
+    per-rank stop: doctor reports each case as an error finding on that module and `runtime_stops_at` stays
+    empty. Once the release is pinned, the check belongs in the profile and this test becomes an exact one."""
+    report = doctor(folders[name], "installed")
+    assert stop_at(report, 0) is None and report["exit_code"] == 1
+    subject = f"{DOWN0}.weight_scale" if code == "block-scales" else DOWN0
+    assert findings(report, code)[subject]["severity"] == "error"
+    assert vllm_message(probe(name, "installed", weights_track=False)) == NAN_CHECK
+
+
+def test_missing_weight_scale_2_loads_uninitialised(probe, folders):
+    """No weight_scale_2: nothing checks it without weights tracking, so vLLM 0.32 loads (doctor: no stop,
+    a missing-scale-2 error); with tracking vLLM names exactly that parameter."""
+    report = doctor(folders["no_weight_scale_2"], "installed")
+    assert stop_at(report, 0) is None and set(findings(report, "missing-scale-2")) == {DOWN0}
+    assert probe("no_weight_scale_2", "installed", weights_track=False)["ok"]
+    assert uninitialised(probe("no_weight_scale_2", "installed")) == {f"{DOWN0}.weight_scale_2"}

@@ -35,6 +35,7 @@ from .probe import (
     expected_buffers,
     expected_params,
     needs_legacy,
+    prefetch_when_many,
     read_all,
     requires_vllm,
     sha,
@@ -275,8 +276,9 @@ RUNS = {
 
 
 @pytest.fixture(scope="module")
-def probe(folders):
+def probe(request, folders):
     runs = ProbeRuns(folders, RUNS)
+    prefetch_when_many(request, runs)
     yield runs
     runs.close()
 
