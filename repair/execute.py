@@ -115,16 +115,25 @@ def _write_all(plan: Plan, tmp: Path, bar: tqdm) -> dict[str, dict[str, str]]:
     """Write every output file; return {file: {"source": sha256, "output": sha256}}."""
     root = plan.source.root
     hashes: dict[str, dict[str, str]] = {}
-    for step in plan.shards:
-        src = root / step.name
-        if step.op == "copy_file":
-            digest = copy_file_hashed(src, tmp / step.name)
-            hashes[step.name] = {"source": digest, "output": digest}
-        else:
-            with ThreadPoolExecutor(1) as pool:  # hash the source on the other core while rewriting
-                source_sha = pool.submit(sha256_file, src)
-                hashes[step.name] = {"output": _rewrite(plan, step, tmp / step.name), "source": source_sha.result()}
-        bar.update((root / step.name).stat().st_size)
+    # Whole-shard copies (kernel copy + sha256 thread each) start at once, two at a time, beside the
+    # rewrites: the cores stay busy hashing while the main thread imports torch and computes.
+    with ThreadPoolExecutor(2) as copier:
+        copies = {s.name: copier.submit(copy_file_hashed, root / s.name, tmp / s.name) for s in plan.shards if s.op == "copy_file"}
+        try:
+            for step in plan.shards:
+                src = root / step.name
+                if step.op == "copy_file":
+                    digest = copies[step.name].result()
+                    hashes[step.name] = {"source": digest, "output": digest}
+                else:
+                    with ThreadPoolExecutor(1) as pool:  # hash the source on the other core while rewriting
+                        source_sha = pool.submit(sha256_file, src)
+                        hashes[step.name] = {"output": _rewrite(plan, step, tmp / step.name), "source": source_sha.result()}
+                bar.update((root / step.name).stat().st_size)
+        except BaseException:
+            for pending in copies.values():
+                pending.cancel()  # copies not started yet are dropped; running ones finish before the temp folder goes
+            raise
     for name in plan.copied_files:
         (tmp / name).parent.mkdir(parents=True, exist_ok=True)
         digest = copy_file_hashed(root / name, tmp / name)
@@ -136,11 +145,13 @@ def _write_all(plan: Plan, tmp: Path, bar: tqdm) -> dict[str, dict[str, str]]:
 
 
 def _rewrite(plan: Plan, step: ShardStep, dst: Path) -> str:
-    """Stream one changed shard: copy untouched tensors' bytes, compute the changed ones."""
-    from repair.compute import Computer
+    """Stream one changed shard: copy untouched tensors' bytes, compute the changed ones.
 
+    torch (~1.4 s to import) is imported at the first computed tensor, not before: copies already
+    written are hashed by the writer's thread meanwhile instead of after.
+    """
     located = {"checkpoint": plan.source.locate(), "original": plan.original.locate() if plan.original else {}}
-    computer = Computer(located["checkpoint"], located["original"])
+    computer = None
     header = [OutTensor(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
     with ShardWriter(dst, header, step.metadata) as writer:
         for t in step.tensors:
@@ -148,6 +159,10 @@ def _rewrite(plan: Plan, step: ShardStep, dst: Path) -> str:
                 shard, info = located[t.source][t.inputs[0]]
                 writer.copy(t.out.name, shard.path, info)
             else:
+                if computer is None:
+                    from repair.compute import Computer
+
+                    computer = Computer(located["checkpoint"], located["original"])
                 writer.write(t.out.name, computer.bytes_of(t))
     return writer.digest.hexdigest()
 

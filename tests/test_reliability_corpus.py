@@ -166,5 +166,15 @@ def test_disk_full_simulated_mid_write(tmp_path, monkeypatch, capsys):
         written[0] += len(data)
         return real_write(fd, data)
 
+    real_copy = os.copy_file_range
+
+    def copy_file_range(src_fd, dst_fd, count, offset_src=None, offset_dst=None):  # kernel copies count too
+        if written[0] > 40_000:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        done = real_copy(src_fd, dst_fd, count, offset_src, offset_dst)
+        written[0] += done
+        return done
+
     monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(os, "copy_file_range", copy_file_range)
     assert_disk_full_handled(src, tmp_path / "fixed", capsys)

@@ -2,240 +2,169 @@
 
     .venv/bin/python tools/benchmark.py [--quick] [--out BENCHMARKS.md]
 
-Pairs run alternately, repeated, and medians are reported with ratios. "floor" is
+Contenders run alternately, repeated; medians and ratios are reported. "floor" is
 `python -c "import torch"` followed by `cp -r SRC DST`: what any torch-based tool must pay.
-Page cache is warm for both sides (it cannot be dropped reliably here). Peak memory is
-/usr/bin/time's max RSS of the measured process.
+The page cache is warm for every contender (it cannot be dropped reliably here). Peak memory is
+/usr/bin/time's max RSS of the measured process. Inputs are built with repair.examples and
+deleted right after use (up to ~17 GB of disk at once for the 8 GB cases). --quick is a smoke
+check (small sizes, one round, < 2 min). The "## Findings" part of an existing --out file is
+kept as written (it is the analysis); everything above it is regenerated.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import os
+import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-PY = sys.executable
-CLI = [PY, "-m", "repair"]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tools.bench import inputs, measure, peers  # noqa: E402
+from tools.bench.measure import CLI, PY, REPO, alternate, fresh, timed  # noqa: E402
+from tools.bench.report import render  # noqa: E402
 
 
-def timed(cmd: list[str] | str, shell: bool = False) -> tuple[float, int]:
-    """Wall seconds and max RSS (KiB) of one command."""
-    full = ["/usr/bin/time", "-f", "%M", "bash", "-c", cmd] if shell else ["/usr/bin/time", "-f", "%M", *cmd]
+def largest_changed_mb(src: Path, *flags: str) -> float:
+    """Largest tensor the plan writes in full precision (from `fix --dry-run --json`)."""
+    done = subprocess.run([*CLI, "fix", str(src), "-o", str(src.parent / "never-written"), "--dry-run", "--json", *flags],
+                          capture_output=True, text=True, cwd=REPO, check=True)
+    sizes = [2 * _numel(t["shape"]) for c in json.loads(done.stdout)["plan"]["changes"] for t in c["after"] if t["dtype"] == "BF16"]
+    return max(sizes, default=0) / 2**20
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def phases(src: Path, work: Path, *flags: str) -> dict:
+    """One in-process run of fix with its phases timed (tools/bench/phases.py)."""
+    from tools.bench.phases import torch_import_seconds
+
+    out, result = work / "phases-out", work / "phases.json"
+    shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
-    done = subprocess.run(full, capture_output=True, text=True, cwd=REPO)
-    elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"{cmd} failed: {done.stderr[-2000:]}")
-    return elapsed, int(done.stderr.strip().splitlines()[-1])
+    done = subprocess.run([PY, "-X", "importtime", "-m", "tools.bench.phases", str(src), str(out), str(result), *flags],
+                          capture_output=True, text=True, cwd=REPO)
+    wall = time.perf_counter() - start
+    shutil.rmtree(out, ignore_errors=True)
+    if done.returncode:
+        raise RuntimeError(done.stderr[-3000:])
+    data = json.loads(result.read_text())
+    data["spent"]["  of which: import torch"] = torch_import_seconds(done.stderr)
+    data["wall (process)"] = wall
+    return data
 
 
-def alternate(pairs: dict[str, callable], repeats: int) -> dict[str, dict]:
-    """Run each contender once per round, round after round; medians of time, max of RSS."""
-    runs: dict[str, list[tuple[float, int]]] = {k: [] for k in pairs}
-    for _ in range(repeats):
-        for name, run in pairs.items():
-            runs[name].append(run())
-    return {k: {"s": statistics.median(t for t, _ in v), "rss_mb": max(r for _, r in v) / 1024} for k, v in runs.items()}
+def script(code: str, *args: str):
+    return lambda dst: timed([PY, "-c", code, *map(str, args), str(dst)])
 
 
-def floor(src: Path, work: Path):
-    def run():
-        dst = work / "floor-copy"
-        shutil.rmtree(dst, ignore_errors=True)
-        result = timed(f'{PY} -c "import torch" && cp -r {src} {dst}', shell=True)
-        shutil.rmtree(dst, ignore_errors=True)
-        return result
-    return run
+def bench_31b(work: Path, quick: bool, repeats: int, r: dict) -> None:
+    src = inputs.build_31b(work / "a31b", vocab=4096 if quick else None)
+    modules = "pre_projection,post_projection"
+    r["31b"] = {"gb": inputs.size_bytes(src) / 1e9, "largest_mb": {"fix": largest_changed_mb(src), "fix --target bf16": largest_changed_mb(src, "--target", "bf16")}}
+    contenders = {
+        "floor": measure.floor(src, work / "floor"),
+        "fix": measure.fix(src, work / "ours"),
+        "fix --target bf16": measure.fix(src, work / "ours-bf16", "--target", "bf16"),
+        "naive load_file + save_file": fresh(work / "naive", lambda d: timed([PY, "-c", peers.NAIVE, str(src), str(d), modules])),
+        "compressed-tensors convert_checkpoint": fresh(work / "ct", lambda d: timed([PY, "-c", peers.COMPRESSED_TENSORS, str(src), str(d)])),
+    }
+    r["31b"]["runs"] = alternate(contenders, repeats)
+    r["31b"]["phases"] = {"fix": phases(src, work), "fix --target bf16": phases(src, work, "--target", "bf16")}
+    # outputs, kept once for comparison
+    ours, bf16, naive, ct = work / "cmp-ours", work / "cmp-bf16", work / "cmp-naive", work / "cmp-ct"
+    quiet = dict(check=True, cwd=REPO, capture_output=True)
+    subprocess.run([*CLI, "fix", str(src), "-o", str(ours), "--quiet"], **quiet)
+    subprocess.run([*CLI, "fix", str(src), "-o", str(bf16), "--quiet", "--target", "bf16"], **quiet)
+    subprocess.run([PY, "-c", peers.NAIVE, str(src), str(naive), modules], **quiet)
+    subprocess.run([PY, "-c", peers.COMPRESSED_TENSORS, str(src), str(ct)], check=True, cwd=REPO, capture_output=True)
+    r["31b"]["compare"] = {"naive vs fix": peers.compare(ours, naive), "compressed-tensors vs fix --target bf16": peers.compare(bf16, ct)}
+    for folder in (src, ours, bf16, naive, ct):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
-def ours(src: Path, work: Path, *flags: str):
-    def run():
-        dst = work / "ours-out"
-        shutil.rmtree(dst, ignore_errors=True)
-        result = timed([*CLI, "fix", str(src), "-o", str(dst), "--quiet", *flags])
-        shutil.rmtree(dst, ignore_errors=True)
-        return result
-    return run
+def bench_growth(work: Path, quick: bool, repeats: int, r: dict) -> None:
+    sizes = [1.5] if quick else [1, 4, 8]
+    for layout, build in (("multi-shard", inputs.build_multishard), ("one shard", inputs.build_one_shard)):
+        r[layout] = {}
+        for gb in sizes:
+            src = build(work / f"{layout.replace(' ', '')}-{gb}", gb)
+            reps = repeats if (gb == 4 and layout == "multi-shard") or quick else 1
+            res = alternate({"floor": measure.floor(src, work / "floor"), "fix": measure.fix(src, work / "ours")}, reps)
+            entry = {"gb": inputs.size_bytes(src) / 1e9, "runs": res}
+            if layout == "multi-shard" and gb == (4 if not quick else sizes[0]):
+                entry["phases"] = phases(src, work)
+            r[layout][gb] = entry
+            shutil.rmtree(src, ignore_errors=True)
+    r["growth_largest_mb"] = r["31b"]["largest_mb"]["fix"]
 
 
-NAIVE = """
-import sys, torch
-from safetensors.torch import load_file, save_file
-from repair.codec import nvfp4
-src, dst = sys.argv[1], sys.argv[2]
-state = load_file(src + "/model.safetensors")
-for m in ("pre_projection", "post_projection"):
-    state[m + ".weight"] = nvfp4.dequantize(state[m + ".weight"], state.pop(m + ".weight_scale"), state.pop(m + ".weight_scale_2"))
-    state.pop(m + ".input_scale", None)
-import os; os.makedirs(dst, exist_ok=True)
-save_file(state, dst + "/model.safetensors", metadata={"format": "pt"})
-"""
-
-
-def naive(src: Path, work: Path):
-    def run():
-        dst = work / "naive-out"
-        shutil.rmtree(dst, ignore_errors=True)
-        result = timed([PY, "-c", NAIVE, str(src), str(dst)])
-        shutil.rmtree(dst, ignore_errors=True)
-        return result
-    return run
-
-
-def build_31b(folder: Path, vocab: int | None = None) -> Path:
-    from repair.examples import GEMMA4_31B, write_assistant
-
-    dims = GEMMA4_31B if vocab is None else dataclasses.replace(GEMMA4_31B, vocab=vocab)
-    return write_assistant(folder, dims)
-
-
-def build_multishard(folder: Path, gigabytes: float) -> Path:
-    """The 31B-shape assistant (changed tensors in one shard) plus filler shards to reach the size."""
-    import torch
-    from safetensors.torch import save_file
-
-    src = build_31b(folder)
-    os.replace(src / "model.safetensors", src / "model-00001.safetensors")
-    weight_map = {k: "model-00001.safetensors" for k in json.loads(_header(src / "model-00001.safetensors"))}
-    weight_map.pop("__metadata__", None)
-    filler = max(0, int((gigabytes * 1e9 - (src / "model-00001.safetensors").stat().st_size) / 1e9 + 0.999))
-    for i in range(filler):
-        name = f"model-{i + 2:05d}.safetensors"
-        tensor = torch.full((1 << 29,), i + 1, dtype=torch.bfloat16)  # 1 GiB-ish per shard (content does not matter)
-        save_file({f"filler.{i}.weight": tensor}, src / name, metadata={"format": "pt"})
-        weight_map[f"filler.{i}.weight"] = name
-    index = {"metadata": {"total_size": 0}, "weight_map": dict(sorted(weight_map.items()))}
-    (src / "model.safetensors.index.json").write_text(json.dumps(index))
-    return src
-
-
-def _header(path: Path) -> str:
-    with open(path, "rb") as fh:
-        n = int.from_bytes(fh.read(8), "little")
-        return fh.read(n).decode()
-
-
-def size_gb(folder: Path) -> float:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e9
-
-
-def codec_bench(quick: bool) -> dict:
-    """Our codec vs ModelOpt's NVFP4QTensor on one weight, same outputs asserted."""
-    import torch
-
-    from repair.codec import nvfp4
-    from tools.modelopt_export import modelopt_dequantize, modelopt_quantize
-
-    n = 2048 if quick else 8192
-    weight = (torch.randn(n, n, generator=torch.Generator().manual_seed(0)) * 0.05).bfloat16()
-    def best(fn, reps=3):
-        times = []
-        for _ in range(reps):
-            t = time.perf_counter(); out = fn(); times.append(time.perf_counter() - t)
-        return statistics.median(times), out
-    mq_t, mq = best(lambda: modelopt_quantize(weight))
-    oq_t, oq = best(lambda: nvfp4.quantize(weight))
-    assert torch.equal(mq[0], oq[0]) and torch.equal(mq[1].view(torch.uint8), oq[1].view(torch.uint8))
-    md_t, md = best(lambda: modelopt_dequantize(*oq))
-    od_t, od = best(lambda: nvfp4.dequantize(*oq))
-    assert torch.equal(md.view(torch.int16), od.view(torch.int16))
-    return {"shape": [n, n], "quantize": (oq_t, mq_t), "dequantize": (od_t, md_t), "threads": torch.get_num_threads()}
-
-
-def inspect_bench(work: Path, repeats: int) -> dict:
-    """inspect of a 64-shard checkpoint vs a bare `python -c "import json"`."""
-    from safetensors.torch import save_file
-    import torch
-
-    from repair.examples import TINY, write_assistant
-
-    src = write_assistant(work / "tiny64", TINY, shards=[["pre_projection"]])
-    weight_map = json.loads((src / "model.safetensors.index.json").read_text())["weight_map"]
-    for i in range(62):
-        name = f"extra-{i:05d}.safetensors"
-        save_file({f"extra.{i}.weight": torch.zeros(16, dtype=torch.bfloat16)}, src / name)
-        weight_map[f"extra.{i}.weight"] = name
-    (src / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+def bench_inspect(work: Path, repeats: int, r: dict) -> None:
+    src = inputs.build_64_shards(work / "s64")
     shards = len(list(src.glob("*.safetensors")))
-    res = alternate({"import json": lambda: timed([PY, "-c", "import json"]),
-                     "inspect": lambda: timed([*CLI, "inspect", str(src)])}, repeats)
-    return {"shards": shards, **res}
+    runs = alternate({"python -c \"import json\"": lambda: timed([PY, "-c", "import json"]),
+                      "ckpt-repair inspect": lambda: timed([*CLI, "inspect", str(src)]),
+                      "ckpt-repair doctor": lambda: _doctor(src)}, repeats)
+    r["inspect"] = {"shards": shards, "runs": runs}
+    shutil.rmtree(src, ignore_errors=True)
+
+
+def _doctor(src: Path) -> tuple[float, int]:
+    """doctor exits 1 when it finds problems (this input has the packed-handshake bug): that is not a failure."""
+    start = time.perf_counter()
+    done = subprocess.run(["/usr/bin/time", "-f", "%M", *CLI, "doctor", str(src)], capture_output=True, text=True, cwd=REPO)
+    if done.returncode not in (0, 1):
+        raise RuntimeError(done.stderr[-2000:])
+    return time.perf_counter() - start, int(done.stderr.strip().splitlines()[-1])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small sizes, one repeat: a smoke check")
-    parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes, one round: a smoke check (< 2 min)")
+    parser.add_argument("--out", type=Path, default=None, help="default: BENCHMARKS.md (--quick: /tmp/BENCHMARKS.quick.md)")
+    parser.add_argument("--render", type=Path, metavar="JSON", help="only rewrite --out from a run's saved figures (/tmp/ckpt-bench-last.json)")
     args = parser.parse_args()
-    sys.path.insert(0, str(REPO))
-    repeats = 1 if args.quick else 3
+    args.out = args.out or (Path(tempfile.gettempdir()) / "BENCHMARKS.quick.md" if args.quick else REPO / "BENCHMARKS.md")
+    if args.render:
+        return write(args.out, json.loads(args.render.read_text()))
+    import torch
+    from tools.bench.codec import codec_bench
+
+    repeats = 1 if args.quick else 5
+    started = time.time()
+    r: dict = {"quick": args.quick, "repeats": repeats, "load_start": measure.load(), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               "python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads()}
     work = Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir="/tmp"))
-    results: dict = {"load": os.getloadavg(), "repeats": repeats}
     try:
-        src = build_31b(work / "a31b", vocab=4096 if args.quick else None)
-        results["31b_gb"] = size_gb(src)
-        results["fix_31b"] = alternate({"floor": floor(src, work), "fix": ours(src, work), "fix --target bf16": ours(src, work, "--target", "bf16"),
-                                        "naive load+save": naive(src, work)}, repeats)
-        shutil.rmtree(src)
-        results["multishard"] = {}
-        for gb in ([1.5] if args.quick else [1, 4, 8]):
-            big = build_multishard(work / f"m{gb}", gb)
-            reps = repeats if gb == 4 or args.quick else 1
-            results["multishard"][gb] = {"gb": size_gb(big), **alternate({"floor": floor(big, work), "fix": ours(big, work)}, reps)}
-            shutil.rmtree(big)
-        results["codec"] = codec_bench(args.quick)
-        results["inspect"] = inspect_bench(work, repeats)
+        r["torch_rss_mb"] = measure.torch_import_rss_mb()
+        bench_31b(work, args.quick, repeats, r)
+        bench_growth(work, args.quick, repeats, r)
+        r["codec"] = codec_bench(2048 if args.quick else 8192, 1 if args.quick else 5)
+        bench_inspect(work, 3 if args.quick else 11, r)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    args.out.write_text(render(results, args.quick))
-    print(args.out.read_text())
+    r["load_end"], r["minutes"] = measure.load(), (time.time() - started) / 60
+    (Path(tempfile.gettempdir()) / "ckpt-bench-last.json").write_text(json.dumps(r, indent=1, default=str))  # raw figures
+    write(args.out, r)
 
 
-def render(r: dict, quick: bool) -> str:
-    f = r["fix_31b"]
-    lines = [
-        "# Benchmarks",
-        "",
-        f"Reproduce: `.venv/bin/python tools/benchmark.py{' --quick' if quick else ''}` (this file is its output).",
-        f"Machine: 2 cores, warm page cache; load average at start {r['load'][0]:.2f}; medians of {r['repeats']} alternating rounds.",
-        "floor = `python -c \"import torch\"` + `cp -r SRC DST`.",
-        "",
-        f"## 1. fix of the 31B-assistant-shape checkpoint ({r['31b_gb']:.2f} GB, one shard)",
-        "",
-        "| command | seconds | x floor | max RSS MB |",
-        "|---|---|---|---|",
-    ]
-    for name, v in f.items():
-        lines.append(f"| {name} | {v['s']:.2f} | {v['s'] / f['floor']['s']:.2f} | {v['rss_mb']:.0f} |")
-    lines += ["", "Target: fix <= 1.3x floor. The naive script loads every tensor and saves all of them again.", "",
-              "## 2. multi-shard checkpoints, changed tensors in one shard", "",
-              "| size GB | floor s | fix s | x floor | floor RSS MB | fix RSS MB |", "|---|---|---|---|---|---|"]
-    for v in r["multishard"].values():
-        lines.append(f"| {v['gb']:.2f} | {v['floor']['s']:.2f} | {v['fix']['s']:.2f} | {v['fix']['s'] / v['floor']['s']:.2f} | "
-                     f"{v['floor']['rss_mb']:.0f} | {v['fix']['rss_mb']:.0f} |")
-    c = r["codec"]
-    lines += ["", "Target: <= 1.15x floor; RSS flat as the checkpoint grows.", "",
-              f"## 3. NVFP4 codec on {c['shape']} vs ModelOpt NVFP4QTensor (CPU, {c['threads']} threads; outputs asserted identical)", "",
-              "| op | ours s | ModelOpt s | speed-up |", "|---|---|---|---|"]
-    for op in ("dequantize", "quantize"):
-        o, m = c[op]
-        lines.append(f"| {op} | {o:.3f} | {m:.3f} | {m / o:.2f}x |")
-    i = r["inspect"]
-    lines += ["", "Target: >= 2x both ways.", "", f"## 6. inspect of a {i['shards']}-shard checkpoint", "",
-              "| command | seconds | x `import json` |", "|---|---|---|",
-              f"| python -c \"import json\" | {i['import json']['s']:.3f} | 1.00 |",
-              f"| ckpt-repair inspect | {i['inspect']['s']:.3f} | {i['inspect']['s'] / i['import json']['s']:.2f} |",
-              "", "Target: <= 3x. `inspect` and `doctor` never import torch (tests/test_doctor.py asserts it).", ""]
-    return "\n".join(lines)
+def write(out: Path, r: dict) -> None:
+    """The figures, then the hand-written "## Findings" kept from an existing file."""
+    findings = ""
+    if out.exists() and "\n## Findings" in out.read_text():
+        findings = "\n## Findings" + out.read_text().split("\n## Findings", 1)[1]
+    out.write_text(render(r) + findings)
+    print(out.read_text())
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ CHUNK_ELEMENTS = 1 << 18  # logical elements per chunk: each temporary stays wit
 E2M1_VALUES = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=torch.float32)
 # Byte -> (low-nibble value, high-nibble value): one gather unpacks two elements.
 _BYTE_TO_PAIR = torch.stack([E2M1_VALUES[torch.arange(256) & 0xF], E2M1_VALUES[torch.arange(256) >> 4]], dim=-1)
+# compressed-tensors' unpack_fp4_from_uint8 keeps the sign of code 8 (-0.0), where ModelOpt gives +0.
+_SIGNED_PAIR = torch.where((torch.arange(256).unsqueeze(-1) >> torch.tensor([0, 4]) & 0xF) == 8, -0.0, _BYTE_TO_PAIR)
 _ROUND_UP_AT = (0.75, 1.75, 3.5)  # ties that round to the even (upper) code
 _BOUNDS = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], dtype=torch.float32)
 _FP8_VALUES = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).to(torch.float32)
@@ -63,21 +65,25 @@ def _one_thread():
 
 
 def dequantize(
-    packed: torch.Tensor, weight_scale: torch.Tensor, weight_scale_2: torch.Tensor, dtype: torch.dtype = torch.bfloat16
+    packed: torch.Tensor, weight_scale: torch.Tensor, weight_scale_2: torch.Tensor, dtype: torch.dtype = torch.bfloat16,
+    *, divisor: bool = False,
 ) -> torch.Tensor:
-    """Unpack and scale an NVFP4 weight [out, in/2] to `dtype` [out, in]; bitwise equal to ModelOpt."""
+    """Unpack and scale an NVFP4 weight [out, in/2] to `dtype` [out, in]; bitwise equal to ModelOpt.
+
+    divisor=True: the global scale divides (compressed-tensors' weight_global_scale); see dequantize_ct.
+    """
     rows, half = packed.shape
     cols = half * 2
     if weight_scale.dtype != torch.float8_e4m3fn or weight_scale.shape != (rows, cols // BLOCK) or weight_scale_2.numel() != 1 or dtype.itemsize not in (2, 4):
-        return _dequantize_direct(packed, weight_scale, weight_scale_2, dtype)
-    table = _pair_table(weight_scale_2, dtype)
+        return _dequantize_direct(packed, weight_scale, weight_scale_2, dtype, divisor)
     out = torch.empty((rows, cols), dtype=dtype)
-    words = out.view(table.dtype)  # [rows, half]: one word is one output pair
     blocks, pairs = cols // BLOCK, BLOCK // 2
     scale_bytes = weight_scale.view(torch.uint8)
     step = max(1, CHUNK_ELEMENTS // max(cols, 1))
     index = torch.empty((min(step, rows), blocks, pairs), dtype=torch.int32)
     with _one_thread():
+        table = _pair_table(weight_scale_2, dtype, divisor)
+        words = out.view(table.dtype)  # [rows, half]: one word is one output pair
         for lo, hi in _row_chunks(rows, cols):
             ix = index[: hi - lo]
             ix.copy_(packed[lo:hi].reshape(hi - lo, blocks, pairs))
@@ -86,23 +92,42 @@ def dequantize(
     return out
 
 
-def _pair_table(weight_scale_2: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _pair_table(weight_scale_2: torch.Tensor, dtype: torch.dtype, divisor: bool = False) -> torch.Tensor:
     """[scale byte * 256 + packed byte] -> that output pair's bits as one int32 (2-byte dtypes) or int64 word."""
-    per_block = _FP8_VALUES * weight_scale_2.to(torch.float32).reshape(())  # ModelOpt: float(weight_scale) * weight_scale_2
-    pairs = (_BYTE_TO_PAIR.unsqueeze(0) * per_block.view(256, 1, 1)).to(dtype)  # values * scale, as ModelOpt multiplies
+    per_block = _per_block(_FP8_VALUES, weight_scale_2.to(torch.float32).reshape(()), divisor)
+    values = _SIGNED_PAIR if divisor else _BYTE_TO_PAIR
+    pairs = (values.unsqueeze(0) * per_block.view(256, 1, 1)).to(dtype)  # values * scale, as ModelOpt (and CT) multiply
     return pairs.reshape(-1).view(torch.int32 if dtype.itemsize == 2 else torch.int64)
 
 
-def _dequantize_direct(packed, weight_scale, weight_scale_2, dtype):
+def _per_block(scale: torch.Tensor, global_scale: torch.Tensor, divisor: bool) -> torch.Tensor:
+    """ModelOpt: float(weight_scale) * weight_scale_2; compressed-tensors: float(weight_scale) / weight_global_scale."""
+    return scale / global_scale if divisor else scale * global_scale
+
+
+def _dequantize_direct(packed, weight_scale, weight_scale_2, dtype, divisor: bool = False):
     """The arithmetic form, for scales that are not FP8 or output dtypes of other widths."""
     rows, half = packed.shape
     cols = half * 2
-    per_block = weight_scale.to(torch.float32) * weight_scale_2.to(torch.float32)
+    per_block = _per_block(weight_scale.to(torch.float32), weight_scale_2.to(torch.float32), divisor)
     out = torch.empty((rows, cols), dtype=dtype)
     for lo, hi in _row_chunks(rows, cols):
-        values = _BYTE_TO_PAIR[packed[lo:hi].long()].view(hi - lo, cols // BLOCK, BLOCK)
+        values = (_SIGNED_PAIR if divisor else _BYTE_TO_PAIR)[packed[lo:hi].long()].view(hi - lo, cols // BLOCK, BLOCK)
         out[lo:hi] = (values * per_block[lo:hi].unsqueeze(-1)).view(hi - lo, cols).to(dtype)
     return out
+
+
+def dequantize_ct(
+    packed: torch.Tensor, weight_scale: torch.Tensor, weight_global_scale: torch.Tensor, dtype: torch.dtype = torch.bfloat16
+) -> torch.Tensor:
+    """compressed-tensors nvfp4-pack-quantized: E2M1 * (float32(fp8) / weight_global_scale), rounded once.
+
+    Bitwise equal to NVFP4PackedCompressor.decompress when the global scale has shape [1] (its own
+    layout; code 8 gives -0.0 as there) and, -0 aside, to ModelOpt's value for weight_scale_2 =
+    1 / weight_global_scale. With a 0-d global scale (what CT's ModelOpt converter writes) CT's
+    decompress rounds the block scale to bf16 first and is up to 1 ulp off; we do not copy that.
+    """
+    return dequantize(packed, weight_scale, weight_global_scale, dtype, divisor=True)
 
 
 def global_scale(weight: torch.Tensor) -> torch.Tensor:

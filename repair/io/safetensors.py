@@ -8,7 +8,6 @@ ever held in memory and untouched tensors are copied as raw bytes, never decoded
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -18,7 +17,7 @@ from typing import Iterable, Union
 
 from repair.errors import BadInput
 from repair.io.dtypes import ITEMSIZE, nbytes
-from repair.io.hashing import copy_hashed, write_all
+from repair.io.hashing import HashFollower, kernel_copy, write_all
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
 
@@ -206,27 +205,35 @@ Bytes = Union[bytes, bytearray, memoryview]
 class ShardWriter:
     """Write one safetensors file: header first, then each tensor's bytes streamed in order.
 
-    Everything written is hashed on the way, so the output's sha256 needs no second read.
+    Everything written is hashed on the way by a second thread (HashFollower) reading it back from
+    the page cache, so copied tensors can go kernel to kernel; `digest` is complete after exit.
     """
 
     def __init__(self, path: Path, tensors: list[OutTensor], metadata: dict[str, str] | None):
         self.path = Path(path)
-        self.digest = hashlib.sha256()
         self._pending = list(reversed(tensors))
+        header = encode_header(tensors, metadata)
         self._fh = open(self.path, "wb", buffering=0)
-        self._emit(encode_header(tensors, metadata))
+        self._hasher = HashFollower(self.path)
+        self.digest = self._hasher.digest
+        self._emit(header)
 
     def __enter__(self) -> "ShardWriter":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._fh.close()
+        if exc_type is None:
+            self._hasher.finish()
+        else:
+            self._hasher.cancel()
         if exc_type is None and self._pending:
             raise AssertionError(f"{self.path}: tensors never written: {[t.name for t in self._pending]}")
 
     def _emit(self, data: Bytes) -> None:
-        self.digest.update(data)
-        write_all(self._fh.fileno(), memoryview(data).cast("B"))
+        view = memoryview(data).cast("B")
+        write_all(self._fh.fileno(), view)
+        self._hasher.advance(view.nbytes)
 
     def _next(self, name: str) -> OutTensor:
         expected = self._pending.pop() if self._pending else None
@@ -249,7 +256,7 @@ class ShardWriter:
             raise AssertionError(f"{self.path}: {name}: source has {info.nbytes} bytes, header says {expected.nbytes}")
         with open(src, "rb") as source:
             try:
-                copy_hashed(source.fileno(), self._fh.fileno(), info.start, info.nbytes, self.digest)
+                kernel_copy(source.fileno(), self._fh.fileno(), info.nbytes, info.start, on_piece=self._hasher.advance)
             except EOFError:
                 raise BadInput(f"{src}: {name}: file ended while copying; it is truncated, re-download it") from None
 

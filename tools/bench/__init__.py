@@ -1,0 +1,1 @@
+"""Pieces of tools/benchmark.py: measuring, inputs, peers, phase breakdowns, the report."""
