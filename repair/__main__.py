@@ -1,3 +1,6 @@
-from repair.cli import main
+"""`python -m repair`: the same entry point as the installed `ckpt-repair` script."""
 
-main()
+from repair.cli import console_main
+
+if __name__ == "__main__":
+    console_main()

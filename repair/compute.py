@@ -22,8 +22,9 @@ Located = dict[str, tuple[ShardHeader, TensorInfo]]
 class Computer:
     """Computes TensorSteps against the checkpoint and (optionally) the original model."""
 
-    def __init__(self, checkpoint: Located, original: Located | None = None):
+    def __init__(self, checkpoint: Located, original: Located | None = None, global_scale_is_divisor: bool = False):
         self._sources = {"checkpoint": checkpoint, "original": original or {}}
+        self._divisor = global_scale_is_divisor  # compressed-tensors stores 1 / ModelOpt's weight_scale_2
         self._cache: dict[str, dict[str, torch.Tensor]] = {}
 
     def load(self, name: str, source: str = "checkpoint") -> torch.Tensor:
@@ -36,7 +37,7 @@ class Computer:
     def tensor(self, step: TensorStep) -> torch.Tensor:
         if step.op == "dequantize":
             packed, scale, scale_2 = (self.load(n, step.source) for n in step.inputs)
-            return nvfp4.dequantize(packed, scale, scale_2, tensors.TORCH_DTYPE[step.out.dtype])
+            return nvfp4.dequantize(packed, scale, scale_2, tensors.TORCH_DTYPE[step.out.dtype], divisor=self._divisor)
         if step.op == "cast":
             return self.load(step.inputs[0], step.source).to(tensors.TORCH_DTYPE[step.out.dtype])
         if step.op == "requantize":

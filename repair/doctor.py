@@ -11,13 +11,14 @@ from dataclasses import dataclass
 
 from repair import arch
 from repair.arch.gemma4_assistant import BF16_HANDSHAKE, ModuleSpec
-from repair.formats import modelopt_nvfp4 as fmt
+from repair import formats
+from repair.formats.base import Declaration
 from repair.io.checkpoint import HF_QUANT_CONFIG, Checkpoint
 from repair.modules import StoredModule, stored_bits
 from repair.doctor_checks import config_findings, health_findings
 from repair.targets import vllm_loader
 from repair.targets.profiles import Target
-from repair.targets.vllm_matching import draft_prefix, is_excluded
+from repair.targets.vllm_matching import draft_prefix
 
 
 @dataclass(frozen=True)
@@ -44,18 +45,19 @@ class Diagnosis:
         return 1 if any(f.severity in bad for f in self.findings) else 0
 
 
-def runtime_precision(specs: dict[str, ModuleSpec], declaration: fmt.Declaration, target: Target) -> dict[str, str]:
+def runtime_precision(specs: dict[str, ModuleSpec], declaration: Declaration, target: Target) -> dict[str, str]:
     """What the target builds each linear as: BF16, or NVFP4 where it follows the draft's own config."""
     out = {}
     for name, spec in specs.items():
         quantizable = spec.is_linear and spec.role not in ("embed",)
         follows = target.profile.follows_draft_config and declaration.quantized and quantizable
-        out[name] = "nvfp4" if follows and not is_excluded(draft_prefix(name), declaration.exclusions) else "bf16"
+        out[name] = "nvfp4" if follows and not declaration.excludes(draft_prefix(name)) else "bf16"
     return out
 
 
 def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     infos = ckpt.infos()
+    fmt = formats.detect(ckpt)
     modules = {m.name: m for m in fmt.group_modules(infos)}
     declaration = fmt.read_declaration(ckpt)
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
@@ -66,7 +68,7 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     findings += degree
     if target.profile.runtime == "vllm" and specs and not degree:  # an impossible degree fails before any weight loads
         order = sorted(infos.values(), key=lambda i: (ckpt.locate()[i.name][0].path.name, i.name))
-        outcomes = vllm_loader.simulate(order, specs, precision, target, tp)
+        outcomes = vllm_loader.simulate(order, specs, precision, target, tp, fmt.RUNTIME_LEAVES)
         first = _first_error_per_rank(outcomes)
         findings += _load_findings(outcomes, modules, specs, precision, target, declaration)
     if target.profile.runtime == "bf16":
@@ -102,14 +104,18 @@ def _load_findings(outcomes, modules, specs, precision, target, declaration) -> 
     """One finding per module whose tensors fail or load wrong values on some rank."""
     by_module: dict[str, list[vllm_loader.Outcome]] = {}
     for o in outcomes:
-        if o.status in ("error", "garbage", "skipped"):
+        if o.status in ("error", "garbage", "skipped", "unloaded"):
             by_module.setdefault(_module_of(o.tensor, specs), []).append(o)
     findings = []
     for name, items in sorted(by_module.items()):
         stored = modules.get(name)
         errors = [o for o in items if o.status == "error"]
         garbage = [o for o in items if o.status == "garbage"]
+        unloaded = [o for o in items if o.status == "unloaded"]
         what = _mismatch_text(name, stored, precision.get(name, "bf16"), target, declaration)
+        if unloaded:
+            what += (f"; it skips {unloaded[0].tensor} as an unknown name, so the layer's weight is never loaded and it "
+                     "runs on uninitialised memory, silently")
         if garbage:
             what += f"; on rank(s) {sorted({o.rank for o in garbage})} the bytes fit and load as wrong values, silently"
             if stored is not None and not stored.is_quantized and precision.get(name) == "nvfp4":
@@ -117,8 +123,8 @@ def _load_findings(outcomes, modules, specs, precision, target, declaration) -> 
                          "was never loaded (still NaN)', because this layer's scales are missing)")
         if errors:
             findings.append(Finding("error", "load-error", name, what, errors[0].error, tuple(sorted({o.rank for o in errors}))))
-        elif garbage:
-            findings.append(Finding("error", "silent-garbage", name, what, None, tuple(sorted({o.rank for o in garbage}))))
+        elif garbage or unloaded:
+            findings.append(Finding("error", "silent-garbage", name, what, None, tuple(sorted({o.rank for o in garbage + unloaded}))))
         else:
             findings.append(Finding("warning", "ignored-tensors", name, f"{target.spec} silently ignores {', '.join(sorted({o.tensor for o in items}))}"))
     return findings
@@ -129,7 +135,7 @@ def _module_of(tensor: str, specs: dict[str, ModuleSpec]) -> str:
     return module if module in specs else tensor
 
 
-def _mismatch_text(name: str, stored: StoredModule | None, built: str, target: Target, declaration: fmt.Declaration) -> str:
+def _mismatch_text(name: str, stored: StoredModule | None, built: str, target: Target, declaration: Declaration) -> str:
     if stored is None:
         return f"{name}: not stored"
     why = "builds every drafter linear in BF16" if not target.profile.follows_draft_config else (

@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 from repair.arch.gemma4_assistant import ModuleSpec
-from repair.formats import modelopt_nvfp4 as fmt
+from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
 from repair.modules import StoredModule
 from repair.nvfp4_health import block_scale_stats, global_scale_problem, read_f32_scalar
-from repair.targets.vllm_matching import draft_prefix, is_excluded
+from repair.targets.vllm_matching import draft_prefix
 
 FUSED_SIBLINGS = (("mlp.gate_proj", "mlp.up_proj"), ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
 
 
-def config_findings(ckpt: Checkpoint, declaration: fmt.Declaration, modules: dict[str, StoredModule], specs: dict[str, ModuleSpec]):
+def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[str, StoredModule], specs: dict[str, ModuleSpec]):
     from repair.doctor import Finding
 
     findings = []
     prefixes = {draft_prefix(n) for n in (specs or modules)} | {"lm_head"}
     for pattern in declaration.exclusions:
-        if not any(is_excluded(p, [pattern]) for p in prefixes):
+        if not any(declaration.excludes(p, [pattern]) for p in prefixes):
             findings.append(Finding("warning", "unused-exclusion", pattern, f"exclusion {pattern!r} matches no module of this model"))
     if declaration.ignore is not None and declaration.exclude_modules is not None and set(declaration.ignore) != set(declaration.exclude_modules):
         only_cfg = sorted(set(declaration.ignore) - set(declaration.exclude_modules))
@@ -30,7 +30,7 @@ def config_findings(ckpt: Checkpoint, declaration: fmt.Declaration, modules: dic
         linear = m.tensor("weight") and (specs[m.name].is_linear and specs[m.name].role != "embed" if m.name in specs else len(m.logical_shape) == 2)
         if not linear:
             continue
-        excluded = is_excluded(draft_prefix(m.name), declaration.exclusions)
+        excluded = declaration.excludes(draft_prefix(m.name))
         if m.is_quantized and not declaration.quantized:
             findings.append(Finding("warning", "config-contradiction", m.name, f"{m.name}: tensors are packed NVFP4 but the config declares no quantization"))
         elif m.is_quantized and excluded:

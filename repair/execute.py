@@ -160,9 +160,11 @@ def _rewrite(plan: Plan, step: ShardStep, dst: Path) -> str:
                 writer.copy(t.out.name, shard.path, info)
             else:
                 if computer is None:
+                    from repair import formats
                     from repair.compute import Computer
 
-                    computer = Computer(located["checkpoint"], located["original"])
+                    divisor = formats.by_name(plan.format).GLOBAL_SCALE_IS_DIVISOR
+                    computer = Computer(located["checkpoint"], located["original"], divisor)
                 writer.write(t.out.name, computer.bytes_of(t))
     return writer.digest.hexdigest()
 

@@ -15,7 +15,7 @@ import torch
 from repair.codec import nvfp4
 from repair.compute import Computer
 from repair.errors import BadInput
-from repair.formats import modelopt_nvfp4 as fmt
+from repair import formats
 from repair.planning import Plan
 
 CORRUPT_RELATIVE_ERROR = 0.25  # NVFP4's normal relative error on real weights is about 0.1
@@ -46,7 +46,7 @@ def assess_original(plan: Plan, force: bool = False) -> OriginalAssessment:
     """Verify the original against every packed module, or raise BadInput (unless `force`)."""
     ckpt, original = plan.source, plan.original
     computer = Computer(ckpt.locate(), original.locate())
-    packed = [m for m in fmt.group_modules(ckpt.infos()) if m.is_quantized]
+    packed = [m for m in formats.by_name(plan.format).group_modules(ckpt.infos()) if m.is_quantized]
     orig_infos = original.infos()
     verified, mismatched, errors = [], [], {}
     for m in packed:

@@ -10,7 +10,7 @@ every tensor of the module. Leftover scale tensors of a BF16 module are dropped.
 from __future__ import annotations
 
 from repair.errors import BadInput
-from repair.formats import modelopt_nvfp4 as fmt
+from repair.formats.base import Format
 from repair.io.checkpoint import Checkpoint
 from repair.modules import StoredModule
 from repair.planning import ModuleChange, TensorRef, TensorStep
@@ -20,7 +20,7 @@ FUSED_GROUPS = (("mlp.gate_proj", "mlp.up_proj"), ("self_attn.q_proj", "self_att
 
 
 def module_change(m: StoredModule, action: str, ckpt: Checkpoint, original: Checkpoint | None, recipe: Recipe,
-                  modules: dict[str, StoredModule]) -> ModuleChange | None:
+                  modules: dict[str, StoredModule], fmt: Format) -> ModuleChange | None:
     """The change for one module, or None when the action leaves it exactly as stored."""
     infos = ckpt.infos()
     before = tuple(TensorRef(n, infos[n].dtype, infos[n].shape) for n in m.tensors)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG
 from repair.planning import Plan
 
 
 def plan_as_json(plan: Plan) -> dict:
     return {
         "source": str(plan.source.root),
+        "format": plan.format,
         "changes": [
             {"module": c.module, "action": c.action, "before": [t.as_dict() for t in c.before], "after": [t.as_dict() for t in c.after]}
             for c in plan.changes
@@ -27,7 +29,8 @@ def plan_as_text(plan: Plan) -> str:
     if plan.recipe.drop_quantization:
         lines.append("  quantization config: removed (config.json quantization_config" + (", hf_quant_config.json)" if plan.removed_files else ")"))
     if plan.exclusions_added:
-        lines.append(f"  exclusions: add {', '.join(plan.exclusions_added)} (config.json and hf_quant_config.json)")
+        files = " and ".join(n for n in (CONFIG, HF_QUANT_CONFIG) if n in plan.json_files)
+        lines.append(f"  exclusions: add {', '.join(plan.exclusions_added)} ({files})")
     rewritten = [s.name for s in plan.shards if s.op == "rewrite"]
     copied = [s.name for s in plan.shards if s.op == "copy_file"] + list(plan.copied_files)
     lines.append(f"  files: {len(rewritten)} shard(s) rewritten, {len(plan.json_files)} config file(s) rewritten, {len(copied)} copied unchanged")
@@ -38,7 +41,7 @@ def _change_text(c) -> str:
     before = {t.name.rsplit(".", 1)[1]: t for t in c.before}
     after = {t.name.rsplit(".", 1)[1]: t for t in c.after}
     dropped = [leaf for leaf in before if leaf not in after]
-    stored = before.get("weight")
+    stored = c.before[0] if c.before else None  # a module's weight comes first, whatever its format calls it
     new = after.get("weight")
     shape = lambda t: f"{'nvfp4' if t.dtype == 'U8' else t.dtype.lower()} {list(t.shape)}"  # noqa: E731
     what = {

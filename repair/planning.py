@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 
 from repair.arch import gemma4_assistant
 from repair.errors import UsageError
-from repair.formats import modelopt_nvfp4 as fmt
+from repair import formats
+from repair.formats.base import Declaration, Format
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 from repair.io.dtypes import nbytes
 from repair.io.safetensors import ShardHeader
 from repair.modules import StoredModule
 from repair.recipe import ACTIONS, Recipe
-from repair.targets.vllm_matching import draft_prefix, is_excluded
+from repair.targets.vllm_matching import draft_prefix
 
 __all__ = ["ModuleChange", "Plan", "Recipe", "ShardStep", "TensorRef", "TensorStep", "make_plan", "select"]
 
@@ -81,6 +82,7 @@ class Plan:
     copied_files: tuple[str, ...]
     removed_files: tuple[str, ...] = ()
     original: Checkpoint | None = None
+    format: str = "modelopt-nvfp4"  # the source's format plug-in (formats.by_name)
 
     @property
     def is_noop(self) -> bool:
@@ -116,20 +118,30 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     """Plan the repair of `ckpt` by `recipe` without reading any tensor data."""
     from repair.plan_modules import module_change
 
-    infos = ckpt.infos()
-    modules = fmt.group_modules(infos)
+    fmt = formats.detect(ckpt)
+    modules = fmt.group_modules(ckpt.infos())
     by_name = {m.name: m for m in modules}
     declaration = fmt.read_declaration(ckpt)
     actions = _with_fused_siblings(assign_actions(modules, recipe, str(ckpt.root)), by_name)
-    if original is None and any(a in ("take_original", "requantize") for a in actions.values()):
-        raise UsageError(f"{ckpt.root}: the recipe takes or requantizes modules from the original model; pass --original ORIG")
-    changes = [c for name, a in sorted(actions.items()) if (c := module_change(by_name[name], a, ckpt, original, recipe, by_name))]
+    _check_supported(ckpt, fmt, actions, original)
+    changes = [c for name, a in sorted(actions.items()) if (c := module_change(by_name[name], a, ckpt, original, recipe, by_name, fmt))]
     shards = tuple(_shard_step(s, changes) for s in ckpt.shards)
-    config, hf_quant, added = _config_edits(ckpt, declaration, recipe, actions)
+    config, hf_quant, added = _config_edits(ckpt, fmt, declaration, recipe, actions)
     json_files = _json_files(ckpt, config, hf_quant, shards)
     removed = (HF_QUANT_CONFIG,) if recipe.drop_quantization and ckpt.hf_quant_config is not None else ()
     copied = ckpt.other_files + tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
-    return Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original)
+    return Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original, fmt.NAME)
+
+
+def _check_supported(ckpt: Checkpoint, fmt: Format, actions: dict[str, str], original: Checkpoint | None) -> None:
+    """Refuse, before anything is read, what the recipe needs but the source's format cannot do."""
+    needs_original = any(a in ("take_original", "requantize") for a in actions.values())
+    if original is None and needs_original:
+        raise UsageError(f"{ckpt.root}: the recipe takes or requantizes modules from the original model; pass --original ORIG")
+    for operation, used in (("requantize", "requantize" in actions.values()), ("original", original is not None)):
+        reason = fmt.unsupported(operation) if used else None
+        if reason:
+            raise UsageError(f"{ckpt.root}: {reason}")
 
 
 def _with_fused_siblings(actions: dict[str, str], modules: dict[str, StoredModule]) -> dict[str, str]:
@@ -143,17 +155,17 @@ def _with_fused_siblings(actions: dict[str, str], modules: dict[str, StoredModul
     return out
 
 
-def _config_edits(ckpt: Checkpoint, declaration: fmt.Declaration, recipe: Recipe, actions: dict[str, str]):
+def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recipe: Recipe, actions: dict[str, str]):
     """Exclude every module that ends up BF16; un-exclude requantized ones (exact entries only)."""
     if recipe.drop_quantization:
         return fmt.without_quantization(ckpt), None, ()
     if not declaration.quantized:
         return ckpt.config, ckpt.hf_quant_config, ()
-    covers = exclusion_matcher(ckpt.config)
+    covers = exclusion_matcher(ckpt.config, declaration)
     bf16 = sorted({exclusion_name(n, ckpt.config) for n, a in actions.items() if a in ("dequantize", "take_original")})
     packed = [n for n, a in sorted(actions.items()) if a == "requantize"]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
-    added = tuple(n for n in bf16 if not all(covers(x, n) for x in lists))
+    added = tuple(fmt.exclusion_entry(n) for n in bf16 if not all(covers(x, n) for x in lists))
     config, hf_quant = fmt.with_exclusions(ckpt, bf16, covers, remove=packed)
     for name in packed:
         for exclusions in fmt.exclusion_lists(config, hf_quant):
@@ -162,11 +174,11 @@ def _config_edits(ckpt: Checkpoint, declaration: fmt.Declaration, recipe: Recipe
     return config, hf_quant, added
 
 
-def exclusion_matcher(config: dict | None):
-    """covers(exclusions, module): vLLM's rules on the names it uses (a Gemma 4 drafter's are `draft_model.` prefixed)."""
+def exclusion_matcher(config: dict | None, declaration: Declaration):
+    """covers(exclusions, module): vLLM's rules for the format, on the names it uses (a Gemma 4 drafter's are `draft_model.` prefixed)."""
     if gemma4_assistant.matches(config):
-        return lambda exclusions, module: is_excluded(draft_prefix(module), exclusions)
-    return lambda exclusions, module: is_excluded(module, exclusions)
+        return lambda exclusions, module: declaration.excludes(draft_prefix(module), exclusions)
+    return lambda exclusions, module: declaration.excludes(module, exclusions)
 
 
 def exclusion_name(module: str, config: dict | None) -> str:

@@ -12,13 +12,14 @@ from __future__ import annotations
 from repair import arch
 from repair.arch.gemma4_assistant import BF16_HANDSHAKE
 from repair.doctor import runtime_precision
-from repair.formats import modelopt_nvfp4 as fmt
+from repair import formats
 from repair.io.checkpoint import Checkpoint
 from repair.planning import Recipe
 from repair.targets.profiles import Target
 
 
 def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
+    fmt = formats.detect(ckpt)
     modules = [m for m in fmt.group_modules(ckpt.infos()) if m.tensor("weight")]
     if target.wants_all_bf16:
         return Recipe(dequantize=tuple(m.name for m in modules if m.is_quantized), drop_quantization=True, from_target=target.spec)

@@ -14,7 +14,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from repair import arch
+from repair import arch, formats
 from repair.errors import UsageError
 from repair.modules import split_name
 from repair.planning import Plan, TensorStep
@@ -256,6 +256,9 @@ class TpPlan:
 
 def plan_tp(plan: Plan, tp: int) -> TpPlan:
     """Split a plan's output `tp` ways; raises UsageError (before anything is written) when impossible."""
+    reason = formats.by_name(plan.format).unsupported("tp")
+    if reason:
+        raise UsageError(f"{plan.source.root}: {reason}")
     steps = [(s.name, t) for s in plan.shards for t in s.tensors]
     styles = style_plan(plan.source.config, str(plan.source.root / "config.json"))
     specs = tensor_specs([t.out for _, t in steps], styles)

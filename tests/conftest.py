@@ -31,6 +31,14 @@ def correct_export(modelopt_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def ct_export(broken_export, modelopt_dir) -> Path:
+    """The buggy ModelOpt export converted to compressed-tensors NVFP4 by compressed-tensors' own converter."""
+    from tools import ct_export as convert
+
+    return convert.convert_modelopt(broken_export, modelopt_dir / "compressed-tensors")
+
+
+@pytest.fixture(scope="session")
 def original_model(modelopt_dir) -> Path:
     return modelopt_export.save_original(modelopt_dir / "original")
 

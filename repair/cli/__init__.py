@@ -1,7 +1,10 @@
-"""The `ckpt-repair` command line; one module per command, registered on the group in main.py."""
+"""The `ckpt-repair` command line; one module per command, imported on demand by the group in main.py.
+
+`main(argv)` runs a command in-process (it raises SystemExit like any click program);
+`console_main()` is the installed script, which also skips the interpreter's teardown.
+"""
 
 from repair.cli.main import cli, main
-from repair.cli import demo_cmd, doctor_cmd, fix_cmd, inspect_cmd, recipes_cmd, unshard_cmd  # noqa: F401  (registers the commands)
-from repair.cli import hub_cmd  # noqa: F401,E402  (the `hub` group)
+from repair.cli.console import console_main
 
-__all__ = ["cli", "main"]
+__all__ = ["cli", "console_main", "main"]

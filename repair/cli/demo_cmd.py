@@ -6,10 +6,8 @@ from pathlib import Path
 
 import click
 
-from repair.cli.main import cli
 
-
-@cli.command()
+@click.command()
 @click.option("--workdir", type=click.Path(path_type=Path), help="Where to write the example folders (default: a new temp folder).")
 def demo(workdir: Path | None) -> None:
     """Build a tiny broken NVFP4 Gemma 4 assistant, show what is wrong, fix it, show it fixed."""

@@ -8,10 +8,8 @@ from pathlib import Path
 
 import click
 
-from repair.cli.main import cli
 
-
-@cli.command()
+@click.command()
 @click.argument("src", type=click.Path(path_type=Path))
 @click.option("--target", "target_spec", default=None, help="vllm==X.Y.Z (default: newest known) or bf16.")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel degree to simulate.")
@@ -21,7 +19,7 @@ def doctor(src: Path, target_spec: str | None, tp: int, strict: bool, as_json: b
     """Predict what TARGET does with SRC: exit 0 healthy, 1 problems, 2 bad input."""
     from repair.doctor import diagnose
     from repair.doctor_text import diagnosis_json, diagnosis_text
-    from repair.hub.source import open_source  # a local folder, or a Hub repo id (headers + scale bytes)
+    from repair.cli.sources import open_source  # a local folder, or a Hub repo id (headers + scale bytes)
     from repair.targets.profiles import resolve
 
     result = diagnose(open_source(src), resolve(target_spec), tp)

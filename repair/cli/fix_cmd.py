@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from repair.cli.main import cli, say
+from repair.cli.main import say
 
 
-@cli.command()
+@click.command()
 @click.argument("src", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Output folder (must not exist).")
 @click.option("--target", "target_spec", default=None, help="Fix for vllm==X.Y.Z or bf16 (default: the handshake repair).")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from repair.cli.main import cli, say
+from repair.cli.main import say
 
 
-@cli.group()
+@click.group()
 def hub() -> None:
     """Repair models on the Hugging Face Hub without downloading all of them."""
 

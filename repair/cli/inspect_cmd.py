@@ -7,16 +7,14 @@ from pathlib import Path
 
 import click
 
-from repair.cli.main import cli
 
-
-@cli.command()
+@click.command()
 @click.argument("src", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def inspect(src: Path, as_json: bool) -> None:
     """Show what SRC stores, module by module (reads headers only)."""
     from repair.inspection import as_json as to_json, as_text, inspect_checkpoint
-    from repair.hub.source import open_source  # a local folder, or a Hub repo id (headers only)
+    from repair.cli.sources import open_source  # a local folder, or a Hub repo id (headers only)
 
     result = inspect_checkpoint(open_source(src, scales=False))
     click.echo(json.dumps(to_json(result), indent=2) if as_json else as_text(result))

@@ -1,4 +1,8 @@
-"""The `ckpt-repair` command line: parse, call the API, print. Nothing else lives here."""
+"""The `ckpt-repair` command line: parse, call the API, print. Nothing else lives here.
+
+Each command lives in its own module (`repair/cli/<name>_cmd.py`), imported only when that command
+runs (or `--help` lists it), so a header-only command pays for its own imports alone.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,13 @@ import sys
 import click
 
 from repair import __version__
+from repair.cli.lazy import LazyGroup
 from repair.errors import RepairError
 
+COMMANDS = {name: f"repair.cli.{name}_cmd:{name}" for name in ("demo", "doctor", "fix", "hub", "inspect", "recipes", "unshard")}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ckpt-repair")
 def cli() -> None:
     """Repair quantized checkpoints so the runtime that loads them accepts them."""

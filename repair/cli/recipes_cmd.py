@@ -6,10 +6,8 @@ import json
 
 import click
 
-from repair.cli.main import cli
 
-
-@cli.command()
+@click.command()
 @click.argument("name", required=False)
 def recipes(name: str | None) -> None:
     """List the built-in recipes; with NAME, show that recipe's rules."""

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from repair.cli.main import cli, say
+from repair.cli.main import say
 
 
-@cli.command()
+@click.command()
 @click.argument("src", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Output folder (must not exist).")
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (only once the new output is complete).")

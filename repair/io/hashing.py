@@ -1,9 +1,12 @@
-"""Copying and sha256 of whole files and byte ranges: the kernel copies, other threads hash from the page cache."""
+"""Copying and sha256 of whole files and byte ranges: the kernel copies, other threads hash from the page cache.
+
+hashlib is imported where a digest is made: loading OpenSSL costs ~3 ms, and header-only commands
+(`inspect`, `doctor`) import this module through repair.io.safetensors without hashing anything.
+"""
 
 from __future__ import annotations
 
 import errno
-import hashlib
 import mmap
 import os
 import sys
@@ -121,6 +124,8 @@ class HashFollower:
     """
 
     def __init__(self, path: Path):
+        import hashlib
+
         self.digest = hashlib.sha256()
         self._fd = os.open(path, os.O_RDONLY)
         self._written, self._hashed, self._state = 0, 0, "open"  # open | finishing | cancelled
@@ -173,6 +178,8 @@ class HashFollower:
 
 
 def sha256_file(path: Path) -> str:
+    import hashlib
+
     digest = hashlib.sha256()
     with open(path, "rb", buffering=0) as fh:
         hash_range(fh.fileno(), digest, 0, os.fstat(fh.fileno()).st_size)

@@ -18,7 +18,7 @@ from repair.io.safetensors import TensorInfo
 from repair.modules import split_name
 from repair.targets.profiles import GEMMA4_ASSISTANT_LAYERS, LayerKind, Target
 
-NVFP4_PARAMS = ("weight", "weight_scale", "weight_scale_2", "input_scale")
+MODELOPT_LEAVES = {"weight": "weight", "weight_scale": "weight_scale", "weight_scale_2": "weight_scale_2", "input_scale": "input_scale"}
 NVFP4_GROUP = 16  # elements per fp8 block scale
 HF_TO_VLLM_PREFIX = {"pre_projection": "model.pre_projection", "post_projection": "model.post_projection"}
 
@@ -29,7 +29,8 @@ class Outcome:
 
     tensor: str
     rank: int
-    status: str  # "ok" | "error" | "garbage" (loads silently with wrong values) | "skipped"
+    status: str  # "ok" | "error" | "garbage" (loads silently with wrong values) | "skipped" | "unloaded" (the weight
+    # is stored under a name the runtime skips, so the layer keeps uninitialised memory)
     error: str | None = None  # the runtime's exception, as `Type: message`
 
 
@@ -58,9 +59,15 @@ def no_param_error(tensor: str, kind: LayerKind, params: tuple[str, ...]) -> str
 
 
 def simulate(
-    infos: list[TensorInfo], specs: dict[str, ModuleSpec], precision: dict[str, str], target: Target, tp: int = 1
+    infos: list[TensorInfo], specs: dict[str, ModuleSpec], precision: dict[str, str], target: Target, tp: int = 1,
+    leaves: dict[str, str] | None = None,
 ) -> list[Outcome]:
-    """Outcomes for every stored tensor (in load order) on every rank; `precision` is what the runtime builds."""
+    """Outcomes for every stored tensor (in load order) on every rank; `precision` is what the runtime builds.
+
+    `leaves` maps the parameter names the runtime allocates for a packed layer to their roles
+    (ModelOpt's names by default; compressed-tensors' are `weight_packed`, `weight_global_scale`, ...).
+    """
+    leaves = leaves or MODELOPT_LEAVES
     outcomes = []
     for info in infos:
         module, leaf = split_name(info.name)
@@ -69,21 +76,24 @@ def simulate(
             continue  # not a module the architecture defines; reported elsewhere
         kind = GEMMA4_ASSISTANT_LAYERS[spec.role]
         for rank in range(tp):
-            outcomes.append(_one(info, leaf, spec, kind, precision.get(spec.name, "bf16"), target, rank, tp))
+            outcomes.append(_one(info, leaf, spec, kind, precision.get(spec.name, "bf16"), target, rank, tp, leaves))
     return outcomes
 
 
-def _one(info: TensorInfo, leaf: str, spec: ModuleSpec, kind: LayerKind, precision: str, target: Target, rank: int, tp: int) -> Outcome:
+def _one(info: TensorInfo, leaf: str, spec: ModuleSpec, kind: LayerKind, precision: str, target: Target, rank: int, tp: int,
+         leaves: dict[str, str]) -> Outcome:
     if not spec.is_linear:
         return Outcome(info.name, rank, "ok")
-    params = NVFP4_PARAMS if precision == "nvfp4" else ("weight",)
+    params = tuple(leaves) if precision == "nvfp4" else ("weight",)
     if leaf not in params:
         if target.profile.unknown_tensors == "skip":
-            return Outcome(info.name, rank, "skipped")
+            stored_weight = leaf != "weight" and leaves.get(leaf) == "weight"  # e.g. weight_packed where `weight` is built
+            return Outcome(info.name, rank, "unloaded" if stored_weight else "skipped")
         return Outcome(info.name, rank, "error", no_param_error(info.name, kind, params))
-    if leaf == "weight":
+    role = leaves.get(leaf, leaf) if precision == "nvfp4" else leaf
+    if role == "weight":
         return _weight(info, spec, kind, precision, rank, tp)
-    if leaf == "weight_scale":
+    if role == "weight_scale":
         return _block_scale(info, spec, kind, rank, tp)
     return _per_tensor_scale(info, kind, rank)
 

@@ -1,14 +1,20 @@
-"""How vLLM decides that a layer is excluded from ModelOpt quantization.
+"""How vLLM decides that a layer is excluded from quantization, for ModelOpt and compressed-tensors.
 
 `ModelOptQuantConfigBase.is_layer_excluded` tries, in order: an exact match (a fused layer
 such as `gate_up_proj` matches only when every shard is listed, and only with a packed-modules
 mapping, which the drafter's config never has), a plain substring test, then fnmatch. A
 trailing `X*` pattern is also tried as `X` and `X.*`. Draft layers are matched under
 `draft_model.` prefixes, not the checkpoint's `model.` names.
+
+compressed-tensors (`should_ignore_layer`, `check_equal_or_regex_match`) is stricter: an entry
+excludes a layer only when it equals the name or is `re:REGEX` with `re.match` (anchored at the
+start), so `pre_projection` does not exclude `draft_model.pre_projection`. A layer no
+config-group target names is not quantized either (`Linear` targets every linear layer).
 """
 
 from __future__ import annotations
 
+import re
 from fnmatch import fnmatch
 from typing import Iterable
 
@@ -27,6 +33,21 @@ def is_excluded(prefix: str, exclusions: Iterable[str]) -> bool:
         if any(fnmatch(prefix, v) for v in variants):
             return True
     return False
+
+
+def ct_is_excluded(prefix: str, ignore: Iterable[str], targets: Iterable[str] | None = None) -> bool:
+    """True when vLLM's compressed-tensors config builds the layer at `prefix` unquantized."""
+    if any(ct_entry_matches(prefix, entry) for entry in ignore):
+        return True
+    listed = list(targets) if targets is not None else ["Linear"]
+    return not any(t == "Linear" or ct_entry_matches(prefix, t) for t in listed)
+
+
+def ct_entry_matches(prefix: str, entry: str) -> bool:
+    """compressed-tensors' rule for one ignore or target entry: equal, or `re:` + re.match."""
+    if entry.startswith("re:"):
+        return re.match(entry[3:], prefix) is not None
+    return entry == prefix
 
 
 def draft_prefix(module: str) -> str:

@@ -1,0 +1,124 @@
+"""compressed-tensors' `nvfp4-pack-quantized` checkpoint format.
+
+Tensors per quantized Linear: `weight_packed` uint8 [out, in/2] (ModelOpt's nibble order),
+`weight_scale` float8_e4m3fn [out, in/16], `weight_global_scale` float32 = 1 / ModelOpt's
+`weight_scale_2` (a divisor: value = fp4 * weight_scale / weight_global_scale) and optional
+`input_global_scale` = 1 / `input_scale`. The only declaration is config.json's
+`quantization_config` (`quant_method: compressed-tensors`): its `ignore` list takes exact vLLM
+layer names or `re:` patterns, and its config groups' `targets` say what is quantized.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+from repair.errors import BadInput
+from repair.formats import nvfp4_packed
+from repair.formats.base import Declaration
+from repair.io.checkpoint import CONFIG, Checkpoint
+from repair.io.safetensors import TensorInfo
+from repair.modules import StoredModule, split_name
+
+NAME = "compressed-tensors"
+GLOBAL_SCALE_IS_DIVISOR = True
+PACKED_FORMAT = "nvfp4-pack-quantized"
+LEAVES = {"weight": "weight_packed", "weight_scale": "weight_scale", "weight_scale_2": "weight_global_scale", "input_scale": "input_global_scale"}
+RUNTIME_LEAVES = {leaf: role for role, leaf in LEAVES.items()}
+UNSUPPORTED = {
+    "requantize": "requantizing writes ModelOpt's quantizer output, which is not byte-identical to compressed-tensors'; dequantize instead",
+    "original": "--original verifies the original by requantizing with ModelOpt's math, which compressed-tensors' quantizer does not match; "
+                "dequantize without --original",
+    "tp": "--tp reshards ModelOpt names only; reshard after converting, or run without --tp",
+}
+
+
+def claims(ckpt: Checkpoint) -> bool:
+    """config.json says compressed-tensors, or (no quantization config) the tensors are named `weight_packed`."""
+    quant_cfg = (ckpt.config or {}).get("quantization_config")
+    if isinstance(quant_cfg, dict):
+        return quant_cfg.get("quant_method") == NAME
+    return ckpt.hf_quant_config is None and any(split_name(t.name)[1] == LEAVES["weight"] for s in ckpt.shards for t in s.tensors)
+
+
+def group_modules(infos: dict[str, TensorInfo]) -> list[StoredModule]:
+    """Group stored tensors into modules; a `weight_packed` is NVFP4 when it is 2-D uint8."""
+    return nvfp4_packed.group_modules(infos, LEAVES)
+
+
+def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str) -> None:
+    """Raise BadInput unless a packed module can be dequantized (see nvfp4_packed.check_packed)."""
+    nvfp4_packed.check_packed(module, infos, where, LEAVES)
+
+
+def unsupported(operation: str) -> str | None:
+    """Why `operation` ("requantize", "original", "tp") cannot run on this format, or None."""
+    reason = UNSUPPORTED.get(operation)
+    return f"compressed-tensors checkpoint: {reason}" if reason else None
+
+
+def read_declaration(ckpt: Checkpoint) -> Declaration:
+    """config.json's quantization_config, refusing compressed-tensors formats other than NVFP4 packing."""
+    path = ckpt.root / CONFIG
+    quant_cfg = (ckpt.config or {}).get("quantization_config")
+    if quant_cfg is None:
+        return Declaration(None, None, None, NAME)
+    groups = quant_cfg.get("config_groups") or {}
+    if not isinstance(groups, dict) or not all(isinstance(g, dict) for g in groups.values()):
+        raise BadInput(f"{path}: quantization_config.config_groups must be an object of objects; fix the config")
+    formats = {quant_cfg.get("format")} | {g.get("format") for g in groups.values()}
+    formats.discard(None)
+    if formats != {PACKED_FORMAT}:
+        found = ", ".join(sorted(str(f) for f in formats)) or "none"
+        raise BadInput(f"{path}: compressed-tensors format {found} is not supported; this tool repairs {PACKED_FORMAT} (NVFP4) checkpoints")
+    targets: list[str] = []
+    for name, group in groups.items():
+        targets += nvfp4_packed.name_list(group.get("targets", []), path, f"quantization_config.config_groups.{name}.targets")
+    ignore = nvfp4_packed.name_list(quant_cfg.get("ignore", []), path, "quantization_config.ignore")
+    return Declaration("NVFP4", ignore, None, NAME, tuple(targets) if groups else None)
+
+
+def exclusion_entry(module: str) -> str:
+    """An `ignore` entry that matches the module under vLLM's names and transformers' alike.
+
+    vLLM names a Gemma 4 drafter's layers `draft_model.layers.N...` and fuses gate/up into
+    `gate_up_proj`; transformers keeps the checkpoint's names. Both end the same way, so the
+    entry is a `re:` pattern on the name without its leading `model.`, at a dot boundary.
+    """
+    base = module[len("model."):] if module.startswith("model.") else module
+    fused = ".mlp.gate_up_proj"
+    if base.endswith(fused):
+        stem = re.escape(base[: -len("gate_up_proj")])
+        return f"re:(.*\\.)?{stem}(gate_up_proj|gate_proj|up_proj)$"
+    return f"re:(.*\\.)?{re.escape(base)}$"
+
+
+def with_exclusions(ckpt: Checkpoint, names: list[str], covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]:
+    """New (config.json, hf_quant_config.json) contents whose `ignore` covers `names`.
+
+    Only config.json is compressed-tensors' declaration; a leftover hf_quant_config.json (the
+    converter copies ModelOpt's) is returned unchanged. Entries equal to a module in `remove`,
+    or to its pattern, are taken out.
+    """
+    config = copy.deepcopy(ckpt.config)
+    if config is not None and isinstance(config.get("quantization_config"), dict):
+        qc = config["quantization_config"]
+        dropped = set(remove) | {exclusion_entry(n) for n in remove}
+        existing = [e for e in qc.get("ignore") or [] if e not in dropped]
+        qc["ignore"] = existing + [exclusion_entry(n) for n in names if not covers(existing, n)]
+    return config, ckpt.hf_quant_config
+
+
+def exclusion_lists(config: dict | None, hf_quant: dict | None) -> list[list[str]]:
+    """The exclusion list present in config.json contents (the only one compressed-tensors reads)."""
+    if config is not None and isinstance(config.get("quantization_config"), dict):
+        return [list(config["quantization_config"].get("ignore") or [])]
+    return []
+
+
+def without_quantization(ckpt: Checkpoint) -> dict | None:
+    """config.json contents for a plain BF16 checkpoint (no quantization_config)."""
+    config = copy.deepcopy(ckpt.config)
+    if config is not None:
+        config.pop("quantization_config", None)
+    return config

@@ -1,0 +1,106 @@
+"""The NVFP4 packed layout shared by ModelOpt and compressed-tensors: grouping and plan-time checks.
+
+Both store a uint8 weight [out, in/2] (even element in the low nibble), float8_e4m3fn block
+scales [out, in/16] and a float32 per-tensor global scale; they differ only in tensor names
+(`leaves`: role -> stored leaf name) and in whether the global scale multiplies or divides.
+"""
+
+from __future__ import annotations
+
+from repair.errors import BadInput
+from repair.io.safetensors import TensorInfo
+from repair.modules import StoredModule, split_name
+from repair.nvfp4_health import block_scale_stats, global_scale_problem, read_f32_scalar
+
+BLOCK = 16
+BROKEN_EXPORT = "the export is broken: re-download it, or re-export from the original model"
+
+
+def group_modules(infos: dict[str, TensorInfo], leaves: dict[str, str]) -> list[StoredModule]:
+    """Group stored tensors into modules; a weight is NVFP4 when it is 2-D uint8 with its scales (or named packed)."""
+    by_module: dict[str, dict[str, TensorInfo]] = {}
+    for name, info in infos.items():
+        module, leaf = split_name(name)
+        by_module.setdefault(module, {})[leaf] = info
+    modules = []
+    for module, found in by_module.items():
+        weight_leaf = leaves["weight"] if leaves["weight"] in found else "weight" if "weight" in found else None
+        if weight_leaf is None:
+            modules.extend(_plain(info) for info in found.values())
+            continue
+        owned = {weight_leaf} | {leaf for role, leaf in leaves.items() if role != "weight" and leaf in found}
+        modules.append(_weighted(module, weight_leaf, found, leaves))
+        modules.extend(_plain(info) for leaf, info in found.items() if leaf not in owned)
+    return sorted(modules, key=lambda m: m.name)
+
+
+def _plain(info: TensorInfo) -> StoredModule:
+    return StoredModule(info.name, info.dtype.lower(), info.shape, info.shape, (("value", info.name),))
+
+
+def _weighted(module: str, weight_leaf: str, found: dict[str, TensorInfo], leaves: dict[str, str]) -> StoredModule:
+    weight = found[weight_leaf]
+    roles = [("weight", weight.name)] + [(role, found[leaf].name) for role, leaf in leaves.items() if role != "weight" and leaf in found]
+    scale = found.get(leaves["weight_scale"])
+    has_sidecar = (scale is not None and scale.dtype == "F8_E4M3") or leaves["weight_scale_2"] in found
+    named_packed = weight_leaf != "weight"
+    packed = weight.dtype == "U8" and len(weight.shape) == 2 and (named_packed or has_sidecar)  # a lost scale still means packed
+    if not packed:
+        return StoredModule(module, weight.dtype.lower(), weight.shape, weight.shape, tuple(roles))
+    return StoredModule(module, "nvfp4", weight.shape, (weight.shape[0], weight.shape[1] * 2), tuple(roles))
+
+
+def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str, leaves: dict[str, str]) -> None:
+    """Raise BadInput unless a packed module can be dequantized: scales present, shaped and usable.
+
+    Reads only the 4-byte global scale and the fp8 block scales (small), so it is cheap at plan
+    time; dequantizing a NaN, infinite or non-positive scale would write garbage that looks fixed.
+    """
+    weight = infos[module.tensor("weight")]
+    out, logical_in = module.logical_shape
+    if logical_in % BLOCK:
+        raise BadInput(
+            f"{_at(weight, where)}: packed shape {list(weight.shape)} unpacks to {logical_in} input columns, "
+            f"not a multiple of the {BLOCK}-element block; {BROKEN_EXPORT}"
+        )
+    scale = _sidecar(module, "weight_scale", infos, weight, where, leaves)
+    if scale.dtype != "F8_E4M3" or scale.shape != (out, logical_in // BLOCK):
+        raise BadInput(
+            f"{_at(scale, where)}: {scale.dtype} {list(scale.shape)} does not fit packed weight {list(weight.shape)} "
+            f"(expected F8_E4M3 {[out, logical_in // BLOCK]}); {BROKEN_EXPORT}"
+        )
+    scale_2 = _sidecar(module, "weight_scale_2", infos, weight, where, leaves)
+    if scale_2.dtype != "F32" or scale_2.shape not in ((), (1,)):
+        raise BadInput(f"{_at(scale_2, where)}: expected a float32 scalar, found {scale_2.dtype} {list(scale_2.shape)}; {BROKEN_EXPORT}")
+    problem = global_scale_problem(read_f32_scalar(scale_2.path, scale_2))
+    if problem:
+        raise BadInput(f"{_at(scale_2, where)}: global scale {problem}, so every dequantized value would be wrong; {BROKEN_EXPORT}")
+    stats = block_scale_stats(scale.path, scale)
+    if stats.nan or stats.negative:
+        raise BadInput(f"{_at(scale, where)}: {stats.nan} NaN and {stats.negative} negative block scales; {BROKEN_EXPORT}")
+
+
+def _sidecar(module: StoredModule, role: str, infos: dict[str, TensorInfo], weight: TensorInfo, where: str, leaves: dict[str, str]) -> TensorInfo:
+    name = module.tensor(role)
+    if name is None:
+        raise BadInput(f"{_at(weight, where)}: packed NVFP4 weight without its {leaves[role]}; {BROKEN_EXPORT}")
+    return infos[name]
+
+
+def _at(info: TensorInfo, where: str) -> str:
+    """`file: tensor` for error lines (the shard when known, else the checkpoint folder)."""
+    return f"{info.path or where}: {info.name}"
+
+
+def name_list(value: object, path: object, key: str) -> tuple[str, ...]:
+    """A config's list of module names or patterns, or BadInput."""
+    if value is None:
+        return ()
+    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise BadInput(f"{path}: {key} must be a list of module names; fix the config")
+    return tuple(value)
+
+
+def append_missing(existing: list[str], names: list[str], covers) -> list[str]:
+    """`existing` plus the names it does not already cover, in order."""
+    return list(existing) + [n for n in names if not covers(existing, n)]

@@ -1,0 +1,151 @@
+"""The compressed-tensors `nvfp4-pack-quantized` format, on a fixture made by compressed-tensors' own converter.
+
+The converter keeps the ModelOpt export's bug (pre/post_projection packed, `ignore: [lm_head]`),
+so the same repair applies; its dequantized values must equal the ModelOpt path's.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from compressed_tensors.utils.match import match_name
+
+from repair.targets.vllm_matching import ct_entry_matches, draft_prefix
+from tests.conftest import load_tensors, raw_bytes, read_json, run_captured, tree_hashes
+
+HANDSHAKE = ("pre_projection", "post_projection")
+CT_LEAVES = ("weight_packed", "weight_scale", "weight_global_scale", "input_global_scale")
+ENTRIES = ["lm_head", "re:(.*\\.)?post_projection$", "re:(.*\\.)?pre_projection$"]
+
+
+def test_the_fixture_is_compressed_tensors_nvfp4(ct_export):
+    config = read_json(ct_export / "config.json")["quantization_config"]
+    assert (config["quant_method"], config["format"]) == ("compressed-tensors", "nvfp4-pack-quantized")
+    names = set(load_tensors(ct_export))
+    assert {f"pre_projection.{leaf}" for leaf in CT_LEAVES} <= names and "pre_projection.weight" not in names
+
+
+def test_inspect_reads_the_layout(capsys, ct_export):
+    code, out, _ = run_captured(capsys, "inspect", ct_export, "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["format"] == "compressed-tensors"
+    modules = {m["name"]: m for m in report["modules"]}
+    pre = modules["pre_projection"]
+    assert (pre["precision"], pre["stored_shape"], pre["logical_shape"], pre["expected_shape"]) == ("nvfp4", [64, 96], [64, 192], [64, 192])
+    assert pre["declared"] == "quantized"
+    assert sorted(pre["tensors"]) == sorted(f"pre_projection.{leaf}" for leaf in CT_LEAVES)
+    code, text, _ = run_captured(capsys, "inspect", ct_export)
+    assert "format: compressed-tensors; declared: NVFP4; excluded: lm_head" in text
+
+
+def test_doctor_predicts_vllm_by_release(capsys, ct_export):
+    code, out, _ = run_captured(capsys, "doctor", ct_export, "--json")
+    findings = json.loads(out)["findings"]
+    assert code == 0 and sorted((f["code"], f["subject"]) for f in findings) == [("handshake-quantized", m) for m in sorted(HANDSHAKE)]
+    code, out, _ = run_captured(capsys, "doctor", ct_export, "--target", "vllm==0.24.0", "--json")
+    findings = {f["subject"]: f for f in json.loads(out)["findings"]}
+    assert code == 1 and findings["pre_projection"]["code"] == "silent-garbage"
+    assert "skips pre_projection.weight_packed as an unknown name, so the layer's weight is never loaded" in findings["pre_projection"]["message"]
+
+
+def test_fix_dequantizes_and_writes_compressed_tensors_ignore_patterns(capsys, ct_export, tmp_path):
+    before = tree_hashes(ct_export)
+    out = tmp_path / "fixed"
+    code, _, err = run_captured(capsys, "fix", ct_export, "-o", out, "--quiet")
+    assert code == 0, err
+    assert tree_hashes(ct_export) == before, "the input was modified"
+    config = read_json(out / "config.json")["quantization_config"]
+    assert config["quant_method"] == "compressed-tensors" and config["ignore"] == ENTRIES
+    assert (out / "hf_quant_config.json").read_bytes() == (ct_export / "hf_quant_config.json").read_bytes()
+    src, got = load_tensors(ct_export), load_tensors(out)
+    for name in HANDSHAKE:
+        assert got[f"{name}.weight"].dtype == torch.bfloat16
+        assert not [k for k in got if k.startswith(f"{name}.") and k != f"{name}.weight"], "compressed-tensors tensors left behind"
+    untouched = [k for k in src if not k.startswith(HANDSHAKE)]
+    assert len(untouched) > 30 and all(raw_bytes(got[k]) == raw_bytes(src[k]) for k in untouched)
+    code, _, _ = run_captured(capsys, "doctor", out, "--strict")
+    assert code == 0
+
+
+@pytest.mark.parametrize("vllm_name", ["draft_model.pre_projection", "draft_model.post_projection"])
+def test_written_patterns_match_vllm_and_compressed_tensors_names(ct_export, tmp_path, capsys, vllm_name):
+    """vLLM matches `draft_model.` prefixes by re.match; compressed-tensors' own matcher sees the checkpoint's names."""
+    out = tmp_path / "fixed"
+    assert run_captured(capsys, "fix", ct_export, "-o", out, "--quiet")[0] == 0
+    ignore = read_json(out / "config.json")["quantization_config"]["ignore"]
+    module = vllm_name.split(".", 1)[1]
+    assert any(ct_entry_matches(vllm_name, e) for e in ignore)
+    assert any(match_name(module, e) for e in ignore)  # compressed-tensors' matcher, on transformers' module name
+    others = ["draft_model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj", "draft_model.xpre_projection"]
+    assert not any(ct_entry_matches(n, e) for n in others for e in ignore if e.startswith("re:"))
+
+
+def test_a_plain_name_does_not_exclude_under_compressed_tensors_rules(capsys, ct_export, tmp_path):
+    """`pre_projection` excludes under ModelOpt's substring rule but not compressed-tensors' exact/regex one."""
+    out = tmp_path / "fixed"
+    assert run_captured(capsys, "fix", ct_export, "-o", out, "--quiet")[0] == 0
+    config = read_json(out / "config.json")
+    config["quantization_config"]["ignore"] = ["lm_head", *HANDSHAKE]
+    (out / "config.json").write_text(json.dumps(config))
+    code, text, _ = run_captured(capsys, "doctor", out, "--json")
+    found = json.loads(text)["findings"]
+    findings = {f["subject"]: f for f in found if f["code"] == "load-error"}
+    assert code == 1
+    assert findings["pre_projection"]["runtime_error"].startswith(
+        "ValueError: There is no module or parameter named 'model.pre_projection.weight' in Gemma4MTP.")
+    assert "'model.pre_projection.weight_packed'" in findings["pre_projection"]["runtime_error"]
+    assert {f["code"] for f in found} >= {"unused-exclusion", "load-error"}
+    assert not ct_entry_matches(draft_prefix("pre_projection"), "pre_projection")
+
+
+def _modelopt_fix(broken_export, out, capsys, *extra):
+    assert run_captured(capsys, "fix", broken_export, "-o", out, "--quiet", *extra)[0] == 0
+    return load_tensors(out)
+
+
+@pytest.mark.parametrize("target", [None, "bf16"])
+def test_dequantized_values_equal_the_modelopt_path(capsys, broken_export, ct_export, tmp_path, target):
+    extra = ("--target", target) if target else ()
+    want = _modelopt_fix(broken_export, tmp_path / "modelopt", capsys, *extra)
+    assert run_captured(capsys, "fix", ct_export, "-o", tmp_path / "ct", "--quiet", *extra)[0] == 0
+    got, source = load_tensors(tmp_path / "ct"), load_tensors(ct_export)
+    dequantized = [k for k in got if k.endswith(".weight") and f"{k[:-7]}.weight_packed" in source]
+    assert {k for k in got if k not in dequantized} <= set(source)  # the rest stays in compressed-tensors' names
+    assert len(dequantized) == (12 if target else 2)
+    for name in dequantized:
+        a, b = want[name], got[name]
+        assert a.dtype == b.dtype == torch.bfloat16 and torch.equal(a, b), name  # equal values
+        differs = a.view(torch.int16) != b.view(torch.int16)
+        assert (a[differs] == 0).all(), f"{name}: bits differ beyond the sign of zero"  # E2M1 code 8 is -0 in compressed-tensors
+    if target == "bf16":
+        assert "quantization_config" not in read_json(tmp_path / "ct" / "config.json")
+
+
+@pytest.mark.parametrize("args, reason", [
+    (("--original", "ORIG"), "--original verifies the original by requantizing with ModelOpt's math"),
+    (("--tp", "2"), "--tp reshards ModelOpt names only"),
+])
+def test_unsupported_operations_are_refused_in_one_line(capsys, ct_export, original_model, tmp_path, args, reason):
+    args = tuple(str(original_model) if a == "ORIG" else a for a in args)
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", ct_export, "-o", out, "--quiet", *args)
+    assert code == 2 and not out.exists()
+    assert err.strip().count("\n") == 0 and f"{ct_export}: compressed-tensors checkpoint: {reason}" in err
+
+
+def test_other_compressed_tensors_formats_are_refused(capsys, ct_export, tmp_path):
+    folder = tmp_path / "fp8"
+    folder.mkdir()
+    for f in ct_export.iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    config = read_json(folder / "config.json")
+    config["quantization_config"]["format"] = "float-quantized"
+    config["quantization_config"]["config_groups"]["config_group_0"]["format"] = "float-quantized"
+    (folder / "config.json").write_text(json.dumps(config))
+    code, _, err = run_captured(capsys, "inspect", folder)
+    assert code == 2
+    assert err == (f"error: {folder / 'config.json'}: compressed-tensors format float-quantized is not supported; "
+                   "this tool repairs nvfp4-pack-quantized (NVFP4) checkpoints\n")
