@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from repair import arch, formats
 from repair.errors import UsageError
 from repair.modules import split_name
-from repair.planning import Plan, TensorStep
 from repair.targets.profiles import GEMMA4_ASSISTANT_LAYERS, TRANSFORMERS_TP_PLANS, TRANSFORMERS_TP_STYLES
+
+if TYPE_CHECKING:  # doctor uses the degree checks; it must not pay for importing the planner
+    from repair.planning import Plan, TensorStep
 
 BLOCK = 16  # NVFP4 group: logical elements per fp8 block scale
 VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE
