@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from repair import arch
+from repair import arch, formats
 from repair.arch.gemma4_assistant import BF16_HANDSHAKE, ModuleSpec
-from repair import formats
 from repair.formats.base import Declaration
 from repair.io.checkpoint import HF_QUANT_CONFIG, Checkpoint
 from repair.modules import StoredModule, stored_bits

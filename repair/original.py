@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
+from repair import formats
 from repair.codec import nvfp4
 from repair.compute import Computer
 from repair.errors import BadInput
-from repair import formats
 from repair.planning import Plan
 
 CORRUPT_RELATIVE_ERROR = 0.25  # NVFP4's normal relative error on real weights is about 0.1

@@ -10,9 +10,9 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 
+from repair import formats
 from repair.arch import gemma4_assistant
 from repair.errors import UsageError
-from repair import formats
 from repair.formats.base import Declaration, Format
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 from repair.io.dtypes import nbytes

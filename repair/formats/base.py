@@ -12,6 +12,7 @@ Roles use ModelOpt's names: "weight" (packed or plain), "weight_scale" (fp8 bloc
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -51,6 +52,14 @@ class Declaration:
         if self.format == "compressed-tensors":
             return vllm_matching.ct_is_excluded(prefix, listed, self.targets)
         return vllm_matching.is_excluded(prefix, listed)
+
+
+def without_quantization(ckpt: Checkpoint) -> dict | None:
+    """config.json contents for a plain BF16 checkpoint (no quantization_config), whatever the format."""
+    config = copy.deepcopy(ckpt.config)
+    if config is not None:
+        config.pop("quantization_config", None)
+    return config
 
 
 class Format(Protocol):

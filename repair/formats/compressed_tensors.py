@@ -15,7 +15,7 @@ import re
 
 from repair.errors import BadInput
 from repair.formats import nvfp4_packed
-from repair.formats.base import Declaration
+from repair.formats.base import Declaration, without_quantization  # noqa: F401 (part of the format's interface)
 from repair.io.checkpoint import CONFIG, Checkpoint
 from repair.io.safetensors import TensorInfo
 from repair.modules import StoredModule, split_name
@@ -114,11 +114,3 @@ def exclusion_lists(config: dict | None, hf_quant: dict | None) -> list[list[str
     if config is not None and isinstance(config.get("quantization_config"), dict):
         return [list(config["quantization_config"].get("ignore") or [])]
     return []
-
-
-def without_quantization(ckpt: Checkpoint) -> dict | None:
-    """config.json contents for a plain BF16 checkpoint (no quantization_config)."""
-    config = copy.deepcopy(ckpt.config)
-    if config is not None:
-        config.pop("quantization_config", None)
-    return config

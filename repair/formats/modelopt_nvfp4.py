@@ -13,7 +13,7 @@ import copy
 
 from repair.errors import BadInput
 from repair.formats import nvfp4_packed
-from repair.formats.base import Declaration
+from repair.formats.base import Declaration, without_quantization  # noqa: F401 (part of the format's interface)
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 from repair.io.safetensors import TensorInfo
 from repair.modules import StoredModule
@@ -110,11 +110,3 @@ def exclusion_lists(config: dict | None, hf_quant: dict | None) -> list[list[str
     if hf_quant is not None:
         lists.append(list(hf_quant["quantization"].get("exclude_modules") or []))
     return lists
-
-
-def without_quantization(ckpt: Checkpoint) -> dict | None:
-    """config.json contents for a plain BF16 checkpoint (no quantization_config)."""
-    config = copy.deepcopy(ckpt.config)
-    if config is not None:
-        config.pop("quantization_config", None)
-    return config
