@@ -1,4 +1,8 @@
-"""Producing changed tensors' bytes (the only place besides examples that needs torch).
+"""Producing changed tensors' bytes.
+
+Dequantizing a ModelOpt/compressed-tensors NVFP4 weight into BF16/F16/F32 (the whole of
+`--target bf16`) runs on numpy tables (`codec.dequant_table`) and never imports torch (~1-1.5 s).
+Casts, requantization and unusual layouts use torch, imported at their first use.
 
 A requantized module yields three tensors (packed weight, block scales, global scale) from one
 computation; results are cached per module until all of its outputs are written, so memory
@@ -8,13 +12,16 @@ holds at most one module's tensors.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+import numpy as np
 
-from repair.codec import nvfp4
-from repair.io import tensors
+from repair.codec import dequant_table
 from repair.io.safetensors import ShardHeader, TensorInfo, read_bytes
 from repair.planning import TensorStep
+
+if TYPE_CHECKING:
+    import torch
 
 Located = dict[str, tuple[ShardHeader, TensorInfo]]
 
@@ -28,13 +35,22 @@ class Computer:
         self._cache: dict[str, dict[str, torch.Tensor]] = {}
 
     def load(self, name: str, source: str = "checkpoint") -> torch.Tensor:
+        from repair.io import tensors
+
         shard, info = self._sources[source][name]
         return tensors.from_bytes(read_bytes(Path(shard.path), info), info)
 
     def bytes_of(self, step: TensorStep) -> memoryview:
+        if self._table_dequantizes(step):
+            return memoryview(self._dequantized_bits(step).reshape(-1).view(np.uint8))
+        from repair.io import tensors
+
         return tensors.to_bytes(self.tensor(step))
 
     def tensor(self, step: TensorStep) -> torch.Tensor:
+        from repair.codec import nvfp4
+        from repair.io import tensors
+
         if step.op == "dequantize":
             packed, scale, scale_2 = (self.load(n, step.source) for n in step.inputs)
             return nvfp4.dequantize(packed, scale, scale_2, tensors.TORCH_DTYPE[step.out.dtype], divisor=self._divisor)
@@ -44,8 +60,32 @@ class Computer:
             return self._requantized(step)[step.role]
         raise AssertionError(f"unknown tensor op {step.op}")
 
+    def _table_dequantizes(self, step: TensorStep) -> bool:
+        """The torch-free path applies: uint8 [r, h] weight, FP8 [r, 2h/16] scales, one float32 global scale."""
+        if step.op != "dequantize" or step.out.dtype not in dequant_table.OUT_DTYPES:
+            return False
+        packed, scale, scale_2 = (self._sources[step.source][n][1] for n in step.inputs)
+        return (
+            packed.dtype == "U8" and len(packed.shape) == 2 and scale.dtype == "F8_E4M3"
+            and tuple(scale.shape) == (packed.shape[0], packed.shape[1] * 2 // dequant_table.BLOCK)
+            and scale_2.dtype == "F32" and scale_2.nbytes == 4
+        )
+
+    def _dequantized_bits(self, step: TensorStep) -> np.ndarray:
+        packed, scale = (self._array(n, step.source, np.uint8) for n in step.inputs[:2])
+        scale_2 = float(self._array(step.inputs[2], step.source, np.dtype("<f4")).reshape(-1)[0])
+        return dequant_table.dequantize(packed, scale, scale_2, step.out.dtype, self._divisor)
+
+    def _array(self, name: str, source: str, dtype: np.dtype) -> np.ndarray:
+        shard, info = self._sources[source][name]
+        return np.frombuffer(read_bytes(Path(shard.path), info), dtype=dtype).reshape(info.shape)
+
     def _requantized(self, step: TensorStep) -> dict[str, torch.Tensor]:
         """Quantize the original weight with the fused group's shared global scale (max over members)."""
+        import torch
+
+        from repair.codec import nvfp4
+
         cached = self._cache.get(step.module)
         if cached is None:
             weights = [self.load(n, step.source) for n in step.inputs]

@@ -17,6 +17,7 @@ import pytest
 
 from repair.cli import cli, main
 from repair.examples import TINY, write_assistant
+from repair.report import REPORT_NAME
 from tests.conftest import run_captured, tree_hashes
 
 SCRIPT = shutil.which("ckpt-repair", path=str(Path(sys.executable).parent))
@@ -110,3 +111,18 @@ def test_header_commands_on_a_local_folder_import_no_hub_code_or_other_commands(
     )
     done = subprocess.run([sys.executable, "-c", code, str(broken)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("export", ["broken_export", "ct_export"])
+def test_fix_to_bf16_dequantizes_without_importing_torch(request, tmp_path, export):
+    """All of `--target bf16` is dequantizing, which runs on numpy tables: no ~1-1.5 s torch import."""
+    code = (
+        "import sys; from repair.cli import main\n"
+        "try: main(['fix', sys.argv[1], '-o', sys.argv[2], '--target', 'bf16', '--quiet'])\n"
+        "except SystemExit as exit: assert exit.code in (0, None), exit.code\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    src, out = request.getfixturevalue(export), tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", code, str(src), str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (out / REPORT_NAME).is_file()

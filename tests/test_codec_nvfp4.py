@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from repair.codec import nvfp4
+from repair.codec import dequant_table, nvfp4
 from tools.modelopt_export import modelopt_dequantize, modelopt_quantize
 
 
@@ -95,15 +95,24 @@ def test_saturation_with_a_given_global_scale():
     assert ((packed & 0x7) == 7).any()
 
 
-def test_dequantize_every_byte_and_every_finite_scale():
+def test_dequantize_every_byte_and_every_scale():
     codes = torch.arange(256, dtype=torch.uint8)
-    finite = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn)
-    finite = finite[torch.isfinite(finite.float())]
-    packed = codes.repeat(len(finite), 1)  # [n, 256] -> logical [n, 512]: 32 blocks per row
-    scale = finite.reshape(-1, 1).float().repeat(1, 32).to(torch.float8_e4m3fn)
-    for scale_2 in (torch.tensor(1.0), torch.tensor(2.0**-20), torch.tensor(0.00372), torch.tensor(1e30)):
-        assert_same_dequant(packed, scale, scale_2)
-        assert_same_dequant(packed, scale, scale_2, torch.float32)
+    every = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn)  # 0x7F and 0xFF are NaN
+    packed = codes.repeat(256, 1)  # [256, 256] -> logical [256, 512]: 32 blocks per row
+    scale = every.reshape(-1, 1).view(torch.uint8).repeat(1, 32).view(torch.float8_e4m3fn)
+    for scale_2 in (1.0, 2.0**-20, 0.00372, 1e30, float("inf"), float("nan"), 0.0, -1.0):
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            assert_same_dequant(packed, scale, torch.tensor(scale_2), dtype)
+
+
+def test_torch_free_dequantize_is_the_same_table(monkeypatch):
+    """The executor's numpy path (no torch import) gives nvfp4.dequantize's bits, chunked or not."""
+    gen = torch.Generator().manual_seed(6)
+    packed, scale, scale_2 = nvfp4.quantize(torch.randn(96, 512, generator=gen).bfloat16())
+    want = nvfp4.dequantize(packed, scale, scale_2).view(torch.int16).numpy()
+    monkeypatch.setattr(dequant_table, "CHUNK_ELEMENTS", 700)
+    got = dequant_table.dequantize(packed.numpy(), scale.view(torch.uint8).numpy(), scale_2.item(), "BF16")
+    assert got.dtype.itemsize == 2 and (got.view("int16") == want).all()
 
 
 def test_fused_siblings_share_a_given_global_scale():
@@ -119,6 +128,7 @@ def test_chunking_does_not_change_results(monkeypatch):
     weight = torch.randn(100, 256, generator=gen).bfloat16()
     whole = nvfp4.quantize(weight)
     monkeypatch.setattr(nvfp4, "CHUNK_ELEMENTS", 700)  # forces many odd-sized row chunks
+    monkeypatch.setattr(dequant_table, "CHUNK_ELEMENTS", 700)
     chunked = nvfp4.quantize(weight)
     assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1].view(torch.uint8), chunked[1].view(torch.uint8))
     assert torch.equal(nvfp4.dequantize(*whole).view(torch.int16), nvfp4.dequantize(*chunked).view(torch.int16))

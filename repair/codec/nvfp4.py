@@ -9,7 +9,8 @@ Both directions are table lookups computed with ModelOpt's own arithmetic, which
 exact and several times faster than ModelOpt (BENCHMARKS.md):
 - dequantize: a block scale is one of 256 FP8 bit patterns and a byte one of 256 nibble pairs, so
   each output pair is `table[scale byte, packed byte]`; the 65,536 entries are ModelOpt's float32
-  products rounded to the output dtype, built once per tensor.
+  products rounded to the output dtype, built once per tensor (`dequant_table`, in numpy, so the
+  executor can dequantize without importing torch).
 - quantize: the E2M1 code of a float32 depends only on its sign, exponent, top two mantissa bits
   and whether its 21 lower bits are all zero (every rounding bound is such a number), so it is
   `table[class of its bits]` over 4,096 classes, filled by ModelOpt's searchsorted rule.
@@ -22,6 +23,8 @@ import sys
 from contextlib import contextmanager
 
 import torch
+
+from repair.codec import dequant_table
 
 BLOCK = 16
 E2M1_MAX = 6.0
@@ -36,7 +39,6 @@ _BYTE_TO_PAIR = torch.stack([E2M1_VALUES[torch.arange(256) & 0xF], E2M1_VALUES[t
 _SIGNED_PAIR = torch.where((torch.arange(256).unsqueeze(-1) >> torch.tensor([0, 4]) & 0xF) == 8, -0.0, _BYTE_TO_PAIR)
 _ROUND_UP_AT = (0.75, 1.75, 3.5)  # ties that round to the even (upper) code
 _BOUNDS = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], dtype=torch.float32)
-_FP8_VALUES = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).to(torch.float32)
 _BITS = {torch.bfloat16: (torch.int16, 0x7FFF), torch.float16: (torch.int16, 0x7FFF), torch.float32: (torch.int32, 0x7FFFFFFF)}
 
 
@@ -70,34 +72,16 @@ def dequantize(
 ) -> torch.Tensor:
     """Unpack and scale an NVFP4 weight [out, in/2] to `dtype` [out, in]; bitwise equal to ModelOpt.
 
+    The table path is `dequant_table` (numpy, shared with the torch-free executor path).
     divisor=True: the global scale divides (compressed-tensors' weight_global_scale); see dequantize_ct.
     """
     rows, half = packed.shape
-    cols = half * 2
-    if weight_scale.dtype != torch.float8_e4m3fn or weight_scale.shape != (rows, cols // BLOCK) or weight_scale_2.numel() != 1 or dtype.itemsize not in (2, 4):
+    name = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}.get(dtype)
+    if packed.dtype != torch.uint8 or weight_scale.dtype != torch.float8_e4m3fn or weight_scale.shape != (rows, half * 2 // BLOCK) or weight_scale_2.numel() != 1 or name is None:
         return _dequantize_direct(packed, weight_scale, weight_scale_2, dtype, divisor)
-    out = torch.empty((rows, cols), dtype=dtype)
-    blocks, pairs = cols // BLOCK, BLOCK // 2
-    scale_bytes = weight_scale.view(torch.uint8)
-    step = max(1, CHUNK_ELEMENTS // max(cols, 1))
-    index = torch.empty((min(step, rows), blocks, pairs), dtype=torch.int32)
-    with _one_thread():
-        table = _pair_table(weight_scale_2, dtype, divisor)
-        words = out.view(table.dtype)  # [rows, half]: one word is one output pair
-        for lo, hi in _row_chunks(rows, cols):
-            ix = index[: hi - lo]
-            ix.copy_(packed[lo:hi].reshape(hi - lo, blocks, pairs))
-            ix.add_((scale_bytes[lo:hi].to(torch.int32) << 8).unsqueeze(-1))
-            torch.index_select(table, 0, ix.view(-1), out=words[lo:hi].view(-1))
-    return out
-
-
-def _pair_table(weight_scale_2: torch.Tensor, dtype: torch.dtype, divisor: bool = False) -> torch.Tensor:
-    """[scale byte * 256 + packed byte] -> that output pair's bits as one int32 (2-byte dtypes) or int64 word."""
-    per_block = _per_block(_FP8_VALUES, weight_scale_2.to(torch.float32).reshape(()), divisor)
-    values = _SIGNED_PAIR if divisor else _BYTE_TO_PAIR
-    pairs = (values.unsqueeze(0) * per_block.view(256, 1, 1)).to(dtype)  # values * scale, as ModelOpt (and CT) multiply
-    return pairs.reshape(-1).view(torch.int32 if dtype.itemsize == 2 else torch.int64)
+    scale_2 = weight_scale_2.to(torch.float32).item()
+    bits = dequant_table.dequantize(packed.numpy(), weight_scale.view(torch.uint8).numpy(), scale_2, name, divisor)
+    return torch.from_numpy(bits).view(dtype)
 
 
 def _per_block(scale: torch.Tensor, global_scale: torch.Tensor, divisor: bool) -> torch.Tensor:

@@ -1,0 +1,86 @@
+"""NVFP4 dequantize as one table lookup per output pair, on numpy: no torch import needed.
+
+`fix --target bf16` dequantizes every linear and nothing else, so with this path it never pays
+torch's ~1-1.5 s import (BENCHMARKS.md). The torch API (`nvfp4.dequantize`) calls the same code,
+so there is one implementation, checked bitwise against ModelOpt in tests/test_codec_nvfp4.py.
+
+A block scale is one of 256 FP8 bit patterns and a packed byte one of 256 nibble pairs, so each
+output pair is `table[scale byte << 8 | packed byte]`. The entries are float32 products in
+ModelOpt's order, `E2M1 * (float(scale) * scale_2)`, rounded once to the output dtype; NaN
+becomes 0xFFFF in bf16, as torch's CPU conversion writes it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+BLOCK = 16
+CHUNK_ELEMENTS = 1 << 18  # logical elements per chunk: each temporary stays within L2 (<= 1 MiB)
+OUT_DTYPES = ("BF16", "F16", "F32")  # safetensors names this path writes
+
+_E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=np.float32)
+_BYTES = np.arange(256)
+_PAIR = np.stack([_E2M1[_BYTES & 0xF], _E2M1[_BYTES >> 4]], axis=-1)  # byte -> (low, high nibble value)
+# compressed-tensors' unpack keeps the sign of code 8 (-0.0), where ModelOpt gives +0.
+_SIGNED_PAIR = np.where(np.stack([_BYTES & 0xF, _BYTES >> 4], axis=-1) == 8, np.float32(-0.0), _PAIR)
+
+
+def _fp8_e4m3fn_values() -> np.ndarray:
+    """float32 value of every E4M3FN bit pattern (bias 7, subnormals, no inf); all exact.
+
+    0x7F/0xFF are NaN with torch's bits (0x7FF00000 / 0xFFF00000): NaN products keep them, so the
+    float32 output of a NaN block matches ModelOpt's bit for bit.
+    """
+    sign = np.where(_BYTES >> 7, -1.0, 1.0)
+    exponent, mantissa = (_BYTES >> 3) & 0xF, _BYTES & 0x7
+    magnitude = np.where(exponent == 0, mantissa / 8 * 2.0**-6, (1 + mantissa / 8) * 2.0 ** (exponent - 7))
+    values = (sign * magnitude).astype(np.float32)
+    values.view(np.uint32)[[0x7F, 0xFF]] = (0x7FF00000, 0xFFF00000)
+    return values
+
+
+FP8_E4M3FN = _fp8_e4m3fn_values()
+
+
+def to_bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (uint16): round to nearest even, NaN -> 0xFFFF (torch on CPU)."""
+    bits = values.astype(np.float32).view(np.uint32)
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(values), np.uint16(0xFFFF), rounded)
+
+
+def pair_table(scale_2: float, out_dtype: str, divisor: bool = False) -> np.ndarray:
+    """[scale byte * 256 + packed byte] -> that output pair's bits, one uint32 (2-byte dtypes) or uint64 word.
+
+    divisor=True: compressed-tensors, whose weight_global_scale divides (1 / ModelOpt's weight_scale_2).
+    """
+    if out_dtype not in OUT_DTYPES:
+        raise ValueError(f"dequantize writes {', '.join(OUT_DTYPES)}, not {out_dtype}")
+    global_scale = np.float32(scale_2)
+    with np.errstate(all="ignore"):  # inf/NaN scales are data here, as in ModelOpt
+        per_block = FP8_E4M3FN / global_scale if divisor else FP8_E4M3FN * global_scale
+        products = (_SIGNED_PAIR if divisor else _PAIR)[np.newaxis] * per_block.reshape(256, 1, 1)  # float32, ModelOpt's order
+        rounded = {"BF16": to_bf16_bits, "F16": lambda v: v.astype(np.float16), "F32": lambda v: v}[out_dtype](products)
+    return rounded.reshape(-1).view(np.uint64 if out_dtype == "F32" else np.uint32)
+
+
+def dequantize(packed: np.ndarray, scale_bytes: np.ndarray, scale_2: float, out_dtype: str, divisor: bool = False) -> np.ndarray:
+    """packed uint8 [rows, in/2] + FP8 scale bytes uint8 [rows, in/16] -> output bits [rows, in] (uint16/uint32).
+
+    Row chunks sized for the L2 cache; one thread (numpy's take does not spread over cores).
+    """
+    rows, half = packed.shape
+    cols, blocks, pairs = half * 2, half * 2 // BLOCK, BLOCK // 2
+    if scale_bytes.shape != (rows, blocks):
+        raise ValueError(f"block scales {scale_bytes.shape} do not fit a packed weight {packed.shape}")
+    table = pair_table(scale_2, out_dtype, divisor)
+    out = np.empty((rows, half), dtype=table.dtype)  # one word per output pair
+    step = max(1, CHUNK_ELEMENTS // max(cols, 1))
+    index = np.empty((min(step, rows), blocks, pairs), dtype=np.intp)
+    for lo in range(0, rows, step):
+        hi = min(rows, lo + step)
+        ix = index[: hi - lo]
+        np.left_shift(scale_bytes[lo:hi, :, np.newaxis], 8, out=ix, dtype=np.intp)
+        np.add(ix, packed[lo:hi].reshape(hi - lo, blocks, pairs), out=ix)
+        np.take(table, ix.reshape(-1), out=out[lo:hi].reshape(-1), mode="clip")  # indices < 65536 by construction
+    return out.view(np.uint16 if out_dtype != "F32" else np.uint32).reshape(rows, cols)
