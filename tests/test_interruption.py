@@ -197,3 +197,24 @@ def test_rerun_removes_only_temp_folders_whose_writer_is_gone(src, tmp_path):
     assert fix(src, out) == 0
     assert not stale.exists()
     assert alive.exists() and foreign.exists() and unmarked.exists()
+
+
+def test_the_marker_is_never_seen_half_written(tmp_path):
+    """It appears by rename only, so a SIGKILL at any moment leaves it absent or whole.
+
+    Before, it was written in place: a kill between creating and filling it (the moment the
+    outside-kill test aims at) left an empty marker, and the folder was never cleaned up.
+    """
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from repair.io import staging\n"
+        "opened = []\n"
+        "sys.addaudithook(lambda event, args: opened.append(args) if event == 'open' and str(args[0]).endswith(staging.MARKER) else None)\n"
+        "tmp = staging.new_partial(Path(sys.argv[1]) / 'out')\n"
+        "assert opened == [], opened\n"
+        "assert staging.remove_stale_partials(Path(sys.argv[1]) / 'out') == []  # its writer is alive\n"
+        "print(sorted(p.name for p in tmp.iterdir()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == repr([MARKER])

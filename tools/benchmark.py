@@ -59,7 +59,7 @@ def phases(src: Path, work: Path, *flags: str) -> dict:
     if done.returncode:
         raise RuntimeError(done.stderr[-3000:])
     data = json.loads(result.read_text())
-    data["spent"]["  of which: import torch"] = torch_import_seconds(done.stderr)
+    data["spent"]["  of which: import torch (- = not imported)"] = torch_import_seconds(done.stderr)
     data["wall (process)"] = wall
     return data
 

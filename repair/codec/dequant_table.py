@@ -12,6 +12,8 @@ becomes 0xFFFF in bf16, as torch's CPU conversion writes it.
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 
 BLOCK = 16
@@ -74,7 +76,7 @@ def dequantize(packed: np.ndarray, scale_bytes: np.ndarray, scale_2: float, out_
     if scale_bytes.shape != (rows, blocks):
         raise ValueError(f"block scales {scale_bytes.shape} do not fit a packed weight {packed.shape}")
     table = pair_table(scale_2, out_dtype, divisor)
-    out = np.empty((rows, half), dtype=table.dtype)  # one word per output pair
+    out = _fresh_pages((rows, half), table.dtype)  # one word per output pair
     step = max(1, CHUNK_ELEMENTS // max(cols, 1))
     index = np.empty((min(step, rows), blocks, pairs), dtype=np.intp)
     for lo in range(0, rows, step):
@@ -84,3 +86,14 @@ def dequantize(packed: np.ndarray, scale_bytes: np.ndarray, scale_2: float, out_
         np.add(ix, packed[lo:hi].reshape(hi - lo, blocks, pairs), out=ix)
         np.take(table, ix.reshape(-1), out=out[lo:hi].reshape(-1), mode="clip")  # indices < 65536 by construction
     return out.view(np.uint16 if out_dtype != "F32" else np.uint32).reshape(rows, cols)
+
+
+def _fresh_pages(shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised array on anonymous pages, without numpy's MADV_HUGEPAGE advice.
+
+    np.empty advises huge pages for large arrays; where the kernel defragments on that advice
+    (THP defrag "madvise", as here), first touch stalls on compaction: dequantizing [8192, 8192]
+    took 0.46 s instead of 0.13 s (BENCHMARKS.md). mmap pages are plain 4 KiB ones.
+    """
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return np.frombuffer(mmap.mmap(-1, max(size, 1)), dtype=dtype, count=int(np.prod(shape))).reshape(shape)

@@ -42,7 +42,12 @@ def new_partial(out: Path) -> Path:
 
 
 def _mark(folder: Path) -> None:
-    (folder / MARKER).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+    """Write the marker beside its final name and rename it into place: a marker that exists is
+    whole. (Written in place, a SIGKILL between create and write left an empty marker, and no
+    later run would ever remove that folder, since it cannot tell whose it is.)"""
+    staged = folder / f"{MARKER}.new"
+    staged.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+    os.replace(staged, folder / MARKER)
 
 
 def discard(tmp: Path | None) -> None:
