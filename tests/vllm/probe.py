@@ -136,11 +136,14 @@ class ProbeRuns:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def prefetch_when_many(request, runs: ProbeRuns, at_least: int = 8) -> None:
-    """In a full run of the calling module, start all its probe configurations at once (two processes at
-    a time); when only a few of its tests are selected, keep them lazy."""
-    selected = [item for item in request.session.items if getattr(item, "module", None) is request.module]
-    if len(selected) >= at_least:
+def prefetch_when_many(request, runs: ProbeRuns, at_least: int = 8, modules: tuple[str, ...] | None = None) -> None:
+    """In a full run of the calling module (or of `modules`, for a session fixture), start all its probe
+    configurations at once (two processes at a time); when only a few of its tests are selected, keep them lazy."""
+    def wanted(item) -> bool:
+        module = getattr(item, "module", None)
+        return module is request.module if modules is None else getattr(module, "__name__", None) in modules
+
+    if sum(map(wanted, request.session.items)) >= at_least:
         runs.prefetch()
 
 
