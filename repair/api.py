@@ -45,19 +45,13 @@ def run(plan: Plan, out: str | Path, *, overwrite: bool = False, progress: bool 
     The report records doctor before and after for the recipe's target (else the newest known).
     """
     from repair.doctor import diagnose
-    from repair.doctor_text import diagnosis_json
+    from repair.report import doctor_section, original_section
 
-    extra: dict = {}
-    if plan.original is not None:
-        from repair.original import assess_original
-
-        extra["original"] = {"path": str(plan.original.root), **assess_original(plan, force).as_dict()}
+    extra = {} if plan.original is None else {"original": original_section(plan, force)}
     target = resolve(plan.recipe.from_target)
 
     def annotate(folder: Path) -> dict:
-        before = diagnosis_json(diagnose(plan.source, target), strict=True)
-        after = diagnosis_json(diagnose(open_checkpoint(folder), target), strict=True)
-        return {**extra, "doctor": {"target": target.spec, "before": before, "after": after}}
+        return {**extra, "doctor": doctor_section(target, diagnose(plan.source, target), diagnose(open_checkpoint(folder), target))}
 
     options = {"recipe": plan.recipe.name, "target": plan.recipe.from_target}
     return execute(plan, Path(out), overwrite=overwrite, progress=progress, options=options, annotate=annotate)

@@ -31,3 +31,17 @@ def build_report(plan: Plan, hashes: dict[str, dict[str, str]], options: dict) -
         "exclusions_added": list(plan.exclusions_added),
         "outputs": [{"name": n, "sha256": h["output"]} for n, h in sorted(hashes.items())],
     }
+
+
+def doctor_section(target, before, after) -> dict:
+    """The report's "doctor" entry: the target, and doctor's strict JSON on the input and on the output."""
+    from repair.doctor_text import diagnosis_json
+
+    return {"target": target.spec, "before": diagnosis_json(before, strict=True), "after": diagnosis_json(after, strict=True)}
+
+
+def original_section(plan: Plan, force: bool) -> dict:
+    """The report's "original" entry: the --original model's path and how it was verified (refused unless force)."""
+    from repair.original import assess_original
+
+    return {"path": str(plan.original.root), **assess_original(plan, force).as_dict()}

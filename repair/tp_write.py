@@ -168,7 +168,7 @@ class _Slicer:
         from repair.io import tensors
 
         (ps, packed), (ss, scale), (gs, scale_2) = (self.located[source][n] for n in step.inputs)
-        rows, cols = packed.shape[0], packed.shape[1] * 2
+        rows = packed.shape[0]
         lo, hi = rng.logical if rng else (0, rows)  # replicated: every row
         if dim == 1:
             a0, b0 = lo - lo % BLOCK, -(-hi // BLOCK) * BLOCK

@@ -21,7 +21,7 @@ from repair.hub.source import RemoteSource, fetch_tensors, localize, open_remote
 from repair.hub.spec import hub_spec, repo_id
 from repair.planning import Plan
 from repair.recipe import Recipe
-from repair.report import REPORT_NAME, build_report
+from repair.report import REPORT_NAME, build_report, doctor_section, original_section
 
 README = "README.md"
 
@@ -107,7 +107,7 @@ def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, 
     streamed = stream.rewrite_and_upload(plan, source, work, dests, say)
     hashes = _hashes(plan, source, work, streamed)
     after = diagnose(stream.after_checkpoint(plan, source, work, f"{repo.label} (repaired)"), target)
-    doctor = _doctor(target, before, after)
+    doctor = doctor_section(target, before, after)
     facts = _facts(plan, repo, fid, target, before, after, summary)
     text = card.section(facts)
     json_ops = lambda: _json_ops(plan, work)  # noqa: E731 - fresh operation objects per commit
@@ -140,13 +140,12 @@ def _with_original(plan: Plan, source: RemoteSource, force: bool) -> tuple[Plan,
     if plan.original is None:
         return plan, {}
     from repair import formats
-    from repair.original import assess_original
     from repair.planning import make_plan
 
     plan = make_plan(plan.source, plan.recipe, localize(plan.original))
     packed = {n for m in formats.by_name(plan.format).group_modules(plan.source.infos()) if m.is_quantized for n in m.tensors}
     fetch_tensors(source, plan.source, lambda t: t.name in packed)
-    return plan, {"original": {"path": str(plan.original.root), **assess_original(plan, force).as_dict()}}
+    return plan, {"original": original_section(plan, force)}
 
 
 def _hashes(plan: Plan, source: RemoteSource, work: Path, streamed: stream.Streamed) -> dict:
@@ -191,12 +190,6 @@ def _report(plan: Plan, hashes: dict, options: dict, extra: dict, doctor: dict) 
     report = build_report(plan, hashes, options)
     report.update({**extra, "doctor": doctor})
     return (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-
-
-def _doctor(target, before, after) -> dict:
-    from repair.doctor_text import diagnosis_json
-
-    return {"target": target.spec, "before": diagnosis_json(before, strict=True), "after": diagnosis_json(after, strict=True)}
 
 
 def _facts(plan: Plan, repo, fid: str, target, before, after, summary) -> card.RepairFacts:

@@ -12,6 +12,10 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import hashlib
 
 CHUNK = 16 << 20
 
@@ -43,7 +47,7 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
         fn(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE; errors only cost the head start
 
 
-def copy_hashed(src_fd: int, dst_fd: int, offset: int, length: int, digest: "hashlib._Hash | None" = None) -> None:
+def copy_hashed(src_fd: int, dst_fd: int, offset: int, length: int, digest: hashlib._Hash | None = None) -> None:
     """Append `length` bytes of `src_fd` from `offset` to `dst_fd`, feeding them to `digest`."""
     buffer = bytearray(min(CHUNK, max(length, 1)))
     view = memoryview(buffer)
@@ -140,7 +144,7 @@ class HashFollower:
             if self._written - self._hashed >= CHUNK:
                 self._cond.notify()
 
-    def finish(self) -> "hashlib._Hash":
+    def finish(self) -> hashlib._Hash:
         self._stop("finishing")
         if self._error is not None:
             raise self._error
@@ -186,7 +190,7 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def hash_range(fd: int, digest: "hashlib._Hash", start: int, end: int) -> None:
+def hash_range(fd: int, digest: hashlib._Hash, start: int, end: int) -> None:
     """Feed bytes [start, end) of `fd` to `digest` through 16 MiB read-only mappings of the page cache.
 
     Measured 1.76 GB/s against 1.24-1.47 GB/s for pread into a buffer (the copy costs a pass). The
