@@ -37,7 +37,7 @@ def render(r: dict) -> str:
         ("5", "max RSS, fix (31B)", f"<= {budget['fix']:.0f} MB", f"{runs['fix']['rss_mb']:.0f} MB", runs["fix"]["rss_mb"] <= budget["fix"]),
         ("5", "max RSS, fix --target bf16 (31B)", f"<= {budget['fix --target bf16']:.0f} MB", f"{runs['fix --target bf16']['rss_mb']:.0f} MB", runs["fix --target bf16"]["rss_mb"] <= budget["fix --target bf16"]),
         ("5", "max RSS, fix, 1-8 GB (both layouts)", f"<= {growth_budget:.0f} MB; flat: <= +10 MB from 4 to 8 GB",
-         f"{min(growth_rss):.0f}-{max(growth_rss):.0f} MB; {growth:+.0f} MB from 4 to 8 GB", max(growth_rss) <= growth_budget and growth <= 10),
+         f"{min(growth_rss):.0f}-{max(growth_rss):.0f} MB; {round(growth) + 0:+d} MB from 4 to 8 GB", max(growth_rss) <= growth_budget and growth <= 10),
         ("6", f"inspect, {r['inspect']['shards']} shards", "<= 3x `import json`", _ratio(ins["ckpt-repair inspect"]["s"], json_s), ins["ckpt-repair inspect"]["s"] / json_s <= 3),
     ]
     cmd = "/work/main/.venv/bin/python tools/benchmark.py" + (" --quick" if r["quick"] else "")
