@@ -1,4 +1,4 @@
-"""Session-wide fixtures: real ModelOpt exports (built once) and helpers to read outputs."""
+"""Session-wide fixtures: real ModelOpt exports and the Hub tests' source checkpoint (built once), and helpers to read outputs."""
 
 from __future__ import annotations
 
@@ -41,6 +41,29 @@ def ct_export(broken_export, modelopt_dir) -> Path:
 @pytest.fixture(scope="session")
 def original_model(modelopt_dir) -> Path:
     return modelopt_export.save_original(modelopt_dir / "original")
+
+
+@pytest.fixture(scope="session")
+def broken(tmp_path_factory) -> Path:
+    """The Hub tests' source (tests/hub_workflow_helpers.py): the tiny broken assistant in three shards (only
+    shards 2 and 3 change), with a model card. Modules that define their own `broken` override it."""
+    from repair.examples import TINY, write_assistant
+    from tests.hub_workflow_helpers import CARD
+
+    folder = write_assistant(tmp_path_factory.mktemp("hubsrc") / "broken", TINY, shards=[["pre_projection"], ["post_projection"]])
+    (folder / "README.md").write_text(CARD)
+    (folder / "tokenizer_config.json").write_text('{"model_max_length": 4096}\n')
+    return folder
+
+
+@pytest.fixture(scope="session")
+def local_fix(broken, tmp_path_factory) -> Path:
+    """`fix` of `broken` into a local folder: what the Hub tests compare a fork or PR with."""
+    from repair.cli import main
+
+    out = tmp_path_factory.mktemp("localfix") / "fixed"
+    main(["fix", str(broken), "-o", str(out), "--quiet"])
+    return out
 
 
 def load_tensors(folder: Path) -> dict[str, torch.Tensor]:

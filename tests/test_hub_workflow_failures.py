@@ -14,8 +14,8 @@ from huggingface_hub import HfApi, constants
 
 from repair.hub.spec import HubSpec, check_remote_name, hub_spec
 from repair.errors import BadInput, UsageError
-from tests.test_hub_workflow import (  # noqa: F401 - fixtures
-    SHARDS, SRC, assert_equals_local_fix, broken, commits, hub, hub_env, local_fix, run,
+from tests.hub_workflow_helpers import (  # noqa: F401 - fixtures
+    SHARDS, SRC, assert_equals_local_fix, commits, hub, hub_env, run,
 )
 
 
