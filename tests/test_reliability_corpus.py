@@ -1,4 +1,4 @@
-"""Every malformed input in tools/malformed.py fails cleanly through the real CLI.
+"""Every malformed input in tools/malformed/ fails cleanly through the real CLI.
 
 Clean means: exit 2 (0 for the no-op), exactly one `error: file: tensor: defect; next step`
 line on stderr and no traceback, nothing in OUT (no temp folders either), and the input's
