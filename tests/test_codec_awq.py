@@ -1,5 +1,7 @@
 """NVFP4_AWQ to full precision against ModelOpt: its export (NVFP4 weight + pre_quant_scale), its own fold, and the layer's function."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -84,3 +86,21 @@ def test_chunking_does_not_change_results(layers, monkeypatch):
 def test_scale_of_the_wrong_length_is_refused():
     with pytest.raises(ValueError, match="pre_quant_scale has 8 values for a weight of 16 input columns"):
         awq.fold(np.zeros((2, 16), dtype=np.uint16), np.ones(8, dtype=np.float32), "BF16")
+
+
+def test_every_pre_quant_scale_of_a_real_nvfp4_awq_export_folds_like_modelopt(tmp_path):
+    """A whole-model export (tiny Llama): the tensors as written, and which modules keep a pre_quant_scale."""
+    from safetensors import safe_open
+
+    from tools.modelopt_awq_export import export_tiny_llama_awq
+
+    out = export_tiny_llama_awq(tmp_path / "awq")
+    assert json.loads((out / "hf_quant_config.json").read_text())["quantization"]["quant_algo"] == "NVFP4_AWQ"
+    with safe_open(out / "model.safetensors", "pt") as f:
+        modules = sorted(k.removesuffix(".pre_quant_scale") for k in f.keys() if k.endswith(".pre_quant_scale"))
+        assert modules == [f"model.layers.{i}.self_attn.o_proj" for i in range(2)]  # the rest ModelOpt fused away
+        for module in modules:
+            tensors = {n: f.get_tensor(f"{module}.{n}") for n in ("weight", "weight_scale", "weight_scale_2", "pre_quant_scale")}
+            dequantized = modelopt_dequantize(tensors["weight"], tensors["weight_scale"], tensors["weight_scale_2"])
+            inputs = torch.ones(1, dequantized.shape[1])
+            assert same_bits(ours(tensors, torch.bfloat16), fold_pre_quant_scale(dequantized, tensors["pre_quant_scale"], inputs))
