@@ -111,11 +111,25 @@ def test_all_zero_weight_gets_zeros_and_scale_one_where_modelopt_writes_nan():
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_non_finite_weight_is_refused(bad):
-    weight = torch.ones(2, 16)
-    weight[1, 3] = bad
+def test_non_finite_weight_is_refused(bad, monkeypatch):
+    monkeypatch.setattr(fp8, "CHUNK_ELEMENTS", 16)  # one row per chunk: the bad value is in the last one
+    weight = torch.ones(3, 16)
+    weight[2, 3] = bad
     with pytest.raises(ValueError, match="NaN or infinite"):
         fp8.quantize(weight)
+
+
+def test_fused_siblings_share_the_largest_scale():
+    """ModelOpt's export gives fused siblings (gate/up) the group's max amax; passing the max scale reproduces it."""
+    gen = torch.Generator().manual_seed(10)
+    gate, up = torch.randn(32, 64, generator=gen).bfloat16(), (3 * torch.randn(32, 64, generator=gen)).bfloat16()
+    group_amax = torch.maximum(gate.abs().amax(), up.abs().amax())
+    shared = torch.maximum(fp8.weight_scale(gate), fp8.weight_scale(up))
+    for weight in (gate, up):
+        packed, scale = fp8.quantize(weight, shared)
+        theirs = fp8_export(weight, group_amax)
+        assert torch.equal(bits(packed), bits(theirs["weight"])) and torch.equal(scale, theirs["weight_scale"])
+    assert not torch.equal(bits(fp8.quantize(gate)[0]), bits(fp8_export(gate, group_amax)["weight"]))
 
 
 def test_chunking_does_not_change_results(monkeypatch):

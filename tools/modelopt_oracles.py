@@ -40,10 +40,15 @@ def _export(linear: torch.nn.Module, dtype: torch.dtype) -> dict[str, torch.Tens
     return {n: getattr(linear, n).detach().clone() for n in names if getattr(linear, n, None) is not None}
 
 
-def fp8_export(weight: torch.Tensor, inputs: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """FP8_DEFAULT_CFG quantization and export of `weight`: float8 weight, float32 weight_scale and input_scale."""
-    inputs = torch.ones(1, weight.shape[1]) if inputs is None else inputs
-    return _export(_quantized_linear(weight, "FP8_DEFAULT_CFG", inputs), weight.dtype)
+def fp8_export(weight: torch.Tensor, group_amax: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """FP8_DEFAULT_CFG quantization and export of `weight`: float8 weight, float32 weight_scale and input_scale.
+
+    group_amax: what the export's `preprocess_linear_fusion` sets on fused siblings (the group's max amax).
+    """
+    linear = _quantized_linear(weight, "FP8_DEFAULT_CFG", torch.ones(1, weight.shape[1]))
+    if group_amax is not None:
+        linear.weight_quantizer.amax = group_amax
+    return _export(linear, weight.dtype)
 
 
 def w4a16_nvfp4_export(weight: torch.Tensor, inputs: torch.Tensor) -> dict[str, torch.Tensor]:

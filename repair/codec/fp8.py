@@ -9,6 +9,7 @@ scalar (activations; untouched here). Value = float(weight) * weight_scale.
   `weight_scale = amax / 448` in float32, then `(weight / weight_scale).to(float8_e4m3fn)`
   where the quotient of a bf16/fp16 weight by a 0-d float32 tensor is rounded to the weight's
   dtype before the FP8 cast. That double rounding decides ties, so it is repeated here.
+  Fused siblings (q/k/v, gate/up) share the group's largest scale, which callers pass in.
   One deliberate difference: for an all-zero weight ModelOpt writes scale 0 and NaN bytes
   (0 / 0); we write zero bytes and scale 1.0, which dequantize to the original zeros.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from repair.codec import fp8_table
+from repair.codec.nvfp4 import _one_thread  # shared: cache-sized chunks run 3-7x faster on one thread (measured)
 
 E4M3_MAX = 448.0
 CHUNK_ELEMENTS = 1 << 18  # elements per row chunk: each float32 temporary stays within L2
@@ -40,21 +42,27 @@ def _row_chunks(weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 def weight_scale(weight: torch.Tensor) -> torch.Tensor:
     """ModelOpt's `weight_scale`: amax(|w|) / 448 as a float32 scalar (amax is exact in float32)."""
-    amax = max((chunk.abs().amax().float() for chunk in _row_chunks(weight)), default=torch.tensor(0.0))
+    amax = torch.stack([chunk.abs().amax().float() for chunk in _row_chunks(weight)]).amax()  # NaN propagates
     if not torch.isfinite(amax):
         raise ValueError("the weight has NaN or infinite values; FP8 cannot represent it")
     return amax / E4M3_MAX
 
 
-def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """bf16/fp16/fp32 weight -> (float8_e4m3fn weight, float32 0-d weight_scale); byte-identical to ModelOpt's export."""
+def quantize(weight: torch.Tensor, scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """bf16/fp16/fp32 weight -> (float8_e4m3fn weight, float32 0-d weight_scale); byte-identical to ModelOpt's export.
+
+    Pass `scale` to share one weight_scale across fused siblings (q/k/v, gate/up): ModelOpt's
+    export gives them the largest amax of the group.
+    """
     if weight.dtype not in OUT_DTYPES or weight.dim() != 2:
         raise ValueError(f"FP8 quantize takes a 2-D bf16/fp16/fp32 weight, not {weight.dtype} {tuple(weight.shape)}")
-    scale = weight_scale(weight)
-    out = torch.empty(weight.shape, dtype=torch.float8_e4m3fn)
+    with _one_thread():
+        scale = weight_scale(weight) if scale is None else scale.to(torch.float32).reshape(())
     if scale == 0:  # all zeros: ModelOpt would divide 0 by 0 (see the module docstring)
-        return out.view(torch.uint8).zero_().view(torch.float8_e4m3fn), torch.tensor(1.0)
-    for chunk, into in zip(_row_chunks(weight), _row_chunks(out)):
-        quotient = (chunk.to(torch.float32) / scale).to(weight.dtype)  # rounded to the weight's dtype first
-        into.copy_(quotient.to(torch.float8_e4m3fn))
+        return torch.zeros(weight.shape, dtype=torch.uint8).view(torch.float8_e4m3fn), torch.tensor(1.0)
+    out = torch.empty(weight.shape, dtype=torch.float8_e4m3fn)
+    with _one_thread():
+        for chunk, into in zip(_row_chunks(weight), _row_chunks(out)):
+            quotient = (chunk.to(torch.float32) / scale).to(weight.dtype)  # rounded to the weight's dtype first
+            into.copy_(quotient.to(torch.float8_e4m3fn))
     return out, scale
