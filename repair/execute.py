@@ -14,7 +14,7 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from repair.errors import BadInput, OutputError, RepairError
+from repair.errors import BadInput, InternalError, OutputError, RepairError
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.safetensors import OutTensor, ShardWriter, read_header
@@ -89,7 +89,7 @@ def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dic
     _self_check(plan, tmp, out, hashes)  # before anything (annotate) reads the written files
     report = build_report(plan, hashes, options or {})
     if annotate is not None:
-        report.update(annotate(tmp))
+        report.update(_annotated(annotate, tmp, out))
     _write_json(tmp / REPORT_NAME, report)
     fsync_tree(tmp)
     return report
@@ -179,12 +179,12 @@ def _self_check(plan: Plan, tmp: Path, out: Path, hashes: dict) -> None:
     """Re-open every written file and compare it with the plan before anything is published."""
     found = {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()} - {MARKER}
     if found != set(hashes):
-        _check_failed(out, f"written files {sorted(found)} differ from the plan")
+        _check_failed(out, f"written files differ from the plan ({', '.join(sorted(found ^ set(hashes)))})")
     for step in plan.shards:
         try:
             header = read_header(tmp / step.name)
         except RepairError as err:
-            _check_failed(out / step.name, f"does not re-open ({err})")
+            _check_failed(out / step.name, f"does not re-open ({_defect(err, tmp, out)})")
         got = [(t.name, t.dtype, t.shape) for t in header.tensors]
         want = [(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
         if got != want or header.metadata != step.metadata:
@@ -194,8 +194,22 @@ def _self_check(plan: Plan, tmp: Path, out: Path, hashes: dict) -> None:
             _check_failed(out / name, "written JSON does not match the plan")
 
 
+def _annotated(annotate: Callable[[Path], dict], tmp: Path, out: Path) -> dict:
+    """annotate(tmp) re-opens our own output: a defect it finds there is ours, so its input-blaming
+    advice ("remove the stale shard") must not reach the user, nor the temp folder's name."""
+    try:
+        return annotate(tmp)
+    except BadInput as err:
+        raise InternalError("re-opening the written output", _defect(err, tmp, out)) from None
+
+
+def _defect(err: RepairError, tmp: Path, out: Path) -> str:
+    """What an input check found in our own output, without its advice to the user (the part after "; ")."""
+    return str(err).replace(str(tmp), str(out)).split("; ")[0]
+
+
 def _check_failed(where: Path, what: str) -> None:
-    raise OutputError(f"{where}: {what}; nothing was published, check the disk and re-run (if it repeats, report a bug)")
+    raise InternalError("the check of the written output", f"{where}: {what}")
 
 
 def write_rewritten_shard(plan: Plan, step: ShardStep, dst: Path) -> str:

@@ -29,11 +29,11 @@ def say(as_json: bool, payload: dict, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: tool errors become one line on stderr and exit code 2."""
+    """Entry point: tool errors become one line on stderr and their exit code (2 bad input, 3 internal error)."""
     try:
         cli.main(args=argv, prog_name="ckpt-repair", standalone_mode=False)
     except RepairError as err:
-        click.echo(f"error: {err}", err=True)
+        click.echo(f"{err.label}: {err}", err=True)
         sys.exit(err.exit_code)
     except click.exceptions.Abort:  # click turns Ctrl-C into Abort
         click.echo("interrupted; nothing was written", err=True)

@@ -74,6 +74,14 @@ def open_checkpoint(path: Path) -> Checkpoint:
     )
 
 
+def plain_name(name: object) -> bool:
+    """A relative path that stays inside its folder (no absolute path, '..', '.', empty part, backslash or
+    control character): what a file name read from a manifest or planned for an output must be."""
+    if not isinstance(name, str) or not name or "\\" in name or name.startswith("/") or not name.isprintable():
+        return False
+    return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
 def read_json(path: Path) -> dict:
     """A small JSON object file, or BadInput naming the file and the defect."""
     try:
