@@ -8,9 +8,10 @@ import errno
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from tqdm import tqdm
 
@@ -59,7 +60,8 @@ def execute(
 ) -> Result:
     """Write the planned checkpoint to `out` atomically and return its report.
 
-    `annotate(folder)` may add report sections computed on the written files (e.g. doctor after).
+    `annotate(folder)` may add report sections computed on the written files (e.g. doctor after); it
+    re-opens them under `own_output`, so a defect found there is reported as ours.
     """
     out = Path(out)
     check_output(plan.source.root, out, overwrite)
@@ -89,7 +91,7 @@ def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dic
     _self_check(plan, tmp, out, hashes)  # before anything (annotate) reads the written files
     report = build_report(plan, hashes, options or {})
     if annotate is not None:
-        report.update(_annotated(annotate, tmp, out))
+        report.update(annotate(tmp))
     _write_json(tmp / REPORT_NAME, report)
     fsync_tree(tmp)
     return report
@@ -194,18 +196,19 @@ def _self_check(plan: Plan, tmp: Path, out: Path, hashes: dict) -> None:
             _check_failed(out / name, "written JSON does not match the plan")
 
 
-def _annotated(annotate: Callable[[Path], dict], tmp: Path, out: Path) -> dict:
-    """annotate(tmp) re-opens our own output: a defect it finds there is ours, so its input-blaming
-    advice ("remove the stale shard") must not reach the user, nor the temp folder's name."""
+@contextmanager
+def own_output(folder: Path, shown_as: Path | str) -> Iterator[None]:
+    """Around code that re-opens our own output (doctor after): a defect an input check finds there is
+    ours, so its advice to the user ("remove the stale shard") and the temp folder's name must not show."""
     try:
-        return annotate(tmp)
+        yield
     except BadInput as err:
-        raise InternalError("re-opening the written output", _defect(err, tmp, out)) from None
+        raise InternalError("re-opening the written output", _defect(err, folder, shown_as)) from None
 
 
-def _defect(err: RepairError, tmp: Path, out: Path) -> str:
+def _defect(err: RepairError, folder: Path, shown_as: Path | str) -> str:
     """What an input check found in our own output, without its advice to the user (the part after "; ")."""
-    return str(err).replace(str(tmp), str(out)).split("; ")[0]
+    return str(err).replace(str(folder), str(shown_as)).split("; ")[0]
 
 
 def _check_failed(where: Path, what: str) -> None:
