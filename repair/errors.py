@@ -13,7 +13,6 @@ class RepairError(Exception):
     """Base of every error the tool raises on purpose; `str(err)` is the user-facing line."""
 
     exit_code = 2
-    label = "error"  # what the CLI prints before the line
 
     def __init__(self, message: str = ""):
         super().__init__(one_line(str(message)))
@@ -45,11 +44,10 @@ class InternalError(RepairError):
     """
 
     exit_code = 3
-    label = "internal error"
 
     def __init__(self, check: str, detail: str):
         super().__init__(
-            f"{check} failed: {detail}; this is a bug in ckpt-repair, not in the input; nothing was published and the "
+            f"internal error: {check} failed: {detail}; this is a bug in ckpt-repair, not in the input; nothing was published and the "
             "input is unchanged; please report it to the ckpt-repair issue tracker with the command line you ran"
         )
 

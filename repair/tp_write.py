@@ -20,7 +20,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from repair.errors import InternalError
-from repair.execute import check_output
+from repair.execute import check_output, own_output
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.safetensors import OutTensor, ShardWriter, TensorInfo, encode_header, read_header
@@ -246,7 +246,8 @@ def _self_check(tpp: TpPlan, tmp: Path, out: Path, expected: set[str]) -> None:
     if found != expected:
         raise InternalError(CHECK, f"{out}: written files differ from the plan ({', '.join(sorted(found ^ expected))})")
     for rank in range(tpp.tp):
-        got = [(t.name, t.dtype, t.shape) for t in read_header(tmp / rank_folder(rank) / RANK_FILE).tensors]
+        with own_output(tmp, out):
+            got = [(t.name, t.dtype, t.shape) for t in read_header(tmp / rank_folder(rank) / RANK_FILE).tensors]
         want = [(t.step.out.name, t.step.out.dtype, t.rank_shape(_range(t, rank, tpp.tp))) for t in tpp.tensors]
         if got != want:
             raise InternalError(CHECK, f"{out / rank_folder(rank) / RANK_FILE}: written header does not match the plan")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from repair import __version__
 from repair.errors import BadInput, InternalError
+from repair.execute import own_output
 from repair.io.checkpoint import plain_name, read_json
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, copy_hashed, sha256_file, write_all
@@ -230,7 +231,8 @@ def _self_check(tmp: Path, out: Path, standard: dict, tensors: dict, expected: s
     if found != expected:
         raise InternalError(CHECK, f"{out}: written files differ from the manifest ({', '.join(sorted(found ^ expected))})")
     for shard in standard["shards"]:
-        got = [(t.name, t.dtype, list(t.shape)) for t in read_header(tmp / shard["name"]).tensors]
+        with own_output(tmp, out):
+            got = [(t.name, t.dtype, list(t.shape)) for t in read_header(tmp / shard["name"]).tensors]
         want = [(n, tensors[n]["dtype"], tensors[n]["shape"]) for n in shard["tensors"]]
         if got != want:
             raise InternalError(CHECK, f"{out / shard['name']}: rebuilt header does not match the manifest")

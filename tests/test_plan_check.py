@@ -52,7 +52,7 @@ def outputs_in_two_shards(steps):
 
 def assert_internal_error(code: int, err: str, out, src, before: dict, check: str) -> None:
     assert code == 3, err
-    assert err.count("\n") == 1 and err.startswith(f"internal error: {check} failed: "), err
+    assert err.count("\n") == 1 and err.startswith(f"error: internal error: {check} failed: "), err
     for words in ("a bug in ckpt-repair, not in the input", "nothing was published", "the input is unchanged",
                   "ckpt-repair issue tracker with the command line"):
         assert words in err, (words, err)

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="ckpt-repair", standalone_mode=False)
     except RepairError as err:
-        click.echo(f"{err.label}: {err}", err=True)
+        click.echo(f"error: {err}", err=True)
         sys.exit(err.exit_code)
     except click.exceptions.Abort:  # click turns Ctrl-C into Abort
         click.echo("interrupted; nothing was written", err=True)
