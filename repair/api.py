@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from repair.execute import Result, execute
+from repair.execute import Result, execute, own_output
 from repair.io.checkpoint import Checkpoint, open_checkpoint
 from repair.planning import Plan, make_plan
 from repair.recipe import DEFAULT, Recipe, load_recipe
@@ -49,9 +49,12 @@ def run(plan: Plan, out: str | Path, *, overwrite: bool = False, progress: bool 
 
     extra = {} if plan.original is None else {"original": original_section(plan, force)}
     target = resolve(plan.recipe.from_target)
+    before = diagnose(plan.source, target)
 
     def annotate(folder: Path) -> dict:
-        return {**extra, "doctor": doctor_section(target, diagnose(plan.source, target), diagnose(open_checkpoint(folder), target))}
+        with own_output(folder, out):  # our output: what it finds there is a bug of ours, not the input's
+            after = diagnose(open_checkpoint(folder), target)
+        return {**extra, "doctor": doctor_section(target, before, after)}
 
     options = {"recipe": plan.recipe.name, "target": plan.recipe.from_target}
     return execute(plan, Path(out), overwrite=overwrite, progress=progress, options=options, annotate=annotate)

@@ -2,6 +2,8 @@
 
 Every error a user can cause carries the one line they see: what is wrong, where, and what
 to do. The CLI prints that line and exits 2; nothing else reaches the user as a traceback.
+A failed check of the tool's own plan or output is an InternalError (exit 3): a bug in
+ckpt-repair, never blamed on the input.
 """
 
 from __future__ import annotations
@@ -32,6 +34,22 @@ class UsageError(RepairError):
 
 class OutputError(RepairError):
     """The output location cannot be written as asked (exists, inside the input, disk full)."""
+
+
+class InternalError(RepairError):
+    """A check of our own plan or output failed: a bug in ckpt-repair, not in the input.
+
+    Raised only before anything is published, so the line can promise that; it never tells the
+    user to change or delete their files.
+    """
+
+    exit_code = 3
+
+    def __init__(self, check: str, detail: str):
+        super().__init__(
+            f"internal error: {check} failed: {detail}; this is a bug in ckpt-repair, not in the input; nothing was published and the "
+            "input is unchanged; please report it to the ckpt-repair issue tracker with the command line you ran"
+        )
 
 
 def where(path: object, tensor: str | None = None) -> str:

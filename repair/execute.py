@@ -8,13 +8,14 @@ import errno
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from tqdm import tqdm
 
-from repair.errors import BadInput, OutputError, RepairError
+from repair.errors import BadInput, InternalError, OutputError, RepairError
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.safetensors import OutTensor, ShardWriter, read_header
@@ -59,7 +60,8 @@ def execute(
 ) -> Result:
     """Write the planned checkpoint to `out` atomically and return its report.
 
-    `annotate(folder)` may add report sections computed on the written files (e.g. doctor after).
+    `annotate(folder)` may add report sections computed on the written files (e.g. doctor after); it
+    re-opens them under `own_output`, so a defect found there is reported as ours.
     """
     out = Path(out)
     check_output(plan.source.root, out, overwrite)
@@ -179,12 +181,12 @@ def _self_check(plan: Plan, tmp: Path, out: Path, hashes: dict) -> None:
     """Re-open every written file and compare it with the plan before anything is published."""
     found = {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()} - {MARKER}
     if found != set(hashes):
-        _check_failed(out, f"written files {sorted(found)} differ from the plan")
+        _check_failed(out, f"written files differ from the plan ({', '.join(sorted(found ^ set(hashes)))})")
     for step in plan.shards:
         try:
             header = read_header(tmp / step.name)
         except RepairError as err:
-            _check_failed(out / step.name, f"does not re-open ({err})")
+            _check_failed(out / step.name, f"does not re-open ({_defect(err, tmp, out)})")
         got = [(t.name, t.dtype, t.shape) for t in header.tensors]
         want = [(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
         if got != want or header.metadata != step.metadata:
@@ -194,8 +196,23 @@ def _self_check(plan: Plan, tmp: Path, out: Path, hashes: dict) -> None:
             _check_failed(out / name, "written JSON does not match the plan")
 
 
+@contextmanager
+def own_output(folder: Path, shown_as: Path | str) -> Iterator[None]:
+    """Around code that re-opens our own output (doctor after): a defect an input check finds there is
+    ours, so its advice to the user ("remove the stale shard") and the temp folder's name must not show."""
+    try:
+        yield
+    except BadInput as err:
+        raise InternalError("re-opening the written output", _defect(err, folder, shown_as)) from None
+
+
+def _defect(err: RepairError, folder: Path, shown_as: Path | str) -> str:
+    """What an input check found in our own output, without its advice to the user (the part after "; ")."""
+    return str(err).replace(str(folder), str(shown_as)).split("; ")[0]
+
+
 def _check_failed(where: Path, what: str) -> None:
-    raise OutputError(f"{where}: {what}; nothing was published, check the disk and re-run (if it repeats, report a bug)")
+    raise InternalError("the check of the written output", f"{where}: {what}")
 
 
 def write_rewritten_shard(plan: Plan, step: ShardStep, dst: Path) -> str:

@@ -25,8 +25,9 @@ def module_change(m: StoredModule, action: str, ckpt: Checkpoint, original: Chec
     infos = ckpt.infos()
     before = tuple(TensorRef(n, infos[n].dtype, infos[n].shape) for n in m.tensors)
     weight = f"{m.name}.weight"
+    home = infos[m.tensor("weight")].path.name  # outputs go where the main weight is: one shard, once
     if action == "drop":
-        return ModuleChange(m.name, "drop", before, (), ())
+        return ModuleChange(m.name, "drop", before, (), (), home)
     if action == "requantize":
         outputs = _requantize_steps(m, ckpt, original, modules)
     elif action == "take_original":
@@ -38,10 +39,10 @@ def module_change(m: StoredModule, action: str, ckpt: Checkpoint, original: Chec
     elif len(m.tensors) > 1:  # BF16 already, with leftover scales
         info = infos[m.tensor("weight")]
         return ModuleChange(m.name, "drop-leftover-scales", before, (TensorRef(info.name, info.dtype, info.shape),),
-                            (TensorStep(TensorRef(info.name, info.dtype, info.shape), "copy", (info.name,)),))
+                            (TensorStep(TensorRef(info.name, info.dtype, info.shape), "copy", (info.name,)),), home)
     else:
         return None
-    return ModuleChange(m.name, action, before, tuple(s.out for s in outputs), outputs)
+    return ModuleChange(m.name, action, before, tuple(s.out for s in outputs), outputs, home)
 
 
 def _original_step(m: StoredModule, original: Checkpoint, dtype: str) -> TensorStep:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG
 from repair.planning import Plan
 
+SHARD_EMPTIED = "every tensor it held moved to another shard or was dropped"
+
 
 def plan_as_json(plan: Plan) -> dict:
     return {
@@ -18,8 +20,17 @@ def plan_as_json(plan: Plan) -> dict:
         "files": [{"name": s.name, "op": s.op} for s in plan.shards]
         + [{"name": n, "op": "rewrite_json"} for n in plan.json_files]
         + [{"name": n, "op": "copy_file"} for n in plan.copied_files]
-        + [{"name": n, "op": "remove"} for n in plan.removed_files],
+        + [{"name": n, "op": "remove", "why": _removed_why(plan, n)} for n in plan.removed_files],
     }
+
+
+def _removed_why(plan: Plan, name: str) -> str:
+    """A file is left out of OUT for one of two reasons: the quantization config goes, or a shard lost every tensor."""
+    return "quantization config dropped" if name == HF_QUANT_CONFIG else SHARD_EMPTIED
+
+
+def _removed_shards(plan: Plan) -> list[str]:
+    return [n for n in plan.removed_files if n != HF_QUANT_CONFIG]
 
 
 def plan_as_text(plan: Plan) -> str:
@@ -27,13 +38,15 @@ def plan_as_text(plan: Plan) -> str:
     for c in plan.changes:
         lines.append(f"  {c.module}: {_change_text(c)}")
     if plan.recipe.drop_quantization:
-        lines.append("  quantization config: removed (config.json quantization_config" + (", hf_quant_config.json)" if plan.removed_files else ")"))
+        lines.append("  quantization config: removed (config.json quantization_config" + (", hf_quant_config.json)" if HF_QUANT_CONFIG in plan.removed_files else ")"))
     if plan.exclusions_added:
         files = " and ".join(n for n in (CONFIG, HF_QUANT_CONFIG) if n in plan.json_files)
         lines.append(f"  exclusions: add {', '.join(plan.exclusions_added)} ({files})")
     rewritten = [s.name for s in plan.shards if s.op == "rewrite"]
     copied = [s.name for s in plan.shards if s.op == "copy_file"] + list(plan.copied_files)
-    lines.append(f"  files: {len(rewritten)} shard(s) rewritten, {len(plan.json_files)} config file(s) rewritten, {len(copied)} copied unchanged")
+    removed = _removed_shards(plan)
+    lines.append(f"  files: {len(rewritten)} shard(s) rewritten, {len(plan.json_files)} config file(s) rewritten, {len(copied)} copied unchanged"
+                 + (f", {len(removed)} shard(s) not written ({', '.join(removed)}: {SHARD_EMPTIED})" if removed else ""))
     return "\n".join(lines)
 
 

@@ -64,11 +64,15 @@ class ShardStep:
 
 @dataclass(frozen=True)
 class ModuleChange:
+    """What happens to one module. Its outputs are written once, in `home`: the shard that stores its
+    main weight (a module's tensors may sit in several shards, since exports shard by size)."""
+
     module: str
     action: str  # dequantize | take_original | requantize | drop | drop-leftover-scales
     before: tuple[TensorRef, ...]
     after: tuple[TensorRef, ...]
     outputs: tuple[TensorStep, ...] = field(default=(), compare=False)
+    home: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,7 +120,9 @@ def assign_actions(modules: list[StoredModule], recipe: Recipe, where: str) -> d
 
 def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = None) -> Plan:
     """Plan the repair of `ckpt` by `recipe` without reading any tensor data."""
+    from repair.plan_check import check_plan
     from repair.plan_modules import module_change
+    from repair.report import REPORT_NAME
 
     fmt = formats.detect(ckpt)
     modules = fmt.group_modules(ckpt.infos())
@@ -125,12 +131,15 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     actions = _with_fused_siblings(assign_actions(modules, recipe, str(ckpt.root)), by_name)
     _check_supported(ckpt, fmt, actions, original)
     changes = [c for name, a in sorted(actions.items()) if (c := module_change(by_name[name], a, ckpt, original, recipe, by_name, fmt))]
-    shards = tuple(_shard_step(s, changes) for s in ckpt.shards)
+    shards, emptied = _shard_steps(ckpt, changes)
     config, hf_quant, added = _config_edits(ckpt, fmt, declaration, recipe, actions)
-    json_files = _json_files(ckpt, config, hf_quant, shards)
-    removed = (HF_QUANT_CONFIG,) if recipe.drop_quantization and ckpt.hf_quant_config is not None else ()
-    copied = ckpt.other_files + tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
-    return Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original, fmt.NAME)
+    json_files = _json_files(ckpt, config, hf_quant, shards, bool(emptied))
+    removed = emptied + ((HF_QUANT_CONFIG,) if recipe.drop_quantization and ckpt.hf_quant_config is not None else ())
+    copied = tuple(n for n in ckpt.other_files if n != REPORT_NAME)  # an earlier run's report: this run writes its own
+    copied += tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
+    plan = Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original, fmt.NAME)
+    check_plan(plan)
+    return plan
 
 
 def _check_supported(ckpt: Checkpoint, fmt: Format, actions: dict[str, str], original: Checkpoint | None) -> None:
@@ -190,28 +199,44 @@ def exclusion_name(module: str, config: dict | None) -> str:
     return module
 
 
-def _shard_step(shard: ShardHeader, changes: list[ModuleChange]) -> ShardStep:
-    """Copy the shard whole, or rewrite it: a changed module's outputs take the place of its first tensor."""
+def _shard_steps(ckpt: Checkpoint, changes: list[ModuleChange]) -> tuple[tuple[ShardStep, ...], tuple[str, ...]]:
+    """Every output shard's step, and the shards that lose all of their tensors (not written)."""
     owner = {t.name: c for c in changes for t in c.before}
+    steps, emptied = [], []
+    for shard in ckpt.shards:
+        step = _shard_step(shard, owner)
+        if shard.tensors and not step.tensors:
+            emptied.append(step.name)
+        else:
+            steps.append(step)
+    if ckpt.shards and not steps:
+        raise UsageError(f"{ckpt.root}: the recipe drops every tensor, so the output would hold no weights; keep at least one module")
+    return tuple(steps), tuple(emptied)
+
+
+def _shard_step(shard: ShardHeader, owner: dict[str, ModuleChange]) -> ShardStep:
+    """Copy the shard whole, or rewrite it: a changed module's outputs take the place of its first
+    tensor in its home shard; other shards just lose the module's tensors."""
+    name = shard.path.name
     if not any(t.name in owner for t in shard.tensors):
         steps = tuple(TensorStep(TensorRef(t.name, t.dtype, t.shape), "copy", (t.name,)) for t in shard.tensors)
-        return ShardStep(shard.path.name, "copy_file", steps, shard.metadata)
+        return ShardStep(name, "copy_file", steps, shard.metadata)
     steps: list[TensorStep] = []
     emitted: set[str] = set()
     for t in shard.tensors:
         change = owner.get(t.name)
         if change is None:
             steps.append(TensorStep(TensorRef(t.name, t.dtype, t.shape), "copy", (t.name,)))
-        elif change.module not in emitted:
+        elif change.home == name and change.module not in emitted:
             emitted.add(change.module)
             steps.extend(change.outputs)
-    return ShardStep(shard.path.name, "rewrite", tuple(steps), shard.metadata)
+    return ShardStep(name, "rewrite", tuple(steps), shard.metadata)
 
 
-def _json_files(ckpt: Checkpoint, config, hf_quant, shards: tuple[ShardStep, ...]) -> dict[str, dict]:
+def _json_files(ckpt: Checkpoint, config, hf_quant, shards: tuple[ShardStep, ...], shards_removed: bool) -> dict[str, dict]:
     """The small JSON files whose content changes; the others are copied byte for byte."""
     candidates = {CONFIG: (ckpt.config, config), HF_QUANT_CONFIG: (ckpt.hf_quant_config, hf_quant)}
-    if ckpt.index is not None and any(s.op == "rewrite" for s in shards):
+    if ckpt.index is not None and (shards_removed or any(s.op == "rewrite" for s in shards)):
         candidates[ckpt.index_name] = (ckpt.index, _index(ckpt.index, shards))
     return {name: new for name, (old, new) in candidates.items() if new is not None and new != old}
 

@@ -257,7 +257,8 @@ class TpPlan:
 
 
 def plan_tp(plan: Plan, tp: int) -> TpPlan:
-    """Split a plan's output `tp` ways; raises UsageError (before anything is written) when impossible."""
+    """Split a plan's output `tp` ways; raises UsageError (before anything is written) when impossible,
+    InternalError when the split layout fails its check."""
     reason = formats.by_name(plan.format).unsupported("tp")
     if reason:
         raise UsageError(f"{plan.source.root}: {reason}")
@@ -265,7 +266,11 @@ def plan_tp(plan: Plan, tp: int) -> TpPlan:
     styles = style_plan(plan.source.config, str(plan.source.root / "config.json"))
     specs = tensor_specs([t.out for _, t in steps], styles)
     check_degree(specs, tp)
-    return TpPlan(plan, tp, tuple(TpTensor(shard, step, spec) for (shard, step), spec in zip(steps, specs)), styles.source)
+    tpp = TpPlan(plan, tp, tuple(TpTensor(shard, step, spec) for (shard, step), spec in zip(steps, specs)), styles.source)
+    from repair.plan_check import check_tp_plan
+
+    check_tp_plan(tpp)
+    return tpp
 
 
 def summary_text(tpp: TpPlan) -> str:

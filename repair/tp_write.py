@@ -19,8 +19,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from repair.errors import OutputError
-from repair.execute import check_output
+from repair.errors import InternalError
+from repair.execute import check_output, own_output
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.safetensors import OutTensor, ShardWriter, TensorInfo, encode_header, read_header
@@ -32,6 +32,7 @@ from repair.tp_io import build_atomically, contiguous, read_slice, sub_range, wr
 MANIFEST = "tp_manifest.json"
 RANK_FILE = "model.safetensors"
 FORMAT = "ckpt-repair-tp"
+CHECK = "the check of the written per-rank output"
 VOCAB_NOTE = (f"vLLM pads the vocabulary to a multiple of {VOCAB_PADDING} and gives each rank padded/tp rows; only real rows "
               "are stored, so rank r holds rows [r*padded/tp, min((r+1)*padded/tp, vocab)) and the last rank(s) may be short "
               "(vLLM zero-fills its padding rows at load)")
@@ -239,14 +240,20 @@ def _index_entry(plan) -> dict | None:
 
 def _self_check(tpp: TpPlan, tmp: Path, out: Path, expected: set[str]) -> None:
     """Re-open every rank file and compare its header with the plan before anything is published."""
+    from repair.unshard import layout_problem
+
     found = {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()} - {MARKER}
     if found != expected:
-        raise OutputError(f"{out}: written files {sorted(found ^ expected)} differ from the plan; nothing was published (report a bug)")
+        raise InternalError(CHECK, f"{out}: written files differ from the plan ({', '.join(sorted(found ^ expected))})")
     for rank in range(tpp.tp):
-        got = [(t.name, t.dtype, t.shape) for t in read_header(tmp / rank_folder(rank) / RANK_FILE).tensors]
+        with own_output(tmp, out):
+            got = [(t.name, t.dtype, t.shape) for t in read_header(tmp / rank_folder(rank) / RANK_FILE).tensors]
         want = [(t.step.out.name, t.step.out.dtype, t.rank_shape(_range(t, rank, tpp.tp))) for t in tpp.tensors]
         if got != want:
-            raise OutputError(f"{out / rank_folder(rank) / RANK_FILE}: written header does not match the plan; nothing was published (report a bug)")
+            raise InternalError(CHECK, f"{out / rank_folder(rank) / RANK_FILE}: written header does not match the plan")
+    problem = layout_problem(json.loads((tmp / MANIFEST).read_text(encoding="utf-8")))
+    if problem:
+        raise InternalError(CHECK, f"{out / MANIFEST}: `unshard` would refuse it: {problem}")
 
 
 def fix_tp(plan, out: Path, tp: int, *, dry_run: bool = False, overwrite: bool = False, progress: bool | None = None,

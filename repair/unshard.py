@@ -11,23 +11,26 @@ manifest. Only repair_report.json differs from the non-TP `fix` output: it recor
 from __future__ import annotations
 
 import hashlib
+import json
 import struct
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from repair import __version__
-from repair.errors import BadInput, OutputError
-from repair.io.checkpoint import read_json
+from repair.errors import BadInput, InternalError
+from repair.execute import own_output
+from repair.io.checkpoint import plain_name, read_json
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, copy_hashed, sha256_file, write_all
 from repair.io.safetensors import OutTensor, TensorInfo, encode_header, read_header
 from repair.io.staging import MARKER
 from repair.report import REPORT_NAME
 from repair.tp_io import build_atomically, pread_exact, write_json
-from repair.tp_write import FORMAT, MANIFEST, RANK_FILE
+from repair.tp_write import FORMAT, MANIFEST, RANK_FILE, rank_folder
 
 CHUNK = 8 << 20  # bytes of interleaved rows assembled at a time
+CHECK = "the check of the rebuilt checkpoint"
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,55 @@ def _read_manifest(src: Path) -> dict:
     manifest = read_json(path)
     if manifest.get("format") != FORMAT or manifest.get("version") != 1:
         raise BadInput(f"{path}: not a version-1 {FORMAT} manifest; this tool cannot unshard it")
+    problem = _ranks_problem(manifest) or layout_problem(manifest)
+    if problem:
+        raise BadInput(f"{path}: {problem}; the manifest was changed or damaged, re-run `fix --tp`")
     return manifest
+
+
+def _ranks_problem(manifest: dict) -> str | None:
+    """The ranks the manifest names must be rank-0 .. rank-(tp-1), each listing plain file names."""
+    ranks, tp = manifest.get("ranks"), manifest.get("tp")
+    if type(tp) is not int or tp < 1 or not isinstance(ranks, list) or len(ranks) != tp:
+        return "its 'tp' and 'ranks' disagree"
+    for r, rank in enumerate(ranks):
+        if not isinstance(rank, dict) or rank.get("folder") != rank_folder(r) or not isinstance(rank.get("files"), dict):
+            return f"rank {r} is not described as folder {rank_folder(r)} with its files"
+        if RANK_FILE not in rank["files"] or not all(plain_name(n) for n in rank["files"]):
+            return f"rank {r} does not list {RANK_FILE}, or lists a file name that leaves its folder"
+    return None
+
+
+def layout_problem(manifest: dict) -> str | None:
+    """What is wrong with the standard layout a manifest describes, or None: plain, distinct file names;
+    every tensor in exactly one shard; the index's weight_map agreeing with the shards."""
+    standard, tensors = manifest.get("standard"), manifest.get("tensors")
+    if not isinstance(standard, dict) or not isinstance(tensors, dict) or not isinstance(standard.get("shards"), list):
+        return "no standard layout (standard.shards, tensors)"
+    index = standard.get("index")
+    files = [s.get("name") if isinstance(s, dict) else None for s in standard["shards"]] + list(standard.get("files") or [])
+    files += [index.get("name")] if isinstance(index, dict) else []
+    for name in files:
+        if not plain_name(name) or name == REPORT_NAME or files.count(name) > 1:
+            return f"output file name {name!r} is not a plain file name, is the report's, or appears twice"
+    placed: dict[str, str] = {}
+    for shard in standard["shards"]:
+        for name in shard.get("tensors") or []:
+            if not isinstance(name, str) or name in placed or name not in tensors:
+                return f"tensor {name!r} is in two shards or has no entry in 'tensors'"
+            placed[name] = shard["name"]
+    if placed.keys() != tensors.keys():
+        return f"{len(tensors.keys() - placed.keys())} tensor(s) of 'tensors' are in no shard"
+    if isinstance(index, dict) and _weight_map(index) != placed:
+        return f"the index {index['name']} does not map every tensor to its shard"
+    return None
+
+
+def _weight_map(index: dict) -> dict | None:
+    try:
+        return json.loads(index.get("text")).get("weight_map")
+    except (TypeError, ValueError, AttributeError):
+        return None
 
 
 def _check_ranks(src: Path, manifest: dict) -> list[dict[str, TensorInfo]]:
@@ -178,12 +229,13 @@ def _self_check(tmp: Path, out: Path, standard: dict, tensors: dict, expected: s
     """Re-open every rebuilt shard and compare its header with the manifest before anything is published."""
     found = {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()} - {MARKER}
     if found != expected:
-        raise OutputError(f"{out}: written files {sorted(found ^ expected)} differ from the manifest; nothing was published (report a bug)")
+        raise InternalError(CHECK, f"{out}: written files differ from the manifest ({', '.join(sorted(found ^ expected))})")
     for shard in standard["shards"]:
-        got = [(t.name, t.dtype, list(t.shape)) for t in read_header(tmp / shard["name"]).tensors]
+        with own_output(tmp, out):
+            got = [(t.name, t.dtype, list(t.shape)) for t in read_header(tmp / shard["name"]).tensors]
         want = [(n, tensors[n]["dtype"], tensors[n]["shape"]) for n in shard["tensors"]]
         if got != want:
-            raise OutputError(f"{out / shard['name']}: rebuilt header does not match the manifest; nothing was published (report a bug)")
+            raise InternalError(CHECK, f"{out / shard['name']}: rebuilt header does not match the manifest")
 
 
 def unshard_text(result: UnshardResult) -> str:

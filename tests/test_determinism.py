@@ -80,9 +80,11 @@ def test_output_contains_no_marker_or_temp_files(sources, tmp_path):
 # --- the self-check refuses to publish what does not match the plan ------------------------------
 
 def assert_refused(src: Path, out: Path, capsys, expect: str) -> None:
+    """A failed check of our own output: an internal error (exit 3) that says nothing was published."""
     before = tree(src)
-    assert fix(src, out) == 2
-    assert_one_error_line(capsys.readouterr().err, expect)
+    assert fix(src, out) == 3
+    line = assert_one_error_line(capsys.readouterr().err, expect)
+    assert "internal error" in line and "nothing was published" in line
     assert not out.exists() and [p.name for p in out.parent.iterdir() if ".partial-" in p.name] == []
     assert tree(src) == before
 

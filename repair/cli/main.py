@@ -29,7 +29,7 @@ def say(as_json: bool, payload: dict, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: tool errors become one line on stderr and exit code 2."""
+    """Entry point: tool errors become one line on stderr and their exit code (2 bad input, 3 internal error)."""
     try:
         cli.main(args=argv, prog_name="ckpt-repair", standalone_mode=False)
     except RepairError as err:

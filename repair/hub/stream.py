@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from repair.errors import BadInput
-from repair.execute import write_json, write_rewritten_shard
+from repair.execute import own_output, write_json, write_rewritten_shard
 from repair.hub import client, publish
 from repair.hub.errors import hub_call
 from repair.hub.source import SCALE_LEAVES, SMALL_LIMIT, RemoteSource, fetch_shard
@@ -136,7 +136,7 @@ def after_checkpoint(plan: Plan, source: RemoteSource, work: Path, label: str) -
             write_json(after / name, plan.json_files[name])
         elif (source.folder / name).exists():
             shutil.copyfile(source.folder / name, after / name)
-    with relabeled(after, label):
+    with relabeled(after, label), own_output(after, label):
         return open_checkpoint(after)
 
 

@@ -74,6 +74,15 @@ def open_checkpoint(path: Path) -> Checkpoint:
     )
 
 
+def plain_name(name: object) -> bool:
+    """A relative path that stays inside its folder (not absolute; no '..', '.' or empty part; no NUL):
+    what a file name read from a manifest or planned for an output must be. Any name a local folder
+    listing yields passes, so only a bug (or a forged manifest) fails it."""
+    if not isinstance(name, str) or not name or "\0" in name or name.startswith("/"):
+        return False
+    return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
 def read_json(path: Path) -> dict:
     """A small JSON object file, or BadInput naming the file and the defect."""
     try:

@@ -1,0 +1,138 @@
+"""The complete check of a plan, run before anything is read or written, so a plan that `--dry-run`
+accepts is one the writer can write.
+
+A plan is ours, whatever the input: every failure here is an InternalError (a bug in ckpt-repair).
+It checks the output's tensor set (every tensor once, in one shard; nothing of the input lost
+unless a change says so), each shard step against what the writer does with it, the output's file
+names, and the index against the shards.
+"""
+
+from __future__ import annotations
+
+from repair.errors import InternalError
+from repair.io.checkpoint import HF_QUANT_CONFIG, plain_name
+from repair.io.dtypes import nbytes
+from repair.planning import Plan, ShardStep
+from repair.report import REPORT_NAME
+
+CHECK = "the plan check"
+
+
+def check_plan(plan: Plan) -> None:
+    """Raise InternalError naming the first thing in `plan` the writer would refuse or get wrong."""
+    _check_files(plan)
+    placed = _placed_tensors(plan)
+    _check_tensor_set(plan, placed)
+    sources = {"checkpoint": plan.source.infos(), "original": plan.original.infos() if plan.original else {}}
+    for step in plan.shards:
+        _check_step(plan, step, sources)
+    _check_index(plan, placed)
+
+
+def failed(detail: str) -> InternalError:
+    return InternalError(CHECK, detail)
+
+
+def _check_files(plan: Plan) -> None:
+    """Output names unique, plain relative paths, never the report's; removed files are source files not written."""
+    written = [s.name for s in plan.shards] + list(plan.json_files) + list(plan.copied_files)
+    seen: set[str] = set()
+    for name in written:
+        if not plain_name(name) or name == REPORT_NAME:
+            raise failed(f"output file name {name!r} is not a plain file name inside OUT")
+        if name in seen:
+            raise failed(f"output file {name} is planned twice")
+        seen.add(name)
+    removable = {s.path.name for s in plan.source.shards} | ({HF_QUANT_CONFIG} if plan.source.hf_quant_config is not None else set())
+    for name in plan.removed_files:
+        if name in seen:
+            raise failed(f"{name} is planned both as removed and as written")
+        if name not in removable:
+            raise failed(f"{name} is planned as removed but is not a shard or config file of the source")
+
+
+def _placed_tensors(plan: Plan) -> dict[str, str]:
+    """Output tensor -> its shard; each tensor may appear once, in one shard."""
+    placed: dict[str, str] = {}
+    for step in plan.shards:
+        for t in step.tensors:
+            if t.out.name in placed:
+                where = step.name if placed[t.out.name] == step.name else f"{placed[t.out.name]} and {step.name}"
+                raise failed(f"tensor {t.out.name} is planned twice (in {where})")
+            placed[t.out.name] = step.name
+    return placed
+
+
+def _check_tensor_set(plan: Plan, placed: dict[str, str]) -> None:
+    """The output holds exactly the input's tensors, minus the changed modules' before, plus their after."""
+    before = {t.name for c in plan.changes for t in c.before}
+    want = {n for s in plan.source.shards for n in (t.name for t in s.tensors) if n not in before}
+    want |= {t.name for c in plan.changes for t in c.after}
+    missing, extra = sorted(want - placed.keys()), sorted(placed.keys() - want)
+    if missing:
+        raise failed(f"tensor {missing[0]} is in no output shard" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    if extra:
+        raise failed(f"tensor {extra[0]} is written but neither kept from the input nor produced by a change")
+
+
+def _check_step(plan: Plan, step: ShardStep, sources: dict[str, dict]) -> None:
+    """A whole-file copy is exactly its source shard; a rewrite writes something; every input exists."""
+    if step.op == "copy_file":
+        shard = next((s for s in plan.source.shards if s.path.name == step.name), None)
+        stored = [(t.name, t.dtype, t.shape) for t in shard.tensors] if shard else None
+        planned = [(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors if t.op == "copy" and t.inputs == (t.out.name,)]
+        if stored != planned or len(planned) != len(step.tensors):
+            raise failed(f"{step.name} is planned as a whole-file copy but its planned tensors differ from the source shard")
+        return
+    if step.op != "rewrite" or not step.tensors:
+        raise failed(f"{step.name}: a shard step must copy a source shard or rewrite it with at least one tensor")
+    for t in step.tensors:
+        found = sources.get(t.source, {})
+        absent = [name for name in t.inputs if name not in found]
+        if absent:
+            raise failed(f"{step.name}: {t.out.name} reads {absent[0]}, which the {t.source} does not store")
+        info = found[t.inputs[0]]
+        if t.op == "copy" and (info.dtype, info.shape) != (t.out.dtype, t.out.shape):
+            raise failed(f"{step.name}: {t.out.name} is a copy of {info.name} but planned with another dtype or shape")
+
+
+def _check_index(plan: Plan, placed: dict[str, str]) -> None:
+    """The index OUT will hold maps every output tensor to its shard; a rewritten one also states the total size."""
+    name = plan.source.index_name
+    if name is None:
+        return
+    if name in plan.json_files:
+        index = plan.json_files[name]
+        total = sum(nbytes(t.out.dtype, t.out.shape) for s in plan.shards for t in s.tensors)
+        if (index.get("metadata") or {}).get("total_size") != total:
+            raise failed(f"{name}: total_size is not the planned shards' {total} bytes")
+    elif name in plan.copied_files:
+        index = plan.source.index
+    else:
+        raise failed(f"{name}: the source's index is neither rewritten nor copied")
+    if index.get("weight_map") != placed:
+        wrong = sorted(set(index.get("weight_map", {}).items()) ^ set(placed.items()))
+        raise failed(f"{name}: weight_map disagrees with the planned shards (first: {wrong[0][0] if wrong else '?'})")
+
+
+def check_tp_plan(tpp) -> None:
+    """The per-rank layout `fix --tp` will write: every rank file holds each output tensor once, each split
+    tensor's rank ranges tile its dim exactly, and no rank's small file takes the rank file's name."""
+    from repair.tp_write import RANK_FILE
+
+    names = [t.step.out.name for t in tpp.tensors]
+    planned = [t.out.name for s in tpp.plan.shards for t in s.tensors]
+    if len(set(names)) != len(names) or sorted(names) != sorted(planned):
+        raise failed(f"the --tp {tpp.tp} layout does not hold every output tensor exactly once")
+    for t in tpp.tensors:
+        ranges = t.spec.ranges(tpp.tp)
+        if ranges and not _tile([r.stored for r in ranges], t.step.out.shape[t.spec.dim]):
+            raise failed(f"--tp {tpp.tp}: the ranks' ranges of {t.step.out.name} do not tile its dim {t.spec.dim}")
+    if RANK_FILE in tpp.plan.json_files or RANK_FILE in tpp.plan.copied_files:
+        raise failed(f"--tp {tpp.tp}: a small file would take the rank file's name {RANK_FILE}")
+
+
+def _tile(spans: list[tuple[int, int]], size: int) -> bool:
+    """[start, end) spans laid end to end from 0 to `size`, none reversed (a rank may hold nothing)."""
+    bounds = [0] + [b for span in spans for b in span] + [size]
+    return all(a == b for a, b in zip(bounds[0::2], bounds[1::2])) and bounds == sorted(bounds)

@@ -1,0 +1,166 @@
+"""The plan check and internal errors (issue 15): a plan the writer would refuse never gets past
+planning, a failed check of our own output is exit 3 with one line that blames ckpt-repair, and
+shards that lose every tensor are left out of OUT, its index and total_size."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+import repair
+import repair.plan_check
+import repair.planning
+from repair.errors import InternalError
+from repair.examples import TINY, write_assistant
+from tests.conftest import run_captured, tree_hashes
+
+SHARDS = [["pre_projection"], ["post_projection"]]  # shard 1 untouched, 2 and 3 rewritten by the default fix
+
+
+@pytest.fixture
+def src(tmp_path):
+    return write_assistant(tmp_path / "src", TINY, shards=SHARDS)
+
+
+def inject(monkeypatch, corrupt) -> None:
+    """Plan with `corrupt(steps)` applied to the real shard steps (a stand-in for a planning bug)."""
+    real = repair.planning._shard_steps
+
+    def planned(ckpt, changes):
+        steps, emptied = real(ckpt, changes)
+        return corrupt(list(steps)), emptied
+
+    monkeypatch.setattr(repair.planning, "_shard_steps", planned)
+
+
+def repeat_a_step(steps):
+    """The first rewritten shard's first tensor step, written a second time in the same shard."""
+    i = next(k for k, s in enumerate(steps) if s.op == "rewrite")
+    steps[i] = dataclasses.replace(steps[i], tensors=steps[i].tensors + (steps[i].tensors[0],))
+    return tuple(steps)
+
+
+def outputs_in_two_shards(steps):
+    """The bug issue 15 reports: a module's outputs written in its home shard and again in another."""
+    first, second = [k for k, s in enumerate(steps) if s.op == "rewrite"][:2]
+    moved = [t for t in steps[first].tensors if t.op == "dequantize"]
+    steps[second] = dataclasses.replace(steps[second], tensors=steps[second].tensors + tuple(moved))
+    return tuple(steps)
+
+
+def assert_internal_error(code: int, err: str, out, src, before: dict, check: str) -> None:
+    assert code == 3, err
+    assert err.count("\n") == 1 and err.startswith(f"error: internal error: {check} failed: "), err
+    for words in ("a bug in ckpt-repair, not in the input", "nothing was published", "the input is unchanged",
+                  "ckpt-repair issue tracker with the command line"):
+        assert words in err, (words, err)
+    assert "remove" not in err and "delete" not in err and ".partial" not in err, err
+    assert not out.exists(), "something was published"
+    assert sorted(p.name for p in out.parent.iterdir()) == sorted([src.name]), "a temp folder was left behind"
+    assert tree_hashes(src) == before, "the input was modified"
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+@pytest.mark.parametrize("corrupt", [repeat_a_step, outputs_in_two_shards])
+def test_a_duplicate_in_the_plan_is_an_internal_error_before_anything_is_read(capsys, monkeypatch, src, dry_run, corrupt):
+    inject(monkeypatch, corrupt)
+    before, out = tree_hashes(src), src.parent / "out"
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--quiet", *(["--dry-run"] if dry_run else []))
+    assert_internal_error(code, err, out, src, before, "the plan check")
+    assert "is planned twice" in err
+    with pytest.raises(InternalError, match="is planned twice"):
+        repair.plan(src)  # the Python API runs the same check
+
+
+@pytest.mark.parametrize("corrupt,check", [
+    (repeat_a_step, "the check of the written output"),  # the writer's own re-read of its headers
+    (outputs_in_two_shards, "re-opening the written output"),  # doctor-after re-opens OUT: once "remove the stale shard"
+])
+def test_without_the_plan_check_the_writers_checks_still_blame_the_tool(capsys, monkeypatch, src, corrupt, check):
+    inject(monkeypatch, corrupt)
+    monkeypatch.setattr(repair.plan_check, "check_plan", lambda plan: None)
+    before, out = tree_hashes(src), src.parent / "out"
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--quiet")
+    assert_internal_error(code, err, out, src, before, check)
+
+
+def test_the_tp_layout_is_checked_too(capsys, monkeypatch, src):
+    inject(monkeypatch, repeat_a_step)
+    monkeypatch.setattr(repair.plan_check, "check_plan", lambda plan: None)
+    before, out = tree_hashes(src), src.parent / "out"
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--tp", "2", "--quiet")
+    assert_internal_error(code, err, out, src, before, "the plan check")
+    assert "--tp 2 layout" in err
+
+
+def test_a_shard_that_loses_every_tensor_is_not_written(capsys, src, tmp_path):
+    recipe = tmp_path / "drop.toml"
+    recipe.write_text('name = "drop-post"\n\n[[rules]]\naction = "drop"\nmodules = ["post_projection"]\n')
+    emptied = "model-00003-of-00003.safetensors"
+    code, text, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--recipe", recipe, "--dry-run")
+    assert code == 0, err
+    assert f"1 shard(s) not written ({emptied}: every tensor it held moved to another shard or was dropped)" in text
+    code, text, _ = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--recipe", recipe, "--dry-run", "--json")
+    files = json.loads(text)["plan"]["files"]
+    assert {"name": emptied, "op": "remove", "why": "every tensor it held moved to another shard or was dropped"} in files
+    assert repair.plan(src, recipe).removed_files == (emptied,)  # what `hub fix` deletes from the fork / PR
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--recipe", recipe, "--quiet")
+    assert code == 0, err
+    written = sorted(p.name for p in (tmp_path / "out").glob("*.safetensors"))
+    assert written == ["model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors"]
+    index = json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"].values()) == set(written)
+    assert not any(n.startswith("post_projection.") for n in index["weight_map"])
+    assert index["metadata"]["total_size"] == sum(
+        (p.stat().st_size - 8 - int.from_bytes(p.read_bytes()[:8], "little")) for p in (tmp_path / "out").glob("*.safetensors"))
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_a_recipe_that_drops_every_tensor_is_refused(capsys, tmp_path, sharded):
+    """Sharded or a single file without an index: an output with no weights is no checkpoint, so exit 2."""
+    import torch
+    from safetensors.torch import save_file
+
+    src = tmp_path / "src"
+    src.mkdir()
+    layers = {f"layers.{i}.proj.weight": torch.ones(4, 4, dtype=torch.bfloat16) for i in range(2)}
+    if sharded:
+        weight_map = {name: f"model-0000{k + 1}-of-00002.safetensors" for k, name in enumerate(layers)}
+        for name, file in weight_map.items():
+            save_file({name: layers[name]}, src / file)
+        (src / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 64}, "weight_map": weight_map}))
+    else:
+        save_file(layers, src / "model.safetensors")
+    recipe = tmp_path / "drop.toml"
+    recipe.write_text('name = "drop-all"\n\n[[rules]]\naction = "drop"\nmodules = ["re:.*"]\n')
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--recipe", recipe)
+    assert code == 2 and err.count("\n") == 1 and "drops every tensor, so the output would hold no weights" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def _twice(m):
+    m["standard"]["shards"][1]["tensors"].append(m["standard"]["shards"][0]["tensors"][0])
+
+
+def _escaping_shard(m):
+    m["standard"]["shards"][0]["name"] = "../outside.safetensors"
+
+
+def _escaping_rank(m):
+    m["ranks"][1]["folder"] = "../elsewhere"
+
+
+@pytest.mark.parametrize("tamper,said", [(_twice, "is in two shards"), (_escaping_shard, "is not a plain file name"),
+                                         (_escaping_rank, "rank 1 is not described as folder rank-1")])
+def test_unshard_checks_the_manifest_layout_before_writing(capsys, src, tmp_path, tamper, said):
+    """The manifest is read from a file, so a wrong layout there is bad input (exit 2), checked before any byte is written."""
+    assert run_captured(capsys, "fix", src, "-o", tmp_path / "tp", "--tp", "2", "--quiet")[0] == 0
+    path = tmp_path / "tp" / "tp_manifest.json"
+    manifest = json.loads(path.read_text())
+    tamper(manifest)
+    path.write_text(json.dumps(manifest))
+    code, _, err = run_captured(capsys, "unshard", tmp_path / "tp", "-o", tmp_path / "back")
+    assert code == 2 and err.count("\n") == 1 and said in err and "re-run `fix --tp`" in err, err
+    assert not (tmp_path / "back").exists() and not (tmp_path / "outside.safetensors").exists()
