@@ -5,7 +5,7 @@ Every run writes into `.OUT.partial-<pid>-<random>` holding a marker with its pi
 SIGINT/SIGTERM remove it on the way out; SIGKILL and power loss cannot be caught, so each run
 first removes such folders whose writer is gone. Publishing is a single rename (an atomic swap
 when replacing an existing OUT), with files flushed first, so OUT is either absent, the old
-one, or complete.
+one, or complete. The Hub commands' work folders use the same marker (`new_marked`, `remove_stale`).
 """
 
 from __future__ import annotations
