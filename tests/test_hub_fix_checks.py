@@ -61,6 +61,7 @@ def test_split_module_repo_is_fixed_like_a_local_fix(hub, tmp_path, capsys, layo
     src = assistant(tmp_path / "src", SPLIT[layout])
     local = tmp_path / "local-fix"
     main(["fix", str(src), "-o", str(local), "--quiet"])
+    capsys.readouterr()
     sha = hub.add_repo(SRC, src)
     hub.clear_log()
     code, out, err = run(capsys, "hub", "fix", SRC, "--to", "alice/fixed", "--json")
