@@ -71,15 +71,16 @@ def check(dst: str | None, dst_exists: bool, pr_on: str | None) -> None:
     pull request there."""
     if dst and dst_exists:
         _check_writable(dst)
-    grants = whoami(f"--to {dst}" if dst else f"--pr on {pr_on}") if (dst and not dst_exists) or pr_on else None
-    if dst and not dst_exists:
-        why = grants.may_create_in(dst.split("/")[0])
-        if why:
-            raise UsageError(f"--to {dst}: {why}; choose another --to, or {LOGIN} with a token that may create it")
-    if pr_on:
-        why = grants.may_propose_on(pr_on)
-        if why:
-            raise UsageError(f"--pr on {pr_on}: {why}, so it may not open a pull request; {LOGIN} with a token that may")
+    creating = dst if dst and not dst_exists else None
+    if not (creating or pr_on):
+        return
+    grants = whoami(f"--to {dst}" if dst else f"--pr on {pr_on}")
+    why = grants.may_create_in(creating.split("/")[0]) if creating else None
+    if why:
+        raise UsageError(f"--to {creating}: {why}; choose another --to, or {LOGIN} with a token that may create it")
+    why = grants.may_propose_on(pr_on) if pr_on else None
+    if why:
+        raise UsageError(f"--pr on {pr_on}: {why}, so it may not open a pull request; {LOGIN} with a token that may")
 
 
 def whoami(subject: str) -> Grants:
