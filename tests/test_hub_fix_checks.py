@@ -240,7 +240,8 @@ def test_whoami_grants_classic_and_fine_grained_tokens():
     fine = grants_of(whoami("fineGrained", orgs=[("acme", "admin")], scoped=[
         ("user", "alice", ["repo.content.read", "repo.write"]), ("org", "acme", ["repo.content.read", "discussion.write"]),
         ("model", "bob/m", ["discussion.write"])]))
-    assert fine.may_create_in("alice") is None and "lacks 'repo.write' for 'acme'" in fine.may_create_in("acme")
+    assert fine.may_create_in("alice") is None and fine.may_create_in("Alice") is None
+    assert "lacks 'repo.write' for 'acme'" in fine.may_create_in("acme")
     assert fine.may_propose_on("acme/x") is None and fine.may_propose_on("bob/m") is None and fine.may_propose_on("alice/y") is None
     assert "lacks 'discussion.write' for bob/other" in fine.may_propose_on("bob/other")
     assert grants_of(whoami("fineGrained", everywhere=["discussion.write"])).may_propose_on("bob/other") is None

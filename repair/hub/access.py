@@ -27,7 +27,7 @@ class Grants:
     user: str
     role: str  # "write" | "read" | "fineGrained" | anything else: refused as unknown
     orgs: dict[str, str] = field(default_factory=dict)  # organization -> the user's role in it
-    scoped: dict[str, frozenset[str]] = field(default_factory=dict)  # entity (user, org, repo) -> permissions
+    scoped: dict[str, frozenset[str]] = field(default_factory=dict)  # entity (user, org, repo; casefolded) -> permissions
     everywhere: frozenset[str] = frozenset()  # fine-grained global permissions
 
     def namespaces(self) -> list[str]:
@@ -35,16 +35,17 @@ class Grants:
 
     def may_create_in(self, namespace: str) -> str | None:
         """None when it may create a repo under `namespace`; else why not."""
-        if namespace not in self.namespaces():
+        if namespace.casefold() not in {n.casefold() for n in self.namespaces()}:  # Hub names ignore case
             return f"{self.user} may not create repos under {namespace!r} (only under {', '.join(self.namespaces())})"
-        if self.role == "fineGrained" and CREATE not in self.scoped.get(namespace, ()):
+        if self.role == "fineGrained" and CREATE not in self.scoped.get(namespace.casefold(), ()):
             return f"the fine-grained token lacks {CREATE!r} for {namespace!r}"
         return None if self.role in ("write", "fineGrained") else self._role_problem()
 
     def may_propose_on(self, repo: str) -> str | None:
         """None when it may open a pull request on `repo`; else why not."""
         if self.role == "fineGrained":
-            perms = self.everywhere | self.scoped.get(repo.split("/")[0], frozenset()) | self.scoped.get(repo, frozenset())
+            owner, repo_key = repo.split("/")[0].casefold(), repo.casefold()
+            perms = self.everywhere | self.scoped.get(owner, frozenset()) | self.scoped.get(repo_key, frozenset())
             return None if perms & {PROPOSE, CREATE} else f"the fine-grained token lacks {PROPOSE!r} for {repo}"
         return None if self.role == "write" else self._role_problem()
 
@@ -62,7 +63,7 @@ def grants_of(whoami: object) -> Grants:
     for entry in _list(fine.get("scoped")):
         name = _dict(_dict(entry).get("entity")).get("name")
         if isinstance(name, str):
-            scoped[name] = scoped.get(name, frozenset()) | _strings(_dict(entry).get("permissions"))
+            scoped[name.casefold()] = scoped.get(name.casefold(), frozenset()) | _strings(_dict(entry).get("permissions"))
     return Grants(str(me.get("name") or ""), str(token.get("role") or ""), orgs, scoped, _strings(fine.get("global")))
 
 
