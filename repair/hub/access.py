@@ -67,15 +67,19 @@ def grants_of(whoami: object) -> Grants:
     return Grants(str(me.get("name") or ""), str(token.get("role") or ""), orgs, scoped, _strings(fine.get("global")))
 
 
-def check(dst: str | None, dst_exists: bool, pr_on: str | None) -> None:
+def check(dst: str | None, dst_exists: bool, pr_on: str | None) -> str:
     """Refuse (one line) unless the token may write the fork `dst` (or create it) and, with `pr_on`, open a
-    pull request there."""
+    pull request there. Returns what it may do, for the progress line."""
     if dst and dst_exists:
         _check_writable(dst)
     creating = dst if dst and not dst_exists else None
-    if not (creating or pr_on):
-        return
-    grants = whoami(f"--to {dst}" if dst else f"--pr on {pr_on}")
+    if creating or pr_on:
+        _check_account(whoami(f"--to {dst}" if dst else f"--pr on {pr_on}"), creating, pr_on)
+    may = ([f"write {dst}" if dst_exists else f"create {dst}"] if dst else []) + ([f"open a pull request on {pr_on}"] if pr_on else [])
+    return " and ".join(may)
+
+
+def _check_account(grants: Grants, creating: str | None, pr_on: str | None) -> None:
     why = grants.may_create_in(creating.split("/")[0]) if creating else None
     if why:
         raise UsageError(f"--to {creating}: {why}; choose another --to, or {LOGIN} with a token that may create it")

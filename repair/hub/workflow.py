@@ -66,7 +66,7 @@ def _run(o: HubFix, spec, dst: str | None, work: Path, say) -> dict:
     repo = resolve(spec)
     say(f"source: {spec} -> commit {repo.sha}")
     fork = publish.look(dst, repo, work) if dst else None  # all checks before a shard byte is read
-    access.check(dst, bool(fork and fork.exists), repo.repo if o.pr else None)
+    say(f"token: may {access.check(dst, bool(fork and fork.exists), repo.repo if o.pr else None)}")
     ckpt = open_remote(repo, work / "src", scales=True)
     source = remote_of(ckpt)
     original = open_source(o.original, work=work / "orig") if o.original else None
