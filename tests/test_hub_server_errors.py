@@ -61,6 +61,45 @@ def test_errors_map_to_client_exceptions(hub, api, src_folder, tmp_path):
     assert err.value.response.status_code == 401
 
 
+# -------------------------------------------------------------------------- rights
+def test_rights_follow_token_role_and_namespace(hub, api, src_folder):
+    """As on the Hub: a write token changes repos in its user's namespace and its organizations (a writer
+    role), and proposes (pull requests) anywhere it can read; a read token does neither. auth_check and
+    whoami say so before any write is tried."""
+    hub.orgs.update({"acme": "write", "club": "read"})
+    hub.add_repo(REPO, src_folder)
+    hub.add_repo("bob/theirs", src_folder)
+    hub.add_token("hf_readonly_token", role="read")
+    reader = HfApi(endpoint=hub.endpoint, token="hf_readonly_token")
+    me = api.whoami()
+    assert me["auth"]["accessToken"]["role"] == "write" and reader.whoami()["auth"]["accessToken"]["role"] == "read"
+    assert {o["name"]: o["roleInOrg"] for o in me["orgs"]} == {"acme": "write", "club": "read"}
+
+    def status(call) -> int:
+        try:
+            call()
+        except HfHubHTTPError as err:
+            return err.response.status_code
+        return 200
+
+    add = lambda: [CommitOperationAdd("x.txt", b"x")]  # noqa: E731
+    assert status(lambda: api.auth_check(REPO, write=True)) == 200 and status(lambda: reader.auth_check(REPO)) == 200
+    assert status(lambda: reader.auth_check(REPO, write=True)) == 403
+    assert status(lambda: api.auth_check("bob/theirs", write=True)) == 403
+    with pytest.raises(RepositoryNotFoundError):
+        api.auth_check("alice/nope", write=True)
+    assert status(lambda: reader.create_repo("alice/r")) == 403
+    assert status(lambda: reader.create_commit(REPO, operations=add(), commit_message="c")) == 403
+    assert status(lambda: reader.create_commit(REPO, operations=add(), commit_message="c", create_pr=True)) == 403
+    assert status(lambda: api.create_repo("bob/mine")) == 403 and status(lambda: api.create_repo("club/x")) == 403
+    assert status(lambda: api.duplicate_repo(REPO, "bob/copy")) == 403
+    assert status(lambda: api.create_commit("bob/theirs", operations=add(), commit_message="c")) == 403
+    assert not api.repo_exists("bob/mine") and not api.repo_exists("bob/copy") and not api.repo_exists("alice/r")
+    assert api.create_repo("acme/x").repo_id == "acme/x" and api.duplicate_repo(REPO, "acme/copy").repo_id == "acme/copy"
+    pr = api.create_commit("bob/theirs", operations=add(), commit_message="proposal", create_pr=True)
+    assert pr.pr_url and hub.repo_files("bob/theirs", "refs/pr/1")["x.txt"] == b"x"
+
+
 # ------------------------------------------------------------------ fault injection
 def test_failed_commit_upload_leaves_branch_unchanged(hub, api, monkeypatch, tmp_path):
     api.create_repo("alice/f")

@@ -63,6 +63,8 @@ def translate(exc: BaseException, subject: str, *, writing: bool = False, missin
         return BadInput(f"{where}{missing or 'file not found in the repo at the pinned commit'}")
     if isinstance(exc, hf.HfHubHTTPError) and getattr(exc, "response", None) is not None:
         return _http(exc, where, writing, after)
+    if isinstance(exc, hf.LocalTokenNotFoundError):
+        return UsageError(f"{where}no token found: {LOGIN}")
     if isinstance(exc, (hf.OfflineModeIsEnabled,)):
         return UsageError(f"{where}HF_HUB_OFFLINE is set; unset it to use Hub repos")
     if _is_transport(exc) or isinstance(exc, (hf.LocalEntryNotFoundError, ConnectionError, TimeoutError)):

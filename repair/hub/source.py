@@ -26,6 +26,7 @@ from repair.errors import BadInput, RepairError
 from repair.hub import client
 from repair.hub.errors import hub_call
 from repair.hub.spec import HubSpec, check_remote_name, hub_spec, local_path
+from repair.io import staging
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, INDEX_SUFFIX, PICKLE_SUFFIXES, Checkpoint, open_checkpoint
 from repair.io.hashing import sha256_file
 from repair.io.safetensors import MAX_HEADER_BYTES, TensorInfo
@@ -34,6 +35,7 @@ from repair.modules import split_name
 SMALL_LIMIT = 64 << 20  # config and index files above this are refused rather than downloaded
 SCALE_LEAVES = ("weight_scale", "weight_scale_2")  # what planning (check_packed) and doctor read
 COALESCE_GAP = 4 << 10
+WORK_PREFIX = "ckpt-repair-hub-"
 
 
 @dataclass(frozen=True)
@@ -117,13 +119,22 @@ def open_source(src: str | Path, *, scales: bool = True, work: Path | None = Non
         return open_checkpoint(Path(src))
     client.quiet_progress(True)
     repo = resolve(spec)
-    return open_remote(repo, work if work is not None else temp_folder("source"), scales=scales)
+    return open_remote(repo, work if work is not None else temp_folder(), scales=scales)
 
 
-def temp_folder(kind: str, parent: Path | None = None) -> Path:
-    folder = Path(tempfile.mkdtemp(prefix=f"ckpt-repair-hub-{kind}-", dir=parent))
+def temp_folder() -> Path:
+    """A work folder removed when the process exits (and by a later run, if this one is killed)."""
+    folder = work_folder()
     atexit.register(shutil.rmtree, folder, True)
     return folder
+
+
+def work_folder(parent: Path | None = None) -> Path:
+    """A new `ckpt-repair-hub-<pid>-*` folder in `parent` (default: the temp folder), marked like `fix`'s
+    partial folders; first removes the ones killed runs left there (SIGKILL cannot be caught)."""
+    parent = Path(parent) if parent is not None else Path(tempfile.gettempdir())
+    staging.remove_stale(parent, WORK_PREFIX)
+    return staging.new_marked(parent, WORK_PREFIX)
 
 
 def open_remote(repo: RemoteRepo, work: Path, *, scales: bool = True) -> Checkpoint:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from repair.errors import RepairError, UsageError
-from repair.hub import card, client, publish, stream
-from repair.hub.source import RemoteSource, fetch_tensors, localize, open_remote, open_source, remote_of, resolve
+from repair.hub import access, card, client, publish, stream
+from repair.hub.source import RemoteSource, fetch_tensors, localize, open_remote, open_source, remote_of, resolve, work_folder
 from repair.hub.spec import hub_spec, repo_id
 from repair.planning import Plan
 from repair.recipe import Recipe
@@ -51,7 +50,7 @@ def hub_fix(o: HubFix, say: Callable[[str], None] = lambda line: None) -> dict:
     if dst == spec.repo:
         raise UsageError(f"--to {dst}: that is SRC itself; use --pr to propose the fix to it")
     client.quiet_progress(o.quiet)
-    work = Path(tempfile.mkdtemp(prefix="ckpt-repair-hub-", dir=o.workdir))
+    work = work_folder(o.workdir)
     try:
         return _run(o, spec, dst, work, say)
     except RepairError as err:  # name files as owner/name@sha, not by their place in the work folder
@@ -66,6 +65,8 @@ def _run(o: HubFix, spec, dst: str | None, work: Path, say) -> dict:
 
     repo = resolve(spec)
     say(f"source: {spec} -> commit {repo.sha}")
+    fork = publish.look(dst, repo, work) if dst else None  # all checks before a shard byte is read
+    say(f"token: may {access.check(dst, bool(fork and fork.exists), repo.repo if o.pr else None)}")
     ckpt = open_remote(repo, work / "src", scales=True)
     source = remote_of(ckpt)
     original = open_source(o.original, work=work / "orig") if o.original else None
@@ -80,7 +81,6 @@ def _run(o: HubFix, spec, dst: str | None, work: Path, say) -> dict:
     title = f"ckpt-repair: {_summary(plan)} ({fid})"
     summary.update(fix_id=fid, title=title, changed=[s.name for s in plan.shards if s.op == "rewrite"])
     existing_pr = publish.find_open_pr(repo.repo, title) if o.pr else None
-    fork = publish.look(dst, repo, work) if dst else None
     fork_done = fork is not None and publish.already_fixed(fork, repo.label, plan.recipe.as_dict(), options, plan.removed_files)
     _say_state(say, plan, repo, dst, fork, fork_done, o.pr, existing_pr, title)
     summary.update(pr={"url": existing_pr, "existing": True} if existing_pr else None,

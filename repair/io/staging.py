@@ -5,7 +5,7 @@ Every run writes into `.OUT.partial-<pid>-<random>` holding a marker with its pi
 SIGINT/SIGTERM remove it on the way out; SIGKILL and power loss cannot be caught, so each run
 first removes such folders whose writer is gone. Publishing is a single rename (an atomic swap
 when replacing an existing OUT), with files flushed first, so OUT is either absent, the old
-one, or complete.
+one, or complete. The Hub commands' work folders use the same marker (`new_marked`, `remove_stale`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,12 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 def new_partial(out: Path) -> Path:
     """A hidden temp folder beside OUT, marked with our pid and host so a later run may clean it up."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}{PARTIAL_TAG}{os.getpid()}-", dir=out.parent))
+    return new_marked(out.parent, f".{out.name}{PARTIAL_TAG}")
+
+
+def new_marked(parent: Path, prefix: str) -> Path:
+    """A new folder `<prefix><pid>-<random>` in `parent`, marked as ours (see remove_stale)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
     try:
         _mark(tmp)
     except BaseException:  # full disk, or Ctrl-C right here: the caller never learns the name
@@ -56,14 +61,19 @@ def discard(tmp: Path | None) -> None:
 
 
 def remove_stale_partials(out: Path) -> list[Path]:
-    """Delete temp folders of earlier runs into OUT that were killed (SIGKILL, power loss).
+    """Delete temp folders of earlier runs into OUT that were killed (SIGKILL, power loss)."""
+    return remove_stale(out.parent, f".{out.name}{PARTIAL_TAG}")
 
-    Only folders named `.OUT.partial-<pid>-*` holding our marker, written on this host by a
-    process that no longer exists; anything else is left alone.
+
+def remove_stale(parent: Path, prefix: str) -> list[Path]:
+    """Delete the folders `new_marked(parent, prefix)` made for runs that were killed.
+
+    Only folders named `<prefix><pid>-*` holding our marker, written on this host by a process
+    that no longer exists; anything else is left alone.
     """
-    pattern = re.compile(re.escape(f".{out.name}{PARTIAL_TAG}") + r"(\d+)-\w+")
+    pattern = re.compile(re.escape(prefix) + r"(\d+)-\w+")
     removed = []
-    for entry in sorted(out.parent.iterdir()):
+    for entry in sorted(parent.iterdir()):
         match = pattern.fullmatch(entry.name)
         if match and entry.is_dir() and not entry.is_symlink() and _owner_gone(entry, int(match[1])):
             shutil.rmtree(entry, ignore_errors=True)

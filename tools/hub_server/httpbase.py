@@ -252,16 +252,20 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         return (self.query_value(name) or "").lower() in ("1", "true", "yes")
 
     # ---------------------------------------------------------------- auth
+    def grant(self):
+        """The known token's Grant (user, role), or None."""
+        scheme, _, token = self.headers.get("Authorization", "").partition(" ")
+        return self.hub.grant_for(token) if scheme == "Bearer" else None
+
     def auth_state(self) -> str:
-        header = self.headers.get("Authorization", "")
-        if not header:
+        if not self.headers.get("Authorization", ""):
             return "none"
-        return "ok" if header == f"Bearer {self.hub.token}" else "bad"
+        return "ok" if self.grant() is not None else "bad"
 
     def require_auth(self) -> str:
         state = self.auth_state()
         if state == "ok":
-            return self.hub.user
+            return self.grant().user
         if state == "bad":
             raise HubError(401, "Invalid credentials in Authorization header")
         raise HubError(401, "You must be authenticated (Authorization: Bearer <token>) to do this")

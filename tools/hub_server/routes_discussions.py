@@ -17,7 +17,7 @@ def root(h, repo_id: str) -> None:
         title = discussions.check_title(body.get("title", ""))
         is_pr = bool(body.get("pullRequest"))
         with h.store.lock:
-            repo = load_repo(h, repo_id, write=True)
+            repo = load_repo(h, repo_id, write="propose")
             disc = discussions.create(repo, title=title, description=str(body.get("description") or ""),
                                       author=user, is_pr=is_pr, base_commit=repo["refs"]["refs/heads/main"])
             h.store.save(repo)
@@ -58,7 +58,7 @@ def one(h, repo_id: str, num_text: str, action: str | None) -> None:
     user = h.require_auth()
     body = h.read_json() or {}
     with h.store.lock:
-        repo = load_repo(h, repo_id, write=True)
+        repo = load_repo(h, repo_id, write="write" if action == "merge" else "propose")
         disc = discussions.find(repo, num)
         if action == "comment":
             answer = {"newMessage": discussions.comment(disc, user, str(body.get("comment", "")))}

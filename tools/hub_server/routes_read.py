@@ -7,7 +7,7 @@ import re
 import struct
 from urllib.parse import quote, urlencode
 
-from . import cardmeta, gitobj
+from . import access, cardmeta, gitobj
 from .errors import HubError, entry_not_found, repo_not_found, revision_not_found
 from .store import Store
 
@@ -25,8 +25,9 @@ def take_rev(segs: list[str]) -> tuple[str, list[str]]:
     return segs[0], segs[1:]
 
 
-def load_repo(h, repo_id: str, *, write: bool = False) -> dict:
-    """The repo, or 404 RepoNotFound / 401 (private repo without a valid token, or a write without one)."""
+def load_repo(h, repo_id: str, *, write: str | None = None) -> dict:
+    """The repo, or 404 RepoNotFound / 401 (private repo without a valid token, or a write without one) /
+    403 (the token may not `write` there: "write" changes content, "propose" opens a PR; see access.py)."""
     if write:
         h.require_auth()
     repo = h.store.get(repo_id)
@@ -34,6 +35,8 @@ def load_repo(h, repo_id: str, *, write: bool = False) -> dict:
         raise repo_not_found(repo_id)
     if repo["private"] and h.auth_state() != "ok":
         raise repo_not_found(repo_id, status=401)
+    if write:
+        access.require(h, repo_id, write)
     return repo
 
 
@@ -44,7 +47,7 @@ def resolve(h, repo: dict, rev: str) -> tuple[str, str | None]:
     return hit
 
 
-def snapshot(h, repo_id: str, rev: str, *, write: bool = False) -> tuple[dict, str, dict]:
+def snapshot(h, repo_id: str, rev: str, *, write: str | None = None) -> tuple[dict, str, dict]:
     """(repo, commit sha, file table) under the store lock. File tables are never mutated in place."""
     with h.store.lock:
         repo = load_repo(h, repo_id, write=write)

@@ -30,7 +30,7 @@ def preupload(h, repo_id: str, segs: list[str]) -> None:
     rev, _ = take_rev(segs)
     h.require_auth()
     body = h.read_json()
-    _, sha, table = snapshot(h, repo_id, rev, write=True)
+    _, sha, table = snapshot(h, repo_id, rev, write=_level(h, rev))
     patterns = gitobj.lfs_patterns(h.store.text_at(table, ".gitattributes"))
     gitignore = body["gitIgnore"] if isinstance(body.get("gitIgnore"), str) else h.store.text_at(table, ".gitignore")
     files = []
@@ -46,11 +46,16 @@ def preupload(h, repo_id: str, segs: list[str]) -> None:
     h.send_json(200, {"files": files, "commitOid": sha})
 
 
+def _level(h, rev: str) -> str:
+    """A commit that opens or extends a pull request proposes; any other changes the repo."""
+    return "propose" if h.query_flag("create_pr") or rev.startswith("refs/pr/") else "write"
+
+
 def lfs_batch(h, repo_id: str) -> None:
     h.require_auth()
     body = h.read_json()
     with h.store.lock:
-        load_repo(h, repo_id, write=True)
+        load_repo(h, repo_id, write="propose")  # a PR's LFS files too; the commit decides where they go
     if body.get("operation") != "upload":
         raise HubError(400, "LocalHub only implements the LFS 'upload' operation")
     objects = []
@@ -220,7 +225,7 @@ def commit(h, repo_id: str, segs: list[str]) -> None:
     parent = str(header["parentCommit"]).lower() if header.get("parentCommit") else None
     store, pr_url = h.store, None
     with store.lock:
-        repo = load_repo(h, repo_id, write=True)
+        repo = load_repo(h, repo_id, write=_level(h, rev))
         head, ref = resolve(h, repo, rev)
         if ref is None or not ref.startswith(("refs/heads/", "refs/pr/")):
             raise HubError(400, f"Cannot commit to {rev!r}: not a branch or pull request ref")

@@ -3,21 +3,31 @@ README YAML validation."""
 
 from __future__ import annotations
 
-from . import cardmeta, gitobj
-from .errors import HubError, repo_not_found, revision_not_found
+from . import access, cardmeta, gitobj
+from .errors import HubError, revision_not_found
 from .routes_read import load_repo, resolve
 from .store import check_repo_id
 
 
 def whoami(h) -> None:
+    """GET /api/whoami-v2: the user, its organizations with its role in each, and the token's role."""
     user = h.require_auth()
+    orgs = [{"type": "org", "name": org, "fullname": org, "roleInOrg": role} for org, role in sorted(h.hub.orgs.items())]
     h.send_json(200, {
         "type": "user", "id": gitobj.sha256_hex(user.encode())[:24], "name": user, "fullname": user.title(),
         "email": f"{user}@localhub.test", "emailVerified": True, "canPay": False, "isPro": False,
-        "periodEnd": None, "avatarUrl": "", "orgs": [],
+        "periodEnd": None, "avatarUrl": "", "orgs": orgs,
         "auth": {"type": "access_token",
-                 "accessToken": {"displayName": "localhub", "role": "write", "createdAt": gitobj.now_iso()}},
+                 "accessToken": {"displayName": "localhub", "role": h.grant().role, "createdAt": gitobj.now_iso()}},
     })
+
+
+def auth_check(h, repo_id: str, rest: list[str]) -> None:
+    """GET /api/models/{repo}/auth-check[/write]: 200 when the token may read (write: change the content of)
+    the repo; else the answer the repo's routes would give (401 / 404 RepoNotFound / 403)."""
+    with h.store.lock:
+        load_repo(h, repo_id, write="write" if rest == ["write"] else None)
+    h.send_json(200, {})
 
 
 def _visibility(body: dict, default: bool) -> bool:
@@ -36,13 +46,14 @@ def _repo_id_from(body: dict, user: str) -> str:
 
 
 def repos_action(h, action: str) -> None:
-    """POST /api/repos/create | DELETE /api/repos/delete | POST /api/repos/move (any namespace is writable)."""
+    """POST /api/repos/create | DELETE /api/repos/delete | POST /api/repos/move (where the token may write)."""
     user = h.require_auth()
     body = h.read_json()
     if body.get("type") not in (None, "model"):
         raise HubError(400, "LocalHub only hosts model repos")
     if action == "create":
         repo_id = _repo_id_from(body, user)
+        access.require(h, repo_id, "write", creating=True)
         url = f"{h.hub.endpoint}/{repo_id}"
         with h.store.lock:
             if h.store.get(repo_id) is not None:
@@ -54,14 +65,14 @@ def repos_action(h, action: str) -> None:
     elif action == "delete":
         repo_id = _repo_id_from(body, user)
         with h.store.lock:
-            if h.store.get(repo_id) is None:
-                raise repo_not_found(repo_id)
+            load_repo(h, repo_id, write="write")
             h.store.delete(repo_id)
         h.send_json(200, {})
     elif action == "move":
         src, dst = body.get("fromRepo", ""), check_repo_id(body.get("toRepo", ""))
+        access.require(h, dst, "write", creating=True)
         with h.store.lock:
-            repo = load_repo(h, src, write=True)
+            repo = load_repo(h, src, write="write")
             if h.store.get(dst) is not None:
                 raise HubError(409, f"Repository {dst} already exists")
             h.store.delete(src)
@@ -80,6 +91,7 @@ def duplicate(h, from_id: str) -> None:
     h.require_auth()
     body = h.read_json()
     target = check_repo_id(body.get("repository", ""))
+    access.require(h, target, "write", creating=True)
     url = f"{h.hub.endpoint}/{target}"
     with h.store.lock:
         src = load_repo(h, from_id)
@@ -97,7 +109,7 @@ def settings(h, repo_id: str) -> None:
     """PUT /api/models/{repo}/settings: only visibility is stored; gating and the rest are accepted and ignored."""
     body = h.read_json()
     with h.store.lock:
-        repo = load_repo(h, repo_id, write=True)
+        repo = load_repo(h, repo_id, write="write")
         repo["private"] = _visibility(body, repo["private"])
         h.store.save(repo)
     h.send_json(200, {})
@@ -108,7 +120,7 @@ def branch(h, repo_id: str, name: str) -> None:
     body = h.read_json() if h.method == "POST" else {}
     ref = f"refs/heads/{name}"
     with h.store.lock:
-        repo = load_repo(h, repo_id, write=True)
+        repo = load_repo(h, repo_id, write="write")
         if h.method == "POST":
             if ref in repo["refs"]:
                 raise HubError(409, f"Reference {ref} already exists")
@@ -127,7 +139,7 @@ def tag(h, repo_id: str, rev_or_tag: str) -> None:
     """POST /api/models/{repo}/tag/{rev} {"tag", "message"?} creates a tag; DELETE /tag/{tag} removes one."""
     body = h.read_json() if h.method == "POST" else {}
     with h.store.lock:
-        repo = load_repo(h, repo_id, write=True)
+        repo = load_repo(h, repo_id, write="write")
         if h.method == "POST":
             ref = f"refs/tags/{body.get('tag', '')}"
             if ref == "refs/tags/":

@@ -9,7 +9,7 @@ import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-from . import discussions, gitobj, routes_discussions, routes_read, routes_upload, routes_write
+from . import access, discussions, gitobj, routes_discussions, routes_read, routes_upload, routes_write
 from .errors import HubError, repo_not_found
 from .httpbase import HubRequestHandler, RequestRecord, UploadFault
 from .store import Store
@@ -39,9 +39,12 @@ class LocalHub:
     multipart_threshold = 64 * 1024 * 1024
     multipart_chunk_size = 16 * 1024 * 1024
 
-    def __init__(self, root: Path, *, token: str = "hf_localtest_token", user: str = "alice"):
+    def __init__(self, root: Path, *, token: str = "hf_localtest_token", user: str = "alice",
+                 orgs: dict[str, str] | None = None):
         self.root = Path(root)
         self.token, self.user = token, user
+        self.orgs = dict(orgs or {})  # the user's organizations: name -> role (admin | write | contributor | read)
+        self._grants = {token: access.Grant(user, "write")}
         self.store = Store(self.root)
         self._lock = threading.Lock()
         self._log: list[RequestRecord] = []
@@ -90,6 +93,22 @@ class LocalHub:
     def _track(self, conn: socket.socket, alive: bool) -> None:
         with self._lock:
             (self._conns.add if alive else self._conns.discard)(conn)
+
+    # ------------------------------------------------------------ tokens
+    def add_token(self, token: str, *, role: str = "write") -> None:
+        """Another token of the user, with a classic role: "write" or "read" (see access.py)."""
+        if role not in ("write", "read"):
+            raise ValueError(f"role must be 'write' or 'read', not {role!r}")
+        with self._lock:
+            self._grants[token] = access.Grant(self.user, role)
+
+    def grant_for(self, token: str) -> "access.Grant | None":
+        with self._lock:
+            return self._grants.get(token)
+
+    def namespaces(self, user: str) -> set[str]:
+        """Where `user` may create and change repos: its own namespace and its organizations with a writer role."""
+        return {user} | {org for org, role in self.orgs.items() if role in access.WRITER_ROLES}
 
     # ------------------------------------------------------------ request log
     @property
@@ -239,6 +258,8 @@ class LocalHub:
             return routes_upload.preupload(h, repo_id, args)
         if head == "commit" and args and post:
             return routes_upload.commit(h, repo_id, args)
+        if head == "auth-check" and args in ([], ["write"]) and get:
+            return routes_write.auth_check(h, repo_id, args)
         if head == "duplicate" and not args and post:
             return routes_write.duplicate(h, repo_id)
         if head == "settings" and not args and m == "PUT":
