@@ -34,6 +34,9 @@ def plan_as_text(plan: Plan) -> str:
     rewritten = [s.name for s in plan.shards if s.op == "rewrite"]
     copied = [s.name for s in plan.shards if s.op == "copy_file"] + list(plan.copied_files)
     lines.append(f"  files: {len(rewritten)} shard(s) rewritten, {len(plan.json_files)} config file(s) rewritten, {len(copied)} copied unchanged")
+    nested = [n for n in plan.copied_files if n.endswith(".safetensors")]
+    if nested:
+        lines.append(f"  copied byte for byte, not checked or repaired (only top-level shards are the checkpoint): {', '.join(nested)}")
     return "\n".join(lines)
 
 

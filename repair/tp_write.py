@@ -66,7 +66,12 @@ def write_tp(tpp: TpPlan, out: Path, *, overwrite: bool = False, progress: bool 
         _self_check(tpp, tmp, out, set(outputs) | {REPORT_NAME})
         return TpResult(out, manifest, report)
 
-    return build_atomically(plan.source.root, out, overwrite, build)
+    return build_atomically(plan.source.root, out, overwrite, build, _original_root(plan))
+
+
+def _original_root(plan) -> Path | None:
+    original = getattr(plan, "original", None)
+    return original.root if original is not None else None
 
 
 def _source_files(plan) -> list[str]:
@@ -256,7 +261,7 @@ def fix_tp(plan, out: Path, tp: int, *, dry_run: bool = False, overwrite: bool =
     from repair.tp import plan_tp
 
     tpp = plan_tp(plan, tp)
-    check_output(plan.source.root, out, overwrite)
+    check_output(plan.source.root, out, overwrite, _original_root(plan))
     info = {"degree": tp, "parallel_plan": tpp.source, "styles": tpp.counts()}
     text = plan_as_text(plan) + "\n" + summary_text(tpp)
     if dry_run:

@@ -48,7 +48,7 @@ def fix(src: Path, out: Path, target_spec: str | None, recipe_path: str | None, 
     if plan.is_noop:
         say(as_json, {"status": "noop", "plan": plan_as_json(plan)}, f"{src}: nothing to repair; it is already fixed. Nothing written.")
         return
-    check_output(src, out, overwrite)
+    check_output(src, out, overwrite, original)
     if dry_run:
         say(as_json, {"status": "dry-run", "plan": plan_as_json(plan)}, plan_as_text(plan) + "\n(dry run: nothing written)")
         return
