@@ -27,11 +27,9 @@ from repair.io.safetensors import OutTensor, ShardWriter, TensorInfo, encode_hea
 from repair.io.staging import MARKER
 from repair.report import REPORT_NAME, build_report
 from repair.tp import BLOCK, VOCAB_PADDING, TpPlan, TpTensor, summary_text
+from repair.tp_manifest import FORMAT, MANIFEST, RANK_FILE
 from repair.tp_io import build_atomically, contiguous, read_slice, sub_range, write_json
 
-MANIFEST = "tp_manifest.json"
-RANK_FILE = "model.safetensors"
-FORMAT = "ckpt-repair-tp"
 VOCAB_NOTE = (f"vLLM pads the vocabulary to a multiple of {VOCAB_PADDING} and gives each rank padded/tp rows; only real rows "
               "are stored, so rank r holds rows [r*padded/tp, min((r+1)*padded/tp, vocab)) and the last rank(s) may be short "
               "(vLLM zero-fills its padding rows at load)")

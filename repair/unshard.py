@@ -1,6 +1,7 @@
 """`unshard`: rebuild the standard checkpoint from `fix --tp` output, byte for byte.
 
-Reads tp_manifest.json and checks every rank file against its recorded sha256 first. Each
+Reads tp_manifest.json, hostile data, through repair/tp_manifest.py (every name and value
+checked first), and checks every rank file against its recorded sha256. Each
 standard shard is then written with the manifest's header (canonical, or the source's own
 verbatim) and every tensor is concatenated back from the ranks' slices, streaming: dim-0 splits
 are copied rank after rank, other dims interleaved a few MiB of rows at a time, replicated
@@ -18,14 +19,14 @@ from pathlib import Path
 
 from repair import __version__
 from repair.errors import BadInput, OutputError
-from repair.io.checkpoint import read_json
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, copy_hashed, sha256_file, write_all
+from repair.io.names import file_type_problem, regular_file
 from repair.io.safetensors import OutTensor, TensorInfo, encode_header, read_header
 from repair.io.staging import MARKER
 from repair.report import REPORT_NAME
 from repair.tp_io import build_atomically, pread_exact, write_json
-from repair.tp_write import FORMAT, MANIFEST, RANK_FILE
+from repair.tp_manifest import MANIFEST, RANK_FILE, Manifest, read_manifest
 
 CHUNK = 8 << 20  # bytes of interleaved rows assembled at a time
 
@@ -39,60 +40,53 @@ class UnshardResult:
 def unshard(src: Path, out: Path, *, overwrite: bool = False) -> UnshardResult:
     """Reassemble `fix --tp` output at SRC into a standard checkpoint at OUT, atomically."""
     src, out = Path(src), Path(out)
-    manifest = _read_manifest(src)
-    ranks = _check_ranks(src, manifest)
+    manifest = read_manifest(src)
+    ranks = _check_ranks(manifest)
     return build_atomically(src, out, overwrite, lambda tmp: _build(src, manifest, ranks, tmp, out))
 
 
-def _read_manifest(src: Path) -> dict:
-    path = src / MANIFEST
-    if not path.is_file():
-        raise BadInput(f"{src}: no {MANIFEST}; give the folder `ckpt-repair fix --tp N` wrote")
-    manifest = read_json(path)
-    if manifest.get("format") != FORMAT or manifest.get("version") != 1:
-        raise BadInput(f"{path}: not a version-1 {FORMAT} manifest; this tool cannot unshard it")
-    return manifest
-
-
-def _check_ranks(src: Path, manifest: dict) -> list[dict[str, TensorInfo]]:
-    """Every rank file present with the sha256 the manifest records; returns each rank's tensor infos."""
+def _check_ranks(manifest: Manifest) -> list[dict[str, TensorInfo]]:
+    """Every rank file a regular file with the sha256 the manifest records; returns each rank's tensor infos."""
     infos = []
-    for rank in manifest["ranks"]:
-        folder = src / rank["folder"]
-        for name, digest in rank["files"].items():
-            path = folder / name
-            if not path.is_file():
+    for rank in manifest.ranks:
+        for path, digest in rank.files.values():
+            if file_type_problem(path) == "is missing":
                 raise BadInput(f"{path}: missing; the tp output is incomplete, re-run `fix --tp`")
+            regular_file(path, "re-run `fix --tp`")  # stat first: hashing a FIFO would block forever
             if sha256_file(path) != digest:
                 raise BadInput(f"{path}: sha256 differs from {MANIFEST}; the file was changed or damaged, re-run `fix --tp`")
-        infos.append(read_header(folder / RANK_FILE).by_name())
+        infos.append(read_header(rank.files[RANK_FILE][0]).by_name())
     return infos
 
 
-def _build(src: Path, manifest: dict, ranks: list[dict[str, TensorInfo]], tmp: Path, out: Path) -> UnshardResult:
-    standard = manifest["standard"]
+def _build(src: Path, manifest: Manifest, ranks: list[dict[str, TensorInfo]], tmp: Path, out: Path) -> UnshardResult:
     hashes: dict[str, str] = {}
-    rank_files = [src / r["folder"] / RANK_FILE for r in manifest["ranks"]]
     with ExitStack() as stack:
-        fds = [stack.enter_context(open(p, "rb")).fileno() for p in rank_files]
-        for shard in standard["shards"]:
-            hashes[shard["name"]] = _write_shard(tmp / shard["name"], shard, manifest["tensors"], ranks, fds)
-    first = src / manifest["ranks"][0]["folder"]
-    for name in standard["files"]:
-        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        hashes[name] = copy_file_hashed(first / name, tmp / name)
-    index = standard.get("index")
-    if index:
-        (tmp / index["name"]).write_bytes(index["text"].encode("utf-8"))
-        hashes[index["name"]] = sha256_file(tmp / index["name"])
+        fds = [stack.enter_context(open(r.files[RANK_FILE][0], "rb")).fileno() for r in manifest.ranks]
+        for shard in manifest.shards:
+            _parent(tmp, shard["name"])
+            hashes[shard["name"]] = _write_shard(tmp / shard["name"], shard, manifest.tensors, ranks, fds)
+    for name in manifest.files:
+        hashes[name] = copy_file_hashed(manifest.ranks[0].files[name][0], _parent(tmp, name))
+    if manifest.index:
+        name, text = manifest.index
+        _parent(tmp, name).write_bytes(text.encode("utf-8"))
+        hashes[name] = sha256_file(tmp / name)
     report = {
         "tool": {"name": "ckpt-repair", "version": __version__}, "operation": "unshard",
-        "source": {"path": str(src), "manifest_sha256": sha256_file(src / MANIFEST), "tp": manifest["tp"], "fixed_from": manifest["source"]},
+        "source": {"path": str(src), "manifest_sha256": sha256_file(manifest.path), "tp": manifest.tp, "fixed_from": manifest.source},
         "outputs": [{"name": n, "sha256": h} for n, h in sorted(hashes.items())],
     }
     write_json(tmp / REPORT_NAME, report)
-    _self_check(tmp, out, standard, manifest["tensors"], set(hashes) | {REPORT_NAME})
+    _self_check(tmp, out, manifest, set(hashes) | {REPORT_NAME})
     return UnshardResult(out, report)
+
+
+def _parent(tmp: Path, name: str) -> Path:
+    """tmp / name (a checked manifest name) with its folders created."""
+    path = tmp.joinpath(*name.split("/"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _header(shard: dict, tensors: dict) -> bytes:
@@ -147,6 +141,8 @@ def _rank_info(infos: dict[str, TensorInfo], name: str, entry: dict, rank: int) 
 def _concat(out: _Sink, entry: dict, parts: list[TensorInfo], fds: list[int]) -> None:
     """Write the full tensor: rank 0's copy when replicated, else the ranks' slices joined along `dim`."""
     dim = entry["dim"]
+    if nbytes(entry["dtype"], tuple(entry["shape"])) == 0:
+        return  # nothing to join (and an empty tensor's other dims may be huge: no loop over them)
     if dim is None:
         out.copy(fds[0], parts[0].start, parts[0].nbytes)
         return
@@ -174,12 +170,13 @@ def _concat(out: _Sink, entry: dict, parts: list[TensorInfo], fds: list[int]) ->
         out.append(buf)
 
 
-def _self_check(tmp: Path, out: Path, standard: dict, tensors: dict, expected: set[str]) -> None:
+def _self_check(tmp: Path, out: Path, manifest: Manifest, expected: set[str]) -> None:
     """Re-open every rebuilt shard and compare its header with the manifest before anything is published."""
     found = {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()} - {MARKER}
     if found != expected:
         raise OutputError(f"{out}: written files {sorted(found ^ expected)} differ from the manifest; nothing was published (report a bug)")
-    for shard in standard["shards"]:
+    tensors = manifest.tensors
+    for shard in manifest.shards:
         got = [(t.name, t.dtype, list(t.shape)) for t in read_header(tmp / shard["name"]).tensors]
         want = [(n, tensors[n]["dtype"], tensors[n]["shape"]) for n in shard["tensors"]]
         if got != want:

@@ -36,7 +36,8 @@ def fix(src: Path, out: Path, target_spec: str | None, recipe_path: str | None, 
         recipe = replace(recipe, target=target_spec)
     if requantize:
         recipe = replace(recipe, requantize=recipe.requantize + tuple(m.strip() for m in requantize.split(",") if m.strip()))
-    from repair.hub.source import localize_plan, open_source  # SRC / --original: local folders or Hub repo ids
+    from repair.cli.sources import open_source  # SRC / --original: local folders or Hub repo ids
+    from repair.hub.source import localize_plan
 
     plan = api.plan(open_source(src), recipe, original=open_source(original) if original else None)
     if tp is not None:  # per-rank output, written even when the plan changes nothing
