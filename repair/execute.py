@@ -19,7 +19,7 @@ from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.safetensors import OutTensor, ShardWriter, read_header
 from repair.io.output import is_earlier_output, publish, staged
-from repair.io.staging import MARKER, PARTIAL_TAG, fsync_tree, remove_stale_partials
+from repair.io.staging import MARKER, PARTIAL_TAG, apply_modes, fsync_tree, remove_stale_partials
 from repair.planning import Plan, ShardStep
 from repair.report import REPORT_NAME, build_report
 
@@ -89,6 +89,7 @@ def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dic
     if annotate is not None:
         report.update(annotate(tmp))
     _write_json(tmp / REPORT_NAME, report)
+    apply_modes(tmp, plan.source.root)
     fsync_tree(tmp)
     return report
 

@@ -18,7 +18,7 @@ from repair.io.dtypes import ITEMSIZE, nbytes
 from repair.io.hashing import sha256_file
 from repair.io.safetensors import TensorInfo
 from repair.io.output import publish, staged
-from repair.io.staging import fsync_tree
+from repair.io.staging import apply_modes, fsync_tree
 
 T = TypeVar("T")
 
@@ -35,6 +35,7 @@ def build_atomically(src: Path, out: Path, overwrite: bool, build: Callable[[Pat
     try:
         with staged(out) as (tmp, state):
             value = build(tmp)
+            apply_modes(tmp, src)
             fsync_tree(tmp)
             publish(tmp, out, state, overwrite)
     except OSError as exc:

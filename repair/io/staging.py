@@ -4,8 +4,8 @@
 Every run writes into `.OUT.partial-<pid>-<random>` holding a marker with its pid and host.
 SIGINT/SIGTERM remove it on the way out; SIGKILL and power loss cannot be caught, so each run
 first removes such folders whose writer is gone, and folders a kill left before their marker
-was in place (empty, or holding only the staged marker). The folder gets the mode `mkdir`
-gives under the user's umask, so the published OUT reads like a `cp -r` copy.
+was in place (empty, or holding only the staged marker). Before publishing, apply_modes gives
+the output the modes a `cp -r` copy would have under the user's umask.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import tempfile
 import threading
 from contextlib import contextmanager
@@ -42,12 +43,28 @@ def new_partial(out: Path) -> Path:
     """A hidden temp folder beside OUT, marked with our pid and host so a later run may clean it up."""
     tmp = Path(tempfile.mkdtemp(prefix=f"{hidden_stem(out)}{PARTIAL_TAG}{os.getpid()}-", dir=out.parent))
     try:
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700: OUT would be unreadable to a serving account
         mark(tmp)
     except BaseException:  # full disk, or Ctrl-C right here: the caller never learns the name
         discard(tmp)
         raise
     return tmp
+
+
+def apply_modes(tmp: Path, src: Path) -> None:
+    """Give every written file and folder the mode `cp -r SRC OUT` would: its source's mode (a copied
+    or rewritten file, a folder) or the default (a new file), under the umask. mkdtemp's 0700 would
+    otherwise make OUT unreadable to a serving account."""
+    umask = _umask()
+    for path in [tmp, *sorted(tmp.rglob("*"))]:
+        rel = path.relative_to(tmp)
+        try:
+            source = os.stat(src / rel).st_mode
+            mode = source if stat.S_ISDIR(source) == path.is_dir() else None
+        except OSError:
+            mode = None
+        if mode is None:
+            mode = 0o777 if path.is_dir() else 0o666
+        os.chmod(path, mode & 0o777 & ~umask)
 
 
 def _umask() -> int:
