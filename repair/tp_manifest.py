@@ -105,7 +105,7 @@ def _rank(src: Path, rank: object, key: str) -> RankFiles:
 def _tensor(entry: object, key: str, tp: int) -> dict:
     entry = _dict(entry, key)
     dtype = entry.get("dtype")
-    if dtype not in ITEMSIZE:
+    if not isinstance(dtype, str) or dtype not in ITEMSIZE:
         raise _Bad(f"{key}.dtype {dtype!r} is not a safetensors dtype")
     shape = _shape(entry.get("shape"), f"{key}.shape")
     dim = entry.get("dim")
