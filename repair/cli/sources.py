@@ -4,8 +4,8 @@ A path that exists is a local folder (it always wins over a repo id of the same 
 opened directly; so is a spelling whose parent folder exists locally (`work/fixd` is a typo of a
 local path, not a Hub repo). `repair.hub` (and huggingface_hub through it) is imported only when
 SRC may name a Hub repo, so `inspect` and `doctor` of a local folder skip the ~16 ms its import
-costs. When the Hub cannot be reached or has no such repo, the line also says there is no such
-local folder: the user may have mistyped a path.
+costs. When the Hub cannot be reached, the line also says there is no such local folder: the
+user may have mistyped a path, and a network error alone would not tell them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from repair.errors import RepairError
 from repair.io.checkpoint import Checkpoint, open_checkpoint
 
-_NOT_ON_HUB = ("cannot reach", "the connection to", "no such model repo")
+_NETWORK = ("cannot reach", "the connection to")  # the Hub was never asked: the user may have meant a local path
 
 
 def open_source(src: str | Path, *, scales: bool = True) -> Checkpoint:
@@ -32,7 +32,7 @@ def open_source(src: str | Path, *, scales: bool = True) -> Checkpoint:
     try:
         return open_hub_source(src, scales=scales)
     except RepairError as err:
-        if not any(words in str(err) for words in _NOT_ON_HUB):
+        if not any(words in str(err) for words in _NETWORK):
             raise
         said = str(err).removeprefix(f"{src}: ")
         raise type(err)(f"{src}: no such local folder, and as a Hub repo id: {said}") from None

@@ -43,15 +43,14 @@ def is_earlier_output(folder: Path) -> bool:
 def staged(out: Path) -> Iterator[tuple[Path, dict]]:
     """Lock OUT, clean up after dead runs, and yield (temp folder, signal state); the temp folder is
     removed if the body raises (Ctrl-C and SIGTERM included)."""
-    tmp = None
-    try:
-        with interrupts_raise() as state, output_lock(out):
-            remove_stale_partials(out)
-            tmp = new_partial(out)
+    with interrupts_raise() as state, output_lock(out):
+        remove_stale_partials(out)
+        tmp = new_partial(out)
+        try:
             yield tmp, state
-    except BaseException:
-        discard(tmp)
-        raise
+        except BaseException:
+            discard(tmp)  # still under the lock: the next run never sees it half removed
+            raise
 
 
 @contextmanager
