@@ -15,7 +15,7 @@ from pathlib import Path
 from repair.errors import BadInput
 from repair.io.checkpoint import read_json
 from repair.io.dtypes import ITEMSIZE, nbytes
-from repair.io.names import inside, name_problem, regular_file
+from repair.io.names import file_type_problem, inside, name_problem, regular_file
 from repair.io.safetensors import parse_header
 
 MANIFEST = "tp_manifest.json"
@@ -40,7 +40,7 @@ class Manifest:
 
     path: Path
     tp: int
-    source: object
+    source: str  # the folder `fix --tp` read, recorded in unshard's report
     ranks: tuple[RankFiles, ...]
     shards: tuple[dict, ...]  # {"name", "metadata", "tensors", optional "header"}
     files: tuple[str, ...]  # small files copied from rank 0
@@ -55,9 +55,9 @@ class _Bad(Exception):
 def read_manifest(src: Path) -> Manifest:
     """The manifest at SRC, checked end to end, or BadInput naming the key that is wrong."""
     path = src / MANIFEST
-    if not path.is_file():
+    if file_type_problem(path) == "is missing":
         raise BadInput(f"{src}: no {MANIFEST}; give the folder `ckpt-repair fix --tp N` wrote")
-    regular_file(path)
+    regular_file(path)  # stat first: reading a FIFO would block forever
     raw = read_json(path)
     if raw.get("format") != FORMAT or raw.get("version") != 1:
         raise BadInput(f"{path}: not a version-1 {FORMAT} manifest; this tool cannot unshard it")
@@ -82,7 +82,7 @@ def _checked(src: Path, path: Path, raw: dict) -> Manifest:
         index = (_name(_dict(index, "standard.index").get("name"), "standard.index.name"), _text(index.get("text"), "standard.index.text"))
     _no_collisions([s["name"] for s in shards] + list(files) + ([index[0]] if index else []))
     _each_tensor_once(shards)
-    return Manifest(path, tp, raw.get("source"), ranks, shards, files, index, tensors)
+    return Manifest(path, tp, _text(raw.get("source"), "source"), ranks, shards, files, index, tensors)
 
 
 def _rank(src: Path, rank: object, key: str) -> RankFiles:
@@ -129,8 +129,8 @@ def _shard(shard: object, key: str, tensors: dict) -> dict:
         if n not in tensors:
             raise _Bad(f"{key} lists tensor {n!r}, which the manifest's tensors do not describe")
     metadata = shard.get("metadata")
-    if metadata is not None and not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
-        raise _Bad(f"{key}.metadata is not an object of strings")
+    if metadata is not None:
+        metadata = {_text(k, f"{key}.metadata key"): _text(v, f"{key}.metadata[{k!r}]") for k, v in _dict(metadata, f"{key}.metadata").items()}
     checked = {"name": name, "metadata": metadata, "tensors": names}
     if "header" in shard:
         checked["header"] = _verbatim_header(_text(shard["header"], f"{key}.header"), f"{key}.header", names, tensors)

@@ -25,7 +25,7 @@ VICTIM_FILE = "victim/x"
 HOSTILE = ["../victim/x", "../../victim/x", "rank-0/../../victim/x", "a/../../victim/x", "", ".", "..", "a//b", "/", "C:\\x",
            "x\x00y", "..\\victim\\x", ".hidden", "rank-1", "model.safetensors", "config.json", "repair_report.json", "\ud800",
            "x" * 300]
-names = st.sampled_from(HOSTILE) | st.text(max_size=8)
+names = st.sampled_from(HOSTILE) | st.text(max_size=8) | st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=2)
 
 
 @pytest.fixture(scope="module")

@@ -116,8 +116,10 @@ def test_symlink_in_a_rank_folder_pointing_out_is_refused(capsys, scene):
     (lambda m: m["standard"]["shards"][1].update(name=m["standard"]["shards"][0]["name"]), ["appears twice"]),
     (lambda m: m["standard"]["shards"][0].update(header="{not json"), ["standard.shards[0].header"]),
     (lambda m: m["standard"]["index"].update(name=".ckpt-repair-partial"), ["hidden"]),
+    (lambda m: m["standard"]["shards"][0].update(metadata={"format": "\ud800"}), ["metadata", "not valid Unicode"]),
+    (lambda m: m.update(source="\udcff"), ["source is not valid Unicode"]),
 ], ids=["no-ranks", "rank-folder-escape", "rank-file-escape", "tp-mismatch", "files-not-list", "bad-dim", "huge-shape",
-        "unknown-tensor", "duplicate-shard", "bad-header", "hidden-name"])
+        "unknown-tensor", "duplicate-shard", "bad-header", "hidden-name", "surrogate-metadata", "surrogate-source"])
 def test_malformed_manifest_values_are_one_line(capsys, scene, edit, words):
     m = manifest(scene["src"])
     edit(m)
