@@ -39,7 +39,7 @@ def check_output(src: Path, out: Path, overwrite: bool, original: Path | None = 
     if out.is_symlink():
         raise OutputError(f"{out}: is a symlink; give the folder it points to, or remove the link, so nothing is written through it")
     for role, given in (("input", src), ("--original", original)):
-        if given is None:
+        if given is None or not Path(given).exists():  # a Hub repo id names no local folder
             continue
         inp, out_r = Path(given).resolve(), out.resolve()
         if out_r == inp or out_r.is_relative_to(inp):
