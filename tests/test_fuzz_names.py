@@ -52,10 +52,13 @@ def key_paths(value, prefix=()) -> list[tuple]:
 
 
 def edit(manifest: dict, place: tuple, action: str, value) -> None:
+    """Apply one edit; a place an earlier edit removed or replaced by a scalar is skipped."""
     *parents, last = place
     node = manifest
     for key in parents:
         node = node[key]
+    if not isinstance(node, (dict, list)):
+        return
     if action == "delete":
         node.pop(last) if isinstance(node, dict) else node.pop(last)
     elif action == "rename" and isinstance(node, dict):
@@ -96,7 +99,7 @@ def test_unshard_random_manifest_edits(world, data):
             try:
                 edit(manifest, place, action, value)
             except (KeyError, IndexError, TypeError):
-                pass  # an earlier edit removed or replaced this place
+                pass  # an earlier edit removed this place, or made a list of it
         (src / "tp_manifest.json").write_text(json.dumps(manifest))
         before_victim, before_src, entries = tree(root / "victim"), tree(src), {p.name for p in root.iterdir()}
         only_our_errors(unshard, src, out)
