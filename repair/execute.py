@@ -19,7 +19,8 @@ from repair.errors import BadInput, InternalError, OutputError, RepairError
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.safetensors import OutTensor, ShardWriter, read_header
-from repair.io.staging import MARKER, PARTIAL_TAG, discard, fsync_tree, interrupts_raise, new_partial, publish, remove_stale_partials
+from repair.io.output import is_earlier_output, publish, staged
+from repair.io.staging import MARKER, PARTIAL_TAG, apply_modes, fsync_tree, remove_stale_partials
 from repair.planning import Plan, ShardStep
 from repair.report import REPORT_NAME, build_report
 
@@ -34,18 +35,23 @@ class Result:
     report: dict
 
 
-def check_output(src: Path, out: Path, overwrite: bool) -> None:
-    """Refuse outputs that would touch the input or silently replace something."""
-    src_r, out_r = src.resolve(), out.resolve()
-    if out_r == src_r or out_r.is_relative_to(src_r):
-        raise OutputError(f"{out}: output is inside the input folder {src}; choose a folder outside it")
-    if src_r.is_relative_to(out_r):
-        raise OutputError(f"{out}: output folder contains the input {src}; choose another folder")
+def check_output(src: Path, out: Path, overwrite: bool, original: Path | None = None) -> None:
+    """Refuse outputs that would touch an input (SRC or --original) or silently replace something."""
+    if out.is_symlink():
+        raise OutputError(f"{out}: is a symlink; give the folder it points to, or remove the link, so nothing is written through it")
+    for role, given in (("input", src), ("--original", original)):
+        if given is None or not Path(given).exists():  # a Hub repo id names no local folder
+            continue
+        inp, out_r = Path(given).resolve(), out.resolve()
+        if out_r == inp or out_r.is_relative_to(inp):
+            raise OutputError(f"{out}: output is inside the {role} folder {given}; choose a folder outside it")
+        if inp.is_relative_to(out_r):
+            raise OutputError(f"{out}: output folder contains the {role} {given}; choose another folder")
     if out.exists() and not overwrite:
         raise OutputError(f"{out}: already exists; choose a new folder or pass --overwrite")
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: exists and is not a folder; remove it or choose another name")
-    if out.exists() and not _replaceable(out):
+    if out.exists() and not is_earlier_output(out):
         raise OutputError(
             f"{out}: --overwrite only replaces an earlier ckpt-repair output, and this folder has no {REPORT_NAME}; "
             "remove it yourself or choose another folder"
@@ -64,23 +70,15 @@ def execute(
     re-opens them under `own_output`, so a defect found there is reported as ours.
     """
     out = Path(out)
-    check_output(plan.source.root, out, overwrite)
-    tmp = None
+    check_output(plan.source.root, out, overwrite, plan.original.root if plan.original else None)
     try:
-        with interrupts_raise() as state:
-            remove_stale_partials(out)
-            tmp = new_partial(out)
+        with staged(out) as (tmp, state):
             report = _build(plan, tmp, out, progress, options, annotate)
-            publish(tmp, out, state)
+            publish(tmp, out, state, overwrite)
     except OSError as exc:
-        discard(tmp)
         raise _os_error(exc, plan, out) from None
     except EOFError:
-        discard(tmp)
         raise BadInput(f"{plan.source.root}: a file got shorter while it was copied; make sure nothing writes to the input, then re-run") from None
-    except BaseException:
-        discard(tmp)
-        raise
     return Result(out, report)
 
 
@@ -93,6 +91,7 @@ def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dic
     if annotate is not None:
         report.update(annotate(tmp))
     _write_json(tmp / REPORT_NAME, report)
+    apply_modes(tmp, plan.source.root)
     fsync_tree(tmp)
     return report
 
@@ -232,11 +231,3 @@ def write_rewritten_shard(plan: Plan, step: ShardStep, dst: Path) -> str:
 def write_json(path: Path, content: dict) -> str:
     """A small JSON file exactly as execute() writes it; its sha256."""
     return _write_json(path, content)
-
-
-def _replaceable(out: Path) -> bool:
-    """--overwrite never deletes a folder we did not write (or an empty one)."""
-    try:
-        return (out / REPORT_NAME).is_file() or not any(out.iterdir())
-    except OSError:
-        return False

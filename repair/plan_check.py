@@ -10,7 +10,8 @@ names, and the index against the shards.
 from __future__ import annotations
 
 from repair.errors import InternalError
-from repair.io.checkpoint import HF_QUANT_CONFIG, plain_name
+from repair.io.checkpoint import HF_QUANT_CONFIG
+from repair.io.names import plain_name
 from repair.io.dtypes import nbytes
 from repair.planning import Plan, ShardStep
 from repair.report import REPORT_NAME

@@ -47,6 +47,9 @@ def plan_as_text(plan: Plan) -> str:
     removed = _removed_shards(plan)
     lines.append(f"  files: {len(rewritten)} shard(s) rewritten, {len(plan.json_files)} config file(s) rewritten, {len(copied)} copied unchanged"
                  + (f", {len(removed)} shard(s) not written ({', '.join(removed)}: {SHARD_EMPTIED})" if removed else ""))
+    nested = [n for n in plan.copied_files if n.endswith(".safetensors")]
+    if nested:
+        lines.append(f"  copied byte for byte, not checked or repaired (only top-level shards are the checkpoint): {', '.join(nested)}")
     return "\n".join(lines)
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from repair import __version__
+from repair.io.output import REPORT_NAME  # noqa: F401  (the name every output holds; defined where --overwrite checks it)
 from repair.planning import Plan
-
-REPORT_NAME = "repair_report.json"
 
 
 def build_report(plan: Plan, hashes: dict[str, dict[str, str]], options: dict) -> dict:

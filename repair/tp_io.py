@@ -17,7 +17,8 @@ from repair.execute import check_output
 from repair.io.dtypes import ITEMSIZE, nbytes
 from repair.io.hashing import sha256_file
 from repair.io.safetensors import TensorInfo
-from repair.io.staging import MARKER, discard, fsync_tree, interrupts_raise, new_partial, publish, remove_stale_partials
+from repair.io.output import publish, staged
+from repair.io.staging import apply_modes, fsync_tree
 
 T = TypeVar("T")
 
@@ -28,29 +29,21 @@ def write_json(path: Path, content: dict) -> str:
     return sha256_file(path)
 
 
-def build_atomically(src: Path, out: Path, overwrite: bool, build: Callable[[Path], T]) -> T:
+def build_atomically(src: Path, out: Path, overwrite: bool, build: Callable[[Path], T], original: Path | None = None) -> T:
     """Run `build(tmp)` in a temp folder beside OUT and publish it by one rename (as execute does)."""
-    check_output(src, out, overwrite)
-    tmp = None
+    check_output(src, out, overwrite, original)
     try:
-        with interrupts_raise() as state:
-            remove_stale_partials(out)
-            tmp = new_partial(out)
+        with staged(out) as (tmp, state):
             value = build(tmp)
+            apply_modes(tmp, src)
             fsync_tree(tmp)
-            publish(tmp, out, state)
+            publish(tmp, out, state, overwrite)
     except OSError as exc:
-        discard(tmp)
         if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
             raise OutputError(f"{out}: disk full while writing; nothing was written, free space on {out.parent} or choose another -o") from None
         raise OutputError(f"{exc.filename or out}: {exc.strerror or exc}; nothing was written, check the disk and permissions") from None
     except EOFError:
-        discard(tmp)
         raise BadInput(f"{src}: a file got shorter while it was read; make sure nothing writes to it, then re-run") from None
-    except BaseException:
-        discard(tmp)
-        raise
-    (out / MARKER).unlink(missing_ok=True)
     return value
 
 

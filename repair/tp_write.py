@@ -27,19 +27,13 @@ from repair.io.safetensors import OutTensor, ShardWriter, TensorInfo, encode_hea
 from repair.io.staging import MARKER
 from repair.report import REPORT_NAME, build_report
 from repair.tp import BLOCK, VOCAB_PADDING, TpPlan, TpTensor, summary_text
+from repair.tp_manifest import FORMAT, MANIFEST, RANK_FILE, rank_folder, read_manifest
 from repair.tp_io import build_atomically, contiguous, read_slice, sub_range, write_json
 
-MANIFEST = "tp_manifest.json"
-RANK_FILE = "model.safetensors"
-FORMAT = "ckpt-repair-tp"
 CHECK = "the check of the written per-rank output"
 VOCAB_NOTE = (f"vLLM pads the vocabulary to a multiple of {VOCAB_PADDING} and gives each rank padded/tp rows; only real rows "
               "are stored, so rank r holds rows [r*padded/tp, min((r+1)*padded/tp, vocab)) and the last rank(s) may be short "
               "(vLLM zero-fills its padding rows at load)")
-
-
-def rank_folder(rank: int) -> str:
-    return f"rank-{rank}"
 
 
 @dataclass(frozen=True)
@@ -67,7 +61,12 @@ def write_tp(tpp: TpPlan, out: Path, *, overwrite: bool = False, progress: bool 
         _self_check(tpp, tmp, out, set(outputs) | {REPORT_NAME})
         return TpResult(out, manifest, report)
 
-    return build_atomically(plan.source.root, out, overwrite, build)
+    return build_atomically(plan.source.root, out, overwrite, build, _original_root(plan))
+
+
+def _original_root(plan) -> Path | None:
+    original = getattr(plan, "original", None)
+    return original.root if original is not None else None
 
 
 def _source_files(plan) -> list[str]:
@@ -240,8 +239,6 @@ def _index_entry(plan) -> dict | None:
 
 def _self_check(tpp: TpPlan, tmp: Path, out: Path, expected: set[str]) -> None:
     """Re-open every rank file and compare its header with the plan before anything is published."""
-    from repair.unshard import layout_problem
-
     found = {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()} - {MARKER}
     if found != expected:
         raise InternalError(CHECK, f"{out}: written files differ from the plan ({', '.join(sorted(found ^ expected))})")
@@ -251,9 +248,10 @@ def _self_check(tpp: TpPlan, tmp: Path, out: Path, expected: set[str]) -> None:
         want = [(t.step.out.name, t.step.out.dtype, t.rank_shape(_range(t, rank, tpp.tp))) for t in tpp.tensors]
         if got != want:
             raise InternalError(CHECK, f"{out / rank_folder(rank) / RANK_FILE}: written header does not match the plan")
-    problem = layout_problem(json.loads((tmp / MANIFEST).read_text(encoding="utf-8")))
-    if problem:
-        raise InternalError(CHECK, f"{out / MANIFEST}: `unshard` would refuse it: {problem}")
+    try:
+        read_manifest(tmp)
+    except BadInput as err:
+        raise InternalError(CHECK, f"{out / MANIFEST}: `unshard` would refuse it ({err})") from None
 
 
 def fix_tp(plan, out: Path, tp: int, *, dry_run: bool = False, overwrite: bool = False, progress: bool | None = None,
@@ -263,7 +261,7 @@ def fix_tp(plan, out: Path, tp: int, *, dry_run: bool = False, overwrite: bool =
     from repair.tp import plan_tp
 
     tpp = plan_tp(plan, tp)
-    check_output(plan.source.root, out, overwrite)
+    check_output(plan.source.root, out, overwrite, _original_root(plan))
     info = {"degree": tp, "parallel_plan": tpp.source, "styles": tpp.counts()}
     text = plan_as_text(plan) + "\n" + summary_text(tpp)
     if dry_run:

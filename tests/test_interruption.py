@@ -62,6 +62,8 @@ elif point == "after_first_shard":  # first shard complete, nothing else
 elif point == "mid_rewrite":        # second shard: header and copied tensors written, not the computed one
     import repair.io.safetensors as sf
     sf.ShardWriter.write = die
+elif point == "before_marker":      # the temp folder exists, its marker is not renamed in yet
+    st.os.replace = die
 elif point == "before_publish":     # everything written, checked and flushed; not yet renamed
     ex.publish = die
 elif point == "deleting_old_out":   # --overwrite: new OUT swapped in, old one being deleted
@@ -96,7 +98,13 @@ def killed_child(point: str, src: Path, out: Path, *extra: str) -> subprocess.Co
 
 
 def partials(out: Path) -> list[Path]:
-    return sorted(p for p in out.parent.iterdir() if p.name.startswith(".out."))
+    """Hidden entries a run left beside OUT, but the lock file: a killed run leaves it holding no lock,
+    and the next run takes it over and removes it (see assert_no_lock_left)."""
+    return sorted(p for p in out.parent.iterdir() if p.name.startswith(".out.") and p.name != ".out.lock")
+
+
+def assert_no_lock_left(out: Path) -> None:
+    assert not (out.parent / ".out.lock").exists(), "a finished run left its lock file"
 
 
 def wait_until_writing(child: subprocess.Popen, out: Path) -> None:
@@ -127,8 +135,22 @@ def test_sigkill_then_rerun_gives_the_uninterrupted_bytes(point, src, reference,
     assert_nothing_looks_complete(out, reference)
     assert fix(src, out) == 0
     assert partials(out) == [], "the re-run did not remove the dead run's temp folder"
+    assert_no_lock_left(out)
     assert tree(out) == reference
     assert tree(src) == before
+
+
+def test_sigkill_before_the_marker_is_in_place_is_cleaned_up_by_the_next_run(src, reference, tmp_path):
+    """Killed between creating the temp folder and renaming its marker in: the folder holds nothing
+    (or only the staged marker), and the next run removes it (before, no run ever did)."""
+    out = tmp_path / "out"
+    done = killed_child("before_marker", src, out)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    left = partials(out)
+    assert len(left) == 1 and {p.name for p in left[0].iterdir()} <= {f"{MARKER}.new"}, left
+    assert fix(src, out) == 0
+    assert partials(out) == [] and tree(out) == reference
+    assert_no_lock_left(out)
 
 
 def test_sigkill_while_replacing_keeps_a_complete_out(src, reference, tmp_path):

@@ -36,7 +36,8 @@ def fix(src: Path, out: Path, target_spec: str | None, recipe_path: str | None, 
         recipe = replace(recipe, target=target_spec)
     if requantize:
         recipe = replace(recipe, requantize=recipe.requantize + tuple(m.strip() for m in requantize.split(",") if m.strip()))
-    from repair.hub.source import localize_plan, open_source  # SRC / --original: local folders or Hub repo ids
+    from repair.cli.sources import open_source  # SRC / --original: local folders or Hub repo ids
+    from repair.hub.source import localize_plan
 
     plan = api.plan(open_source(src), recipe, original=open_source(original) if original else None)
     if tp is not None:  # per-rank output, written even when the plan changes nothing
@@ -48,7 +49,7 @@ def fix(src: Path, out: Path, target_spec: str | None, recipe_path: str | None, 
     if plan.is_noop:
         say(as_json, {"status": "noop", "plan": plan_as_json(plan)}, f"{src}: nothing to repair; it is already fixed. Nothing written.")
         return
-    check_output(src, out, overwrite)
+    check_output(src, out, overwrite, original)
     if dry_run:
         say(as_json, {"status": "dry-run", "plan": plan_as_json(plan)}, plan_as_text(plan) + "\n(dry run: nothing written)")
         return

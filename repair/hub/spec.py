@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from repair.errors import BadInput, UsageError
+from repair.io.names import inside, name_problem
 
 _PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
 REPO_ID = re.compile(rf"{_PART}/{_PART}")
@@ -54,36 +55,15 @@ def repo_id(text: str, option: str) -> str:
 
 def check_remote_name(name: object, where: str) -> str:
     """A file name from a server, refused unless it is a plain relative path that stays in its folder."""
-    why = _unsafe(name)
+    why = name_problem(name)
+    if why is None and str(name).split("/")[0] == ".cache":
+        why = "is inside .cache/ (reserved for huggingface_hub's download metadata)"
     if why:
         raise BadInput(f"{where}: remote file name {name!r} {why}; refusing to use this repo (names must stay inside its folder)")
     return str(name)
 
 
-def _unsafe(name: object) -> str | None:
-    if not isinstance(name, str) or not name:
-        return "is empty or not text"
-    if len(name) > 1000:
-        return "is over 1000 characters"
-    if _CONTROL.search(name):
-        return "contains control characters"
-    if "\\" in name:
-        return "contains a backslash"
-    if name.startswith("/") or re.match(r"[A-Za-z]:", name):
-        return "is an absolute path"
-    parts = name.split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        return "has an empty, '.' or '..' component"
-    if parts[0] == ".cache":
-        return "is inside .cache/ (reserved for huggingface_hub's download metadata)"
-    return None
-
-
 def local_path(root: Path, name: str, where: str) -> Path:
     """`root / name` for a checked remote name, verified to resolve inside `root` (links included)."""
     check_remote_name(name, where)
-    base = Path(root).resolve()
-    path = base.joinpath(*PurePosixPath(name).parts)
-    if not path.resolve().is_relative_to(base):
-        raise BadInput(f"{where}: remote file name {name!r} resolves outside the work folder; refusing to use this repo")
-    return path
+    return inside(root, name, where, "refusing to use this repo")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repair.errors import BadInput
+from repair.io.names import check_name, regular_file
 from repair.io.safetensors import ShardHeader, TensorInfo, read_header
 
 CONFIG = "config.json"
@@ -70,17 +71,8 @@ def open_checkpoint(path: Path) -> Checkpoint:
         index=index,
         config=read_json(root / CONFIG) if CONFIG in files else None,
         hf_quant_config=read_json(root / HF_QUANT_CONFIG) if HF_QUANT_CONFIG in files else None,
-        other_files=tuple(f for f in files if f not in used and not f.endswith(".safetensors")),
+        other_files=tuple(f for f in files if f not in used),  # subfolders' .safetensors too: copied, never repaired
     )
-
-
-def plain_name(name: object) -> bool:
-    """A relative path that stays inside its folder (not absolute; no '..', '.' or empty part; no NUL):
-    what a file name read from a manifest or planned for an output must be. Any name a local folder
-    listing yields passes, so only a bug (or a forged manifest) fails it."""
-    if not isinstance(name, str) or not name or "\0" in name or name.startswith("/"):
-        return False
-    return all(part not in ("", ".", "..") for part in name.split("/"))
 
 
 def read_json(path: Path) -> dict:
@@ -101,10 +93,12 @@ def read_json(path: Path) -> dict:
 
 
 def _list_files(root: Path) -> list[str]:
-    """Relative paths of all files below root; links must stay inside it (or in an HF cache's blobs)."""
+    """Relative paths of all files below root: regular files only (a FIFO would block every read),
+    and links must stay inside it (or in an HF cache's blobs)."""
     allowed = [root.resolve()]
-    if root.parent.name == "snapshots":  # a huggingface_hub cache snapshot links into ../../blobs
-        allowed.append((root.parent.parent / "blobs").resolve())
+    blobs = root.parent.parent / "blobs"
+    if root.parent.name == "snapshots" and blobs.is_dir() and not blobs.is_symlink():
+        allowed.append(blobs.resolve())  # a huggingface_hub cache snapshot links into ../../blobs, a real folder
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") or d == ".")
@@ -115,6 +109,7 @@ def _list_files(root: Path) -> list[str]:
                 continue  # hidden files (.git, .cache) are not part of the checkpoint
             if full.is_symlink():
                 _check_link(full, allowed)
+            regular_file(full, "remove it from the checkpoint folder")
             found.append(rel)
     return found
 
@@ -127,8 +122,6 @@ def _check_link(link: Path, allowed: list[Path]) -> None:
         raise BadInput(f"{link}: symlink is broken (its target is missing or loops); restore the file or remove the link") from None
     if not any(target.is_relative_to(a) for a in allowed):
         raise BadInput(f"{link}: symlink points outside the checkpoint folder (to {target}); copy the file in instead")
-    if not target.is_file():
-        raise BadInput(f"{link}: symlink does not point to a regular file; replace it with the file")
 
 
 def _refuse_without_safetensors(root: Path, files: list[str]) -> None:
@@ -151,6 +144,8 @@ def _read_index(root: Path, files: list[str]) -> tuple[str | None, dict | None]:
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise BadInput(f"{root / names[0]}: missing or invalid 'weight_map'; fix or re-download the index")
+    for shard in set(weight_map.values()):
+        check_name(shard, root / names[0], "fix the index's weight_map")
     if not isinstance(index.get("metadata", {}), (dict, type(None))):
         raise BadInput(f"{root / names[0]}: 'metadata' is not an object; fix or re-download the index")
     return names[0], index

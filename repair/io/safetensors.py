@@ -18,6 +18,7 @@ from typing import Iterable, Union
 from repair.errors import BadInput
 from repair.io.dtypes import ITEMSIZE, nbytes
 from repair.io.hashing import HashFollower, kernel_copy, write_all
+from repair.io.names import file_type_problem
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
 
@@ -62,6 +63,9 @@ class ShardHeader:
 def read_header(path: Path) -> ShardHeader:
     """Parse and validate a safetensors header, reading only the header bytes."""
     path = Path(path)
+    why = file_type_problem(path)  # stat before open: opening a FIFO would block forever
+    if why and why != "is missing":
+        raise BadInput(f"{path}: {why}; give a safetensors file")
     try:
         with open(path, "rb") as fh:
             file_size = os.fstat(fh.fileno()).st_size

@@ -1,52 +1,93 @@
-"""The output's temporary folder: created hidden beside OUT, published by one rename, and
-cleaned up after a kill.
+"""The output's temporary folder: created hidden beside OUT, and cleaned up after a kill
+(publishing it is repair/io/output.py).
 
 Every run writes into `.OUT.partial-<pid>-<random>` holding a marker with its pid and host.
 SIGINT/SIGTERM remove it on the way out; SIGKILL and power loss cannot be caught, so each run
-first removes such folders whose writer is gone. Publishing is a single rename (an atomic swap
-when replacing an existing OUT), with files flushed first, so OUT is either absent, the old
-one, or complete. The Hub commands' work folders use the same marker (`new_marked`, `remove_stale`).
+first removes such folders whose writer is gone, and folders a kill left before their marker
+was in place (empty, or holding only the staged marker). Before publishing, apply_modes gives
+the output the modes a `cp -r` copy would have under the user's umask. The Hub commands' work
+folders use the same marker (`new_marked`, `remove_stale`).
 """
 
 from __future__ import annotations
 
-import ctypes
-import errno
+import hashlib
 import json
 import os
 import re
 import shutil
 import signal
 import socket
+import stat
 import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from repair.errors import OutputError
 
 PARTIAL_TAG = ".partial-"
+MAX_STEM_BYTES = 200  # room left for ".partial-<pid>-<random>" within the 255-byte file-name limit
 MARKER = ".ckpt-repair-partial"  # first file in every temp folder: {"pid", "host"}; deleted from OUT once published
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+def hidden_stem(out: Path) -> str:
+    """`.OUT`, the start of every hidden name beside OUT. A name near the 255-byte limit is cut and
+    given a hash of the whole, so the temp and lock names built on it still fit."""
+    raw = os.fsencode(out.name)
+    if len(raw) <= MAX_STEM_BYTES:
+        return f".{out.name}"
+    return f".{os.fsdecode(raw[:MAX_STEM_BYTES - 20])}~{hashlib.sha256(raw).hexdigest()[:12]}"
+
+
 def new_partial(out: Path) -> Path:
     """A hidden temp folder beside OUT, marked with our pid and host so a later run may clean it up."""
-    return new_marked(out.parent, f".{out.name}{PARTIAL_TAG}")
+    return new_marked(out.parent, f"{hidden_stem(out)}{PARTIAL_TAG}")
 
 
 def new_marked(parent: Path, prefix: str) -> Path:
     """A new folder `<prefix><pid>-<random>` in `parent`, marked as ours (see remove_stale)."""
     tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
     try:
-        _mark(tmp)
+        mark(tmp)
     except BaseException:  # full disk, or Ctrl-C right here: the caller never learns the name
         discard(tmp)
         raise
     return tmp
 
 
-def _mark(folder: Path) -> None:
+def apply_modes(tmp: Path, src: Path) -> None:
+    """Give every written file and folder the mode `cp -r SRC OUT` would: its source's mode (a copied
+    or rewritten file, a folder) or the default (a new file), under the umask. mkdtemp's 0700 would
+    otherwise make OUT unreadable to a serving account."""
+    umask = _umask()
+    for path in [tmp, *sorted(tmp.rglob("*"))]:
+        rel = path.relative_to(tmp)
+        try:
+            source = os.stat(src / rel).st_mode
+            mode = source if stat.S_ISDIR(source) == path.is_dir() else None
+        except OSError:
+            mode = None
+        if mode is None:
+            mode = 0o777 if path.is_dir() else 0o666
+        os.chmod(path, mode & 0o777 & ~umask)
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where Linux says it (os.umask can only swap it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def mark(folder: Path) -> None:
     """Write the marker beside its final name and rename it into place: a marker that exists is
     whole. (Written in place, a SIGKILL between create and write left an empty marker, and no
     later run would ever remove that folder, since it cannot tell whose it is.)"""
@@ -62,7 +103,7 @@ def discard(tmp: Path | None) -> None:
 
 def remove_stale_partials(out: Path) -> list[Path]:
     """Delete temp folders of earlier runs into OUT that were killed (SIGKILL, power loss)."""
-    return remove_stale(out.parent, f".{out.name}{PARTIAL_TAG}")
+    return remove_stale(out.parent, f"{hidden_stem(out)}{PARTIAL_TAG}")
 
 
 def remove_stale(parent: Path, prefix: str) -> list[Path]:
@@ -75,10 +116,29 @@ def remove_stale(parent: Path, prefix: str) -> list[Path]:
     removed = []
     for entry in sorted(parent.iterdir()):
         match = pattern.fullmatch(entry.name)
-        if match and entry.is_dir() and not entry.is_symlink() and _owner_gone(entry, int(match[1])):
+        if not match or not entry.is_dir() or entry.is_symlink():
+            continue
+        if _owner_gone(entry, int(match[1])):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
+        elif _pid_gone(int(match[1])) and _remove_if_never_marked(entry):
+            removed.append(entry)
     return removed
+
+
+def _remove_if_never_marked(folder: Path) -> bool:
+    """A kill between creating a temp folder and renaming its marker in leaves it empty or holding
+    only the staged marker: remove exactly that (rmdir cannot delete anything else). Only for a
+    pid (from the folder's name) that is gone: a live run may be between those two steps, and the
+    Hub's work folders are not covered by OUT's lock."""
+    try:
+        if {p.name for p in folder.iterdir()} - {f"{MARKER}.new"}:
+            return False
+        (folder / f"{MARKER}.new").unlink(missing_ok=True)
+        folder.rmdir()
+    except OSError:
+        return False
+    return True
 
 
 def _owner_gone(folder: Path, pid: int) -> bool:
@@ -88,6 +148,11 @@ def _owner_gone(folder: Path, pid: int) -> bool:
         return False
     if not isinstance(owner, dict) or owner.get("pid") != pid or owner.get("host") != socket.gethostname():
         return False
+    return _pid_gone(pid)
+
+
+def _pid_gone(pid: int) -> bool:
+    """No process with this pid exists on this host (one owned by someone else still counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -123,74 +188,15 @@ def interrupts_raise():
                 signal.signal(sig, previous)
 
 
-def publish(tmp: Path, out: Path, state: dict) -> None:
-    """Move the checked folder into place with SIGINT/SIGTERM held back, so it is all or nothing.
-
-    Nothing after the rename may fail the run: OUT is complete from that moment on.
-    """
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    try:
-        old = _move_into_place(tmp, out)
-        state["published"] = True
-        _quietly(os.unlink, out / MARKER)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    if old is not None:
-        _quietly(_mark, old)  # if we die while deleting the old OUT, the next run finishes the job
-        shutil.rmtree(old, ignore_errors=True)
-    _fsync(out.parent, best_effort=True)
-
-
-def _quietly(fn, path: Path) -> None:
-    try:
-        fn(path)
-    except OSError:
-        pass
-
-
-def _move_into_place(tmp: Path, out: Path) -> Path | None:
-    """Rename the finished folder to OUT; an existing OUT (with --overwrite) is replaced only now,
-    in one atomic swap where the OS has one, so OUT is never missing. Returns where the old OUT went."""
-    if not out.exists():
-        try:
-            os.rename(tmp, out)
-        except OSError as exc:
-            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-            raise OutputError(f"{out}: appeared while this run was writing (another run?); choose another folder") from None
-        return None
-    if _exchange(tmp, out):
-        return tmp
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}{PARTIAL_TAG}{os.getpid()}-", dir=out.parent))
-    os.rename(out, old)  # onto the empty folder; a kill before the next line leaves the old OUT here, unmarked
-    os.rename(tmp, out)
-    return old
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
-
-
 def fsync_tree(folder: Path) -> None:
     """Flush every written file and folder, so a crash after the rename cannot leave empty files
     behind an OUT that looks complete."""
     for path in sorted(folder.rglob("*")):
-        _fsync(path, best_effort=path.is_dir())
-    _fsync(folder, best_effort=True)
+        fsync_path(path, best_effort=path.is_dir())
+    fsync_path(folder, best_effort=True)
 
 
-def _fsync(path: Path, best_effort: bool = False) -> None:
+def fsync_path(path: Path, best_effort: bool = False) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
         try:
