@@ -201,8 +201,9 @@ def test_a_killed_run_leaves_a_work_folder_the_next_run_removes(hub, broken, tmp
     assert "alice/fixed" in [m.id for m in HfApi(endpoint=hub.endpoint).list_models(author="alice")]  # an unmodified duplicate
 
     alive = marked(work / f"ckpt-repair-hub-{os.getpid()}-live", os.getpid())  # a run still going: not ours to remove
-    unmarked = work / f"ckpt-repair-hub-{dead_pid()}-nomark"
+    unmarked = work / f"ckpt-repair-hub-{dead_pid()}-nomark"  # holds something and no marker: not provably ours
     unmarked.mkdir()
+    (unmarked / "notes.txt").write_text("not ours")
     code, _, err = run(capsys, "hub", "fix", SRC, "--to", "alice/fixed", "--workdir", work)
     assert code == 0 and "exists (head" in err, err
     assert sorted(p.name for p in work.iterdir()) == sorted([alive.name, unmarked.name])

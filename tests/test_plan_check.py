@@ -152,8 +152,9 @@ def _escaping_rank(m):
     m["ranks"][1]["folder"] = "../elsewhere"
 
 
-@pytest.mark.parametrize("tamper,said", [(_twice, "is in two shards"), (_escaping_shard, "is not a plain file name"),
-                                         (_escaping_rank, "rank 1 is not described as folder rank-1")])
+@pytest.mark.parametrize("tamper,said", [(_twice, "is listed in two standard shards"),
+                                         (_escaping_shard, "has an empty, '.' or '..' component"),
+                                         (_escaping_rank, "has an empty, '.' or '..' component")])
 def test_unshard_checks_the_manifest_layout_before_writing(capsys, src, tmp_path, tamper, said):
     """The manifest is read from a file, so a wrong layout there is bad input (exit 2), checked before any byte is written."""
     assert run_captured(capsys, "fix", src, "-o", tmp_path / "tp", "--tp", "2", "--quiet")[0] == 0
