@@ -5,6 +5,7 @@ from __future__ import annotations
 from repair.arch.gemma4_assistant import ModuleSpec
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
+from repair.io.safetensors import RangeReader
 from repair.modules import StoredModule
 from repair.nvfp4_health import block_scale_stats, global_scale_problem, read_f32_scalar
 from repair.targets.vllm_matching import draft_prefix
@@ -47,8 +48,9 @@ def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precisio
     located = ckpt.locate()
     findings = []
     scale_2: dict[str, float] = {}
-    for m in sorted((m for m in modules.values() if m.is_quantized), key=lambda m: m.name):
-        findings += _module_health(m, located, precision, scale_2, Finding)
+    with RangeReader() as read:
+        for m in sorted((m for m in modules.values() if m.is_quantized), key=lambda m: m.name):
+            findings += _module_health(m, located, precision, scale_2, Finding, read)
     for parent_siblings in _sibling_groups(scale_2):
         values = {name: scale_2[name] for name in parent_siblings}
         if len(set(values.values())) > 1:
@@ -59,7 +61,7 @@ def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precisio
     return findings
 
 
-def _module_health(m: StoredModule, located, precision, scale_2, Finding):
+def _module_health(m: StoredModule, located, precision, scale_2, Finding, read):
     out = []
     logical_out, logical_in = m.logical_shape
     scale_name = m.tensor("weight_scale")
@@ -70,7 +72,7 @@ def _module_health(m: StoredModule, located, precision, scale_2, Finding):
     if scale.shape != (logical_out, logical_in // 16):
         out.append(Finding("error", "scale-shape", scale_name, f"{scale_name}: shape {list(scale.shape)}, expected {[logical_out, logical_in // 16]}"))
     else:
-        stats = block_scale_stats(shard.path, scale)
+        stats = block_scale_stats(shard.path, scale, read)
         if stats.nan or stats.negative:
             out.append(Finding("error", "block-scales", scale_name, f"{scale_name}: {stats.nan} NaN and {stats.negative} negative block scales"))
         if stats.zero:
@@ -80,7 +82,7 @@ def _module_health(m: StoredModule, located, precision, scale_2, Finding):
         out.append(Finding("error", "missing-scale-2", m.name, f"{m.name}: packed weight without weight_scale_2"))
     else:
         shard2, info2 = located[name2]
-        value = read_f32_scalar(shard2.path, info2) if info2.dtype == "F32" and info2.nbytes == 4 else float("nan")
+        value = read_f32_scalar(shard2.path, info2, read) if info2.dtype == "F32" and info2.nbytes == 4 else float("nan")
         problem = global_scale_problem(value)
         if problem:
             out.append(Finding("error", "global-scale", name2, f"{name2} {problem}"))

@@ -11,10 +11,12 @@ import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from repair.io.safetensors import TensorInfo, read_bytes
 
 # float8_e4m3fn: 0x7F / 0xFF are NaN, 0x00 / 0x80 are +-0, a set bit 7 is negative.
+Reader = Callable[[Path, TensorInfo], bytearray]  # read_bytes, or a RangeReader
 _CATEGORY = bytes(3 if b & 0x7F == 0x7F else 0 if b & 0x7F == 0 else 2 if b & 0x80 else 1 for b in range(256))
 
 
@@ -25,14 +27,14 @@ class BlockScaleStats:
     zero: int
 
 
-def read_f32_scalar(path: Path, info: TensorInfo) -> float:
+def read_f32_scalar(path: Path, info: TensorInfo, read: Reader = read_bytes) -> float:
     """The value of a stored float32 scalar ([] or [1])."""
-    return struct.unpack("<f", bytes(read_bytes(path, info)[:4]))[0]
+    return struct.unpack("<f", bytes(read(path, info)[:4]))[0]
 
 
-def block_scale_stats(path: Path, info: TensorInfo) -> BlockScaleStats:
+def block_scale_stats(path: Path, info: TensorInfo, read: Reader = read_bytes) -> BlockScaleStats:
     """Count NaN, negative and zero fp8 block scales (ModelOpt writes 1.0 for all-zero blocks, never 0)."""
-    data = bytes(read_bytes(path, info)).translate(_CATEGORY)
+    data = bytes(read(path, info)).translate(_CATEGORY)
     return BlockScaleStats(nan=data.count(3), negative=data.count(2), zero=data.count(0))
 
 

@@ -7,7 +7,6 @@ checked completely before the executor writes a byte.
 from __future__ import annotations
 
 import fnmatch
-import re
 from dataclasses import dataclass, field
 
 from repair import formats
@@ -16,6 +15,7 @@ from repair.errors import UsageError
 from repair.formats.base import Declaration, Format
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 from repair.io.dtypes import nbytes
+from repair.io.parse import regex
 from repair.io.safetensors import ShardHeader
 from repair.modules import StoredModule
 from repair.recipe import ACTIONS, Recipe
@@ -96,7 +96,7 @@ def select(modules: list[StoredModule], patterns: tuple[str, ...]) -> list[Store
 
 def _matches(name: str, pattern: str) -> bool:
     if pattern.startswith("re:"):
-        return re.fullmatch(pattern[3:], name) is not None
+        return regex(pattern[3:], "module pattern", UsageError).fullmatch(name) is not None
     return name == pattern or fnmatch.fnmatchcase(name, pattern)
 
 

@@ -66,7 +66,7 @@ def test_fix_refuses_malformed_input_cleanly(name, tmp_path, capsys):
     out = case.out or tmp_path / "out"
     src_before = tree(case.src)
     out_before = tree(out) if out.exists() else None
-    code = run_cli("fix", str(case.src), "-o", str(out), "--quiet")
+    code = run_cli("fix", str(case.src), "-o", str(out), "--quiet", *case.args)
     captured = capsys.readouterr()
     assert code == case.exit_code, captured.err
     if case.exit_code == 0:
