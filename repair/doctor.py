@@ -75,7 +75,7 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
         findings += _bf16_findings(ckpt, modules)
     findings += _handshake_findings(modules, precision, target)
     findings += config_findings(ckpt, declaration, modules, specs)
-    findings += health_findings(ckpt, modules, precision)
+    findings += health_findings(ckpt, modules, precision, fmt.GLOBAL_SCALE_IS_DIVISOR)
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, {n: i.nbytes for n, i in infos.items()})
     return Diagnosis(target, tp, tuple(findings), first, precision, bits)

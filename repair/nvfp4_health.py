@@ -20,11 +20,16 @@ Reader = Callable[[Path, TensorInfo], bytearray]  # read_bytes, or a RangeReader
 _CATEGORY = bytes(3 if b & 0x7F == 0x7F else 0 if b & 0x7F == 0 else 2 if b & 0x80 else 1 for b in range(256))
 
 
+DTYPE_MAX = {"BF16": 3.3895313892515355e38, "F16": 65504.0, "F32": 3.4028234663852886e38}  # largest finite values
+E2M1_MAX = 6.0  # the largest FP4 magnitude
+
+
 @dataclass(frozen=True)
 class BlockScaleStats:
     nan: int
     negative: int
     zero: int
+    largest: float  # the largest non-negative, non-NaN block scale (0.0 when there is none)
 
 
 def read_f32_scalar(path: Path, info: TensorInfo, read: Reader = read_bytes) -> float:
@@ -34,8 +39,30 @@ def read_f32_scalar(path: Path, info: TensorInfo, read: Reader = read_bytes) -> 
 
 def block_scale_stats(path: Path, info: TensorInfo, read: Reader = read_bytes) -> BlockScaleStats:
     """Count NaN, negative and zero fp8 block scales (ModelOpt writes 1.0 for all-zero blocks, never 0)."""
-    data = bytes(read(path, info)).translate(_CATEGORY)
-    return BlockScaleStats(nan=data.count(3), negative=data.count(2), zero=data.count(0))
+    raw = bytes(read(path, info))
+    data = raw.translate(_CATEGORY)
+    largest = next((code for code in range(0x7E, 0, -1) if code in raw), 0)  # positive codes order like their values
+    return BlockScaleStats(nan=data.count(3), negative=data.count(2), zero=data.count(0), largest=e4m3_value(largest))
+
+
+def e4m3_value(code: int) -> float:
+    """The value of a float8_e4m3fn code (bias 7, no infinities; 0x7F / 0xFF are NaN)."""
+    if code & 0x7F == 0x7F:
+        return math.nan
+    exponent, mantissa = (code >> 3) & 0xF, code & 0x7
+    value = mantissa / 8 * 2.0**-6 if exponent == 0 else (1 + mantissa / 8) * 2.0 ** (exponent - 7)
+    return -value if code & 0x80 else value
+
+
+def overflow_problem(largest_block: float, global_scale: float, divisor: bool, out_dtype: str) -> str | None:
+    """Why the dequantized weight would hold infinities in `out_dtype` (value = fp4 * block * scale_2, or / the
+    compressed-tensors global scale): the largest magnitude it can reach, against the dtype's limit."""
+    with_scale = largest_block / global_scale if divisor else largest_block * global_scale
+    peak = E2M1_MAX * with_scale
+    if peak <= DTYPE_MAX[out_dtype] and with_scale <= DTYPE_MAX["F32"]:
+        return None
+    return (f"{'block scale / global scale' if divisor else 'block scale x global scale'} reaches {with_scale:.3g}, "
+            f"so dequantized values reach {peak:.3g}, past {out_dtype}'s largest finite value {DTYPE_MAX[out_dtype]:.3g}")
 
 
 def global_scale_problem(value: float) -> str | None:

@@ -47,9 +47,9 @@ def group_modules(infos: dict[str, TensorInfo]) -> list[StoredModule]:
     return nvfp4_packed.group_modules(infos, LEAVES)
 
 
-def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str) -> None:
+def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str, out_dtype: str = "BF16") -> None:
     """Raise BadInput unless a packed module can be dequantized (see nvfp4_packed.check_packed)."""
-    nvfp4_packed.check_packed(module, infos, where, LEAVES)
+    nvfp4_packed.check_packed(module, infos, where, LEAVES, GLOBAL_SCALE_IS_DIVISOR, out_dtype)
 
 
 def unsupported(operation: str) -> str | None:
