@@ -129,7 +129,7 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     config, hf_quant, added = _config_edits(ckpt, fmt, declaration, recipe, actions)
     json_files = _json_files(ckpt, config, hf_quant, shards)
     removed = (HF_QUANT_CONFIG,) if recipe.drop_quantization and ckpt.hf_quant_config is not None else ()
-    copied = ckpt.other_files + tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
+    copied = _other_files(ckpt) + tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
     return Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original, fmt.NAME)
 
 
@@ -214,6 +214,14 @@ def _json_files(ckpt: Checkpoint, config, hf_quant, shards: tuple[ShardStep, ...
     if ckpt.index is not None and any(s.op == "rewrite" for s in shards):
         candidates[ckpt.index_name] = (ckpt.index, _index(ckpt.index, shards))
     return {name: new for name, (old, new) in candidates.items() if new is not None and new != old}
+
+
+def _other_files(ckpt: Checkpoint) -> tuple[str, ...]:
+    """Files copied through unchanged; an earlier run's repair_report.json is not one (it describes that run, and this
+    run writes its own in its place)."""
+    from repair.report import REPORT_NAME
+
+    return tuple(n for n in ckpt.other_files if n != REPORT_NAME)
 
 
 def _small_files(ckpt: Checkpoint) -> list[str]:
