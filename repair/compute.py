@@ -18,7 +18,8 @@ import numpy as np
 
 from repair.codec import dequant_table
 from repair.errors import BadInput
-from repair.io.safetensors import ShardHeader, TensorInfo, read_bytes
+from repair.io.ranges import read_bytes
+from repair.io.safetensors import ShardHeader, TensorInfo
 from repair.planning import TensorStep
 
 if TYPE_CHECKING:

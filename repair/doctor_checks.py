@@ -5,7 +5,7 @@ from __future__ import annotations
 from repair.arch.gemma4_assistant import ModuleSpec
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
-from repair.io.safetensors import RangeReader
+from repair.io.ranges import RangeReader
 from repair.modules import StoredModule
 from repair.nvfp4_health import block_scale_stats, global_scale_problem, overflow_problem, read_f32_scalar
 from repair.targets.vllm_matching import draft_prefix

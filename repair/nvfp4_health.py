@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from repair.io.safetensors import TensorInfo, read_bytes
+from repair.io.ranges import read_bytes
+from repair.io.safetensors import TensorInfo
 
 # float8_e4m3fn: 0x7F / 0xFF are NaN, 0x00 / 0x80 are +-0, a set bit 7 is negative.
 Reader = Callable[[Path, TensorInfo], bytearray]  # read_bytes, or a RangeReader

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from repair.errors import BadInput
 from repair.io.safetensors import TensorInfo
-from repair.modules import StoredModule, split_name
+from repair.modules import StoredModule
 from repair.nvfp4_health import block_scale_stats, global_scale_problem, overflow_problem, read_f32_scalar
 
 BLOCK = 16
@@ -20,8 +20,11 @@ def group_modules(infos: dict[str, TensorInfo], leaves: dict[str, str]) -> list[
     """Group stored tensors into modules; a weight is NVFP4 when it is 2-D uint8 with its scales (or named packed)."""
     by_module: dict[str, dict[str, TensorInfo]] = {}
     for name, info in infos.items():
-        module, leaf = split_name(name)
-        by_module.setdefault(module, {})[leaf] = info
+        module, _, leaf = name.rpartition(".")  # split_name, inlined: this loop runs once per tensor (180k on DeepSeek-R1)
+        found = by_module.get(module)
+        if found is None:
+            found = by_module[module] = {}
+        found[leaf] = info
     modules = []
     for module, found in by_module.items():
         weight_leaf = leaves["weight"] if leaves["weight"] in found else "weight" if "weight" in found else None

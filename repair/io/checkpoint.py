@@ -161,24 +161,23 @@ def _indexed_shards(root: Path, shard_names: list[str], index: dict | None) -> l
 def _check_unique(root: Path, shards: tuple[ShardHeader, ...]) -> None:
     seen: dict[str, str] = {}
     for shard in shards:
+        shard_name = shard.path.name
         for t in shard.tensors:
             if t.name in seen:
-                raise BadInput(
-                    f"{root}: tensor {t.name} is stored in both {seen[t.name]} and {shard.path.name}; "
-                    "remove the stale shard"
-                )
-            seen[t.name] = shard.path.name
+                raise BadInput(f"{root}: tensor {t.name} is stored in both {seen[t.name]} and {shard_name}; remove the stale shard")
+            seen[t.name] = shard_name
 
 
 def _check_index(root: Path, index_name: str, index: dict, shards: tuple[ShardHeader, ...]) -> None:
     weight_map: dict[str, str] = index["weight_map"]
     for shard in shards:
+        shard_name = shard.path.name
         for t in shard.tensors:
-            if weight_map.get(t.name) != shard.path.name:
-                where = weight_map.get(t.name)
+            where = weight_map.get(t.name)
+            if where != shard_name:
                 said = f"says it is in {where}" if where else "does not list it"
-                raise BadInput(f"{root / index_name}: {t.name} is in {shard.path.name} but the index {said}; fix the index")
-    stored = {t.name for s in shards for t in s.tensors}
-    for name, shard in weight_map.items():
-        if name not in stored:
-            raise BadInput(f"{root / shard}: tensor {name} is listed in the index but not stored; re-download the shard")
+                raise BadInput(f"{root / index_name}: {t.name} is in {shard_name} but the index {said}; fix the index")
+    if len(weight_map) > sum(len(s.tensors) for s in shards):  # every stored tensor is listed: any extra is not stored
+        stored = {t.name for s in shards for t in s.tensors}
+        name, shard = next((n, s) for n, s in weight_map.items() if n not in stored)
+        raise BadInput(f"{root / shard}: tensor {name} is listed in the index but not stored; re-download the shard")
