@@ -89,7 +89,7 @@ def _module_health(m: StoredModule, located, precision, scale_2, Finding, read, 
             out.append(Finding("error", "global-scale", name2, f"{name2} {problem}"))
         else:
             scale_2[m.name] = value
-            overflow = overflow_problem(stats.largest, value, divisor, "BF16") if stats else None
+            overflow = overflow_problem(stats, value, divisor, "BF16") if stats else None
             if overflow:
                 out.append(Finding("error", "scale-overflow", name2, f"{name2}: {overflow}; the layer computes infinities"))
     if m.tensor("input_scale") is None and precision.get(m.name) == "nvfp4":

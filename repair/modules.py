@@ -21,7 +21,10 @@ class StoredModule:
     roles: tuple[tuple[str, str], ...]  # (role, tensor name): "weight", "weight_scale", "weight_scale_2", ...
 
     def tensor(self, role: str) -> str | None:
-        return dict(self.roles).get(role)
+        for r, name in self.roles:  # at most four roles: a scan beats building a dict per call
+            if r == role:
+                return name
+        return None
 
     @property
     def tensors(self) -> tuple[str, ...]:

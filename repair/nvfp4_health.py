@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -23,6 +23,7 @@ _CATEGORY = bytes(3 if b & 0x7F == 0x7F else 0 if b & 0x7F == 0 else 2 if b & 0x
 
 DTYPE_MAX = {"BF16": 3.3895313892515355e38, "F16": 65504.0, "F32": 3.4028234663852886e38}  # largest finite values
 E2M1_MAX = 6.0  # the largest FP4 magnitude
+FP8_MAX = 448.0  # the largest float8_e4m3fn value
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,11 @@ class BlockScaleStats:
     nan: int
     negative: int
     zero: int
-    largest: float  # the largest non-negative, non-NaN block scale (0.0 when there is none)
+    raw: bytes = field(repr=False, compare=False)
+
+    def largest(self) -> float:
+        """The largest positive, non-NaN block scale (0.0 when there is none); asked only when it matters."""
+        return e4m3_value(next((code for code in range(0x7E, 0, -1) if code in self.raw), 0))  # codes order like values
 
 
 def read_f32_scalar(path: Path, info: TensorInfo, read: Reader = read_bytes) -> float:
@@ -42,8 +47,7 @@ def block_scale_stats(path: Path, info: TensorInfo, read: Reader = read_bytes) -
     """Count NaN, negative and zero fp8 block scales (ModelOpt writes 1.0 for all-zero blocks, never 0)."""
     raw = bytes(read(path, info))
     data = raw.translate(_CATEGORY)
-    largest = next((code for code in range(0x7E, 0, -1) if code in raw), 0)  # positive codes order like their values
-    return BlockScaleStats(nan=data.count(3), negative=data.count(2), zero=data.count(0), largest=e4m3_value(largest))
+    return BlockScaleStats(nan=data.count(3), negative=data.count(2), zero=data.count(0), raw=raw)
 
 
 def e4m3_value(code: int) -> float:
@@ -55,10 +59,13 @@ def e4m3_value(code: int) -> float:
     return -value if code & 0x80 else value
 
 
-def overflow_problem(largest_block: float, global_scale: float, divisor: bool, out_dtype: str) -> str | None:
+def overflow_problem(blocks: BlockScaleStats, global_scale: float, divisor: bool, out_dtype: str) -> str | None:
     """Why the dequantized weight would hold infinities in `out_dtype` (value = fp4 * block * scale_2, or / the
     compressed-tensors global scale): the largest magnitude it can reach, against the dtype's limit."""
-    with_scale = largest_block / global_scale if divisor else largest_block * global_scale
+    scaled = (lambda block: block / global_scale) if divisor else (lambda block: block * global_scale)
+    if E2M1_MAX * scaled(FP8_MAX) <= DTYPE_MAX[out_dtype]:
+        return None  # not even the largest possible block scale overflows: the block scales need no look
+    with_scale = scaled(blocks.largest())
     peak = E2M1_MAX * with_scale
     if peak <= DTYPE_MAX[out_dtype] and with_scale <= DTYPE_MAX["F32"]:
         return None

@@ -86,7 +86,7 @@ def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str,
     stats = block_scale_stats(scale.path, scale)
     if stats.nan or stats.negative:
         raise BadInput(f"{_at(scale, where)}: {stats.nan} NaN and {stats.negative} negative block scales; {BROKEN_EXPORT}")
-    overflow = overflow_problem(stats.largest, global_scale, divisor, out_dtype)
+    overflow = overflow_problem(stats, global_scale, divisor, out_dtype)
     if overflow:
         raise BadInput(f"{_at(scale_2, where)}: {overflow}; {BROKEN_EXPORT}")
 
