@@ -77,7 +77,7 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     findings += config_findings(ckpt, declaration, modules, specs)
     findings += health_findings(ckpt, modules, precision, fmt.GLOBAL_SCALE_IS_DIVISOR)
     linears = [m for m in modules.values() if m.tensor("weight")]
-    bits = stored_bits(linears, {n: i.nbytes for n, i in infos.items()})
+    bits = stored_bits(linears, infos)
     return Diagnosis(target, tp, tuple(findings), first, precision, bits)
 
 

@@ -26,14 +26,17 @@ def group_modules(infos: dict[str, TensorInfo], leaves: dict[str, str]) -> list[
             found = by_module[module] = {}
         found[leaf] = info
     modules = []
+    sidecars = [(role, leaf) for role, leaf in leaves.items() if role != "weight"]
     for module, found in by_module.items():
         weight_leaf = leaves["weight"] if leaves["weight"] in found else "weight" if "weight" in found else None
         if weight_leaf is None:
             modules.extend(_plain(info) for info in found.values())
             continue
-        owned = {weight_leaf} | {leaf for role, leaf in leaves.items() if role != "weight" and leaf in found}
-        modules.append(_weighted(module, weight_leaf, found, leaves))
-        modules.extend(_plain(info) for leaf, info in found.items() if leaf not in owned)
+        roles = (("weight", found[weight_leaf].name),) + tuple((role, found[leaf].name) for role, leaf in sidecars if leaf in found)
+        modules.append(_weighted(module, weight_leaf, found, leaves, roles))
+        if len(found) > len(roles):  # tensors of no role (a bias, ...) are modules of their own
+            owned = {weight_leaf} | {leaf for _, leaf in sidecars if leaf in found}
+            modules.extend(_plain(info) for leaf, info in found.items() if leaf not in owned)
     return sorted(modules, key=lambda m: m.name)
 
 
@@ -41,9 +44,9 @@ def _plain(info: TensorInfo) -> StoredModule:
     return StoredModule(info.name, info.dtype.lower(), info.shape, info.shape, (("value", info.name),))
 
 
-def _weighted(module: str, weight_leaf: str, found: dict[str, TensorInfo], leaves: dict[str, str]) -> StoredModule:
+def _weighted(module: str, weight_leaf: str, found: dict[str, TensorInfo], leaves: dict[str, str],
+              roles: tuple[tuple[str, str], ...]) -> StoredModule:
     weight = found[weight_leaf]
-    roles = [("weight", weight.name)] + [(role, found[leaf].name) for role, leaf in leaves.items() if role != "weight" and leaf in found]
     scale = found.get(leaves["weight_scale"])
     has_sidecar = (scale is not None and scale.dtype == "F8_E4M3") or leaves["weight_scale_2"] in found
     named_packed = weight_leaf != "weight"
@@ -52,8 +55,8 @@ def _weighted(module: str, weight_leaf: str, found: dict[str, TensorInfo], leave
                        f"packs 2-D [out, in/2] weights, so it can be neither dequantized nor kept; {BROKEN_EXPORT}")
     packed = weight.dtype == "U8" and (named_packed or has_sidecar)  # a lost scale still means packed
     if not packed:
-        return StoredModule(module, weight.dtype.lower(), weight.shape, weight.shape, tuple(roles))
-    return StoredModule(module, "nvfp4", weight.shape, (weight.shape[0], weight.shape[1] * 2), tuple(roles))
+        return StoredModule(module, weight.dtype.lower(), weight.shape, weight.shape, roles)
+    return StoredModule(module, "nvfp4", weight.shape, (weight.shape[0], weight.shape[1] * 2), roles)
 
 
 def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str, leaves: dict[str, str],
