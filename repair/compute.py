@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from repair.codec import dequant_table
-from repair.io.safetensors import ShardHeader, TensorInfo, read_bytes
+from repair.errors import BadInput
+from repair.io.ranges import read_bytes
+from repair.io.safetensors import ShardHeader, TensorInfo
 from repair.planning import TensorStep
 
 if TYPE_CHECKING:
@@ -45,7 +47,17 @@ class Computer:
             return memoryview(self._dequantized_bits(step).reshape(-1).view(np.uint8))
         from repair.io import tensors
 
-        return tensors.to_bytes(self.tensor(step))
+        result = self.tensor(step)
+        if step.op in ("dequantize", "cast") and result.is_floating_point():
+            self._refuse_non_finite(step, int((~result.isfinite()).sum()))
+        return tensors.to_bytes(result)
+
+    def _refuse_non_finite(self, step: TensorStep, count: int) -> None:
+        """The last guard against garbage that looks fixed: plan-time checks read the scales, this reads the result."""
+        if count:
+            shard, info = self._sources[step.source][step.inputs[0]]
+            raise BadInput(f"{shard.path}: {info.name}: {count} of the {step.out.dtype} values it gives are NaN or infinite "
+                           f"({step.op}); nothing was written; re-download or re-export it, or leave the module out")
 
     def tensor(self, step: TensorStep) -> torch.Tensor:
         from repair.codec import nvfp4
@@ -74,6 +86,7 @@ class Computer:
     def _dequantized_bits(self, step: TensorStep) -> np.ndarray:
         packed, scale = (self._array(n, step.source, np.uint8) for n in step.inputs[:2])
         scale_2 = float(self._array(step.inputs[2], step.source, np.dtype("<f4")).reshape(-1)[0])
+        self._refuse_non_finite(step, dequant_table.non_finite_blocks(scale, scale_2, step.out.dtype, self._divisor))
         return dequant_table.dequantize(packed, scale, scale_2, step.out.dtype, self._divisor)
 
     def _array(self, name: str, source: str, dtype: np.dtype) -> np.ndarray:

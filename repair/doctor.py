@@ -66,7 +66,8 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     degree = _degree_findings(specs, precision, ckpt.config, tp) if target.profile.runtime == "vllm" and specs else []
     findings += degree
     if target.profile.runtime == "vllm" and specs and not degree:  # an impossible degree fails before any weight loads
-        order = sorted(infos.values(), key=lambda i: (ckpt.locate()[i.name][0].path.name, i.name))
+        located = ckpt.locate()
+        order = sorted(infos.values(), key=lambda i: (located[i.name][0].path.name, i.name))
         outcomes = vllm_loader.simulate(order, specs, precision, target, tp, fmt.RUNTIME_LEAVES)
         first = _first_error_per_rank(outcomes)
         findings += _load_findings(outcomes, modules, specs, precision, target, declaration)
@@ -74,9 +75,9 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
         findings += _bf16_findings(ckpt, modules)
     findings += _handshake_findings(modules, precision, target)
     findings += config_findings(ckpt, declaration, modules, specs)
-    findings += health_findings(ckpt, modules, precision)
+    findings += health_findings(ckpt, modules, precision, fmt.GLOBAL_SCALE_IS_DIVISOR)
     linears = [m for m in modules.values() if m.tensor("weight")]
-    bits = stored_bits(linears, {n: i.nbytes for n, i in infos.items()})
+    bits = stored_bits(linears, infos)
     return Diagnosis(target, tp, tuple(findings), first, precision, bits)
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from repair.arch.gemma4_assistant import ModuleSpec
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
+from repair.io.ranges import RangeReader
 from repair.modules import StoredModule
-from repair.nvfp4_health import block_scale_stats, global_scale_problem, read_f32_scalar
+from repair.nvfp4_health import block_scale_stats, global_scale_problem, overflow_problem, read_f32_scalar
 from repair.targets.vllm_matching import draft_prefix
 
 FUSED_SIBLINGS = (("mlp.gate_proj", "mlp.up_proj"), ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
@@ -40,15 +41,16 @@ def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[st
     return findings
 
 
-def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precision: dict[str, str]):
+def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precision: dict[str, str], divisor: bool = False):
     """Scale counts, shapes and values of every packed module, and fused siblings' shared scale."""
     from repair.doctor import Finding
 
     located = ckpt.locate()
     findings = []
     scale_2: dict[str, float] = {}
-    for m in sorted((m for m in modules.values() if m.is_quantized), key=lambda m: m.name):
-        findings += _module_health(m, located, precision, scale_2, Finding)
+    with RangeReader() as read:
+        for m in sorted((m for m in modules.values() if m.is_quantized), key=lambda m: m.name):
+            findings += _module_health(m, located, precision, scale_2, Finding, read, divisor)
     for parent_siblings in _sibling_groups(scale_2):
         values = {name: scale_2[name] for name in parent_siblings}
         if len(set(values.values())) > 1:
@@ -59,7 +61,7 @@ def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precisio
     return findings
 
 
-def _module_health(m: StoredModule, located, precision, scale_2, Finding):
+def _module_health(m: StoredModule, located, precision, scale_2, Finding, read, divisor: bool):
     out = []
     logical_out, logical_in = m.logical_shape
     scale_name = m.tensor("weight_scale")
@@ -67,10 +69,11 @@ def _module_health(m: StoredModule, located, precision, scale_2, Finding):
         out.append(Finding("error", "missing-weight-scale", m.name, f"{m.name}: packed weight without weight_scale; it cannot be dequantized (use --original)"))
         return out
     shard, scale = located[scale_name]
+    stats = None
     if scale.shape != (logical_out, logical_in // 16):
         out.append(Finding("error", "scale-shape", scale_name, f"{scale_name}: shape {list(scale.shape)}, expected {[logical_out, logical_in // 16]}"))
     else:
-        stats = block_scale_stats(shard.path, scale)
+        stats = block_scale_stats(shard.path, scale, read)
         if stats.nan or stats.negative:
             out.append(Finding("error", "block-scales", scale_name, f"{scale_name}: {stats.nan} NaN and {stats.negative} negative block scales"))
         if stats.zero:
@@ -80,12 +83,15 @@ def _module_health(m: StoredModule, located, precision, scale_2, Finding):
         out.append(Finding("error", "missing-scale-2", m.name, f"{m.name}: packed weight without weight_scale_2"))
     else:
         shard2, info2 = located[name2]
-        value = read_f32_scalar(shard2.path, info2) if info2.dtype == "F32" and info2.nbytes == 4 else float("nan")
+        value = read_f32_scalar(shard2.path, info2, read) if info2.dtype == "F32" and info2.nbytes == 4 else float("nan")
         problem = global_scale_problem(value)
         if problem:
             out.append(Finding("error", "global-scale", name2, f"{name2} {problem}"))
         else:
             scale_2[m.name] = value
+            overflow = overflow_problem(stats, value, divisor, "BF16") if stats else None
+            if overflow:
+                out.append(Finding("error", "scale-overflow", name2, f"{name2}: {overflow}; the layer computes infinities"))
     if m.tensor("input_scale") is None and precision.get(m.name) == "nvfp4":
         out.append(Finding("error", "missing-input-scale", m.name,
                            f"{m.name}: no input_scale, but the runtime builds it W4A4 and skips its missing-weights check for "

@@ -52,6 +52,12 @@ class InternalError(RepairError):
         )
 
 
+def short(value: object, limit: int = 80) -> str:
+    """repr() of a value read from hostile data, cut to fit in an error line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def where(path: object, tensor: str | None = None) -> str:
     """Format a location as `file` or `file: tensor` for error lines."""
     return f"{path}: {tensor}" if tensor else str(path)

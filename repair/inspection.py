@@ -40,8 +40,7 @@ def inspect_checkpoint(ckpt: Checkpoint) -> Inspection:
         for m in modules
     )
     linears = [m for m in modules if m.tensor("weight")]
-    sizes = {name: info.nbytes for name, info in infos.items()}
-    return Inspection(ckpt, declaration, views, stored_bits(linears, sizes))
+    return Inspection(ckpt, declaration, views, stored_bits(linears, infos))
 
 
 def _declared(module: StoredModule, declaration: Declaration, expected: dict) -> str:

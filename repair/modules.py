@@ -8,6 +8,10 @@ from the config alone: the config is a claim the tensors may contradict.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from repair.io.safetensors import TensorInfo
 
 
 @dataclass(frozen=True)
@@ -21,7 +25,10 @@ class StoredModule:
     roles: tuple[tuple[str, str], ...]  # (role, tensor name): "weight", "weight_scale", "weight_scale_2", ...
 
     def tensor(self, role: str) -> str | None:
-        return dict(self.roles).get(role)
+        for r, name in self.roles:  # at most four roles: a scan beats building a dict per call
+            if r == role:
+                return name
+        return None
 
     @property
     def tensors(self) -> tuple[str, ...]:
@@ -48,8 +55,8 @@ def split_name(tensor: str) -> tuple[str, str]:
     return module, leaf
 
 
-def stored_bits(modules: list[StoredModule], sizes: dict[str, int]) -> float:
+def stored_bits(modules: list[StoredModule], infos: dict[str, TensorInfo]) -> float:
     """Bits stored per logical parameter over all modules (scales included)."""
     params = sum(m.params for m in modules)
-    stored = sum(sizes[name] for m in modules for name in m.tensors)
+    stored = sum(infos[name].nbytes for m in modules for name in m.tensors)
     return 8.0 * stored / params if params else 0.0

@@ -24,16 +24,17 @@ CORRUPT_RELATIVE_ERROR = 0.25  # NVFP4's normal relative error on real weights i
 @dataclass(frozen=True)
 class OriginalAssessment:
     verified: tuple[str, ...]
-    mismatched: tuple[str, ...]
+    mismatched: tuple[str, ...]  # do not reproduce: values differ, or the original's weight is not finite
     errors: dict[str, float]  # module -> relative error of its NVFP4 copy against the original
     forced: bool
+    non_finite: tuple[str, ...] = ()  # original weights holding NaN or infinities (never taken)
 
     def as_dict(self) -> dict:
         return {
             "verified": len(self.verified), "checked": len(self.verified) + len(self.mismatched),
-            "mismatched": list(self.mismatched), "forced": self.forced,
+            "mismatched": list(self.mismatched), "non_finite": list(self.non_finite), "forced": self.forced,
             "relative_error": {k: round(v, 6) for k, v in sorted(self.errors.items())},
-            "corrupted": sorted(k for k, v in self.errors.items() if v > CORRUPT_RELATIVE_ERROR),
+            "corrupted": sorted(k for k, v in self.errors.items() if not v <= CORRUPT_RELATIVE_ERROR),  # NaN counts
         }
 
     @property
@@ -43,31 +44,61 @@ class OriginalAssessment:
 
 
 def assess_original(plan: Plan, force: bool = False) -> OriginalAssessment:
-    """Verify the original against every packed module, or raise BadInput (unless `force`)."""
+    """Verify the original against every packed module, or raise BadInput.
+
+    Most packed modules must reproduce byte-for-byte (a few may not: a checkpoint module the
+    exporter corrupted is what --original repairs); fewer is another model, refused unless
+    `force`. A weight holding NaN or infinities is refused whenever the plan takes it, even with
+    `force`: it would be written into OUT as is.
+    """
     ckpt, original = plan.source, plan.original
     computer = Computer(ckpt.locate(), original.locate())
     packed = [m for m in formats.by_name(plan.format).group_modules(ckpt.infos()) if m.is_quantized]
     orig_infos = original.infos()
-    verified, mismatched, errors = [], [], {}
+    verified, mismatched, errors, non_finite = [], [], {}, []
     for m in packed:
         name = f"{m.name}.weight"
         if name not in orig_infos or orig_infos[name].shape != m.logical_shape:
             mismatched.append(m.name)
             continue
         weight = computer.load(name, "original")
+        if not _finite(weight):
+            non_finite.append(name)
+            mismatched.append(m.name)
+            continue
         stored = [computer.load(m.tensor(r)) for r in ("weight", "weight_scale", "weight_scale_2")]
         again = nvfp4.quantize(weight, stored[2])
         same = torch.equal(nvfp4.canonical_codes(again[0]), nvfp4.canonical_codes(stored[0])) and torch.equal(
             again[1].view(torch.uint8), stored[1].view(torch.uint8))
         (verified if same else mismatched).append(m.name)
         errors[m.name] = _relative_error(nvfp4.dequantize(*stored, torch.float32), weight)
-    result = OriginalAssessment(tuple(verified), tuple(mismatched), errors, force)
-    if packed and not verified and not force:
+    checked = {f"{m.name}.weight" for m in packed}
+    non_finite += [n for n in _taken(plan) if n not in checked and not _finite(computer.load(n, "original"))]
+    result = OriginalAssessment(tuple(verified), tuple(mismatched), errors, force, tuple(non_finite))
+    _refuse_garbage(plan, result, _taken(plan))
+    if packed and 2 * len(verified) <= len(packed) and not force:
         raise BadInput(
             f"{original.root}: not the original of {ckpt.root} ({result.summary}: "
             f"e.g. {mismatched[0]}); pass the model this checkpoint was quantized from, or --force"
         )
     return result
+
+
+def _taken(plan: Plan) -> list[str]:
+    """Every original tensor the plan writes into OUT (copied, cast or requantized)."""
+    names = {n for c in plan.changes for step in c.outputs if step.source == "original" for n in step.inputs}
+    return sorted(names)
+
+
+def _refuse_garbage(plan: Plan, result: OriginalAssessment, taken: list[str]) -> None:
+    bad = [n for n in result.non_finite if n in taken]
+    if bad:
+        raise BadInput(f"{plan.original.root}: {bad[0]}: holds NaN or infinite values ({len(bad)} such tensor(s) the repair "
+                       "would take); nothing was written; re-download the original, or leave these modules out of the recipe")
+
+
+def _finite(weight: torch.Tensor) -> bool:
+    return bool(weight.isfinite().all()) if weight.is_floating_point() else True
 
 
 def _relative_error(approx: torch.Tensor, truth: torch.Tensor) -> float:

@@ -33,7 +33,7 @@ def module_change(m: StoredModule, action: str, ckpt: Checkpoint, original: Chec
     elif action == "take_original":
         outputs = (_original_step(m, original, recipe.dtype),)
     elif m.is_quantized:  # dequantize
-        fmt.check_packed(m, infos, str(ckpt.root))
+        fmt.check_packed(m, infos, str(ckpt.root), recipe.dtype)
         inputs = (m.tensor("weight"), m.tensor("weight_scale"), m.tensor("weight_scale_2"))
         outputs = (TensorStep(TensorRef(weight, recipe.dtype, m.logical_shape), "dequantize", inputs, module=m.name),)
     elif len(m.tensors) > 1:  # BF16 already, with leftover scales

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from repair import formats
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG
 from repair.planning import Plan
 
@@ -17,6 +18,7 @@ def plan_as_json(plan: Plan) -> dict:
             for c in plan.changes
         ],
         "exclusions_added": list(plan.exclusions_added),
+        "configs_aligned": configs_aligned(plan),
         "files": [{"name": s.name, "op": s.op} for s in plan.shards]
         + [{"name": n, "op": "rewrite_json"} for n in plan.json_files]
         + [{"name": n, "op": "copy_file"} for n in plan.copied_files]
@@ -42,6 +44,8 @@ def plan_as_text(plan: Plan) -> str:
     if plan.exclusions_added:
         files = " and ".join(n for n in (CONFIG, HF_QUANT_CONFIG) if n in plan.json_files)
         lines.append(f"  exclusions: add {', '.join(plan.exclusions_added)} ({files})")
+    if configs_aligned(plan):
+        lines.append(f"  exclusions: {HF_QUANT_CONFIG} exclude_modules made equal to {CONFIG} ignore (they disagreed; vLLM reads {CONFIG})")
     rewritten = [s.name for s in plan.shards if s.op == "rewrite"]
     copied = [s.name for s in plan.shards if s.op == "copy_file"] + list(plan.copied_files)
     removed = _removed_shards(plan)
@@ -51,6 +55,15 @@ def plan_as_text(plan: Plan) -> str:
     if nested:
         lines.append(f"  copied byte for byte, not checked or repaired (only top-level shards are the checkpoint): {', '.join(nested)}")
     return "\n".join(lines)
+
+
+def configs_aligned(plan: Plan) -> bool:
+    """The two config files' exclusion lists disagreed on input and agree in the output."""
+    fmt = formats.by_name(plan.format)
+    src = plan.source
+    before = fmt.exclusion_lists(src.config, src.hf_quant_config)
+    after = fmt.exclusion_lists(plan.json_files.get(CONFIG, src.config), plan.json_files.get(HF_QUANT_CONFIG, src.hf_quant_config))
+    return len(before) == 2 and set(before[0]) != set(before[1]) and len(after) == 2 and set(after[0]) == set(after[1])
 
 
 def _change_text(c) -> str:

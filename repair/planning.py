@@ -7,7 +7,6 @@ checked completely before the executor writes a byte.
 from __future__ import annotations
 
 import fnmatch
-import re
 from dataclasses import dataclass, field
 
 from repair import formats
@@ -16,6 +15,8 @@ from repair.errors import UsageError
 from repair.formats.base import Declaration, Format
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 from repair.io.dtypes import nbytes
+from repair.io.output import REPORT_NAME
+from repair.io.parse import regex
 from repair.io.safetensors import ShardHeader
 from repair.modules import StoredModule
 from repair.recipe import ACTIONS, Recipe
@@ -100,7 +101,7 @@ def select(modules: list[StoredModule], patterns: tuple[str, ...]) -> list[Store
 
 def _matches(name: str, pattern: str) -> bool:
     if pattern.startswith("re:"):
-        return re.fullmatch(pattern[3:], name) is not None
+        return regex(pattern[3:], "module pattern", UsageError).fullmatch(name) is not None
     return name == pattern or fnmatch.fnmatchcase(name, pattern)
 
 
@@ -122,7 +123,6 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     """Plan the repair of `ckpt` by `recipe` without reading any tensor data."""
     from repair.plan_check import check_plan
     from repair.plan_modules import module_change
-    from repair.report import REPORT_NAME
 
     fmt = formats.detect(ckpt)
     modules = fmt.group_modules(ckpt.infos())
@@ -135,8 +135,7 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     config, hf_quant, added = _config_edits(ckpt, fmt, declaration, recipe, actions)
     json_files = _json_files(ckpt, config, hf_quant, shards, bool(emptied))
     removed = emptied + ((HF_QUANT_CONFIG,) if recipe.drop_quantization and ckpt.hf_quant_config is not None else ())
-    copied = tuple(n for n in ckpt.other_files if n != REPORT_NAME)  # an earlier run's report: this run writes its own
-    copied += tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
+    copied = _other_files(ckpt) + tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
     plan = Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original, fmt.NAME)
     check_plan(plan)
     return plan
@@ -239,6 +238,12 @@ def _json_files(ckpt: Checkpoint, config, hf_quant, shards: tuple[ShardStep, ...
     if ckpt.index is not None and (shards_removed or any(s.op == "rewrite" for s in shards)):
         candidates[ckpt.index_name] = (ckpt.index, _index(ckpt.index, shards))
     return {name: new for name, (old, new) in candidates.items() if new is not None and new != old}
+
+
+def _other_files(ckpt: Checkpoint) -> tuple[str, ...]:
+    """Files copied through unchanged; an earlier run's repair_report.json is not one (it describes that run, and this
+    run writes its own in its place)."""
+    return tuple(n for n in ckpt.other_files if n != REPORT_NAME)
 
 
 def _small_files(ckpt: Checkpoint) -> list[str]:

@@ -9,13 +9,13 @@ with the standard library: loading one never runs code.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
 from repair.arch.gemma4_assistant import BF16_HANDSHAKE
-from repair.errors import UsageError
+from repair.errors import UsageError, short
+from repair.io.parse import parse_json, parse_toml, read_text, regex
 
 ACTIONS = ("keep", "drop", "requantize", "take_original", "dequantize")  # precedence when patterns overlap
 
@@ -66,7 +66,10 @@ def recipe_from_dict(data: dict, where: str = "recipe") -> Recipe:
         if key not in known:
             raise UsageError(f"{where}: unknown key {key!r}; recipe keys are {', '.join(sorted(known))}")
     values: dict = {a: () for a in ACTIONS}
-    for i, rule in enumerate(data.get("rules", [])):
+    rules = data.get("rules", [])
+    if not isinstance(rules, list):
+        raise UsageError(f"{where}: 'rules' must be a list of tables ([[rules]]), found {short(rules)}; write each rule as a [[rules]] table")
+    for i, rule in enumerate(rules):
         action, modules = _rule(rule, f"{where}: rules[{i}]")
         values[action] = values[action] + modules
     for key, kind in (("name", str), ("description", str), ("dtype", str), ("target", str), ("drop_quantization", bool),
@@ -95,7 +98,15 @@ def _rule(rule: object, where: str) -> tuple[str, tuple[str, ...]]:
         modules = [modules]
     if not (isinstance(modules, list) and modules and all(isinstance(m, str) and m for m in modules)):
         raise UsageError(f"{where}: 'modules' must be a non-empty list of names, globs or re: patterns")
+    for pattern in modules:
+        check_pattern(pattern, where)
     return action, tuple(modules)
+
+
+def check_pattern(pattern: str, where: str) -> None:
+    """A module pattern's `re:` part must compile: refused with one line, not a traceback mid-plan."""
+    if pattern.startswith("re:"):
+        regex(pattern[3:], f"{where}: module pattern", UsageError)
 
 
 def load_recipe(path: Path) -> Recipe:
@@ -104,20 +115,14 @@ def load_recipe(path: Path) -> Recipe:
     if builtin is not None and not Path(path).exists():
         return _from_toml(Path(f"recipes/{path}.toml"), builtin.read_text(encoding="utf-8"))
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read recipe ({exc.strerror}); give a .toml file, a built-in name (see `ckpt-repair recipes`) or a repair_report.json") from None
+    text = read_text(path, f"give a .toml file, a built-in name (see `ckpt-repair recipes`) or a repair_report.json", UsageError)
     if path.suffix == ".json":
         return _from_report(path, text)
     return _from_toml(path, text)
 
 
 def _from_toml(path: Path, text: str) -> Recipe:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: invalid TOML: {exc}") from None
+    data = parse_toml(text, path, "fix the recipe", UsageError)
     try:
         return recipe_from_dict(data, str(path))
     except UsageError as err:
@@ -125,12 +130,7 @@ def _from_toml(path: Path, text: str) -> Recipe:
 
 
 def _from_report(path: Path, text: str) -> Recipe:
-    import json
-
-    try:
-        report = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    report = parse_json(text, path, "give a repair_report.json written by ckpt-repair", UsageError)
     section = report.get("recipe") if isinstance(report, dict) else None
     if section is None:
         raise UsageError(f"{path}: no 'recipe' section; give a repair_report.json written by ckpt-repair")

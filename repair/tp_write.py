@@ -190,7 +190,7 @@ class _Slicer:
 
 
 def _read_all(path: Path, info: TensorInfo) -> bytearray:
-    from repair.io.safetensors import read_bytes
+    from repair.io.ranges import read_bytes
 
     return read_bytes(path, info)
 

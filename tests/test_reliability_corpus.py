@@ -66,7 +66,7 @@ def test_fix_refuses_malformed_input_cleanly(name, tmp_path, capsys):
     out = case.out or tmp_path / "out"
     src_before = tree(case.src)
     out_before = tree(out) if out.exists() else None
-    code = run_cli("fix", str(case.src), "-o", str(out), "--quiet")
+    code = run_cli("fix", str(case.src), "-o", str(out), "--quiet", *case.args)
     captured = capsys.readouterr()
     assert code == case.exit_code, captured.err
     if case.exit_code == 0:
@@ -89,6 +89,29 @@ def test_inspect_never_crashes_on_malformed_input(name, tmp_path, capsys):
     if code == 2:
         assert_one_error_line(captured.err, "")
     assert tree(case.src) == src_before
+
+
+def test_no_input_in_the_corpus_makes_a_traceback(tmp_path):
+    """The real CLI (`python -m repair`, its own process, as installed) on every case: `fix` ends with the
+    case's exit code, at most one stderr line and never a traceback (`inspect` runs in-process above)."""
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    runs = []
+    for name in CASES:
+        case = build(name, tmp_path / name)
+        out = case.out or tmp_path / name / "out"
+        runs.append((name, "fix", (case.exit_code,), ["fix", str(case.src), "-o", str(out), "--quiet", *case.args]))
+
+    def run(item):
+        name, command, codes, args = item
+        done = subprocess.run([sys.executable, "-m", "repair", *args], capture_output=True, text=True, timeout=120)
+        return name, command, codes, done
+
+    with ThreadPoolExecutor(2) as pool:
+        for name, command, codes, done in pool.map(run, runs):
+            assert "Traceback" not in done.stderr, f"{name} ({command}): {done.stderr}"
+            assert done.returncode in codes and len(done.stderr.splitlines()) <= 1, f"{name} ({command}): {done.returncode} {done.stderr}"
 
 
 def test_error_names_the_shard_for_a_sharded_checkpoint(tmp_path, capsys):

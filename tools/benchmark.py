@@ -128,12 +128,46 @@ def _doctor(src: Path) -> tuple[float, int]:
     return time.perf_counter() - start, int(done.stderr.strip().splitlines()[-1])
 
 
+MANY_TENSORS_RECIPE = """name = "bench-a-few-experts"
+[[rules]]
+action = "dequantize"
+modules = ["model.layers.3.mlp.experts.0.*", "re:model\\\\.layers\\\\.60\\\\.mlp\\\\.shared_experts\\\\..*"]
+"""
+
+
+def bench_many_tensors(work: Path, repeats: int, r: dict) -> None:
+    """inspect, doctor and fix --dry-run on the DeepSeek-R1-sized header-only checkpoint (section 7)."""
+    from tools.bench import many_tensors
+
+    started = time.time()
+    src = many_tensors.write(work / "deepseek-r1-layout")
+    recipe = work / "a-few-experts.toml"
+    recipe.write_text(MANY_TENSORS_RECIPE)
+    runs = alternate({"inspect": lambda: timed([*CLI, "inspect", str(src)]), "doctor": lambda: _doctor(src),
+                      "fix --dry-run": lambda: timed([*CLI, "fix", str(src), "-o", str(work / "never"), "--dry-run", "--recipe", str(recipe)])}, repeats)
+    shards = list(src.glob("*.safetensors"))
+    block_scales = sum(1 for _, dtype, _ in many_tensors.tensors(58, 256) if dtype == "F8_E4M3")
+    r["many_tensors"] = {
+        "tensors": len(many_tensors.tensors(58, 256)), "shards": len(shards), "layers": 58, "experts": 256, "runs": runs,
+        "expert_shape": [many_tensors.EXPERT_OUT, many_tensors.EXPERT_IN], "repeats": repeats,
+        "scale_mb": block_scales * many_tensors.EXPERT_OUT * many_tensors.EXPERT_IN // 16 / 2**20,
+        "recipe": "a recipe dequantizing 6 modules (`model.layers.3.mlp.experts.0.*` and a `re:` pattern on layer 60's shared experts)",
+        "command": "python tools/benchmark.py --only many-tensors", "load_start": r.get("load_start", measure.load()),
+        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)), "minutes": (time.time() - started) / 60,
+    }
+    r["many_tensors"]["load_end"] = measure.load()
+    shutil.rmtree(src, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, one round: a smoke check (< 2 min)")
     parser.add_argument("--out", type=Path, default=None, help="default: BENCHMARKS.md (--quick: /tmp/BENCHMARKS.quick.md)")
     parser.add_argument("--render", type=Path, metavar="JSON", help="only rewrite --out from a run's saved figures (/tmp/ckpt-bench-last.json)")
+    parser.add_argument("--only", choices=["many-tensors"], help="run one case and rewrite only its section of --out")
     args = parser.parse_args()
+    if args.only:
+        return only_many_tensors(args.out or REPO / "BENCHMARKS.md")
     args.out = args.out or (Path(tempfile.gettempdir()) / "BENCHMARKS.quick.md" if args.quick else REPO / "BENCHMARKS.md")
     if args.render:
         return write(args.out, json.loads(args.render.read_text()))
@@ -151,11 +185,26 @@ def main() -> None:
         bench_growth(work, args.quick, repeats, r)
         r["codec"] = codec_bench(2048 if args.quick else 8192, 1 if args.quick else 5)
         bench_inspect(work, 3 if args.quick else 11, r)
+        bench_many_tensors(work, 1 if args.quick else 3, r)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     r["load_end"], r["minutes"] = measure.load(), (time.time() - started) / 60
     (Path(tempfile.gettempdir()) / "ckpt-bench-last.json").write_text(json.dumps(r, indent=1, default=str))  # raw figures
     write(args.out, r)
+
+
+def only_many_tensors(out: Path) -> None:
+    from tools.bench.report import many_tensors_section, splice_many_tensors
+
+    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir="/tmp"))
+    r: dict = {"load_start": measure.load()}
+    try:
+        bench_many_tensors(work, 3, r)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    section = many_tensors_section(r["many_tensors"])
+    out.write_text(splice_many_tensors(out.read_text() if out.exists() else "# Benchmarks\n", section))
+    print("\n".join(section))
 
 
 def write(out: Path, r: dict) -> None:

@@ -13,7 +13,7 @@ import click
 
 from repair import __version__
 from repair.cli.lazy import LazyGroup
-from repair.errors import RepairError
+from repair.errors import RepairError, one_line
 
 COMMANDS = {name: f"repair.cli.{name}_cmd:{name}" for name in ("demo", "doctor", "fix", "hub", "inspect", "recipes", "unshard")}
 
@@ -38,8 +38,10 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:  # click turns Ctrl-C into Abort
         click.echo("interrupted; nothing was written", err=True)
         sys.exit(130)
-    except click.ClickException as err:
-        err.show()
+    except click.ClickException as err:  # a usage error: one line like every other refusal, naming the help to read
+        ctx = getattr(err, "ctx", None)
+        command = ctx.command_path if ctx is not None else "ckpt-repair"
+        click.echo(f"error: {one_line(err.format_message()).rstrip('.')}; see `{command} --help`", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         click.echo("interrupted; nothing was written", err=True)

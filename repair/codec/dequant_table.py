@@ -66,6 +66,19 @@ def pair_table(scale_2: float, out_dtype: str, divisor: bool = False) -> np.ndar
     return rounded.reshape(-1).view(np.uint64 if out_dtype == "F32" else np.uint32)
 
 
+_EXPONENT_MASK = {"BF16": 0x7F80, "F16": 0x7C00, "F32": 0x7F800000}  # all exponent bits set: an infinity or a NaN
+
+
+def non_finite_blocks(scale_bytes: np.ndarray, scale_2: float, out_dtype: str, divisor: bool = False) -> int:
+    """How many blocks would dequantize to a NaN or an infinity: those whose scale code's row of the table
+    holds one. Reads the block scales only (1/16 of the output), so guarding every output costs little."""
+    words = pair_table(scale_2, out_dtype, divisor).reshape(256, -1)
+    values = words.view(np.uint32 if out_dtype == "F32" else np.uint16)
+    mask = _EXPONENT_MASK[out_dtype]
+    bad_codes = ((values & mask) == mask).any(axis=1)
+    return int(np.count_nonzero(bad_codes[scale_bytes]))
+
+
 def dequantize(packed: np.ndarray, scale_bytes: np.ndarray, scale_2: float, out_dtype: str, divisor: bool = False) -> np.ndarray:
     """packed uint8 [rows, in/2] + FP8 scale bytes uint8 [rows, in/16] -> output bits [rows, in] (uint16/uint32).
 

@@ -17,6 +17,7 @@ from repair.errors import BadInput
 from repair.formats import nvfp4_packed
 from repair.formats.base import Declaration, without_quantization  # noqa: F401 (part of the format's interface)
 from repair.io.checkpoint import CONFIG, Checkpoint
+from repair.io.parse import regex
 from repair.io.safetensors import TensorInfo
 from repair.modules import StoredModule, split_name
 
@@ -46,9 +47,9 @@ def group_modules(infos: dict[str, TensorInfo]) -> list[StoredModule]:
     return nvfp4_packed.group_modules(infos, LEAVES)
 
 
-def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str) -> None:
+def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str, out_dtype: str = "BF16") -> None:
     """Raise BadInput unless a packed module can be dequantized (see nvfp4_packed.check_packed)."""
-    nvfp4_packed.check_packed(module, infos, where, LEAVES)
+    nvfp4_packed.check_packed(module, infos, where, LEAVES, GLOBAL_SCALE_IS_DIVISOR, out_dtype)
 
 
 def unsupported(operation: str) -> str | None:
@@ -75,6 +76,9 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
     for name, group in groups.items():
         targets += nvfp4_packed.name_list(group.get("targets", []), path, f"quantization_config.config_groups.{name}.targets")
     ignore = nvfp4_packed.name_list(quant_cfg.get("ignore", []), path, "quantization_config.ignore")
+    for entry in (*ignore, *targets):  # vLLM compiles these; a broken one is refused here, naming the file
+        if entry.startswith("re:"):
+            regex(entry[3:], f"{path}: quantization_config entry")
     return Declaration("NVFP4", ignore, None, NAME, tuple(targets) if groups else None)
 
 

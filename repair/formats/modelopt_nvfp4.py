@@ -34,9 +34,9 @@ def group_modules(infos: dict[str, TensorInfo]) -> list[StoredModule]:
     return nvfp4_packed.group_modules(infos, LEAVES)
 
 
-def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str) -> None:
+def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str, out_dtype: str = "BF16") -> None:
     """Raise BadInput unless a packed module can be dequantized (see nvfp4_packed.check_packed)."""
-    nvfp4_packed.check_packed(module, infos, where, LEAVES)
+    nvfp4_packed.check_packed(module, infos, where, LEAVES, GLOBAL_SCALE_IS_DIVISOR, out_dtype)
 
 
 def unsupported(operation: str) -> str | None:
@@ -85,11 +85,12 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
 
 
 def with_exclusions(ckpt: Checkpoint, names: list[str], covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]:
-    """New (config.json, hf_quant_config.json) contents where both exclusion lists cover `names`.
+    """New (config.json, hf_quant_config.json) contents where both exclusion lists cover `names`, and agree.
 
     `covers(list, name)` tells whether a list already excludes a module (the runtime's matching
     rules); only names a list does not cover are appended to it. Exact entries naming a module
-    in `remove` are taken out (it is quantized again).
+    in `remove` are taken out (it is quantized again). Lists that disagree after that (they did on
+    input) become config.json's: vLLM reads it, and `doctor` warns while the two differ.
     """
     config = copy.deepcopy(ckpt.config)
     hf_quant = copy.deepcopy(ckpt.hf_quant_config)
@@ -99,6 +100,9 @@ def with_exclusions(ckpt: Checkpoint, names: list[str], covers, remove: list[str
     if hf_quant is not None:
         section = hf_quant["quantization"]
         section["exclude_modules"] = nvfp4_packed.append_missing([n for n in section.get("exclude_modules") or [] if n not in remove], names, covers)
+    lists = exclusion_lists(config, hf_quant)
+    if len(lists) == 2 and set(lists[0]) != set(lists[1]):  # they disagreed on input: config.json, which vLLM reads, decides
+        hf_quant["quantization"]["exclude_modules"] = list(lists[0])
     return config, hf_quant
 
 

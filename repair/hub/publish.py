@@ -8,16 +8,16 @@ created (or an earlier interrupted run created) is an unmodified copy of SRC unt
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from repair.errors import OutputError
+from repair.errors import OutputError, RepairError
 from repair.hub import client
 from repair.hub.errors import hub_call
 from repair.hub.source import RemoteFile, RemoteRepo
 from repair.hub.spec import check_remote_name
+from repair.io.parse import parse_json, read_text
 from repair.report import REPORT_NAME
 
 KEEP_ALWAYS = (".gitattributes",)  # a fork keeps its own when the source has none
@@ -71,9 +71,9 @@ def _tree(entries, label: str) -> dict[str, RemoteFile]:
 def _read_report(dst: str, head: str, work: Path) -> dict | None:
     with hub_call(f"{dst}@{head}/{REPORT_NAME}"):
         path = client.download(dst, head, REPORT_NAME, local_dir=work / "dst")
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # a report we cannot read (any way: bad bytes, deep nesting, long numbers) is not one we wrote
+        value = parse_json(read_text(path, "ignored"), path, "ignored")
+    except RepairError:
         return None
     return value if isinstance(value, dict) else None
 

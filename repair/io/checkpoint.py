@@ -7,13 +7,14 @@ folder) is reported here, before any plan is made.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from repair.errors import BadInput
 from repair.io.names import check_name, regular_file
+from repair.io.parse import parse_json, read_text
 from repair.io.safetensors import ShardHeader, TensorInfo, read_header
 
 CONFIG = "config.json"
@@ -38,11 +39,20 @@ class Checkpoint:
         return shard.path.name
 
     def locate(self) -> dict[str, tuple[ShardHeader, TensorInfo]]:
-        """Every tensor name -> (its shard, its stored info)."""
-        return {t.name: (s, t) for s in self.shards for t in s.tensors}
+        """Every tensor name -> (its shard, its stored info); built once (callers only read it), so
+        looking tensors up stays O(1) however often it is asked for."""
+        return self._located
 
     def infos(self) -> dict[str, TensorInfo]:
-        return {t.name: t for s in self.shards for t in s.tensors}
+        return self._infos
+
+    @cached_property
+    def _located(self) -> dict[str, tuple[ShardHeader, TensorInfo]]:
+        return {t.name: (s, t) for s in self.shards for t in s.tensors}
+
+    @cached_property
+    def _infos(self) -> dict[str, TensorInfo]:
+        return {name: info for name, (_, info) in self._located.items()}
 
     @property
     def total_bytes(self) -> int:
@@ -77,18 +87,10 @@ def open_checkpoint(path: Path) -> Checkpoint:
 
 def read_json(path: Path) -> dict:
     """A small JSON object file, or BadInput naming the file and the defect."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read ({exc.strerror}); check the file and its permissions") from None
-    except UnicodeDecodeError:
-        raise BadInput(f"{path}: not UTF-8 text, so not JSON; fix or re-download it") from None
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}; fix or re-download it") from None
-    except (ValueError, RecursionError):  # a number too long to convert, or absurd nesting
-        raise BadInput(f"{path}: JSON too deeply nested or with an over-long number; fix or re-download it") from None
+    fix = "fix or re-download it"
+    value = parse_json(read_text(path, fix), path, fix)
     if not isinstance(value, dict):
-        raise BadInput(f"{path}: expected a JSON object, found {type(value).__name__}; fix or re-download it")
+        raise BadInput(f"{path}: expected a JSON object, found {type(value).__name__}; {fix}")
     return value
 
 
@@ -163,24 +165,23 @@ def _indexed_shards(root: Path, shard_names: list[str], index: dict | None) -> l
 def _check_unique(root: Path, shards: tuple[ShardHeader, ...]) -> None:
     seen: dict[str, str] = {}
     for shard in shards:
+        shard_name = shard.path.name
         for t in shard.tensors:
             if t.name in seen:
-                raise BadInput(
-                    f"{root}: tensor {t.name} is stored in both {seen[t.name]} and {shard.path.name}; "
-                    "remove the stale shard"
-                )
-            seen[t.name] = shard.path.name
+                raise BadInput(f"{root}: tensor {t.name} is stored in both {seen[t.name]} and {shard_name}; remove the stale shard")
+            seen[t.name] = shard_name
 
 
 def _check_index(root: Path, index_name: str, index: dict, shards: tuple[ShardHeader, ...]) -> None:
     weight_map: dict[str, str] = index["weight_map"]
     for shard in shards:
+        shard_name = shard.path.name
         for t in shard.tensors:
-            if weight_map.get(t.name) != shard.path.name:
-                where = weight_map.get(t.name)
+            where = weight_map.get(t.name)
+            if where != shard_name:
                 said = f"says it is in {where}" if where else "does not list it"
-                raise BadInput(f"{root / index_name}: {t.name} is in {shard.path.name} but the index {said}; fix the index")
-    stored = {t.name for s in shards for t in s.tensors}
-    for name, shard in weight_map.items():
-        if name not in stored:
-            raise BadInput(f"{root / shard}: tensor {name} is listed in the index but not stored; re-download the shard")
+                raise BadInput(f"{root / index_name}: {t.name} is in {shard_name} but the index {said}; fix the index")
+    if len(weight_map) > sum(len(s.tensors) for s in shards):  # every stored tensor is listed: any extra is not stored
+        stored = {t.name for s in shards for t in s.tensors}
+        name, shard = next((n, s) for n, s in weight_map.items() if n not in stored)
+        raise BadInput(f"{root / shard}: tensor {name} is listed in the index but not stored; re-download the shard")

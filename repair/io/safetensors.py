@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Union
 
-from repair.errors import BadInput
+from repair.errors import BadInput, short
 from repair.io.dtypes import ITEMSIZE, nbytes
+from repair.io.parse import parse_json
 from repair.io.hashing import HashFollower, kernel_copy, write_all
 from repair.io.names import file_type_problem
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
+MAX_NDIM = 64  # far above any real tensor; bounds the work of multiplying a hostile shape out
+MAX_DIM = 2**63  # torch and numpy index with int64: a larger dimension (even in an empty tensor) cannot be loaded
 
 
 @dataclass(frozen=True)
@@ -91,12 +94,13 @@ def read_header(path: Path) -> ShardHeader:
 
 def parse_header(path: Path, raw: bytes, file_size: int) -> ShardHeader:
     """Validate header JSON bytes against the file size; raise BadInput naming the defect."""
-    try:
-        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
-    except _DuplicateKey as dup:
-        raise BadInput(f"{path}: {dup.key}: name appears twice in the header; the file is corrupt, re-download it") from None
-    except (ValueError, RecursionError):  # bad UTF-8, bad JSON, absurd nesting or number length
-        raise BadInput(f"{path}: header is not valid JSON; the file is corrupt, re-download it") from None
+    where, fix = f"{path}: header is not valid JSON", "the file is corrupt, re-download it"
+    header = parse_json(raw, where, fix)
+    if not _every_key_kept(raw, header):
+        try:
+            header = parse_json(raw, where, fix, object_pairs_hook=_unique_keys)
+        except _DuplicateKey as dup:
+            raise BadInput(f"{path}: {dup.key}: name appears twice in the header; the file is corrupt, re-download it") from None
     if not isinstance(header, dict):
         raise BadInput(f"{path}: header is not a JSON object; the file is corrupt, re-download it")
     metadata = header.pop("__metadata__", None)
@@ -104,10 +108,43 @@ def parse_header(path: Path, raw: bytes, file_size: int) -> ShardHeader:
         isinstance(metadata, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
     ):
         raise BadInput(f"{path}: __metadata__ must map strings to strings; the file is corrupt, re-download it")
+    _check_unicode(path, header, metadata)
     data_start = 8 + len(raw)
     tensors = sorted((_tensor_info(path, name, entry, data_start) for name, entry in header.items()), key=_offset_key)
     _check_coverage(path, tensors, data_start, file_size - data_start)
     return ShardHeader(path=path, header_len=len(raw), tensors=tuple(tensors), metadata=metadata)
+
+
+def _check_unicode(path: Path, header: dict, metadata: dict | None) -> None:
+    """JSON's \\u escapes can spell lone surrogates, which no UTF-8 file (the output's header, a
+    report, the terminal) can hold: refused here, naming the string, before anything is written."""
+    for name in header:
+        if not _utf8(name):
+            raise BadInput(f"{path}: {name}: tensor name is not valid Unicode (a lone surrogate); the file is corrupt, re-download it")
+    for key, value in (metadata or {}).items():
+        if not (_utf8(key) and _utf8(value)):
+            raise BadInput(f"{path}: __metadata__ is not valid Unicode (a lone surrogate in {key}); the file is corrupt, re-download it")
+
+
+def _utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _every_key_kept(raw: bytes, header: object) -> bool:
+    """True when json.loads (which keeps the last of duplicate keys, silently) dropped no key: the parsed
+    keys (two levels) number the raw text's `":` key ends. Without an escaped quote in the text, `":`
+    only ends a key; any doubt (spaced or nested keys, escapes) answers False and the header is parsed
+    again key by key. Saves a Python call per object on the common compact header."""
+    if not isinstance(header, dict) or b'\\"' in raw:
+        return False
+    keys = len(header) + sum(len(v) for v in header.values() if type(v) is dict)
+    return raw.count(b'":') == keys
 
 
 class _DuplicateKey(Exception):
@@ -116,12 +153,12 @@ class _DuplicateKey(Exception):
 
 
 def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    """json.loads keeps the last of duplicate keys silently; a header with one is corrupt."""
-    out: dict = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
+    """json.loads keeps the last of duplicate keys silently; a header with one is corrupt.
+    (Called for every object in the header, so the common case stays one C-level dict build.)"""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set = set()
+        raise _DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
     return out
 
 
@@ -130,22 +167,41 @@ def _offset_key(info: TensorInfo) -> tuple[int, int]:
 
 
 def _tensor_info(path: Path, name: str, entry: object, data_start: int) -> TensorInfo:
+    """One header entry, validated. The common case (a well-formed entry) takes the first path: a
+    DeepSeek-sized checkpoint has 180k of them; any doubt falls through to `_checked_info`'s errors."""
+    if type(entry) is dict:
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        itemsize = ITEMSIZE.get(dtype) if type(dtype) is str else None
+        if itemsize and type(shape) is list and len(shape) <= MAX_NDIM and type(offsets) is list and len(offsets) == 2:
+            count, (begin, end) = itemsize, offsets
+            for dim in shape:
+                if type(dim) is not int or not 0 <= dim < MAX_DIM:
+                    break
+                count *= dim
+            else:
+                if type(begin) is int and type(end) is int and 0 <= begin and end - begin == count:
+                    return TensorInfo(name, dtype, tuple(shape), data_start + begin, data_start + end, path)
+    return _checked_info(path, name, entry, data_start)
+
+
+def _checked_info(path: Path, name: str, entry: object, data_start: int) -> TensorInfo:
+    """The entry checked step by step, so the error names what is wrong."""
     if not isinstance(entry, dict):
         raise BadInput(f"{path}: {name}: header entry is not an object; the file is corrupt, re-download it")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if not isinstance(dtype, str) or dtype not in ITEMSIZE:
         raise BadInput(f"{path}: {name}: unknown dtype {dtype!r}; this tool reads {', '.join(sorted(ITEMSIZE))}")
-    if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
-        raise BadInput(f"{path}: {name}: shape {shape!r} is not a list of non-negative integers; the file is corrupt, re-download it")
+    if not (type(shape) is list and len(shape) <= MAX_NDIM and all(type(d) is int and 0 <= d < MAX_DIM for d in shape)):
+        raise BadInput(f"{path}: {name}: shape {short(shape)} is not a list of at most 64 integers in [0, 2**63); the file is corrupt, re-download it")
     if not (
         isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int and o >= 0 for o in offsets)
         and offsets[0] <= offsets[1]
     ):
-        raise BadInput(f"{path}: {name}: data_offsets {offsets!r} are not [begin, end]; the file is corrupt, re-download it")
+        raise BadInput(f"{path}: {name}: data_offsets {short(offsets)} are not [begin, end]; the file is corrupt, re-download it")
     expected = nbytes(dtype, tuple(shape))
     if offsets[1] - offsets[0] != expected:
         raise BadInput(
-            f"{path}: {name}: {dtype} {shape} needs {expected} bytes but data_offsets span "
+            f"{path}: {name}: {dtype} {short(shape)} needs {expected} bytes but data_offsets span "
             f"{offsets[1] - offsets[0]}; the file is corrupt, re-download it"
         )
     return TensorInfo(name, dtype, tuple(shape), data_start + offsets[0], data_start + offsets[1], path)
@@ -263,17 +319,3 @@ class ShardWriter:
                 kernel_copy(source.fileno(), self._fh.fileno(), info.nbytes, info.start, on_piece=self._hasher.advance)
             except EOFError:
                 raise BadInput(f"{src}: {name}: file ended while copying; it is truncated, re-download it") from None
-
-
-def read_bytes(path: Path, info: TensorInfo) -> bytearray:
-    """Read exactly one tensor's bytes by offset (pread), nothing else."""
-    buffer = bytearray(info.nbytes)
-    view = memoryview(buffer)
-    with open(path, "rb") as fh:
-        done = 0
-        while done < info.nbytes:
-            got = os.preadv(fh.fileno(), [view[done:]], info.start + done)
-            if got == 0:
-                raise BadInput(f"{path}: {info.name}: file ended while reading; it is truncated, re-download it")
-            done += got
-    return buffer

@@ -18,7 +18,7 @@ from .edits import INDEX, ONE, SHARD_1, SHARD_2, SHARD_3, SHARDS, assistant, edi
 from .registry import CASES, Case, build, case
 
 # importing the case modules registers their cases; this order is CASES order (the tests', `python -m`'s)
-from . import shard_file, folder, config, packed, output  # noqa: F401  # isort: skip
+from . import shard_file, folder, config, packed, parsing, output  # noqa: F401  # isort: skip
 
 __all__ = ["CASES", "INDEX", "ONE", "SHARD_1", "SHARD_2", "SHARD_3", "SHARDS", "Case", "assistant", "build", "case",
            "edit_tensors"]

@@ -64,3 +64,19 @@ def nan_block_scales(work):
 for _name, _value, _says in (("scale_2_nan", float("nan"), "is NaN"), ("scale_2_inf", float("inf"), "is infinite"),
                              ("scale_2_zero", 0.0, "is 0.0 (must be > 0)"), ("scale_2_negative", -0.25, "is -0.25 (must be > 0)")):
     CASES[_name] = _scale_2(_value, _says)
+
+
+@case
+def scale_2_overflows_bf16(work):  # finite and positive, so it passes the scale checks; x 448 x 6 is past BF16's range
+    import torch
+
+    src = assistant(work)
+    edit_tensors(src / ONE, lambda t: t.update({"pre_projection.weight_scale_2": torch.tensor(3e38)}))
+    return Case(src, "pre_projection.weight_scale_2: block scale x global scale reaches")
+
+
+@case
+def packed_weight_3d(work):  # the same bytes reshaped: once kept as U8 under a BF16 declaration, its scales dropped
+    src = assistant(work)
+    edit_tensors(src / ONE, lambda t: t.update({"pre_projection.weight": t["pre_projection.weight"].reshape(2, 32, 96)}))
+    return Case(src, "pre_projection.weight: packed NVFP4 weight is 3-D [2, 32, 96]")

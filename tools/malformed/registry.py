@@ -15,6 +15,7 @@ class Case:
     expect: str  # substring of the one error line (or of stdout when exit_code is 0)
     out: Path | None = None  # None: <work>/out
     exit_code: int = 2
+    args: tuple[str, ...] = ()  # more `fix` arguments (a recipe file, --requantize ...)
 
 
 CASES: dict[str, Callable[[Path], Case]] = {}

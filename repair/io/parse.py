@@ -1,0 +1,78 @@
+"""The one error path for parsing user data: JSON, TOML, UTF-8 text and regular expressions.
+
+Each of these parsers fails in more ways than its documented error: a lone byte that is not
+UTF-8, nesting deep enough to exhaust the recursion limit (RecursionError), a number longer than
+Python's int-string limit (ValueError). Every file, recipe and pattern a user gives us is parsed
+here, so any such failure becomes one line naming the source, of the error type the caller picks
+(BadInput for a checkpoint's files, UsageError for recipes and command-line patterns), and never
+a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+from repair.errors import BadInput, RepairError, short
+
+ErrorType = type[RepairError]
+
+
+def read_text(path: Path, fix: str, error: ErrorType = BadInput) -> str:
+    """A file's UTF-8 text; `fix` is the next step the error line gives."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise error(f"{path}: cannot read ({exc.strerror}); {fix}") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not UTF-8 text (byte {exc.start}); {fix}") from None
+
+
+def parse_json(text: str | bytes, where: object, fix: str, error: ErrorType = BadInput,
+               object_pairs_hook: Callable | None = None) -> object:
+    """JSON text as Python values; every way decoding fails is one line naming `where`."""
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        return json.loads(text, object_pairs_hook=object_pairs_hook)
+    except json.JSONDecodeError as exc:
+        raise error(f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}; {fix}") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{where}: not UTF-8 text (byte {exc.start}); {fix}") from None
+    except RecursionError:
+        raise error(f"{where}: JSON nested too deeply to read; {fix}") from None
+    except ValueError as exc:  # an over-long number: Python's int-string conversion limit
+        raise error(f"{where}: JSON value cannot be read ({_first_clause(exc)}); {fix}") from None
+
+
+def parse_toml(text: str, where: object, fix: str, error: ErrorType = BadInput) -> dict:
+    """TOML text as a dict; every way decoding fails is one line naming `where`."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{where}: invalid TOML: {exc}; {fix}") from None
+    except RecursionError:
+        raise error(f"{where}: TOML nested too deeply to read; {fix}") from None
+    except ValueError as exc:
+        raise error(f"{where}: TOML value cannot be read ({_first_clause(exc)}); {fix}") from None
+
+
+def regex(pattern: str, where: object, error: ErrorType = BadInput) -> re.Pattern:
+    """A compiled regular expression from user data, or one line saying why it is not one."""
+    try:
+        return _compiled(pattern)
+    except (re.error, RecursionError, OverflowError, ValueError) as exc:
+        raise error(f"{where}: {short(pattern)} is not a valid regular expression ({_first_clause(exc)}); fix the pattern") from None
+
+
+@lru_cache(maxsize=1024)
+def _compiled(pattern: str) -> re.Pattern:
+    return re.compile(pattern)
+
+
+def _first_clause(exc: Exception) -> str:
+    return str(exc).split(";")[0].strip()[:120]

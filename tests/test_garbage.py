@@ -1,0 +1,74 @@
+"""Values that would make garbage are refused before anything is written: scales whose product overflows the
+output dtype (at plan time from the scale bytes, and again on the computed output), NaN/inf in tensors taken
+from --original, and an --original that reproduces too few modules."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import repair
+from repair.errors import BadInput
+from repair.examples import TINY, write_assistant
+from tests.conftest import run_cli, tree_hashes
+from tools.malformed import build
+from tools.modelopt_export import save_original
+
+
+def test_doctor_reports_a_global_scale_that_overflows_bf16(tmp_path, capsys):
+    case = build("scale_2_overflows_bf16", tmp_path)
+    assert run_cli("doctor", case.src, "--json") == 1
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    overflow = [f for f in findings if f["code"] == "scale-overflow"]
+    assert [f["subject"] for f in overflow] == ["pre_projection.weight_scale_2"] and overflow[0]["severity"] == "error"
+
+
+def test_the_computed_output_is_checked_too(tmp_path):
+    """A scale changed after planning (another program writing the file) is caught on the computed values."""
+    src = write_assistant(tmp_path / "src", TINY)
+    plan = repair.plan(src, "gemma4-assistant-vllm-0.25")
+    shard, info = plan.source.locate()["pre_projection.weight_scale_2"]
+    with open(shard.path, "r+b") as fh:
+        os.pwrite(fh.fileno(), struct.pack("<f", 3e38), info.start)
+    with pytest.raises(BadInput, match="pre_projection.weight: .* values it gives are NaN or infinite"):
+        repair.run(plan, tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"], "OUT or a temp folder was left"
+
+
+def _original_with(original_model, folder, edit) -> str:
+    shutil.copytree(original_model, folder)
+    file = next(folder.glob("*.safetensors"))
+    state = load_file(file)
+    edit(state)
+    save_file(state, file, metadata={"format": "pt"})
+    return folder
+
+
+def test_an_original_with_a_nan_layer_is_refused_even_with_force(broken_export, original_model, tmp_path, capsys):
+    nan_orig = _original_with(original_model, tmp_path / "nan-orig",
+                              lambda s: s["post_projection.weight"].fill_(float("nan")))
+    before = tree_hashes(nan_orig)
+    for extra in ((), ("--force",)):
+        assert run_cli("fix", broken_export, "-o", tmp_path / "out", "--original", nan_orig, "--quiet", *extra) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "post_projection.weight: holds NaN or infinite values" in err
+    assert not (tmp_path / "out").exists() and tree_hashes(nan_orig) == before
+
+
+def test_an_original_reproducing_only_one_module_is_refused(broken_export, original_model, tmp_path, capsys):
+    other = load_file(next(save_original(tmp_path / "other-seed", seed=7).glob("*.safetensors")))
+    mostly_other = _original_with(original_model, tmp_path / "mostly-other",
+                                  lambda s: s.update({k: v for k, v in other.items() if not k.startswith("pre_projection")}))
+    assert run_cli("fix", broken_export, "-o", tmp_path / "out", "--original", mostly_other, "--quiet") == 2
+    err = capsys.readouterr().err
+    assert "not the original of" in err and "original verified: 1 of 12 modules reproduce" in err
+    assert not (tmp_path / "out").exists()
+    assert run_cli("fix", broken_export, "-o", tmp_path / "out", "--original", mostly_other, "--quiet", "--force") == 0
+    report = json.loads((tmp_path / "out" / "repair_report.json").read_text())["original"]
+    assert report["verified"] == 1 and report["checked"] == 12 and report["forced"]
