@@ -28,6 +28,7 @@ def build_report(plan: Plan, hashes: dict[str, dict[str, str]], options: dict) -
             for c in plan.changes
         ],
         "exclusions_added": list(plan.exclusions_added),
+        "removed": list(plan.removed_files),  # source files with no counterpart in the output (emptied shards, a dropped config)
         "outputs": [{"name": n, "sha256": h["output"]} for n, h in sorted(hashes.items())],
     }
 

@@ -152,7 +152,7 @@ def bench_many_tensors(work: Path, repeats: int, r: dict) -> None:
         "expert_shape": [many_tensors.EXPERT_OUT, many_tensors.EXPERT_IN], "repeats": repeats,
         "scale_mb": block_scales * many_tensors.EXPERT_OUT * many_tensors.EXPERT_IN // 16 / 2**20,
         "recipe": "a recipe dequantizing 6 modules (`model.layers.3.mlp.experts.0.*` and a `re:` pattern on layer 60's shared experts)",
-        "command": "python tools/benchmark.py --only many-tensors", "load_start": r.get("load_start", measure.load()),
+        "command": ".venv/bin/python tools/benchmark.py --only many-tensors", "load_start": r.get("load_start", measure.load()),
         "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)), "minutes": (time.time() - started) / 60,
     }
     r["many_tensors"]["load_end"] = measure.load()

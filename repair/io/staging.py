@@ -144,7 +144,7 @@ def _remove_if_never_marked(folder: Path) -> bool:
 def _owner_gone(folder: Path, pid: int) -> bool:
     try:
         owner = json.loads((folder / MARKER).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # not a marker we wrote: not provably ours
         return False
     if not isinstance(owner, dict) or owner.get("pid") != pid or owner.get("host") != socket.gethostname():
         return False

@@ -40,7 +40,7 @@ def render(r: dict) -> str:
          f"{min(growth_rss):.0f}-{max(growth_rss):.0f} MB; {round(growth) + 0:+d} MB from 4 to 8 GB", max(growth_rss) <= growth_budget and growth <= 10),
         ("6", f"inspect, {r['inspect']['shards']} shards", "<= 3x `import json`", _ratio(ins["ckpt-repair inspect"]["s"], json_s), ins["ckpt-repair inspect"]["s"] / json_s <= 3),
     ]
-    cmd = "/work/main/.venv/bin/python tools/benchmark.py" + (" --quick" if r["quick"] else "")
+    cmd = ".venv/bin/python tools/benchmark.py" + (" --quick" if r["quick"] else "")  # from the repository root
     out = [
         "# Benchmarks", "",
         f"Reproduce: `{cmd}` (writes this file; {r['minutes']:.1f} min). Every figure below is from that one run"
