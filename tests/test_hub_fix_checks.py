@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -78,6 +79,23 @@ def test_split_module_repo_is_fixed_like_a_local_fix(hub, tmp_path, capsys, layo
     assert sorted(n for n in full_gets(hub) if n.endswith(".safetensors")) == sorted(result["downloaded"])
     if layout == "input_scale_alone":  # the shard that held only a dropped tensor is gone from the fork
         assert "model-00002-of-00003.safetensors" not in files and "model-00002-of-00003.safetensors" in hub.repo_files(SRC)
+
+
+def test_compressed_tensors_repo_is_planned_from_its_real_global_scales(hub, ct_export, tmp_path, capsys):
+    """compressed-tensors stores its global scale as `weight_global_scale`: planning and doctor must read
+    those bytes from the Hub too (left out, they read as 0.0 and a sound export was refused as broken)."""
+    src = tmp_path / "src"
+    shutil.copytree(ct_export, src)
+    (src / "README.md").write_text(CARD)
+    local = tmp_path / "local-fix"
+    main(["fix", str(src), "-o", str(local), "--quiet"])
+    capsys.readouterr()
+    sha = hub.add_repo(SRC, src)
+    code, out, err = run(capsys, "doctor", SRC, "--json")
+    assert "global-scale" not in out, out
+    code, _, err = run(capsys, "hub", "fix", SRC, "--to", "alice/fixed")
+    assert code == 0, err
+    assert_equals_local_fix(hub.repo_files("alice/fixed"), local, f"{SRC}@{sha}")
 
 
 # ----------------------------------------------------------------------------- refusals before any shard byte
