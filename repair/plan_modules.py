@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from repair.errors import BadInput
 from repair.formats.base import Format
+from repair.formats.nvfp4_packed import BROKEN_EXPORT
 from repair.io.checkpoint import Checkpoint
 from repair.modules import StoredModule
 from repair.planning import ModuleChange, TensorRef, TensorStep
@@ -42,7 +43,18 @@ def module_change(m: StoredModule, action: str, ckpt: Checkpoint, original: Chec
                             (TensorStep(TensorRef(info.name, info.dtype, info.shape), "copy", (info.name,)),), home)
     else:
         return None
+    _check_no_stray(m, outputs, infos)
     return ModuleChange(m.name, action, before, tuple(s.out for s in outputs), outputs, home)
+
+
+def _check_no_stray(m: StoredModule, outputs: tuple[TensorStep, ...], infos: dict) -> None:
+    """An output may replace the module's own tensors, never another stored tensor: compressed-tensors
+    stores `weight_packed`, so a stray `weight` beside it would be written twice (the input's defect)."""
+    for step in outputs:
+        name = step.out.name
+        if name in infos and name not in m.tensors:
+            raise BadInput(f"{infos[name].path}: {name} is stored beside {m.tensor('weight')}, and changing {m.name} writes a "
+                           f"{name} of its own; a module has one weight, so {BROKEN_EXPORT}")
 
 
 def _original_step(m: StoredModule, original: Checkpoint, dtype: str) -> TensorStep:

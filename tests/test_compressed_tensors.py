@@ -149,3 +149,25 @@ def test_other_compressed_tensors_formats_are_refused(capsys, ct_export, tmp_pat
     assert code == 2
     assert err == (f"error: {folder / 'config.json'}: compressed-tensors format float-quantized is not supported; "
                    "this tool repairs nvfp4-pack-quantized (NVFP4) checkpoints\n")
+
+
+def test_a_stray_weight_beside_weight_packed_is_bad_input(capsys, ct_export, tmp_path):
+    """A module that stores both `weight_packed` and a `weight`: dequantizing would write a second
+    `post_projection.weight`. That is the input's defect (exit 2, before anything is written), not a
+    failed check of our own plan (exit 3)."""
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "stray"
+    folder.mkdir()
+    for f in ct_export.iterdir():
+        if f.suffix == ".json" and not f.name.endswith(".index.json"):
+            (folder / f.name).write_bytes(f.read_bytes())
+    tensors = load_file(ct_export / "model.safetensors")
+    tensors["post_projection.weight"] = torch.zeros(96, 64, dtype=torch.bfloat16)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    before = tree_hashes(folder)
+    for dry in ((), ("--dry-run",)):
+        code, _, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--quiet", *dry)
+        assert code == 2 and err.count("\n") == 1, err
+        assert "post_projection.weight" in err and "post_projection.weight_packed" in err and "internal error" not in err, err
+    assert not (tmp_path / "out").exists() and tree_hashes(folder) == before
