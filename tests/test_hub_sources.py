@@ -82,3 +82,23 @@ def test_original_given_as_a_hub_repo(hub, broken_export, original_model, tmp_pa
         report["outputs"] = [o for o in report["outputs"] if o["name"] != "README.md"]
     assert theirs == ours and theirs["source"]["files"] and "alice/orig@" in got["README.md"].decode()
     assert sha in got["README.md"].decode()
+
+
+def test_a_refusal_names_the_repo_file_not_the_temp_mirror(hub, broken, tmp_path, capsys):
+    """A plan-time refusal of a Hub SRC names `owner/name@sha/file`, as `hub fix` does: the mirror it was
+    read from is a temp folder removed when the run ends, so its path would name nothing the user has."""
+    import struct
+    import shutil
+
+    src = tmp_path / "nan"
+    shutil.copytree(broken, src)
+    shard = src / SHARDS[-1]
+    header = read_header(shard)
+    scale = next(t for t in header.tensors if t.name == "post_projection.weight_scale_2")
+    with open(shard, "r+b") as fh:
+        fh.seek(scale.start)
+        fh.write(struct.pack("<f", float("nan")))
+    sha = hub.add_repo(SRC, src)
+    for dry in ((), ("--dry-run",)):
+        code, _, err = run(capsys, "fix", SRC, "-o", tmp_path / "out", "--quiet", *dry)
+        assert code == 2 and err.startswith(f"error: {SRC}@{sha}/{SHARDS[-1]}: post_projection.weight_scale_2: global scale is NaN"), err

@@ -37,9 +37,11 @@ def fix(src: Path, out: Path, target_spec: str | None, recipe_path: str | None, 
     if requantize:
         recipe = replace(recipe, requantize=recipe.requantize + tuple(m.strip() for m in requantize.split(",") if m.strip()))
     from repair.cli.sources import open_source  # SRC / --original: local folders or Hub repo ids
-    from repair.hub.source import localize_plan
+    from repair.hub.source import labeled, localize_plan
 
-    plan = api.plan(open_source(src), recipe, original=open_source(original) if original else None)
+    ckpt, orig = open_source(src), open_source(original) if original else None
+    with labeled(ckpt, orig):
+        plan = api.plan(ckpt, recipe, original=orig)
     if tp is not None:  # per-rank output, written even when the plan changes nothing
         from repair.tp_write import fix_tp
 

@@ -18,6 +18,7 @@ import shutil
 import struct
 import tempfile
 import weakref
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Callable
@@ -277,6 +278,15 @@ class relabeled:
         if isinstance(exc, RepairError) and self.folder in str(exc):
             exc.args = (str(exc).replace(self.folder, self.label),)
         return False
+
+
+def labeled(*ckpts: Checkpoint | None) -> ExitStack:
+    """Errors raised inside name a Hub checkpoint's files `owner/name@sha/file`, not by their mirror
+    (a temp folder removed when the run ends); local checkpoints are left as they are."""
+    stack = ExitStack()
+    for source in filter(None, map(remote_of, ckpts)):
+        stack.enter_context(relabeled(source.folder, source.repo.label))
+    return stack
 
 
 def localize_plan(plan):
