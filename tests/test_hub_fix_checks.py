@@ -227,6 +227,17 @@ def test_a_killed_run_leaves_a_work_folder_the_next_run_removes(hub, broken, tmp
     assert sorted(p.name for p in work.iterdir()) == sorted([alive.name, unmarked.name])
 
 
+def test_a_work_folder_that_cannot_be_made_is_one_line(hub, broken, capsys):
+    """--workdir exists but no folder can be made in it (procfs refuses mkdir, even to root): one line,
+    exit 2, nothing asked of the Hub beyond the checks, instead of a FileNotFoundError traceback."""
+    hub.add_repo(SRC, broken)
+    hub.clear_log()
+    code, _, err = run(capsys, "hub", "fix", SRC, "--to", "alice/fixed", "--workdir", "/proc/self")
+    line = one_error_line(err)
+    assert code == 2 and line.startswith("error: /proc/self: cannot create a work folder here") and "--workdir" in line, err
+    assert_wrote_nothing(hub, "alice/fixed")
+
+
 def test_inspect_of_a_hub_repo_removes_stale_work_folders_in_the_temp_folder(hub, broken, tmp_path, monkeypatch, capsys):
     import tempfile
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from repair.errors import BadInput, RepairError
+from repair.errors import BadInput, OutputError, RepairError
 from repair.hub import client
 from repair.hub.errors import hub_call
 from repair.hub.spec import HubSpec, check_remote_name, hub_spec, local_path
@@ -135,8 +135,12 @@ def work_folder(parent: Path | None = None) -> Path:
     """A new `ckpt-repair-hub-<pid>-*` folder in `parent` (default: the temp folder), marked like `fix`'s
     partial folders; first removes the ones killed runs left there (SIGKILL cannot be caught)."""
     parent = Path(parent) if parent is not None else Path(tempfile.gettempdir())
-    staging.remove_stale(parent, WORK_PREFIX)
-    return staging.new_marked(parent, WORK_PREFIX)
+    try:
+        staging.remove_stale(parent, WORK_PREFIX)
+        return staging.new_marked(parent, WORK_PREFIX)
+    except OSError as exc:
+        raise OutputError(f"{parent}: cannot create a work folder here ({exc.strerror or exc}); give a writable folder "
+                          "with room as --workdir (or TMPDIR)") from None
 
 
 def open_remote(repo: RemoteRepo, work: Path, *, scales: bool = True) -> Checkpoint:
