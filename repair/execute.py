@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 
 from tqdm import tqdm
 
+from repair import plan_check
 from repair.errors import BadInput, InternalError, OutputError, RepairError
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
@@ -70,6 +71,7 @@ def execute(
     re-opens them under `own_output`, so a defect found there is reported as ours.
     """
     out = Path(out)
+    plan_check.check_plan(plan)  # a Plan built or edited outside make_plan (Python API) is checked too
     check_output(plan.source.root, out, overwrite, plan.original.root if plan.original else None)
     try:
         with staged(out) as (tmp, state):

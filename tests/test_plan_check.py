@@ -62,6 +62,18 @@ def assert_internal_error(code: int, err: str, out, src, before: dict, check: st
     assert tree_hashes(src) == before, "the input was modified"
 
 
+def test_a_plan_edited_after_planning_is_checked_before_the_api_writes(src, tmp_path):
+    """repair.run takes any Plan: one changed after repair.plan is refused as ours before anything is written."""
+    plan = repair.plan(src)
+    bad = dataclasses.replace(plan, shards=repeat_a_step(list(plan.shards)))
+    before = tree_hashes(src)
+    with pytest.raises(InternalError, match="the plan check failed") as err:
+        repair.run(bad, tmp_path / "out")
+    assert err.value.exit_code == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"], "something was written"
+    assert tree_hashes(src) == before
+
+
 @pytest.mark.parametrize("dry_run", [False, True])
 @pytest.mark.parametrize("corrupt", [repeat_a_step, outputs_in_two_shards])
 def test_a_duplicate_in_the_plan_is_an_internal_error_before_anything_is_read(capsys, monkeypatch, src, dry_run, corrupt):
