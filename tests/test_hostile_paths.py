@@ -166,6 +166,19 @@ def test_fifo_as_a_rank_file_does_not_hang_unshard(tmp_path, tp_output):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_recipe_that_is_a_fifo_or_a_device_does_not_hang_fix(tmp_path, kind):
+    src = write_assistant(tmp_path / "src", TINY)
+    recipe = tmp_path / "recipe.toml"
+    if kind == "fifo":
+        os.mkfifo(recipe)
+    else:
+        recipe = Path("/dev/zero")  # reads without end: read_text would fill the memory
+    done = run_in_child("fix", str(src), "-o", str(tmp_path / "out"), "--recipe", str(recipe), "--quiet")
+    assert_one_line(done, str(recipe), "not a regular file")
+    assert not (tmp_path / "out").exists()
+
+
 # ----------------------------------------------------------------------------- Hub-cache layout, index names, subfolders
 def hub_cache_snapshot(root: Path, src: Path, blobs_elsewhere: bool) -> Path:
     """huggingface_hub's layout: snapshots/<sha>/<file> -> ../../blobs/<hash>; `blobs` may itself be a link."""
@@ -229,3 +242,9 @@ def test_mistyped_local_path_is_not_blamed_on_the_network(capsys, tmp_path, monk
     assert code == 2 and "work/fixd: not a folder" in err, err
     code, _, err = run_captured(capsys, "fix", "no-such-dir/x", "-o", "out")  # could be a repo id: say both
     assert code == 2 and "no-such-dir/x: no such local folder" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_unknown_user_in_a_tilde_path_is_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_captured(capsys, "inspect", "~no-such-user-ckpt/x")  # expanduser raises RuntimeError for it
+    assert code == 2 and "~no-such-user-ckpt/x" in err and len(err.strip().splitlines()) == 1, err
