@@ -248,3 +248,16 @@ def test_unknown_user_in_a_tilde_path_is_one_line(capsys, tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     code, _, err = run_captured(capsys, "inspect", "~no-such-user-ckpt/x")  # expanduser raises RuntimeError for it
     assert code == 2 and "~no-such-user-ckpt/x" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_src_folder_whose_name_is_not_utf8_is_fixed_and_unsharded(capsys, tmp_path):
+    """The reports and tp_manifest.json record SRC's path: a folder name with a byte that is not UTF-8
+    (any Linux path may hold one) was a UnicodeEncodeError traceback when they were written."""
+    src = write_assistant(Path(os.fsdecode(os.fsencode(tmp_path) + b"/s\xff")), TINY)
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--quiet")
+    assert code == 0, err
+    assert "s\\xff" in json.loads((tmp_path / "out" / "repair_report.json").read_text(encoding="utf-8"))["source"]["path"]
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "tp", "--tp", "2", "--quiet")
+    assert code == 0, err
+    code, _, err = run_captured(capsys, "unshard", tmp_path / "tp", "-o", tmp_path / "back")
+    assert code == 0, err
