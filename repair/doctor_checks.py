@@ -70,8 +70,9 @@ def _module_health(m: StoredModule, located, precision, scale_2, Finding, read, 
         return out
     shard, scale = located[scale_name]
     stats = None
-    if scale.shape != (logical_out, logical_in // 16):
-        out.append(Finding("error", "scale-shape", scale_name, f"{scale_name}: shape {list(scale.shape)}, expected {[logical_out, logical_in // 16]}"))
+    if scale.shape != (logical_out, logical_in // 16) or scale.dtype != "F8_E4M3":
+        out.append(Finding("error", "scale-shape", scale_name,
+                           f"{scale_name}: {scale.dtype} {list(scale.shape)}, expected F8_E4M3 {[logical_out, logical_in // 16]}"))
     else:
         stats = block_scale_stats(shard.path, scale, read)
         if stats.nan or stats.negative:

@@ -289,3 +289,12 @@ def test_a_global_scale_of_another_dtype_is_said_so_not_nan(capsys, healthy, tmp
     code, report = doctor_json(capsys, src)
     (f,) = [f for f in report["findings"] if f["code"] == "global-scale"]
     assert code == 1 and "NaN" not in f["message"] and "float32 scalar" in f["message"], f
+
+
+def test_block_scales_of_another_dtype_are_said_so_not_counted_as_fp8(capsys, healthy, tmp_path):
+    """F32 block scales of the right shape were read as fp8 bytes: '0 NaN and 115 negative block scales'."""
+    name = "model.layers.1.mlp.down_proj.weight_scale"
+    src = mutate(healthy, tmp_path / "d", tensors=lambda s: s.__setitem__(name, s[name].float()))
+    code, report = doctor_json(capsys, src)
+    found = [f for f in report["findings"] if f["subject"] == name]
+    assert code == 1 and [f["code"] for f in found] == ["scale-shape"] and "F32" in found[0]["message"], found
