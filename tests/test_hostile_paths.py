@@ -261,3 +261,13 @@ def test_a_src_folder_whose_name_is_not_utf8_is_fixed_and_unsharded(capsys, tmp_
     assert code == 0, err
     code, _, err = run_captured(capsys, "unshard", tmp_path / "tp", "-o", tmp_path / "back")
     assert code == 0, err
+
+
+@pytest.mark.parametrize("where, spelling", [("snapshot", "."), ("snapshots", "a" * 40), ("snapshot", "../" + "a" * 40 + "/")])
+def test_hub_cache_snapshot_given_by_a_relative_spelling_is_read_too(capsys, tmp_path, monkeypatch, where, spelling):
+    """The same snapshot named `.` from inside it, or by its bare name from `snapshots/`, was refused
+    ('symlink points outside the checkpoint folder'): the layout was read from the path as spelled."""
+    snap = hub_cache_snapshot(tmp_path / "cache", write_assistant(tmp_path / "src", TINY), blobs_elsewhere=False)
+    monkeypatch.chdir(snap if where == "snapshot" else snap.parent)
+    code, _, err = run_captured(capsys, "fix", spelling, "-o", tmp_path / "out", "--quiet")
+    assert code == 0, err
