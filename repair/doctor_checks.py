@@ -70,8 +70,9 @@ def _module_health(m: StoredModule, located, precision, scale_2, Finding, read, 
         return out
     shard, scale = located[scale_name]
     stats = None
-    if scale.shape != (logical_out, logical_in // 16):
-        out.append(Finding("error", "scale-shape", scale_name, f"{scale_name}: shape {list(scale.shape)}, expected {[logical_out, logical_in // 16]}"))
+    if scale.shape != (logical_out, logical_in // 16) or scale.dtype != "F8_E4M3":
+        out.append(Finding("error", "scale-shape", scale_name,
+                           f"{scale_name}: {scale.dtype} {list(scale.shape)}, expected F8_E4M3 {[logical_out, logical_in // 16]}"))
     else:
         stats = block_scale_stats(shard.path, scale, read)
         if stats.nan or stats.negative:
@@ -82,9 +83,7 @@ def _module_health(m: StoredModule, located, precision, scale_2, Finding, read, 
     if name2 is None:
         out.append(Finding("error", "missing-scale-2", m.name, f"{m.name}: packed weight without weight_scale_2"))
     else:
-        shard2, info2 = located[name2]
-        value = read_f32_scalar(shard2.path, info2, read) if info2.dtype == "F32" and info2.nbytes == 4 else float("nan")
-        problem = global_scale_problem(value)
+        value, problem = _f32_scalar(located[name2], read)
         if problem:
             out.append(Finding("error", "global-scale", name2, f"{name2} {problem}"))
         else:
@@ -92,11 +91,26 @@ def _module_health(m: StoredModule, located, precision, scale_2, Finding, read, 
             overflow = overflow_problem(stats, value, divisor, "BF16") if stats else None
             if overflow:
                 out.append(Finding("error", "scale-overflow", name2, f"{name2}: {overflow}; the layer computes infinities"))
-    if m.tensor("input_scale") is None and precision.get(m.name) == "nvfp4":
+    name_in = m.tensor("input_scale")
+    if name_in is not None and precision.get(m.name) == "nvfp4":
+        problem = _f32_scalar(located[name_in], read)[1]
+        if problem:
+            out.append(Finding("error", "input-scale", name_in, f"{name_in} {problem}; the runtime quantizes the layer's activations "
+                               "with it, so the layer computes garbage (re-export, or dequantize the module)"))
+    if name_in is None and precision.get(m.name) == "nvfp4":
         out.append(Finding("error", "missing-input-scale", m.name,
                            f"{m.name}: no input_scale, but the runtime builds it W4A4 and skips its missing-weights check for "
                            "quantized models, so it runs with an uninitialised activation scale"))
     return out
+
+
+def _f32_scalar(located_scale, read) -> tuple[float, str | None]:
+    """A global or input scale's value and why it is unusable (None: a positive finite float32 scalar)."""
+    shard, info = located_scale
+    if info.dtype != "F32" or info.nbytes != 4:
+        return float("nan"), f"is {info.dtype} {list(info.shape)}, not a float32 scalar"
+    value = read_f32_scalar(shard.path, info, read)
+    return value, global_scale_problem(value)
 
 
 def _sibling_groups(names) -> list[list[str]]:

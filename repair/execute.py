@@ -38,6 +38,8 @@ class Result:
 
 def check_output(src: Path, out: Path, overwrite: bool, original: Path | None = None) -> None:
     """Refuse outputs that would touch an input (SRC or --original) or silently replace something."""
+    if out.name in ("", ".."):  # `.`, `..`, `/`: the temp folder and lock beside OUT would not be beside it
+        raise OutputError(f"{out}: -o must name the folder to write (e.g. ../fixed), not '.', '..' or '/'")
     if out.is_symlink():
         raise OutputError(f"{out}: is a symlink; give the folder it points to, or remove the link, so nothing is written through it")
     for role, given in (("input", src), ("--original", original)):

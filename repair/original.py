@@ -27,7 +27,7 @@ class OriginalAssessment:
     mismatched: tuple[str, ...]  # do not reproduce: values differ, or the original's weight is not finite
     errors: dict[str, float]  # module -> relative error of its NVFP4 copy against the original
     forced: bool
-    non_finite: tuple[str, ...] = ()  # original weights holding NaN or infinities (never taken)
+    non_finite: tuple[str, ...] = ()  # original weights holding NaN or infinities, or not float data (never taken)
 
     def as_dict(self) -> dict:
         return {
@@ -62,7 +62,7 @@ def assess_original(plan: Plan, force: bool = False) -> OriginalAssessment:
             mismatched.append(m.name)
             continue
         weight = computer.load(name, "original")
-        if not _finite(weight):
+        if not _float_weight(weight):
             non_finite.append(name)
             mismatched.append(m.name)
             continue
@@ -93,12 +93,18 @@ def _taken(plan: Plan) -> list[str]:
 def _refuse_garbage(plan: Plan, result: OriginalAssessment, taken: list[str]) -> None:
     bad = [n for n in result.non_finite if n in taken]
     if bad:
-        raise BadInput(f"{plan.original.root}: {bad[0]}: holds NaN or infinite values ({len(bad)} such tensor(s) the repair "
+        raise BadInput(f"{plan.original.root}: {bad[0]}: holds NaN or infinite values, or is not a floating-point tensor ({len(bad)} such tensor(s) the repair "
                        "would take); nothing was written; re-download the original, or leave these modules out of the recipe")
 
 
 def _finite(weight: torch.Tensor) -> bool:
     return bool(weight.isfinite().all()) if weight.is_floating_point() else True
+
+
+def _float_weight(weight: torch.Tensor) -> bool:
+    """A weight the original may hold: 16-64 bit float, finite even in float32 (which quantizing and
+    the error measure compute in; F64 1e300 is not). FP8 or bool has no isfinite in torch at all."""
+    return weight.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64) and bool(weight.float().isfinite().all())
 
 
 def _relative_error(approx: torch.Tensor, truth: torch.Tensor) -> float:

@@ -112,7 +112,8 @@ def assign_actions(modules: list[StoredModule], recipe: Recipe, where: str) -> d
     for action in ACTIONS:
         patterns = recipe.patterns(action)
         hits = select(weighted, patterns)
-        if patterns and not hits and not recipe.from_target and action != "keep":
+        derived = recipe.from_target and action in ("dequantize", "take_original")  # a target adds only these (may match nothing)
+        if patterns and not hits and not derived and action != "keep":
             raise UsageError(f"{where}: no module matches {', '.join(patterns)} ({action}); run `ckpt-repair inspect` to see the module names")
         for m in hits:
             actions.setdefault(m.name, action)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from repair import __version__
+from repair.io.names import path_text
 from repair.io.output import REPORT_NAME  # noqa: F401  (the name every output holds; defined where --overwrite checks it)
 from repair.planning import Plan
 
@@ -13,9 +14,9 @@ def build_report(plan: Plan, hashes: dict[str, dict[str, str]], options: dict) -
         "tool": {"name": "ckpt-repair", "version": __version__},
         "options": options,
         "recipe": plan.recipe.as_dict(),
-        "original": None if plan.original is None else {"path": str(plan.original.root)},
+        "original": None if plan.original is None else {"path": path_text(plan.original.root)},
         "source": {
-            "path": str(plan.source.root),
+            "path": path_text(plan.source.root),
             "files": [{"name": n, "sha256": h["source"]} for n, h in sorted(hashes.items()) if h["source"]],
         },
         "changes": [
@@ -44,4 +45,4 @@ def original_section(plan: Plan, force: bool) -> dict:
     """The report's "original" entry: the --original model's path and how it was verified (refused unless force)."""
     from repair.original import assess_original
 
-    return {"path": str(plan.original.root), **assess_original(plan, force).as_dict()}
+    return {"path": path_text(plan.original.root), **assess_original(plan, force).as_dict()}

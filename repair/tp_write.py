@@ -23,6 +23,7 @@ from repair.errors import InternalError
 from repair.execute import check_output, own_output
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
+from repair.io.names import path_text
 from repair.io.safetensors import OutTensor, ShardWriter, TensorInfo, encode_header, read_header
 from repair.io.staging import MARKER
 from repair.report import REPORT_NAME, build_report
@@ -205,7 +206,7 @@ def _manifest(tpp: TpPlan, rank_hashes: dict[int, dict[str, str]]) -> dict:
     """What each rank holds, and how to rebuild the standard output byte for byte."""
     plan = tpp.plan
     return {
-        "format": FORMAT, "version": 1, "tp": tpp.tp, "source": str(plan.source.root),
+        "format": FORMAT, "version": 1, "tp": tpp.tp, "source": path_text(plan.source.root),
         "parallel_plan": tpp.source, "vocab_padding": VOCAB_NOTE,
         "ranks": [{"rank": r, "folder": rank_folder(r), "files": files} for r, files in sorted(rank_hashes.items())],
         "standard": {"shards": [_shard_entry(plan, s) for s in plan.shards],
@@ -283,7 +284,7 @@ def _report_extra(plan, tp: int, force: bool) -> dict:
     if getattr(plan, "original", None) is not None:
         from repair.original import assess_original
 
-        extra["original"] = {"path": str(plan.original.root), **assess_original(plan, force).as_dict()}
+        extra["original"] = {"path": path_text(plan.original.root), **assess_original(plan, force).as_dict()}
     target = resolve(plan.recipe.from_target)
     extra["doctor"] = {"target": target.spec, "tp": tp, "before": diagnosis_json(diagnose(plan.source, target, tp), strict=True)}
     return extra

@@ -22,7 +22,7 @@ from repair.errors import BadInput, InternalError
 from repair.execute import own_output
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, copy_hashed, sha256_file, write_all
-from repair.io.names import file_type_problem, regular_file
+from repair.io.names import file_type_problem, path_text, regular_file
 from repair.io.safetensors import OutTensor, TensorInfo, encode_header, read_header
 from repair.io.staging import MARKER
 from repair.report import REPORT_NAME
@@ -76,7 +76,7 @@ def _build(src: Path, manifest: Manifest, ranks: list[dict[str, TensorInfo]], tm
         hashes[name] = sha256_file(tmp / name)
     report = {
         "tool": {"name": "ckpt-repair", "version": __version__}, "operation": "unshard",
-        "source": {"path": str(src), "manifest_sha256": sha256_file(manifest.path), "tp": manifest.tp, "fixed_from": manifest.source},
+        "source": {"path": path_text(src), "manifest_sha256": sha256_file(manifest.path), "tp": manifest.tp, "fixed_from": manifest.source},
         "outputs": [{"name": n, "sha256": h} for n, h in sorted(hashes.items())],
     }
     write_json(tmp / REPORT_NAME, report)

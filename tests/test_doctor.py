@@ -268,3 +268,33 @@ def test_malformed_layer_config_is_one_line(capsys, healthy, tmp_path, edit):
         capsys.readouterr()
         code = run(capsys, cmd, src)[0]
         assert code == 2
+
+
+@pytest.mark.parametrize("value,problem", [(float("nan"), "is NaN"), (float("inf"), "is infinite"), (0.0, "is 0.0"), (-1.0, "is -1.0")])
+def test_bad_input_scale_of_a_w4a4_module(capsys, healthy, tmp_path, value, problem):
+    """vLLM quantizes the module's activations with input_scale: NaN, infinite or non-positive makes every output
+    garbage. doctor said 'healthy'."""
+    name = "model.layers.1.mlp.down_proj.input_scale"
+    src = mutate(healthy, tmp_path / "i", tensors=lambda s: s.__setitem__(name, torch.tensor(value)))
+    code, report = doctor_json(capsys, src)
+    assert code == 1
+    (f,) = [f for f in report["findings"] if f["code"] == "input-scale"]
+    assert f["subject"] == name and problem in f["message"]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_a_global_scale_of_another_dtype_is_said_so_not_nan(capsys, healthy, tmp_path, dtype):
+    name = "model.layers.1.mlp.down_proj.weight_scale_2"
+    src = mutate(healthy, tmp_path / "d", tensors=lambda s: s.__setitem__(name, s[name].to(dtype)))
+    code, report = doctor_json(capsys, src)
+    (f,) = [f for f in report["findings"] if f["code"] == "global-scale"]
+    assert code == 1 and "NaN" not in f["message"] and "float32 scalar" in f["message"], f
+
+
+def test_block_scales_of_another_dtype_are_said_so_not_counted_as_fp8(capsys, healthy, tmp_path):
+    """F32 block scales of the right shape were read as fp8 bytes: '0 NaN and 115 negative block scales'."""
+    name = "model.layers.1.mlp.down_proj.weight_scale"
+    src = mutate(healthy, tmp_path / "d", tensors=lambda s: s.__setitem__(name, s[name].float()))
+    code, report = doctor_json(capsys, src)
+    found = [f for f in report["findings"] if f["subject"] == name]
+    assert code == 1 and [f["code"] for f in found] == ["scale-shape"] and "F32" in found[0]["message"], found

@@ -166,6 +166,19 @@ def test_fifo_as_a_rank_file_does_not_hang_unshard(tmp_path, tp_output):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_recipe_that_is_a_fifo_or_a_device_does_not_hang_fix(tmp_path, kind):
+    src = write_assistant(tmp_path / "src", TINY)
+    recipe = tmp_path / "recipe.toml"
+    if kind == "fifo":
+        os.mkfifo(recipe)
+    else:
+        recipe = Path("/dev/zero")  # reads without end: read_text would fill the memory
+    done = run_in_child("fix", str(src), "-o", str(tmp_path / "out"), "--recipe", str(recipe), "--quiet")
+    assert_one_line(done, str(recipe), "not a regular file")
+    assert not (tmp_path / "out").exists()
+
+
 # ----------------------------------------------------------------------------- Hub-cache layout, index names, subfolders
 def hub_cache_snapshot(root: Path, src: Path, blobs_elsewhere: bool) -> Path:
     """huggingface_hub's layout: snapshots/<sha>/<file> -> ../../blobs/<hash>; `blobs` may itself be a link."""
@@ -229,3 +242,32 @@ def test_mistyped_local_path_is_not_blamed_on_the_network(capsys, tmp_path, monk
     assert code == 2 and "work/fixd: not a folder" in err, err
     code, _, err = run_captured(capsys, "fix", "no-such-dir/x", "-o", "out")  # could be a repo id: say both
     assert code == 2 and "no-such-dir/x: no such local folder" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_unknown_user_in_a_tilde_path_is_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_captured(capsys, "inspect", "~no-such-user-ckpt/x")  # expanduser raises RuntimeError for it
+    assert code == 2 and "~no-such-user-ckpt/x" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_src_folder_whose_name_is_not_utf8_is_fixed_and_unsharded(capsys, tmp_path):
+    """The reports and tp_manifest.json record SRC's path: a folder name with a byte that is not UTF-8
+    (any Linux path may hold one) was a UnicodeEncodeError traceback when they were written."""
+    src = write_assistant(Path(os.fsdecode(os.fsencode(tmp_path) + b"/s\xff")), TINY)
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--quiet")
+    assert code == 0, err
+    assert "s\\xff" in json.loads((tmp_path / "out" / "repair_report.json").read_text(encoding="utf-8"))["source"]["path"]
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "tp", "--tp", "2", "--quiet")
+    assert code == 0, err
+    code, _, err = run_captured(capsys, "unshard", tmp_path / "tp", "-o", tmp_path / "back")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("where, spelling", [("snapshot", "."), ("snapshots", "a" * 40), ("snapshot", "../" + "a" * 40 + "/")])
+def test_hub_cache_snapshot_given_by_a_relative_spelling_is_read_too(capsys, tmp_path, monkeypatch, where, spelling):
+    """The same snapshot named `.` from inside it, or by its bare name from `snapshots/`, was refused
+    ('symlink points outside the checkpoint folder'): the layout was read from the path as spelled."""
+    snap = hub_cache_snapshot(tmp_path / "cache", write_assistant(tmp_path / "src", TINY), blobs_elsewhere=False)
+    monkeypatch.chdir(snap if where == "snapshot" else snap.parent)
+    code, _, err = run_captured(capsys, "fix", spelling, "-o", tmp_path / "out", "--quiet")
+    assert code == 0, err

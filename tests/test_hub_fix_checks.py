@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from repair.cli import main
 from repair.examples import write_assistant
 from repair.hub.access import grants_of
+from repair.hub.source import SCALE_LEAVES
 from repair.io.safetensors import read_header
 from repair.io.staging import MARKER
 from tests.hub_workflow_helpers import (  # noqa: F401 - fixtures
@@ -101,11 +102,11 @@ def test_compressed_tensors_repo_is_planned_from_its_real_global_scales(hub, ct_
 # ----------------------------------------------------------------------------- refusals before any shard byte
 def planning_pieces(folder: Path) -> dict[str, tuple[set[int], set[int]]]:
     """Per shard: where a read for planning may start and end (its length prefix, its header, and its
-    NVFP4 scale tensors; nearby scale ranges are fetched together, so a read spans one or more of them)."""
+    NVFP4 scale tensors (repair.hub.source.SCALE_LEAVES); nearby scale ranges are fetched together, so a read spans one or more of them)."""
     out = {}
     for path in folder.glob("*.safetensors"):
         header = read_header(path)
-        scales = [t for t in header.tensors if t.name.endswith(("weight_scale", "weight_scale_2"))]
+        scales = [t for t in header.tensors if t.name.endswith(SCALE_LEAVES)]  # doctor reads input scales too
         out[path.name] = ({0, 8} | {t.start for t in scales}, {8, header.data_start} | {t.end for t in scales})
     return out
 

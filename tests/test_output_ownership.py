@@ -181,3 +181,17 @@ def test_out_name_near_the_file_name_limit_is_written(capsys, src, tmp_path):
     assert code == 0, err
     assert (out / "repair_report.json").is_file()
     assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
+@pytest.mark.parametrize("spelling", [".", "..", "sub/..", "/"])
+def test_out_spelled_as_the_current_or_parent_folder_is_refused_by_name(capsys, src, earlier, tmp_path, monkeypatch, spelling):
+    """`-o .` or `-o ..` inside an earlier output: the temp folder and lock would go inside OUT itself and the
+    rename would fail with an OS error blaming the disk; say instead that OUT must name a folder."""
+    work = tmp_path / "earlier"
+    shutil.copytree(earlier, work)
+    (work / "sub" / "sub").mkdir(parents=True)
+    monkeypatch.chdir(work / "sub")
+    before = tree(work)
+    code, _, err = run_captured(capsys, "fix", src, "-o", spelling, "--overwrite", "--quiet")
+    assert code == 2 and one_line(err) and "name the folder to write" in err, err
+    assert tree(work) == before

@@ -111,3 +111,13 @@ def test_builtin_recipes_ship_in_the_wheel(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for recipe in builtin_recipes():
         assert f"repair/recipes/{recipe}.toml" in names
+
+
+@pytest.mark.parametrize("flags", [["--requantize", "no_such_module"], ["--requantize", "pre_projecton"]])
+def test_a_requantize_that_matches_nothing_is_refused_with_a_target_too(broken, tmp_path, capsys, flags):
+    """--target derives only dequantize patterns; the user's own --requantize was silently ignored under it."""
+    capsys.readouterr()
+    code = run_cli("fix", broken, "-o", tmp_path / "out", "--target", "vllm==0.25.0", *flags, "--quiet")
+    err = capsys.readouterr().err
+    assert code == 2 and "no module matches" in err and flags[1] in err, err
+    assert not (tmp_path / "out").exists()

@@ -68,8 +68,10 @@ def _summary(plan, result) -> str:
     if original:
         lines.append(f"original verified: {original['verified']} of {original['checked']} modules reproduce byte-for-byte"
                      + (" (--force: used anyway)" if original["forced"] and not original["verified"] else ""))
+        taken = {c.module for c in plan.changes if c.action in ("take_original", "requantize")}
         for module in original["corrupted"]:
-            lines.append(f"  {module}: its NVFP4 copy is {original['relative_error'][module]:.0%} off the original (corrupted); taken from the original")
+            fate = "taken from the original" if module in taken else "kept as stored; add it to a take_original rule to take it from the original"
+            lines.append(f"  {module}: its NVFP4 copy is {original['relative_error'][module]:.0%} off the original (corrupted); {fate}")
     lines.append(f"wrote {result.out} (report: {result.out / 'repair_report.json'})")
     doctor = result.report["doctor"]
     if doctor["after"]["findings"]:

@@ -30,6 +30,7 @@ def say(as_json: bool, payload: dict, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: tool errors become one line on stderr and their exit code (2 bad input, 3 internal error)."""
+    _printable_paths()
     try:
         cli.main(args=argv, prog_name="ckpt-repair", standalone_mode=False)
     except RepairError as err:
@@ -46,3 +47,11 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("interrupted; nothing was written", err=True)
         sys.exit(130)
+
+
+def _printable_paths() -> None:
+    """A path with a byte that is not UTF-8 reaches print as a lone surrogate; a UTF-8 terminal's strict
+    encoder would turn the summary or the one error line into a traceback. Print it as `\\udcff`."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")

@@ -10,6 +10,7 @@ user may have mistyped a path, and a network error alone would not tell them.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from repair.errors import RepairError
@@ -20,7 +21,7 @@ _NETWORK = ("cannot reach", "the connection to")  # the Hub was never asked: the
 
 def open_source(src: str | Path, *, scales: bool = True) -> Checkpoint:
     """A local checkpoint folder, or a Hub repo id `owner/name[@rev]` (see repair.hub.source.open_source)."""
-    path = Path(src).expanduser()
+    path = Path(os.path.expanduser(src))  # unlike Path.expanduser, leaves `~unknown-user/x` as it is
     if path.exists() or (path.parent != Path(".") and path.parent.is_dir()):
         return open_checkpoint(Path(src))
     from repair.hub.spec import hub_spec

@@ -34,8 +34,8 @@ from repair.io.safetensors import MAX_HEADER_BYTES, TensorInfo
 from repair.modules import split_name
 
 SMALL_LIMIT = 64 << 20  # config and index files above this are refused rather than downloaded
-SCALE_LEAVES = ("weight_scale", "weight_scale_2", "weight_global_scale")  # what planning (check_packed) and doctor read
-# (ModelOpt's block and global scale; compressed-tensors names its global scale weight_global_scale)
+# what planning (check_packed) and doctor read, ModelOpt's names and compressed-tensors' (all small)
+SCALE_LEAVES = ("weight_scale", "weight_scale_2", "input_scale", "weight_global_scale", "input_global_scale")
 COALESCE_GAP = 4 << 10
 WORK_PREFIX = "ckpt-repair-hub-"
 

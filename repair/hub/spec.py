@@ -8,6 +8,7 @@ names come from a server and are checked before any of them is joined to a local
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ class HubSpec:
 def hub_spec(src: str | Path) -> HubSpec | None:
     """The Hub repo SRC names, or None when it is (or can only be) a local path."""
     text = str(src)
-    if Path(text).expanduser().exists():
+    if Path(os.path.expanduser(text)).exists():  # Path.expanduser raises for `~unknown-user`
         return None
     repo, at, revision = text.partition("@")
     if not REPO_ID.fullmatch(repo) or "--" in repo or ".." in repo:

@@ -98,8 +98,9 @@ def _list_files(root: Path) -> list[str]:
     """Relative paths of all files below root: regular files only (a FIFO would block every read),
     and links must stay inside it (or in an HF cache's blobs)."""
     allowed = [root.resolve()]
-    blobs = root.parent.parent / "blobs"
-    if root.parent.name == "snapshots" and blobs.is_dir() and not blobs.is_symlink():
+    real = allowed[0]  # the layout of the folder itself, however it was spelled (`.`, `../<sha>`, a link to it)
+    blobs = real.parent.parent / "blobs"
+    if real.parent.name == "snapshots" and blobs.is_dir() and not blobs.is_symlink():
         allowed.append(blobs.resolve())  # a huggingface_hub cache snapshot links into ../../blobs, a real folder
     found = []
     for dirpath, dirnames, filenames in os.walk(root):

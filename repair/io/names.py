@@ -69,6 +69,12 @@ def inside(root: Path, name: object, where: object, fix: str) -> Path:
     return path
 
 
+def path_text(path: object) -> str:
+    """A local path as text a report or manifest can hold: a byte that is not UTF-8 (any Linux path
+    may have one) is written as `\\xff` instead of failing the write. For the record only, never reopened."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def file_type_problem(path: Path) -> str | None:
     """Why `path` (links followed) is not a regular file we may open, or None; never opens it."""
     try:

@@ -18,12 +18,17 @@ from pathlib import Path
 from typing import Callable
 
 from repair.errors import BadInput, RepairError, short
+from repair.io.names import file_type_problem
 
 ErrorType = type[RepairError]
 
 
 def read_text(path: Path, fix: str, error: ErrorType = BadInput) -> str:
-    """A file's UTF-8 text; `fix` is the next step the error line gives."""
+    """A file's UTF-8 text; `fix` is the next step the error line gives. Its type is checked with
+    stat first: a FIFO would block the read forever, a device (/dev/zero) would fill the memory."""
+    why = file_type_problem(path)
+    if why is not None and why != "is missing" and not why.startswith("cannot be read"):
+        raise error(f"{path}: {why}; {fix}")
     try:
         return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
