@@ -21,7 +21,7 @@ def run(*args, **kwargs):
 
 def __getattr__(name):
     if name in ("Recipe", "load_recipe", "builtin_recipes"):
-        from repair import recipe
+        from repair.planning import recipe
 
         return getattr(recipe, name)
     raise AttributeError(name)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from repair.execute import Result, execute, own_output
+from repair.execute.writer import Result, execute, own_output
 from repair.io.checkpoint import Checkpoint, open_checkpoint
-from repair.planning import Plan, make_plan
-from repair.recipe import DEFAULT, Recipe, load_recipe
+from repair.planning.build import Plan, make_plan
+from repair.planning.recipe import DEFAULT, Recipe, load_recipe
 from repair.targets.profiles import resolve
 
 
@@ -28,7 +28,7 @@ def plan(src: str | Path | Checkpoint, recipe: Recipe | str | Path = DEFAULT, *,
 
 def resolve_recipe(ckpt: Checkpoint, recipe: Recipe) -> Recipe:
     """Fold `recipe.target` into explicit module actions, so the recipe in the report reproduces exactly."""
-    from repair.target_recipe import recipe_for_target
+    from repair.planning.from_target import recipe_for_target
 
     if not recipe.target:
         return recipe
@@ -44,8 +44,8 @@ def run(plan: Plan, out: str | Path, *, overwrite: bool = False, progress: bool 
     With an original model, it is first verified against the checkpoint (refused unless `force`).
     The report records doctor before and after for the recipe's target (else the newest known).
     """
-    from repair.doctor import diagnose
-    from repair.report import doctor_section, original_section
+    from repair.doctor.diagnose import diagnose
+    from repair.execute.report import doctor_section, original_section
 
     extra = {} if plan.original is None else {"original": original_section(plan, force)}
     target = resolve(plan.recipe.from_target)

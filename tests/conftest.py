@@ -47,7 +47,7 @@ def original_model(modelopt_dir) -> Path:
 def broken(tmp_path_factory) -> Path:
     """The Hub tests' source (tests/hub_workflow_helpers.py): the tiny broken assistant in three shards (only
     shards 2 and 3 change), with a model card. Modules that define their own `broken` override it."""
-    from repair.examples import TINY, write_assistant
+    from repair.demo.examples import TINY, write_assistant
     from tests.hub_workflow_helpers import CARD
 
     folder = write_assistant(tmp_path_factory.mktemp("hubsrc") / "broken", TINY, shards=[["pre_projection"], ["post_projection"]])

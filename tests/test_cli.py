@@ -6,10 +6,10 @@ import json
 import subprocess
 import sys
 
-from repair.examples import TINY, write_assistant
-from repair.execute import execute
+from repair.demo.examples import TINY, write_assistant
+from repair.execute.writer import execute
 from repair.io.checkpoint import open_checkpoint
-from repair.planning import Recipe, make_plan
+from repair.planning.build import Recipe, make_plan
 from tests.conftest import run_cli, tree_hashes
 
 

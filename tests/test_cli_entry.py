@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from repair.cli import cli, main
-from repair.examples import TINY, write_assistant
-from repair.report import REPORT_NAME
+from repair.demo.examples import TINY, write_assistant
+from repair.execute.report import REPORT_NAME
 from tests.conftest import run_captured, tree_hashes
 
 SCRIPT = shutil.which("ckpt-repair", path=str(Path(sys.executable).parent))

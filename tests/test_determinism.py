@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-import repair.execute as ex
+import repair.execute.writer as ex
 from tests.test_reliability_corpus import assert_one_error_line, tree
 from tools.malformed import SHARDS
 from tests.conftest import run_cli
@@ -30,7 +30,7 @@ def fix(src: Path, out: Path, *extra: str) -> int:
 
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory) -> dict[str, Path]:
-    from repair.examples import TINY, write_assistant
+    from repair.demo.examples import TINY, write_assistant
 
     root = tmp_path_factory.mktemp("determinism")
     return {"single": write_assistant(root / "single", TINY), "sharded": write_assistant(root / "sharded", TINY, shards=SHARDS)}

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from repair.cli import main
-from repair.examples import GEMMA4_31B, TINY, write_assistant
+from repair.demo.examples import GEMMA4_31B, TINY, write_assistant
 
 SEED_TP1 = "RuntimeError: start (0) + length (8192) exceeds dimension size (4096)."
 SEED_TP2 = "RuntimeError: start (4096) + length (4096) exceeds dimension size (4096)."

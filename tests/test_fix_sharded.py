@@ -6,10 +6,10 @@ import hashlib
 
 import torch
 
-from repair.examples import GEMMA4_31B, TINY, write_assistant
-from repair.execute import execute
+from repair.demo.examples import GEMMA4_31B, TINY, write_assistant
+from repair.execute.writer import execute
 from repair.io.checkpoint import open_checkpoint
-from repair.planning import Recipe, make_plan
+from repair.planning.build import Recipe, make_plan
 from tests.conftest import load_tensors, raw_bytes, read_json
 
 

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from repair.examples import TINY, write_assistant
-from repair.unshard import unshard
+from repair.demo.examples import TINY, write_assistant
+from repair.tp.unshard import unshard
 from tests.conftest import run_cli
 from tests.test_fuzz import FAST, json_values, only_our_errors
 from tests.test_reliability_corpus import tree

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from repair.errors import RepairError
 from repair.io.checkpoint import open_checkpoint
-from repair.planning import make_plan
-from repair.recipe import ACTIONS, load_recipe
+from repair.planning.build import make_plan
+from repair.planning.recipe import ACTIONS, load_recipe
 
 FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
                 database=None)
@@ -65,7 +65,7 @@ def as_toml(recipe: dict) -> str:
 
 @pytest.fixture(scope="module")
 def checkpoint():
-    from repair.examples import TINY, write_assistant
+    from repair.demo.examples import TINY, write_assistant
 
     folder = Path(tempfile.mkdtemp(prefix="fuzz-recipes-"))
     src = write_assistant(folder / "src", TINY, broken=True)

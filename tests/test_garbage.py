@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 import repair
 from repair.errors import BadInput
-from repair.examples import TINY, write_assistant
+from repair.demo.examples import TINY, write_assistant
 from tests.conftest import run_cli, tree_hashes
 from tools.malformed import build
 from tools.modelopt_export import save_original

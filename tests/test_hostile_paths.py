@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from repair.examples import TINY, write_assistant
+from repair.demo.examples import TINY, write_assistant
 from tests.conftest import run_captured, run_cli
 from tests.test_reliability_corpus import tree
 

@@ -13,7 +13,7 @@ import torch
 from huggingface_hub import HfApi
 
 from repair.arch import gemma4_assistant
-from repair.examples import GEMMA4_31B, assistant_config, write_assistant
+from repair.demo.examples import GEMMA4_31B, assistant_config, write_assistant
 from repair.io.safetensors import read_header
 
 from tests.hub_workflow_helpers import (  # noqa: F401 - fixtures

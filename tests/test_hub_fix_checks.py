@@ -22,7 +22,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from repair.cli import main
-from repair.examples import write_assistant
+from repair.demo.examples import write_assistant
 from repair.hub.access import grants_of
 from repair.hub.source import SCALE_LEAVES
 from repair.io.safetensors import read_header

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from repair.examples import AssistantDims, write_assistant
+from repair.demo.examples import AssistantDims, write_assistant
 from repair.io.staging import MARKER
 from tests.test_reliability_corpus import tree
 from tests.conftest import run_cli
@@ -30,7 +30,7 @@ SHARDS = [["pre_projection"], ["post_projection"]]  # shard 1 is copied whole, s
 
 CHILD = r"""
 import os, signal, sys
-import repair.execute as ex, repair.io.staging as st
+import repair.execute.writer as ex, repair.io.staging as st
 point, args = sys.argv[1], sys.argv[2:]
 
 def die(*_a, **_k):

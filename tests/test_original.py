@@ -6,7 +6,7 @@ import json
 
 import torch
 
-from repair.examples import TINY, write_assistant
+from repair.demo.examples import TINY, write_assistant
 from tests.conftest import load_tensors, raw_bytes, run_cli
 from tools.modelopt_export import modelopt_quantize, save_original
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import repair.execute as execute
-from repair.examples import TINY, write_assistant
+import repair.execute.writer as execute
+from repair.demo.examples import TINY, write_assistant
 from tests.conftest import run_captured, run_cli
 from tests.test_reliability_corpus import tree
 
@@ -83,7 +83,7 @@ def test_overwrite_never_swaps_away_a_folder_that_replaced_our_output_meanwhile(
 CHILD = r"""
 import sys, time
 from pathlib import Path
-import repair.execute as ex
+import repair.execute.writer as ex
 ready, go = Path(sys.argv[1]), Path(sys.argv[2])
 real = ex._build
 def build(*a, **k):

@@ -10,10 +10,10 @@ import json
 import pytest
 
 import repair
-import repair.plan_check
-import repair.planning
+import repair.planning.check
+import repair.planning.build
 from repair.errors import InternalError
-from repair.examples import TINY, write_assistant
+from repair.demo.examples import TINY, write_assistant
 from tests.conftest import run_captured, tree_hashes
 
 SHARDS = [["pre_projection"], ["post_projection"]]  # shard 1 untouched, 2 and 3 rewritten by the default fix
@@ -26,13 +26,13 @@ def src(tmp_path):
 
 def inject(monkeypatch, corrupt) -> None:
     """Plan with `corrupt(steps)` applied to the real shard steps (a stand-in for a planning bug)."""
-    real = repair.planning._shard_steps
+    real = repair.planning.build._shard_steps
 
     def planned(ckpt, changes):
         steps, emptied = real(ckpt, changes)
         return corrupt(list(steps)), emptied
 
-    monkeypatch.setattr(repair.planning, "_shard_steps", planned)
+    monkeypatch.setattr(repair.planning.build, "_shard_steps", planned)
 
 
 def repeat_a_step(steps):
@@ -92,7 +92,7 @@ def test_a_duplicate_in_the_plan_is_an_internal_error_before_anything_is_read(ca
 ])
 def test_without_the_plan_check_the_writers_checks_still_blame_the_tool(capsys, monkeypatch, src, corrupt, check):
     inject(monkeypatch, corrupt)
-    monkeypatch.setattr(repair.plan_check, "check_plan", lambda plan: None)
+    monkeypatch.setattr(repair.planning.check, "check_plan", lambda plan: None)
     before, out = tree_hashes(src), src.parent / "out"
     code, _, err = run_captured(capsys, "fix", src, "-o", out, "--quiet")
     assert_internal_error(code, err, out, src, before, check)
@@ -100,7 +100,7 @@ def test_without_the_plan_check_the_writers_checks_still_blame_the_tool(capsys, 
 
 def test_the_tp_layout_is_checked_too(capsys, monkeypatch, src):
     inject(monkeypatch, repeat_a_step)
-    monkeypatch.setattr(repair.plan_check, "check_plan", lambda plan: None)
+    monkeypatch.setattr(repair.planning.check, "check_plan", lambda plan: None)
     before, out = tree_hashes(src), src.parent / "out"
     code, _, err = run_captured(capsys, "fix", src, "-o", out, "--tp", "2", "--quiet")
     assert_internal_error(code, err, out, src, before, "the plan check")

@@ -10,7 +10,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from repair.recipe import recipe_from_dict
+from repair.planning.recipe import recipe_from_dict
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from repair.examples import GEMMA4_31B, write_assistant
-from repair.recipe import Recipe, builtin_recipes, load_recipe, recipe_from_dict
+from repair.demo.examples import GEMMA4_31B, write_assistant
+from repair.planning.recipe import Recipe, builtin_recipes, load_recipe, recipe_from_dict
 from tests.conftest import load_tensors, raw_bytes, run_cli, tree_hashes
 from tools.modelopt_export import export_tiny_llama, modelopt_dequantize
 

@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from repair.examples import TINY, write_assistant
+from repair.demo.examples import TINY, write_assistant
 from tests.conftest import run_cli, tree_hashes
 
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from repair.doctor import diagnose
-from repair.inspection import inspect_checkpoint
+from repair.doctor.diagnose import diagnose
+from repair.doctor.inspection import inspect_checkpoint
 from repair.io.checkpoint import open_checkpoint
-from repair.planning import make_plan
-from repair.recipe import Recipe
+from repair.planning.build import make_plan
+from repair.planning.recipe import Recipe
 from repair.targets.profiles import resolve
 
 SMALL, LARGE = 64, 256
@@ -29,7 +29,7 @@ LIMIT = 10.0  # linear: ~4-6; quadratic: ~16 and more
 
 @pytest.fixture(scope="module")
 def sizes(tmp_path_factory) -> dict[int, Path]:
-    from repair.examples import TINY, write_assistant
+    from repair.demo.examples import TINY, write_assistant
 
     root = tmp_path_factory.mktemp("scaling")
     return {layers: write_assistant(root / str(layers), dataclasses.replace(TINY, layers=layers)) for layers in (SMALL, LARGE)}

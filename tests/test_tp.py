@@ -12,9 +12,9 @@ import torch
 from safetensors import safe_open
 
 from repair.codec.nvfp4 import dequantize
-from repair.examples import GEMMA4_31B, TINY, write_assistant
-from repair.planning import TensorRef
-from repair.tp import style_plan, tensor_specs
+from repair.demo.examples import GEMMA4_31B, TINY, write_assistant
+from repair.planning.build import TensorRef
+from repair.tp.plan import style_plan, tensor_specs
 from tests.conftest import load_tensors, raw_bytes, run_captured, run_cli, tree_hashes
 
 SEED_TP2 = "RuntimeError: start (4096) + length (4096) exceeds dimension size (4096)."
@@ -166,9 +166,9 @@ def test_memory_is_bounded_by_a_slice_not_the_model(realistic, tmp_path):
     from repair.io.checkpoint import open_checkpoint
     from repair.io.hashing import CHUNK
     from repair.io.dtypes import nbytes
-    from repair.planning import Recipe, make_plan
-    from repair.tp import plan_tp
-    from repair.tp_write import write_tp
+    from repair.planning.build import Recipe, make_plan
+    from repair.tp.plan import plan_tp
+    from repair.tp.write import write_tp
 
     src, fixed = realistic
     tpp = plan_tp(make_plan(open_checkpoint(src), Recipe()), 2)

@@ -5,7 +5,7 @@
 Contenders run alternately, repeated; medians and ratios are reported. "floor" is
 `python -c "import torch"` followed by `cp -r SRC DST`: what any torch-based tool must pay.
 The page cache is warm for every contender (it cannot be dropped reliably here). Peak memory is
-/usr/bin/time's max RSS of the measured process. Inputs are built with repair.examples and
+/usr/bin/time's max RSS of the measured process. Inputs are built with repair.demo.examples and
 deleted right after use (up to ~17 GB of disk at once for the 8 GB cases). --quick is a smoke
 check (small sizes, one round, < 2 min). The "## Findings" part of an existing --out file is
 kept as written (it is the analysis); everything above it is regenerated.

@@ -11,6 +11,6 @@ import click
 @click.option("--workdir", type=click.Path(path_type=Path), help="Where to write the example folders (default: a new temp folder).")
 def demo(workdir: Path | None) -> None:
     """Build a tiny broken NVFP4 Gemma 4 assistant, show what is wrong, fix it, show it fixed."""
-    from repair.demo import run_demo
+    from repair.demo.run import run_demo
 
     run_demo(workdir, click.echo)

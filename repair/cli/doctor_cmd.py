@@ -17,8 +17,8 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def doctor(src: Path, target_spec: str | None, tp: int, strict: bool, as_json: bool) -> None:
     """Predict what TARGET does with SRC: exit 0 healthy, 1 problems, 2 bad input."""
-    from repair.doctor import diagnose
-    from repair.doctor_text import diagnosis_json, diagnosis_text
+    from repair.doctor.diagnose import diagnose
+    from repair.doctor.text import diagnosis_json, diagnosis_text
     from repair.cli.sources import open_source  # a local folder, or a Hub repo id (headers + scale bytes)
     from repair.targets.profiles import resolve
 

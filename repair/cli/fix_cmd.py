@@ -27,9 +27,9 @@ def fix(src: Path, out: Path, target_spec: str | None, recipe_path: str | None, 
         force: bool, dry_run: bool, overwrite: bool, as_json: bool, quiet: bool, tp: int | None) -> None:
     """Repair SRC into OUT: dequantize wrongly packed layers and fix the exclusions."""
     from repair import api
-    from repair.execute import check_output
-    from repair.plan_text import plan_as_json, plan_as_text
-    from repair.recipe import DEFAULT, load_recipe
+    from repair.execute.writer import check_output
+    from repair.planning.text import plan_as_json, plan_as_text
+    from repair.planning.recipe import DEFAULT, load_recipe
 
     recipe = load_recipe(Path(recipe_path)) if recipe_path else DEFAULT
     if target_spec:
@@ -43,7 +43,7 @@ def fix(src: Path, out: Path, target_spec: str | None, recipe_path: str | None, 
     with labeled(ckpt, orig):
         plan = api.plan(ckpt, recipe, original=orig)
     if tp is not None:  # per-rank output, written even when the plan changes nothing
-        from repair.tp_write import fix_tp
+        from repair.tp.write import fix_tp
 
         plan = plan if dry_run else localize_plan(plan)
         say(as_json, *fix_tp(plan, out, tp, dry_run=dry_run, overwrite=overwrite, progress=None if not quiet else False, force=force))
@@ -61,7 +61,7 @@ def fix(src: Path, out: Path, target_spec: str | None, recipe_path: str | None, 
 
 
 def _summary(plan, result) -> str:
-    from repair.plan_text import plan_as_text
+    from repair.planning.text import plan_as_text
 
     lines = [plan_as_text(plan)]
     original = result.report.get("original")

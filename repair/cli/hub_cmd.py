@@ -37,7 +37,7 @@ def hub_fix(src: str, dst: str | None, pr: bool, private: bool, dry_run: bool, t
     Only the shards that change (and small files) are downloaded; unchanged files stay on the Hub.
     """
     from repair.hub.workflow import HubFix, hub_fix as run
-    from repair.recipe import DEFAULT, load_recipe
+    from repair.planning.recipe import DEFAULT, load_recipe
 
     recipe = load_recipe(Path(recipe_path)) if recipe_path else DEFAULT  # the same flags -> recipe as `fix`
     if target_spec:

@@ -13,7 +13,7 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def inspect(src: Path, as_json: bool) -> None:
     """Show what SRC stores, module by module (reads headers only)."""
-    from repair.inspection import as_json as to_json, as_text, inspect_checkpoint
+    from repair.doctor.inspection import as_json as to_json, as_text, inspect_checkpoint
     from repair.cli.sources import open_source  # a local folder, or a Hub repo id (headers only)
 
     result = inspect_checkpoint(open_source(src, scales=False))

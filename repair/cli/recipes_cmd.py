@@ -11,7 +11,7 @@ import click
 @click.argument("name", required=False)
 def recipes(name: str | None) -> None:
     """List the built-in recipes; with NAME, show that recipe's rules."""
-    from repair.recipe import builtin_recipes
+    from repair.planning.recipe import builtin_recipes
 
     found = builtin_recipes()
     if name:

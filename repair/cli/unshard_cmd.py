@@ -16,7 +16,7 @@ from repair.cli.main import say
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def unshard(src: Path, out: Path, overwrite: bool, as_json: bool) -> None:
     """Reassemble the per-rank checkpoints in SRC (written by `fix --tp N`) into one standard checkpoint at OUT."""
-    from repair.unshard import unshard as run, unshard_text
+    from repair.tp.unshard import unshard as run, unshard_text
 
     result = run(src, out, overwrite=overwrite)
     say(as_json, {"status": "written", "out": str(result.out), "report": result.report}, unshard_text(result))

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from repair.io.checkpoint import Checkpoint
 from repair.io.safetensors import TensorInfo
-from repair.modules import StoredModule
+from repair.formats.modules import StoredModule
 
 CANONICAL_ROLES = ("weight", "weight_scale", "weight_scale_2", "input_scale")
 

@@ -19,7 +19,7 @@ from repair.formats.base import Declaration, without_quantization  # noqa: F401 
 from repair.io.checkpoint import CONFIG, Checkpoint
 from repair.io.parse import regex
 from repair.io.safetensors import TensorInfo
-from repair.modules import StoredModule, split_name
+from repair.formats.modules import StoredModule, split_name
 
 NAME = "compressed-tensors"
 GLOBAL_SCALE_IS_DIVISOR = True

@@ -16,7 +16,7 @@ from repair.formats import nvfp4_packed
 from repair.formats.base import Declaration, without_quantization  # noqa: F401 (part of the format's interface)
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 from repair.io.safetensors import TensorInfo
-from repair.modules import StoredModule
+from repair.formats.modules import StoredModule
 
 NAME = "modelopt-nvfp4"
 GLOBAL_SCALE_IS_DIVISOR = False  # value = fp4 * weight_scale * weight_scale_2

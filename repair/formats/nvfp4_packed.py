@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from repair.errors import BadInput
 from repair.io.safetensors import TensorInfo
-from repair.modules import StoredModule
-from repair.nvfp4_health import block_scale_stats, global_scale_problem, overflow_problem, read_f32_scalar
+from repair.formats.modules import StoredModule
+from repair.formats.nvfp4_health import block_scale_stats, global_scale_problem, overflow_problem, read_f32_scalar
 
 BLOCK = 16
 BROKEN_EXPORT = "the export is broken: re-download it, or re-export from the original model"

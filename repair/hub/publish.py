@@ -18,7 +18,7 @@ from repair.hub.errors import hub_call
 from repair.hub.source import RemoteFile, RemoteRepo
 from repair.hub.spec import check_remote_name
 from repair.io.parse import parse_json, read_text
-from repair.report import REPORT_NAME
+from repair.execute.report import REPORT_NAME
 
 KEEP_ALWAYS = (".gitattributes",)  # a fork keeps its own when the source has none
 

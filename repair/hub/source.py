@@ -31,7 +31,7 @@ from repair.io import staging
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, INDEX_SUFFIX, PICKLE_SUFFIXES, Checkpoint, open_checkpoint
 from repair.io.hashing import sha256_file
 from repair.io.safetensors import MAX_HEADER_BYTES, TensorInfo
-from repair.modules import split_name
+from repair.formats.modules import split_name
 
 SMALL_LIMIT = 64 << 20  # config and index files above this are refused rather than downloaded
 # what planning (check_packed) and doctor read, ModelOpt's names and compressed-tensors' (all small)
@@ -298,6 +298,6 @@ def localize_plan(plan):
     src, orig = localize(plan.source), localize(plan.original)
     if src is plan.source and orig is plan.original:
         return plan
-    from repair.planning import make_plan
+    from repair.planning.build import make_plan
 
     return make_plan(src, plan.recipe, orig)

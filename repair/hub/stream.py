@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from repair.errors import BadInput
-from repair.execute import own_output, write_json, write_rewritten_shard
+from repair.execute.writer import own_output, write_json, write_rewritten_shard
 from repair.hub import client, publish
 from repair.hub.errors import hub_call
 from repair.hub.source import SCALE_LEAVES, SMALL_LIMIT, RemoteSource, fetch_shard
@@ -22,8 +22,8 @@ from repair.hub.spec import local_path
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint, open_checkpoint
 from repair.io.hashing import sha256_file
 from repair.io.safetensors import read_header
-from repair.modules import split_name
-from repair.planning import Plan, ShardStep
+from repair.formats.modules import split_name
+from repair.planning.build import Plan, ShardStep
 
 
 @dataclass

@@ -18,9 +18,9 @@ from repair.errors import RepairError, UsageError
 from repair.hub import access, card, client, publish, stream
 from repair.hub.source import RemoteSource, fetch_tensors, localize, open_remote, open_source, remote_of, resolve, work_folder
 from repair.hub.spec import hub_spec, repo_id
-from repair.planning import Plan
-from repair.recipe import Recipe
-from repair.report import REPORT_NAME, build_report, doctor_section, original_section
+from repair.planning.build import Plan
+from repair.planning.recipe import Recipe
+from repair.execute.report import REPORT_NAME, build_report, doctor_section, original_section
 
 README = "README.md"
 
@@ -92,7 +92,7 @@ def _run(o: HubFix, spec, dst: str | None, work: Path, say) -> dict:
 
 
 def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, fid, title, work, say, summary) -> dict:
-    from repair.doctor import diagnose
+    from repair.doctor.diagnose import diagnose
     from repair.targets.profiles import resolve as resolve_target
 
     repo = source.repo
@@ -140,7 +140,7 @@ def _with_original(plan: Plan, source: RemoteSource, force: bool) -> tuple[Plan,
     if plan.original is None:
         return plan, {}
     from repair import formats
-    from repair.planning import make_plan
+    from repair.planning.build import make_plan
 
     plan = make_plan(plan.source, plan.recipe, localize(plan.original))
     packed = {n for m in formats.by_name(plan.format).group_modules(plan.source.infos()) if m.is_quantized for n in m.tensors}
@@ -174,7 +174,7 @@ def _digest(source: RemoteSource, name: str, work: Path) -> str:
 
 
 def _json_digest(work: Path, name: str, content: dict) -> str:
-    from repair.execute import write_json
+    from repair.execute.writer import write_json
 
     path = work / "out" / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -193,8 +193,8 @@ def _report(plan: Plan, hashes: dict, options: dict, extra: dict, doctor: dict) 
 
 
 def _facts(plan: Plan, repo, fid: str, target, before, after, summary) -> card.RepairFacts:
-    from repair.doctor_text import diagnosis_text
-    from repair.plan_text import plan_as_text
+    from repair.doctor.text import diagnosis_text
+    from repair.planning.text import plan_as_text
 
     return card.RepairFacts(
         source_repo=repo.repo, source_sha=repo.sha, asked=summary["source"]["revision"], endpoint=client.endpoint(),
@@ -224,7 +224,7 @@ def _summary(plan: Plan) -> str:
 
 
 def _say_state(say, plan, repo, dst, fork, fork_done, pr, existing_pr, title) -> None:
-    from repair.plan_text import plan_as_text
+    from repair.planning.text import plan_as_text
 
     say(plan_as_text(plan))
     changed = [s.name for s in plan.shards if s.op == "rewrite"]
@@ -247,7 +247,7 @@ def _relabel(text: str, work: Path) -> str:
 
 
 def _plan_json(plan: Plan) -> dict:
-    from repair.plan_text import plan_as_json
+    from repair.planning.text import plan_as_json
 
     return plan_as_json(plan)
 

@@ -44,7 +44,7 @@ def name_problem(name: object) -> str | None:
 
 def plain_name(name: object) -> bool:
     """A relative path that stays inside its folder (not absolute; no '..', '.' or empty part; no NUL):
-    the looser rule for names we planned ourselves (repair/plan_check.py): any name a local folder
+    the looser rule for names we planned ourselves (repair/planning/check.py): any name a local folder
     listing yields passes, so only a bug fails it. Names read from data take name_problem."""
     if not isinstance(name, str) or not name or "\0" in name or name.startswith("/"):
         return False

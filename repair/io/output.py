@@ -26,7 +26,7 @@ from typing import Iterator
 from repair.errors import OutputError
 from repair.io.staging import MARKER, PARTIAL_TAG, SIGNALS, fsync_path, mark, discard, hidden_stem, interrupts_raise, new_partial, remove_stale_partials
 
-REPORT_NAME = "repair_report.json"  # what every ckpt-repair output holds (repair.report writes it)
+REPORT_NAME = "repair_report.json"  # what every ckpt-repair output holds (repair.execute.report writes it)
 LOCK_TAG = ".lock"
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from repair.arch.gemma4_assistant import ModuleSpec
 from repair.io.safetensors import TensorInfo
-from repair.modules import split_name
+from repair.formats.modules import split_name
 from repair.targets.profiles import GEMMA4_ASSISTANT_LAYERS, LayerKind, Target
 
 MODELOPT_LEAVES = {"weight": "weight", "weight_scale": "weight_scale", "weight_scale_2": "weight_scale_2", "input_scale": "input_scale"}

@@ -21,7 +21,7 @@ from safetensors import torch as safetensors_torch
 
 from repair.cli import main as ckpt_repair
 from repair.codec import nvfp4
-from repair.examples import GEMMA4_31B, TINY, write_assistant
+from repair.demo.examples import GEMMA4_31B, TINY, write_assistant
 from repair.targets.vllm_loader import vllm_name
 
 from .probe import Run, innermost_function, needs_legacy

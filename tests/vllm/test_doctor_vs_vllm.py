@@ -19,7 +19,7 @@ findings instead: the modules vLLM names must be exactly the ones doctor flags, 
 load with tracking off (the runtime's default). Silent garbage: vLLM loads but the loaded bytes differ
 from what the correct checkpoint gives, and doctor says so for that module and rank.
 
-Fixtures (all built here): tiny assistants written with the project's codec (repair.examples) and
+Fixtures (all built here): tiny assistants written with the project's codec (repair.demo.examples) and
 edited to carry exactly one defect each, the real buggy ModelOpt export of a tiny assistant
 (tests/conftest.py `broken_export`) and its `fix --target` outputs, and the real 31B assistant shapes
 (the buggy export, its fix outputs, and two variants that hard-link its shards and change only the config).

@@ -1,4 +1,4 @@
-"""Benchmark inputs, built with the project's fixture generator (repair.examples.write_assistant).
+"""Benchmark inputs, built with the project's fixture generator (repair.demo.examples.write_assistant).
 
 Bigger inputs add filler: 512 MiB BF16 tensors that `fix` copies untouched, either as extra shards
 (copied whole) or inside the changed shard (copied tensor by tensor). What is repaired is always
@@ -16,7 +16,7 @@ FILLER_ELEMENTS = 1 << 28  # BF16 elements in one 512 MiB filler tensor
 
 
 def build_31b(folder: Path, vocab: int | None = None) -> Path:
-    from repair.examples import GEMMA4_31B, write_assistant
+    from repair.demo.examples import GEMMA4_31B, write_assistant
 
     dims = GEMMA4_31B if vocab is None else dataclasses.replace(GEMMA4_31B, vocab=vocab)
     return write_assistant(folder, dims)
@@ -75,7 +75,7 @@ def build_one_shard(folder: Path, gigabytes: float) -> Path:
 
 def build_64_shards(folder: Path) -> Path:
     """A tiny assistant spread over 64 shards (one per module, then splits), for header-only commands."""
-    from repair.examples import AssistantDims, write_assistant
+    from repair.demo.examples import AssistantDims, write_assistant
 
     dims = AssistantDims(hidden=64, backbone=96, intermediate=128, layers=9, heads=2, head_dim=32, global_head_dim=64, vocab=128)
     probe = write_assistant(folder.with_name(folder.name + "-probe"), dims)

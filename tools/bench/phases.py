@@ -17,8 +17,8 @@ START = time.perf_counter()
 
 def main() -> None:
     src, out, result, *flags = sys.argv[1:]
-    import repair.doctor
-    import repair.execute as ex
+    import repair.doctor.diagnose
+    import repair.execute.writer as ex
     import repair.io.hashing as hashing
 
     spent: dict[str, float] = {}
@@ -42,7 +42,7 @@ def main() -> None:
     wrap(ex, "_rewrite", "rewritten shards (copy, compute, output sha256; torch import if needed)")
     wrap(hashing.HashFollower, "finish", "  of which: waiting for the output's sha256")
     wrap(ex, "_self_check", "self-check of written headers")
-    wrap(repair.doctor, "diagnose", "doctor before/after (report)")
+    wrap(repair.doctor.diagnose, "diagnose", "doctor before/after (report)")
     wrap(ex, "fsync_tree", "fsync of the output")
     from repair.cli import main as cli
 

@@ -17,7 +17,7 @@ INDEX = "model.safetensors.index.json"
 
 def assistant(work: Path, sharded: bool = False, broken: bool = True) -> Path:
     """The healthy starting point: the tiny broken (fixable) assistant in <work>/src."""
-    from repair.examples import TINY, write_assistant
+    from repair.demo.examples import TINY, write_assistant
 
     return write_assistant(work / "src", TINY, broken=broken, shards=SHARDS if sharded else None)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from repair import __version__
 from repair.io.names import path_text
 from repair.io.output import REPORT_NAME  # noqa: F401  (the name every output holds; defined where --overwrite checks it)
-from repair.planning import Plan
+from repair.planning.build import Plan
 
 
 def build_report(plan: Plan, hashes: dict[str, dict[str, str]], options: dict) -> dict:
@@ -36,13 +36,13 @@ def build_report(plan: Plan, hashes: dict[str, dict[str, str]], options: dict) -
 
 def doctor_section(target, before, after) -> dict:
     """The report's "doctor" entry: the target, and doctor's strict JSON on the input and on the output."""
-    from repair.doctor_text import diagnosis_json
+    from repair.doctor.text import diagnosis_json
 
     return {"target": target.spec, "before": diagnosis_json(before, strict=True), "after": diagnosis_json(after, strict=True)}
 
 
 def original_section(plan: Plan, force: bool) -> dict:
     """The report's "original" entry: the --original model's path and how it was verified (refused unless force)."""
-    from repair.original import assess_original
+    from repair.execute.verify_original import assess_original
 
     return {"path": path_text(plan.original.root), **assess_original(plan, force).as_dict()}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from repair.doctor import Diagnosis
+from repair.doctor.diagnose import Diagnosis
 
 
 def diagnosis_json(d: Diagnosis, strict: bool = False) -> dict:

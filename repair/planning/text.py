@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from repair import formats
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG
-from repair.planning import Plan
+from repair.planning.build import Plan
 
 SHARD_EMPTIED = "every tensor it held moved to another shard or was dropped"
 

@@ -13,8 +13,8 @@ from repair.errors import InternalError
 from repair.io.checkpoint import HF_QUANT_CONFIG
 from repair.io.names import plain_name
 from repair.io.dtypes import nbytes
-from repair.planning import Plan, ShardStep
-from repair.report import REPORT_NAME
+from repair.planning.build import Plan, ShardStep
+from repair.execute.report import REPORT_NAME
 
 CHECK = "the plan check"
 
@@ -119,7 +119,7 @@ def _check_index(plan: Plan, placed: dict[str, str]) -> None:
 def check_tp_plan(tpp) -> None:
     """The per-rank layout `fix --tp` will write: every rank file holds each output tensor once, each split
     tensor's rank ranges tile its dim exactly, and no rank's small file takes the rank file's name."""
-    from repair.tp_write import RANK_FILE
+    from repair.tp.write import RANK_FILE
 
     names = [t.step.out.name for t in tpp.tensors]
     planned = [t.out.name for s in tpp.plan.shards for t in s.tensors]

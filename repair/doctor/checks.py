@@ -6,15 +6,15 @@ from repair.arch.gemma4_assistant import ModuleSpec
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
 from repair.io.ranges import RangeReader
-from repair.modules import StoredModule
-from repair.nvfp4_health import block_scale_stats, global_scale_problem, overflow_problem, read_f32_scalar
+from repair.formats.modules import StoredModule
+from repair.formats.nvfp4_health import block_scale_stats, global_scale_problem, overflow_problem, read_f32_scalar
 from repair.targets.vllm_matching import draft_prefix
 
 FUSED_SIBLINGS = (("mlp.gate_proj", "mlp.up_proj"), ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
 
 
 def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[str, StoredModule], specs: dict[str, ModuleSpec]):
-    from repair.doctor import Finding
+    from repair.doctor.diagnose import Finding
 
     findings = []
     prefixes = {draft_prefix(n) for n in (specs or modules)} | {"lm_head"}
@@ -43,7 +43,7 @@ def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[st
 
 def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precision: dict[str, str], divisor: bool = False):
     """Scale counts, shapes and values of every packed module, and fused siblings' shared scale."""
-    from repair.doctor import Finding
+    from repair.doctor.diagnose import Finding
 
     located = ckpt.locate()
     findings = []

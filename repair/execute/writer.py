@@ -15,15 +15,15 @@ from typing import Callable, Iterator
 
 from tqdm import tqdm
 
-from repair import plan_check
+from repair.planning import check as plan_check
 from repair.errors import BadInput, InternalError, OutputError, RepairError
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.safetensors import OutTensor, ShardWriter, read_header
 from repair.io.output import is_earlier_output, publish, staged
 from repair.io.staging import MARKER, PARTIAL_TAG, apply_modes, fsync_tree, remove_stale_partials
-from repair.planning import Plan, ShardStep
-from repair.report import REPORT_NAME, build_report
+from repair.planning.build import Plan, ShardStep
+from repair.execute.report import REPORT_NAME, build_report
 
 __all__ = ["PARTIAL_TAG", "Result", "check_output", "execute", "remove_stale_partials"]
 
@@ -166,7 +166,7 @@ def _rewrite(plan: Plan, step: ShardStep, dst: Path) -> str:
             else:
                 if computer is None:
                     from repair import formats
-                    from repair.compute import Computer
+                    from repair.execute.compute import Computer
 
                     divisor = formats.by_name(plan.format).GLOBAL_SCALE_IS_DIVISOR
                     computer = Computer(located["checkpoint"], located["original"], divisor)

@@ -8,7 +8,7 @@ from repair import arch
 from repair import formats
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
-from repair.modules import StoredModule, stored_bits
+from repair.formats.modules import StoredModule, stored_bits
 from repair.targets.vllm_matching import draft_prefix
 
 

@@ -11,12 +11,12 @@ from repair.arch.gemma4_assistant import BF16_HANDSHAKE
 
 def run_demo(workdir: Path | None, say: Callable[[str], None]) -> Path:
     """Write a broken tiny NVFP4 Gemma 4 assistant, repair it, and narrate each step; returns the fixed folder."""
-    from repair.examples import write_assistant
-    from repair.execute import execute
-    from repair.inspection import inspect_checkpoint
+    from repair.demo.examples import write_assistant
+    from repair.execute.writer import execute
+    from repair.doctor.inspection import inspect_checkpoint
     from repair.io.checkpoint import open_checkpoint
-    from repair.planning import Recipe, make_plan
-    from repair.plan_text import plan_as_text
+    from repair.planning.build import Recipe, make_plan
+    from repair.planning.text import plan_as_text
 
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ckpt-repair-demo-"))
     broken = write_assistant(root / "broken-assistant")

@@ -13,9 +13,9 @@ from repair.errors import BadInput
 from repair.formats.base import Format
 from repair.formats.nvfp4_packed import BROKEN_EXPORT
 from repair.io.checkpoint import Checkpoint
-from repair.modules import StoredModule
-from repair.planning import ModuleChange, TensorRef, TensorStep
-from repair.recipe import Recipe
+from repair.formats.modules import StoredModule
+from repair.planning.build import ModuleChange, TensorRef, TensorStep
+from repair.planning.recipe import Recipe
 
 FUSED_GROUPS = (("mlp.gate_proj", "mlp.up_proj"), ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
 

@@ -1,6 +1,6 @@
 """`unshard`: rebuild the standard checkpoint from `fix --tp` output, byte for byte.
 
-Reads tp_manifest.json, hostile data, through repair/tp_manifest.py (every name and value
+Reads tp_manifest.json, hostile data, through repair/tp/manifest.py (every name and value
 checked first), and checks every rank file against its recorded sha256. Each
 standard shard is then written with the manifest's header (canonical, or the source's own
 verbatim) and every tensor is concatenated back from the ranks' slices, streaming: dim-0 splits
@@ -19,15 +19,15 @@ from pathlib import Path
 
 from repair import __version__
 from repair.errors import BadInput, InternalError
-from repair.execute import own_output
+from repair.execute.writer import own_output
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, copy_hashed, sha256_file, write_all
 from repair.io.names import file_type_problem, path_text, regular_file
 from repair.io.safetensors import OutTensor, TensorInfo, encode_header, read_header
 from repair.io.staging import MARKER
-from repair.report import REPORT_NAME
-from repair.tp_io import build_atomically, pread_exact, write_json
-from repair.tp_manifest import MANIFEST, RANK_FILE, Manifest, read_manifest
+from repair.execute.report import REPORT_NAME
+from repair.tp.io import build_atomically, pread_exact, write_json
+from repair.tp.manifest import MANIFEST, RANK_FILE, Manifest, read_manifest
 
 CHUNK = 8 << 20  # bytes of interleaved rows assembled at a time
 CHECK = "the check of the rebuilt checkpoint"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from repair.errors import BadInput, OutputError
-from repair.execute import check_output
+from repair.execute.writer import check_output
 from repair.io.dtypes import ITEMSIZE, nbytes
 from repair.io.hashing import sha256_file
 from repair.io.safetensors import TensorInfo

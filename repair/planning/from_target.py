@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from repair import arch
 from repair.arch.gemma4_assistant import BF16_HANDSHAKE
-from repair.doctor import runtime_precision
+from repair.doctor.diagnose import runtime_precision
 from repair import formats
 from repair.io.checkpoint import Checkpoint
-from repair.planning import Recipe
+from repair.planning.build import Recipe
 from repair.targets.profiles import Target
 
 

@@ -13,8 +13,8 @@ from repair import arch, formats
 from repair.arch.gemma4_assistant import BF16_HANDSHAKE, ModuleSpec
 from repair.formats.base import Declaration
 from repair.io.checkpoint import HF_QUANT_CONFIG, Checkpoint
-from repair.modules import StoredModule, stored_bits
-from repair.doctor_checks import config_findings, health_findings
+from repair.formats.modules import StoredModule, stored_bits
+from repair.doctor.checks import config_findings, health_findings
 from repair.targets import vllm_loader
 from repair.targets.profiles import Target
 from repair.targets.vllm_matching import draft_prefix
@@ -83,7 +83,7 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
 
 def _degree_findings(specs, precision, config, tp: int) -> list[Finding]:
     """An impossible --tp: vLLM fails while building the model, on every rank; lists the degrees that work."""
-    from repair import tp as parallel
+    from repair.tp import plan as parallel
 
     built = parallel.runtime_specs(specs, precision, config)
     found = parallel.problems(built, tp)

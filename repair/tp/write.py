@@ -20,16 +20,16 @@ from pathlib import Path
 from tqdm import tqdm
 
 from repair.errors import InternalError
-from repair.execute import check_output, own_output
+from repair.execute.writer import check_output, own_output
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.names import path_text
 from repair.io.safetensors import OutTensor, ShardWriter, TensorInfo, encode_header, read_header
 from repair.io.staging import MARKER
-from repair.report import REPORT_NAME, build_report
-from repair.tp import BLOCK, VOCAB_PADDING, TpPlan, TpTensor, summary_text
-from repair.tp_manifest import FORMAT, MANIFEST, RANK_FILE, rank_folder, read_manifest
-from repair.tp_io import build_atomically, contiguous, read_slice, sub_range, write_json
+from repair.execute.report import REPORT_NAME, build_report
+from repair.tp.plan import BLOCK, VOCAB_PADDING, TpPlan, TpTensor, summary_text
+from repair.tp.manifest import FORMAT, MANIFEST, RANK_FILE, rank_folder, read_manifest
+from repair.tp.io import build_atomically, contiguous, read_slice, sub_range, write_json
 
 CHECK = "the check of the written per-rank output"
 VOCAB_NOTE = (f"vLLM pads the vocabulary to a multiple of {VOCAB_PADDING} and gives each rank padded/tp rows; only real rows "
@@ -183,7 +183,7 @@ class _Slicer:
         return out[:, lo - a0: hi - a0] if dim == 1 else out
 
     def _compute(self, step):
-        from repair.compute import Computer
+        from repair.execute.compute import Computer
 
         if self._computer is None:
             self._computer = Computer(self.located["checkpoint"], self.located["original"])
@@ -258,8 +258,8 @@ def _self_check(tpp: TpPlan, tmp: Path, out: Path, expected: set[str]) -> None:
 def fix_tp(plan, out: Path, tp: int, *, dry_run: bool = False, overwrite: bool = False, progress: bool | None = None,
            force: bool = False) -> tuple[dict, str]:
     """`fix --tp N`: refuse an impossible degree before anything is written, then write; returns (json, text)."""
-    from repair.plan_text import plan_as_json, plan_as_text
-    from repair.tp import plan_tp
+    from repair.planning.text import plan_as_json, plan_as_text
+    from repair.tp.plan import plan_tp
 
     tpp = plan_tp(plan, tp)
     check_output(plan.source.root, out, overwrite, _original_root(plan))
@@ -276,13 +276,13 @@ def fix_tp(plan, out: Path, tp: int, *, dry_run: bool = False, overwrite: bool =
 def _report_extra(plan, tp: int, force: bool) -> dict:
     """Doctor on the input at this degree (the output is per-rank; `unshard` it to doctor the result), and
     the original model's verification when one is used, as a non-TP fix records them."""
-    from repair.doctor import diagnose
-    from repair.doctor_text import diagnosis_json
+    from repair.doctor.diagnose import diagnose
+    from repair.doctor.text import diagnosis_json
     from repair.targets.profiles import resolve
 
     extra: dict = {}
     if getattr(plan, "original", None) is not None:
-        from repair.original import assess_original
+        from repair.execute.verify_original import assess_original
 
         extra["original"] = {"path": path_text(plan.original.root), **assess_original(plan, force).as_dict()}
     target = resolve(plan.recipe.from_target)

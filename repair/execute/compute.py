@@ -20,7 +20,7 @@ from repair.codec import dequant_table
 from repair.errors import BadInput
 from repair.io.ranges import read_bytes
 from repair.io.safetensors import ShardHeader, TensorInfo
-from repair.planning import TensorStep
+from repair.planning.build import TensorStep
 
 if TYPE_CHECKING:
     import torch

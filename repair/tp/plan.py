@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Iterable
 
 from repair import arch, formats
 from repair.errors import UsageError
-from repair.modules import split_name
+from repair.formats.modules import split_name
 from repair.targets.profiles import GEMMA4_ASSISTANT_LAYERS, TRANSFORMERS_TP_PLANS, TRANSFORMERS_TP_STYLES
 
 if TYPE_CHECKING:  # doctor uses the degree checks; it must not pay for importing the planner
-    from repair.planning import Plan, TensorStep
+    from repair.planning.build import Plan, TensorStep
 
 BLOCK = 16  # NVFP4 group: logical elements per fp8 block scale
 VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE
@@ -267,7 +267,7 @@ def plan_tp(plan: Plan, tp: int) -> TpPlan:
     specs = tensor_specs([t.out for _, t in steps], styles)
     check_degree(specs, tp)
     tpp = TpPlan(plan, tp, tuple(TpTensor(shard, step, spec) for (shard, step), spec in zip(steps, specs)), styles.source)
-    from repair.plan_check import check_tp_plan
+    from repair.planning.check import check_tp_plan
 
     check_tp_plan(tpp)
     return tpp

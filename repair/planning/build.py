@@ -18,8 +18,8 @@ from repair.io.dtypes import nbytes
 from repair.io.output import REPORT_NAME
 from repair.io.parse import regex
 from repair.io.safetensors import ShardHeader
-from repair.modules import StoredModule
-from repair.recipe import ACTIONS, Recipe
+from repair.formats.modules import StoredModule
+from repair.planning.recipe import ACTIONS, Recipe
 from repair.targets.vllm_matching import draft_prefix
 
 __all__ = ["ModuleChange", "Plan", "Recipe", "ShardStep", "TensorRef", "TensorStep", "make_plan", "select"]
@@ -122,8 +122,8 @@ def assign_actions(modules: list[StoredModule], recipe: Recipe, where: str) -> d
 
 def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = None) -> Plan:
     """Plan the repair of `ckpt` by `recipe` without reading any tensor data."""
-    from repair.plan_check import check_plan
-    from repair.plan_modules import module_change
+    from repair.planning.check import check_plan
+    from repair.planning.modules import module_change
 
     fmt = formats.detect(ckpt)
     modules = fmt.group_modules(ckpt.infos())
@@ -155,7 +155,7 @@ def _check_supported(ckpt: Checkpoint, fmt: Format, actions: dict[str, str], ori
 
 def _with_fused_siblings(actions: dict[str, str], modules: dict[str, StoredModule]) -> dict[str, str]:
     """Requantizing one member of a fused group requantizes the group: they must share weight_scale_2."""
-    from repair.plan_modules import fused_group
+    from repair.planning.modules import fused_group
 
     out = dict(actions)
     for name, action in actions.items():
