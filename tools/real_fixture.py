@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -64,5 +65,186 @@ def write_llama(folder: Path, real: str, weight_map: dict[str, str]) -> Path:
               "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": VOCAB, "rms_norm_eps": 1e-5,
               "num_hidden_layers": 1 + max(int(m[1]) for n in weight_map if (m := re.match(r"model\.layers\.(\d+)\.", n))),
               "torch_dtype": "bfloat16"}
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder
+
+
+# --------------------------------------------------------------------------------------------------------
+# Tiny checkpoints of whole published NVFP4 models: real quantization config (verbatim, tests/data/real),
+# real architecture and tensor-name patterns (transformers' own model class, built on the meta device,
+# gives the names), tiny sizes. Modules are stored NVFP4 or BF16 as the published checkpoint stores them
+# (`bf16`: what its config declares unquantized), so each fixture is a healthy checkpoint.
+# --------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RealModel:
+    """One published checkpoint, shrunk: `config` is the transformers config (tiny sizes), `real` the
+    tests/data/real folder its quantization config comes from."""
+
+    real: str
+    fmt: str  # "modelopt" (hf_quant_config.json) | "compressed-tensors" (config.json quantization_config)
+    architecture: str
+    config: dict
+    bf16: str  # regex (re.search) over module names the published checkpoint stores BF16
+    renames: tuple[tuple[str, str], ...] = ()  # regex substitutions from transformers' names to the published ones
+    kv_fp8: bool = False  # ModelOpt FP8 KV cache: k_proj.k_scale / v_proj.v_scale on text attention
+    extra: str | None = None  # name of a function adding names transformers does not build (DeepSeek's MTP layer)
+
+
+_LLAMA = dict(hidden_size=HIDDEN, intermediate_size=INTER, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+              vocab_size=VOCAB, num_hidden_layers=2, rms_norm_eps=1e-5, tie_word_embeddings=False)
+_DEEPSEEK = dict(hidden_size=HIDDEN, intermediate_size=INTER, moe_intermediate_size=32, n_routed_experts=2, n_shared_experts=1,
+                 num_experts_per_tok=1, n_group=1, topk_group=1, topk_method="noaux_tc", first_k_dense_replace=3,
+                 # 61 decoder layers as published, so that the real exclusions (exact names of layers 0-60 and the
+                 # MTP wildcard `model.layers.61*`) keep naming the same layers; the MTP layer is model.layers.61
+                 num_hidden_layers=61, num_nextn_predict_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                 q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, vocab_size=VOCAB,
+                 tie_word_embeddings=False)
+
+REAL_MODELS: dict[str, RealModel] = {
+    # ModelOpt 0.23.0, only hf_quant_config.json; excludes lm_head only
+    "llama-3.3-70b": RealModel("llama-3.3-70b-instruct-fp4", "modelopt", "LlamaForCausalLM", _LLAMA,
+                               bf16=r"^lm_head$", kv_fp8=True),
+    # ModelOpt 0.33.0 MoE: per-expert experts.N.*_proj; every router mlp.gate and lm_head excluded by name
+    "qwen3-30b-a3b": RealModel("qwen3-30b-a3b-nvfp4", "modelopt", "Qwen3MoeForCausalLM",
+                               dict(_LLAMA, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+                                    decoder_sparse_step=1, mlp_only_layers=[]),
+                               bf16=r"\.mlp\.gate$|^lm_head$", kv_fp8=True),
+    # ModelOpt 0.27.0: attention by `model.layers.N.self_attn*`, routers, the MTP layer by `model.layers.61*`
+    "deepseek-v3-0324": RealModel("deepseek-v3-0324-nvfp4", "modelopt", "DeepseekV3ForCausalLM", _DEEPSEEK,
+                                  bf16=r"\.self_attn\.|\.mlp\.gate$|^model\.layers\.61\.|^lm_head$", extra="deepseek_mtp"),
+    # ModelOpt 0.23.0: attention by exact names (not q_a_proj, not o_proj), routers, MTP by `model.layers.61*`
+    "deepseek-r1": RealModel("deepseek-r1-fp4", "modelopt", "DeepseekV3ForCausalLM", _DEEPSEEK,
+                             bf16=r"\.(kv_a_proj_with_mqa|q_b_proj|kv_b_proj)$|\.mlp\.gate$|^model\.layers\.61\.|^lm_head$",
+                             extra="deepseek_mtp"),
+    # ModelOpt 0.37.0 multimodal: model.language_model.*, vision tower and embed_vision and all attention excluded
+    "gemma-4-31b-it": RealModel(
+        "gemma-4-31b-it-nvfp4", "modelopt", "Gemma4ForConditionalGeneration",
+        dict(text_config=dict(hidden_size=HIDDEN, intermediate_size=INTER, num_hidden_layers=2, num_attention_heads=2,
+                              num_key_value_heads=1, head_dim=32, global_head_dim=32, vocab_size=VOCAB,
+                              layer_types=["sliding_attention", "full_attention"], hidden_size_per_layer_input=0,
+                              sliding_window=16, enable_moe_block=False, num_kv_shared_layers=0),
+             vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                head_dim=16, num_key_value_heads=2, patch_size=16, position_embedding_size=64),
+             audio_config=None, tie_word_embeddings=True),
+        bf16=r"\.self_attn\.|^model\.vision_tower\.|^model\.embed_vision\.|^lm_head$", kv_fp8=True),
+    # compressed-tensors: Laguna-M.1's published quantization_config block (tests/data/real/laguna-m.1-nvfp4), on
+    # its own architecture (MoE: per-expert experts.N.*_proj, shared_expert, router mlp.gate) ...
+    "ct-laguna-moe": RealModel(
+        "laguna-m.1-nvfp4", "compressed-tensors", "LagunaForCausalLM",
+        dict(_LLAMA, moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+             mlp_layer_types=["dense", "sparse"]),
+        bf16=r"\.self_attn\.|\.mlp\.gate$|^lm_head$",
+        # Laguna's published names (vLLM's laguna.py loader): shared_expert, the bias under mlp.experts
+        renames=((r"\.mlp\.shared_experts\.", ".mlp.shared_expert."),
+                 (r"\.mlp\.gate\.e_score_correction_bias$", ".mlp.experts.e_score_correction_bias"))),
+    # ... and on a dense Llama (no dense compressed-tensors NVFP4 config.json was found, PROVENANCE.md): the same
+    # block's `re:` targets and ignore entries name the same self_attn.*_proj / mlp.*_proj modules
+    "ct-llama-dense": RealModel("laguna-m.1-nvfp4", "compressed-tensors", "LlamaForCausalLM", _LLAMA,
+                                bf16=r"\.self_attn\.|^lm_head$"),
+}
+_NOT_LINEAR = re.compile(r"embed_tokens$|norm$|position_embedding|^model\.layers\.61\.(enorm|hnorm)$")
+_SIBLINGS = re.compile(r"^(.*)\.(q_proj|k_proj|v_proj|gate_proj|up_proj)$")
+
+
+def transformers_names(model: RealModel) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape of transformers' own model class for `model.config`, in checkpoint layout:
+    fused expert tensors split per expert (experts.N.{gate,up,down}_proj, as published), tied lm_head dropped."""
+    import transformers
+
+    cls = getattr(transformers, model.architecture)
+    config = cls.config_class(**model.config)
+    with torch.device("meta"):
+        state = cls(config).state_dict()
+    out: dict[str, tuple[int, ...]] = {}
+    for name, t in state.items():
+        if name == "lm_head.weight" and model.config.get("tie_word_embeddings"):
+            continue
+        if name.endswith(".experts.gate_up_proj"):
+            half = t.shape[1] // 2
+            for e in range(t.shape[0]):
+                out[f"{name[:-len('gate_up_proj')]}{e}.gate_proj.weight"] = (half, t.shape[2])
+                out[f"{name[:-len('gate_up_proj')]}{e}.up_proj.weight"] = (half, t.shape[2])
+        elif name.endswith(".experts.down_proj"):
+            for e in range(t.shape[0]):
+                out[f"{name[:-len('down_proj')]}{e}.down_proj.weight"] = tuple(t.shape[1:])
+        else:
+            for pattern, new in model.renames:
+                name = re.sub(pattern, new, name)
+            out[name] = tuple(t.shape)
+    return out
+
+
+def deepseek_mtp(names: dict[str, tuple[int, ...]], config: dict) -> dict[str, tuple[int, ...]]:
+    """DeepSeek-V3/R1's MTP layer as published: model.layers.61 = a MoE decoder layer plus enorm, hnorm, eh_proj,
+    shared_head.{norm,head} and its own embed_tokens (transformers does not build it)."""
+    last, mtp = config["num_hidden_layers"] - 1, config["num_hidden_layers"]
+    out = dict(names)
+    for name, shape in names.items():
+        if name.startswith(f"model.layers.{last}."):
+            out[name.replace(f"model.layers.{last}.", f"model.layers.{mtp}.", 1)] = shape
+    h, v = config["hidden_size"], config["vocab_size"]
+    out.update({f"model.layers.{mtp}.enorm.weight": (h,), f"model.layers.{mtp}.hnorm.weight": (h,),
+                f"model.layers.{mtp}.eh_proj.weight": (h, 2 * h), f"model.layers.{mtp}.shared_head.norm.weight": (h,),
+                f"model.layers.{mtp}.shared_head.head.weight": (v, h), f"model.layers.{mtp}.embed_tokens.weight": (v, h)})
+    return out
+
+
+def checkpoint_tensors(model: RealModel, names: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint: NVFP4 leaves (ModelOpt or compressed-tensors names) for the linears the
+    config quantizes, one weight_scale_2 shared by fused siblings (q/k/v, gate/up) as ModelOpt exports them."""
+    gen = torch.Generator().manual_seed(seed)
+    weights = {n: (torch.randn(s, generator=gen) * 0.05).to(torch.bfloat16) for n, s in names.items() if len(s) == 2}
+    out: dict[str, torch.Tensor] = {}
+    for name, shape in names.items():
+        module = name.removesuffix(".weight")
+        if name.endswith(".weight") and len(shape) == 2 and not _NOT_LINEAR.search(module) and not re.search(model.bf16, module):
+            out.update(_nvfp4_leaves(model, module, weights, gen))
+        elif len(shape) == 2:
+            out[name] = weights[name]
+        elif name.endswith("e_score_correction_bias"):
+            out[name] = torch.zeros(shape, dtype=torch.float32)
+        else:
+            out[name] = torch.ones(shape, dtype=torch.bfloat16)
+    return out
+
+
+def _nvfp4_leaves(model: RealModel, module: str, weights: dict, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    sib = _SIBLINGS.match(module)
+    group = [f"{sib[1]}.{p}.weight" for p in (("q_proj", "k_proj", "v_proj") if sib[2] in ("q_proj", "k_proj", "v_proj")
+                                             else ("gate_proj", "up_proj"))] if sib else [f"{module}.weight"]
+    scale_2 = max(nvfp4.global_scale(weights[n]) for n in group if n in weights)
+    packed, scale, scale_2 = nvfp4.quantize(weights[f"{module}.weight"], scale_2)
+    input_scale = torch.tensor(0.01 + torch.rand((), generator=gen).item())
+    if model.fmt == "compressed-tensors":
+        return {f"{module}.weight_packed": packed, f"{module}.weight_scale": scale,
+                f"{module}.weight_global_scale": 1.0 / scale_2, f"{module}.input_global_scale": 1.0 / input_scale}
+    out = {f"{module}.weight": packed, f"{module}.weight_scale": scale, f"{module}.weight_scale_2": scale_2,
+           f"{module}.input_scale": input_scale}
+    if model.kv_fp8 and re.search(r"\.self_attn\.[kv]_proj$", module) and "vision" not in module:
+        out[f"{module}.{module[-6]}_scale"] = torch.tensor(0.01 + torch.rand((), generator=gen).item())
+    return out
+
+
+def write_real_model(folder: Path, key: str) -> Path:
+    """REAL_MODELS[key] as a one-file checkpoint in `folder` (replaced): model.safetensors, config.json with
+    the real architecture (and, for compressed-tensors, the real quantization_config), hf_quant_config.json."""
+    model = REAL_MODELS[key]
+    folder = Path(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    names = transformers_names(model)
+    if model.extra:
+        names = globals()[model.extra](names, model.config)
+    tensors = checkpoint_tensors(model, names)
+    save_file({n: t.contiguous() for n, t in sorted(tensors.items())}, folder / "model.safetensors", metadata={"format": "pt"})
+    import transformers
+
+    config = getattr(transformers, model.architecture).config_class(**model.config).to_dict()
+    config.update(architectures=[model.architecture], torch_dtype="bfloat16")
+    config.pop("transformers_version", None)
+    if model.fmt == "compressed-tensors":
+        config["quantization_config"] = json.loads((REAL / model.real / "quantization_config.json").read_text())
+    else:
+        shutil.copy(REAL / model.real / "hf_quant_config.json", folder)
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     return folder

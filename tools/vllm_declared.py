@@ -1,0 +1,283 @@
+#!/usr/bin/env python
+"""What vLLM decides for every module of a checkpoint: built quantized, or built unquantized, and why.
+
+Run with the .venv-vllm python (tools/vllm_env.sh); imports nothing from the repo's ``repair`` package.
+
+    vllm_declared.py DIR [DIR ...]
+
+For each DIR, one JSON line on stdout, in the order given:
+
+    {"dir": DIR, "ok": true, "architecture": "...", "quant_config": "ModelOptNvFp4Config",
+     "modules": {checkpoint module: {"vllm_module": "...", "prefix": "...", "layer": "QKVParallelLinear",
+                                     "method": "ModelOptNvFp4LinearMethod" | "UnquantizedLinearMethod" | null,
+                                     "quantized": bool, "model": "main" | "mtp"}},
+     "unplaced": [checkpoint modules vLLM's load_weights put nowhere]}
+    {"dir": DIR, "ok": false, "error_type": "...", "error": "..."}
+
+How (everything is vLLM 0.32's own code; the shims are listed below):
+  * ``EngineArgs(model=DIR).create_engine_config()`` reads the checkpoint's quantization config the way
+    ``vllm serve`` does (hf_quant_config.json / config.json ``quantization_config`` -> ``VllmConfig.quant_config``,
+    e.g. ``ModelOptNvFp4Config.from_config`` / ``CompressedTensorsConfig.from_config``).
+  * ``initialize_model`` builds the architecture's real model class on the meta device: it applies the class's
+    ``hf_to_vllm_mapper`` and ``packed_modules_mapping`` to the quant config (``configure_quant_config`` /
+    ``SupportsQuant``) and every layer asks the quant config for its method with the prefix the model class
+    gives it (``get_quant_method(layer, prefix)``: exclusions, fused-shard rules, config-group targets). Layers
+    the model class builds with ``quant_config=None`` (routers, some towers) never ask. Each module's
+    ``quant_method`` is the decision: a method whose class name starts with "Unquantized" (or none) = unquantized.
+  * Which vLLM module a checkpoint module becomes is vLLM's own ``model.load_weights`` (weights mapper, stacked
+    q/k/v and gate/up params, expert params mapping, skipped names), run on meta tensors of the checkpoint's
+    shapes and dtypes (read from the safetensors headers) with every parameter's weight loader replaced by a
+    recorder: nothing is loaded, only "checkpoint tensor -> vLLM parameter" is recorded.
+  * Models with MTP layers (``num_nextn_predict_layers``): the main model skips them; they are placed and decided
+    by the MTP draft model vLLM builds for ``speculative_config={"method": "mtp"}`` (e.g. DeepSeekMTP), on the
+    same checkpoint.
+Shims (no decision logic): ``register_linear_kernel(EmulationNvFp4LinearKernel, CPU, "nvfp4")`` so NVFP4 linears
+can be constructed on CPU (stock 0.32 has CUDA/ROCm kernels only; as tools/vllm_probe.py), NVFP4 MoE methods
+falling back to vLLM's EMULATION kernel backend when its backend selection finds none for CPU, the CPU runner's
+``_set_torch_accelerator_to_noop()``, an empty ``torchvision`` for importing gemma4_mm.py (see
+``_register_gemma4_multimodal``), a world-size-1 gloo process group, and the recording weight loaders.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import socket
+import struct
+import sys
+import traceback
+
+_JSON_OUT = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+sys.stdout.flush()
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# the tensor that names a module's stored weight, in each format
+WEIGHT_LEAVES = ("weight", "weight_packed")
+DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "U8": "uint8", "I8": "int8",
+          "F8_E4M3": "float8_e4m3fn", "I32": "int32", "I64": "int64"}
+
+
+def log(msg: str) -> None:
+    print(f"[vllm_declared] {msg}", file=sys.stderr, flush=True)
+
+
+def header_weights(folder: str) -> dict[str, tuple[str, list[int]]]:
+    """Checkpoint module -> (its weight tensor's name, shape, dtype) from the safetensors headers."""
+    out = {}
+    for file in sorted(f for f in os.listdir(folder) if f.endswith(".safetensors")):
+        with open(os.path.join(folder, file), "rb") as fh:
+            size = struct.unpack("<Q", fh.read(8))[0]
+            header = json.loads(fh.read(size))
+        for name, entry in header.items():
+            module, _, leaf = name.rpartition(".")
+            if name != "__metadata__" and leaf in WEIGHT_LEAVES:
+                out[module] = (name, entry["shape"], DTYPES[entry["dtype"]])
+    return out
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def setup() -> None:
+    import vllm  # noqa: F401
+    from vllm.model_executor.kernels.linear import register_linear_kernel
+    from vllm.model_executor.kernels.linear.nvfp4.emulation import EmulationNvFp4LinearKernel
+    from vllm.platforms import PlatformEnum
+    from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
+
+    register_linear_kernel(EmulationNvFp4LinearKernel, PlatformEnum.CPU, "nvfp4")
+    _set_torch_accelerator_to_noop()
+    _nvfp4_moe_emulation_fallback()
+    _register_gemma4_multimodal()
+
+
+class _Anything:
+    """Stands for any torchvision attribute the image processor names at import time (never called)."""
+
+    def __getattr__(self, name):
+        return self
+
+    def __call__(self, *args, **kwargs):
+        return self
+
+
+def _empty_module_type():
+    import types
+
+    class EmptyModule(types.ModuleType):
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return _Anything()
+
+    return EmptyModule
+
+
+def _EmptyModule(name):
+    return _empty_module_type()(name)
+
+
+def _register_gemma4_multimodal() -> None:
+    """vllm/model_executor/models/gemma4_mm.py imports transformers' Gemma4Processor, whose image processor
+    imports torchvision at module level; the vLLM venv has no torchvision. Without it vLLM cannot even import
+    the model class (the processor is not used to build the model). Shim: an empty `torchvision` package for
+    that import only, and the class registered in-process (vLLM inspects architectures in a subprocess, which
+    would not see the shim)."""
+    import importlib.machinery
+    import types
+
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        for name in ("torchvision", "torchvision.transforms", "torchvision.transforms.v2",
+                     "torchvision.transforms.v2.functional", "torchvision.transforms.functional"):
+            module = _EmptyModule(name)
+            module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+            module.__path__ = []
+            sys.modules[name] = module
+            parent, _, child = name.rpartition(".")
+            if parent:
+                setattr(sys.modules[parent], child, module)
+        log("shim: empty torchvision package (not installed in this venv) for transformers' Gemma4Processor import")
+    from vllm import ModelRegistry
+    from vllm.model_executor.models import gemma4_mm
+
+    ModelRegistry.register_model("Gemma4ForConditionalGeneration", gemma4_mm.Gemma4ForConditionalGeneration)
+
+
+def _nvfp4_moe_emulation_fallback() -> None:
+    """NVFP4 MoE methods pick a kernel backend in __init__, after the quant config chose them; no backend
+    supports CPU, so vLLM's own selection raising NotImplementedError falls back to its EMULATION backend.
+    Only the kernel choice changes: which method a layer gets is decided before this runs."""
+    import importlib
+
+    from vllm.model_executor.layers.fused_moe.oracle import nvfp4 as oracle
+
+    def select(*args, **kwargs):
+        try:
+            return oracle.select_nvfp4_moe_backend(*args, **kwargs)
+        except NotImplementedError:
+            backend = oracle.NvFp4MoeBackend.EMULATION
+            return backend, oracle.backend_to_kernel_cls(backend)[0]
+
+    for name in ("vllm.model_executor.layers.quantization.modelopt",
+                 "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe"
+                 ".compressed_tensors_moe_w4a4_nvfp4"):
+        importlib.import_module(name).select_nvfp4_moe_backend = select
+
+
+def placements(model, weights: dict) -> dict[str, dict]:
+    """Checkpoint module -> the vLLM module its weight is loaded into, by the model's own load_weights."""
+    import torch
+
+    owner = {}
+    for mod_name, mod in model.named_modules():
+        for p_name, p in mod.named_parameters(recurse=False):
+            owner.setdefault(id(p), (mod_name, mod))  # tied weights: the first module (embed_tokens)
+    current = {"name": None}
+    placed: dict[str, tuple[str, object]] = {}
+
+    def recorder(param):
+        def record(*args, **kwargs):
+            loaded = args[1] if len(args) > 1 else kwargs.get("loaded_weight")
+            name = getattr(loaded, "_ckpt_name", None) or current["name"]
+            if name is not None and id(param) in owner:
+                placed.setdefault(name, owner[id(param)])
+            return True  # FusedMoE's return_success
+        return record
+
+    for _, p in model.named_parameters():
+        if hasattr(type(p), "weight_loader") and isinstance(type(p).weight_loader, property):
+            p._weight_loader = recorder(p)
+        else:
+            p.weight_loader = recorder(p)
+
+    def tensors():
+        for module, (name, shape, dtype) in weights.items():
+            t = torch.empty(shape, dtype=getattr(torch, dtype), device="meta")
+            t._ckpt_name = module
+            current["name"] = module
+            yield name, t
+
+    model.load_weights(tensors())
+    out = {}
+    for module, (mod_name, mod) in placed.items():
+        method = getattr(mod, "quant_method", None)
+        method_name = type(method).__name__ if method is not None else None
+        out[module] = {"vllm_module": mod_name, "prefix": getattr(mod, "prefix", None), "layer": type(mod).__name__,
+                       "method": method_name,
+                       "quantized": method_name is not None and not method_name.startswith("Unquantized")}
+    return out
+
+
+def build(vc, model_config):
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    with set_current_vllm_config(vc), torch.device("meta"):
+        return initialize_model(vc, model_config=model_config)
+
+
+def decide(folder: str) -> dict:
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed.parallel_state import (destroy_distributed_environment, destroy_model_parallel,
+                                                 init_distributed_environment, initialize_model_parallel)
+    from vllm.engine.arg_utils import EngineArgs
+
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        mtp = bool(json.load(f).get("num_nextn_predict_layers"))
+    args = dict(model=os.path.abspath(folder), skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128,
+                enforce_eager=True, load_format="dummy")
+    if mtp:
+        args["speculative_config"] = {"method": "mtp", "num_speculative_tokens": 1}
+    vc = EngineArgs(**args).create_engine_config()
+    weights = header_weights(folder)
+    log(f"{folder}: {vc.model_config.architectures} quant={type(vc.quant_config).__name__} mtp={mtp}")
+    result = {"architecture": vc.model_config.architectures[0], "quant_config": type(vc.quant_config).__name__}
+    with set_current_vllm_config(vc):
+        init_distributed_environment(world_size=1, rank=0, local_rank=0,
+                                     distributed_init_method=f"tcp://127.0.0.1:{free_port()}", backend="gloo")
+        initialize_model_parallel(1, 1)
+        try:
+            modules = {k: dict(v, model="main") for k, v in placements(build(vc, vc.model_config), weights).items()}
+            if mtp:
+                draft = vc.speculative_config.draft_model_config
+                for k, v in placements(build(vc, draft), weights).items():
+                    modules.setdefault(k, dict(v, model="mtp"))
+        finally:
+            destroy_model_parallel()
+            destroy_distributed_environment()
+    result["modules"] = dict(sorted(modules.items()))
+    result["unplaced"] = sorted(set(weights) - set(modules))
+    return result
+
+
+def main(argv: list[str]) -> int:
+    try:
+        setup()
+    except Exception:
+        traceback.print_exc(file=sys.stderr)
+        return 3
+    for folder in argv:
+        try:
+            line = {"dir": folder, "ok": True, **decide(folder)}
+        except Exception as e:
+            traceback.print_exc(file=sys.stderr)
+            line = {"dir": folder, "ok": False, "error_type": type(e).__name__, "error": str(e)}
+        gc.collect()
+        _JSON_OUT.write(json.dumps(line) + "\n")
+        _JSON_OUT.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
