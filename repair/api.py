@@ -11,7 +11,8 @@ from pathlib import Path
 
 from repair.execute.writer import Result, execute, own_output
 from repair.io.checkpoint import Checkpoint, open_checkpoint
-from repair.planning.build import Plan, make_plan
+from repair.planning.build import make_plan
+from repair.planning.model import Plan
 from repair.planning.recipe import DEFAULT, Recipe, load_recipe
 from repair.targets.profiles import resolve
 

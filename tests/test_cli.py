@@ -9,7 +9,8 @@ import sys
 from repair.demo.examples import TINY, write_assistant
 from repair.execute.writer import execute
 from repair.io.checkpoint import open_checkpoint
-from repair.planning.build import Recipe, make_plan
+from repair.planning.build import make_plan
+from repair.planning.recipe import Recipe
 from tests.conftest import run_cli, tree_hashes
 
 

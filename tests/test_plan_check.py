@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 
 import pytest
 
@@ -72,6 +73,18 @@ def test_a_plan_edited_after_planning_is_checked_before_the_api_writes(src, tmp_
     assert err.value.exit_code == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"], "something was written"
     assert tree_hashes(src) == before
+
+
+def test_a_tensor_step_of_an_unknown_type_is_refused_by_the_plan_check(src, tmp_path):
+    """The writer dispatches on a step's type, with no fallback: a step of any other type never reaches it."""
+    plan = repair.plan(src)
+    shards = list(plan.shards)
+    i = next(k for k, s in enumerate(shards) if s.op == "rewrite")
+    odd = [types.SimpleNamespace(out=t.out, inputs=t.inputs, source=t.source) if t.op == "dequantize" else t for t in shards[i].tensors]
+    shards[i] = dataclasses.replace(shards[i], tensors=tuple(odd))
+    with pytest.raises(InternalError, match="a planned tensor is a SimpleNamespace, not one of the tensor steps the writer knows"):
+        repair.run(dataclasses.replace(plan, shards=tuple(shards)), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("dry_run", [False, True])

@@ -13,7 +13,7 @@ from safetensors import safe_open
 
 from repair.codec.nvfp4 import dequantize
 from repair.demo.examples import GEMMA4_31B, TINY, write_assistant
-from repair.planning.build import TensorRef
+from repair.planning.model import TensorRef
 from repair.tp.plan import style_plan, tensor_specs
 from tests.conftest import load_tensors, raw_bytes, run_captured, run_cli, tree_hashes
 
@@ -166,7 +166,8 @@ def test_memory_is_bounded_by_a_slice_not_the_model(realistic, tmp_path):
     from repair.io.checkpoint import open_checkpoint
     from repair.io.hashing import CHUNK
     from repair.io.dtypes import nbytes
-    from repair.planning.build import Recipe, make_plan
+    from repair.planning.build import make_plan
+    from repair.planning.recipe import Recipe
     from repair.tp.plan import plan_tp
     from repair.tp.write import write_tp
 

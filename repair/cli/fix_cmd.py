@@ -61,6 +61,7 @@ def fix(src: Path, out: Path, target_spec: str | None, recipe_path: str | None, 
 
 
 def _summary(plan, result) -> str:
+    from repair.planning.model import ChangeAction
     from repair.planning.text import plan_as_text
 
     lines = [plan_as_text(plan)]
@@ -68,7 +69,7 @@ def _summary(plan, result) -> str:
     if original:
         lines.append(f"original verified: {original['verified']} of {original['checked']} modules reproduce byte-for-byte"
                      + (" (--force: used anyway)" if original["forced"] and not original["verified"] else ""))
-        taken = {c.module for c in plan.changes if c.action in ("take_original", "requantize")}
+        taken = {c.module for c in plan.changes if c.action in (ChangeAction.TAKE_ORIGINAL, ChangeAction.REQUANTIZE)}
         for module in original["corrupted"]:
             fate = "taken from the original" if module in taken else "kept as stored; add it to a take_original rule to take it from the original"
             lines.append(f"  {module}: its NVFP4 copy is {original['relative_error'][module]:.0%} off the original (corrupted); {fate}")

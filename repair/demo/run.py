@@ -15,7 +15,8 @@ def run_demo(workdir: Path | None, say: Callable[[str], None]) -> Path:
     from repair.execute.writer import execute
     from repair.doctor.inspection import inspect_checkpoint
     from repair.io.checkpoint import open_checkpoint
-    from repair.planning.build import Recipe, make_plan
+    from repair.planning.build import make_plan
+    from repair.planning.recipe import Recipe
     from repair.planning.text import plan_as_text
 
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ckpt-repair-demo-"))

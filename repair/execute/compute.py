@@ -20,7 +20,7 @@ from repair.codec import dequant_table
 from repair.errors import BadInput
 from repair.io.ranges import read_bytes
 from repair.io.safetensors import ShardHeader, TensorInfo
-from repair.planning.build import TensorStep
+from repair.planning.model import Cast, Computed, Dequantize, Requantize
 
 if TYPE_CHECKING:
     import torch
@@ -29,7 +29,7 @@ Located = dict[str, tuple[ShardHeader, TensorInfo]]
 
 
 class Computer:
-    """Computes TensorSteps against the checkpoint and (optionally) the original model."""
+    """Computes the computed tensor steps against the checkpoint and (optionally) the original model."""
 
     def __init__(self, checkpoint: Located, original: Located | None = None, global_scale_is_divisor: bool = False):
         self._sources = {"checkpoint": checkpoint, "original": original or {}}
@@ -42,39 +42,40 @@ class Computer:
         shard, info = self._sources[source][name]
         return tensors.from_bytes(read_bytes(Path(shard.path), info), info)
 
-    def bytes_of(self, step: TensorStep) -> memoryview:
-        if self._table_dequantizes(step):
+    def bytes_of(self, step: Computed) -> memoryview:
+        if isinstance(step, Dequantize) and self._table_dequantizes(step):
             return memoryview(self._dequantized_bits(step).reshape(-1).view(np.uint8))
         from repair.io import tensors
 
         result = self.tensor(step)
-        if step.op in ("dequantize", "cast") and result.is_floating_point():
+        if isinstance(step, (Dequantize, Cast)) and result.is_floating_point():
             self._refuse_non_finite(step, int((~result.isfinite()).sum()))
         return tensors.to_bytes(result)
 
-    def _refuse_non_finite(self, step: TensorStep, count: int) -> None:
+    def _refuse_non_finite(self, step: Dequantize | Cast, count: int) -> None:
         """The last guard against garbage that looks fixed: plan-time checks read the scales, this reads the result."""
         if count:
             shard, info = self._sources[step.source][step.inputs[0]]
             raise BadInput(f"{shard.path}: {info.name}: {count} of the {step.out.dtype} values it gives are NaN or infinite "
                            f"({step.op}); nothing was written; re-download or re-export it, or leave the module out")
 
-    def tensor(self, step: TensorStep) -> torch.Tensor:
+    def tensor(self, step: Computed) -> torch.Tensor:
+        """The step's result, by its type: a new step type is one more case here."""
         from repair.codec import nvfp4
         from repair.io import tensors
 
-        if step.op == "dequantize":
-            packed, scale, scale_2 = (self.load(n, step.source) for n in step.inputs)
-            return nvfp4.dequantize(packed, scale, scale_2, tensors.TORCH_DTYPE[step.out.dtype], divisor=self._divisor)
-        if step.op == "cast":
-            return self.load(step.inputs[0], step.source).to(tensors.TORCH_DTYPE[step.out.dtype])
-        if step.op == "requantize":
-            return self._requantized(step)[step.role]
-        raise AssertionError(f"unknown tensor op {step.op}")
+        match step:
+            case Dequantize():
+                packed, scale, scale_2 = (self.load(n, step.source) for n in step.inputs)
+                return nvfp4.dequantize(packed, scale, scale_2, tensors.TORCH_DTYPE[step.out.dtype], divisor=self._divisor)
+            case Cast():
+                return self.load(step.inputs[0], step.source).to(tensors.TORCH_DTYPE[step.out.dtype])
+            case Requantize():
+                return self._requantized(step)[step.role]
 
-    def _table_dequantizes(self, step: TensorStep) -> bool:
+    def _table_dequantizes(self, step: Dequantize) -> bool:
         """The torch-free path applies: uint8 [r, h] weight, FP8 [r, 2h/16] scales, one float32 global scale."""
-        if step.op != "dequantize" or step.out.dtype not in dequant_table.OUT_DTYPES:
+        if step.out.dtype not in dequant_table.OUT_DTYPES:
             return False
         packed, scale, scale_2 = (self._sources[step.source][n][1] for n in step.inputs)
         return (
@@ -83,7 +84,7 @@ class Computer:
             and scale_2.dtype == "F32" and scale_2.nbytes == 4
         )
 
-    def _dequantized_bits(self, step: TensorStep) -> np.ndarray:
+    def _dequantized_bits(self, step: Dequantize) -> np.ndarray:
         packed, scale = (self._array(n, step.source, np.uint8) for n in step.inputs[:2])
         scale_2 = float(self._array(step.inputs[2], step.source, np.dtype("<f4")).reshape(-1)[0])
         self._refuse_non_finite(step, dequant_table.non_finite_blocks(scale, scale_2, step.out.dtype, self._divisor))
@@ -93,7 +94,7 @@ class Computer:
         shard, info = self._sources[source][name]
         return np.frombuffer(read_bytes(Path(shard.path), info), dtype=dtype).reshape(info.shape)
 
-    def _requantized(self, step: TensorStep) -> dict[str, torch.Tensor]:
+    def _requantized(self, step: Requantize) -> dict[str, torch.Tensor]:
         """Quantize the original weight with the fused group's shared global scale (max over members)."""
         import torch
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from repair import __version__
 from repair.io.names import path_text
 from repair.io.output import REPORT_NAME  # noqa: F401  (the name every output holds; defined where --overwrite checks it)
-from repair.planning.build import Plan
+from repair.planning.model import Plan
 
 
 def build_report(plan: Plan, hashes: dict[str, dict[str, str]], options: dict) -> dict:

@@ -16,7 +16,7 @@ from repair import formats
 from repair.codec import nvfp4
 from repair.execute.compute import Computer
 from repair.errors import BadInput
-from repair.planning.build import Plan
+from repair.planning.model import Plan
 
 CORRUPT_RELATIVE_ERROR = 0.25  # NVFP4's normal relative error on real weights is about 0.1
 

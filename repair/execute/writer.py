@@ -22,7 +22,7 @@ from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.safetensors import OutTensor, ShardWriter, read_header
 from repair.io.output import is_earlier_output, publish, staged
 from repair.io.staging import MARKER, PARTIAL_TAG, apply_modes, fsync_tree, remove_stale_partials
-from repair.planning.build import Plan, ShardStep
+from repair.planning.model import Copy, Plan, ShardOp, ShardStep
 from repair.execute.report import REPORT_NAME, build_report
 
 __all__ = ["PARTIAL_TAG", "Result", "check_output", "execute", "remove_stale_partials"]
@@ -123,11 +123,11 @@ def _write_all(plan: Plan, tmp: Path, bar: tqdm) -> dict[str, dict[str, str]]:
     # Whole-shard copies (kernel copy + sha256 thread each) start at once, two at a time, beside the
     # rewrites: the cores stay busy hashing while the main thread imports torch and computes.
     with ThreadPoolExecutor(2) as copier:
-        copies = {s.name: copier.submit(copy_file_hashed, root / s.name, tmp / s.name) for s in plan.shards if s.op == "copy_file"}
+        copies = {s.name: copier.submit(copy_file_hashed, root / s.name, tmp / s.name) for s in plan.shards if s.op == ShardOp.COPY_FILE}
         try:
             for step in plan.shards:
                 src = root / step.name
-                if step.op == "copy_file":
+                if step.op == ShardOp.COPY_FILE:
                     digest = copies[step.name].result()
                     hashes[step.name] = {"source": digest, "output": digest}
                 else:
@@ -160,7 +160,7 @@ def _rewrite(plan: Plan, step: ShardStep, dst: Path) -> str:
     header = [OutTensor(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
     with ShardWriter(dst, header, step.metadata) as writer:
         for t in step.tensors:
-            if t.op == "copy":
+            if isinstance(t, Copy):
                 shard, info = located[t.source][t.inputs[0]]
                 writer.copy(t.out.name, shard.path, info)
             else:
@@ -219,7 +219,7 @@ def _check_failed(where: Path, what: str) -> None:
 
 
 def write_rewritten_shard(plan: Plan, step: ShardStep, dst: Path) -> str:
-    """One "rewrite" step on its own, written to `dst` and re-checked like execute() checks it; its sha256.
+    """One ShardOp.REWRITE step on its own, written to `dst` and re-checked like execute() checks it; its sha256.
 
     For publishers that upload file by file instead of writing an output folder (repair/hub): the
     plan's source must hold every shard this step reads.

@@ -23,7 +23,7 @@ from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint, open_check
 from repair.io.hashing import sha256_file
 from repair.io.safetensors import read_header
 from repair.formats.modules import split_name
-from repair.planning.build import Plan, ShardStep
+from repair.planning.model import Plan, ShardOp, ShardStep
 
 
 @dataclass
@@ -40,7 +40,7 @@ def rewrite_and_upload(plan: Plan, source: RemoteSource, work: Path, dests: list
     """Every "rewrite" step of the plan, streamed (see the module docstring)."""
     from huggingface_hub import CommitOperationAdd
 
-    steps = [s for s in plan.shards if s.op == "rewrite"]
+    steps = [s for s in plan.shards if s.op == ShardOp.REWRITE]
     located = plan.source.locate()
     needs = {s.name: _reads(s, located) for s in steps}
     left = Counter(n for names in needs.values() for n in names)
@@ -127,7 +127,7 @@ def after_checkpoint(plan: Plan, source: RemoteSource, work: Path, label: str) -
 
     after = _folder(work / "after")
     for step in plan.shards:
-        if step.op == "copy_file" and not (after / step.name).exists():
+        if step.op == ShardOp.COPY_FILE and not (after / step.name).exists():
             _link_stub(source, step.name, after / step.name)
     for name in (CONFIG, HF_QUANT_CONFIG, plan.source.index_name):
         if not name or name in plan.removed_files:
@@ -144,7 +144,7 @@ def link_unchanged(plan: Plan, source: RemoteSource, work: Path) -> None:
     """Before any download replaces a mirror file: keep the unchanged shards' stand-ins for doctor after."""
     after = _folder(work / "after")
     for step in plan.shards:
-        if step.op == "copy_file":
+        if step.op == ShardOp.COPY_FILE:
             _link_stub(source, step.name, after / step.name)
 
 

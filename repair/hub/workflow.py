@@ -18,7 +18,7 @@ from repair.errors import RepairError, UsageError
 from repair.hub import access, card, client, publish, stream
 from repair.hub.source import RemoteSource, fetch_tensors, localize, open_remote, open_source, remote_of, resolve, work_folder
 from repair.hub.spec import hub_spec, repo_id
-from repair.planning.build import Plan
+from repair.planning.model import Plan, ShardOp
 from repair.planning.recipe import Recipe
 from repair.execute.report import REPORT_NAME, build_report, doctor_section, original_section
 
@@ -79,7 +79,7 @@ def _run(o: HubFix, spec, dst: str | None, work: Path, say) -> dict:
     options = {"recipe": plan.recipe.name, "target": plan.recipe.from_target}
     fid = card.fix_id(repo.label, plan.recipe.as_dict(), summary["original"])
     title = f"ckpt-repair: {_summary(plan)} ({fid})"
-    summary.update(fix_id=fid, title=title, changed=[s.name for s in plan.shards if s.op == "rewrite"])
+    summary.update(fix_id=fid, title=title, changed=[s.name for s in plan.shards if s.op == ShardOp.REWRITE])
     existing_pr = publish.find_open_pr(repo.repo, title) if o.pr else None
     fork_done = fork is not None and publish.already_fixed(fork, repo.label, plan.recipe.as_dict(), options, plan.removed_files)
     _say_state(say, plan, repo, dst, fork, fork_done, o.pr, existing_pr, title)
@@ -154,7 +154,7 @@ def _hashes(plan: Plan, source: RemoteSource, work: Path, streamed: stream.Strea
 
     hashes = dict(streamed.hashes)
     for step in plan.shards:
-        if step.op == "copy_file":
+        if step.op == ShardOp.COPY_FILE:
             digest = _digest(source, step.name, work)
             hashes[step.name] = {"source": digest, "output": digest}
     for name in plan.copied_files:
@@ -200,7 +200,7 @@ def _facts(plan: Plan, repo, fid: str, target, before, after, summary) -> card.R
         source_repo=repo.repo, source_sha=repo.sha, asked=summary["source"]["revision"], endpoint=client.endpoint(),
         recipe=plan.recipe.as_dict(), fix_id=fid, target=target.spec, before=diagnosis_text(before, strict=True),
         after=diagnosis_text(after, strict=True), changes="\n".join(plan_as_text(plan).splitlines()[1:]),
-        rewritten=tuple([s.name for s in plan.shards if s.op == "rewrite"] + list(plan.json_files)),
+        rewritten=tuple([s.name for s in plan.shards if s.op == ShardOp.REWRITE] + list(plan.json_files)),
         removed=tuple(plan.removed_files), original=summary["original"])
 
 
@@ -227,9 +227,9 @@ def _say_state(say, plan, repo, dst, fork, fork_done, pr, existing_pr, title) ->
     from repair.planning.text import plan_as_text
 
     say(plan_as_text(plan))
-    changed = [s.name for s in plan.shards if s.op == "rewrite"]
+    changed = [s.name for s in plan.shards if s.op == ShardOp.REWRITE]
     say(f"changed shards (the only shards downloaded): {', '.join(changed) or 'none'}; "
-        f"{sum(1 for s in plan.shards if s.op == 'copy_file')} unchanged shard(s) stay on the Hub")
+        f"{sum(1 for s in plan.shards if s.op == ShardOp.COPY_FILE)} unchanged shard(s) stay on the Hub")
     if dst:
         state = "already has this fix; nothing to do" if fork_done else (
             f"exists (head {fork.head}); the fix is committed on top" if fork.exists else f"will be a server-side duplicate of {repo.repo}")

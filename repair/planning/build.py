@@ -7,7 +7,6 @@ checked completely before the executor writes a byte.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field
 
 from repair import formats
 from repair.arch import gemma4_assistant
@@ -19,79 +18,13 @@ from repair.io.output import REPORT_NAME
 from repair.io.parse import regex
 from repair.io.safetensors import ShardHeader
 from repair.formats.modules import StoredModule
-from repair.planning.recipe import ACTIONS, Recipe
+from repair.planning import check as plan_check
+from repair.planning.model import Copy, ModuleChange, Plan, ShardOp, ShardStep, TensorRef, TensorStep
+from repair.planning.modules import fused_group, module_change
+from repair.planning.recipe import ACTIONS, Action, Recipe
 from repair.targets.vllm_matching import draft_prefix
 
-__all__ = ["ModuleChange", "Plan", "Recipe", "ShardStep", "TensorRef", "TensorStep", "make_plan", "select"]
-
-
-@dataclass(frozen=True)
-class TensorRef:
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-
-    def as_dict(self) -> dict:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
-
-
-@dataclass(frozen=True)
-class TensorStep:
-    """How one output tensor is produced.
-
-    ops: `copy` (stored bytes, from the checkpoint or with source="original" from the original),
-    `dequantize` (inputs: packed, block scales, global scale), `cast` (an original tensor in
-    another dtype), `requantize` (inputs: the original weights of the module's fused group, own
-    first; `role` says which of weight / weight_scale / weight_scale_2 this step writes).
-    """
-
-    out: TensorRef
-    op: str
-    inputs: tuple[str, ...]
-    source: str = "checkpoint"
-    module: str | None = None
-    role: str | None = None
-
-
-@dataclass(frozen=True)
-class ShardStep:
-    """One output shard: copied whole when nothing in it changes, else rewritten tensor by tensor."""
-
-    name: str
-    op: str  # "copy_file" | "rewrite"
-    tensors: tuple[TensorStep, ...]
-    metadata: dict | None = field(default=None, compare=False)
-
-
-@dataclass(frozen=True)
-class ModuleChange:
-    """What happens to one module. Its outputs are written once, in `home`: the shard that stores its
-    main weight (a module's tensors may sit in several shards, since exports shard by size)."""
-
-    module: str
-    action: str  # dequantize | take_original | requantize | drop | drop-leftover-scales
-    before: tuple[TensorRef, ...]
-    after: tuple[TensorRef, ...]
-    outputs: tuple[TensorStep, ...] = field(default=(), compare=False)
-    home: str = ""
-
-
-@dataclass(frozen=True, eq=False)
-class Plan:
-    source: Checkpoint
-    recipe: Recipe
-    shards: tuple[ShardStep, ...]
-    changes: tuple[ModuleChange, ...]
-    exclusions_added: tuple[str, ...]
-    json_files: dict[str, dict]  # rewritten small files: name -> new content
-    copied_files: tuple[str, ...]
-    removed_files: tuple[str, ...] = ()
-    original: Checkpoint | None = None
-    format: str = "modelopt-nvfp4"  # the source's format plug-in (formats.by_name)
-
-    @property
-    def is_noop(self) -> bool:
-        return not self.changes and not self.json_files and not self.removed_files
+__all__ = ["assign_actions", "make_plan", "select"]
 
 
 def select(modules: list[StoredModule], patterns: tuple[str, ...]) -> list[StoredModule]:
@@ -105,26 +38,23 @@ def _matches(name: str, pattern: str) -> bool:
     return name == pattern or fnmatch.fnmatchcase(name, pattern)
 
 
-def assign_actions(modules: list[StoredModule], recipe: Recipe, where: str) -> dict[str, str]:
+def assign_actions(modules: list[StoredModule], recipe: Recipe, where: str) -> dict[str, Action]:
     """Module name -> action; the first action in ACTIONS order wins where patterns overlap."""
     weighted = [m for m in modules if m.tensor("weight")]
-    actions: dict[str, str] = {}
+    actions: dict[str, Action] = {}
     for action in ACTIONS:
         patterns = recipe.patterns(action)
         hits = select(weighted, patterns)
-        derived = recipe.from_target and action in ("dequantize", "take_original")  # a target adds only these (may match nothing)
-        if patterns and not hits and not derived and action != "keep":
+        derived = recipe.from_target and action in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)  # a target adds only these (may match nothing)
+        if patterns and not hits and not derived and action != Action.KEEP:
             raise UsageError(f"{where}: no module matches {', '.join(patterns)} ({action}); run `ckpt-repair inspect` to see the module names")
         for m in hits:
             actions.setdefault(m.name, action)
-    return {name: a for name, a in actions.items() if a != "keep"}
+    return {name: a for name, a in actions.items() if a != Action.KEEP}
 
 
 def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = None) -> Plan:
     """Plan the repair of `ckpt` by `recipe` without reading any tensor data."""
-    from repair.planning.check import check_plan
-    from repair.planning.modules import module_change
-
     fmt = formats.detect(ckpt)
     modules = fmt.group_modules(ckpt.infos())
     by_name = {m.name: m for m in modules}
@@ -138,41 +68,39 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     removed = emptied + ((HF_QUANT_CONFIG,) if recipe.drop_quantization and ckpt.hf_quant_config is not None else ())
     copied = _other_files(ckpt) + tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
     plan = Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original, fmt.NAME)
-    check_plan(plan)
+    plan_check.check_plan(plan)  # looked up on the module: tests switch it off to reach the writer's own checks
     return plan
 
 
-def _check_supported(ckpt: Checkpoint, fmt: Format, actions: dict[str, str], original: Checkpoint | None) -> None:
+def _check_supported(ckpt: Checkpoint, fmt: Format, actions: dict[str, Action], original: Checkpoint | None) -> None:
     """Refuse, before anything is read, what the recipe needs but the source's format cannot do."""
-    needs_original = any(a in ("take_original", "requantize") for a in actions.values())
+    needs_original = any(a in (Action.TAKE_ORIGINAL, Action.REQUANTIZE) for a in actions.values())
     if original is None and needs_original:
         raise UsageError(f"{ckpt.root}: the recipe takes or requantizes modules from the original model; pass --original ORIG")
-    for operation, used in (("requantize", "requantize" in actions.values()), ("original", original is not None)):
+    for operation, used in (("requantize", Action.REQUANTIZE in actions.values()), ("original", original is not None)):
         reason = fmt.unsupported(operation) if used else None
         if reason:
             raise UsageError(f"{ckpt.root}: {reason}")
 
 
-def _with_fused_siblings(actions: dict[str, str], modules: dict[str, StoredModule]) -> dict[str, str]:
+def _with_fused_siblings(actions: dict[str, Action], modules: dict[str, StoredModule]) -> dict[str, Action]:
     """Requantizing one member of a fused group requantizes the group: they must share weight_scale_2."""
-    from repair.planning.modules import fused_group
-
     out = dict(actions)
     for name, action in actions.items():
-        if action == "requantize":
-            out.update({sibling: "requantize" for sibling in fused_group(name, modules)})
+        if action == Action.REQUANTIZE:
+            out.update({sibling: Action.REQUANTIZE for sibling in fused_group(name, modules)})
     return out
 
 
-def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recipe: Recipe, actions: dict[str, str]):
+def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recipe: Recipe, actions: dict[str, Action]):
     """Exclude every module that ends up BF16; un-exclude requantized ones (exact entries only)."""
     if recipe.drop_quantization:
         return fmt.without_quantization(ckpt), None, ()
     if not declaration.quantized:
         return ckpt.config, ckpt.hf_quant_config, ()
     covers = exclusion_matcher(ckpt.config, declaration)
-    bf16 = sorted({exclusion_name(n, ckpt.config) for n, a in actions.items() if a in ("dequantize", "take_original")})
-    packed = [n for n, a in sorted(actions.items()) if a == "requantize"]
+    bf16 = sorted({exclusion_name(n, ckpt.config) for n, a in actions.items() if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)})
+    packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
     added = tuple(fmt.exclusion_entry(n) for n in bf16 if not all(covers(x, n) for x in lists))
     config, hf_quant = fmt.with_exclusions(ckpt, bf16, covers, remove=packed)
@@ -219,24 +147,24 @@ def _shard_step(shard: ShardHeader, owner: dict[str, ModuleChange]) -> ShardStep
     tensor in its home shard; other shards just lose the module's tensors."""
     name = shard.path.name
     if not any(t.name in owner for t in shard.tensors):
-        steps = tuple(TensorStep(TensorRef(t.name, t.dtype, t.shape), "copy", (t.name,)) for t in shard.tensors)
-        return ShardStep(name, "copy_file", steps, shard.metadata)
+        steps = tuple(Copy(TensorRef(t.name, t.dtype, t.shape), (t.name,)) for t in shard.tensors)
+        return ShardStep(name, ShardOp.COPY_FILE, steps, shard.metadata)
     steps: list[TensorStep] = []
     emitted: set[str] = set()
     for t in shard.tensors:
         change = owner.get(t.name)
         if change is None:
-            steps.append(TensorStep(TensorRef(t.name, t.dtype, t.shape), "copy", (t.name,)))
+            steps.append(Copy(TensorRef(t.name, t.dtype, t.shape), (t.name,)))
         elif change.home == name and change.module not in emitted:
             emitted.add(change.module)
             steps.extend(change.outputs)
-    return ShardStep(name, "rewrite", tuple(steps), shard.metadata)
+    return ShardStep(name, ShardOp.REWRITE, tuple(steps), shard.metadata)
 
 
 def _json_files(ckpt: Checkpoint, config, hf_quant, shards: tuple[ShardStep, ...], shards_removed: bool) -> dict[str, dict]:
     """The small JSON files whose content changes; the others are copied byte for byte."""
     candidates = {CONFIG: (ckpt.config, config), HF_QUANT_CONFIG: (ckpt.hf_quant_config, hf_quant)}
-    if ckpt.index is not None and (shards_removed or any(s.op == "rewrite" for s in shards)):
+    if ckpt.index is not None and (shards_removed or any(s.op == ShardOp.REWRITE for s in shards)):
         candidates[ckpt.index_name] = (ckpt.index, _index(ckpt.index, shards))
     return {name: new for name, (old, new) in candidates.items() if new is not None and new != old}
 

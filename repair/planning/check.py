@@ -4,7 +4,8 @@ accepts is one the writer can write.
 A plan is ours, whatever the input: every failure here is an InternalError (a bug in ckpt-repair).
 It checks the output's tensor set (every tensor once, in one shard; nothing of the input lost
 unless a change says so), each shard step against what the writer does with it, the output's file
-names, and the index against the shards.
+names, and the index against the shards. The `--tp` layout's check is repair/tp/check.py (it knows
+the rank files' name, which is TP's).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from repair.errors import InternalError
 from repair.io.checkpoint import HF_QUANT_CONFIG
 from repair.io.names import plain_name
 from repair.io.dtypes import nbytes
-from repair.planning.build import Plan, ShardStep
-from repair.execute.report import REPORT_NAME
+from repair.io.output import REPORT_NAME
+from repair.planning.model import Copy, Plan, ShardOp, ShardStep, TensorStep
 
 CHECK = "the plan check"
 
@@ -78,22 +79,24 @@ def _check_tensor_set(plan: Plan, placed: dict[str, str]) -> None:
 
 def _check_step(plan: Plan, step: ShardStep, sources: dict[str, dict]) -> None:
     """A whole-file copy is exactly its source shard; a rewrite writes something; every input exists."""
-    if step.op == "copy_file":
+    if step.op == ShardOp.COPY_FILE:
         shard = next((s for s in plan.source.shards if s.path.name == step.name), None)
         stored = [(t.name, t.dtype, t.shape) for t in shard.tensors] if shard else None
-        planned = [(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors if t.op == "copy" and t.inputs == (t.out.name,)]
+        planned = [(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors if isinstance(t, Copy) and t.inputs == (t.out.name,)]
         if stored != planned or len(planned) != len(step.tensors):
             raise failed(f"{step.name} is planned as a whole-file copy but its planned tensors differ from the source shard")
         return
-    if step.op != "rewrite" or not step.tensors:
+    if step.op != ShardOp.REWRITE or not step.tensors:
         raise failed(f"{step.name}: a shard step must copy a source shard or rewrite it with at least one tensor")
     for t in step.tensors:
+        if not isinstance(t, TensorStep):
+            raise failed(f"{step.name}: a planned tensor is a {type(t).__name__}, not one of the tensor steps the writer knows")
         found = sources.get(t.source, {})
         absent = [name for name in t.inputs if name not in found]
         if absent:
             raise failed(f"{step.name}: {t.out.name} reads {absent[0]}, which the {t.source} does not store")
         info = found[t.inputs[0]]
-        if t.op == "copy" and (info.dtype, info.shape) != (t.out.dtype, t.out.shape):
+        if isinstance(t, Copy) and (info.dtype, info.shape) != (t.out.dtype, t.out.shape):
             raise failed(f"{step.name}: {t.out.name} is a copy of {info.name} but planned with another dtype or shape")
 
 
@@ -114,26 +117,3 @@ def _check_index(plan: Plan, placed: dict[str, str]) -> None:
     if index.get("weight_map") != placed:
         wrong = sorted(set(index.get("weight_map", {}).items()) ^ set(placed.items()))
         raise failed(f"{name}: weight_map disagrees with the planned shards (first: {wrong[0][0] if wrong else '?'})")
-
-
-def check_tp_plan(tpp) -> None:
-    """The per-rank layout `fix --tp` will write: every rank file holds each output tensor once, each split
-    tensor's rank ranges tile its dim exactly, and no rank's small file takes the rank file's name."""
-    from repair.tp.write import RANK_FILE
-
-    names = [t.step.out.name for t in tpp.tensors]
-    planned = [t.out.name for s in tpp.plan.shards for t in s.tensors]
-    if len(set(names)) != len(names) or sorted(names) != sorted(planned):
-        raise failed(f"the --tp {tpp.tp} layout does not hold every output tensor exactly once")
-    for t in tpp.tensors:
-        ranges = t.spec.ranges(tpp.tp)
-        if ranges and not _tile([r.stored for r in ranges], t.step.out.shape[t.spec.dim]):
-            raise failed(f"--tp {tpp.tp}: the ranks' ranges of {t.step.out.name} do not tile its dim {t.spec.dim}")
-    if RANK_FILE in tpp.plan.json_files or RANK_FILE in tpp.plan.copied_files:
-        raise failed(f"--tp {tpp.tp}: a small file would take the rank file's name {RANK_FILE}")
-
-
-def _tile(spans: list[tuple[int, int]], size: int) -> bool:
-    """[start, end) spans laid end to end from 0 to `size`, none reversed (a rank may hold nothing)."""
-    bounds = [0] + [b for span in spans for b in span] + [size]
-    return all(a == b for a, b in zip(bounds[0::2], bounds[1::2])) and bounds == sorted(bounds)

@@ -14,7 +14,7 @@ from repair.arch.gemma4_assistant import BF16_HANDSHAKE
 from repair.doctor.diagnose import runtime_precision
 from repair import formats
 from repair.io.checkpoint import Checkpoint
-from repair.planning.build import Recipe
+from repair.planning.recipe import Recipe
 from repair.targets.profiles import Target
 
 

@@ -14,37 +14,37 @@ from repair.formats.base import Format
 from repair.formats.nvfp4_packed import BROKEN_EXPORT
 from repair.io.checkpoint import Checkpoint
 from repair.formats.modules import StoredModule
-from repair.planning.build import ModuleChange, TensorRef, TensorStep
-from repair.planning.recipe import Recipe
+from repair.planning.model import Cast, ChangeAction, Copy, Dequantize, ModuleChange, Requantize, TensorRef, TensorStep
+from repair.planning.recipe import Action, Recipe
 
 FUSED_GROUPS = (("mlp.gate_proj", "mlp.up_proj"), ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
 
 
-def module_change(m: StoredModule, action: str, ckpt: Checkpoint, original: Checkpoint | None, recipe: Recipe,
+def module_change(m: StoredModule, action: Action, ckpt: Checkpoint, original: Checkpoint | None, recipe: Recipe,
                   modules: dict[str, StoredModule], fmt: Format) -> ModuleChange | None:
     """The change for one module, or None when the action leaves it exactly as stored."""
     infos = ckpt.infos()
     before = tuple(TensorRef(n, infos[n].dtype, infos[n].shape) for n in m.tensors)
     weight = f"{m.name}.weight"
     home = infos[m.tensor("weight")].path.name  # outputs go where the main weight is: one shard, once
-    if action == "drop":
-        return ModuleChange(m.name, "drop", before, (), (), home)
-    if action == "requantize":
+    if action == Action.DROP:
+        return ModuleChange(m.name, ChangeAction.DROP, before, (), (), home)
+    if action == Action.REQUANTIZE:
         outputs = _requantize_steps(m, ckpt, original, modules)
-    elif action == "take_original":
+    elif action == Action.TAKE_ORIGINAL:
         outputs = (_original_step(m, original, recipe.dtype),)
     elif m.is_quantized:  # dequantize
         fmt.check_packed(m, infos, str(ckpt.root), recipe.dtype)
         inputs = (m.tensor("weight"), m.tensor("weight_scale"), m.tensor("weight_scale_2"))
-        outputs = (TensorStep(TensorRef(weight, recipe.dtype, m.logical_shape), "dequantize", inputs, module=m.name),)
+        outputs = (Dequantize(TensorRef(weight, recipe.dtype, m.logical_shape), inputs, module=m.name),)
     elif len(m.tensors) > 1:  # BF16 already, with leftover scales
         info = infos[m.tensor("weight")]
-        return ModuleChange(m.name, "drop-leftover-scales", before, (TensorRef(info.name, info.dtype, info.shape),),
-                            (TensorStep(TensorRef(info.name, info.dtype, info.shape), "copy", (info.name,)),), home)
+        kept = TensorRef(info.name, info.dtype, info.shape)
+        return ModuleChange(m.name, ChangeAction.DROP_LEFTOVER_SCALES, before, (kept,), (Copy(kept, (info.name,)),), home)
     else:
         return None
     _check_no_stray(m, outputs, infos)
-    return ModuleChange(m.name, action, before, tuple(s.out for s in outputs), outputs, home)
+    return ModuleChange(m.name, ChangeAction(action), before, tuple(s.out for s in outputs), outputs, home)
 
 
 def _check_no_stray(m: StoredModule, outputs: tuple[TensorStep, ...], infos: dict) -> None:
@@ -66,8 +66,8 @@ def _original_step(m: StoredModule, original: Checkpoint, dtype: str) -> TensorS
     if info.shape != m.logical_shape:
         raise BadInput(f"{original.root}: {name} has shape {list(info.shape)} but the checkpoint's is {list(m.logical_shape)}; "
                        "this is a different model, pass the right --original")
-    op = "copy" if info.dtype == dtype else "cast"
-    return TensorStep(TensorRef(name, dtype, info.shape), op, (name,), source="original", module=m.name)
+    step = Copy if info.dtype == dtype else Cast
+    return step(TensorRef(name, dtype, info.shape), (name,), source="original", module=m.name)
 
 
 def fused_group(module: str, modules: dict[str, StoredModule]) -> list[str]:
@@ -88,13 +88,11 @@ def _requantize_steps(m: StoredModule, ckpt: Checkpoint, original: Checkpoint, m
     out_dim, in_dim = m.logical_shape
     if in_dim % 16:
         raise BadInput(f"{ckpt.root}: {m.name}: input dim {in_dim} is not a multiple of 16; NVFP4 cannot pack it")
-    steps = [
-        TensorStep(TensorRef(f"{m.name}.weight", "U8", (out_dim, in_dim // 2)), "requantize", inputs, "original", m.name, "weight"),
-        TensorStep(TensorRef(f"{m.name}.weight_scale", "F8_E4M3", (out_dim, in_dim // 16)), "requantize", inputs, "original", m.name, "weight_scale"),
-        TensorStep(TensorRef(f"{m.name}.weight_scale_2", "F32", ()), "requantize", inputs, "original", m.name, "weight_scale_2"),
-    ]
+    packed = (("weight", "U8", (out_dim, in_dim // 2)), ("weight_scale", "F8_E4M3", (out_dim, in_dim // 16)), ("weight_scale_2", "F32", ()))
+    steps: list[TensorStep] = [Requantize(TensorRef(f"{m.name}.{role}", dtype, shape), inputs, "original", m.name, role=role)
+                               for role, dtype, shape in packed]
     input_scale = m.tensor("input_scale")
     if input_scale is not None:
         info = ckpt.infos()[input_scale]
-        steps.append(TensorStep(TensorRef(input_scale, info.dtype, info.shape), "copy", (input_scale,), module=m.name))
+        steps.append(Copy(TensorRef(input_scale, info.dtype, info.shape), (input_scale,), module=m.name))
     return tuple(steps)

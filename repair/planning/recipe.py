@@ -10,6 +10,7 @@ with the standard library: loading one never runs code.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from importlib import resources
 from pathlib import Path
 
@@ -17,7 +18,19 @@ from repair.arch.gemma4_assistant import BF16_HANDSHAKE
 from repair.errors import UsageError, short
 from repair.io.parse import parse_json, parse_toml, read_text, regex
 
-ACTIONS = ("keep", "drop", "requantize", "take_original", "dequantize")  # precedence when patterns overlap
+
+
+class Action(StrEnum):
+    """A recipe rule's action; each is also the Recipe field holding its module patterns."""
+
+    KEEP = "keep"
+    DROP = "drop"
+    REQUANTIZE = "requantize"
+    TAKE_ORIGINAL = "take_original"
+    DEQUANTIZE = "dequantize"
+
+
+ACTIONS = tuple(Action)  # precedence when patterns overlap: declaration order
 
 
 @dataclass(frozen=True)
@@ -36,7 +49,7 @@ class Recipe:
     drop_quantization: bool = False  # write a plain checkpoint: no quantization_config, no hf_quant_config.json
     from_target: str | None = field(default=None, compare=False)  # set once `target` has been resolved
 
-    def patterns(self, action: str) -> tuple[str, ...]:
+    def patterns(self, action: Action) -> tuple[str, ...]:
         return getattr(self, action)
 
     def as_dict(self) -> dict:
@@ -46,7 +59,7 @@ class Recipe:
             out["target"] = self.target
         if self.from_target:
             out["resolved_from_target"] = self.from_target
-        out["rules"] = [{"action": a, "modules": list(self.patterns(a))} for a in ACTIONS if self.patterns(a)]
+        out["rules"] = [{"action": a.value, "modules": list(self.patterns(a))} for a in ACTIONS if self.patterns(a)]
         return out
 
     def using_original(self) -> "Recipe":
@@ -65,7 +78,7 @@ def recipe_from_dict(data: dict, where: str = "recipe") -> Recipe:
     for key in data:
         if key not in known:
             raise UsageError(f"{where}: unknown key {key!r}; recipe keys are {', '.join(sorted(known))}")
-    values: dict = {a: () for a in ACTIONS}
+    values: dict = {a.value: () for a in ACTIONS}
     rules = data.get("rules", [])
     if not isinstance(rules, list):
         raise UsageError(f"{where}: 'rules' must be a list of tables ([[rules]]), found {short(rules)}; write each rule as a [[rules]] table")
@@ -85,6 +98,7 @@ def recipe_from_dict(data: dict, where: str = "recipe") -> Recipe:
 
 
 def _rule(rule: object, where: str) -> tuple[str, tuple[str, ...]]:
+    """A rule's action (as the Recipe field's name) and its module patterns."""
     if not isinstance(rule, dict):
         raise UsageError(f"{where}: each rule must be a table with 'action' and 'modules'")
     extra = set(rule) - {"action", "modules"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from repair import formats
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG
-from repair.planning.build import Plan
+from repair.planning.model import ChangeAction, ModuleChange, Plan, ShardOp
 
 SHARD_EMPTIED = "every tensor it held moved to another shard or was dropped"
 
@@ -21,7 +21,7 @@ def plan_as_json(plan: Plan) -> dict:
         "configs_aligned": configs_aligned(plan),
         "files": [{"name": s.name, "op": s.op} for s in plan.shards]
         + [{"name": n, "op": "rewrite_json"} for n in plan.json_files]
-        + [{"name": n, "op": "copy_file"} for n in plan.copied_files]
+        + [{"name": n, "op": ShardOp.COPY_FILE} for n in plan.copied_files]
         + [{"name": n, "op": "remove", "why": _removed_why(plan, n)} for n in plan.removed_files],
     }
 
@@ -46,8 +46,8 @@ def plan_as_text(plan: Plan) -> str:
         lines.append(f"  exclusions: add {', '.join(plan.exclusions_added)} ({files})")
     if configs_aligned(plan):
         lines.append(f"  exclusions: {HF_QUANT_CONFIG} exclude_modules made equal to {CONFIG} ignore (they disagreed; vLLM reads {CONFIG})")
-    rewritten = [s.name for s in plan.shards if s.op == "rewrite"]
-    copied = [s.name for s in plan.shards if s.op == "copy_file"] + list(plan.copied_files)
+    rewritten = [s.name for s in plan.shards if s.op == ShardOp.REWRITE]
+    copied = [s.name for s in plan.shards if s.op == ShardOp.COPY_FILE] + list(plan.copied_files)
     removed = _removed_shards(plan)
     lines.append(f"  files: {len(rewritten)} shard(s) rewritten, {len(plan.json_files)} config file(s) rewritten, {len(copied)} copied unchanged"
                  + (f", {len(removed)} shard(s) not written ({', '.join(removed)}: {SHARD_EMPTIED})" if removed else ""))
@@ -66,7 +66,7 @@ def configs_aligned(plan: Plan) -> bool:
     return len(before) == 2 and set(before[0]) != set(before[1]) and len(after) == 2 and set(after[0]) == set(after[1])
 
 
-def _change_text(c) -> str:
+def _change_text(c: ModuleChange) -> str:
     before = {t.name.rsplit(".", 1)[1]: t for t in c.before}
     after = {t.name.rsplit(".", 1)[1]: t for t in c.after}
     dropped = [leaf for leaf in before if leaf not in after]
@@ -74,10 +74,10 @@ def _change_text(c) -> str:
     new = after.get("weight")
     shape = lambda t: f"{'nvfp4' if t.dtype == 'U8' else t.dtype.lower()} {list(t.shape)}"  # noqa: E731
     what = {
-        "dequantize": lambda: f"dequantize {shape(stored)} -> {shape(new)}",
-        "take_original": lambda: f"take {shape(new)} from the original (was {shape(stored)})",
-        "requantize": lambda: f"requantize from the original -> nvfp4 {list(new.shape)} (was {shape(stored)})",
-        "drop": lambda: "drop the module",
-        "drop-leftover-scales": lambda: "keep weight",
+        ChangeAction.DEQUANTIZE: lambda: f"dequantize {shape(stored)} -> {shape(new)}",
+        ChangeAction.TAKE_ORIGINAL: lambda: f"take {shape(new)} from the original (was {shape(stored)})",
+        ChangeAction.REQUANTIZE: lambda: f"requantize from the original -> nvfp4 {list(new.shape)} (was {shape(stored)})",
+        ChangeAction.DROP: lambda: "drop the module",
+        ChangeAction.DROP_LEFTOVER_SCALES: lambda: "keep weight",
     }[c.action]()
-    return what + (f"; drop {', '.join(dropped)}" if dropped and c.action != "drop" else "")
+    return what + (f"; drop {', '.join(dropped)}" if dropped and c.action != ChangeAction.DROP else "")

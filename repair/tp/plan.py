@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 from repair import arch, formats
 from repair.errors import UsageError
 from repair.formats.modules import split_name
+from repair.planning.model import Plan, TensorStep
 from repair.targets.profiles import GEMMA4_ASSISTANT_LAYERS, TRANSFORMERS_TP_PLANS, TRANSFORMERS_TP_STYLES
-
-if TYPE_CHECKING:  # doctor uses the degree checks; it must not pay for importing the planner
-    from repair.planning.build import Plan, TensorStep
+from repair.tp.check import check_tp_plan
 
 BLOCK = 16  # NVFP4 group: logical elements per fp8 block scale
 VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE
@@ -267,8 +266,6 @@ def plan_tp(plan: Plan, tp: int) -> TpPlan:
     specs = tensor_specs([t.out for _, t in steps], styles)
     check_degree(specs, tp)
     tpp = TpPlan(plan, tp, tuple(TpTensor(shard, step, spec) for (shard, step), spec in zip(steps, specs)), styles.source)
-    from repair.planning.check import check_tp_plan
-
     check_tp_plan(tpp)
     return tpp
 

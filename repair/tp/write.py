@@ -27,6 +27,7 @@ from repair.io.names import path_text
 from repair.io.safetensors import OutTensor, ShardWriter, TensorInfo, encode_header, read_header
 from repair.io.staging import MARKER
 from repair.execute.report import REPORT_NAME, build_report
+from repair.planning.model import Copy, Dequantize, Requantize, ShardOp
 from repair.tp.plan import BLOCK, VOCAB_PADDING, TpPlan, TpTensor, summary_text
 from repair.tp.manifest import FORMAT, MANIFEST, RANK_FILE, rank_folder, read_manifest
 from repair.tp.io import build_atomically, contiguous, read_slice, sub_range, write_json
@@ -133,15 +134,15 @@ class _Slicer:
     def write(self, t: TpTensor, writers: list[ShardWriter], tp: int) -> None:
         step, name = t.step, t.step.out.name
         source = getattr(step, "source", "checkpoint")
-        if step.op == "copy" and t.spec.dim is None:
+        if isinstance(step, Copy) and t.spec.dim is None:
             shard, info = self.located[source][step.inputs[0]]
             for w in writers:
                 w.copy(name, shard.path, info)
             return
-        whole = None if step.op in ("copy", "dequantize", "cast") else self._compute(step)
+        whole = self._compute(step) if isinstance(step, Requantize) else None  # the others are sliced before they are made
         for rank, w in enumerate(writers):
             rng = _range(t, rank, tp)
-            if step.op == "copy" and rng is not None and contiguous(t.step.out.shape, t.spec.dim):
+            if isinstance(step, Copy) and rng is not None and contiguous(t.step.out.shape, t.spec.dim):
                 shard, info = self.located[source][step.inputs[0]]
                 w.copy(name, shard.path, sub_range(info, t.spec.dim, *rng.stored))  # streamed: no buffer at all
             else:
@@ -154,11 +155,11 @@ class _Slicer:
         if whole is not None:
             part = whole if rng is None else whole.narrow(dim, rng.stored[0], rng.stored[1] - rng.stored[0])
             return tensors.to_bytes(part)
-        if step.op == "dequantize":
+        if isinstance(step, Dequantize):
             return tensors.to_bytes(self._dequantized(step, source, dim, rng))
         shard, info = self.located[source][step.inputs[0]]
         data = read_slice(shard.path, info, dim, *rng.stored) if rng else _read_all(shard.path, info)
-        if step.op == "copy":
+        if isinstance(step, Copy):
             return data
         part = _as_tensor(data, info.dtype, t.rank_shape(rng) if rng else info.shape)
         return tensors.to_bytes(part.to(tensors.TORCH_DTYPE[step.out.dtype]))  # cast
@@ -218,7 +219,7 @@ def _manifest(tpp: TpPlan, rank_hashes: dict[int, dict[str, str]]) -> dict:
 def _shard_entry(plan, step) -> dict:
     """A standard shard: its tensors in order and metadata; a copied shard whose header is not canonical keeps it verbatim."""
     entry = {"name": step.name, "metadata": step.metadata, "tensors": [t.out.name for t in step.tensors]}
-    if step.op == "copy_file":
+    if step.op == ShardOp.COPY_FILE:
         path = plan.source.root / step.name
         header = read_header(path)
         with open(path, "rb") as fh:
