@@ -9,6 +9,7 @@ with the standard library: loading one never runs code.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from importlib import resources
@@ -153,8 +154,6 @@ def _from_report(path: Path, text: str) -> Recipe:
 
 def _with_line(message: str, text: str) -> str:
     """Point at the line of the offending key, found by its text (tomllib reports no key lines)."""
-    import re
-
     match = re.search(r"(?:unknown key|') ?'?([A-Za-z_][A-Za-z0-9_]*)'?", message.split(": ", 1)[-1])
     key = match.group(1) if match else None
     if key:
