@@ -34,6 +34,11 @@ What the exports contain (``export_modelopt``, tiny Gemma4AssistantForCausalLM, 
 
 Tiny Llama (``export_tiny_llama``): q/k/v/o/gate/up/down all packed (q/k/v share weight_scale_2 and input_scale),
   embed_tokens, lm_head (untied) and norms bf16; exclude_modules == ignore == ["lm_head", "model.embed_tokens"].
+
+Tiny Qwen3 MoE (``export_tiny_qwen3_moe``, ``TINY_QWEN3_MOE``): attention as the Llama's (plus bf16 q_norm/k_norm), per
+  expert model.layers.L.mlp.experts.N.{gate,up}_proj [32,64] -> uint8 [32,32], down_proj [64,32] -> uint8 [64,16];
+  routers model.layers.L.mlp.gate.weight bf16 [4,64]; exclude_modules == ignore == ["lm_head", "model.embed_tokens",
+  "model.layers.0.mlp.gate", "model.layers.1.mlp.gate"].
 """
 
 from __future__ import annotations
@@ -73,6 +78,13 @@ TINY_LLAMA: dict[str, Any] = dict(
     num_key_value_heads=2,
     max_position_embeddings=128,
 )
+TINY_QWEN3_MOE: dict[str, Any] = dict(
+    TINY_LLAMA,
+    head_dim=16,
+    moe_intermediate_size=32,
+    num_experts=4,
+    num_experts_per_tok=2,
+)
 KV_LEN = 4  # length of the fake target-model KV the assistant attends to during calibration
 # Harmless warnings emitted while importing modelopt: its transformers-version check, and torch.jit deprecations.
 _IMPORT_NOISE = (r"transformers .* is not tested with current version of modelopt", r"`torch\.jit\.script(_method)?` is deprecated")
@@ -94,7 +106,8 @@ def _init_weights(model: torch.nn.Module, seed: int) -> None:
             if t.ndim == 1:
                 t.copy_(1 + 0.1 * torch.randn(t.shape, generator=gen))
                 continue
-            rows, cols = t.shape
+            cols = t.shape[-1]  # fused MoE experts [E, out, in] are initialised as E*out rows
+            rows = t.numel() // cols
             w = 0.05 * torch.randn(rows, cols, generator=gen)
             w = w.view(rows, -1, 16) * torch.exp2(torch.rand(rows, cols // 16, 1, generator=gen) * 4 - 2)
             w = w.reshape(rows, cols)
@@ -102,7 +115,7 @@ def _init_weights(model: torch.nn.Module, seed: int) -> None:
             idx = torch.randint(0, rows * cols, (n_out,), generator=gen)
             sign = torch.randint(0, 2, (n_out,), generator=gen) * 2 - 1
             w.view(-1)[idx] = sign * (0.3 + 0.7 * torch.rand(n_out, generator=gen))
-            t.copy_(w)
+            t.copy_(w.view(t.shape))
 
 
 def build_tiny_assistant(
@@ -209,14 +222,19 @@ def export_modelopt(
     return _quantize_and_export(model, out_dir, _nvfp4_cfg(disabled), forward_loop if calibrate else None)
 
 
-def _build_tiny_llama(seed: int) -> "transformers.PreTrainedModel":
-    """Tiny random bf16 LlamaForCausalLM (untied lm_head), the plain-decoder control case."""
+def _build_tiny_causal_lm(config_cls: str, model_cls: str, dims: dict[str, Any], seed: int) -> "transformers.PreTrainedModel":
+    """Tiny random bf16 transformers causal LM (untied lm_head), deterministic per seed."""
     import transformers as tf
 
-    config = tf.LlamaConfig(**TINY_LLAMA, architectures=["LlamaForCausalLM"], dtype="bfloat16")
-    model = tf.LlamaForCausalLM(config)
+    config = getattr(tf, config_cls)(**dims, architectures=[model_cls], dtype="bfloat16")
+    model = getattr(tf, model_cls)(config)
     _init_weights(model, seed)
     return model.to(torch.bfloat16).eval()
+
+
+def _build_tiny_llama(seed: int) -> "transformers.PreTrainedModel":
+    """Tiny random bf16 LlamaForCausalLM (untied lm_head), the plain-decoder control case."""
+    return _build_tiny_causal_lm("LlamaConfig", "LlamaForCausalLM", TINY_LLAMA, seed)
 
 
 def save_tiny_llama_original(out_dir: Path, seed: int = 0) -> Path:
@@ -226,17 +244,29 @@ def save_tiny_llama_original(out_dir: Path, seed: int = 0) -> Path:
     return out_dir
 
 
-def export_tiny_llama(out_dir: Path, seed: int = 0) -> Path:
-    """ModelOpt NVFP4 export (calibrated on 4 seeded 8-token prompts) of the tiny Llama."""
-    model = _build_tiny_llama(seed)
+def _export_causal_lm(model: torch.nn.Module, out_dir: Path, seed: int) -> Path:
+    """ModelOpt NVFP4 export (NVFP4_DEFAULT_CFG, calibrated on 4 seeded 8-token prompts) of a tiny causal LM."""
     gen = torch.Generator().manual_seed(seed + 3)
-    prompts = [torch.randint(0, TINY_LLAMA["vocab_size"], (1, 8), generator=gen) for _ in range(4)]
+    prompts = [torch.randint(0, model.config.vocab_size, (1, 8), generator=gen) for _ in range(4)]
 
     def forward_loop(m: torch.nn.Module) -> None:
         for ids in prompts:
             m(input_ids=ids)
 
     return _quantize_and_export(model, out_dir, _nvfp4_cfg([]), forward_loop)
+
+
+def export_tiny_llama(out_dir: Path, seed: int = 0) -> Path:
+    """ModelOpt NVFP4 export (calibrated on 4 seeded 8-token prompts) of the tiny Llama."""
+    return _export_causal_lm(_build_tiny_llama(seed), out_dir, seed)
+
+
+def export_tiny_qwen3_moe(out_dir: Path, seed: int = 0) -> Path:
+    """ModelOpt NVFP4 export of a tiny Qwen3MoeForCausalLM (4 experts, top 2, every layer sparse). transformers keeps
+    the experts fused ([E, 2*I, H] gate_up_proj); ModelOpt writes them per expert (experts.N.{gate,up,down}_proj) and
+    excludes the routers (model.layers.N.mlp.gate) itself."""
+    return _export_causal_lm(_build_tiny_causal_lm("Qwen3MoeConfig", "Qwen3MoeForCausalLM", TINY_QWEN3_MOE, seed),
+                             out_dir, seed)
 
 
 def modelopt_dequantize(

@@ -43,18 +43,11 @@ from __future__ import annotations
 import gc
 import json
 import os
-import socket
 import struct
 import sys
 import traceback
 
-_JSON_OUT = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-sys.stdout.flush()
-os.dup2(2, 1)
-sys.stdout = sys.stderr
-os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from vllm_runtime import emit, enable_cpu_nvfp4, nvfp4_moe_emulation_fallback, world_of_one
 
 # the tensor that names a module's stored weight, in each format
 WEIGHT_LEAVES = ("weight", "weight_packed")
@@ -80,22 +73,9 @@ def header_weights(folder: str) -> dict[str, tuple[str, list[int]]]:
     return out
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def setup() -> None:
-    import vllm  # noqa: F401
-    from vllm.model_executor.kernels.linear import register_linear_kernel
-    from vllm.model_executor.kernels.linear.nvfp4.emulation import EmulationNvFp4LinearKernel
-    from vllm.platforms import PlatformEnum
-    from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
-
-    register_linear_kernel(EmulationNvFp4LinearKernel, PlatformEnum.CPU, "nvfp4")
-    _set_torch_accelerator_to_noop()
-    _nvfp4_moe_emulation_fallback()
+    enable_cpu_nvfp4()
+    nvfp4_moe_emulation_fallback()
     _register_gemma4_multimodal()
 
 
@@ -153,27 +133,6 @@ def _register_gemma4_multimodal() -> None:
     ModelRegistry.register_model("Gemma4ForConditionalGeneration", gemma4_mm.Gemma4ForConditionalGeneration)
 
 
-def _nvfp4_moe_emulation_fallback() -> None:
-    """NVFP4 MoE methods pick a kernel backend in __init__, after the quant config chose them; no backend
-    supports CPU, so vLLM's own selection raising NotImplementedError falls back to its EMULATION backend.
-    Only the kernel choice changes: which method a layer gets is decided before this runs."""
-    import importlib
-
-    from vllm.model_executor.layers.fused_moe.oracle import nvfp4 as oracle
-
-    def select(*args, **kwargs):
-        try:
-            return oracle.select_nvfp4_moe_backend(*args, **kwargs)
-        except NotImplementedError:
-            backend = oracle.NvFp4MoeBackend.EMULATION
-            return backend, oracle.backend_to_kernel_cls(backend)[0]
-
-    for name in ("vllm.model_executor.layers.quantization.modelopt",
-                 "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe"
-                 ".compressed_tensors_moe_w4a4_nvfp4"):
-        importlib.import_module(name).select_nvfp4_moe_backend = select
-
-
 def placements(model, weights: dict) -> dict[str, dict]:
     """Checkpoint module -> the vLLM module its weight is loaded into, by the model's own load_weights."""
     import torch
@@ -228,9 +187,6 @@ def build(vc, model_config):
 
 
 def decide(folder: str) -> dict:
-    from vllm.config import set_current_vllm_config
-    from vllm.distributed.parallel_state import (destroy_distributed_environment, destroy_model_parallel,
-                                                 init_distributed_environment, initialize_model_parallel)
     from vllm.engine.arg_utils import EngineArgs
 
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
@@ -243,19 +199,12 @@ def decide(folder: str) -> dict:
     weights = header_weights(folder)
     log(f"{folder}: {vc.model_config.architectures} quant={type(vc.quant_config).__name__} mtp={mtp}")
     result = {"architecture": vc.model_config.architectures[0], "quant_config": type(vc.quant_config).__name__}
-    with set_current_vllm_config(vc):
-        init_distributed_environment(world_size=1, rank=0, local_rank=0,
-                                     distributed_init_method=f"tcp://127.0.0.1:{free_port()}", backend="gloo")
-        initialize_model_parallel(1, 1)
-        try:
-            modules = {k: dict(v, model="main") for k, v in placements(build(vc, vc.model_config), weights).items()}
-            if mtp:
-                draft = vc.speculative_config.draft_model_config
-                for k, v in placements(build(vc, draft), weights).items():
-                    modules.setdefault(k, dict(v, model="mtp"))
-        finally:
-            destroy_model_parallel()
-            destroy_distributed_environment()
+    with world_of_one(vc):
+        modules = {k: dict(v, model="main") for k, v in placements(build(vc, vc.model_config), weights).items()}
+        if mtp:
+            draft = vc.speculative_config.draft_model_config
+            for k, v in placements(build(vc, draft), weights).items():
+                modules.setdefault(k, dict(v, model="mtp"))
     result["modules"] = dict(sorted(modules.items()))
     result["unplaced"] = sorted(set(weights) - set(modules))
     return result
@@ -274,8 +223,7 @@ def main(argv: list[str]) -> int:
             traceback.print_exc(file=sys.stderr)
             line = {"dir": folder, "ok": False, "error_type": type(e).__name__, "error": str(e)}
         gc.collect()
-        _JSON_OUT.write(json.dumps(line) + "\n")
-        _JSON_OUT.flush()
+        emit(line)
     return 0
 
 

@@ -75,33 +75,15 @@ only bridging a difference between the 0.32 environment and what the 0.24 file e
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import gc
-import hashlib
 import importlib.util
 import json
 import os
-import socket
 import sys
 import tempfile
 import time
 import traceback
 
-# ---------------------------------------------------------------------------------------------------------
-# stdout hygiene: keep a private handle on the real stdout, send fd 1 (vLLM logs, prints) to stderr.
-# ---------------------------------------------------------------------------------------------------------
-_JSON_OUT = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-sys.stdout.flush()
-os.dup2(2, 1)
-sys.stdout = sys.stderr
-os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def emit(obj: dict) -> None:
-    _JSON_OUT.write(json.dumps(obj, sort_keys=False) + "\n")
-    _JSON_OUT.flush()
+from vllm_runtime import Loader, emit, enable_cpu_nvfp4, reported, tracked
 
 
 def log(msg: str) -> None:
@@ -184,12 +166,6 @@ def _draft_global_head_dim(tcfg: dict) -> int:
     return int(tcfg.get("head_dim", 256))
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # ---------------------------------------------------------------------------------------------------------
 # one-time vLLM setup
 # ---------------------------------------------------------------------------------------------------------
@@ -201,11 +177,7 @@ class Probe:
         import vllm  # noqa: F401
         log(f"import vllm {vllm.__version__}: {time.perf_counter() - t:.1f} s")
 
-        from vllm.model_executor.kernels.linear import register_linear_kernel
-        from vllm.model_executor.kernels.linear.nvfp4.emulation import EmulationNvFp4LinearKernel
-        from vllm.platforms import PlatformEnum
-        register_linear_kernel(EmulationNvFp4LinearKernel, PlatformEnum.CPU, "nvfp4")
-
+        enable_cpu_nvfp4()
         from vllm import ModelRegistry
         from vllm.model_executor.models import gemma4
         if args.behaviour == "legacy":
@@ -215,21 +187,7 @@ class Probe:
         self.mtp_mod = mtp_mod
         ModelRegistry.register_model("Gemma4MTPModel", mtp_mod.Gemma4MTP)
         ModelRegistry.register_model("Gemma4ForCausalLM", gemma4.Gemma4ForCausalLM)
-
-        from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
-        _set_torch_accelerator_to_noop()
-
-        # Snapshot of the parameters right before process_weights_after_loading (see module doc).
-        from vllm.model_executor.model_loader import base_loader
-        self._orig_pwal = base_loader.process_weights_after_loading
-        self._snapshot: dict | None = None
-        probe = self
-
-        def pwal_wrapper(model, model_config, target_device):
-            probe._snapshot = probe._describe(model)
-            return probe._orig_pwal(model, model_config, target_device)
-
-        base_loader.process_weights_after_loading = pwal_wrapper
+        self.loader = Loader(args.hash)
 
     @staticmethod
     def _import_legacy(path: str):
@@ -242,28 +200,6 @@ class Probe:
         spec.loader.exec_module(mod)
         log(f"legacy model file: {path}")
         return mod
-
-    def _describe(self, model) -> dict:
-        """{"params": ..., "buffers": ...}: named_parameters() and persistent buffers of the model."""
-        params = {name: self._entry(p) for name, p in model.named_parameters()}
-        buffers = {}
-        for mod_name, mod in model.named_modules():
-            for bname, b in mod.named_buffers(recurse=False):
-                if b is None or bname in getattr(mod, "_non_persistent_buffers_set", ()):
-                    continue
-                buffers[f"{mod_name}.{bname}" if mod_name else bname] = self._entry(b)
-        return {"params": params, "buffers": buffers}
-
-    def _entry(self, t) -> dict:
-        import torch
-        t = t.detach()
-        entry = {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)}
-        if self.args.hash:
-            flat = t.contiguous().reshape(-1)
-            if flat.device.type != "cpu":
-                flat = flat.cpu()
-            entry["sha256"] = hashlib.sha256(flat.view(torch.uint8).numpy().tobytes()).hexdigest()
-        return entry
 
     # -----------------------------------------------------------------------------------------------------
     def _legacy_config_shim(self, hf_config) -> None:
@@ -291,76 +227,38 @@ class Probe:
 
     def load_one(self, draft_dir: str) -> dict:
         """Returns the JSON object for one folder (ok or error). Raises only on probe bugs."""
-        from vllm.config import set_current_vllm_config
-        from vllm.distributed import parallel_state as ps
-        from vllm.distributed.parallel_state import (
-            destroy_distributed_environment,
-            destroy_model_parallel,
-            init_distributed_environment,
-            initialize_model_parallel,
-        )
+        a = self.args
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="vllm_probe_target_") as target_dir:
+            result = reported(draft_dir, lambda: self._load(draft_dir, target_dir), a.traceback, log)
+        result.update({"draft": draft_dir, "behaviour": a.behaviour, "tp_size": a.tp_size, "tp_rank": a.tp_rank})
+        result["load_s"] = round(time.perf_counter() - t0, 2)
+        return result
+
+    def _load(self, draft_dir: str, target_dir: str) -> dict:
         from vllm.engine.arg_utils import EngineArgs
-        from vllm.model_executor.model_loader import get_model
         from vllm.model_executor.model_loader.utils import get_draft_load_config
 
         a = self.args
-        base = {"draft": draft_dir, "behaviour": a.behaviour, "tp_size": a.tp_size, "tp_rank": a.tp_rank}
-        self._snapshot = None
-        t0 = time.perf_counter()
-        model = None
-        with tempfile.TemporaryDirectory(prefix="vllm_probe_target_") as target_dir:
-            try:
-                write_target_config(draft_dir, target_dir)
-                engine_args = EngineArgs(
-                    model=target_dir,
-                    speculative_config={"method": "mtp", "model": os.path.abspath(draft_dir),
-                                        "num_speculative_tokens": 1},
-                    skip_tokenizer_init=True,
-                    dtype="bfloat16",
-                    max_model_len=128,
-                    enforce_eager=True,
-                )
-                vc = engine_args.create_engine_config()
-                draft_cfg = vc.speculative_config.draft_model_config
-                if a.behaviour == "legacy":
-                    self._legacy_config_shim(draft_cfg.hf_config)
-                load_config = get_draft_load_config(vc)
-                if not a.no_weights_track:
-                    extra = dict(load_config.model_loader_extra_config or {})
-                    extra["enable_weights_track"] = True
-                    load_config = dataclasses.replace(load_config, model_loader_extra_config=extra)
-                log(f"{draft_dir}: draft arch={draft_cfg.architectures} quantization={draft_cfg.quantization} "
-                    f"behaviour={a.behaviour} tp={a.tp_rank}/{a.tp_size}")
-                with set_current_vllm_config(vc):
-                    init_distributed_environment(
-                        world_size=1, rank=0, local_rank=0,
-                        distributed_init_method=f"tcp://127.0.0.1:{free_port()}", backend="gloo",
-                    )
-                    initialize_model_parallel(1, 1)
-                    if a.tp_size != 1:
-                        tp = ps.get_tp_group()
-                        tp.world_size = a.tp_size
-                        tp.rank_in_group = a.tp_rank
-                    try:
-                        model = get_model(vllm_config=vc, model_config=draft_cfg, load_config=load_config)
-                    finally:
-                        destroy_model_parallel()
-                        destroy_distributed_environment()
-                snap = self._snapshot if self._snapshot is not None else self._describe(model)
-                result = {"ok": True, "params": snap["params"], "buffers": snap["buffers"]}
-            except Exception as e:  # the checkpoint's fault (or vLLM's): report it
-                if a.traceback:
-                    traceback.print_exc(file=sys.stderr)
-                else:
-                    log(f"{draft_dir}: {type(e).__name__}: {str(e)[:500]}")
-                result = {"ok": False, "error_type": type(e).__name__, "error": str(e)}
-            finally:
-                del model
-                self._snapshot = None
-                gc.collect()
-        result.update(base)
-        result["load_s"] = round(time.perf_counter() - t0, 2)
-        return result
+        write_target_config(draft_dir, target_dir)
+        engine_args = EngineArgs(
+            model=target_dir,
+            speculative_config={"method": "mtp", "model": os.path.abspath(draft_dir), "num_speculative_tokens": 1},
+            skip_tokenizer_init=True,
+            dtype="bfloat16",
+            max_model_len=128,
+            enforce_eager=True,
+        )
+        vc = engine_args.create_engine_config()
+        draft_cfg = vc.speculative_config.draft_model_config
+        if a.behaviour == "legacy":
+            self._legacy_config_shim(draft_cfg.hf_config)
+        load_config = get_draft_load_config(vc)
+        if not a.no_weights_track:
+            load_config = tracked(load_config)
+        log(f"{draft_dir}: draft arch={draft_cfg.architectures} quantization={draft_cfg.quantization} "
+            f"behaviour={a.behaviour} tp={a.tp_rank}/{a.tp_size}")
+        return self.loader.load(vc, draft_cfg, load_config, a.tp_size, a.tp_rank)
 
 
 def main(argv=None) -> int:

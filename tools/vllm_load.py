@@ -1,0 +1,95 @@
+#!/usr/bin/env python
+"""Load plain checkpoint folders (a causal LM as ``vllm serve DIR`` would) with vLLM's own loader, on CPU.
+
+Run with the .venv-vllm python (tools/vllm_env.sh); imports nothing from the repo's ``repair`` package.
+
+    vllm_load.py DIR [DIR ...] [--hash] [--traceback] [--moe-emulation]
+
+For each DIR, one JSON line on stdout, in the order given:
+
+    {"dir": DIR, "ok": true, "architecture": "LlamaForCausalLM", "quantization": "modelopt_fp4" | null,
+     "params": {vLLM name: {"dtype": "uint8", "shape": [..], "sha256": ".."}}, "buffers": {...},
+     "methods": {vLLM module: {"method": "ModelOptLinearMethod" | "UnquantizedLinearMethod" | ...,
+                               "scheme": "KNvfp4Static" | null, "kernel": "EmulationNvFp4LinearKernel" | null}},
+     "load_s": seconds}
+    {"dir": DIR, "ok": false, "error_type": "...", "error": "<str(exception), verbatim>", "load_s": seconds}
+
+"params"/"buffers" are taken right before ``process_weights_after_loading`` (the tensors exactly as vLLM's weight
+loaders wrote them; see tools/vllm_runtime.py), so "sha256" (with --hash) equals the sha256 of the checkpoint tensor
+bytes each parameter was filled from (q/k/v and gate/up are concatenated along dim 0 in vLLM's fused parameters).
+"methods" lists every module that has a ``quant_method``: what vLLM's quantization config decided for that layer.
+
+How: ``EngineArgs(model=DIR, dtype="bfloat16", max_model_len=128, enforce_eager=True,
+skip_tokenizer_init=True).create_engine_config()`` (reads hf_quant_config.json / config.json's quantization_config as
+``vllm serve`` does), then ``get_model`` (initialize the architecture's model class, load the weights with
+``DefaultModelLoader``, process them) with ``enable_weights_track=True`` so a parameter the checkpoint never filled is
+an error, in a gloo world of one. The CPU shims are tools/vllm_runtime.py's; ``--moe-emulation`` adds its NVFP4 MoE
+fallback to vLLM's EMULATION backend (without it, vLLM 0.32's NVFP4 MoE backend selection has nothing for CPU).
+Exit 0 whenever every DIR produced a line; 3 when vLLM setup fails; 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from vllm_runtime import Loader, emit, enable_cpu_nvfp4, nvfp4_moe_emulation_fallback, reported, tracked
+
+
+def log(msg: str) -> None:
+    print(f"[vllm_load] {msg}", file=sys.stderr, flush=True)
+
+
+def quant_methods(model) -> dict:
+    """vLLM module name -> what its quantization config gave it: the quant method's class, the weight scheme (ModelOpt's
+    ``wkey``, compressed-tensors' ``layer.scheme``) and the kernel the method chose, by class name (None if absent)."""
+    def name_of(obj):
+        return None if obj is None else type(obj).__name__
+
+    return {"methods": {name: {"method": name_of(mod.quant_method),
+                               "scheme": name_of(getattr(mod.quant_method, "wkey", None) or getattr(mod, "scheme", None)),
+                               "kernel": name_of(getattr(mod.quant_method, "kernel", None))}
+                        for name, mod in model.named_modules() if getattr(mod, "quant_method", None) is not None}}
+
+
+def load(folder: str, loader: Loader) -> dict:
+    import os
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    vc = EngineArgs(model=os.path.abspath(folder), skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128,
+                    enforce_eager=True).create_engine_config()
+    mc = vc.model_config
+    log(f"{folder}: arch={mc.architectures} quantization={mc.quantization}")
+    head = {"architecture": mc.architectures[0], "quantization": mc.quantization}
+    return dict(head, **loader.load(vc, mc, tracked(vc.load_config)))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("dirs", nargs="+", metavar="DIR")
+    p.add_argument("--hash", action="store_true", help="add sha256 of every loaded parameter")
+    p.add_argument("--traceback", action="store_true", help="print the traceback of load errors to stderr")
+    p.add_argument("--moe-emulation", action="store_true",
+                   help="NVFP4 MoE layers fall back to vLLM's EMULATION backend when no backend supports CPU")
+    args = p.parse_args(argv)
+    try:
+        enable_cpu_nvfp4()
+        if args.moe_emulation:
+            nvfp4_moe_emulation_fallback()
+        loader = Loader(args.hash, extra=quant_methods)
+    except Exception:
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        return 3
+    for folder in args.dirs:
+        t0 = time.perf_counter()
+        result = reported(folder, lambda: load(folder, loader), args.traceback, log)
+        emit(dict({"dir": folder}, **result, load_s=round(time.perf_counter() - t0, 2)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
