@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from repair.execute.writer import Result, execute, own_output
+from repair.doctor.diagnose import diagnose
+from repair.execute.report import input_sections, recipe_options
+from repair.execute.writer import Result, execute
 from repair.io.checkpoint import Checkpoint, open_checkpoint
 from repair.planning.build import make_plan
 from repair.planning.model import Plan
@@ -45,17 +47,6 @@ def run(plan: Plan, out: str | Path, *, overwrite: bool = False, progress: bool 
     With an original model, it is first verified against the checkpoint (refused unless `force`).
     The report records doctor before and after for the recipe's target (else the newest known).
     """
-    from repair.doctor.diagnose import diagnose
-    from repair.execute.report import doctor_section, original_section
-
-    extra = {} if plan.original is None else {"original": original_section(plan, force)}
-    target = resolve(plan.recipe.from_target)
-    before = diagnose(plan.source, target)
-
-    def annotate(folder: Path) -> dict:
-        with own_output(folder, out):  # our output: what it finds there is a bug of ours, not the input's
-            after = diagnose(open_checkpoint(folder), target)
-        return {**extra, "doctor": doctor_section(target, before, after)}
-
-    options = {"recipe": plan.recipe.name, "target": plan.recipe.from_target}
-    return execute(plan, Path(out), overwrite=overwrite, progress=progress, options=options, annotate=annotate)
+    sections = input_sections(plan, force)
+    return execute(plan, Path(out), overwrite=overwrite, progress=progress, options=recipe_options(plan), sections=sections,
+                   after=lambda folder: diagnose(open_checkpoint(folder), sections.doctor.target))

@@ -124,10 +124,10 @@ def test_self_check_catches_a_stray_file(sources, tmp_path, monkeypatch, capsys)
 
 
 def test_self_check_catches_rewritten_json_that_differs(sources, tmp_path, monkeypatch, capsys):
-    real = ex._write_json
+    real = ex.write_json
 
     def drop_keys(path, content):
         return real(path, {} if path.name == "config.json" else content)
 
-    monkeypatch.setattr(ex, "_write_json", drop_keys)
+    monkeypatch.setattr(ex, "write_json", drop_keys)
     assert_refused(sources["single"], tmp_path / "out", capsys, "config.json: written JSON does not match the plan")

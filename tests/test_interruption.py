@@ -30,7 +30,7 @@ SHARDS = [["pre_projection"], ["post_projection"]]  # shard 1 is copied whole, s
 
 CHILD = r"""
 import os, signal, sys
-import repair.execute.writer as ex, repair.io.staging as st
+import repair.execute.writer as ex, repair.io.atomic as at, repair.io.staging as st
 point, args = sys.argv[1], sys.argv[2:]
 
 def die(*_a, **_k):
@@ -65,7 +65,7 @@ elif point == "mid_rewrite":        # second shard: header and copied tensors wr
 elif point == "before_marker":      # the temp folder exists, its marker is not renamed in yet
     st.os.replace = die
 elif point == "before_publish":     # everything written, checked and flushed; not yet renamed
-    ex.publish = die
+    at.publish = die
 elif point == "deleting_old_out":   # --overwrite: new OUT swapped in, old one being deleted
     st.shutil.rmtree = die
 from repair.cli import main

@@ -199,3 +199,23 @@ def test_fallback_plans_from_transformers_or_replicated():
     assert tensor_specs(refs[:1], own)[0].style == "row" and "from config.json" in own.source
     none = style_plan({"model_type": "mystery"})
     assert "every tensor is replicated" in none.source and {s.style for s in tensor_specs(refs, none)} == {"replicated"}
+
+
+def test_tp_slicer_dequantizes_compressed_tensors_with_the_format_global_scale(capsys, monkeypatch, ct_export, tmp_path):
+    """The slicer builds its Computer and its sliced dequantize from the plan's format, as `fix` does: a
+    compressed-tensors global scale divides. `--tp` refuses compressed-tensors for its names, so the
+    refusal is lifted here to reach the slicer; its dequantized slices must equal the standard fix's."""
+    from repair.formats import compressed_tensors
+
+    assert run(capsys, "fix", ct_export, "-o", tmp_path / "fixed", "--quiet")[0] == 0
+    monkeypatch.setitem(compressed_tensors.UNSUPPORTED, "tp", None)
+    code, _, err = run(capsys, "fix", ct_export, "-o", tmp_path / "tp", "--tp", 2, "--quiet")
+    assert code == 0, err
+    assert run(capsys, "unshard", tmp_path / "tp", "-o", tmp_path / "back")[0] == 0
+    std = load_tensors(tmp_path / "fixed")
+    dequantized = [n for n in ("pre_projection.weight", "post_projection.weight") if std[n].dtype == torch.bfloat16]
+    assert dequantized == ["pre_projection.weight", "post_projection.weight"]
+    back = load_tensors(tmp_path / "back")
+    for name in dequantized:
+        assert raw_bytes(back[name]) == raw_bytes(std[name]), name
+    assert without_report(tmp_path / "back") == without_report(tmp_path / "fixed")

@@ -2,40 +2,36 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import click
 
+from repair.cli.fix_options import FixOptions, shared
 from repair.cli.main import say
 
 
 @click.command()
 @click.argument("src", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Output folder (must not exist).")
-@click.option("--target", "target_spec", default=None, help="Fix for vllm==X.Y.Z or bf16 (default: the handshake repair).")
-@click.option("--recipe", "recipe_path", default=None, help="A recipe file, a built-in recipe name, or an earlier repair_report.json.")
-@click.option("--original", type=click.Path(path_type=Path), default=None, help="The original BF16 model: BF16 modules are taken from it.")
-@click.option("--requantize", default=None, help="Comma-separated modules to pack afresh from --original (ModelOpt-exact).")
-@click.option("--force", is_flag=True, help="Use --original even if it does not reproduce the checkpoint's packed bytes.")
-@click.option("--dry-run", is_flag=True, help="Print the plan and write nothing.")
+@shared("target_spec")
+@shared("recipe_path")
+@shared("original")
+@shared("requantize")
+@shared("force")
+@shared("dry_run")
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (only once the new output is complete).")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan / result as JSON.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@shared("as_json")
+@shared("quiet")
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="Write one checkpoint per tensor-parallel rank (OUT/rank-R/) and tp_manifest.json.")
-def fix(src: Path, out: Path, target_spec: str | None, recipe_path: str | None, original: Path | None, requantize: str | None,
-        force: bool, dry_run: bool, overwrite: bool, as_json: bool, quiet: bool, tp: int | None) -> None:
+def fix(src: Path, out: Path, overwrite: bool, tp: int | None, **values) -> None:
     """Repair SRC into OUT: dequantize wrongly packed layers and fix the exclusions."""
     from repair import api
-    from repair.execute.writer import check_output
+    from repair.io.atomic import check_output
     from repair.planning.text import plan_as_json, plan_as_text
-    from repair.planning.recipe import DEFAULT, load_recipe
 
-    recipe = load_recipe(Path(recipe_path)) if recipe_path else DEFAULT
-    if target_spec:
-        recipe = replace(recipe, target=target_spec)
-    if requantize:
-        recipe = replace(recipe, requantize=recipe.requantize + tuple(m.strip() for m in requantize.split(",") if m.strip()))
+    o = FixOptions.take(values)
+    as_json, dry_run, force, progress = o.as_json, o.dry_run, o.force, None if not o.quiet else False
+    recipe, original = o.recipe(), Path(o.original) if o.original else None
     from repair.cli.sources import open_source  # SRC / --original: local folders or Hub repo ids
     from repair.hub.source import labeled, localize_plan
 
@@ -46,7 +42,7 @@ def fix(src: Path, out: Path, target_spec: str | None, recipe_path: str | None, 
         from repair.tp.write import fix_tp
 
         plan = plan if dry_run else localize_plan(plan)
-        say(as_json, *fix_tp(plan, out, tp, dry_run=dry_run, overwrite=overwrite, progress=None if not quiet else False, force=force))
+        say(as_json, *fix_tp(plan, out, tp, dry_run=dry_run, overwrite=overwrite, progress=progress, force=force))
         return
     if plan.is_noop:
         say(as_json, {"status": "noop", "plan": plan_as_json(plan)}, f"{src}: nothing to repair; it is already fixed. Nothing written.")
@@ -56,7 +52,7 @@ def fix(src: Path, out: Path, target_spec: str | None, recipe_path: str | None, 
         say(as_json, {"status": "dry-run", "plan": plan_as_json(plan)}, plan_as_text(plan) + "\n(dry run: nothing written)")
         return
     plan = localize_plan(plan)  # a Hub SRC / --original is downloaded (huggingface_hub's cache) to write a local OUT
-    result = api.run(plan, out, overwrite=overwrite, progress=None if not quiet else False, force=force)
+    result = api.run(plan, out, overwrite=overwrite, progress=progress, force=force)
     say(as_json, {"status": "written", "out": str(result.out), "plan": plan_as_json(plan), "report": result.report}, _summary(plan, result))
 
 

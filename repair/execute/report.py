@@ -1,24 +1,102 @@
-"""repair_report.json: what was read, what changed and what was written, enough to audit a repair."""
+"""repair_report.json: what was read, what changed and what was written, enough to audit a repair.
+
+The one place the report is assembled, for every command that writes one: `fix` (here and through
+the Python API), `fix --tp`, `unshard` and `hub fix`. What differs between them comes in as typed
+sections (doctor, the original's verification, the TP split), never as dicts patched in afterwards.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
 from repair import __version__
+from repair.doctor.diagnose import Diagnosis, diagnose
+from repair.doctor.text import diagnosis_json
 from repair.io.names import path_text
 from repair.io.output import REPORT_NAME  # noqa: F401  (the name every output holds; defined where --overwrite checks it)
 from repair.planning.model import Plan
+from repair.targets.profiles import Target, resolve
+
+if TYPE_CHECKING:  # verify_original imports torch: only the function that verifies imports it
+    from repair.execute.verify_original import OriginalAssessment
+
+Hashes = dict[str, dict[str, str | None]]  # file -> {"source": sha256 or None, "output": sha256}
 
 
-def build_report(plan: Plan, hashes: dict[str, dict[str, str]], options: dict) -> dict:
+@dataclass(frozen=True)
+class DoctorRecord:
+    """doctor's strict verdict for the target on the input and, where the command wrote a standard
+    checkpoint, on the output (per-rank output has none: `unshard` it to doctor the result)."""
+
+    target: Target
+    before: Diagnosis
+    after: Diagnosis | None = None
+    tp: int | None = None
+
+    def as_dict(self) -> dict:
+        out: dict = {"target": self.target.spec}
+        if self.tp is not None:
+            out["tp"] = self.tp
+        out["before"] = diagnosis_json(self.before, strict=True)
+        if self.after is not None:
+            out["after"] = diagnosis_json(self.after, strict=True)
+        return out
+
+
+@dataclass(frozen=True)
+class TpRecord:
+    """How `fix --tp` split the output."""
+
+    degree: int
+    parallel_plan: str  # where the split styles came from
+    manifest: str  # the manifest's file name in OUT
+
+    def as_dict(self) -> dict:
+        return {"degree": self.degree, "parallel_plan": self.parallel_plan, "manifest": self.manifest}
+
+
+@dataclass(frozen=True)
+class Sections:
+    """The command-specific parts of a report."""
+
+    doctor: DoctorRecord | None = None
+    original: OriginalAssessment | None = None  # how --original was verified
+    tp: TpRecord | None = None
+    source_files: tuple[tuple[str, str], ...] | None = None  # (name, sha256) when the outputs do not map 1:1 to sources
+
+    def with_after(self, after: Diagnosis) -> "Sections":
+        return replace(self, doctor=replace(self.doctor, after=after))
+
+
+def recipe_options(plan: Plan) -> dict:
+    """The report's "options": the recipe's name and the target it was derived from (None: no --target)."""
+    return {"recipe": plan.recipe.name, "target": plan.recipe.from_target}
+
+
+def input_sections(plan: Plan, force: bool, tp: int | None = None) -> Sections:
+    """What a command records about its input before writing: the --original verification (refused
+    unless `force`) and doctor on the input for the recipe's target (else the newest known)."""
+    target = resolve(plan.recipe.from_target)
+    return Sections(doctor=DoctorRecord(target, diagnose(plan.source, target, tp or 1), tp=tp), original=_assessed(plan, force))
+
+
+def _assessed(plan: Plan, force: bool) -> OriginalAssessment | None:
+    if plan.original is None:
+        return None
+    from repair.execute.verify_original import assess_original  # imports torch
+
+    return assess_original(plan, force)
+
+
+def build_report(plan: Plan, hashes: Hashes, options: dict, sections: Sections = Sections()) -> dict:
     """The report as a JSON-ready dict; deterministic for the same input and options."""
-    return {
-        "tool": {"name": "ckpt-repair", "version": __version__},
+    report = {
+        "tool": _tool(),
         "options": options,
         "recipe": plan.recipe.as_dict(),
-        "original": None if plan.original is None else {"path": path_text(plan.original.root)},
-        "source": {
-            "path": path_text(plan.source.root),
-            "files": [{"name": n, "sha256": h["source"]} for n, h in sorted(hashes.items()) if h["source"]],
-        },
+        "original": _original(plan, sections),
+        "source": {"path": path_text(plan.source.root), "files": _source_files(hashes, sections)},
         "changes": [
             {
                 "module": c.module,
@@ -32,17 +110,34 @@ def build_report(plan: Plan, hashes: dict[str, dict[str, str]], options: dict) -
         "removed": list(plan.removed_files),  # source files with no counterpart in the output (emptied shards, a dropped config)
         "outputs": [{"name": n, "sha256": h["output"]} for n, h in sorted(hashes.items())],
     }
+    if sections.tp is not None:
+        report["tp"] = sections.tp.as_dict()
+    if sections.doctor is not None:
+        report["doctor"] = sections.doctor.as_dict()
+    return report
 
 
-def doctor_section(target, before, after) -> dict:
-    """The report's "doctor" entry: the target, and doctor's strict JSON on the input and on the output."""
-    from repair.doctor.text import diagnosis_json
+def unshard_report(src, manifest_sha256: str, tp: int, fixed_from: str, outputs: dict[str, str]) -> dict:
+    """`unshard`'s report: the per-rank folder it read and the standard files it rebuilt ({name: sha256})."""
+    return {
+        "tool": _tool(), "operation": "unshard",
+        "source": {"path": path_text(src), "manifest_sha256": manifest_sha256, "tp": tp, "fixed_from": fixed_from},
+        "outputs": [{"name": n, "sha256": h} for n, h in sorted(outputs.items())],
+    }
 
-    return {"target": target.spec, "before": diagnosis_json(before, strict=True), "after": diagnosis_json(after, strict=True)}
+
+def _tool() -> dict:
+    return {"name": "ckpt-repair", "version": __version__}
 
 
-def original_section(plan: Plan, force: bool) -> dict:
-    """The report's "original" entry: the --original model's path and how it was verified (refused unless force)."""
-    from repair.execute.verify_original import assess_original
+def _original(plan: Plan, sections: Sections) -> dict | None:
+    if plan.original is None:
+        return None
+    verified = sections.original.as_dict() if sections.original is not None else {}
+    return {"path": path_text(plan.original.root), **verified}
 
-    return {"path": path_text(plan.original.root), **assess_original(plan, force).as_dict()}
+
+def _source_files(hashes: Hashes, sections: Sections) -> list[dict]:
+    if sections.source_files is not None:
+        return [{"name": n, "sha256": h} for n, h in sections.source_files]
+    return [{"name": n, "sha256": h["source"]} for n, h in sorted(hashes.items()) if h["source"]]

@@ -4,28 +4,28 @@ renames it into place only when every file is written and checked. The input is 
 
 from __future__ import annotations
 
-import errno
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from tqdm import tqdm
 
+from repair import formats
 from repair.planning import check as plan_check
-from repair.errors import BadInput, InternalError, OutputError, RepairError
+from repair.errors import InternalError
+from repair.execute.compute import Computer, Located
+from repair.io.atomic import WRITTEN, build_atomically, check_files, check_header, own_output, write_json
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
-from repair.io.safetensors import OutTensor, ShardWriter, read_header
-from repair.io.output import is_earlier_output, publish, staged
-from repair.io.staging import MARKER, PARTIAL_TAG, apply_modes, fsync_tree, remove_stale_partials
+from repair.io.safetensors import OutTensor, ShardWriter
+from repair.io.staging import PARTIAL_TAG, remove_stale_partials
 from repair.planning.model import Copy, Plan, ShardOp, ShardStep
-from repair.execute.report import REPORT_NAME, build_report
+from repair.execute.report import REPORT_NAME, Sections, build_report
 
-__all__ = ["PARTIAL_TAG", "Result", "check_output", "execute", "remove_stale_partials"]
+__all__ = ["PARTIAL_TAG", "Result", "computer_for", "execute", "remove_stale_partials", "write_rewritten_shard"]
 
 
 @dataclass(frozen=True)
@@ -36,78 +36,39 @@ class Result:
     report: dict
 
 
-def check_output(src: Path, out: Path, overwrite: bool, original: Path | None = None) -> None:
-    """Refuse outputs that would touch an input (SRC or --original) or silently replace something."""
-    if out.name in ("", ".."):  # `.`, `..`, `/`: the temp folder and lock beside OUT would not be beside it
-        raise OutputError(f"{out}: -o must name the folder to write (e.g. ../fixed), not '.', '..' or '/'")
-    if out.is_symlink():
-        raise OutputError(f"{out}: is a symlink; give the folder it points to, or remove the link, so nothing is written through it")
-    for role, given in (("input", src), ("--original", original)):
-        if given is None or not Path(given).exists():  # a Hub repo id names no local folder
-            continue
-        inp, out_r = Path(given).resolve(), out.resolve()
-        if out_r == inp or out_r.is_relative_to(inp):
-            raise OutputError(f"{out}: output is inside the {role} folder {given}; choose a folder outside it")
-        if inp.is_relative_to(out_r):
-            raise OutputError(f"{out}: output folder contains the {role} {given}; choose another folder")
-    if out.exists() and not overwrite:
-        raise OutputError(f"{out}: already exists; choose a new folder or pass --overwrite")
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"{out}: exists and is not a folder; remove it or choose another name")
-    if out.exists() and not is_earlier_output(out):
-        raise OutputError(
-            f"{out}: --overwrite only replaces an earlier ckpt-repair output, and this folder has no {REPORT_NAME}; "
-            "remove it yourself or choose another folder"
-        )
-    if not out.parent.is_dir():
-        raise OutputError(f"{out.parent}: parent folder does not exist; create it first")
-
-
 def execute(
     plan: Plan, out: Path, *, overwrite: bool = False, progress: bool | None = None, options: dict | None = None,
-    annotate: Callable[[Path], dict] | None = None,
+    sections: Sections = Sections(), after: Callable[[Path], object] | None = None,
 ) -> Result:
     """Write the planned checkpoint to `out` atomically and return its report.
 
-    `annotate(folder)` may add report sections computed on the written files (e.g. doctor after); it
-    re-opens them under `own_output`, so a defect found there is reported as ours.
+    `sections` are the report's command-specific parts; `after(folder)`, when given, diagnoses the
+    written files (doctor after) for the report. It re-opens our own output, so a defect it finds
+    there is reported as ours (`own_output`).
     """
     out = Path(out)
     plan_check.check_plan(plan)  # a Plan built or edited outside make_plan (Python API) is checked too
-    check_output(plan.source.root, out, overwrite, plan.original.root if plan.original else None)
-    try:
-        with staged(out) as (tmp, state):
-            report = _build(plan, tmp, out, progress, options, annotate)
-            publish(tmp, out, state, overwrite)
-    except OSError as exc:
-        raise _os_error(exc, plan, out) from None
-    except EOFError:
-        raise BadInput(f"{plan.source.root}: a file got shorter while it was copied; make sure nothing writes to the input, then re-run") from None
+    original = plan.original.root if plan.original else None
+    report = build_atomically(plan.source.root, out, overwrite, lambda tmp: _build(plan, tmp, out, progress, options, sections, after),
+                              original=original, needed_bytes=lambda: _needed(plan))
     return Result(out, report)
 
 
-def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dict | None, annotate) -> dict:
+def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dict | None, sections: Sections, after) -> dict:
     """Write and check every file inside the temp folder; return the report."""
     with _progress(plan, progress) as bar:
         hashes = _write_all(plan, tmp, bar)
-    _self_check(plan, tmp, out, hashes)  # before anything (annotate) reads the written files
-    report = build_report(plan, hashes, options or {})
-    if annotate is not None:
-        report.update(annotate(tmp))
-    _write_json(tmp / REPORT_NAME, report)
-    apply_modes(tmp, plan.source.root)
-    fsync_tree(tmp)
+    _self_check(plan, tmp, out, hashes)  # before anything (doctor after) reads the written files
+    if after is not None:
+        with own_output(tmp, out):
+            sections = sections.with_after(after(tmp))
+    report = build_report(plan, hashes, options or {}, sections)
+    write_json(tmp / REPORT_NAME, report)
     return report
 
 
-def _os_error(exc: OSError, plan: Plan, out: Path) -> OutputError:
-    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-        needed = sum(nbytes(t.out.dtype, t.out.shape) for s in plan.shards for t in s.tensors)
-        return OutputError(
-            f"{out}: disk full while writing (the output needs about {needed / 1e6:,.1f} MB); nothing was written, "
-            f"free space on {out.parent} or choose an -o on another disk, then re-run"
-        )
-    return OutputError(f"{exc.filename or out}: {exc.strerror or exc}; nothing was written, check the disk, folder and permissions, then re-run")
+def _needed(plan: Plan) -> int:
+    return sum(nbytes(t.out.dtype, t.out.shape) for s in plan.shards for t in s.tensors)
 
 
 def _progress(plan: Plan, enabled: bool | None) -> tqdm:
@@ -145,18 +106,18 @@ def _write_all(plan: Plan, tmp: Path, bar: tqdm) -> dict[str, dict[str, str]]:
         hashes[name] = {"source": digest, "output": digest}
     for name, content in plan.json_files.items():
         source = root / name
-        hashes[name] = {"source": sha256_file(source) if source.exists() else None, "output": _write_json(tmp / name, content)}
+        hashes[name] = {"source": sha256_file(source) if source.exists() else None, "output": write_json(tmp / name, content)}
     return hashes
 
 
 def _rewrite(plan: Plan, step: ShardStep, dst: Path) -> str:
     """Stream one changed shard: copy untouched tensors' bytes, compute the changed ones.
 
-    torch (~1.4 s to import) is imported at the first computed tensor, not before: copies already
-    written are hashed by the writer's thread meanwhile instead of after.
+    torch (~1.4 s to import) is imported at the first computed tensor that needs it, not before:
+    copies already written are hashed by the writer's thread meanwhile instead of after.
     """
-    located = {"checkpoint": plan.source.locate(), "original": plan.original.locate() if plan.original else {}}
-    computer = None
+    located = located_inputs(plan)
+    computer = computer_for(plan, located)
     header = [OutTensor(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
     with ShardWriter(dst, header, step.metadata) as writer:
         for t in step.tensors:
@@ -164,58 +125,37 @@ def _rewrite(plan: Plan, step: ShardStep, dst: Path) -> str:
                 shard, info = located[t.source][t.inputs[0]]
                 writer.copy(t.out.name, shard.path, info)
             else:
-                if computer is None:
-                    from repair import formats
-                    from repair.execute.compute import Computer
-
-                    divisor = formats.by_name(plan.format).GLOBAL_SCALE_IS_DIVISOR
-                    computer = Computer(located["checkpoint"], located["original"], divisor)
                 writer.write(t.out.name, computer.bytes_of(t))
     return writer.digest.hexdigest()
 
 
-def _write_json(path: Path, content: dict) -> str:
-    """Write a small JSON file (2-space indent, key order kept, trailing newline); return its sha256."""
-    path.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return sha256_file(path)
+def located_inputs(plan: Plan) -> dict[str, Located]:
+    """Every input tensor by name, per source ("checkpoint", "original"), with the shard that holds it."""
+    return {"checkpoint": plan.source.locate(), "original": plan.original.locate() if plan.original else {}}
+
+
+def global_scale_is_divisor(plan: Plan) -> bool:
+    """compressed-tensors stores 1 / ModelOpt's weight_scale_2: every dequantize of this plan must know."""
+    return formats.by_name(plan.format).GLOBAL_SCALE_IS_DIVISOR
+
+
+def computer_for(plan: Plan, located: dict[str, Located]) -> Computer:
+    """The one construction of a Computer for a plan (fix, fix --tp, hub fix): the divisor comes from its format."""
+    return Computer(located["checkpoint"], located["original"], global_scale_is_divisor(plan))
 
 
 def _self_check(plan: Plan, tmp: Path, out: Path, hashes: dict) -> None:
     """Re-open every written file and compare it with the plan before anything is published."""
-    found = {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()} - {MARKER}
-    if found != set(hashes):
-        _check_failed(out, f"written files differ from the plan ({', '.join(sorted(found ^ set(hashes)))})")
+    check_files(tmp, out, set(hashes))
     for step in plan.shards:
-        try:
-            header = read_header(tmp / step.name)
-        except RepairError as err:
-            _check_failed(out / step.name, f"does not re-open ({_defect(err, tmp, out)})")
-        got = [(t.name, t.dtype, t.shape) for t in header.tensors]
-        want = [(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
-        if got != want or header.metadata != step.metadata:
-            _check_failed(out / step.name, "written header does not match the plan")
+        check_header(tmp, out, step.name, _expected(step), step.metadata)
     for name, content in plan.json_files.items():
         if json.loads((tmp / name).read_text(encoding="utf-8")) != content:
-            _check_failed(out / name, "written JSON does not match the plan")
+            raise InternalError(WRITTEN, f"{out / name}: written JSON does not match the plan")
 
 
-@contextmanager
-def own_output(folder: Path, shown_as: Path | str) -> Iterator[None]:
-    """Around code that re-opens our own output (doctor after): a defect an input check finds there is
-    ours, so its advice to the user ("remove the stale shard") and the temp folder's name must not show."""
-    try:
-        yield
-    except BadInput as err:
-        raise InternalError("re-opening the written output", _defect(err, folder, shown_as)) from None
-
-
-def _defect(err: RepairError, folder: Path, shown_as: Path | str) -> str:
-    """What an input check found in our own output, without its advice to the user (the part after "; ")."""
-    return str(err).replace(str(folder), str(shown_as)).split("; ")[0]
-
-
-def _check_failed(where: Path, what: str) -> None:
-    raise InternalError("the check of the written output", f"{where}: {what}")
+def _expected(step: ShardStep) -> list[tuple[str, str, tuple[int, ...]]]:
+    return [(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
 
 
 def write_rewritten_shard(plan: Plan, step: ShardStep, dst: Path) -> str:
@@ -225,13 +165,5 @@ def write_rewritten_shard(plan: Plan, step: ShardStep, dst: Path) -> str:
     plan's source must hold every shard this step reads.
     """
     digest = _rewrite(plan, step, dst)
-    header = read_header(dst)
-    if [(t.name, t.dtype, t.shape) for t in header.tensors] != [(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors] \
-            or header.metadata != step.metadata:
-        _check_failed(dst, "written header does not match the plan")
+    check_header(dst.parent, dst.parent, dst.name, _expected(step), step.metadata)
     return digest
-
-
-def write_json(path: Path, content: dict) -> str:
-    """A small JSON file exactly as execute() writes it; its sha256."""
-    return _write_json(path, content)

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Callable
 
 from repair.errors import BadInput
-from repair.execute.writer import own_output, write_json, write_rewritten_shard
+from repair.execute.writer import write_rewritten_shard
+from repair.io.atomic import own_output, write_json
 from repair.hub import client, publish
 from repair.hub.errors import hub_call
 from repair.hub.source import SCALE_LEAVES, SMALL_LIMIT, RemoteSource, fetch_shard

@@ -8,19 +8,20 @@ fork (parent = its head) and/or a pull request on SRC (parent = the pinned sha).
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from repair.doctor.diagnose import diagnose
 from repair.errors import RepairError, UsageError
+from repair.execute.report import REPORT_NAME, Sections, build_report, input_sections, recipe_options
 from repair.hub import access, card, client, publish, stream
 from repair.hub.source import RemoteSource, fetch_tensors, localize, open_remote, open_source, remote_of, resolve, work_folder
 from repair.hub.spec import hub_spec, repo_id
 from repair.planning.model import Plan, ShardOp
 from repair.planning.recipe import Recipe
-from repair.execute.report import REPORT_NAME, build_report, doctor_section, original_section
+from repair.io.atomic import json_text, write_json
 
 README = "README.md"
 
@@ -76,7 +77,7 @@ def _run(o: HubFix, spec, dst: str | None, work: Path, say) -> dict:
     if plan.is_noop:
         say(f"{repo.label}: nothing to repair; it is already fixed. Nothing uploaded.")
         return {"status": "noop", **summary}
-    options = {"recipe": plan.recipe.name, "target": plan.recipe.from_target}
+    options = recipe_options(plan)
     fid = card.fix_id(repo.label, plan.recipe.as_dict(), summary["original"])
     title = f"ckpt-repair: {_summary(plan)} ({fid})"
     summary.update(fix_id=fid, title=title, changed=[s.name for s in plan.shards if s.op == ShardOp.REWRITE])
@@ -92,13 +93,10 @@ def _run(o: HubFix, spec, dst: str | None, work: Path, say) -> dict:
 
 
 def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, fid, title, work, say, summary) -> dict:
-    from repair.doctor.diagnose import diagnose
-    from repair.targets.profiles import resolve as resolve_target
-
     repo = source.repo
-    target = resolve_target(plan.recipe.from_target)
-    before = diagnose(plan.source, target)
-    plan, extra = _with_original(plan, source, o.force)
+    plan = _with_original(plan, source)
+    sections = input_sections(plan, o.force)  # doctor before, and the same verification of --original `fix` runs
+    target, before = sections.doctor.target, sections.doctor.before
     if fork is not None:
         fork = publish.create(fork, repo, work, private=o.private, say=say)
         say(f"fork: {fork.repo} ({fork.created or 'exists'}; head {fork.head})")
@@ -107,16 +105,16 @@ def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, 
     streamed = stream.rewrite_and_upload(plan, source, work, dests, say)
     hashes = _hashes(plan, source, work, streamed)
     after = diagnose(stream.after_checkpoint(plan, source, work, f"{repo.label} (repaired)"), target)
-    doctor = doctor_section(target, before, after)
+    sections = sections.with_after(after)
     facts = _facts(plan, repo, fid, target, before, after, summary)
     text = card.section(facts)
     json_ops = lambda: _json_ops(plan, work)  # noqa: E731 - fresh operation objects per commit
     result = {**summary, "status": "done", "downloaded": streamed.downloaded, "peak_work_bytes": streamed.peak_bytes,
-              "doctor_after": doctor["after"]}
+              "doctor_after": sections.doctor.as_dict()["after"]}
     if fork is not None:
         readme = _fork_readme(source, work, fork.repo, text, plan)
         fork_hashes = {**hashes, README: {"source": hashes.get(README, {}).get("source"), "output": _sha(readme)}}
-        report = _report(plan, fork_hashes, options, extra, doctor)
+        report = _report(plan, fork_hashes, options, sections)
         ops = streamed.ops["fork"] + json_ops() + [_add(REPORT_NAME, report), _add(README, readme)]
         written = {op.path_in_repo for op in ops}
         copies, deletes, uploads = publish.reconcile(fork, repo, written, set(plan.removed_files))
@@ -126,7 +124,7 @@ def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, 
         result["fork"] = {"repo": fork.repo, "created": fork.created, "parent": fork.head, "commit": info.oid,
                           "url": info.commit_url, "copied_server_side": len(copies), "uploaded_unchanged": uploads}
     if want_pr:
-        ops = streamed.ops["pr"] + json_ops() + [_add(REPORT_NAME, _report(plan, hashes, options, extra, doctor))]
+        ops = streamed.ops["pr"] + json_ops() + [_add(REPORT_NAME, _report(plan, hashes, options, sections))]
         ops += [_delete(n) for n in plan.removed_files]
         info = publish.commit(repo.repo, ops, title=title, description=card.pr_description(text), parent=repo.sha, pr=True)
         say(f"pull request: {info.pr_url}")
@@ -134,18 +132,18 @@ def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, 
     return result
 
 
-def _with_original(plan: Plan, source: RemoteSource, force: bool) -> tuple[Plan, dict]:
-    """With --original: a full local copy of a Hub original, the source's packed tensors fetched by range,
-    and the same verification `fix` runs."""
+def _with_original(plan: Plan, source: RemoteSource) -> Plan:
+    """With --original: a full local copy of a Hub original, and the source's packed tensors fetched by
+    range (what verifying the original reads)."""
     if plan.original is None:
-        return plan, {}
+        return plan
     from repair import formats
     from repair.planning.build import make_plan
 
     plan = make_plan(plan.source, plan.recipe, localize(plan.original))
     packed = {n for m in formats.by_name(plan.format).group_modules(plan.source.infos()) if m.is_quantized for n in m.tensors}
     fetch_tensors(source, plan.source, lambda t: t.name in packed)
-    return plan, {"original": original_section(plan, force)}
+    return plan
 
 
 def _hashes(plan: Plan, source: RemoteSource, work: Path, streamed: stream.Streamed) -> dict:
@@ -174,8 +172,6 @@ def _digest(source: RemoteSource, name: str, work: Path) -> str:
 
 
 def _json_digest(work: Path, name: str, content: dict) -> str:
-    from repair.execute.writer import write_json
-
     path = work / "out" / name
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_json(path, content)
@@ -185,11 +181,9 @@ def _json_ops(plan: Plan, work: Path) -> list:
     return [_add(name, (work / "out" / name).read_bytes()) for name in plan.json_files]
 
 
-def _report(plan: Plan, hashes: dict, options: dict, extra: dict, doctor: dict) -> bytes:
-    """repair_report.json exactly as `fix` writes it (build_report + the annotate sections)."""
-    report = build_report(plan, hashes, options)
-    report.update({**extra, "doctor": doctor})
-    return (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+def _report(plan: Plan, hashes: dict, options: dict, sections: Sections) -> bytes:
+    """repair_report.json exactly as `fix` writes it."""
+    return json_text(build_report(plan, hashes, options, sections)).encode("utf-8")
 
 
 def _facts(plan: Plan, repo, fid: str, target, before, after, summary) -> card.RepairFacts:

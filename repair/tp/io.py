@@ -1,4 +1,4 @@
-"""Byte-range I/O shared by `fix --tp` and `unshard`: atomic output folders, exact preads, tensor slices.
+"""Byte-range I/O shared by `fix --tp` and `unshard`: exact preads and tensor slices.
 
 A slice along a tensor's first non-trivial dim is one byte range (streamed, never buffered); any
 other slice is one read per outer row into a buffer the size of the slice, never of the tensor.
@@ -6,45 +6,12 @@ other slice is one read per outer row into a buffer the size of the slice, never
 
 from __future__ import annotations
 
-import errno
-import json
 import os
 from pathlib import Path
-from typing import Callable, TypeVar
 
-from repair.errors import BadInput, OutputError
-from repair.execute.writer import check_output
+from repair.errors import BadInput
 from repair.io.dtypes import ITEMSIZE, nbytes
-from repair.io.hashing import sha256_file
 from repair.io.safetensors import TensorInfo
-from repair.io.output import publish, staged
-from repair.io.staging import apply_modes, fsync_tree
-
-T = TypeVar("T")
-
-
-def write_json(path: Path, content: dict) -> str:
-    """The same bytes execute writes for a small JSON file (2-space indent, trailing newline); returns sha256."""
-    path.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return sha256_file(path)
-
-
-def build_atomically(src: Path, out: Path, overwrite: bool, build: Callable[[Path], T], original: Path | None = None) -> T:
-    """Run `build(tmp)` in a temp folder beside OUT and publish it by one rename (as execute does)."""
-    check_output(src, out, overwrite, original)
-    try:
-        with staged(out) as (tmp, state):
-            value = build(tmp)
-            apply_modes(tmp, src)
-            fsync_tree(tmp)
-            publish(tmp, out, state, overwrite)
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-            raise OutputError(f"{out}: disk full while writing; nothing was written, free space on {out.parent} or choose another -o") from None
-        raise OutputError(f"{exc.filename or out}: {exc.strerror or exc}; nothing was written, check the disk and permissions") from None
-    except EOFError:
-        raise BadInput(f"{src}: a file got shorter while it was read; make sure nothing writes to it, then re-run") from None
-    return value
 
 
 def pread_exact(fd: int, offset: int, view: memoryview, where: str) -> None:

@@ -17,16 +17,14 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from repair import __version__
-from repair.errors import BadInput, InternalError
-from repair.execute.writer import own_output
+from repair.errors import BadInput
+from repair.io.atomic import build_atomically, check_files, check_header, write_json
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, copy_hashed, sha256_file, write_all
-from repair.io.names import file_type_problem, path_text, regular_file
+from repair.io.names import file_type_problem, regular_file
 from repair.io.safetensors import OutTensor, TensorInfo, encode_header, read_header
-from repair.io.staging import MARKER
-from repair.execute.report import REPORT_NAME
-from repair.tp.io import build_atomically, pread_exact, write_json
+from repair.execute.report import REPORT_NAME, unshard_report
+from repair.tp.io import pread_exact
 from repair.tp.manifest import MANIFEST, RANK_FILE, Manifest, read_manifest
 
 CHUNK = 8 << 20  # bytes of interleaved rows assembled at a time
@@ -74,11 +72,7 @@ def _build(src: Path, manifest: Manifest, ranks: list[dict[str, TensorInfo]], tm
         name, text = manifest.index
         _parent(tmp, name).write_bytes(text.encode("utf-8"))
         hashes[name] = sha256_file(tmp / name)
-    report = {
-        "tool": {"name": "ckpt-repair", "version": __version__}, "operation": "unshard",
-        "source": {"path": path_text(src), "manifest_sha256": sha256_file(manifest.path), "tp": manifest.tp, "fixed_from": manifest.source},
-        "outputs": [{"name": n, "sha256": h} for n, h in sorted(hashes.items())],
-    }
+    report = unshard_report(src, sha256_file(manifest.path), manifest.tp, manifest.source, hashes)
     write_json(tmp / REPORT_NAME, report)
     _self_check(tmp, out, manifest, set(hashes) | {REPORT_NAME})
     return UnshardResult(out, report)
@@ -174,16 +168,11 @@ def _concat(out: _Sink, entry: dict, parts: list[TensorInfo], fds: list[int]) ->
 
 def _self_check(tmp: Path, out: Path, manifest: Manifest, expected: set[str]) -> None:
     """Re-open every rebuilt shard and compare its header with the manifest before anything is published."""
-    found = {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()} - {MARKER}
-    if found != expected:
-        raise InternalError(CHECK, f"{out}: written files differ from the manifest ({', '.join(sorted(found ^ expected))})")
+    check_files(tmp, out, expected, CHECK, against="the manifest")
     tensors = manifest.tensors
     for shard in manifest.shards:
-        with own_output(tmp, out):
-            got = [(t.name, t.dtype, list(t.shape)) for t in read_header(tmp / shard["name"]).tensors]
-        want = [(n, tensors[n]["dtype"], tensors[n]["shape"]) for n in shard["tensors"]]
-        if got != want:
-            raise InternalError(CHECK, f"{out / shard['name']}: rebuilt header does not match the manifest")
+        want = [(n, tensors[n]["dtype"], tuple(tensors[n]["shape"])) for n in shard["tensors"]]
+        check_header(tmp, out, shard["name"], want, check=CHECK, against="the manifest")
 
 
 def unshard_text(result: UnshardResult) -> str:

@@ -11,26 +11,26 @@ of one tensor; only tensors computed from whole inputs (requantize) are held who
 
 from __future__ import annotations
 
-import json
 import os
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tqdm import tqdm
 
-from repair.errors import InternalError
-from repair.execute.writer import check_output, own_output
+from repair.errors import BadInput, InternalError
+from repair.execute.writer import computer_for, global_scale_is_divisor, located_inputs
+from repair.io.atomic import build_atomically, check_files, check_header, check_output, json_text, write_json
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.names import path_text
 from repair.io.safetensors import OutTensor, ShardWriter, TensorInfo, encode_header, read_header
-from repair.io.staging import MARKER
-from repair.execute.report import REPORT_NAME, build_report
-from repair.planning.model import Copy, Dequantize, Requantize, ShardOp
-from repair.tp.plan import BLOCK, VOCAB_PADDING, TpPlan, TpTensor, summary_text
+from repair.execute.report import REPORT_NAME, Sections, TpRecord, build_report, input_sections, recipe_options
+from repair.planning.model import Copy, Dequantize, Plan, Requantize, ShardOp
+from repair.planning.text import plan_as_json, plan_as_text
+from repair.tp.plan import BLOCK, VOCAB_PADDING, TpPlan, TpTensor, plan_tp, summary_text
 from repair.tp.manifest import FORMAT, MANIFEST, RANK_FILE, rank_folder, read_manifest
-from repair.tp.io import build_atomically, contiguous, read_slice, sub_range, write_json
+from repair.tp.io import contiguous, read_slice, sub_range
 
 CHECK = "the check of the written per-rank output"
 VOCAB_NOTE = (f"vLLM pads the vocabulary to a multiple of {VOCAB_PADDING} and gives each rank padded/tp rows; only real rows "
@@ -46,7 +46,7 @@ class TpResult:
 
 
 def write_tp(tpp: TpPlan, out: Path, *, overwrite: bool = False, progress: bool | None = None, options: dict | None = None,
-             extra: dict | None = None) -> TpResult:
+             sections: Sections = Sections()) -> TpResult:
     """Write the per-rank checkpoints, the manifest and the report to `out`, atomically."""
     plan = tpp.plan
 
@@ -55,15 +55,14 @@ def write_tp(tpp: TpPlan, out: Path, *, overwrite: bool = False, progress: bool 
         manifest = _manifest(tpp, rank_hashes)
         outputs = {f"{rank_folder(r)}/{n}": {"source": None, "output": h} for r, files in rank_hashes.items() for n, h in files.items()}
         outputs[MANIFEST] = {"source": None, "output": write_json(tmp / MANIFEST, manifest)}
-        report = build_report(plan, outputs, {**(options or {}), "tp": tpp.tp})
-        report["source"]["files"] = [{"name": n, "sha256": sha256_file(plan.source.root / n)} for n in _source_files(plan)]
-        report["tp"] = {"degree": tpp.tp, "parallel_plan": tpp.source, "manifest": MANIFEST}
-        report.update(extra or {})
+        sources = tuple((n, sha256_file(plan.source.root / n)) for n in _source_files(plan))
+        split = replace(sections, tp=TpRecord(tpp.tp, tpp.source, MANIFEST), source_files=sources)
+        report = build_report(plan, outputs, {**(options or {}), "tp": tpp.tp}, split)
         write_json(tmp / REPORT_NAME, report)
         _self_check(tpp, tmp, out, set(outputs) | {REPORT_NAME})
         return TpResult(out, manifest, report)
 
-    return build_atomically(plan.source.root, out, overwrite, build, _original_root(plan))
+    return build_atomically(plan.source.root, out, overwrite, build, original=_original_root(plan))
 
 
 def _original_root(plan) -> Path | None:
@@ -85,8 +84,7 @@ def _write_ranks(tpp: TpPlan, tmp: Path, progress: bool | None) -> dict[int, dic
     """Every rank's tensor file (tensor by tensor, rank by rank) and small files; sha256 per file."""
     plan, tp = tpp.plan, tpp.tp
     first_meta = next((s.metadata for s in plan.shards if s.metadata), None) or {}
-    located = {"checkpoint": plan.source.locate(), "original": plan.original.locate() if getattr(plan, "original", None) else {}}
-    slicer = _Slicer(located)
+    slicer = _Slicer(plan)
     total = sum(nbytes(t.step.out.dtype, t.step.out.shape) for t in tpp.tensors)
     show = progress if progress is not None else os.isatty(2)
     hashes: dict[int, dict[str, str]] = {}
@@ -125,11 +123,16 @@ def _small_files(plan, folder: Path) -> dict[str, str]:
 
 
 class _Slicer:
-    """Produces each rank's bytes of one planned tensor; copies need no torch, computed ops import it."""
+    """Produces each rank's bytes of one planned tensor; copies need no torch, computed ops import it.
 
-    def __init__(self, located: dict):
-        self.located = located
-        self._computer = None
+    Whole computed tensors come from the plan's Computer, slices are dequantized here: both take the
+    global scale's meaning (multiplier or divisor) from the plan's format, as `fix` does.
+    """
+
+    def __init__(self, plan: Plan):
+        self.located = located_inputs(plan)
+        self.computer = computer_for(plan, self.located)
+        self.divisor = global_scale_is_divisor(plan)
 
     def write(self, t: TpTensor, writers: list[ShardWriter], tp: int) -> None:
         step, name = t.step, t.step.out.name
@@ -139,7 +142,7 @@ class _Slicer:
             for w in writers:
                 w.copy(name, shard.path, info)
             return
-        whole = self._compute(step) if isinstance(step, Requantize) else None  # the others are sliced before they are made
+        whole = self.computer.tensor(step) if isinstance(step, Requantize) else None  # the others are sliced before they are made
         for rank, w in enumerate(writers):
             rng = _range(t, rank, tp)
             if isinstance(step, Copy) and rng is not None and contiguous(t.step.out.shape, t.spec.dim):
@@ -180,16 +183,8 @@ class _Slicer:
             p = _as_tensor(read_slice(ps.path, packed, 0, lo, hi), "U8", (hi - lo, packed.shape[1]))
             s = _as_tensor(read_slice(ss.path, scale, 0, lo, hi), scale.dtype, (hi - lo, scale.shape[1]))
         g = _as_tensor(bytearray(_read_all(gs.path, scale_2)), scale_2.dtype, scale_2.shape)
-        out = nvfp4.dequantize(p, s, g, tensors.TORCH_DTYPE[step.out.dtype])
+        out = nvfp4.dequantize(p, s, g, tensors.TORCH_DTYPE[step.out.dtype], divisor=self.divisor)
         return out[:, lo - a0: hi - a0] if dim == 1 else out
-
-    def _compute(self, step):
-        from repair.execute.compute import Computer
-
-        if self._computer is None:
-            self._computer = Computer(self.located["checkpoint"], self.located["original"])
-        return self._computer.tensor(step)
-
 
 def _read_all(path: Path, info: TensorInfo) -> bytearray:
     from repair.io.ranges import read_bytes
@@ -234,22 +229,17 @@ def _index_entry(plan) -> dict | None:
     name = _index_name(plan)
     if name is None:
         return None
-    text = (json.dumps(plan.json_files[name], indent=2, ensure_ascii=False) + "\n" if name in plan.json_files
+    text = (json_text(plan.json_files[name]) if name in plan.json_files
             else (plan.source.root / name).read_text(encoding="utf-8"))
     return {"name": name, "text": text}
 
 
 def _self_check(tpp: TpPlan, tmp: Path, out: Path, expected: set[str]) -> None:
     """Re-open every rank file and compare its header with the plan before anything is published."""
-    found = {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()} - {MARKER}
-    if found != expected:
-        raise InternalError(CHECK, f"{out}: written files differ from the plan ({', '.join(sorted(found ^ expected))})")
+    check_files(tmp, out, expected, CHECK)
     for rank in range(tpp.tp):
-        with own_output(tmp, out):
-            got = [(t.name, t.dtype, t.shape) for t in read_header(tmp / rank_folder(rank) / RANK_FILE).tensors]
         want = [(t.step.out.name, t.step.out.dtype, t.rank_shape(_range(t, rank, tpp.tp))) for t in tpp.tensors]
-        if got != want:
-            raise InternalError(CHECK, f"{out / rank_folder(rank) / RANK_FILE}: written header does not match the plan")
+        check_header(tmp, out, f"{rank_folder(rank)}/{RANK_FILE}", want, check=CHECK)
     try:
         read_manifest(tmp)
     except BadInput as err:
@@ -259,33 +249,14 @@ def _self_check(tpp: TpPlan, tmp: Path, out: Path, expected: set[str]) -> None:
 def fix_tp(plan, out: Path, tp: int, *, dry_run: bool = False, overwrite: bool = False, progress: bool | None = None,
            force: bool = False) -> tuple[dict, str]:
     """`fix --tp N`: refuse an impossible degree before anything is written, then write; returns (json, text)."""
-    from repair.planning.text import plan_as_json, plan_as_text
-    from repair.tp.plan import plan_tp
-
     tpp = plan_tp(plan, tp)
     check_output(plan.source.root, out, overwrite, _original_root(plan))
     info = {"degree": tp, "parallel_plan": tpp.source, "styles": tpp.counts()}
     text = plan_as_text(plan) + "\n" + summary_text(tpp)
     if dry_run:
         return {"status": "dry-run", "plan": plan_as_json(plan), "tp": info}, text + "\n(dry run: nothing written)"
-    options = {"recipe": getattr(plan.recipe, "name", None), "target": plan.recipe.from_target}
-    result = write_tp(tpp, out, overwrite=overwrite, progress=progress, options=options, extra=_report_extra(plan, tp, force))
+    # doctor on the input at this degree (the output is per-rank: `unshard` it to doctor the result)
+    sections = input_sections(plan, force, tp)
+    result = write_tp(tpp, out, overwrite=overwrite, progress=progress, options=recipe_options(plan), sections=sections)
     text += f"\nwrote {result.out}: {rank_folder(0)} .. {rank_folder(tp - 1)}, manifest {result.out / MANIFEST}"
     return {"status": "written", "out": str(result.out), "plan": plan_as_json(plan), "tp": info}, text
-
-
-def _report_extra(plan, tp: int, force: bool) -> dict:
-    """Doctor on the input at this degree (the output is per-rank; `unshard` it to doctor the result), and
-    the original model's verification when one is used, as a non-TP fix records them."""
-    from repair.doctor.diagnose import diagnose
-    from repair.doctor.text import diagnosis_json
-    from repair.targets.profiles import resolve
-
-    extra: dict = {}
-    if getattr(plan, "original", None) is not None:
-        from repair.execute.verify_original import assess_original
-
-        extra["original"] = {"path": path_text(plan.original.root), **assess_original(plan, force).as_dict()}
-    target = resolve(plan.recipe.from_target)
-    extra["doctor"] = {"target": target.spec, "tp": tp, "before": diagnosis_json(diagnose(plan.source, target, tp), strict=True)}
-    return extra
