@@ -165,10 +165,9 @@ def _rewrite(plan: Plan, step: ShardStep, dst: Path) -> str:
                 writer.copy(t.out.name, shard.path, info)
             else:
                 if computer is None:
-                    from repair import formats
                     from repair.execute.compute import Computer
 
-                    divisor = formats.by_name(plan.format).GLOBAL_SCALE_IS_DIVISOR
+                    divisor = plan.format.GLOBAL_SCALE_IS_DIVISOR
                     computer = Computer(located["checkpoint"], located["original"], divisor)
                 writer.write(t.out.name, computer.bytes_of(t))
     return writer.digest.hexdigest()
