@@ -12,7 +12,8 @@ import pytest
 import torch
 from compressed_tensors.utils.match import match_name
 
-from repair.targets.vllm_matching import ct_entry_matches, draft_prefix
+from repair.arch.gemma4_assistant import draft_prefix
+from repair.formats.compressed_tensors import ct_entry_matches
 from tests.conftest import load_tensors, raw_bytes, read_json, run_captured, tree_hashes
 
 HANDSHAKE = ("pre_projection", "post_projection")

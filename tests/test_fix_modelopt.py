@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from repair.cli import main
-from repair.targets.vllm_matching import draft_prefix, is_excluded
+from repair.arch.gemma4_assistant import draft_prefix
+from repair.formats.modelopt_nvfp4 import is_excluded
 from tests.conftest import load_tensors, raw_bytes, read_json, tree_hashes
 from tools.modelopt_export import modelopt_dequantize
 

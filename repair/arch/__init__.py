@@ -1,16 +1,26 @@
-"""Architecture knowledge: what each model family defines, looked up from config.json."""
+"""Architecture knowledge: what each model family defines, looked up from config.json.
+
+ARCHITECTURES is the registry: a new family is one `Architecture` row (its own module when it brings
+expected shapes or name mappings). A config no row matches gets `GENERIC` (identity names, no profile).
+"""
 
 from __future__ import annotations
 
-from repair.arch import gemma4_assistant
-from repair.arch.gemma4_assistant import ModuleSpec
+from repair.arch.base import GENERIC, Architecture, LayerKind, ModuleSpec
+from repair.arch.gemma4_assistant import GEMMA4_ASSISTANT
+
+ARCHITECTURES: tuple[Architecture, ...] = (GEMMA4_ASSISTANT,)
+
+
+def architecture(config: dict | None) -> Architecture:
+    """The row covering this config.json, else GENERIC."""
+    return next((a for a in ARCHITECTURES if a.matches(config)), GENERIC)
 
 
 def expected_modules(config: dict | None, where: str = "config.json") -> dict[str, ModuleSpec] | None:
     """Module specs for a known architecture, or None when the family is not known to us."""
-    if gemma4_assistant.matches(config):
-        return gemma4_assistant.expected_modules(config, where)
-    return None
+    found = architecture(config).expected_modules
+    return found(config, where) if found is not None and config else None
 
 
-__all__ = ["ModuleSpec", "expected_modules"]
+__all__ = ["ARCHITECTURES", "Architecture", "GENERIC", "LayerKind", "ModuleSpec", "architecture", "expected_modules"]

@@ -9,34 +9,54 @@ both are understood. The family keeps the handshake layers `pre_projection` ([H,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from repair.arch.base import Architecture, LayerKind, ModuleSpec
 from repair.errors import BadInput
 
 MODEL_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
 BF16_HANDSHAKE = ("pre_projection", "post_projection")
 DEFAULT_GLOBAL_HEAD_DIM = 512  # transformers' Gemma4TextConfig default
 MAX_LAYERS = 4096
+FUSED_SHARDS = {"gate_up_proj": ("gate_proj", "up_proj")}
+
+LAYER_KINDS: dict[str, LayerKind] = {  # how vLLM's Gemma4MTP builds each role
+    "pre_projection": LayerKind("column", "ColumnParallelLinear"),
+    "post_projection": LayerKind("row", "RowParallelLinear"),
+    "q_proj": LayerKind("column", "ColumnParallelLinear"),
+    "o_proj": LayerKind("row", "RowParallelLinear"),
+    "gate_proj": LayerKind("merged", "MergedColumnParallelLinear", "gate_up_proj"),
+    "up_proj": LayerKind("merged", "MergedColumnParallelLinear", "gate_up_proj"),
+    "down_proj": LayerKind("row", "RowParallelLinear"),
+    "embed": LayerKind("vocab", "VocabParallelEmbedding"),
+    "lm_head": LayerKind("vocab", "ParallelLMHead"),
+    "centroids": LayerKind("replicated", "ReplicatedLinear"),
+    "norm": LayerKind("replicated", "RMSNorm"),
+    "scalar": LayerKind("replicated", "buffer"),
+    "buffer": LayerKind("replicated", "buffer"),
+}
 
 
-@dataclass(frozen=True)
-class ModuleSpec:
-    """What the model defines for one parameter: full-precision shape and the layer's role."""
-
-    name: str
-    shape: tuple[int, ...]
-    role: str  # pre_projection, post_projection, q_proj, o_proj, gate_proj, up_proj, down_proj, embed, norm, ...
-
-    @property
-    def is_linear(self) -> bool:
-        return self.role in LINEAR_ROLES
-
-
-LINEAR_ROLES = frozenset({"pre_projection", "post_projection", "q_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "centroids", "lm_head"})
+def draft_prefix(module: str) -> str:
+    """The quantization prefix vLLM gives a Gemma 4 assistant module (checkpoint name in): layers are matched
+    under `draft_model.` prefixes, and gate/up under their fused `gate_up_proj` name."""
+    if module.startswith("model."):
+        module = "draft_model." + module[len("model."):]
+    elif module in ("pre_projection", "post_projection"):
+        module = "draft_model." + module
+    for fused, shards in FUSED_SHARDS.items():
+        for shard in shards:
+            if module.endswith("." + shard):
+                return module[: -len(shard)] + fused
+    return module
 
 
-def matches(config: dict | None) -> bool:
-    return bool(config) and config.get("model_type") in MODEL_TYPES
+def exclusion_name(module: str) -> str:
+    """The entry that excludes a module: a drafter's gate/up only by the fused `gate_up_proj` name."""
+    for shard in (".mlp.gate_proj", ".mlp.up_proj"):
+        if module.endswith(shard):
+            return module[: -len(shard)] + ".mlp.gate_up_proj"
+    return module
+
+
 
 
 def expected_modules(config: dict, where: str = "config.json") -> dict[str, ModuleSpec]:
@@ -115,3 +135,8 @@ def _int(section: dict, key: str, where: str) -> int:
     if type(value) is not int or value <= 0:
         raise BadInput(f"{where}: '{key}' must be a positive integer, found {value!r}; fix the config")
     return value
+
+
+GEMMA4_ASSISTANT = Architecture("Gemma 4 assistant", model_types=MODEL_TYPES, runtime_name=draft_prefix,
+                                exclusion_name=exclusion_name, expected_modules=expected_modules,
+                                layer_kinds=LAYER_KINDS, bf16_handshake=BF16_HANDSHAKE)

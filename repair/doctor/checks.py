@@ -2,103 +2,101 @@
 
 from __future__ import annotations
 
-from repair.arch.gemma4_assistant import ModuleSpec
+from repair.arch import Architecture, ModuleSpec
+from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
 from repair.io.ranges import RangeReader
 from repair.formats.modules import StoredModule
 from repair.formats.nvfp4_health import block_scale_stats, global_scale_problem, overflow_problem, read_f32_scalar
-from repair.targets.vllm_matching import draft_prefix
 
 FUSED_SIBLINGS = (("mlp.gate_proj", "mlp.up_proj"), ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
 
 
-def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[str, StoredModule], specs: dict[str, ModuleSpec]):
-    from repair.doctor.diagnose import Finding
-
+def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[str, StoredModule], specs: dict[str, ModuleSpec],
+                    family: Architecture) -> list[Finding]:
+    """Exclusions that match nothing, the two config files disagreeing, and modules stored against their declaration."""
     findings = []
-    prefixes = {draft_prefix(n) for n in (specs or modules)} | {"lm_head"}
+    prefixes = {family.runtime_name(n) for n in (specs or modules)} | {"lm_head"}
     for pattern in declaration.exclusions:
         if not any(declaration.excludes(p, [pattern]) for p in prefixes):
-            findings.append(Finding("warning", "unused-exclusion", pattern, f"exclusion {pattern!r} matches no module of this model"))
+            findings.append(Finding(Severity.WARNING, Kind.UNUSED_EXCLUSION, pattern, f"exclusion {pattern!r} matches no module of this model"))
     if declaration.ignore is not None and declaration.exclude_modules is not None and set(declaration.ignore) != set(declaration.exclude_modules):
         only_cfg = sorted(set(declaration.ignore) - set(declaration.exclude_modules))
         only_hf = sorted(set(declaration.exclude_modules) - set(declaration.ignore))
-        findings.append(Finding("warning", "configs-disagree", "config.json / hf_quant_config.json",
+        findings.append(Finding(Severity.WARNING, Kind.CONFIGS_DISAGREE, "config.json / hf_quant_config.json",
                                 f"the two config files disagree (only in config.json: {only_cfg}; only in hf_quant_config.json: {only_hf}); "
                                 "vLLM reads config.json, TensorRT-LLM reads hf_quant_config.json"))
     for m in modules.values():
         linear = m.tensor("weight") and (specs[m.name].is_linear and specs[m.name].role != "embed" if m.name in specs else len(m.logical_shape) == 2)
         if not linear:
             continue
-        excluded = declaration.excludes(draft_prefix(m.name))
+        excluded = declaration.excludes(family.runtime_name(m.name))
         if m.is_quantized and not declaration.quantized:
-            findings.append(Finding("warning", "config-contradiction", m.name, f"{m.name}: tensors are packed NVFP4 but the config declares no quantization"))
+            findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name, f"{m.name}: tensors are packed NVFP4 but the config declares no quantization"))
         elif m.is_quantized and excluded:
-            findings.append(Finding("warning", "config-contradiction", m.name, f"{m.name}: the config excludes it but its tensors are packed NVFP4"))
+            findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name, f"{m.name}: the config excludes it but its tensors are packed NVFP4"))
         elif declaration.quantized and not m.is_quantized and not excluded:
-            findings.append(Finding("warning", "config-contradiction", m.name, f"{m.name}: the config declares it quantized but it is stored {m.precision}"))
+            findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name, f"{m.name}: the config declares it quantized but it is stored {m.precision}"))
     return findings
 
 
-def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precision: dict[str, str], divisor: bool = False):
+def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precision: dict[str, str], divisor: bool = False) -> list[Finding]:
     """Scale counts, shapes and values of every packed module, and fused siblings' shared scale."""
-    from repair.doctor.diagnose import Finding
-
     located = ckpt.locate()
     findings = []
     scale_2: dict[str, float] = {}
     with RangeReader() as read:
         for m in sorted((m for m in modules.values() if m.is_quantized), key=lambda m: m.name):
-            findings += _module_health(m, located, precision, scale_2, Finding, read, divisor)
+            findings += _module_health(m, located, precision, scale_2, read, divisor)
     for parent_siblings in _sibling_groups(scale_2):
         values = {name: scale_2[name] for name in parent_siblings}
         if len(set(values.values())) > 1:
             runtime_fuses = all(precision.get(n) == "nvfp4" for n in values)
-            findings.append(Finding("error" if runtime_fuses else "warning", "siblings-scale-2", ", ".join(values),
+            findings.append(Finding(Severity.ERROR if runtime_fuses else Severity.WARNING, Kind.SIBLINGS_SCALE_2, ", ".join(values),
                                     f"fused siblings have different weight_scale_2 {values}; vLLM takes the max without rescaling "
                                     "the block scales, so the fused layer computes wrong values (requantize with --original)"))
     return findings
 
 
-def _module_health(m: StoredModule, located, precision, scale_2, Finding, read, divisor: bool):
+def _module_health(m: StoredModule, located, precision, scale_2, read, divisor: bool) -> list[Finding]:
     out = []
     logical_out, logical_in = m.logical_shape
     scale_name = m.tensor("weight_scale")
     if scale_name is None:
-        out.append(Finding("error", "missing-weight-scale", m.name, f"{m.name}: packed weight without weight_scale; it cannot be dequantized (use --original)"))
+        out.append(Finding(Severity.ERROR, Kind.MISSING_WEIGHT_SCALE, m.name, f"{m.name}: packed weight without weight_scale; it cannot be dequantized (use --original)"))
         return out
     shard, scale = located[scale_name]
     stats = None
     if scale.shape != (logical_out, logical_in // 16) or scale.dtype != "F8_E4M3":
-        out.append(Finding("error", "scale-shape", scale_name,
+        out.append(Finding(Severity.ERROR, Kind.SCALE_SHAPE, scale_name,
                            f"{scale_name}: {scale.dtype} {list(scale.shape)}, expected F8_E4M3 {[logical_out, logical_in // 16]}"))
     else:
         stats = block_scale_stats(shard.path, scale, read)
         if stats.nan or stats.negative:
-            out.append(Finding("error", "block-scales", scale_name, f"{scale_name}: {stats.nan} NaN and {stats.negative} negative block scales"))
+            out.append(Finding(Severity.ERROR, Kind.BLOCK_SCALES, scale_name, f"{scale_name}: {stats.nan} NaN and {stats.negative} negative block scales"))
         if stats.zero:
-            out.append(Finding("warning", "block-scales", scale_name, f"{scale_name}: {stats.zero} zero block scales (those blocks dequantize to 0)"))
+            out.append(Finding(Severity.WARNING, Kind.BLOCK_SCALES, scale_name, f"{scale_name}: {stats.zero} zero block scales (those blocks dequantize to 0)"))
     name2 = m.tensor("weight_scale_2")
     if name2 is None:
-        out.append(Finding("error", "missing-scale-2", m.name, f"{m.name}: packed weight without weight_scale_2"))
+        out.append(Finding(Severity.ERROR, Kind.MISSING_SCALE_2, m.name, f"{m.name}: packed weight without weight_scale_2"))
     else:
         value, problem = _f32_scalar(located[name2], read)
         if problem:
-            out.append(Finding("error", "global-scale", name2, f"{name2} {problem}"))
+            out.append(Finding(Severity.ERROR, Kind.GLOBAL_SCALE, name2, f"{name2} {problem}"))
         else:
             scale_2[m.name] = value
             overflow = overflow_problem(stats, value, divisor, "BF16") if stats else None
             if overflow:
-                out.append(Finding("error", "scale-overflow", name2, f"{name2}: {overflow}; the layer computes infinities"))
+                out.append(Finding(Severity.ERROR, Kind.SCALE_OVERFLOW, name2, f"{name2}: {overflow}; the layer computes infinities"))
     name_in = m.tensor("input_scale")
     if name_in is not None and precision.get(m.name) == "nvfp4":
         problem = _f32_scalar(located[name_in], read)[1]
         if problem:
-            out.append(Finding("error", "input-scale", name_in, f"{name_in} {problem}; the runtime quantizes the layer's activations "
+            out.append(Finding(Severity.ERROR, Kind.INPUT_SCALE, name_in, f"{name_in} {problem}; the runtime quantizes the layer's activations "
                                "with it, so the layer computes garbage (re-export, or dequantize the module)"))
     if name_in is None and precision.get(m.name) == "nvfp4":
-        out.append(Finding("error", "missing-input-scale", m.name,
+        out.append(Finding(Severity.ERROR, Kind.MISSING_INPUT_SCALE, m.name,
                            f"{m.name}: no input_scale, but the runtime builds it W4A4 and skips its missing-weights check for "
                            "quantized models, so it runs with an uninitialised activation scale"))
     return out

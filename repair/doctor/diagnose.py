@@ -7,51 +7,18 @@ config files and a few scale bytes; torch is never imported.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from repair import arch, formats
-from repair.arch.gemma4_assistant import BF16_HANDSHAKE, ModuleSpec
-from repair.formats.base import Declaration
-from repair.io.checkpoint import HF_QUANT_CONFIG, Checkpoint
-from repair.formats.modules import StoredModule, stored_bits
+from repair.arch import Architecture, ModuleSpec
 from repair.doctor.checks import config_findings, health_findings
-from repair.targets import vllm_loader
+from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
+from repair.formats.base import Declaration
+from repair.formats.modules import StoredModule, stored_bits
+from repair.io.checkpoint import HF_QUANT_CONFIG, Checkpoint
+from repair.targets import tp_rules, vllm_loader
+from repair.targets.precision import runtime_precision
 from repair.targets.profiles import Target
-from repair.targets.vllm_matching import draft_prefix
 
-
-@dataclass(frozen=True)
-class Finding:
-    severity: str  # "error" | "warning"
-    code: str
-    subject: str  # a module, tensor or file
-    message: str
-    runtime_error: str | None = None  # the exact exception text the runtime raises
-    ranks: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    target: Target
-    tp: int
-    findings: tuple[Finding, ...]
-    first_errors: tuple[vllm_loader.Outcome, ...]  # per failing rank, the tensor the runtime stops on
-    runtime_precision: dict[str, str]
-    bits_per_parameter: float
-
-    def exit_code(self, strict: bool = False) -> int:
-        bad = {"error", "warning"} if strict else {"error"}
-        return 1 if any(f.severity in bad for f in self.findings) else 0
-
-
-def runtime_precision(specs: dict[str, ModuleSpec], declaration: Declaration, target: Target) -> dict[str, str]:
-    """What the target builds each linear as: BF16, or NVFP4 where it follows the draft's own config."""
-    out = {}
-    for name, spec in specs.items():
-        quantizable = spec.is_linear and spec.role not in ("embed",)
-        follows = target.profile.follows_draft_config and declaration.quantized and quantizable
-        out[name] = "nvfp4" if follows and not declaration.excludes(draft_prefix(name)) else "bf16"
-    return out
+__all__ = ["Diagnosis", "Finding", "diagnose"]
 
 
 def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
@@ -59,8 +26,9 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     fmt = formats.detect(ckpt)
     modules = {m.name: m for m in fmt.group_modules(infos)}
     declaration = fmt.read_declaration(ckpt)
+    family = arch.architecture(ckpt.config)
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
-    precision = runtime_precision(specs, declaration, target)
+    precision = runtime_precision(specs, declaration, target, family)
     findings: list[Finding] = []
     first: tuple[vllm_loader.Outcome, ...] = ()
     degree = _degree_findings(specs, precision, ckpt.config, tp) if target.profile.runtime == "vllm" and specs else []
@@ -68,13 +36,13 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     if target.profile.runtime == "vllm" and specs and not degree:  # an impossible degree fails before any weight loads
         located = ckpt.locate()
         order = sorted(infos.values(), key=lambda i: (located[i.name][0].path.name, i.name))
-        outcomes = vllm_loader.simulate(order, specs, precision, target, tp, fmt.RUNTIME_LEAVES)
+        outcomes = vllm_loader.simulate(order, specs, precision, target, tp, fmt.RUNTIME_LEAVES, kinds=family.layer_kinds)
         first = _first_error_per_rank(outcomes)
         findings += _load_findings(outcomes, modules, specs, precision, target, declaration)
     if target.profile.runtime == "bf16":
         findings += _bf16_findings(ckpt, modules)
-    findings += _handshake_findings(modules, precision, target)
-    findings += config_findings(ckpt, declaration, modules, specs)
+    findings += _handshake_findings(modules, precision, target, family)
+    findings += config_findings(ckpt, declaration, modules, specs, family)
     findings += health_findings(ckpt, modules, precision, fmt.GLOBAL_SCALE_IS_DIVISOR)
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
@@ -83,12 +51,10 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
 
 def _degree_findings(specs, precision, config, tp: int) -> list[Finding]:
     """An impossible --tp: vLLM fails while building the model, on every rank; lists the degrees that work."""
-    from repair.tp import plan as parallel
-
-    built = parallel.runtime_specs(specs, precision, config)
-    found = parallel.problems(built, tp)
-    works = parallel.degrees_text(parallel.valid_degrees(built)) if found else ""
-    return [Finding("error", "tp-impossible", p.tensor, f"{p.tensor}: {p.rule}, so tensor parallel {tp} is impossible; "
+    built = tp_rules.runtime_specs(specs, precision, config)
+    found = tp_rules.problems(built, tp)
+    works = tp_rules.degrees_text(tp_rules.valid_degrees(built)) if found else ""
+    return [Finding(Severity.ERROR, Kind.TP_IMPOSSIBLE, p.tensor, f"{p.tensor}: {p.rule}, so tensor parallel {tp} is impossible; "
                     f"degrees that work: {works}", p.runtime_error, tuple(range(tp))) for p in found]
 
 
@@ -122,11 +88,11 @@ def _load_findings(outcomes, modules, specs, precision, target, declaration) -> 
                 what += (" (vLLM 0.32 then stops after loading with 'RuntimeError: NVFP4 weight_scale for layer ... "
                          "was never loaded (still NaN)', because this layer's scales are missing)")
         if errors:
-            findings.append(Finding("error", "load-error", name, what, errors[0].error, tuple(sorted({o.rank for o in errors}))))
+            findings.append(Finding(Severity.ERROR, Kind.LOAD_ERROR, name, what, errors[0].error, tuple(sorted({o.rank for o in errors}))))
         elif garbage or unloaded:
-            findings.append(Finding("error", "silent-garbage", name, what, None, tuple(sorted({o.rank for o in garbage + unloaded}))))
+            findings.append(Finding(Severity.ERROR, Kind.SILENT_GARBAGE, name, what, None, tuple(sorted({o.rank for o in garbage + unloaded}))))
         else:
-            findings.append(Finding("warning", "ignored-tensors", name, f"{target.spec} silently ignores {', '.join(sorted({o.tensor for o in items}))}"))
+            findings.append(Finding(Severity.WARNING, Kind.IGNORED_TENSORS, name, f"{target.spec} silently ignores {', '.join(sorted({o.tensor for o in items}))}"))
     return findings
 
 
@@ -147,22 +113,22 @@ def _mismatch_text(name: str, stored: StoredModule | None, built: str, target: T
 
 
 def _bf16_findings(ckpt: Checkpoint, modules: dict[str, StoredModule]) -> list[Finding]:
-    findings = [Finding("error", "not-bf16", m.name, f"{m.name}: stored {m.precision}; a plain BF16 checkpoint has no quantized tensors")
+    findings = [Finding(Severity.ERROR, Kind.NOT_BF16, m.name, f"{m.name}: stored {m.precision}; a plain BF16 checkpoint has no quantized tensors")
                 for m in modules.values() if m.is_quantized]
     if ckpt.config and "quantization_config" in ckpt.config:
-        findings.append(Finding("error", "quant-config", "config.json", "config.json has a quantization_config; a plain BF16 checkpoint has none"))
+        findings.append(Finding(Severity.ERROR, Kind.QUANT_CONFIG, "config.json", "config.json has a quantization_config; a plain BF16 checkpoint has none"))
     if ckpt.hf_quant_config is not None:
-        findings.append(Finding("error", "quant-config", HF_QUANT_CONFIG, f"{HF_QUANT_CONFIG} exists; a plain BF16 checkpoint has none"))
+        findings.append(Finding(Severity.ERROR, Kind.QUANT_CONFIG, HF_QUANT_CONFIG, f"{HF_QUANT_CONFIG} exists; a plain BF16 checkpoint has none"))
     return findings
 
 
-def _handshake_findings(modules, precision, target) -> list[Finding]:
+def _handshake_findings(modules, precision, target, family: Architecture) -> list[Finding]:
     """Packed handshake layers that the target would load quantized: legal, but not the family's design."""
     out = []
-    for name in BF16_HANDSHAKE:
+    for name in family.bf16_handshake:
         m = modules.get(name)
         if m is not None and m.is_quantized and precision.get(name) == "nvfp4" and target.profile.follows_draft_config:
-            out.append(Finding("warning", "handshake-quantized", name,
+            out.append(Finding(Severity.WARNING, Kind.HANDSHAKE_QUANTIZED, name,
                                f"{name}: stored and declared NVFP4; {target.spec} loads it, but the Gemma 4 family keeps this "
                                "handshake layer in BF16 (as the corrected upstream export does)"))
     return out

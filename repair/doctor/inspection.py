@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from repair import arch
 from repair import formats
+from repair.arch import Architecture
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
 from repair.formats.modules import StoredModule, stored_bits
-from repair.targets.vllm_matching import draft_prefix
 
 
 @dataclass(frozen=True)
@@ -34,22 +34,23 @@ def inspect_checkpoint(ckpt: Checkpoint) -> Inspection:
     fmt = formats.detect(ckpt)
     modules = fmt.group_modules(infos)
     declaration = fmt.read_declaration(ckpt)
+    family = arch.architecture(ckpt.config)
     expected = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
     views = tuple(
-        ModuleView(m, expected[m.name].shape if m.name in expected else None, _declared(m, declaration, expected))
+        ModuleView(m, expected[m.name].shape if m.name in expected else None, _declared(m, declaration, expected, family))
         for m in modules
     )
     linears = [m for m in modules if m.tensor("weight")]
     return Inspection(ckpt, declaration, views, stored_bits(linears, infos))
 
 
-def _declared(module: StoredModule, declaration: Declaration, expected: dict) -> str:
+def _declared(module: StoredModule, declaration: Declaration, expected: dict, family: Architecture) -> str:
     """How the config declares a linear layer; "-" for everything quantization does not apply to."""
     spec = expected.get(module.name)
     linear = spec.is_linear if spec is not None else len(module.logical_shape) == 2
     if not declaration.quantized or not module.tensor("weight") or not linear:
         return "-"
-    return "excluded" if declaration.excludes(draft_prefix(module.name)) else "quantized"
+    return "excluded" if declaration.excludes(family.runtime_name(module.name)) else "quantized"
 
 
 def as_json(result: Inspection) -> dict:
@@ -58,7 +59,7 @@ def as_json(result: Inspection) -> dict:
         "source": str(result.ckpt.root),
         "shards": [s.path.name for s in result.ckpt.shards],
         "bytes": result.ckpt.total_bytes,
-        "format": d.format,
+        "format": d.format.NAME,
         "declaration": {"quant_algo": d.quant_algo, "config_json_ignore": _list(d.ignore), "hf_quant_exclude_modules": _list(d.exclude_modules)},
         "bits_per_parameter": round(result.bits_per_parameter, 4),
         "modules": [
@@ -85,7 +86,7 @@ def as_text(result: Inspection) -> str:
     ckpt = result.ckpt
     lines = [
         f"{ckpt.root}: {len(ckpt.shards)} shard(s), {sum(len(s.tensors) for s in ckpt.shards)} tensors, {ckpt.total_bytes:,} bytes",
-        f"format: {d.format}; declared: {d.quant_algo or 'no quantization'}; excluded: {', '.join(d.exclusions) or '-'}",
+        f"format: {d.format.NAME}; declared: {d.quant_algo or 'no quantization'}; excluded: {', '.join(d.exclusions) or '-'}",
         f"{'module':<44} {'precision':<9} {'stored':<15} {'logical':<15} {'expected':<15} declared",
     ]
     for v in result.modules:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from repair.doctor.diagnose import Diagnosis
+from repair.doctor.findings import Diagnosis, Severity
 
 
 def diagnosis_json(d: Diagnosis, strict: bool = False) -> dict:
@@ -22,8 +22,8 @@ def diagnosis_json(d: Diagnosis, strict: bool = False) -> dict:
 
 
 def diagnosis_text(d: Diagnosis, strict: bool = False) -> str:
-    errors = [f for f in d.findings if f.severity == "error"]
-    warnings = [f for f in d.findings if f.severity == "warning"]
+    errors = [f for f in d.findings if f.severity is Severity.ERROR]
+    warnings = [f for f in d.findings if f.severity is Severity.WARNING]
     lines = [f"target {d.target.spec} ({d.target.profile.name}), tensor parallel {d.tp}: {len(errors)} error(s), {len(warnings)} warning(s)"]
     for o in d.first_errors:
         where = f"rank {o.rank} would stop" if d.tp > 1 else "the runtime would stop"

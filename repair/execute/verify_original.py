@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import torch
 
-from repair import formats
 from repair.codec import nvfp4
 from repair.execute.compute import Computer
 from repair.errors import BadInput
@@ -53,7 +52,7 @@ def assess_original(plan: Plan, force: bool = False) -> OriginalAssessment:
     """
     ckpt, original = plan.source, plan.original
     computer = Computer(ckpt.locate(), original.locate())
-    packed = [m for m in formats.by_name(plan.format).group_modules(ckpt.infos()) if m.is_quantized]
+    packed = [m for m in plan.format.group_modules(ckpt.infos()) if m.is_quantized]
     orig_infos = original.infos()
     verified, mismatched, errors, non_finite = [], [], {}, []
     for m in packed:

@@ -13,7 +13,6 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from repair import formats
 from repair.planning import check as plan_check
 from repair.errors import InternalError
 from repair.execute.compute import Computer, Located
@@ -136,7 +135,7 @@ def located_inputs(plan: Plan) -> dict[str, Located]:
 
 def global_scale_is_divisor(plan: Plan) -> bool:
     """compressed-tensors stores 1 / ModelOpt's weight_scale_2: every dequantize of this plan must know."""
-    return formats.by_name(plan.format).GLOBAL_SCALE_IS_DIVISOR
+    return plan.format.GLOBAL_SCALE_IS_DIVISOR
 
 
 def computer_for(plan: Plan, located: dict[str, Located]) -> Computer:

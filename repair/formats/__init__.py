@@ -1,24 +1,31 @@
-"""Checkpoint format plug-ins. `detect` picks the one a checkpoint is stored in.
+"""Checkpoint formats, registered as objects. `detect` picks the one a checkpoint is stored in.
 
-Each format is a module implementing `base.Format`; the first in FORMATS that claims a
+Each format is an instance of a `base.Format` subclass; the first in FORMATS that claims a
 checkpoint handles it, and ModelOpt NVFP4 (which also covers plain BF16 checkpoints) is last.
+The plan and the declaration hold the Format object itself, so nothing re-resolves a format by name.
 """
 
 from __future__ import annotations
 
-from repair.formats import compressed_tensors, modelopt_nvfp4
+from repair.errors import InternalError
 from repair.formats.base import Declaration, Format
+from repair.formats.compressed_tensors import COMPRESSED_TENSORS
+from repair.formats.modelopt_nvfp4 import MODELOPT_NVFP4
 from repair.io.checkpoint import Checkpoint
 
-FORMATS: tuple[Format, ...] = (compressed_tensors, modelopt_nvfp4)  # type: ignore[assignment]
+FORMATS: tuple[Format, ...] = (COMPRESSED_TENSORS, MODELOPT_NVFP4)
 
 __all__ = ["Declaration", "FORMATS", "Format", "detect", "by_name"]
 
 
 def detect(ckpt: Checkpoint) -> Format:
-    """The format a checkpoint is stored in (from its config, else its tensor names)."""
+    """The format a checkpoint is stored in (from its config, else its tensor names); ModelOpt claims any."""
     return next(f for f in FORMATS if f.claims(ckpt))
 
 
 def by_name(name: str) -> Format:
-    return next(f for f in FORMATS if f.NAME == name)
+    """The registered format called `name` (a name we wrote ourselves, so an unknown one is our bug)."""
+    for fmt in FORMATS:
+        if fmt.NAME == name:
+            return fmt
+    raise InternalError("format lookup", f"no registered format is called {name!r} (known: {', '.join(f.NAME for f in FORMATS)})")

@@ -3,7 +3,7 @@
 A format knows how its tensors group into modules, which stored names play which role, how its
 config declares quantization and exclusions, and how to write those declarations back. The rest
 of the tool works on `StoredModule`s and `Declaration`s, so a new format (FP8 block, MXFP4) is a
-new file in this package plus one line in `FORMATS`.
+new file in this package (a `Format` subclass and its instance) plus one entry in `FORMATS`.
 
 Roles use ModelOpt's names: "weight" (packed or plain), "weight_scale" (fp8 block scales),
 "weight_scale_2" (the per-tensor global scale, a multiplier, or a divisor where the format's
@@ -13,14 +13,16 @@ Roles use ModelOpt's names: "weight" (packed or plain), "weight_scale" (fp8 bloc
 from __future__ import annotations
 
 import copy
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, ClassVar
 
 from repair.io.checkpoint import Checkpoint
 from repair.io.safetensors import TensorInfo
 from repair.formats.modules import StoredModule
 
 CANONICAL_ROLES = ("weight", "weight_scale", "weight_scale_2", "input_scale")
+Covers = Callable[[list[str], str], bool]  # covers(exclusions, module): does the list already exclude it
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,7 @@ class Declaration:
     quant_algo: str | None
     ignore: tuple[str, ...] | None  # config.json quantization_config.ignore
     exclude_modules: tuple[str, ...] | None  # hf_quant_config.json quantization.exclude_modules (ModelOpt only)
-    format: str = "modelopt-nvfp4"
+    format: Format  # whose matching rules apply
     targets: tuple[str, ...] | None = None  # compressed-tensors config_groups targets (None: every linear)
 
     @property
@@ -46,35 +48,47 @@ class Declaration:
 
     def excludes(self, prefix: str, exclusions: tuple[str, ...] | list[str] | None = None) -> bool:
         """True when vLLM builds the layer at `prefix` unquantized under this format's matching rules."""
-        from repair.targets import vllm_matching
-
         listed = self.exclusions if exclusions is None else exclusions
-        if self.format == "compressed-tensors":
-            return vllm_matching.ct_is_excluded(prefix, listed, self.targets)
-        return vllm_matching.is_excluded(prefix, listed)
+        return self.format.excludes(prefix, listed, self.targets)
 
 
-def without_quantization(ckpt: Checkpoint) -> dict | None:
-    """config.json contents for a plain BF16 checkpoint (no quantization_config), whatever the format."""
-    config = copy.deepcopy(ckpt.config)
-    if config is not None:
-        config.pop("quantization_config", None)
-    return config
+class Format(ABC):
+    """A checkpoint format: one instance per format, registered in `repair.formats.FORMATS`."""
 
+    NAME: ClassVar[str]
+    GLOBAL_SCALE_IS_DIVISOR: ClassVar[bool]
+    RUNTIME_LEAVES: ClassVar[dict[str, str]]  # stored leaf name -> role, for the parameters vLLM allocates for a packed layer
+    UNSUPPORTED: ClassVar[dict[str, str]] = {}  # operation ("requantize", "original", "tp") -> why it cannot run
 
-class Format(Protocol):
-    """A checkpoint format plug-in (a module in this package)."""
+    def __repr__(self) -> str:
+        return f"<format {self.NAME}>"
 
-    NAME: str
-    GLOBAL_SCALE_IS_DIVISOR: bool
-    RUNTIME_LEAVES: dict[str, str]  # stored leaf name -> role, for the parameters vLLM allocates for a packed layer
-
+    @abstractmethod
     def claims(self, ckpt: Checkpoint) -> bool: ...
+    @abstractmethod
     def group_modules(self, infos: dict[str, TensorInfo]) -> list[StoredModule]: ...
+    @abstractmethod
     def check_packed(self, module: StoredModule, infos: dict[str, TensorInfo], where: str, out_dtype: str = "BF16") -> None: ...
+    @abstractmethod
     def read_declaration(self, ckpt: Checkpoint) -> Declaration: ...
+    @abstractmethod
+    def excludes(self, prefix: str, exclusions: tuple[str, ...] | list[str], targets: tuple[str, ...] | None) -> bool:
+        """The format's exclusion rule as vLLM applies it to the layer at `prefix` (a runtime name)."""
+    @abstractmethod
     def exclusion_entry(self, module: str) -> str: ...
-    def with_exclusions(self, ckpt: Checkpoint, names: list[str], covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]: ...
+    @abstractmethod
+    def with_exclusions(self, ckpt: Checkpoint, names: list[str], covers: Covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]: ...
+    @abstractmethod
     def exclusion_lists(self, config: dict | None, hf_quant: dict | None) -> list[list[str]]: ...
-    def without_quantization(self, ckpt: Checkpoint) -> dict | None: ...
-    def unsupported(self, operation: str) -> str | None: ...
+
+    def without_quantization(self, ckpt: Checkpoint) -> dict | None:
+        """config.json contents for a plain BF16 checkpoint (no quantization_config), whatever the format."""
+        config = copy.deepcopy(ckpt.config)
+        if config is not None:
+            config.pop("quantization_config", None)
+        return config
+
+    def unsupported(self, operation: str) -> str | None:
+        """Why `operation` ("requantize", "original", "tp") cannot run on this format, or None."""
+        reason = self.UNSUPPORTED.get(operation)
+        return f"{self.NAME} checkpoint: {reason}" if reason else None

@@ -6,26 +6,30 @@ Tensors per quantized Linear: `weight_packed` uint8 [out, in/2] (ModelOpt's nibb
 `input_global_scale` = 1 / `input_scale`. The only declaration is config.json's
 `quantization_config` (`quant_method: compressed-tensors`): its `ignore` list takes exact vLLM
 layer names or `re:` patterns, and its config groups' `targets` say what is quantized.
+
+vLLM's exclusion rule (`should_ignore_layer`, `check_equal_or_regex_match`) is stricter than
+ModelOpt's: an entry excludes a layer only when it equals the name or is `re:REGEX` with
+`re.match` (anchored at the start), so `pre_projection` does not exclude
+`draft_model.pre_projection`. A layer no config-group target names is not quantized either
+(`Linear` targets every linear layer).
 """
 
 from __future__ import annotations
 
 import copy
 import re
+from typing import Iterable
 
 from repair.errors import BadInput
 from repair.formats import nvfp4_packed
-from repair.formats.base import Declaration, without_quantization  # noqa: F401 (part of the format's interface)
+from repair.formats.base import Covers, Declaration
 from repair.io.checkpoint import CONFIG, Checkpoint
 from repair.io.parse import regex
-from repair.io.safetensors import TensorInfo
-from repair.formats.modules import StoredModule, split_name
+from repair.formats.modules import split_name
 
 NAME = "compressed-tensors"
-GLOBAL_SCALE_IS_DIVISOR = True
 PACKED_FORMAT = "nvfp4-pack-quantized"
 LEAVES = {"weight": "weight_packed", "weight_scale": "weight_scale", "weight_scale_2": "weight_global_scale", "input_scale": "input_global_scale"}
-RUNTIME_LEAVES = {leaf: role for role, leaf in LEAVES.items()}
 UNSUPPORTED = {
     "requantize": "requantizing writes ModelOpt's quantizer output, which is not byte-identical to compressed-tensors'; dequantize instead",
     "original": "--original verifies the original by requantizing with ModelOpt's math, which compressed-tensors' quantizer does not match; "
@@ -34,28 +38,19 @@ UNSUPPORTED = {
 }
 
 
-def claims(ckpt: Checkpoint) -> bool:
-    """config.json says compressed-tensors, or (no quantization config) the tensors are named `weight_packed`."""
-    quant_cfg = (ckpt.config or {}).get("quantization_config")
-    if isinstance(quant_cfg, dict):
-        return quant_cfg.get("quant_method") == NAME
-    return ckpt.hf_quant_config is None and any(split_name(t.name)[1] == LEAVES["weight"] for s in ckpt.shards for t in s.tensors)
+def ct_is_excluded(prefix: str, ignore: Iterable[str], targets: Iterable[str] | None = None) -> bool:
+    """True when vLLM's compressed-tensors config builds the layer at `prefix` unquantized."""
+    if any(ct_entry_matches(prefix, entry) for entry in ignore):
+        return True
+    listed = list(targets) if targets is not None else ["Linear"]
+    return not any(t == "Linear" or ct_entry_matches(prefix, t) for t in listed)
 
 
-def group_modules(infos: dict[str, TensorInfo]) -> list[StoredModule]:
-    """Group stored tensors into modules; a `weight_packed` is NVFP4 when it is 2-D uint8."""
-    return nvfp4_packed.group_modules(infos, LEAVES)
-
-
-def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str, out_dtype: str = "BF16") -> None:
-    """Raise BadInput unless a packed module can be dequantized (see nvfp4_packed.check_packed)."""
-    nvfp4_packed.check_packed(module, infos, where, LEAVES, GLOBAL_SCALE_IS_DIVISOR, out_dtype)
-
-
-def unsupported(operation: str) -> str | None:
-    """Why `operation` ("requantize", "original", "tp") cannot run on this format, or None."""
-    reason = UNSUPPORTED.get(operation)
-    return f"compressed-tensors checkpoint: {reason}" if reason else None
+def ct_entry_matches(prefix: str, entry: str) -> bool:
+    """compressed-tensors' rule for one ignore or target entry: equal, or `re:` + re.match."""
+    if entry.startswith("re:"):
+        return regex(entry[3:], "compressed-tensors ignore/targets entry").match(prefix) is not None
+    return entry == prefix
 
 
 def read_declaration(ckpt: Checkpoint) -> Declaration:
@@ -63,7 +58,7 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
     path = ckpt.root / CONFIG
     quant_cfg = (ckpt.config or {}).get("quantization_config")
     if quant_cfg is None:
-        return Declaration(None, None, None, NAME)
+        return Declaration(None, None, None, COMPRESSED_TENSORS)
     groups = quant_cfg.get("config_groups") or {}
     if not isinstance(groups, dict) or not all(isinstance(g, dict) for g in groups.values()):
         raise BadInput(f"{path}: quantization_config.config_groups must be an object of objects; fix the config")
@@ -79,7 +74,7 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
     for entry in (*ignore, *targets):  # vLLM compiles these; a broken one is refused here, naming the file
         if entry.startswith("re:"):
             regex(entry[3:], f"{path}: quantization_config entry")
-    return Declaration("NVFP4", ignore, None, NAME, tuple(targets) if groups else None)
+    return Declaration("NVFP4", ignore, None, COMPRESSED_TENSORS, tuple(targets) if groups else None)
 
 
 def exclusion_entry(module: str) -> str:
@@ -97,7 +92,7 @@ def exclusion_entry(module: str) -> str:
     return f"re:(.*\\.)?{re.escape(base)}$"
 
 
-def with_exclusions(ckpt: Checkpoint, names: list[str], covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]:
+def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]:
     """New (config.json, hf_quant_config.json) contents whose `ignore` covers `names`.
 
     Only config.json is compressed-tensors' declaration; a leftover hf_quant_config.json (the
@@ -118,3 +113,32 @@ def exclusion_lists(config: dict | None, hf_quant: dict | None) -> list[list[str
     if config is not None and isinstance(config.get("quantization_config"), dict):
         return [list(config["quantization_config"].get("ignore") or [])]
     return []
+
+
+class CompressedTensors(nvfp4_packed.PackedNvfp4):
+    """compressed-tensors `nvfp4-pack-quantized`: global scales divide, and only config.json declares."""
+
+    NAME = NAME
+    GLOBAL_SCALE_IS_DIVISOR = True
+    LEAVES = LEAVES
+    RUNTIME_LEAVES = {leaf: role for role, leaf in LEAVES.items()}
+    UNSUPPORTED = UNSUPPORTED
+
+    def claims(self, ckpt: Checkpoint) -> bool:
+        """config.json says compressed-tensors, or (no quantization config) the tensors are named `weight_packed`."""
+        quant_cfg = (ckpt.config or {}).get("quantization_config")
+        if isinstance(quant_cfg, dict):
+            return quant_cfg.get("quant_method") == NAME
+        return ckpt.hf_quant_config is None and any(split_name(t.name)[1] == LEAVES["weight"] for s in ckpt.shards for t in s.tensors)
+
+    def excludes(self, prefix: str, exclusions: tuple[str, ...] | list[str], targets: tuple[str, ...] | None) -> bool:
+        """vLLM's compressed-tensors rule: an ignore entry matches, or no config-group target names the layer."""
+        return ct_is_excluded(prefix, exclusions, targets)
+
+    read_declaration = staticmethod(read_declaration)
+    exclusion_entry = staticmethod(exclusion_entry)
+    with_exclusions = staticmethod(with_exclusions)
+    exclusion_lists = staticmethod(exclusion_lists)
+
+
+COMPRESSED_TENSORS = CompressedTensors()

@@ -5,48 +5,46 @@ Tensors per quantized Linear: `weight` uint8 [out, in/2], `weight_scale` float8_
 [out, in/16], `weight_scale_2` float32 scalar, optional `input_scale`. Declarations live in
 config.json `quantization_config.ignore` (read first by vLLM) and hf_quant_config.json
 `quantization.exclude_modules` (read first by TensorRT-LLM); we always keep them in agreement.
+
+vLLM's exclusion rule (`ModelOptQuantConfigBase.is_layer_excluded`) tries, in order: an exact
+match (a fused layer such as `gate_up_proj` matches only when every shard is listed, and only
+with a packed-modules mapping, which the drafter's config never has), a plain substring test,
+then fnmatch. A trailing `X*` pattern is also tried as `X` and `X.*`. It matches the runtime's
+layer names, which the architecture maps from the checkpoint's (repair/arch/).
 """
 
 from __future__ import annotations
 
 import copy
+import fnmatch
+import re
+from functools import lru_cache
+from typing import Iterable
 
 from repair.errors import BadInput
 from repair.formats import nvfp4_packed
-from repair.formats.base import Declaration, without_quantization  # noqa: F401 (part of the format's interface)
+from repair.formats.base import Covers, Declaration
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
-from repair.io.safetensors import TensorInfo
-from repair.formats.modules import StoredModule
 
-NAME = "modelopt-nvfp4"
-GLOBAL_SCALE_IS_DIVISOR = False  # value = fp4 * weight_scale * weight_scale_2
 LEAVES = {"weight": "weight", "weight_scale": "weight_scale", "weight_scale_2": "weight_scale_2", "input_scale": "input_scale"}
-RUNTIME_LEAVES = {leaf: role for role, leaf in LEAVES.items()}
 BROKEN_EXPORT = nvfp4_packed.BROKEN_EXPORT
 
-def claims(ckpt: Checkpoint) -> bool:
-    """The default format: any checkpoint no other format claims (plain BF16 ones included)."""
-    return True
+
+def is_excluded(prefix: str, exclusions: Iterable[str]) -> bool:
+    """True when vLLM would build the layer at `prefix` unquantized."""
+    patterns = tuple(exclusions)
+    if prefix in patterns or any(pattern in prefix for pattern in patterns):
+        return True
+    globs = _globs(patterns)
+    return globs is not None and globs.match(prefix) is not None
 
 
-def group_modules(infos: dict[str, TensorInfo]) -> list[StoredModule]:
-    """Group stored tensors into modules; a `weight` is NVFP4 when it is uint8 with an fp8 `weight_scale`."""
-    return nvfp4_packed.group_modules(infos, LEAVES)
-
-
-def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str, out_dtype: str = "BF16") -> None:
-    """Raise BadInput unless a packed module can be dequantized (see nvfp4_packed.check_packed)."""
-    nvfp4_packed.check_packed(module, infos, where, LEAVES, GLOBAL_SCALE_IS_DIVISOR, out_dtype)
-
-
-def unsupported(operation: str) -> str | None:
-    """Every operation is supported for ModelOpt checkpoints."""
-    return None
-
-
-def exclusion_entry(module: str) -> str:
-    """vLLM's ModelOpt matching takes plain names (substring and fnmatch), so the entry is the name."""
-    return module
+@lru_cache(maxsize=64)
+def _globs(patterns: tuple[str, ...]) -> re.Pattern | None:
+    """vLLM's fnmatch tests (a trailing `*` also tried as nothing and as `.*`) as one compiled regex:
+    doctor asks this for every module of a 45k-module checkpoint against the same list."""
+    variants = [v for p in patterns for v in [p] + ([p[:-1], p[:-1] + ".*"] if p.endswith("*") else [])]
+    return re.compile("|".join(f"(?:{fnmatch.translate(v)})" for v in variants)) if variants else None
 
 
 def read_declaration(ckpt: Checkpoint) -> Declaration:
@@ -81,10 +79,10 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
     if not algos and (quant_cfg is not None or ckpt.hf_quant_config is not None):
         path, key = (cfg_path, "quantization_config") if quant_cfg is not None else (hf_path, "quantization")
         raise BadInput(f"{path}: {key} has no quant_algo; add \"quant_algo\": \"NVFP4\" if it is an NVFP4 export, or re-download it")
-    return Declaration("NVFP4" if algos else None, ignore, exclude, NAME)
+    return Declaration("NVFP4" if algos else None, ignore, exclude, MODELOPT_NVFP4)
 
 
-def with_exclusions(ckpt: Checkpoint, names: list[str], covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]:
+def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]:
     """New (config.json, hf_quant_config.json) contents where both exclusion lists cover `names`, and agree.
 
     `covers(list, name)` tells whether a list already excludes a module (the runtime's matching
@@ -114,3 +112,31 @@ def exclusion_lists(config: dict | None, hf_quant: dict | None) -> list[list[str
     if hf_quant is not None:
         lists.append(list(hf_quant["quantization"].get("exclude_modules") or []))
     return lists
+
+
+class ModelOptNvfp4(nvfp4_packed.PackedNvfp4):
+    """ModelOpt NVFP4, the default format: it also covers plain BF16 checkpoints."""
+
+    NAME = "modelopt-nvfp4"
+    GLOBAL_SCALE_IS_DIVISOR = False  # value = fp4 * weight_scale * weight_scale_2
+    LEAVES = LEAVES
+    RUNTIME_LEAVES = {leaf: role for role, leaf in LEAVES.items()}
+
+    def claims(self, ckpt: Checkpoint) -> bool:
+        """The default format: any checkpoint no other format claims (plain BF16 ones included)."""
+        return True
+
+    def excludes(self, prefix: str, exclusions: tuple[str, ...] | list[str], targets: tuple[str, ...] | None) -> bool:
+        """vLLM's ModelOpt rule (exact, substring, fnmatch); ModelOpt has no config-group targets."""
+        return is_excluded(prefix, exclusions)
+
+    def exclusion_entry(self, module: str) -> str:
+        """vLLM's ModelOpt matching takes plain names (substring and fnmatch), so the entry is the name."""
+        return module
+
+    read_declaration = staticmethod(read_declaration)
+    with_exclusions = staticmethod(with_exclusions)
+    exclusion_lists = staticmethod(exclusion_lists)
+
+
+MODELOPT_NVFP4 = ModelOptNvfp4()

@@ -7,13 +7,30 @@ scales [out, in/16] and a float32 per-tensor global scale; they differ only in t
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from repair.errors import BadInput
+from repair.formats.base import Format
 from repair.io.safetensors import TensorInfo
 from repair.formats.modules import StoredModule
 from repair.formats.nvfp4_health import block_scale_stats, global_scale_problem, overflow_problem, read_f32_scalar
 
 BLOCK = 16
 BROKEN_EXPORT = "the export is broken: re-download it, or re-export from the original model"
+
+
+class PackedNvfp4(Format):
+    """A format storing the NVFP4 packed layout: grouping and plan-time checks follow from its `LEAVES`."""
+
+    LEAVES: ClassVar[dict[str, str]]  # role -> stored leaf name
+
+    def group_modules(self, infos: dict[str, TensorInfo]) -> list[StoredModule]:
+        """Group stored tensors into modules (see the module-level group_modules)."""
+        return group_modules(infos, self.LEAVES)
+
+    def check_packed(self, module: StoredModule, infos: dict[str, TensorInfo], where: str, out_dtype: str = "BF16") -> None:
+        """Raise BadInput unless a packed module can be dequantized (see the module-level check_packed)."""
+        check_packed(module, infos, where, self.LEAVES, self.GLOBAL_SCALE_IS_DIVISOR, out_dtype)
 
 
 def group_modules(infos: dict[str, TensorInfo], leaves: dict[str, str]) -> list[StoredModule]:

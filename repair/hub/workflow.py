@@ -137,11 +137,10 @@ def _with_original(plan: Plan, source: RemoteSource) -> Plan:
     range (what verifying the original reads)."""
     if plan.original is None:
         return plan
-    from repair import formats
     from repair.planning.build import make_plan
 
     plan = make_plan(plan.source, plan.recipe, localize(plan.original))
-    packed = {n for m in formats.by_name(plan.format).group_modules(plan.source.infos()) if m.is_quantized for n in m.tensors}
+    packed = {n for m in plan.format.group_modules(plan.source.infos()) if m.is_quantized for n in m.tensors}
     fetch_tensors(source, plan.source, lambda t: t.name in packed)
     return plan
 

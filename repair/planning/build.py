@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from repair import formats
-from repair.arch import gemma4_assistant
+from repair import arch, formats
 from repair.errors import UsageError
 from repair.formats.base import Declaration, Format
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
@@ -22,7 +21,6 @@ from repair.planning import check as plan_check
 from repair.planning.model import Copy, ModuleChange, Plan, ShardOp, ShardStep, TensorRef, TensorStep
 from repair.planning.modules import fused_group, module_change
 from repair.planning.recipe import ACTIONS, Action, Recipe
-from repair.targets.vllm_matching import draft_prefix
 
 __all__ = ["assign_actions", "make_plan", "select"]
 
@@ -67,7 +65,7 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     json_files = _json_files(ckpt, config, hf_quant, shards, bool(emptied))
     removed = emptied + ((HF_QUANT_CONFIG,) if recipe.drop_quantization and ckpt.hf_quant_config is not None else ())
     copied = _other_files(ckpt) + tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
-    plan = Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original, fmt.NAME)
+    plan = Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original, fmt)
     plan_check.check_plan(plan)  # looked up on the module: tests switch it off to reach the writer's own checks
     return plan
 
@@ -98,8 +96,9 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
         return fmt.without_quantization(ckpt), None, ()
     if not declaration.quantized:
         return ckpt.config, ckpt.hf_quant_config, ()
-    covers = exclusion_matcher(ckpt.config, declaration)
-    bf16 = sorted({exclusion_name(n, ckpt.config) for n, a in actions.items() if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)})
+    family = arch.architecture(ckpt.config)
+    covers = family.exclusion_matcher(declaration)
+    bf16 = sorted({family.exclusion_name(n) for n, a in actions.items() if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)})
     packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
     added = tuple(fmt.exclusion_entry(n) for n in bf16 if not all(covers(x, n) for x in lists))
@@ -109,22 +108,6 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
             if covers(exclusions, name):
                 raise UsageError(f"{ckpt.root}: {name} is requantized but exclusion patterns {exclusions} still exclude it; edit the config's exclusions")
     return config, hf_quant, added
-
-
-def exclusion_matcher(config: dict | None, declaration: Declaration):
-    """covers(exclusions, module): vLLM's rules for the format, on the names it uses (a Gemma 4 drafter's are `draft_model.` prefixed)."""
-    if gemma4_assistant.matches(config):
-        return lambda exclusions, module: declaration.excludes(draft_prefix(module), exclusions)
-    return lambda exclusions, module: declaration.excludes(module, exclusions)
-
-
-def exclusion_name(module: str, config: dict | None) -> str:
-    """The entry that excludes a module: a drafter's gate/up only by the fused `gate_up_proj` name."""
-    if gemma4_assistant.matches(config):
-        for shard in (".mlp.gate_proj", ".mlp.up_proj"):
-            if module.endswith(shard):
-                return module[: -len(shard)] + ".mlp.gate_up_proj"
-    return module
 
 
 def _shard_steps(ckpt: Checkpoint, changes: list[ModuleChange]) -> tuple[tuple[ShardStep, ...], tuple[str, ...]]:

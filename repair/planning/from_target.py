@@ -9,12 +9,10 @@ quantized are excluded, leftover scales of BF16 modules are dropped.
 
 from __future__ import annotations
 
-from repair import arch
-from repair.arch.gemma4_assistant import BF16_HANDSHAKE
-from repair.doctor.diagnose import runtime_precision
-from repair import formats
+from repair import arch, formats
 from repair.io.checkpoint import Checkpoint
 from repair.planning.recipe import Recipe
+from repair.targets.precision import runtime_precision
 from repair.targets.profiles import Target
 
 
@@ -23,14 +21,15 @@ def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
     modules = [m for m in fmt.group_modules(ckpt.infos()) if m.tensor("weight")]
     if target.wants_all_bf16:
         return Recipe(dequantize=tuple(m.name for m in modules if m.is_quantized), drop_quantization=True, from_target=target.spec)
+    family = arch.architecture(ckpt.config)
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
-    precision = runtime_precision(specs, fmt.read_declaration(ckpt), target)
+    precision = runtime_precision(specs, fmt.read_declaration(ckpt), target, family)
     chosen = []
     for m in modules:
         spec = specs.get(m.name)
         linear = spec is not None and spec.is_linear and spec.role != "embed"
         built = precision.get(m.name, "bf16")
-        if m.name in BF16_HANDSHAKE and m.name in specs:
+        if m.name in family.bf16_handshake and m.name in specs:
             chosen.append(m.name)
         elif m.is_quantized and built == "bf16":
             chosen.append(m.name)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar
 
+from repair.formats.base import Format
+from repair.formats.modelopt_nvfp4 import MODELOPT_NVFP4
 from repair.io.checkpoint import Checkpoint
 from repair.planning.recipe import Recipe
 
@@ -119,7 +121,7 @@ class Plan:
     copied_files: tuple[str, ...]
     removed_files: tuple[str, ...] = ()
     original: Checkpoint | None = None
-    format: str = "modelopt-nvfp4"  # the source's format plug-in (formats.by_name)
+    format: Format = MODELOPT_NVFP4  # the source's format (a registered formats.Format)
 
     @property
     def is_noop(self) -> bool:

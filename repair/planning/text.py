@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from repair import formats
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG
 from repair.planning.model import ChangeAction, ModuleChange, Plan, ShardOp
 
@@ -12,7 +11,7 @@ SHARD_EMPTIED = "every tensor it held moved to another shard or was dropped"
 def plan_as_json(plan: Plan) -> dict:
     return {
         "source": str(plan.source.root),
-        "format": plan.format,
+        "format": plan.format.NAME,
         "changes": [
             {"module": c.module, "action": c.action, "before": [t.as_dict() for t in c.before], "after": [t.as_dict() for t in c.after]}
             for c in plan.changes
@@ -59,7 +58,7 @@ def plan_as_text(plan: Plan) -> str:
 
 def configs_aligned(plan: Plan) -> bool:
     """The two config files' exclusion lists disagreed on input and agree in the output."""
-    fmt = formats.by_name(plan.format)
+    fmt = plan.format
     src = plan.source
     before = fmt.exclusion_lists(src.config, src.hf_quant_config)
     after = fmt.exclusion_lists(plan.json_files.get(CONFIG, src.config), plan.json_files.get(HF_QUANT_CONFIG, src.hf_quant_config))

@@ -1,9 +1,10 @@
-"""Runtime profiles as data: what a runtime release allocates for each Gemma 4 assistant layer.
+"""Runtime profiles as data: how each runtime release treats a drafter checkpoint.
 
 Adding a runtime or a release is adding a row here, not a code path. Facts (see
 docs/ARCHITECTURE.md and the research notes): vLLM 0.21-0.24 build every drafter linear in
 BF16 and silently skip tensor names they do not know; from 0.25.0 (commit 7a90eb98a) every
 drafter layer follows the draft checkpoint's own quantization config and unknown names raise.
+How a family's layers are built (layer kinds, TP plans) is the architecture's knowledge, in repair/arch/.
 """
 
 from __future__ import annotations
@@ -12,15 +13,6 @@ import re
 from dataclasses import dataclass
 
 from repair.errors import UsageError
-
-
-@dataclass(frozen=True)
-class LayerKind:
-    """How a runtime builds one layer role: its tensor-parallel style and class name."""
-
-    style: str  # column | row | merged | vocab | replicated
-    runtime_class: str
-    fused_name: str | None = None  # gate_proj/up_proj load into gate_up_proj
 
 
 @dataclass(frozen=True)
@@ -35,41 +27,6 @@ class Profile:
     unknown_tensors: str  # "skip" (silently dropped) or "raise"
     allows_quant_config: bool = True
 
-
-GEMMA4_ASSISTANT_LAYERS: dict[str, LayerKind] = {
-    "pre_projection": LayerKind("column", "ColumnParallelLinear"),
-    "post_projection": LayerKind("row", "RowParallelLinear"),
-    "q_proj": LayerKind("column", "ColumnParallelLinear"),
-    "o_proj": LayerKind("row", "RowParallelLinear"),
-    "gate_proj": LayerKind("merged", "MergedColumnParallelLinear", "gate_up_proj"),
-    "up_proj": LayerKind("merged", "MergedColumnParallelLinear", "gate_up_proj"),
-    "down_proj": LayerKind("row", "RowParallelLinear"),
-    "embed": LayerKind("vocab", "VocabParallelEmbedding"),
-    "lm_head": LayerKind("vocab", "ParallelLMHead"),
-    "centroids": LayerKind("replicated", "ReplicatedLinear"),
-    "norm": LayerKind("replicated", "RMSNorm"),
-    "scalar": LayerKind("replicated", "buffer"),
-    "buffer": LayerKind("replicated", "buffer"),
-}
-
-# For architectures without a profile: transformers' tensor-parallel style names -> our styles.
-# Anything not listed (expert styles, unknown names) is replicated, and the TP plan says so.
-TRANSFORMERS_TP_STYLES: dict[str, str] = {
-    "colwise": "column", "colwise_rep": "column", "colwise_gather_output": "column", "local_colwise": "column",
-    "rowwise": "row", "rowwise_rep": "row", "local_rowwise": "row",
-    "replicated_with_grad_allreduce": "replicated", "sequence_parallel": "replicated", "gather": "replicated",
-}
-
-# transformers' `base_model_tp_plan` by model_type (research gemma4_assistant.md §5), used when
-# config.json does not carry its own; keys match module names below the base model (`model.`).
-TRANSFORMERS_TP_PLANS: dict[str, dict[str, str]] = {
-    "gemma4_text": {
-        "layers.*.self_attn.q_proj": "colwise", "layers.*.self_attn.k_proj": "colwise", "layers.*.self_attn.v_proj": "colwise",
-        "layers.*.self_attn.q_norm": "replicated_with_grad_allreduce", "layers.*.self_attn.k_norm": "replicated_with_grad_allreduce",
-        "layers.*.self_attn.o_proj": "rowwise", "layers.*.mlp.gate_proj": "colwise", "layers.*.mlp.up_proj": "colwise",
-        "layers.*.mlp.down_proj": "rowwise",
-    },
-}
 
 PROFILES: tuple[Profile, ...] = (
     Profile("vllm 0.21-0.24", "vllm", (0, 21, 0), (0, 25, 0), follows_draft_config=False, unknown_tensors="skip"),

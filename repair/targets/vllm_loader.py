@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from repair.arch.gemma4_assistant import ModuleSpec
+from repair.arch import LayerKind, ModuleSpec
 from repair.io.safetensors import TensorInfo
 from repair.formats.modules import split_name
-from repair.targets.profiles import GEMMA4_ASSISTANT_LAYERS, LayerKind, Target
+from repair.targets.profiles import Target
 
 MODELOPT_LEAVES = {"weight": "weight", "weight_scale": "weight_scale", "weight_scale_2": "weight_scale_2", "input_scale": "input_scale"}
 NVFP4_GROUP = 16  # elements per fp8 block scale
@@ -60,9 +60,10 @@ def no_param_error(tensor: str, kind: LayerKind, params: tuple[str, ...]) -> str
 
 def simulate(
     infos: list[TensorInfo], specs: dict[str, ModuleSpec], precision: dict[str, str], target: Target, tp: int = 1,
-    leaves: dict[str, str] | None = None,
+    leaves: dict[str, str] | None = None, *, kinds: dict[str, LayerKind],
 ) -> list[Outcome]:
-    """Outcomes for every stored tensor (in load order) on every rank; `precision` is what the runtime builds.
+    """Outcomes for every stored tensor (in load order) on every rank; `precision` is what the runtime builds,
+    `kinds` how it builds each layer role (the architecture's loader profile).
 
     `leaves` maps the parameter names the runtime allocates for a packed layer to their roles
     (ModelOpt's names by default; compressed-tensors' are `weight_packed`, `weight_global_scale`, ...).
@@ -74,7 +75,7 @@ def simulate(
         spec = specs.get(module) or specs.get(info.name)
         if spec is None:
             continue  # not a module the architecture defines; reported elsewhere
-        kind = GEMMA4_ASSISTANT_LAYERS[spec.role]
+        kind = kinds[spec.role]
         for rank in range(tp):
             outcomes.append(_one(info, leaf, spec, kind, precision.get(spec.name, "bf16"), target, rank, tp, leaves))
     return outcomes

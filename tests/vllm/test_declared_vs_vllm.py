@@ -43,17 +43,7 @@ KNOWN_WRONG = {
     LLAMA_31: _EMBED,
     "llama-3.3-70b": _EMBED,
     "qwen3-30b-a3b": _EMBED,
-    "deepseek-v3-0324": "323 modules: " + _EMBED.replace("model.embed_tokens", "model.layers.61.embed_tokens") +
-                        "; every self_attn.* projection of layers 0-60 (`model.layers.N.self_attn*` not applied to "
-                        "the model's own names); the whole MTP layer model.layers.61 (`model.layers.61*`), built by "
-                        "DeepSeekMTP with prefixes model.layers.61.*, incl. eh_proj (plain nn.Linear) and "
-                        "shared_head.head (ParallelLMHead, prefix model.layers.61.head)",
-    "gemma-4-31b-it": "18 modules: language_model embed_tokens; language_model self_attn q/k/v/o "
-                      "(`model.language_model.layers.*.self_attn*` mapped to language_model.model.layers.*.self_attn*); "
-                      "vision_tower.* (`model.vision_tower*`) and embed_vision.embedding_projection (`model.embed_vision*`)",
-    "ct-laguna-moe": "8 modules: per-expert experts.N.gate_proj/up_proj: inspect 'excluded' (gate/up fused to "
-                     "gate_up_proj before matching the `re:` targets); vLLM quantizes the RoutedExperts layer "
-                     "(CompressedTensorsW4A4Nvfp4MoEMethod)",
+    "gemma-4-31b-it": _EMBED.replace("model.embed_tokens", "model.language_model.embed_tokens"),
 }
 
 

@@ -1,0 +1,72 @@
+"""What the tool knows of a model family, as values: module specs, layer kinds, and the runtime's names.
+
+An `Architecture` is one row of `repair.arch.ARCHITECTURES`: the config.json `architectures` (or
+`model_type`) it covers, how vLLM renames its modules before matching them against exclusion lists
+(`runtime_name`), which name an exclusion entry uses (`exclusion_name`), and, where the tool has a
+loader profile for it, its expected modules and how the runtime builds each layer role. A family
+without a row gets `GENERIC`: identity names and no loader profile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from repair.formats.base import Covers, Declaration
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """What the model defines for one parameter: full-precision shape and the layer's role."""
+
+    name: str
+    shape: tuple[int, ...]
+    role: str  # pre_projection, post_projection, q_proj, o_proj, gate_proj, up_proj, down_proj, embed, norm, ...
+
+    @property
+    def is_linear(self) -> bool:
+        return self.role in LINEAR_ROLES
+
+
+LINEAR_ROLES = frozenset({"pre_projection", "post_projection", "q_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "centroids", "lm_head"})
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """How a runtime builds one layer role: its tensor-parallel style and class name."""
+
+    style: str  # column | row | merged | vocab | replicated
+    runtime_class: str
+    fused_name: str | None = None  # gate_proj/up_proj load into gate_up_proj
+
+
+def identity(module: str) -> str:
+    return module
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One model family's knowledge; every field defaults to "nothing known" (identity names, no profile)."""
+
+    name: str
+    architectures: tuple[str, ...] = ()  # config.json `architectures` entries this row covers
+    model_types: tuple[str, ...] = ()  # or its `model_type`
+    runtime_name: Callable[[str], str] = identity  # checkpoint module -> the prefix vLLM's quantization config sees
+    exclusion_name: Callable[[str], str] = identity  # checkpoint module -> the name an exclusion entry must use
+    expected_modules: Callable[[dict, str], dict[str, ModuleSpec]] | None = None  # None: no loader profile
+    layer_kinds: dict[str, LayerKind] = field(default_factory=dict)  # ModuleSpec.role -> how vLLM builds it
+    bf16_handshake: tuple[str, ...] = ()  # layers the family keeps in BF16 by design
+
+    def matches(self, config: dict | None) -> bool:
+        if not config:
+            return False
+        listed = config.get("architectures")
+        named = isinstance(listed, list) and any(a in self.architectures for a in listed)
+        return named or config.get("model_type") in self.model_types
+
+    def exclusion_matcher(self, declaration: Declaration) -> Covers:
+        """covers(exclusions, module): the format's rule, applied to the name the runtime gives the module."""
+        return lambda exclusions, module: declaration.excludes(self.runtime_name(module), exclusions)
+
+
+GENERIC = Architecture("generic")

@@ -1,0 +1,65 @@
+"""doctor's result values: findings (severity and kind as enums) and the diagnosis that holds them.
+
+The enums are StrEnums, so JSON and text show the same words as before ("error", "load-error", ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from repair.targets.profiles import Target
+from repair.targets.vllm_loader import Outcome
+
+
+class Severity(StrEnum):
+    ERROR = "error"  # will not load, or loads wrong values
+    WARNING = "warning"  # loads, but against the model's intended precision or with inconsistent metadata
+
+
+class Kind(StrEnum):
+    """What a finding is about (its `code` in JSON)."""
+
+    TP_IMPOSSIBLE = "tp-impossible"
+    LOAD_ERROR = "load-error"
+    SILENT_GARBAGE = "silent-garbage"
+    IGNORED_TENSORS = "ignored-tensors"
+    NOT_BF16 = "not-bf16"
+    QUANT_CONFIG = "quant-config"
+    HANDSHAKE_QUANTIZED = "handshake-quantized"
+    UNUSED_EXCLUSION = "unused-exclusion"
+    CONFIGS_DISAGREE = "configs-disagree"
+    CONFIG_CONTRADICTION = "config-contradiction"
+    SIBLINGS_SCALE_2 = "siblings-scale-2"
+    MISSING_WEIGHT_SCALE = "missing-weight-scale"
+    SCALE_SHAPE = "scale-shape"
+    BLOCK_SCALES = "block-scales"
+    MISSING_SCALE_2 = "missing-scale-2"
+    GLOBAL_SCALE = "global-scale"
+    SCALE_OVERFLOW = "scale-overflow"
+    INPUT_SCALE = "input-scale"
+    MISSING_INPUT_SCALE = "missing-input-scale"
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: Severity
+    code: Kind
+    subject: str  # a module, tensor or file
+    message: str
+    runtime_error: str | None = None  # the exact exception text the runtime raises
+    ranks: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    target: Target
+    tp: int
+    findings: tuple[Finding, ...]
+    first_errors: tuple[Outcome, ...]  # per failing rank, the tensor the runtime stops on
+    runtime_precision: dict[str, str]
+    bits_per_parameter: float
+
+    def exit_code(self, strict: bool = False) -> int:
+        bad = {Severity.ERROR, Severity.WARNING} if strict else {Severity.ERROR}
+        return 1 if any(f.severity in bad for f in self.findings) else 0
