@@ -19,7 +19,8 @@ from repair.planning import check as plan_check
 from repair.errors import BadInput, InternalError, OutputError, RepairError
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
-from repair.io.safetensors import OutTensor, ShardWriter, read_header
+from repair.io.safetensors import read_header
+from repair.io.shard_writer import OutTensor, ShardWriter
 from repair.io.output import is_earlier_output, publish, staged
 from repair.io.staging import MARKER, PARTIAL_TAG, apply_modes, fsync_tree, remove_stale_partials
 from repair.planning.build import Plan, ShardStep

@@ -23,7 +23,8 @@ from repair.execute.writer import own_output
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, copy_hashed, sha256_file, write_all
 from repair.io.names import file_type_problem, path_text, regular_file
-from repair.io.safetensors import OutTensor, TensorInfo, encode_header, read_header
+from repair.io.safetensors import TensorInfo, read_header
+from repair.io.shard_writer import OutTensor, encode_header
 from repair.io.staging import MARKER
 from repair.execute.report import REPORT_NAME
 from repair.tp.io import build_atomically, pread_exact, write_json

@@ -24,7 +24,8 @@ from repair.execute.writer import check_output, own_output
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.names import path_text
-from repair.io.safetensors import OutTensor, ShardWriter, TensorInfo, encode_header, read_header
+from repair.io.safetensors import TensorInfo, read_header
+from repair.io.shard_writer import OutTensor, ShardWriter, encode_header
 from repair.io.staging import MARKER
 from repair.execute.report import REPORT_NAME, build_report
 from repair.tp.plan import BLOCK, VOCAB_PADDING, TpPlan, TpTensor, summary_text
