@@ -20,7 +20,8 @@ from repair.errors import RepairError
 from repair.formats.modelopt_nvfp4 import read_declaration
 from repair.io.checkpoint import Checkpoint, open_checkpoint, read_json
 from repair.io.dtypes import ITEMSIZE
-from repair.io.safetensors import OutTensor, encode_header, parse_header, read_header
+from repair.io.safetensors import parse_header, read_header
+from repair.io.shard_writer import OutTensor, encode_header
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None)
 

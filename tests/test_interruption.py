@@ -60,7 +60,7 @@ elif point == "mid_first_shard":   # first shard half copied
 elif point == "after_first_shard":  # first shard complete, nothing else
     ex.copy_file_hashed = then_die(ex.copy_file_hashed)
 elif point == "mid_rewrite":        # second shard: header and copied tensors written, not the computed one
-    import repair.io.safetensors as sf
+    import repair.io.shard_writer as sf
     sf.ShardWriter.write = die
 elif point == "before_marker":      # the temp folder exists, its marker is not renamed in yet
     st.os.replace = die

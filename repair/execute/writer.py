@@ -19,7 +19,7 @@ from repair.execute.compute import Computer, Located
 from repair.io.atomic import WRITTEN, build_atomically, check_files, check_header, own_output, write_json
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
-from repair.io.safetensors import OutTensor, ShardWriter
+from repair.io.shard_writer import OutTensor, ShardWriter
 from repair.io.staging import PARTIAL_TAG, remove_stale_partials
 from repair.planning.model import Copy, Plan, ShardOp, ShardStep
 from repair.execute.report import REPORT_NAME, Sections, build_report

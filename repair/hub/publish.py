@@ -15,7 +15,7 @@ from typing import Callable
 from repair.errors import OutputError, RepairError
 from repair.hub import client
 from repair.hub.errors import hub_call
-from repair.hub.source import RemoteFile, RemoteRepo
+from repair.hub.remote import RemoteFile, RemoteRepo
 from repair.hub.spec import check_remote_name
 from repair.io.parse import parse_json, read_text
 from repair.execute.report import REPORT_NAME

@@ -1,6 +1,6 @@
 """A Hub repo as a Checkpoint, from safetensors headers and a few byte ranges, never whole shards.
 
-`resolve` pins the revision to a commit sha and lists the files at that sha (names checked);
+`resolve` (repair.hub.remote) pins the revision to a commit sha and lists the files at that sha;
 everything after uses the sha. `open_remote` builds a mirror folder: the small JSON files
 (config.json, hf_quant_config.json, the index) downloaded, and each top-level shard as a *sparse*
 file of its real size holding only its header (and, with `scales`, the NVFP4 scale tensors that
@@ -26,49 +26,20 @@ from typing import Callable
 from repair.errors import BadInput, OutputError, RepairError
 from repair.hub import client
 from repair.hub.errors import hub_call
-from repair.hub.spec import HubSpec, check_remote_name, hub_spec, local_path
+from repair.hub.remote import RemoteRepo, resolve
+from repair.hub.spec import hub_spec, local_path
 from repair.io import staging
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, INDEX_SUFFIX, PICKLE_SUFFIXES, Checkpoint, open_checkpoint
 from repair.io.hashing import sha256_file
 from repair.io.safetensors import MAX_HEADER_BYTES, TensorInfo
 from repair.formats.modules import split_name
+from repair.planning.build import make_plan
 
 SMALL_LIMIT = 64 << 20  # config and index files above this are refused rather than downloaded
 # what planning (check_packed) and doctor read, ModelOpt's names and compressed-tensors' (all small)
 SCALE_LEAVES = ("weight_scale", "weight_scale_2", "input_scale", "weight_global_scale", "input_global_scale")
 COALESCE_GAP = 4 << 10
 WORK_PREFIX = "ckpt-repair-hub-"
-
-
-@dataclass(frozen=True)
-class RemoteFile:
-    name: str
-    size: int
-    blob_id: str | None  # git blob sha1 (regular files) / pointer sha1 (LFS)
-    sha256: str | None  # LFS files only
-
-    @property
-    def is_lfs(self) -> bool:
-        return self.sha256 is not None
-
-
-@dataclass(frozen=True)
-class RemoteRepo:
-    """A repo pinned to one commit, with its file listing at that commit."""
-
-    repo: str
-    asked: str | None  # the revision the user gave (None: default branch)
-    sha: str
-    files: dict[str, RemoteFile]
-
-    @property
-    def label(self) -> str:
-        return f"{self.repo}@{self.sha}"
-
-    def visible(self) -> list[str]:
-        """Non-hidden file names in local-folder walk order (files before subfolders, each sorted)."""
-        names = [n for n in self.files if not (n.startswith(".") or "/." in n)]
-        return sorted(names, key=lambda n: tuple((1, p) for p in n.split("/")[:-1]) + ((0, n.split("/")[-1]),))
 
 
 @dataclass(eq=False)
@@ -87,26 +58,6 @@ _REMOTE: "weakref.WeakKeyDictionary[Checkpoint, RemoteSource]" = weakref.WeakKey
 
 def remote_of(ckpt: Checkpoint | None) -> RemoteSource | None:
     return None if ckpt is None else _REMOTE.get(ckpt)
-
-
-def resolve(spec: HubSpec) -> RemoteRepo:
-    """Pin `spec` to a commit sha and list (and check) every file name at that commit."""
-    api = client.api()
-    with hub_call(str(spec)):
-        sha = api.model_info(spec.repo, revision=spec.revision).sha
-    label = f"{spec.repo}@{sha}"
-    with hub_call(label):
-        entries = list(api.list_repo_tree(spec.repo, revision=sha, recursive=True))
-    from huggingface_hub.hf_api import RepoFile
-
-    files = {}
-    for entry in entries:
-        if not isinstance(entry, RepoFile):  # folders
-            continue
-        name = check_remote_name(entry.path, label)
-        lfs = getattr(entry, "lfs", None)
-        files[name] = RemoteFile(name, int(entry.size), getattr(entry, "blob_id", None), lfs.sha256 if lfs else None)
-    return RemoteRepo(spec.repo, spec.revision, sha, files)
 
 
 def open_source(src: str | Path, *, scales: bool = True, work: Path | None = None) -> Checkpoint:
@@ -298,6 +249,4 @@ def localize_plan(plan):
     src, orig = localize(plan.source), localize(plan.original)
     if src is plan.source and orig is plan.original:
         return plan
-    from repair.planning.build import make_plan
-
     return make_plan(src, plan.recipe, orig)

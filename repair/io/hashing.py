@@ -1,26 +1,24 @@
 """Copying and sha256 of whole files and byte ranges: the kernel copies, other threads hash from the page cache.
 
-hashlib is imported where a digest is made: loading OpenSSL costs ~3 ms, and header-only commands
-(`inspect`, `doctor`) import this module through repair.io.safetensors without hashing anything.
+Only commands that write or fetch bytes import this module: header-only commands (`inspect`, `doctor`)
+read headers through repair.io.safetensors, which does not import it, so they never load OpenSSL or ctypes.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import hashlib
 import mmap
 import os
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import hashlib
 
 CHUNK = 16 << 20
 
 
-_SYNC_FILE_RANGE: list = []  # [libc sync_file_range or None], resolved on first use (ctypes costs header-only commands ~4 ms)
+_SYNC_FILE_RANGE: list = []  # [libc sync_file_range or None], resolved on first use
 
 
 def _sync_file_range():
@@ -28,8 +26,6 @@ def _sync_file_range():
         fn = None
         if sys.platform.startswith("linux"):
             try:
-                import ctypes
-
                 fn = ctypes.CDLL(None, use_errno=True).sync_file_range
                 fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
             except (OSError, AttributeError):
@@ -128,8 +124,6 @@ class HashFollower:
     """
 
     def __init__(self, path: Path):
-        import hashlib
-
         self.digest = hashlib.sha256()
         self._fd = os.open(path, os.O_RDONLY)
         self._written, self._hashed, self._state = 0, 0, "open"  # open | finishing | cancelled
@@ -182,8 +176,6 @@ class HashFollower:
 
 
 def sha256_file(path: Path) -> str:
-    import hashlib
-
     digest = hashlib.sha256()
     with open(path, "rb", buffering=0) as fh:
         hash_range(fh.fileno(), digest, 0, os.fstat(fh.fileno()).st_size)

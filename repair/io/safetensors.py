@@ -1,24 +1,21 @@
-"""Safetensors headers, byte-range reads and a streaming writer (no torch needed).
+"""Safetensors headers, read and validated without reading any tensor bytes (no torch needed).
 
 The format is an 8-byte little-endian header length, a JSON header, then the tensor bytes.
-We read and validate headers only, read single tensors by byte range, and write output files
-by computing the whole header first and then streaming each tensor's bytes, so no file is
-ever held in memory and untouched tensors are copied as raw bytes, never decoded.
+Every defect of a header (bad JSON, duplicate names, overlapping or missing byte ranges) is a
+one-line BadInput here, before anything is planned. Tensors are read by byte range
+(repair.io.ranges) and files are written by repair.io.shard_writer.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Union
 
 from repair.errors import BadInput, short
 from repair.io.dtypes import ITEMSIZE, nbytes
 from repair.io.parse import parse_json
-from repair.io.hashing import HashFollower, kernel_copy, write_all
 from repair.io.names import file_type_problem
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
@@ -226,96 +223,3 @@ def _check_coverage(path: Path, tensors: list[TensorInfo], data_start: int, data
     used = expected - data_start
     if used < data_len:
         raise BadInput(f"{path}: {data_len - used} bytes after the last tensor; the file is corrupt, re-download it")
-
-
-@dataclass(frozen=True)
-class OutTensor:
-    """A tensor to be written: its header entry. Bytes come later, in this order."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-
-    @property
-    def nbytes(self) -> int:
-        return nbytes(self.dtype, self.shape)
-
-
-def encode_header(tensors: Iterable[OutTensor], metadata: dict[str, str] | None) -> bytes:
-    """The length prefix and JSON header for tensors laid out back to back in the given order.
-
-    Deterministic: `__metadata__` first, then tensors in data order, compact JSON, padded with
-    spaces to a multiple of 8 bytes as the safetensors library does.
-    """
-    header: dict[str, object] = {}
-    if metadata is not None:
-        header["__metadata__"] = dict(metadata)
-    offset = 0
-    for t in tensors:
-        header[t.name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [offset, offset + t.nbytes]}
-        offset += t.nbytes
-    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    raw += b" " * (-len(raw) % 8)
-    return struct.pack("<Q", len(raw)) + raw
-
-
-Bytes = Union[bytes, bytearray, memoryview]
-
-
-class ShardWriter:
-    """Write one safetensors file: header first, then each tensor's bytes streamed in order.
-
-    Everything written is hashed on the way by a second thread (HashFollower) reading it back from
-    the page cache, so copied tensors can go kernel to kernel; `digest` is complete after exit.
-    """
-
-    def __init__(self, path: Path, tensors: list[OutTensor], metadata: dict[str, str] | None):
-        self.path = Path(path)
-        self._pending = list(reversed(tensors))
-        header = encode_header(tensors, metadata)
-        self._fh = open(self.path, "wb", buffering=0)
-        self._hasher = HashFollower(self.path)
-        self.digest = self._hasher.digest
-        self._emit(header)
-
-    def __enter__(self) -> "ShardWriter":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self._fh.close()
-        if exc_type is None:
-            self._hasher.finish()
-        else:
-            self._hasher.cancel()
-        if exc_type is None and self._pending:
-            raise AssertionError(f"{self.path}: tensors never written: {[t.name for t in self._pending]}")
-
-    def _emit(self, data: Bytes) -> None:
-        view = memoryview(data).cast("B")
-        write_all(self._fh.fileno(), view)
-        self._hasher.advance(view.nbytes)
-
-    def _next(self, name: str) -> OutTensor:
-        expected = self._pending.pop() if self._pending else None
-        if expected is None or expected.name != name:
-            raise AssertionError(f"{self.path}: wrote {name} but the header expects {expected and expected.name}")
-        return expected
-
-    def write(self, name: str, data: Bytes) -> None:
-        """Write a tensor's bytes; the length must match its header entry."""
-        expected = self._next(name)
-        view = memoryview(data).cast("B")
-        if view.nbytes != expected.nbytes:
-            raise AssertionError(f"{self.path}: {name}: {view.nbytes} bytes, header says {expected.nbytes}")
-        self._emit(view)
-
-    def copy(self, name: str, src: Path, info: TensorInfo) -> None:
-        """Copy a tensor's stored bytes from `src` without decoding them."""
-        expected = self._next(name)
-        if info.nbytes != expected.nbytes:
-            raise AssertionError(f"{self.path}: {name}: source has {info.nbytes} bytes, header says {expected.nbytes}")
-        with open(src, "rb") as source:
-            try:
-                kernel_copy(source.fileno(), self._fh.fileno(), info.nbytes, info.start, on_piece=self._hasher.advance)
-            except EOFError:
-                raise BadInput(f"{src}: {name}: file ended while copying; it is truncated, re-download it") from None

@@ -22,7 +22,8 @@ from repair.io.atomic import build_atomically, check_files, check_header, write_
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, copy_hashed, sha256_file, write_all
 from repair.io.names import file_type_problem, regular_file
-from repair.io.safetensors import OutTensor, TensorInfo, encode_header, read_header
+from repair.io.safetensors import TensorInfo, read_header
+from repair.io.shard_writer import OutTensor, encode_header
 from repair.execute.report import REPORT_NAME, unshard_report
 from repair.tp.io import pread_exact
 from repair.tp.manifest import MANIFEST, RANK_FILE, Manifest, read_manifest

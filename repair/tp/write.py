@@ -24,7 +24,8 @@ from repair.io.atomic import build_atomically, check_files, check_header, check_
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.names import path_text
-from repair.io.safetensors import OutTensor, ShardWriter, TensorInfo, encode_header, read_header
+from repair.io.safetensors import TensorInfo, read_header
+from repair.io.shard_writer import OutTensor, ShardWriter, encode_header
 from repair.execute.report import REPORT_NAME, Sections, TpRecord, build_report, input_sections, recipe_options
 from repair.planning.model import Copy, Dequantize, Plan, Requantize, ShardOp
 from repair.planning.text import plan_as_json, plan_as_text

@@ -54,7 +54,8 @@ def build_one_shard(folder: Path, gigabytes: float) -> Path:
 
     Streamed with the project's ShardWriter, so building holds one filler tensor, not the file.
     """
-    from repair.io.safetensors import OutTensor, ShardWriter, read_header
+    from repair.io.safetensors import read_header
+    from repair.io.shard_writer import OutTensor, ShardWriter
     from repair.io.tensors import to_bytes
 
     src = build_31b(folder)

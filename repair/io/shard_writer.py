@@ -1,0 +1,111 @@
+"""Writing safetensors files: the header computed first, then each tensor's bytes streamed in order.
+
+No file is ever held in memory, and untouched tensors are copied as raw bytes (kernel to kernel),
+never decoded. Reading and validating headers is repair.io.safetensors.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Union
+
+from repair.errors import BadInput
+from repair.io.dtypes import nbytes
+from repair.io.hashing import HashFollower, kernel_copy, write_all
+from repair.io.safetensors import TensorInfo
+
+
+@dataclass(frozen=True)
+class OutTensor:
+    """A tensor to be written: its header entry. Bytes come later, in this order."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return nbytes(self.dtype, self.shape)
+
+
+def encode_header(tensors: Iterable[OutTensor], metadata: dict[str, str] | None) -> bytes:
+    """The length prefix and JSON header for tensors laid out back to back in the given order.
+
+    Deterministic: `__metadata__` first, then tensors in data order, compact JSON, padded with
+    spaces to a multiple of 8 bytes as the safetensors library does.
+    """
+    header: dict[str, object] = {}
+    if metadata is not None:
+        header["__metadata__"] = dict(metadata)
+    offset = 0
+    for t in tensors:
+        header[t.name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [offset, offset + t.nbytes]}
+        offset += t.nbytes
+    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw
+
+
+Bytes = Union[bytes, bytearray, memoryview]
+
+
+class ShardWriter:
+    """Write one safetensors file: header first, then each tensor's bytes streamed in order.
+
+    Everything written is hashed on the way by a second thread (HashFollower) reading it back from
+    the page cache, so copied tensors can go kernel to kernel; `digest` is complete after exit.
+    """
+
+    def __init__(self, path: Path, tensors: list[OutTensor], metadata: dict[str, str] | None):
+        self.path = Path(path)
+        self._pending = list(reversed(tensors))
+        header = encode_header(tensors, metadata)
+        self._fh = open(self.path, "wb", buffering=0)
+        self._hasher = HashFollower(self.path)
+        self.digest = self._hasher.digest
+        self._emit(header)
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._fh.close()
+        if exc_type is None:
+            self._hasher.finish()
+        else:
+            self._hasher.cancel()
+        if exc_type is None and self._pending:
+            raise AssertionError(f"{self.path}: tensors never written: {[t.name for t in self._pending]}")
+
+    def _emit(self, data: Bytes) -> None:
+        view = memoryview(data).cast("B")
+        write_all(self._fh.fileno(), view)
+        self._hasher.advance(view.nbytes)
+
+    def _next(self, name: str) -> OutTensor:
+        expected = self._pending.pop() if self._pending else None
+        if expected is None or expected.name != name:
+            raise AssertionError(f"{self.path}: wrote {name} but the header expects {expected and expected.name}")
+        return expected
+
+    def write(self, name: str, data: Bytes) -> None:
+        """Write a tensor's bytes; the length must match its header entry."""
+        expected = self._next(name)
+        view = memoryview(data).cast("B")
+        if view.nbytes != expected.nbytes:
+            raise AssertionError(f"{self.path}: {name}: {view.nbytes} bytes, header says {expected.nbytes}")
+        self._emit(view)
+
+    def copy(self, name: str, src: Path, info: TensorInfo) -> None:
+        """Copy a tensor's stored bytes from `src` without decoding them."""
+        expected = self._next(name)
+        if info.nbytes != expected.nbytes:
+            raise AssertionError(f"{self.path}: {name}: source has {info.nbytes} bytes, header says {expected.nbytes}")
+        with open(src, "rb") as source:
+            try:
+                kernel_copy(source.fileno(), self._fh.fileno(), info.nbytes, info.start, on_piece=self._hasher.advance)
+            except EOFError:
+                raise BadInput(f"{src}: {name}: file ended while copying; it is truncated, re-download it") from None
