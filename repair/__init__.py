@@ -4,7 +4,7 @@ Python API: `plan = repair.plan(src, recipe)` (inspectable, nothing written), th
 `repair.run(plan, out)`. Both are imported lazily so `import repair` stays cheap.
 """
 
-__version__ = "0.1.0"
+from repair.version import __version__  # noqa: F401  (repair.__version__)
 
 
 def plan(*args, **kwargs):

@@ -14,6 +14,7 @@ from repair.execute.report import input_sections, recipe_options
 from repair.execute.writer import Result, execute
 from repair.io.checkpoint import Checkpoint, open_checkpoint
 from repair.planning.build import make_plan
+from repair.planning.from_target import recipe_for_target
 from repair.planning.model import Plan
 from repair.planning.recipe import DEFAULT, Recipe, load_recipe
 from repair.targets.profiles import resolve
@@ -31,8 +32,6 @@ def plan(src: str | Path | Checkpoint, recipe: Recipe | str | Path = DEFAULT, *,
 
 def resolve_recipe(ckpt: Checkpoint, recipe: Recipe) -> Recipe:
     """Fold `recipe.target` into explicit module actions, so the recipe in the report reproduces exactly."""
-    from repair.planning.from_target import recipe_for_target
-
     if not recipe.target:
         return recipe
     derived = recipe_for_target(ckpt, resolve(recipe.target))

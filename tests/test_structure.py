@@ -19,7 +19,7 @@ DUPLICATE_LINES = 6
 # The flow, bottom first: a module may import its own layer and the layers before it, never one after it.
 # A layer is the first name below `repair` (repair.io.checkpoint is in "io"); docs/ARCHITECTURE.md draws the flow.
 LAYERS = (
-    ("errors", "recipes"),  # the error family and the built-in recipe files: below everything
+    ("errors", "recipes", "version"),  # the error family, the built-in recipe files, the version: below everything
     ("io",),
     ("codec",),
     ("formats",),
@@ -29,10 +29,11 @@ LAYERS = (
     ("planning",),
     ("execute",),
     ("tp",),
+    ("api",),  # the facade over plan and execute: the Hub workflow and the CLI run through it
     ("hub",),
     ("demo",),
     ("cli", "__main__"),
-    ("api", ""),  # the facade: repair.api and repair/__init__.py (named "") sit above everything
+    ("",),  # repair/__init__.py: `repair.plan` / `repair.run`, above everything
 )
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from repair import __version__
+from repair.version import __version__
 from repair.cli.lazy import LazyGroup
 from repair.errors import RepairError, one_line
 

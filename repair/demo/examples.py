@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from repair.arch import gemma4_assistant
 from repair.codec import nvfp4
@@ -143,8 +144,6 @@ def write_assistant(
 
 
 def _write_shards(out: Path, state: dict[str, torch.Tensor], shards: list[list[str]] | None) -> None:
-    from safetensors.torch import save_file
-
     if not shards:
         save_file(state, out / "model.safetensors", metadata={"format": "pt"})
         return

@@ -7,18 +7,17 @@ from pathlib import Path
 from typing import Callable
 
 from repair.arch.gemma4_assistant import BF16_HANDSHAKE
+from repair.demo.examples import write_assistant
+from repair.execute.writer import execute
+from repair.doctor.inspection import inspect_checkpoint
+from repair.io.checkpoint import open_checkpoint
+from repair.planning.build import make_plan
+from repair.planning.recipe import Recipe
+from repair.planning.text import plan_as_text
 
 
 def run_demo(workdir: Path | None, say: Callable[[str], None]) -> Path:
     """Write a broken tiny NVFP4 Gemma 4 assistant, repair it, and narrate each step; returns the fixed folder."""
-    from repair.demo.examples import write_assistant
-    from repair.execute.writer import execute
-    from repair.doctor.inspection import inspect_checkpoint
-    from repair.io.checkpoint import open_checkpoint
-    from repair.planning.build import make_plan
-    from repair.planning.recipe import Recipe
-    from repair.planning.text import plan_as_text
-
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ckpt-repair-demo-"))
     broken = write_assistant(root / "broken-assistant")
     say(f"1. Built a tiny NVFP4 Gemma 4 assistant the way the buggy export did: {broken}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from repair import __version__
+from repair.version import __version__
 from repair.doctor.diagnose import Diagnosis, diagnose
 from repair.doctor.text import diagnosis_json
 from repair.io.names import path_text

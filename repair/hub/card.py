@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from repair import __version__
+from repair.version import __version__
 
 BEGIN, END = "<!-- ckpt-repair:begin -->", "<!-- ckpt-repair:end -->"
 TOOL_TAG = "ckpt-repair"

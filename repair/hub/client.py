@@ -8,6 +8,7 @@ token is never handled here: huggingface_hub finds it (HF_TOKEN, then the saved 
 from __future__ import annotations
 
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
@@ -73,8 +74,6 @@ def map_threads(fn, items: list) -> list:
 
 def quiet_progress(quiet: bool) -> None:
     """huggingface_hub's own progress bars only on a terminal, and never with --quiet."""
-    import sys
-
     from huggingface_hub.utils import disable_progress_bars
 
     if quiet or not sys.stderr.isatty():

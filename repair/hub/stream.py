@@ -18,7 +18,7 @@ from repair.execute.writer import write_rewritten_shard
 from repair.io.atomic import own_output, write_json
 from repair.hub import client, publish
 from repair.hub.errors import hub_call
-from repair.hub.source import SCALE_LEAVES, SMALL_LIMIT, RemoteSource, fetch_shard
+from repair.hub.source import SCALE_LEAVES, SMALL_LIMIT, RemoteSource, fetch_shard, relabeled
 from repair.hub.spec import local_path
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint, open_checkpoint
 from repair.io.hashing import sha256_file
@@ -124,8 +124,6 @@ def sparse_copy(full: Path, dst: Path) -> None:
 def after_checkpoint(plan: Plan, source: RemoteSource, work: Path, label: str) -> Checkpoint:
     """The repaired checkpoint as doctor needs it: rewritten shards' stand-ins (written by the loop),
     unchanged shards' stand-ins linked from the source mirror, and the new small files."""
-    from repair.hub.source import relabeled
-
     after = _folder(work / "after")
     for step in plan.shards:
         if step.op == ShardOp.COPY_FILE and not (after / step.name).exists():

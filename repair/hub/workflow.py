@@ -8,6 +8,8 @@ fork (parent = its head) and/or a pull request on SRC (parent = the pinned sha).
 
 from __future__ import annotations
 
+import hashlib
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,11 @@ from repair.hub.spec import hub_spec, repo_id
 from repair.planning.model import Plan, ShardOp
 from repair.planning.recipe import Recipe
 from repair.io.atomic import json_text, write_json
+from repair import api
+from repair.doctor.text import diagnosis_text
+from repair.io.hashing import sha256_file
+from repair.planning.build import make_plan
+from repair.planning.text import plan_as_json, plan_as_text
 
 README = "README.md"
 
@@ -62,8 +69,6 @@ def hub_fix(o: HubFix, say: Callable[[str], None] = lambda line: None) -> dict:
 
 
 def _run(o: HubFix, spec, dst: str | None, work: Path, say) -> dict:
-    from repair import api
-
     repo = resolve(spec)
     say(f"source: {spec} -> commit {repo.sha}")
     fork = publish.look(dst, repo, work) if dst else None  # all checks before a shard byte is read
@@ -137,8 +142,6 @@ def _with_original(plan: Plan, source: RemoteSource) -> Plan:
     range (what verifying the original reads)."""
     if plan.original is None:
         return plan
-    from repair.planning.build import make_plan
-
     plan = make_plan(plan.source, plan.recipe, localize(plan.original))
     packed = {n for m in plan.format.group_modules(plan.source.infos()) if m.is_quantized for n in m.tensors}
     fetch_tensors(source, plan.source, lambda t: t.name in packed)
@@ -147,8 +150,6 @@ def _with_original(plan: Plan, source: RemoteSource) -> Plan:
 
 def _hashes(plan: Plan, source: RemoteSource, work: Path, streamed: stream.Streamed) -> dict:
     """{file: {source, output}} for every output file, as execute() records them."""
-    from repair.io.hashing import sha256_file
-
     hashes = dict(streamed.hashes)
     for step in plan.shards:
         if step.op == ShardOp.COPY_FILE:
@@ -164,8 +165,6 @@ def _hashes(plan: Plan, source: RemoteSource, work: Path, streamed: stream.Strea
 
 
 def _digest(source: RemoteSource, name: str, work: Path) -> str:
-    from repair.io.hashing import sha256_file
-
     remote = source.repo.files[name]
     return remote.sha256 if remote.is_lfs else sha256_file(stream.small_file(source, name, work))
 
@@ -186,9 +185,6 @@ def _report(plan: Plan, hashes: dict, options: dict, sections: Sections) -> byte
 
 
 def _facts(plan: Plan, repo, fid: str, target, before, after, summary) -> card.RepairFacts:
-    from repair.doctor.text import diagnosis_text
-    from repair.planning.text import plan_as_text
-
     return card.RepairFacts(
         source_repo=repo.repo, source_sha=repo.sha, asked=summary["source"]["revision"], endpoint=client.endpoint(),
         recipe=plan.recipe.as_dict(), fix_id=fid, target=target.spec, before=diagnosis_text(before, strict=True),
@@ -217,8 +213,6 @@ def _summary(plan: Plan) -> str:
 
 
 def _say_state(say, plan, repo, dst, fork, fork_done, pr, existing_pr, title) -> None:
-    from repair.planning.text import plan_as_text
-
     say(plan_as_text(plan))
     changed = [s.name for s in plan.shards if s.op == ShardOp.REWRITE]
     say(f"changed shards (the only shards downloaded): {', '.join(changed) or 'none'}; "
@@ -233,15 +227,11 @@ def _say_state(say, plan, repo, dst, fork, fork_done, pr, existing_pr, title) ->
 
 
 def _relabel(text: str, work: Path) -> str:
-    import re
-
     mirror = re.escape(str(work)) + r"/(?:src|orig)/([^/\s]+?)--([^/\s]+)/([0-9a-f]{40})"
     return re.sub(mirror, r"\1/\2@\3", text)
 
 
 def _plan_json(plan: Plan) -> dict:
-    from repair.planning.text import plan_as_json
-
     return plan_as_json(plan)
 
 
@@ -265,6 +255,4 @@ def _delete(name: str):
 
 
 def _sha(data: bytes) -> str:
-    import hashlib
-
     return hashlib.sha256(data).hexdigest()

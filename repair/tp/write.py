@@ -24,6 +24,7 @@ from repair.io.atomic import build_atomically, check_files, check_header, check_
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.names import path_text
+from repair.io.ranges import read_bytes
 from repair.io.safetensors import TensorInfo, read_header
 from repair.io.shard_writer import OutTensor, ShardWriter, encode_header
 from repair.execute.report import REPORT_NAME, Sections, TpRecord, build_report, input_sections, recipe_options
@@ -187,9 +188,8 @@ class _Slicer:
         out = nvfp4.dequantize(p, s, g, tensors.TORCH_DTYPE[step.out.dtype], divisor=self.divisor)
         return out[:, lo - a0: hi - a0] if dim == 1 else out
 
-def _read_all(path: Path, info: TensorInfo) -> bytearray:
-    from repair.io.ranges import read_bytes
 
+def _read_all(path: Path, info: TensorInfo) -> bytearray:
     return read_bytes(path, info)
 
 
