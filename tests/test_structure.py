@@ -340,3 +340,17 @@ def test_the_walker_sees_what_it_checks():
     planted = ast.parse("import x\nif TYPE_CHECKING:\n    import y\nclass K:\n    def f(self):\n        import z\n")
     seen = {node.names[0].name: (in_function, type_only) for node, in_function, type_only in _walk(planted, False, False)}
     assert seen == {"x": (False, False), "y": (False, True), "z": (True, False)}
+
+
+def test_architecture_doc_names_real_files():
+    """docs/ARCHITECTURE.md is drawn from the code: every repair/, tests/, tools/ or recipes/ path it names exists,
+    and its table of where each kind of change goes names the registries that really hold those rows."""
+    doc = (REPO / "docs" / "ARCHITECTURE.md").read_text()
+    paths = set(re.findall(r"`((?:repair|tests|tools|recipes)/[\w./-]*\w)`", doc))
+    missing = sorted(p for p in paths if "<" not in p and not (REPO / p).exists())
+    assert not missing, f"docs/ARCHITECTURE.md names files that do not exist: {missing}"
+    registries = {"PROFILES": "repair/targets/profiles.py", "ARCHITECTURES": "repair/arch/__init__.py",
+                  "FORMATS": "repair/formats/__init__.py", "class Action": "repair/planning/recipe.py",
+                  "match step": "repair/execute/compute.py"}
+    for symbol, path in registries.items():
+        assert symbol in (REPO / path).read_text(), f"{path} no longer holds {symbol}; redraw the table in docs/ARCHITECTURE.md"
