@@ -20,7 +20,7 @@ from repair.formats.modules import StoredModule
 from repair.planning import check as plan_check
 from repair.planning.model import Copy, ModuleChange, Plan, ShardOp, ShardStep, TensorRef, TensorStep
 from repair.planning.modules import fused_group, module_change
-from repair.planning.recipe import ACTIONS, Action, Recipe
+from repair.planning.recipe import ACTIONS, DEFAULT, Action, Recipe
 
 __all__ = ["assign_actions", "make_plan", "select"]
 
@@ -45,10 +45,20 @@ def assign_actions(modules: list[StoredModule], recipe: Recipe, where: str) -> d
         hits = select(weighted, patterns)
         derived = recipe.from_target and action in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)  # a target adds only these (may match nothing)
         if patterns and not hits and not derived and action != Action.KEEP:
+            if recipe == DEFAULT:
+                raise UsageError(_not_the_default_model(where, modules))
             raise UsageError(f"{where}: no module matches {', '.join(patterns)} ({action}); run `ckpt-repair inspect` to see the module names")
         for m in hits:
             actions.setdefault(m.name, action)
     return {name: a for name, a in actions.items() if a != Action.KEEP}
+
+
+def _not_the_default_model(where: str, modules: list[StoredModule]) -> str:
+    """The default recipe is the Gemma 4 assistant's; on any other checkpoint, say so and what to use instead."""
+    quantized = any(m.is_quantized for m in modules)
+    instead = "--target vllm==X.Y.Z or --target bf16, or --recipe modelopt-dequantize-mlp" if quantized else "--target or --recipe"
+    return (f"{where}: no recipe given, and the default repair is the Gemma 4 assistant's handshake fix (dequantize "
+            f"{', '.join(DEFAULT.dequantize)}), which this checkpoint does not have; use {instead} (see `ckpt-repair recipes`)")
 
 
 def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = None) -> Plan:
