@@ -68,7 +68,7 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     by_name = {m.name: m for m in modules}
     declaration = fmt.read_declaration(ckpt)
     actions = _with_fused_siblings(assign_actions(modules, recipe, str(ckpt.root)), by_name)
-    _check_supported(ckpt, fmt, actions, original)
+    _check_supported(ckpt, fmt, actions, original, recipe, by_name)
     changes = [c for name, a in sorted(actions.items()) if (c := module_change(by_name[name], a, ckpt, original, recipe, by_name, fmt))]
     shards, emptied = _shard_steps(ckpt, changes)
     config, hf_quant, added = _config_edits(ckpt, fmt, declaration, recipe, actions)
@@ -80,11 +80,16 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     return plan
 
 
-def _check_supported(ckpt: Checkpoint, fmt: Format, actions: dict[str, Action], original: Checkpoint | None) -> None:
+def _check_supported(ckpt: Checkpoint, fmt: Format, actions: dict[str, Action], original: Checkpoint | None, recipe: Recipe,
+                     modules: dict[str, StoredModule]) -> None:
     """Refuse, before anything is read, what the recipe needs but the source's format cannot do."""
     needs_original = any(a in (Action.TAKE_ORIGINAL, Action.REQUANTIZE) for a in actions.values())
     if original is None and needs_original:
         raise UsageError(f"{ckpt.root}: the recipe takes or requantizes modules from the original model; pass --original ORIG")
+    left = [m.name for m in modules.values() if m.is_quantized and actions.get(m.name) not in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL, Action.DROP)]
+    if recipe.drop_quantization and left:
+        raise UsageError(f"{ckpt.root}: the recipe drops the quantization config but leaves {len(left)} module(s) packed ({left[0]}, ...), "
+                         "which would then load as garbage or not at all; use a recipe for this model (see `ckpt-repair recipes`) or --target")
     for operation, used in (("requantize", Action.REQUANTIZE in actions.values()), ("original", original is not None)):
         reason = fmt.unsupported(operation) if used else None
         if reason:
