@@ -45,7 +45,7 @@ def fix(src: Path, out: Path, overwrite: bool, tp: int | None, **values) -> None
         say(as_json, *fix_tp(plan, out, tp, dry_run=dry_run, overwrite=overwrite, progress=progress, force=force))
         return
     if plan.is_noop:
-        say(as_json, {"status": "noop", "plan": plan_as_json(plan)}, f"{src}: nothing to repair; it is already fixed. Nothing written.")
+        say(as_json, {"status": "noop", "plan": plan_as_json(plan)}, _noop_text(src, plan))
         return
     check_output(src, out, overwrite, original)
     if dry_run:
@@ -54,6 +54,13 @@ def fix(src: Path, out: Path, overwrite: bool, tp: int | None, **values) -> None
     plan = localize_plan(plan)  # a Hub SRC / --original is downloaded (huggingface_hub's cache) to write a local OUT
     result = api.run(plan, out, overwrite=overwrite, progress=progress, force=force)
     say(as_json, {"status": "written", "out": str(result.out), "plan": plan_as_json(plan), "report": result.report}, _summary(plan, result))
+
+
+def _noop_text(src: Path, plan) -> str:
+    target = plan.recipe.from_target
+    if target:
+        return f"{src}: nothing to fix for {target}: doctor's checks for it find nothing a repair would change. Nothing written."
+    return f"{src}: nothing to repair; it is already fixed. Nothing written."
 
 
 def _summary(plan, result) -> str:

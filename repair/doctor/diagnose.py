@@ -39,6 +39,10 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
         outcomes = vllm_loader.simulate(order, specs, precision, target, tp, fmt.RUNTIME_LEAVES, kinds=family.layer_kinds)
         first = _first_error_per_rank(outcomes)
         findings += _load_findings(outcomes, modules, specs, precision, target, declaration)
+    if target.profile.runtime == "vllm" and not specs and not declaration.quantized:
+        stop = _unquantized_stop(ckpt, modules)
+        first = (stop,) if stop else ()
+        findings += _unquantized_stop_findings(stop, modules)
     if target.profile.runtime == "bf16":
         findings += _bf16_findings(ckpt, modules)
     findings += _handshake_findings(modules, precision, target, family)
@@ -46,7 +50,44 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     findings += health_findings(ckpt, modules, precision, fmt.GLOBAL_SCALE_IS_DIVISOR)
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
-    return Diagnosis(target, tp, tuple(findings), first, precision, bits)
+    simulated = target.profile.runtime == "vllm" and bool(specs)
+    return Diagnosis(target, tp, tuple(findings), first, precision, bits, architecture_name(ckpt.config), simulated)
+
+
+def architecture_name(config: dict | None) -> str:
+    """The model class config.json names (else its model_type), as messages show it."""
+    listed = (config or {}).get("architectures")
+    if isinstance(listed, list) and listed and isinstance(listed[0], str):
+        return listed[0]
+    return str((config or {}).get("model_type") or "this model")
+
+
+def _unquantized_stop(ckpt: Checkpoint, modules: dict[str, StoredModule]) -> vllm_loader.Outcome | None:
+    """Packed tensors and no quantization config: vLLM builds every linear unquantized (a BF16 `weight` parameter
+    only) and stops at the first tensor of a packed module it meets in load order: a scale names a parameter that
+    does not exist; a packed weight is half as wide as the parameter it is loaded into."""
+    owner = {t: m for m in modules.values() if m.is_quantized for t in m.tensors}
+    located = ckpt.locate()
+    order = sorted(owner, key=lambda t: (located[t][0].path.name, t))
+    if not order:
+        return None
+    tensor, module = order[0], owner[order[0]]
+    if tensor != module.tensor("weight"):
+        name = tensor.removeprefix("model.")  # the name vLLM's inner model sees (its loader descends into `model`)
+        return vllm_loader.Outcome(tensor, 0, "error", f"ValueError: There is no module or parameter named {name!r}")
+    info = located[tensor][1]
+    return vllm_loader.Outcome(tensor, 0, "error", f"a shape error: the stored {info.dtype} {list(info.shape)} does not fit the "
+                                                   f"BF16 {list(module.logical_shape)} weight vLLM allocates")
+
+
+def _unquantized_stop_findings(stop: vllm_loader.Outcome | None, modules: dict[str, StoredModule]) -> list[Finding]:
+    if stop is None:
+        return []
+    module = next(m.name for m in modules.values() if stop.tensor in m.tensors)
+    return [Finding(Severity.ERROR, Kind.LOAD_ERROR, module,
+                    f"{module}: stored packed NVFP4 but the config declares no quantization, so vLLM builds every linear "
+                    f"unquantized and stops at {stop.tensor} (restore the quantization "
+                    "config, or dequantize the packed modules)", stop.error if stop.error.startswith("ValueError") else None, (0,))]
 
 
 def _degree_findings(specs, precision, config, tp: int) -> list[Finding]:

@@ -59,6 +59,8 @@ class Diagnosis:
     first_errors: tuple[Outcome, ...]  # per failing rank, the tensor the runtime stops on
     runtime_precision: dict[str, str]
     bits_per_parameter: float
+    architecture: str = "this model"  # config.json's `architectures` entry (else model_type), as messages name it
+    simulated: bool = False  # the target's loader was simulated (the architecture has a loader profile)
 
     def exit_code(self, strict: bool = False) -> int:
         bad = {Severity.ERROR, Severity.WARNING} if strict else {Severity.ERROR}

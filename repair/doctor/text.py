@@ -12,6 +12,8 @@ def diagnosis_json(d: Diagnosis, strict: bool = False) -> dict:
         "tp": d.tp,
         "exit_code": d.exit_code(strict),
         "bits_per_parameter": round(d.bits_per_parameter, 4),
+        "architecture": d.architecture,
+        "checked": checked(d),
         "runtime_stops_at": [{"rank": o.rank, "tensor": o.tensor, "error": o.error} for o in d.first_errors],
         "findings": [
             {"severity": f.severity, "code": f.code, "subject": f.subject, "message": f.message,
@@ -34,6 +36,17 @@ def diagnosis_text(d: Diagnosis, strict: bool = False) -> str:
             ranks = f" (rank {', '.join(map(str, f.ranks))})" if d.tp > 1 else ""
             lines.append(f"    runtime error{ranks}: {f.runtime_error}")
     lines.append(f"bits per parameter: {d.bits_per_parameter:.3f}")
+    lines.append(checked(d))
     if not errors and not (strict and warnings):
-        lines.append("healthy for this target" + (" (warnings ignored; --strict counts them)" if warnings else ""))
+        verdict = "healthy for this target" if d.simulated or d.target.profile.runtime != "vllm" else "no problems found by these checks"
+        lines.append(verdict + (" (warnings ignored; --strict counts them)" if warnings else ""))
     return "\n".join(lines)
+
+
+def checked(d: Diagnosis) -> str:
+    """What doctor checked: the loader simulation only where it has a loader profile for the architecture."""
+    if d.target.profile.runtime != "vllm":
+        return f"checked: every tensor and config file against a plain {d.target.spec} checkpoint, format health"
+    if d.simulated:
+        return f"checked: {d.target.spec}'s loader simulated for {d.architecture}, format health, config consistency and exclusions"
+    return f"no loader profile for {d.architecture}: checked format health, config consistency and exclusions only"

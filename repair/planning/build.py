@@ -20,7 +20,7 @@ from repair.formats.modules import StoredModule
 from repair.planning import check as plan_check
 from repair.planning.model import Copy, ModuleChange, Plan, ShardOp, ShardStep, TensorRef, TensorStep
 from repair.planning.modules import fused_group, module_change
-from repair.planning.recipe import ACTIONS, Action, Recipe
+from repair.planning.recipe import ACTIONS, DEFAULT, Action, Recipe
 
 __all__ = ["assign_actions", "make_plan", "select"]
 
@@ -45,10 +45,20 @@ def assign_actions(modules: list[StoredModule], recipe: Recipe, where: str) -> d
         hits = select(weighted, patterns)
         derived = recipe.from_target and action in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)  # a target adds only these (may match nothing)
         if patterns and not hits and not derived and action != Action.KEEP:
+            if recipe == DEFAULT:
+                raise UsageError(_not_the_default_model(where, modules))
             raise UsageError(f"{where}: no module matches {', '.join(patterns)} ({action}); run `ckpt-repair inspect` to see the module names")
         for m in hits:
             actions.setdefault(m.name, action)
     return {name: a for name, a in actions.items() if a != Action.KEEP}
+
+
+def _not_the_default_model(where: str, modules: list[StoredModule]) -> str:
+    """The default recipe is the Gemma 4 assistant's; on any other checkpoint, say so and what to use instead."""
+    quantized = any(m.is_quantized for m in modules)
+    instead = "--target vllm==X.Y.Z or --target bf16, or --recipe modelopt-dequantize-mlp" if quantized else "--target or --recipe"
+    return (f"{where}: no recipe given, and the default repair is the Gemma 4 assistant's handshake fix (dequantize "
+            f"{', '.join(DEFAULT.dequantize)}), which this checkpoint does not have; use {instead} (see `ckpt-repair recipes`)")
 
 
 def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = None) -> Plan:
@@ -58,7 +68,7 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     by_name = {m.name: m for m in modules}
     declaration = fmt.read_declaration(ckpt)
     actions = _with_fused_siblings(assign_actions(modules, recipe, str(ckpt.root)), by_name)
-    _check_supported(ckpt, fmt, actions, original)
+    _check_supported(ckpt, fmt, actions, original, recipe, by_name)
     changes = [c for name, a in sorted(actions.items()) if (c := module_change(by_name[name], a, ckpt, original, recipe, by_name, fmt))]
     shards, emptied = _shard_steps(ckpt, changes)
     config, hf_quant, added = _config_edits(ckpt, fmt, declaration, recipe, actions)
@@ -70,11 +80,16 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     return plan
 
 
-def _check_supported(ckpt: Checkpoint, fmt: Format, actions: dict[str, Action], original: Checkpoint | None) -> None:
+def _check_supported(ckpt: Checkpoint, fmt: Format, actions: dict[str, Action], original: Checkpoint | None, recipe: Recipe,
+                     modules: dict[str, StoredModule]) -> None:
     """Refuse, before anything is read, what the recipe needs but the source's format cannot do."""
     needs_original = any(a in (Action.TAKE_ORIGINAL, Action.REQUANTIZE) for a in actions.values())
     if original is None and needs_original:
         raise UsageError(f"{ckpt.root}: the recipe takes or requantizes modules from the original model; pass --original ORIG")
+    left = [m.name for m in modules.values() if m.is_quantized and actions.get(m.name) not in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL, Action.DROP)]
+    if recipe.drop_quantization and left:
+        raise UsageError(f"{ckpt.root}: the recipe drops the quantization config but leaves {len(left)} module(s) packed ({left[0]}, ...), "
+                         "which would then load as garbage or not at all; use a recipe for this model (see `ckpt-repair recipes`) or --target")
     for operation, used in (("requantize", Action.REQUANTIZE in actions.values()), ("original", original is not None)):
         reason = fmt.unsupported(operation) if used else None
         if reason:

@@ -1,28 +1,36 @@
 """`fix --target T`: the smallest recipe after which `doctor --target T --strict` is clean.
 
-For runtimes that build every drafter linear in BF16 (vLLM 0.21-0.24) and for `bf16`, that is
-dequantizing every packed module and dropping the quantization config. For runtimes that
-follow the draft's own config (vLLM >= 0.25) it is the handshake repair plus whatever the
-config contradicts: packed modules it excludes are dequantized, BF16 modules it declares
-quantized are excluded, leftover scales of BF16 modules are dropped.
+For `bf16`, and for runtimes that build every drafter linear in BF16 (vLLM 0.21-0.24, on an
+architecture with a loader profile), that is dequantizing every packed module and dropping the
+quantization config. For runtimes that follow the checkpoint's own config (vLLM >= 0.25) it is
+the handshake repair plus whatever the config contradicts: packed modules it excludes are
+dequantized, BF16 modules it declares quantized are excluded, leftover scales of BF16 modules are
+dropped. Without a loader profile nothing is simulated, so the plan is exactly what doctor's
+checks contradict: on a checkpoint they find clean it changes nothing.
 """
 
 from __future__ import annotations
 
 from repair import arch, formats
+from repair.doctor.diagnose import diagnose
+from repair.doctor.findings import Kind
 from repair.io.checkpoint import Checkpoint
 from repair.planning.recipe import Recipe
 from repair.targets.precision import runtime_precision
 from repair.targets.profiles import Target
 
+FIXED_BY_DEQUANTIZING = (Kind.CONFIG_CONTRADICTION, Kind.LOAD_ERROR)  # a module the config and the storage disagree on
+
 
 def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
     fmt = formats.detect(ckpt)
     modules = [m for m in fmt.group_modules(ckpt.infos()) if m.tensor("weight")]
-    if target.wants_all_bf16:
-        return Recipe(dequantize=tuple(m.name for m in modules if m.is_quantized), drop_quantization=True, from_target=target.spec)
-    family = arch.architecture(ckpt.config)
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
+    if target.profile.runtime == "bf16" or (target.wants_all_bf16 and specs):
+        return Recipe(dequantize=tuple(m.name for m in modules if m.is_quantized), drop_quantization=True, from_target=target.spec)
+    if not specs:
+        return Recipe(dequantize=_contradicted(ckpt, target, {m.name for m in modules}), from_target=target.spec)
+    family = arch.architecture(ckpt.config)
     precision = runtime_precision(specs, fmt.read_declaration(ckpt), target, family)
     chosen = []
     for m in modules:
@@ -36,3 +44,10 @@ def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
         elif not m.is_quantized and linear and (built == "nvfp4" or len(m.tensors) > 1):
             chosen.append(m.name)
     return Recipe(dequantize=tuple(chosen), from_target=target.spec)
+
+
+def _contradicted(ckpt: Checkpoint, target: Target, names: set[str]) -> tuple[str, ...]:
+    """Modules doctor finds stored against the config (no loader profile: its checks are the whole truth we have).
+    Dequantizing one makes it BF16 and excluded, which settles either side of the disagreement."""
+    findings = diagnose(ckpt, target).findings
+    return tuple(sorted({f.subject for f in findings if f.code in FIXED_BY_DEQUANTIZING and f.subject in names}))

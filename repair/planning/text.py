@@ -36,6 +36,8 @@ def _removed_shards(plan: Plan) -> list[str]:
 
 def plan_as_text(plan: Plan) -> str:
     lines = [f"plan for {plan.source.root}:"]
+    if plan.changes:
+        lines.append(f"  {_recipe_label(plan)} changes {_counts(plan.changes)}")
     for c in plan.changes:
         lines.append(f"  {c.module}: {_change_text(c)}")
     if plan.recipe.drop_quantization:
@@ -54,6 +56,21 @@ def plan_as_text(plan: Plan) -> str:
     if nested:
         lines.append(f"  copied byte for byte, not checked or repaired (only top-level shards are the checkpoint): {', '.join(nested)}")
     return "\n".join(lines)
+
+
+def _recipe_label(plan: Plan) -> str:
+    recipe = plan.recipe
+    if recipe.from_target:
+        return f"--target {recipe.from_target}" + (f" (with recipe {recipe.name})" if recipe.name != "default" else "")
+    return f"recipe {recipe.name}"
+
+
+def _counts(changes: tuple[ModuleChange, ...]) -> str:
+    """How many modules each action touches, e.g. "12 module(s): dequantize 10, drop-leftover-scales 2"."""
+    counts: dict[str, int] = {}
+    for c in changes:
+        counts[c.action] = counts.get(c.action, 0) + 1
+    return f"{len(changes)} module(s): " + ", ".join(f"{action} {n}" for action, n in counts.items())
 
 
 def configs_aligned(plan: Plan) -> bool:

@@ -239,18 +239,15 @@ def test_inspect_precision_is_what_vllm_built(loaded, folders, model):
 
 
 @pytest.mark.parametrize("model", MODELS)
-@pytest.mark.xfail(strict=True, reason="issue 18 item 6: doctor has no loader profile for this architecture, yet prints "
-                   "'healthy for this target' without saying it simulated nothing")
 def test_doctor_says_it_has_no_loader_profile(folders, model):
     out = ckpt_repair("doctor", folders[model], "--target", TARGET).stdout
     assert f"no loader profile for {ARCH[model]}: checked format health, config consistency and exclusions only" in out
     assert "healthy for this target" not in out
 
 
-@pytest.mark.xfail(strict=True, reason="doctor reports packed NVFP4 tensors with no quantization config as warnings "
-                   "(exit 0, runtime_stops_at []) while vLLM 0.32 refuses the checkpoint (ValueError: no parameter "
-                   "named ...input_scale)")
 def test_doctor_predicts_the_stop_without_quant_config(loaded, folders):
     assert not loaded["llama-no-quant-config"]["ok"]
     report = doctor_json(folders["llama-no-quant-config"], TARGET)
+    vllm_says = "ValueError: " + loaded["llama-no-quant-config"]["error"].split(" in LlamaModel.")[0]
+    assert [stop["error"] for stop in report["runtime_stops_at"]] == [vllm_says], report  # the stop, as vLLM words it
     assert report["exit_code"] == 1 and any(f["severity"] == "error" for f in report["findings"]), report
