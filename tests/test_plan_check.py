@@ -190,3 +190,19 @@ def test_unshard_checks_the_manifest_layout_before_writing(capsys, src, tmp_path
     code, _, err = run_captured(capsys, "unshard", tmp_path / "tp", "-o", tmp_path / "back")
     assert code == 2 and err.count("\n") == 1 and said in err and "re-run `fix --tp`" in err, err
     assert not (tmp_path / "back").exists() and not (tmp_path / "outside.safetensors").exists()
+
+
+@pytest.mark.parametrize("real_format", ["modelopt-nvfp4", "compressed-tensors"])
+def test_a_plan_holding_another_format_than_its_source_is_refused(tmp_path, real_format):
+    """The format decides whether the global scale multiplies or divides: a Plan whose `format` is not its
+    source's (built by hand with the default, or edited) would write wrongly scaled weights without a word."""
+    from repair.formats import FORMATS
+    from tools.real_fixture import write_real_model
+
+    src = write_assistant(tmp_path / "src", TINY) if real_format == "modelopt-nvfp4" else write_real_model(tmp_path / "src", "ct-llama-dense")
+    plan = repair.plan(src, "modelopt-dequantize-mlp" if real_format == "compressed-tensors" else repair.planning.recipe.DEFAULT)
+    assert plan.format.NAME == real_format and plan.changes
+    other = next(f for f in FORMATS if f is not plan.format)
+    with pytest.raises(InternalError, match=f"the plan holds format {other.NAME} but its source is stored as {real_format}"):
+        repair.run(dataclasses.replace(plan, format=other), tmp_path / "out")
+    assert not (tmp_path / "out").exists()

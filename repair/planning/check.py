@@ -11,6 +11,7 @@ the rank files' name, which is TP's).
 from __future__ import annotations
 
 from repair.errors import InternalError
+from repair.formats import detect
 from repair.io.checkpoint import HF_QUANT_CONFIG
 from repair.io.names import plain_name
 from repair.io.dtypes import nbytes
@@ -22,6 +23,7 @@ CHECK = "the plan check"
 
 def check_plan(plan: Plan) -> None:
     """Raise InternalError naming the first thing in `plan` the writer would refuse or get wrong."""
+    _check_format(plan)
     _check_files(plan)
     placed = _placed_tensors(plan)
     _check_tensor_set(plan, placed)
@@ -33,6 +35,13 @@ def check_plan(plan: Plan) -> None:
 
 def failed(detail: str) -> InternalError:
     return InternalError(CHECK, detail)
+
+
+def _check_format(plan: Plan) -> None:
+    """The plan's format is its source's: it decides whether a global scale multiplies or divides."""
+    stored = detect(plan.source)
+    if plan.format is not stored:
+        raise failed(f"the plan holds format {plan.format.NAME} but its source is stored as {stored.NAME}")
 
 
 def _check_files(plan: Plan) -> None:
