@@ -206,3 +206,31 @@ def test_a_plan_holding_another_format_than_its_source_is_refused(tmp_path, real
     with pytest.raises(InternalError, match=f"the plan holds format {other.NAME} but its source is stored as {real_format}"):
         repair.run(dataclasses.replace(plan, format=other), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def _as_cast(t):
+    return repair.planning.model.Cast(t.out, t.inputs[:1], t.source, t.module)
+
+
+def _scales_swapped(t):
+    return dataclasses.replace(t, inputs=(t.inputs[0], t.inputs[2], t.inputs[1]))
+
+
+def _as_requantize(t):
+    return repair.planning.model.Requantize(t.out, t.inputs[:1], t.source, t.module, role="weight")
+
+
+@pytest.mark.parametrize("edit", [_as_cast, _scales_swapped, _as_requantize])
+def test_a_computed_step_whose_inputs_cannot_make_its_output_is_refused(src, tmp_path, edit):
+    """A hand-edited step of the wrong type or with its inputs out of order: refused by the plan check (exit 3) before
+    anything is read, not written as garbage nor stopped by a bare AssertionError half-way through a shard."""
+    import repair.planning.model
+
+    plan = repair.plan(src)
+    shards = list(plan.shards)
+    i = next(k for k, s in enumerate(shards) if s.op == "rewrite")
+    edited = tuple(edit(t) if t.op == "dequantize" else t for t in shards[i].tensors)
+    shards[i] = dataclasses.replace(shards[i], tensors=edited)
+    with pytest.raises(InternalError, match="the plan check failed: .* cannot be made from"):
+        repair.run(dataclasses.replace(plan, shards=tuple(shards)), tmp_path / "out")
+    assert not (tmp_path / "out").exists()

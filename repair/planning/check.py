@@ -16,7 +16,7 @@ from repair.io.checkpoint import HF_QUANT_CONFIG
 from repair.io.names import plain_name
 from repair.io.dtypes import nbytes
 from repair.io.output import REPORT_NAME
-from repair.planning.model import Copy, Plan, ShardOp, ShardStep, TensorStep
+from repair.planning.model import Cast, Copy, Dequantize, Plan, Requantize, ShardOp, ShardStep, TensorStep
 
 CHECK = "the plan check"
 
@@ -107,6 +107,27 @@ def _check_step(plan: Plan, step: ShardStep, sources: dict[str, dict]) -> None:
         info = found[t.inputs[0]]
         if isinstance(t, Copy) and (info.dtype, info.shape) != (t.out.dtype, t.out.shape):
             raise failed(f"{step.name}: {t.out.name} is a copy of {info.name} but planned with another dtype or shape")
+        if not _sizes_fit(t, [_count(found[n].shape) for n in t.inputs]):
+            raise failed(f"{step.name}: {t.out.name} ({t.op}) cannot be made from {', '.join(t.inputs)}: their sizes do not fit")
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    total = 1
+    for n in shape:
+        total *= n
+    return total
+
+
+def _sizes_fit(t: TensorStep, inputs: list[int]) -> bool:
+    """Element counts of a computed step's inputs against its output: NVFP4 packs 2 values a byte and one scale per 16."""
+    out = _count(t.out.shape)
+    if isinstance(t, Dequantize):
+        return len(inputs) == 3 and out == 2 * inputs[0] and out == 16 * inputs[1] and inputs[2] == 1
+    if isinstance(t, Cast):
+        return inputs == [out]
+    if isinstance(t, Requantize):
+        return {"weight": inputs[0] == 2 * out, "weight_scale": inputs[0] == 16 * out, "weight_scale_2": out == 1}.get(t.role, False)
+    return True
 
 
 def _check_index(plan: Plan, placed: dict[str, str]) -> None:
