@@ -190,3 +190,47 @@ def test_unshard_checks_the_manifest_layout_before_writing(capsys, src, tmp_path
     code, _, err = run_captured(capsys, "unshard", tmp_path / "tp", "-o", tmp_path / "back")
     assert code == 2 and err.count("\n") == 1 and said in err and "re-run `fix --tp`" in err, err
     assert not (tmp_path / "back").exists() and not (tmp_path / "outside.safetensors").exists()
+
+
+@pytest.mark.parametrize("real_format", ["modelopt-nvfp4", "compressed-tensors"])
+def test_a_plan_holding_another_format_than_its_source_is_refused(tmp_path, real_format):
+    """The format decides whether the global scale multiplies or divides: a Plan whose `format` is not its
+    source's (built by hand with the default, or edited) would write wrongly scaled weights without a word."""
+    from repair.formats import FORMATS
+    from tools.real_fixture import write_real_model
+
+    src = write_assistant(tmp_path / "src", TINY) if real_format == "modelopt-nvfp4" else write_real_model(tmp_path / "src", "ct-llama-dense")
+    plan = repair.plan(src, "modelopt-dequantize-mlp" if real_format == "compressed-tensors" else repair.planning.recipe.DEFAULT)
+    assert plan.format.NAME == real_format and plan.changes
+    other = next(f for f in FORMATS if f is not plan.format)
+    with pytest.raises(InternalError, match=f"the plan holds format {other.NAME} but its source is stored as {real_format}"):
+        repair.run(dataclasses.replace(plan, format=other), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def _as_cast(t):
+    return repair.planning.model.Cast(t.out, t.inputs[:1], t.source, t.module)
+
+
+def _scales_swapped(t):
+    return dataclasses.replace(t, inputs=(t.inputs[0], t.inputs[2], t.inputs[1]))
+
+
+def _as_requantize(t):
+    return repair.planning.model.Requantize(t.out, t.inputs[:1], t.source, t.module, role="weight")
+
+
+@pytest.mark.parametrize("edit", [_as_cast, _scales_swapped, _as_requantize])
+def test_a_computed_step_whose_inputs_cannot_make_its_output_is_refused(src, tmp_path, edit):
+    """A hand-edited step of the wrong type or with its inputs out of order: refused by the plan check (exit 3) before
+    anything is read, not written as garbage nor stopped by a bare AssertionError half-way through a shard."""
+    import repair.planning.model
+
+    plan = repair.plan(src)
+    shards = list(plan.shards)
+    i = next(k for k, s in enumerate(shards) if s.op == "rewrite")
+    edited = tuple(edit(t) if t.op == "dequantize" else t for t in shards[i].tensors)
+    shards[i] = dataclasses.replace(shards[i], tensors=edited)
+    with pytest.raises(InternalError, match="the plan check failed: .* cannot be made from"):
+        repair.run(dataclasses.replace(plan, shards=tuple(shards)), tmp_path / "out")
+    assert not (tmp_path / "out").exists()

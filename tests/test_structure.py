@@ -100,11 +100,29 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
+DYNAMIC = "<a module named at run time>"
+
+
+def _imported_by_call(node: ast.AST) -> str | None:
+    """The module `importlib.import_module(...)` or `__import__(...)` imports (DYNAMIC when not a literal), else None."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    func = node.func
+    if not ((isinstance(func, ast.Name) and func.id in ("__import__", "import_module"))
+            or (isinstance(func, ast.Attribute) and func.attr == "import_module")):
+        return None
+    arg = node.args[0]
+    return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else DYNAMIC
+
+
 def _walk(node: ast.AST, in_function: bool, type_only: bool):
     for child in ast.iter_child_nodes(node):
         if isinstance(child, (ast.Import, ast.ImportFrom)):
             yield child, in_function, type_only
             continue
+        called = _imported_by_call(child)
+        if called:  # an import by call is an import: it may not dodge the rules above
+            yield ast.Import(names=[ast.alias(name=called)], lineno=child.lineno), in_function, type_only
         func = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
         guarded = type_only or (isinstance(child, ast.If) and _is_type_checking(child))
         yield from _walk(child, func, guarded)
@@ -340,14 +358,41 @@ def test_the_walker_sees_what_it_checks():
     planted = ast.parse("import x\nif TYPE_CHECKING:\n    import y\nclass K:\n    def f(self):\n        import z\n")
     seen = {node.names[0].name: (in_function, type_only) for node, in_function, type_only in _walk(planted, False, False)}
     assert seen == {"x": (False, False), "y": (False, True), "z": (True, False)}
+    by_call = ast.parse("import importlib\ndef f(name):\n    importlib.import_module('repair.io.names')\n    __import__('repair.codec')\n"
+                        "    return importlib.import_module(name)\n")
+    seen = {node.names[0].name: in_function for node, in_function, _ in _walk(by_call, False, False)}
+    assert seen == {"importlib": False, "repair.io.names": True, "repair.codec": True, DYNAMIC: True}
+    doc = "| 1 | `io/` | headers (`safetensors.py`) |\nSRC --> Plan   execute/writer.py, compute.py\nsee `tp/manifest.py`\n`vllm_loader.py` alone"
+    assert doc_paths(doc) == {"repair/io/safetensors.py", "repair/execute/writer.py", "repair/execute/compute.py", "repair/tp/manifest.py"}
+
+
+def doc_paths(doc: str) -> set[str]:
+    """Every file a doc names, as a path from the repository: `repair/...`, `tests/...`, `tools/...`, `recipes/...`;
+    a path inside repair/ (`io/atomic.py`); and a bare `name.py` after one on the same line (`execute/writer.py,
+    compute.py`, or a layers-table row's `io/` ... `atomic.py`). Folder mentions (ending in /) are not files."""
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    found = set()
+    for line in doc.splitlines():
+        context = None  # the package a bare `name.py` is in, once the line has named one
+        for word in re.findall(r"[^\s`|,;:()\"']+", line):
+            path = word.rstrip(".")
+            first = path.split("/")[0]
+            if "<" in path:
+                continue
+            if "/" in path and first in packages:
+                path, context = f"repair/{path}", f"repair/{first}"
+            elif "/" not in path or first not in ("repair", "tests", "tools", "recipes"):
+                path = f"{context}/{path}" if context and re.fullmatch(r"\w+\.py", path) else ""
+            if path and not path.endswith("/"):
+                found.add(path)
+    return found
 
 
 def test_architecture_doc_names_real_files():
     """docs/ARCHITECTURE.md is drawn from the code: every repair/, tests/, tools/ or recipes/ path it names exists,
     and its table of where each kind of change goes names the registries that really hold those rows."""
     doc = (REPO / "docs" / "ARCHITECTURE.md").read_text()
-    paths = set(re.findall(r"`((?:repair|tests|tools|recipes)/[\w./-]*\w)`", doc))
-    missing = sorted(p for p in paths if "<" not in p and not (REPO / p).exists())
+    missing = sorted(p for p in doc_paths(doc) if not any(REPO.glob(p)))
     assert not missing, f"docs/ARCHITECTURE.md names files that do not exist: {missing}"
     registries = {"PROFILES": "repair/targets/profiles.py", "ARCHITECTURES": "repair/arch/__init__.py",
                   "FORMATS": "repair/formats/__init__.py", "class Action": "repair/planning/recipe.py",

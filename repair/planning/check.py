@@ -11,17 +11,19 @@ the rank files' name, which is TP's).
 from __future__ import annotations
 
 from repair.errors import InternalError
+from repair.formats import detect
 from repair.io.checkpoint import HF_QUANT_CONFIG
 from repair.io.names import plain_name
 from repair.io.dtypes import nbytes
 from repair.io.output import REPORT_NAME
-from repair.planning.model import Copy, Plan, ShardOp, ShardStep, TensorStep
+from repair.planning.model import Cast, Copy, Dequantize, Plan, Requantize, ShardOp, ShardStep, TensorStep
 
 CHECK = "the plan check"
 
 
 def check_plan(plan: Plan) -> None:
     """Raise InternalError naming the first thing in `plan` the writer would refuse or get wrong."""
+    _check_format(plan)
     _check_files(plan)
     placed = _placed_tensors(plan)
     _check_tensor_set(plan, placed)
@@ -33,6 +35,13 @@ def check_plan(plan: Plan) -> None:
 
 def failed(detail: str) -> InternalError:
     return InternalError(CHECK, detail)
+
+
+def _check_format(plan: Plan) -> None:
+    """The plan's format is its source's: it decides whether a global scale multiplies or divides."""
+    stored = detect(plan.source)
+    if plan.format is not stored:
+        raise failed(f"the plan holds format {plan.format.NAME} but its source is stored as {stored.NAME}")
 
 
 def _check_files(plan: Plan) -> None:
@@ -98,6 +107,27 @@ def _check_step(plan: Plan, step: ShardStep, sources: dict[str, dict]) -> None:
         info = found[t.inputs[0]]
         if isinstance(t, Copy) and (info.dtype, info.shape) != (t.out.dtype, t.out.shape):
             raise failed(f"{step.name}: {t.out.name} is a copy of {info.name} but planned with another dtype or shape")
+        if not _sizes_fit(t, [_count(found[n].shape) for n in t.inputs]):
+            raise failed(f"{step.name}: {t.out.name} ({t.op}) cannot be made from {', '.join(t.inputs)}: their sizes do not fit")
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    total = 1
+    for n in shape:
+        total *= n
+    return total
+
+
+def _sizes_fit(t: TensorStep, inputs: list[int]) -> bool:
+    """Element counts of a computed step's inputs against its output: NVFP4 packs 2 values a byte and one scale per 16."""
+    out = _count(t.out.shape)
+    if isinstance(t, Dequantize):
+        return len(inputs) == 3 and out == 2 * inputs[0] and out == 16 * inputs[1] and inputs[2] == 1
+    if isinstance(t, Cast):
+        return inputs == [out]
+    if isinstance(t, Requantize):
+        return {"weight": inputs[0] == 2 * out, "weight_scale": inputs[0] == 16 * out, "weight_scale_2": out == 1}.get(t.role, False)
+    return True
 
 
 def _check_index(plan: Plan, placed: dict[str, str]) -> None:
