@@ -56,7 +56,7 @@ def fused_findings(declaration: Declaration, modules: dict[str, StoredModule], f
         leaf = {s: s.rpartition(".")[2] for s in shards}
         excluded = [leaf[s] for s in shards if declaration.format.shard_excluded(family.runtime_name(s), declaration.exclusions)]
         findings.append(Finding(Severity.ERROR, Kind.FUSED_SHARDS, fused,
-                                f"{fused}: vLLM builds {' and '.join(leaf.values())} as one layer, but the config excludes "
+                                f"{fused}: vLLM builds {', '.join(list(leaf.values())[:-1])} and {list(leaf.values())[-1]} as one layer, but the config excludes "
                                 f"only {', '.join(excluded)}, so vLLM refuses the model while building it; exclude every "
                                 "shard by its exact name and dequantize the quantized ones, or exclude none", error))
     return findings
