@@ -106,8 +106,10 @@ REAL_MODELS: dict[str, RealModel] = {
                                bf16=r"^lm_head$", kv_fp8=True),
     # ModelOpt 0.33.0 MoE: per-expert experts.N.*_proj; every router mlp.gate and lm_head excluded by name
     "qwen3-30b-a3b": RealModel("qwen3-30b-a3b-nvfp4", "modelopt", "Qwen3MoeForCausalLM",
+                               # 48 decoder layers as published, so that its exclusions (every layer's router
+                               # by exact name) keep naming modules that exist
                                dict(_LLAMA, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
-                                    decoder_sparse_step=1, mlp_only_layers=[]),
+                                    decoder_sparse_step=1, mlp_only_layers=[], num_hidden_layers=48),
                                bf16=r"\.mlp\.gate$|^lm_head$", kv_fp8=True),
     # ModelOpt 0.27.0: attention by `model.layers.N.self_attn*`, routers, the MTP layer by `model.layers.61*`
     "deepseek-v3-0324": RealModel("deepseek-v3-0324-nvfp4", "modelopt", "DeepseekV3ForCausalLM", _DEEPSEEK,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from repair.arch.roles import GENERIC_ROLES, LLAMA_FUSED, UnquantizedRole
 from repair.formats.base import Covers, Declaration
 
 
@@ -56,6 +57,8 @@ class Architecture:
     expected_modules: Callable[[dict, str], dict[str, ModuleSpec]] | None = None  # None: no loader profile
     layer_kinds: dict[str, LayerKind] = field(default_factory=dict)  # ModuleSpec.role -> how vLLM builds it
     bf16_handshake: tuple[str, ...] = ()  # layers the family keeps in BF16 by design
+    unquantized_roles: tuple[UnquantizedRole, ...] = GENERIC_ROLES  # roles vLLM never quantizes (arch/roles.py)
+    fused_layers: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(LLAMA_FUSED))  # vLLM's packed_modules_mapping
 
     def matches(self, config: dict | None) -> bool:
         if not config:
@@ -63,6 +66,30 @@ class Architecture:
         listed = config.get("architectures")
         named = isinstance(listed, list) and any(a in self.architectures for a in listed)
         return named or config.get("model_type") in self.model_types
+
+    def unquantized_role(self, module: str, declaration: Declaration) -> UnquantizedRole | None:
+        """The role under which vLLM builds this checkpoint module unquantized whatever the config says, or None."""
+        return next((r for r in self.unquantized_roles if r.covers(module, declaration.format.NAME)), None)
+
+    def declared(self, module: str, declaration: Declaration) -> str:
+        """What the config declares for a weight-bearing layer, read as vLLM reads it: "quantized", "excluded",
+        or "-" (no quantization declared, or a role vLLM never quantizes)."""
+        if not declaration.quantized or self.unquantized_role(module, declaration) is not None:
+            return "-"
+        return "excluded" if declaration.excludes(self.runtime_name(module)) else "quantized"
+
+    def fused_groups(self, modules) -> list[tuple[str, tuple[str, ...]]]:
+        """(fused checkpoint-name layer, its stored shard modules) for every layer vLLM fuses from 2+ stored shards.
+        Routed experts are not among them: vLLM builds them as one expert layer with its own rule."""
+        names = set(modules)
+        out = []
+        for fused, shards in self.fused_layers.items():
+            parents = sorted({n[: -len(s)] for n in names for s in shards if n.endswith("." + s) and ".experts." not in n})
+            for parent in parents:
+                members = tuple(parent + s for s in shards if parent + s in names)
+                if len(members) > 1:
+                    out.append((parent + fused, members))
+        return out
 
     def exclusion_matcher(self, declaration: Declaration) -> Covers:
         """covers(exclusions, module): the format's rule, applied to the name the runtime gives the module."""

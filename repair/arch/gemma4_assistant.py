@@ -139,4 +139,5 @@ def _int(section: dict, key: str, where: str) -> int:
 
 GEMMA4_ASSISTANT = Architecture("Gemma 4 assistant", model_types=MODEL_TYPES, runtime_name=draft_prefix,
                                 exclusion_name=exclusion_name, expected_modules=expected_modules,
-                                layer_kinds=LAYER_KINDS, bf16_handshake=BF16_HANDSHAKE)
+                                layer_kinds=LAYER_KINDS, bf16_handshake=BF16_HANDSHAKE,
+                                fused_layers={})  # Gemma4MTP has no packed_modules_mapping: no fused-shard rule

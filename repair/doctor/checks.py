@@ -29,15 +29,36 @@ def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[st
                                 "vLLM reads config.json, TensorRT-LLM reads hf_quant_config.json"))
     for m in modules.values():
         linear = m.tensor("weight") and (specs[m.name].is_linear and specs[m.name].role != "embed" if m.name in specs else len(m.logical_shape) == 2)
-        if not linear:
+        role = family.unquantized_role(m.name, declaration)
+        if not linear or role is not None:
+            if m.is_quantized and role is not None:
+                findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name,
+                                        f"{m.name}: stored packed NVFP4, but it is a {role.name}: {role.why}; dequantize it"))
             continue
-        excluded = declaration.excludes(family.runtime_name(m.name))
+        excluded = family.declared(m.name, declaration) == "excluded"
         if m.is_quantized and not declaration.quantized:
             findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name, f"{m.name}: tensors are packed NVFP4 but the config declares no quantization"))
         elif m.is_quantized and excluded:
             findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name, f"{m.name}: the config excludes it but its tensors are packed NVFP4"))
         elif declaration.quantized and not m.is_quantized and not excluded:
             findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name, f"{m.name}: the config declares it quantized but it is stored {m.precision}"))
+    return findings
+
+
+def fused_findings(declaration: Declaration, modules: dict[str, StoredModule], family: Architecture) -> list[Finding]:
+    """Fused layers whose shards the config declares at different precisions: vLLM refuses to build the model."""
+    findings = []
+    for fused, shards in family.fused_groups(modules):
+        error = declaration.format.fused_refusal(family.runtime_name(fused), tuple(family.runtime_name(s) for s in shards),
+                                                 declaration.exclusions)
+        if error is None or not declaration.quantized:
+            continue
+        leaf = {s: s.rpartition(".")[2] for s in shards}
+        excluded = [leaf[s] for s in shards if declaration.format.shard_excluded(family.runtime_name(s), declaration.exclusions)]
+        findings.append(Finding(Severity.ERROR, Kind.FUSED_SHARDS, fused,
+                                f"{fused}: vLLM builds {', '.join(list(leaf.values())[:-1])} and {list(leaf.values())[-1]} as one layer, but the config excludes "
+                                f"only {', '.join(excluded)}, so vLLM refuses the model while building it; exclude every "
+                                "shard by its exact name and dequantize the quantized ones, or exclude none", error))
     return findings
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from repair import arch, formats
 from repair.arch import Architecture, ModuleSpec
-from repair.doctor.checks import config_findings, health_findings
+from repair.doctor.checks import config_findings, fused_findings, health_findings
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule, stored_bits
@@ -47,6 +47,7 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
         findings += _bf16_findings(ckpt, modules)
     findings += _handshake_findings(modules, precision, target, family)
     findings += config_findings(ckpt, declaration, modules, specs, family)
+    findings += fused_findings(declaration, modules, family) if target.profile.runtime == "vllm" else []
     findings += health_findings(ckpt, modules, precision, fmt.GLOBAL_SCALE_IS_DIVISOR)
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)

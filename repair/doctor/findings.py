@@ -30,6 +30,7 @@ class Kind(StrEnum):
     UNUSED_EXCLUSION = "unused-exclusion"
     CONFIGS_DISAGREE = "configs-disagree"
     CONFIG_CONTRADICTION = "config-contradiction"
+    FUSED_SHARDS = "fused-shards"
     SIBLINGS_SCALE_2 = "siblings-scale-2"
     MISSING_WEIGHT_SCALE = "missing-weight-scale"
     SCALE_SHAPE = "scale-shape"

@@ -48,9 +48,9 @@ def _declared(module: StoredModule, declaration: Declaration, expected: dict, fa
     """How the config declares a linear layer; "-" for everything quantization does not apply to."""
     spec = expected.get(module.name)
     linear = spec.is_linear if spec is not None else len(module.logical_shape) == 2
-    if not declaration.quantized or not module.tensor("weight") or not linear:
+    if not module.tensor("weight") or not linear:
         return "-"
-    return "excluded" if declaration.excludes(family.runtime_name(module.name)) else "quantized"
+    return family.declared(module.name, declaration)
 
 
 def as_json(result: Inspection) -> dict:

@@ -59,6 +59,7 @@ class Format(ABC):
     GLOBAL_SCALE_IS_DIVISOR: ClassVar[bool]
     RUNTIME_LEAVES: ClassVar[dict[str, str]]  # stored leaf name -> role, for the parameters vLLM allocates for a packed layer
     UNSUPPORTED: ClassVar[dict[str, str]] = {}  # operation ("requantize", "original", "tp") -> why it cannot run
+    FUSED_REFUSAL: ClassVar[str]  # vLLM's exact error when a fused layer's shards differ in precision ({prefix}: the fused layer)
 
     def __repr__(self) -> str:
         return f"<format {self.NAME}>"
@@ -75,11 +76,24 @@ class Format(ABC):
     def excludes(self, prefix: str, exclusions: tuple[str, ...] | list[str], targets: tuple[str, ...] | None) -> bool:
         """The format's exclusion rule as vLLM applies it to the layer at `prefix` (a runtime name)."""
     @abstractmethod
+    def shard_excluded(self, prefix: str, exclusions: tuple[str, ...] | list[str]) -> bool:
+        """The per-shard test vLLM applies to each shard of a fused layer (before any other rule)."""
+    @abstractmethod
     def exclusion_entry(self, module: str) -> str: ...
     @abstractmethod
     def with_exclusions(self, ckpt: Checkpoint, names: list[str], covers: Covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]: ...
     @abstractmethod
     def exclusion_lists(self, config: dict | None, hf_quant: dict | None) -> list[list[str]]: ...
+
+    def fused_refusal(self, fused: str, shards: tuple[str, ...], exclusions: tuple[str, ...] | list[str]) -> str | None:
+        """vLLM's error text when it refuses the fused layer `fused` (runtime names throughout), else None.
+
+        Both vLLM configs first test the fused name itself; only when it is not listed do they test each
+        shard, and shards that disagree stop the model build."""
+        if self.shard_excluded(fused, exclusions):
+            return None
+        decided = {self.shard_excluded(s, exclusions) for s in shards}
+        return self.FUSED_REFUSAL.format(prefix=fused) if len(decided) > 1 else None
 
     def without_quantization(self, ckpt: Checkpoint) -> dict | None:
         """config.json contents for a plain BF16 checkpoint (no quantization_config), whatever the format."""

@@ -123,6 +123,8 @@ class CompressedTensors(nvfp4_packed.PackedNvfp4):
     LEAVES = LEAVES
     RUNTIME_LEAVES = {leaf: role for role, leaf in LEAVES.items()}
     UNSUPPORTED = UNSUPPORTED
+    # vllm/model_executor/layers/quantization/compressed_tensors/utils.py should_ignore_layer (0.32)
+    FUSED_REFUSAL = "Found different quantization schemes for the shards of {prefix}. vLLM requires all to use the same scheme."
 
     def claims(self, ckpt: Checkpoint) -> bool:
         """config.json says compressed-tensors, or (no quantization config) the tensors are named `weight_packed`."""
@@ -134,6 +136,10 @@ class CompressedTensors(nvfp4_packed.PackedNvfp4):
     def excludes(self, prefix: str, exclusions: tuple[str, ...] | list[str], targets: tuple[str, ...] | None) -> bool:
         """vLLM's compressed-tensors rule: an ignore entry matches, or no config-group target names the layer."""
         return ct_is_excluded(prefix, exclusions, targets)
+
+    def shard_excluded(self, prefix: str, exclusions: tuple[str, ...] | list[str]) -> bool:
+        """find_matching_patterns: an ignore entry equal to the shard's name or `re:` matching it."""
+        return any(ct_entry_matches(prefix, entry) for entry in exclusions)
 
     read_declaration = staticmethod(read_declaration)
     exclusion_entry = staticmethod(exclusion_entry)

@@ -121,6 +121,9 @@ class ModelOptNvfp4(nvfp4_packed.PackedNvfp4):
     GLOBAL_SCALE_IS_DIVISOR = False  # value = fp4 * weight_scale * weight_scale_2
     LEAVES = LEAVES
     RUNTIME_LEAVES = {leaf: role for role, leaf in LEAVES.items()}
+    # vllm/model_executor/layers/quantization/utils/quant_utils.py is_layer_skipped (0.32)
+    FUSED_REFUSAL = ("Detected some but not all shards of {prefix} are quantized. All shards of fused layers "
+                     "to have the same precision.")
 
     def claims(self, ckpt: Checkpoint) -> bool:
         """The default format: any checkpoint no other format claims (plain BF16 ones included)."""
@@ -129,6 +132,10 @@ class ModelOptNvfp4(nvfp4_packed.PackedNvfp4):
     def excludes(self, prefix: str, exclusions: tuple[str, ...] | list[str], targets: tuple[str, ...] | None) -> bool:
         """vLLM's ModelOpt rule (exact, substring, fnmatch); ModelOpt has no config-group targets."""
         return is_excluded(prefix, exclusions)
+
+    def shard_excluded(self, prefix: str, exclusions: tuple[str, ...] | list[str]) -> bool:
+        """is_layer_skipped's "exact" mode, which ModelOpt's is_layer_excluded uses for fused layers."""
+        return prefix in exclusions
 
     def exclusion_entry(self, module: str) -> str:
         """vLLM's ModelOpt matching takes plain names (substring and fnmatch), so the entry is the name."""

@@ -37,14 +37,7 @@ COMPARED = [LLAMA_31, *(k for k in REAL_MODELS if k not in REFUSED)]
 
 # Fixtures on which today's `inspect` disagrees with vLLM (issue 18). strict: the fix turns these into XPASS
 # failures, and the entry must then be removed.
-_EMBED = ("model.embed_tokens: inspect 'quantized'; vLLM builds VocabParallelEmbedding with UnquantizedEmbeddingMethod "
-          "(ModelOpt get_quant_method returns None for non-Linear layers)")
-KNOWN_WRONG = {
-    LLAMA_31: _EMBED,
-    "llama-3.3-70b": _EMBED,
-    "qwen3-30b-a3b": _EMBED,
-    "gemma-4-31b-it": _EMBED.replace("model.embed_tokens", "model.language_model.embed_tokens"),
-}
+KNOWN_WRONG: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +106,13 @@ def test_vllm_refuses_deepseek_r1_fused_qkv_a_shards(vllm_decisions):
     assert not decided["ok"]
     assert decided["error_type"] == "ValueError"
     assert decided["error"].startswith("Detected some but not all shards of model.layers.0.self_attn.fused_qkv_a_proj")
+
+
+def test_doctor_predicts_vllms_refusal_of_deepseek_r1(folders, vllm_decisions):
+    """doctor names the fused layer vLLM stops on, with vLLM's own error text."""
+    decided = vllm_decisions["deepseek-r1"]
+    proc = subprocess.run([sys.executable, "-m", "repair", "doctor", "--target", "vllm==0.32.0", "--json", str(folders["deepseek-r1"])],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
+    assert proc.returncode == 1, proc.stderr
+    predicted = {f["runtime_error"] for f in json.loads(proc.stdout)["findings"] if f["code"] == "fused-shards"}
+    assert decided["error"] in predicted
