@@ -85,6 +85,9 @@ def folders(tmp_path_factory) -> dict[str, Path]:
         out[f"{model}-bf16"] = root / f"{model}-bf16"
         fixed = ckpt_repair("fix", out[model], "-o", out[f"{model}-bf16"], "--target", "bf16", "--quiet")
         assert fixed.returncode == 0, fixed.stderr
+        out[f"{model}-mlp"] = root / f"{model}-mlp"
+        fixed = ckpt_repair("fix", out[model], "-o", out[f"{model}-mlp"], "--recipe", "modelopt-dequantize-mlp", "--quiet")
+        assert fixed.returncode == 0, fixed.stderr
     stripped = out["llama-no-quant-config"] = root / "llama-no-quant-config"
     shutil.copytree(out["llama"], stripped)
     (stripped / "hf_quant_config.json").unlink()
@@ -199,6 +202,23 @@ def test_bf16_fix_loads_modelopt_dequantization(loaded, folders, model):
         {"UnquantizedEmbeddingMethod", "UnquantizedLinearMethod"} | \
         ({"UnquantizedFusedMoEMethod"} if model == "qwen3-moe" else set())
     assert all(v["dtype"] == "bfloat16" for k, v in result["params"].items() if not VLLM_OWN_PARAMS.search(k))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_mlp_recipe_output_loads_with_its_mlps_unquantized(loaded, folders, model):
+    """`fix --recipe modelopt-dequantize-mlp`: vLLM builds the dense MLPs or the whole expert set unquantized (the
+    exclusions fix wrote name every expert, which vLLM's fused-experts rule needs) and keeps attention NVFP4; doctor
+    predicts the load."""
+    result = loaded[f"{model}-mlp"]
+    assert result["ok"], result
+    methods = linear_methods(result)
+    for name, m in methods.items():
+        want = "ModelOptLinearMethod" if name.endswith(LINEARS) else \
+            "UnquantizedFusedMoEMethod" if name.endswith("experts") else "UnquantizedLinearMethod"
+        assert m["method"] == want, (name, m)
+    assert any(name.endswith("experts") for name in methods) == (model == "qwen3-moe")
+    report = doctor_json(folders[f"{model}-mlp"], TARGET)
+    assert report["runtime_stops_at"] == [] and report["exit_code"] == 0, report
 
 
 def test_export_without_its_quant_config_stops_vllm(loaded):
