@@ -8,9 +8,9 @@ from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
 from repair.io.ranges import RangeReader
 from repair.formats.modules import StoredModule
+from repair.formats.nvfp4_packed import SHARED_GLOBAL_SCALE
 from repair.formats.nvfp4_health import block_scale_stats, global_scale_problem, overflow_problem, read_f32_scalar
 
-FUSED_SIBLINGS = (("mlp.gate_proj", "mlp.up_proj"), ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
 
 
 def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[str, StoredModule], specs: dict[str, ModuleSpec],
@@ -134,7 +134,7 @@ def _f32_scalar(located_scale, read) -> tuple[float, str | None]:
 
 def _sibling_groups(names) -> list[list[str]]:
     groups = []
-    for siblings in FUSED_SIBLINGS:
+    for siblings in SHARED_GLOBAL_SCALE:
         parents = {n[: -len(s)] for n in names for s in siblings if n.endswith(s)}
         for parent in sorted(parents):
             members = [parent + s for s in siblings if parent + s in names]

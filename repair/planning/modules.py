@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from repair.errors import BadInput
 from repair.formats.base import Format
-from repair.formats.nvfp4_packed import BROKEN_EXPORT
+from repair.formats.nvfp4_packed import BROKEN_EXPORT, SHARED_GLOBAL_SCALE
 from repair.io.checkpoint import Checkpoint
 from repair.formats.modules import StoredModule
 from repair.planning.model import Cast, ChangeAction, Copy, Dequantize, ModuleChange, Requantize, TensorRef, TensorStep
 from repair.planning.recipe import Action, Recipe
 
-FUSED_GROUPS = (("mlp.gate_proj", "mlp.up_proj"), ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
 
 
 def module_change(m: StoredModule, action: Action, ckpt: Checkpoint, original: Checkpoint | None, recipe: Recipe,
@@ -72,7 +71,7 @@ def _original_step(m: StoredModule, original: Checkpoint, dtype: str) -> TensorS
 
 def fused_group(module: str, modules: dict[str, StoredModule]) -> list[str]:
     """The module's fused siblings that exist (itself first), which must share one weight_scale_2."""
-    for group in FUSED_GROUPS:
+    for group in SHARED_GLOBAL_SCALE:
         for member in group:
             if module.endswith("." + member):
                 base = module[: -len(member)]
