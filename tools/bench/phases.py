@@ -19,6 +19,7 @@ def main() -> None:
     src, out, result, *flags = sys.argv[1:]
     import repair.doctor.diagnose
     import repair.execute.writer as ex
+    import repair.io.atomic as atomic
     import repair.io.hashing as hashing
 
     spent: dict[str, float] = {}
@@ -43,7 +44,7 @@ def main() -> None:
     wrap(hashing.HashFollower, "finish", "  of which: waiting for the output's sha256")
     wrap(ex, "_self_check", "self-check of written headers")
     wrap(repair.doctor.diagnose, "diagnose", "doctor before/after (report)")
-    wrap(ex, "fsync_tree", "fsync of the output")
+    wrap(atomic, "fsync_tree", "fsync of the output")
     from repair.cli import main as cli
 
     try:
