@@ -26,7 +26,8 @@ from repair.formats import nvfp4_packed
 from repair.formats.base import Covers, Declaration
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 
-LEAVES = {"weight": "weight", "weight_scale": "weight_scale", "weight_scale_2": "weight_scale_2", "input_scale": "input_scale"}
+LEAVES = {"weight": "weight", "weight_scale": "weight_scale", "weight_scale_2": "weight_scale_2", "input_scale": "input_scale",
+          "pre_quant_scale": "pre_quant_scale"}  # pre_quant_scale: NVFP4_AWQ's per-input-channel scale
 BROKEN_EXPORT = nvfp4_packed.BROKEN_EXPORT
 
 
@@ -120,7 +121,7 @@ class ModelOptNvfp4(nvfp4_packed.PackedNvfp4):
     NAME = "modelopt-nvfp4"
     GLOBAL_SCALE_IS_DIVISOR = False  # value = fp4 * weight_scale * weight_scale_2
     LEAVES = LEAVES
-    RUNTIME_LEAVES = {leaf: role for role, leaf in LEAVES.items()}
+    RUNTIME_LEAVES = {leaf: role for role, leaf in LEAVES.items() if role != "pre_quant_scale"}  # vLLM's NVFP4 linear
     # vllm/model_executor/layers/quantization/utils/quant_utils.py is_layer_skipped (0.32)
     FUSED_REFUSAL = ("Detected some but not all shards of {prefix} are quantized. All shards of fused layers "
                      "to have the same precision.")

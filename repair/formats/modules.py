@@ -19,7 +19,7 @@ class StoredModule:
     """One module as stored: its precision, weight shapes and the tensors that belong to it."""
 
     name: str
-    precision: str  # "nvfp4" for a packed weight with block scales, else the weight's dtype in lower case
+    precision: str  # "nvfp4" (packed weight with block scales), "fp8" (float8 weight with a float32 scale), else the dtype in lower case
     stored_shape: tuple[int, ...]
     logical_shape: tuple[int, ...]  # the full-precision weight shape the packed bytes stand for
     roles: tuple[tuple[str, str], ...]  # (role, tensor name): "weight", "weight_scale", "weight_scale_2", ...
@@ -39,6 +39,21 @@ class StoredModule:
         return self.precision in QUANTIZED_PRECISIONS
 
     @property
+    def algorithm(self) -> str | None:
+        """The ModelOpt algorithm the stored tensors show (None when not quantized).
+
+        Read from the tensors, never the config: NVFP4 with an activation scale is "NVFP4", without
+        one "W4A16_NVFP4", with a per-input-channel `pre_quant_scale` "NVFP4_AWQ"; a float8 weight
+        with a per-tensor float32 scale is "FP8". Doctor compares this with the declared algorithm."""
+        if self.precision == "fp8":
+            return "FP8"
+        if self.precision != "nvfp4":
+            return None
+        if self.tensor("pre_quant_scale") is not None:
+            return "NVFP4_AWQ"
+        return "NVFP4" if self.tensor("input_scale") is not None else "W4A16_NVFP4"
+
+    @property
     def params(self) -> int:
         count = 1
         for dim in self.logical_shape:
@@ -46,7 +61,7 @@ class StoredModule:
         return count
 
 
-QUANTIZED_PRECISIONS = frozenset({"nvfp4"})
+QUANTIZED_PRECISIONS = frozenset({"nvfp4", "fp8"})
 
 
 def split_name(tensor: str) -> tuple[str, str]:

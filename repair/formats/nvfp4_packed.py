@@ -73,9 +73,17 @@ def _weighted(module: str, weight_leaf: str, found: dict[str, TensorInfo], leave
         raise BadInput(f"{weight.path}: {weight.name}: packed NVFP4 weight is {len(weight.shape)}-D {list(weight.shape)}, but NVFP4 "
                        f"packs 2-D [out, in/2] weights, so it can be neither dequantized nor kept; {BROKEN_EXPORT}")
     packed = weight.dtype == "U8" and (named_packed or has_sidecar)  # a lost scale still means packed
+    if not packed and _fp8_per_tensor(weight, scale):
+        return StoredModule(module, "fp8", weight.shape, weight.shape, roles)
     if not packed:
         return StoredModule(module, weight.dtype.lower(), weight.shape, weight.shape, roles)
     return StoredModule(module, "nvfp4", weight.shape, (weight.shape[0], weight.shape[1] * 2), roles)
+
+
+def _fp8_per_tensor(weight: TensorInfo, scale: TensorInfo | None) -> bool:
+    """ModelOpt's FP8 (per-tensor) layout: a 2-D float8_e4m3fn weight with a float32 scalar weight_scale."""
+    return (weight.dtype == "F8_E4M3" and len(weight.shape) == 2 and scale is not None
+            and scale.dtype == "F32" and scale.shape in ((), (1,)))
 
 
 def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str, leaves: dict[str, str],
