@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
+from repair.formats.algorithms import LayerAlgorithms
 from repair.io.checkpoint import Checkpoint
 from repair.io.safetensors import TensorInfo
 from repair.formats.modules import StoredModule
@@ -34,6 +35,9 @@ class Declaration:
     exclude_modules: tuple[str, ...] | None  # hf_quant_config.json quantization.exclude_modules (ModelOpt only)
     format: Format  # whose matching rules apply
     targets: tuple[str, ...] | None = None  # compressed-tensors config_groups targets (None: every linear)
+    layer_algos: LayerAlgorithms | None = None  # MIXED_PRECISION: the quantized_layers vLLM reads (config.json's, else hf's)
+    hf_layer_algos: LayerAlgorithms | None = None  # hf_quant_config.json's quantized_layers (doctor compares the two)
+    kv_cache: str | None = None  # the KV-cache quantization declared ("FP8"), None when none is
 
     @property
     def quantized(self) -> bool:
@@ -47,9 +51,24 @@ class Declaration:
         return self.exclude_modules or ()
 
     def excludes(self, prefix: str, exclusions: tuple[str, ...] | list[str] | None = None) -> bool:
-        """True when vLLM builds the layer at `prefix` unquantized under this format's matching rules."""
+        """True when vLLM builds the layer at `prefix` unquantized under this format's matching rules.
+
+        Under MIXED_PRECISION a layer `quantized_layers` does not resolve is unquantized too, unless an
+        explicit `exclusions` list is asked about (then only that list's rule applies)."""
         listed = self.exclusions if exclusions is None else exclusions
-        return self.format.excludes(prefix, listed, self.targets)
+        if self.format.excludes(prefix, listed, self.targets):
+            return True
+        return exclusions is None and self.layer_algos is not None and self.layer_algos.resolve(prefix) is None
+
+    def algorithm(self, prefix: str, packed: dict[str, tuple[str, ...]] | None = None) -> str | None:
+        """The algorithm the config declares for the runtime layer `prefix` (None: unquantized or excluded).
+
+        One quant_algo covers every layer not excluded; MIXED_PRECISION resolves the layer from
+        `quantized_layers` in vLLM 0.32's order (`LayerAlgorithms.lookup`; `packed` is the model's
+        packed_modules_mapping), after the exclusion lists, as ModelOptMixedPrecisionConfig.get_quant_method does."""
+        if not self.quantized or self.format.excludes(prefix, self.exclusions, self.targets):
+            return None
+        return self.quant_algo if self.layer_algos is None else self.layer_algos.resolve(prefix, packed)
 
 
 class Format(ABC):

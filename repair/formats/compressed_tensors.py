@@ -17,11 +17,13 @@ ModelOpt's: an entry excludes a layer only when it equals the name or is `re:REG
 from __future__ import annotations
 
 import copy
+import json
 import re
 from typing import Iterable
 
 from repair.errors import BadInput
 from repair.formats import nvfp4_packed
+from repair.formats.algorithms import kv_cache_declared
 from repair.formats.base import Covers, Declaration
 from repair.io.checkpoint import CONFIG, Checkpoint
 from repair.io.parse import regex
@@ -62,6 +64,7 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
     groups = quant_cfg.get("config_groups") or {}
     if not isinstance(groups, dict) or not all(isinstance(g, dict) for g in groups.values()):
         raise BadInput(f"{path}: quantization_config.config_groups must be an object of objects; fix the config")
+    _refuse_mixed_groups(groups, path)
     formats = {quant_cfg.get("format")} | {g.get("format") for g in groups.values()}
     formats.discard(None)
     if formats != {PACKED_FORMAT}:
@@ -74,7 +77,19 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
     for entry in (*ignore, *targets):  # vLLM compiles these; a broken one is refused here, naming the file
         if entry.startswith("re:"):
             regex(entry[3:], f"{path}: quantization_config entry")
-    return Declaration("NVFP4", ignore, None, COMPRESSED_TENSORS, tuple(targets) if groups else None)
+    return Declaration("NVFP4", ignore, None, COMPRESSED_TENSORS, tuple(targets) if groups else None,
+                       kv_cache=kv_cache_declared(quant_cfg, None))
+
+
+def _refuse_mixed_groups(groups: dict, path: object) -> None:
+    """Config groups with different schemes (formats, bits, activations) are a mixed checkpoint: refused in one line."""
+    schemes = {name: json.dumps({k: v for k, v in g.items() if k != "targets"}, sort_keys=True, default=str) for name, g in groups.items()}
+    if len(set(schemes.values())) < 2:
+        return
+    described = ", ".join(f"{name}: {groups[name].get('format') or '?'}{'' if groups[name].get('input_activations') else ' weight-only'}"
+                          for name in groups)
+    raise BadInput(f"{path}: compressed-tensors config_groups with different schemes ({described}) are not supported; "
+                   f"this tool reads compressed-tensors {PACKED_FORMAT} (NVFP4) checkpoints with one scheme")
 
 
 def exclusion_entry(module: str) -> str:

@@ -23,6 +23,7 @@ from typing import Iterable
 
 from repair.errors import BadInput
 from repair.formats import nvfp4_packed
+from repair.formats.algorithms import MIXED, kv_cache_declared, refusal, single_algo
 from repair.formats.base import Covers, Declaration
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 
@@ -51,8 +52,9 @@ def _globs(patterns: tuple[str, ...]) -> re.Pattern | None:
 def read_declaration(ckpt: Checkpoint) -> Declaration:
     """Read both config files' claims, validating the keys this format needs.
 
-    A quantization section without a quant_algo, an algo other than NVFP4, or the two files
-    naming different algos is refused: repairing on a guess could write a wrong config.
+    A quantization section without a quant_algo, an algorithm the tool does not read (algorithms.SINGLE_ALGOS
+    are: NVFP4, W4A16_NVFP4, NVFP4_AWQ, FP8 per-tensor), or the two files naming different algos is refused:
+    repairing on a guess could write a wrong config.
     """
     cfg_path, hf_path = ckpt.root / CONFIG, ckpt.root / HF_QUANT_CONFIG
     quant_cfg = (ckpt.config or {}).get("quantization_config")
@@ -74,13 +76,18 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
         if section.get("quant_algo") is not None:
             algos[hf_path] = section["quant_algo"]
         exclude = nvfp4_packed.name_list(section.get("exclude_modules", []), hf_path, "quantization.exclude_modules")
-    for path, algo in algos.items():
-        if algo != "NVFP4":
-            raise BadInput(f"{path}: quant_algo {algo!r} is not supported; this tool repairs NVFP4 checkpoints")
+    named = {path: single_algo(algo, path) for path, algo in algos.items()}
+    for path, algo in named.items():
+        if algo == MIXED:  # the mixed format claims these; reaching here means our own registry is wrong
+            raise refusal(path, "quant_algo", algo)
+    if len(set(named.values())) > 1:
+        raise BadInput(f"{cfg_path} and {hf_path} declare different quant_algo ({named[cfg_path]} and {named[hf_path]}); "
+                       "re-download the checkpoint, or make both the algorithm its tensors hold")
     if not algos and (quant_cfg is not None or ckpt.hf_quant_config is not None):
         path, key = (cfg_path, "quantization_config") if quant_cfg is not None else (hf_path, "quantization")
         raise BadInput(f"{path}: {key} has no quant_algo; add \"quant_algo\": \"NVFP4\" if it is an NVFP4 export, or re-download it")
-    return Declaration("NVFP4" if algos else None, ignore, exclude, MODELOPT_NVFP4)
+    kv_cache = kv_cache_declared(quant_cfg, (ckpt.hf_quant_config or {}).get("quantization"))
+    return Declaration(next(iter(named.values()), None), ignore, exclude, MODELOPT_NVFP4, kv_cache=kv_cache)
 
 
 def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]:
@@ -91,8 +98,11 @@ def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: 
     in `remove` are taken out (it is quantized again). Lists that disagree after that (they did on
     input) become config.json's: vLLM reads it, and `doctor` warns while the two differ.
     """
-    config = copy.deepcopy(ckpt.config)
-    hf_quant = copy.deepcopy(ckpt.hf_quant_config)
+    return lists_with(copy.deepcopy(ckpt.config), copy.deepcopy(ckpt.hf_quant_config), names, covers, remove)
+
+
+def lists_with(config: dict | None, hf_quant: dict | None, names: list[str], covers: Covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]:
+    """`with_exclusions` on config contents the caller owns (edited in place and returned)."""
     if config is not None and isinstance(config.get("quantization_config"), dict):
         qc = config["quantization_config"]
         qc["ignore"] = nvfp4_packed.append_missing([n for n in qc.get("ignore") or [] if n not in remove], names, covers)
