@@ -40,19 +40,32 @@ def entry(algo: str) -> dict:
     return {"quant_algo": algo, "group_size": 16} if "NVFP4" in algo else {"quant_algo": algo}
 
 
-def quantized_tensors(name: str, shape: tuple[int, int], algo: str, gen: torch.Generator) -> dict[str, torch.Tensor]:
-    """One layer's tensors as ModelOpt stores them for `algo`."""
-    weight = torch.randn(shape, generator=gen).to(torch.bfloat16)
+SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # ModelOpt exports them with one shared scale
+
+
+def quantized_tensors(name: str, weight: torch.Tensor, algo: str, shared: torch.Tensor | None, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """One layer's tensors as ModelOpt stores them for `algo` (`shared`: the siblings' common weight scale)."""
     if algo == "FP8":
-        w, s = fp8.quantize(weight)
+        w, s = fp8.quantize(weight, shared)
         return {f"{name}.weight": w, f"{name}.weight_scale": s, f"{name}.input_scale": torch.tensor(0.02)}
-    packed, block, scale_2 = nvfp4.quantize(weight)
+    packed, block, scale_2 = nvfp4.quantize(weight, shared)
     out = {f"{name}.weight": packed, f"{name}.weight_scale": block, f"{name}.weight_scale_2": scale_2.reshape(())}
     if algo in ("NVFP4", "NVFP4_AWQ"):
         out[f"{name}.input_scale"] = torch.tensor(0.01)
     if algo == "NVFP4_AWQ":
-        out[f"{name}.pre_quant_scale"] = (torch.rand(shape[1], generator=gen) + 0.5).to(torch.bfloat16)
+        out[f"{name}.pre_quant_scale"] = (torch.rand(weight.shape[1], generator=gen) + 0.5).to(torch.bfloat16)
     return out
+
+
+def _shared_scale(weights: dict[str, torch.Tensor], layers: dict[str, str], name: str) -> torch.Tensor | None:
+    """The scale ModelOpt gives fused siblings stored in one algorithm: the largest of theirs."""
+    parent, _, proj = name.rpartition(".")
+    group = next((g for g in SIBLINGS if proj in g), ())
+    members = [f"{parent}.{p}" for p in group if layers.get(f"{parent}.{p}") == layers[name]]
+    if len(members) < 2:
+        return None
+    scale = fp8.weight_scale if layers[name] == "FP8" else nvfp4.global_scale
+    return torch.stack([scale(weights[m]) for m in members]).amax()
 
 
 def tensors_for(layers: dict[str, str], kv: bool = True, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -61,16 +74,16 @@ def tensors_for(layers: dict[str, str], kv: bool = True, seed: int = 0) -> dict[
     out = {"model.embed_tokens.weight": torch.randn(VOCAB, HIDDEN, generator=gen).to(torch.bfloat16),
            "model.norm.weight": torch.ones(HIDDEN, dtype=torch.bfloat16),
            "lm_head.weight": torch.randn(VOCAB, HIDDEN, generator=gen).to(torch.bfloat16)}
+    weights = {f"model.layers.{i}.{part}.{proj}": torch.randn(shape, generator=gen).to(torch.bfloat16)
+               for i in range(2) for part, projs in (("self_attn", ATTN), ("mlp", MLP)) for proj, shape in projs.items()}
+    for name, weight in weights.items():
+        if name in layers:
+            out.update(quantized_tensors(name, weight, layers[name], _shared_scale(weights, layers, name), gen))
+        else:
+            out[f"{name}.weight"] = weight
     for i in range(2):
         out[f"model.layers.{i}.input_layernorm.weight"] = torch.ones(HIDDEN, dtype=torch.bfloat16)
         out[f"model.layers.{i}.post_attention_layernorm.weight"] = torch.ones(HIDDEN, dtype=torch.bfloat16)
-        for part, projs in (("self_attn", ATTN), ("mlp", MLP)):
-            for proj, shape in projs.items():
-                name = f"model.layers.{i}.{part}.{proj}"
-                if name in layers:
-                    out.update(quantized_tensors(name, shape, layers[name], gen))
-                else:
-                    out[f"{name}.weight"] = torch.randn(shape, generator=gen).to(torch.bfloat16)
         if kv:
             out[f"model.layers.{i}.self_attn.k_proj.k_scale"] = torch.tensor(0.05)
             out[f"model.layers.{i}.self_attn.v_proj.v_scale"] = torch.tensor(0.04)

@@ -58,7 +58,7 @@ class Declaration:
         listed = self.exclusions if exclusions is None else exclusions
         if self.format.excludes(prefix, listed, self.targets):
             return True
-        return exclusions is None and self.layer_algos is not None and self.layer_algos.resolve(prefix) is None
+        return exclusions is None and self.layer_algos is not None and self.layer_algos.resolve(routed_layer(prefix)) is None
 
     def algorithm(self, prefix: str, packed: dict[str, tuple[str, ...]] | None = None) -> str | None:
         """The algorithm the config declares for the runtime layer `prefix` (None: unquantized or excluded).
@@ -68,7 +68,14 @@ class Declaration:
         packed_modules_mapping), after the exclusion lists, as ModelOptMixedPrecisionConfig.get_quant_method does."""
         if not self.quantized or self.format.excludes(prefix, self.exclusions, self.targets):
             return None
-        return self.quant_algo if self.layer_algos is None else self.layer_algos.resolve(prefix, packed)
+        return self.quant_algo if self.layer_algos is None else self.layer_algos.resolve(routed_layer(prefix), packed)
+
+
+def routed_layer(prefix: str) -> str:
+    """The layer vLLM builds a stored module into for a per-layer lookup: one expert's projection
+    (`...mlp.experts.3.gate_proj`) belongs to the routed-experts layer `...mlp.experts`."""
+    cut = prefix.find(".experts.")
+    return prefix[: cut + len(".experts")] if cut >= 0 else prefix
 
 
 class Format(ABC):

@@ -5,8 +5,10 @@ parameter's loader. Row-parallel layers narrow the *loaded* tensor along the inp
 parameter's width (so a packed uint8 weight half as wide fails with torch's narrow error, or on
 some ranks fits and loads garbage); column and merged layers narrow the output dim and then
 assert equal shapes. An NVFP4 layer's fp8 block scales go through the same narrowing as its
-weight; its per-tensor scales (weight_scale_2, input_scale) must be 0-d or [1]. Unknown names
-raise (>= 0.25) or are skipped (0.21-0.24).
+weight; its per-tensor scales (weight_scale_2, input_scale) must be 0-d or [1]. A W4A16 NVFP4
+layer has the same parameters (vLLM registers input_scale and drops it after loading); an FP8 layer
+has a float8 weight [out, in] and per-tensor weight_scale and input_scale. Unknown names raise
+(>= 0.25) or are skipped (0.21-0.24).
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ from dataclasses import dataclass
 from repair.arch import LayerKind, ModuleSpec
 from repair.io.safetensors import TensorInfo
 from repair.formats.modules import split_name
+from repair.targets.precision import PACKED
 from repair.targets.profiles import Target
 
 MODELOPT_LEAVES = {"weight": "weight", "weight_scale": "weight_scale", "weight_scale_2": "weight_scale_2", "input_scale": "input_scale"}
 NVFP4_GROUP = 16  # elements per fp8 block scale
+# vLLM 0.32 modelopt.py KFp8StaticTensor: an FP8 linear's parameters (weight_scale and input_scale per tensor)
+FP8_PARAMS = ("weight", "weight_scale", "input_scale")
+STORED_DTYPE = {"nvfp4": "U8", "w4a16_nvfp4": "U8", "fp8": "F8_E4M3"}  # what each built weight holds (bf16: neither)
 HF_TO_VLLM_PREFIX = {"pre_projection": "model.pre_projection", "post_projection": "model.post_projection"}
 
 
@@ -85,30 +91,29 @@ def _one(info: TensorInfo, leaf: str, spec: ModuleSpec, kind: LayerKind, precisi
          leaves: dict[str, str]) -> Outcome:
     if not spec.is_linear:
         return Outcome(info.name, rank, "ok")
-    params = tuple(leaves) if precision == "nvfp4" else ("weight",)
+    params = tuple(leaves) if precision in PACKED else FP8_PARAMS if precision == "fp8" else ("weight",)
     if leaf not in params:
         if target.profile.unknown_tensors == "skip":
             stored_weight = leaf != "weight" and leaves.get(leaf) == "weight"  # e.g. weight_packed where `weight` is built
             return Outcome(info.name, rank, "unloaded" if stored_weight else "skipped")
         return Outcome(info.name, rank, "error", no_param_error(info.name, kind, params))
-    role = leaves.get(leaf, leaf) if precision == "nvfp4" else leaf
+    role = leaves.get(leaf, leaf) if precision in PACKED else leaf
     if role == "weight":
         return _weight(info, spec, kind, precision, rank, tp)
-    if role == "weight_scale":
+    if role == "weight_scale" and precision in PACKED:
         return _block_scale(info, spec, kind, rank, tp)
     return _per_tensor_scale(info, kind, rank)
 
 
 def _weight(info: TensorInfo, spec: ModuleSpec, kind: LayerKind, precision: str, rank: int, tp: int) -> Outcome:
-    """Load one weight into the parameter the runtime allocated ([out, in] BF16 or [out, in/2] uint8)."""
+    """Load one weight into the parameter the runtime allocated ([out, in] BF16 or float8, [out, in/2] uint8)."""
     out_dim, in_dim = spec.shape
-    param = (out_dim, in_dim) if precision == "bf16" else (out_dim, in_dim // 2)
+    param = (out_dim, in_dim // 2) if precision in PACKED else (out_dim, in_dim)
     error = _narrow_error(info.shape, param, kind, rank, tp)
     if error:
         return Outcome(info.name, rank, "error", error)
-    stored_packed = info.dtype == "U8"
-    if stored_packed != (precision == "nvfp4"):
-        return Outcome(info.name, rank, "garbage")
+    if STORED_DTYPE.get(precision) != (info.dtype if info.dtype in STORED_DTYPE.values() else None):
+        return Outcome(info.name, rank, "garbage")  # fits, but the bytes mean something else in this parameter
     return Outcome(info.name, rank, "ok")
 
 
