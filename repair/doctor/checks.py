@@ -69,7 +69,8 @@ def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precisio
     scale_2: dict[str, float] = {}
     with RangeReader() as read:
         for m in sorted((m for m in modules.values() if m.is_quantized), key=lambda m: m.name):
-            findings += _module_health(m, located, precision, scale_2, read, divisor)
+            health = _fp8_health if m.precision == "fp8" else _module_health
+            findings += health(m, located, precision, scale_2, read, divisor)
     for parent_siblings in _sibling_groups(scale_2):
         values = {name: scale_2[name] for name in parent_siblings}
         if len(set(values.values())) > 1:
@@ -120,6 +121,23 @@ def _module_health(m: StoredModule, located, precision, scale_2, read, divisor: 
         out.append(Finding(Severity.ERROR, Kind.MISSING_INPUT_SCALE, m.name,
                            f"{m.name}: no input_scale, but the runtime builds it W4A4 and skips its missing-weights check for "
                            "quantized models, so it runs with an uninitialised activation scale"))
+    return out
+
+
+def _fp8_health(m: StoredModule, located, precision, scale_2, read, divisor: bool) -> list[Finding]:
+    """An FP8 (per-tensor) layer: a usable weight_scale, and an input_scale where the runtime builds it FP8."""
+    out = []
+    for role in ("weight_scale", "input_scale"):
+        name = m.tensor(role)
+        if name is None:
+            if role == "input_scale" and precision.get(m.name) == "fp8":
+                out.append(Finding(Severity.ERROR, Kind.MISSING_INPUT_SCALE, m.name, f"{m.name}: no input_scale, but the runtime builds "
+                                   "it FP8 with a static activation scale, so it runs with an uninitialised one"))
+            continue
+        problem = _f32_scalar(located[name], read)[1]
+        if problem:
+            out.append(Finding(Severity.ERROR, Kind.FP8_SCALE, name, f"{name} {problem}; the FP8 layer computes garbage "
+                               "(re-export, or dequantize it from the original)"))
     return out
 
 

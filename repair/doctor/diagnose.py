@@ -10,6 +10,7 @@ from __future__ import annotations
 from repair import arch, formats
 from repair.arch import Architecture, ModuleSpec
 from repair.doctor.checks import config_findings, fused_findings, health_findings
+from repair.doctor.declared import algorithm_findings, kv_cache_findings, layer_map_findings, runtime_refusal_findings
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule, stored_bits
@@ -46,7 +47,10 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     if target.profile.runtime == "bf16":
         findings += _bf16_findings(ckpt, modules)
     findings += _handshake_findings(modules, precision, target, family)
+    findings += runtime_refusal_findings(declaration, target)
     findings += config_findings(ckpt, declaration, modules, specs, family)
+    findings += layer_map_findings(declaration) + algorithm_findings(declaration, modules, specs, family, precision)
+    findings += kv_cache_findings(declaration, infos)
     findings += fused_findings(declaration, modules, family) if target.profile.runtime == "vllm" else []
     findings += health_findings(ckpt, modules, precision, fmt.GLOBAL_SCALE_IS_DIVISOR)
     linears = [m for m in modules.values() if m.tensor("weight")]

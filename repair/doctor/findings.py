@@ -40,6 +40,9 @@ class Kind(StrEnum):
     SCALE_OVERFLOW = "scale-overflow"
     INPUT_SCALE = "input-scale"
     MISSING_INPUT_SCALE = "missing-input-scale"
+    ALGORITHM_MISMATCH = "algorithm-mismatch"
+    KV_CACHE_SCALES = "kv-cache-scales"
+    FP8_SCALE = "fp8-scale"
 
 
 @dataclass(frozen=True)

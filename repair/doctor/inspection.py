@@ -10,6 +10,7 @@ from repair.arch import Architecture
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
 from repair.formats.modules import StoredModule, stored_bits
+from repair.targets.precision import declared_algorithm
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,12 @@ class ModuleView:
     module: StoredModule
     expected_shape: tuple[int, ...] | None
     declared: str  # "quantized", "excluded", or "-" for non-linear tensors / unquantized checkpoints
+    declared_algorithm: str | None = None  # the algorithm the config declares for it (vLLM 0.32's resolution), None: not quantized
+
+    @property
+    def algorithm(self) -> str | None:
+        """The algorithm its stored tensors show."""
+        return self.module.algorithm
 
 
 @dataclass(frozen=True)
@@ -36,12 +43,13 @@ def inspect_checkpoint(ckpt: Checkpoint) -> Inspection:
     declaration = fmt.read_declaration(ckpt)
     family = arch.architecture(ckpt.config)
     expected = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
-    views = tuple(
-        ModuleView(m, expected[m.name].shape if m.name in expected else None, _declared(m, declaration, expected, family))
-        for m in modules
-    )
+    views = []
+    for m in modules:
+        declared = _declared(m, declaration, expected, family)
+        algo = declared_algorithm(declaration, family, m.name) if declared == "quantized" else None
+        views.append(ModuleView(m, expected[m.name].shape if m.name in expected else None, declared, algo))
     linears = [m for m in modules if m.tensor("weight")]
-    return Inspection(ckpt, declaration, views, stored_bits(linears, infos))
+    return Inspection(ckpt, declaration, tuple(views), stored_bits(linears, infos))
 
 
 def _declared(module: StoredModule, declaration: Declaration, expected: dict, family: Architecture) -> str:
@@ -60,7 +68,8 @@ def as_json(result: Inspection) -> dict:
         "shards": [s.path.name for s in result.ckpt.shards],
         "bytes": result.ckpt.total_bytes,
         "format": d.format.NAME,
-        "declaration": {"quant_algo": d.quant_algo, "config_json_ignore": _list(d.ignore), "hf_quant_exclude_modules": _list(d.exclude_modules)},
+        "declaration": {"quant_algo": d.quant_algo, "config_json_ignore": _list(d.ignore), "hf_quant_exclude_modules": _list(d.exclude_modules),
+                        "kv_cache": d.kv_cache, "quantized_layers": d.layer_algos.as_dict() if d.layer_algos is not None else None},
         "bits_per_parameter": round(result.bits_per_parameter, 4),
         "modules": [
             {
@@ -70,6 +79,8 @@ def as_json(result: Inspection) -> dict:
                 "logical_shape": list(v.module.logical_shape),
                 "expected_shape": list(v.expected_shape) if v.expected_shape is not None else None,
                 "declared": v.declared,
+                "algorithm": v.algorithm,
+                "declared_algorithm": v.declared_algorithm,
                 "tensors": list(v.module.tensors),
             }
             for v in result.modules
@@ -86,8 +97,9 @@ def as_text(result: Inspection) -> str:
     ckpt = result.ckpt
     lines = [
         f"{ckpt.root}: {len(ckpt.shards)} shard(s), {sum(len(s.tensors) for s in ckpt.shards)} tensors, {ckpt.total_bytes:,} bytes",
-        f"format: {d.format.NAME}; declared: {d.quant_algo or 'no quantization'}; excluded: {', '.join(d.exclusions) or '-'}",
-        f"{'module':<44} {'precision':<9} {'stored':<15} {'logical':<15} {'expected':<15} declared",
+        f"format: {d.format.NAME}; declared: {d.quant_algo or 'no quantization'}; excluded: {', '.join(d.exclusions) or '-'}"
+        + (f"; KV cache: {d.kv_cache}" if d.kv_cache else ""),
+        f"{'module':<44} {'precision':<9} {'stored':<15} {'logical':<15} {'expected':<15} {'declared':<10} {'algorithm':<12} declared algorithm",
     ]
     for v in result.modules:
         if not v.module.tensor("weight") or len(v.module.logical_shape) != 2:
@@ -96,7 +108,7 @@ def as_text(result: Inspection) -> str:
         mark = "" if v.expected_shape in (None, v.module.logical_shape) else "  <- shape mismatch"
         lines.append(
             f"{v.module.name:<44} {v.module.precision:<9} {_shape(v.module.stored_shape):<15} "
-            f"{_shape(v.module.logical_shape):<15} {expected:<15} {v.declared}{mark}"
+            f"{_shape(v.module.logical_shape):<15} {expected:<15} {v.declared:<10} {v.algorithm or '-':<12} {v.declared_algorithm or '-'}{mark}"
         )
     lines.append(f"bits per parameter (linear and embedding weights, scales included): {result.bits_per_parameter:.3f}")
     return "\n".join(lines)

@@ -1,0 +1,97 @@
+"""doctor's checks of per-layer algorithms and KV-cache scales against what the config declares.
+
+A layer's declared algorithm (one quant_algo, or MIXED_PRECISION's `quantized_layers` resolved as vLLM
+0.32 resolves it) must match what its tensors show (`StoredModule.algorithm`): an FP8 layer stored as
+NVFP4, or an NVFP4 layer without its activation scale, loads wrong or not at all. KV-cache scales
+(`k_scale` / `v_scale`) and a KV-cache declaration must come together.
+"""
+
+from __future__ import annotations
+
+from repair.arch import Architecture, ModuleSpec
+from repair.doctor.findings import Finding, Kind, Severity
+from repair.formats.base import Declaration
+from repair.formats.modules import StoredModule
+from repair.io.safetensors import TensorInfo
+from repair.targets.precision import declared_algorithm
+from repair.targets.profiles import Target
+
+KV_LEAVES = ("k_scale", "v_scale")
+# vLLM 0.32 modelopt.py: ModelOptQuantConfigBase.from_config refuses a quant_algo outside QUANT_ALGOS
+RUNTIME_REFUSED = {"NVFP4_AWQ": "ValueError: ModelOpt currently only supports: ['FP8', 'FP8_PER_CHANNEL_PER_TOKEN', 'FP8_PB_WO', "
+                                "'NVFP4', 'W4A16_NVFP4', 'MXFP8', 'MIXED_PRECISION'] quantizations in vLLM. Please check the "
+                                "`hf_quant_config.json` file for your model's quant configuration."}
+
+
+def algorithm_findings(declaration: Declaration, modules: dict[str, StoredModule], specs: dict[str, ModuleSpec],
+                       family: Architecture, precision: dict[str, str]) -> list[Finding]:
+    """Quantized layers whose stored tensors show another algorithm than the one declared for them."""
+    findings = []
+    for m in modules.values():
+        stored = m.algorithm
+        if stored is None or family.unquantized_role(m.name, declaration) is not None:
+            continue
+        declared = declared_algorithm(declaration, family, m.name)
+        if declared is None or declared == stored:
+            continue  # not declared quantized: config_findings reports it
+        if declared == "NVFP4" and stored == "W4A16_NVFP4" and precision.get(m.name) == "nvfp4":
+            continue  # the loader's health check reports the missing input_scale already
+        findings.append(Finding(_severity(declared, stored), Kind.ALGORITHM_MISMATCH, m.name,
+                                f"{m.name}: declared {declared} but its tensors are {stored} ({_why(declared, stored)})"))
+    return findings
+
+
+def _severity(declared: str, stored: str) -> Severity:
+    """A stored activation scale a weight-only layer drops is harmless; every other mismatch computes wrong values."""
+    return Severity.WARNING if (declared, stored) == ("W4A16_NVFP4", "NVFP4") else Severity.ERROR
+
+
+def _why(declared: str, stored: str) -> str:
+    if "FP8" in (declared, stored):
+        return "an FP8 layer stores a float8 [out, in] weight with a per-tensor scale, NVFP4 a packed [out, in/2] one with block scales"
+    if stored == "W4A16_NVFP4":
+        return "no input_scale: the runtime quantizes the activations with an uninitialised scale"
+    if stored == "NVFP4_AWQ":
+        return "its pre_quant_scale is not applied by a runtime building it as declared, so it computes wrong values"
+    if declared == "NVFP4_AWQ":
+        return "no pre_quant_scale: the declared per-input-channel scale is missing"
+    return "the runtime drops its input_scale"
+
+
+def layer_map_findings(declaration: Declaration) -> list[Finding]:
+    """The two files' quantized_layers maps disagreeing (vLLM reads config.json's, TensorRT-LLM hf_quant_config.json's)."""
+    if declaration.layer_algos is None or declaration.hf_layer_algos is None:
+        return []
+    cfg, hf = declaration.layer_algos.as_dict(), declaration.hf_layer_algos.as_dict()
+    if cfg == hf:
+        return []
+    differ = sorted(n for n in set(cfg) | set(hf) if cfg.get(n) != hf.get(n))
+    shown = ", ".join(f"{n} ({cfg.get(n, '-')} / {hf.get(n, '-')})" for n in differ[:5]) + (f" and {len(differ) - 5} more" if len(differ) > 5 else "")
+    return [Finding(Severity.WARNING, Kind.CONFIGS_DISAGREE, "config.json / hf_quant_config.json",
+                    f"the two config files' quantized_layers disagree on {len(differ)} layer(s) (config.json / hf_quant_config.json): "
+                    f"{shown}; vLLM reads config.json, TensorRT-LLM reads hf_quant_config.json")]
+
+
+def kv_cache_findings(declaration: Declaration, infos: dict[str, TensorInfo]) -> list[Finding]:
+    """KV-cache scales without a KV-cache declaration, and a declaration without scales."""
+    scales = sorted(name for name in infos if name.rpartition(".")[2] in KV_LEAVES)
+    if scales and declaration.kv_cache is None:
+        return [Finding(Severity.WARNING, Kind.KV_CACHE_SCALES, scales[0],
+                        f"{len(scales)} KV-cache scale tensor(s) ({scales[0]}, ...) but no KV-cache quantization is declared "
+                        "(kv_cache_quant_algo / kv_cache_scheme); the runtime ignores or refuses them: drop them, or declare "
+                        "the KV-cache quantization they belong to")]
+    if not scales and declaration.kv_cache is not None:
+        return [Finding(Severity.WARNING, Kind.KV_CACHE_SCALES, "config.json / hf_quant_config.json",
+                        f"the config declares a {declaration.kv_cache} KV cache but no k_scale / v_scale tensors are stored; "
+                        "vLLM then uses scale 1.0 for every layer's keys and values")]
+    return []
+
+
+def runtime_refusal_findings(declaration: Declaration, target: Target) -> list[Finding]:
+    """A single quant_algo the target vLLM refuses while reading the config (before building any layer)."""
+    error = RUNTIME_REFUSED.get(declaration.quant_algo or "")
+    if error is None or target.profile.runtime != "vllm" or not target.profile.follows_draft_config:
+        return []
+    return [Finding(Severity.ERROR, Kind.QUANT_CONFIG, "hf_quant_config.json",
+                    f"the config declares quant_algo {declaration.quant_algo}, which {target.spec} refuses while reading the "
+                    "config; dequantize the model (fix --target bf16) to serve it with vLLM", error)]
