@@ -72,19 +72,20 @@ def layer_map_findings(declaration: Declaration) -> list[Finding]:
                     f"{shown}; vLLM reads config.json, TensorRT-LLM reads hf_quant_config.json")]
 
 
-def kv_cache_findings(declaration: Declaration, infos: dict[str, TensorInfo]) -> list[Finding]:
-    """KV-cache scales without a KV-cache declaration, and a declaration without scales."""
+def kv_cache_findings(declaration: Declaration, infos: dict[str, TensorInfo]) -> tuple[list[Finding], list[Finding]]:
+    """(findings, notes): KV-cache scales without a KV-cache declaration (a warning: a BF16 output that kept them,
+    say), and a declaration without scales (a note: vLLM loads it and runs with scale 1.0, logging so itself)."""
     scales = sorted(name for name in infos if name.rpartition(".")[2] in KV_LEAVES)
     if scales and declaration.kv_cache is None:
         return [Finding(Severity.WARNING, Kind.KV_CACHE_SCALES, scales[0],
                         f"{len(scales)} KV-cache scale tensor(s) ({scales[0]}, ...) but no KV-cache quantization is declared "
                         "(kv_cache_quant_algo / kv_cache_scheme); the runtime ignores or refuses them: drop them, or declare "
-                        "the KV-cache quantization they belong to")]
+                        "the KV-cache quantization they belong to")], []
     if not scales and declaration.kv_cache is not None:
-        return [Finding(Severity.WARNING, Kind.KV_CACHE_SCALES, "config.json / hf_quant_config.json",
+        return [], [Finding(Severity.WARNING, Kind.KV_CACHE_SCALES, "config.json / hf_quant_config.json",
                         f"the config declares a {declaration.kv_cache} KV cache but no k_scale / v_scale tensors are stored; "
                         "vLLM then uses scale 1.0 for every layer's keys and values")]
-    return []
+    return [], []
 
 
 def runtime_refusal_findings(declaration: Declaration, target: Target) -> list[Finding]:

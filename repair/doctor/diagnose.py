@@ -50,13 +50,14 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     findings += runtime_refusal_findings(declaration, target)
     findings += config_findings(ckpt, declaration, modules, specs, family)
     findings += layer_map_findings(declaration) + algorithm_findings(declaration, modules, specs, family, precision)
-    findings += kv_cache_findings(declaration, infos)
+    kv_cache, notes = kv_cache_findings(declaration, infos)
+    findings += kv_cache
     findings += fused_findings(declaration, modules, family) if target.profile.runtime == "vllm" else []
     findings += health_findings(ckpt, modules, precision, fmt.GLOBAL_SCALE_IS_DIVISOR)
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
     simulated = target.profile.runtime == "vllm" and bool(specs)
-    return Diagnosis(target, tp, tuple(findings), first, precision, bits, architecture_name(ckpt.config), simulated)
+    return Diagnosis(target, tp, tuple(findings), first, precision, bits, architecture_name(ckpt.config), simulated, tuple(notes))
 
 
 def architecture_name(config: dict | None) -> str:

@@ -65,6 +65,7 @@ class Diagnosis:
     bits_per_parameter: float
     architecture: str = "this model"  # config.json's `architectures` entry (else model_type), as messages name it
     simulated: bool = False  # the target's loader was simulated (the architecture has a loader profile)
+    notes: tuple[Finding, ...] = ()  # worth knowing, but the target loads and runs it as intended: never counted, even by --strict
 
     def exit_code(self, strict: bool = False) -> int:
         bad = {Severity.ERROR, Severity.WARNING} if strict else {Severity.ERROR}

@@ -20,6 +20,7 @@ def diagnosis_json(d: Diagnosis, strict: bool = False) -> dict:
              "runtime_error": f.runtime_error, "ranks": list(f.ranks)}
             for f in d.findings
         ],
+        "notes": [{"code": f.code, "subject": f.subject, "message": f.message} for f in d.notes],
     }
 
 
@@ -35,6 +36,7 @@ def diagnosis_text(d: Diagnosis, strict: bool = False) -> str:
         if f.runtime_error:
             ranks = f" (rank {', '.join(map(str, f.ranks))})" if d.tp > 1 else ""
             lines.append(f"    runtime error{ranks}: {f.runtime_error}")
+    lines += [f"note: [{f.code}] {f.message}" for f in d.notes]
     lines.append(f"bits per parameter: {d.bits_per_parameter:.3f}")
     lines.append(checked(d))
     if not errors and not (strict and warnings):

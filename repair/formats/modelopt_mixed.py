@@ -16,7 +16,7 @@ import copy
 from repair.errors import BadInput
 from repair.formats import modelopt_nvfp4, nvfp4_packed
 from repair.formats.algorithms import GROUP, MIXED, LayerAlgorithms, kv_cache_declared, layer_map, single_algo
-from repair.formats.base import Covers, Declaration
+from repair.formats.base import Covers, Declaration, routed_layer
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 
 NAME = "modelopt-mixed"
@@ -99,7 +99,7 @@ def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: 
     if len(maps) == 2 and maps[0] != maps[1]:  # they disagreed on input: config.json, which vLLM reads, decides
         section["quantized_layers"] = copy.deepcopy(maps[0])
     resolved = LayerAlgorithms(tuple((k, str(v.get("quant_algo", "")).upper()) for k, v in maps[0].items())) if maps else None
-    still = [n for n in names if resolved is not None and resolved.resolve(n) is not None]
+    still = [n for n in names if resolved is not None and resolved.resolve(routed_layer(n)) is not None]
     return modelopt_nvfp4.lists_with(config, hf_quant, still, covers, remove)
 
 

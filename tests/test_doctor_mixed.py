@@ -1,0 +1,158 @@
+"""inspect and doctor on ModelOpt MIXED_PRECISION checkpoints: per-layer algorithms, contradictions, KV-cache scales.
+
+The healthy model (tests/mixed_helpers.py): NVFP4 MLP, FP8 attention, lm_head excluded, an NVFP4_AWQ
+layer, W4A16_NVFP4 gate/up, FP8 KV cache declared with its scales stored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import run_captured
+from tests.mixed_helpers import healthy_layers, tensors_for, write_mixed
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory) -> Path:
+    return write_mixed(tmp_path_factory.mktemp("doctor-mixed") / "healthy")
+
+
+def doctor(capsys, folder, *args) -> tuple[int, dict]:
+    code, out, err = run_captured(capsys, "doctor", folder, "--strict", "--json", *args)
+    assert code in (0, 1), err
+    return code, json.loads(out)
+
+
+def found(report: dict) -> dict[str, dict]:
+    return {f["subject"]: f for f in report["findings"]}
+
+
+def test_strict_doctor_is_clean_on_the_healthy_mixed_checkpoint(capsys, healthy):
+    code, report = doctor(capsys, healthy)
+    assert (code, report["findings"], report["notes"]) == (0, [], [])
+    code, text, _ = run_captured(capsys, "doctor", healthy, "--strict")
+    assert code == 0 and "0 error(s), 0 warning(s)" in text
+
+
+def test_inspect_text_shows_stored_and_declared_algorithms(capsys, healthy):
+    code, text, _ = run_captured(capsys, "inspect", healthy)
+    assert code == 0
+    assert "format: modelopt-mixed; declared: MIXED_PRECISION; excluded: -; KV cache: FP8" in text
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[3:-1]}
+    for name, algo in healthy_layers().items():
+        assert rows[name][-3:] == ["quantized", algo, algo], rows[name]
+    assert rows["lm_head"][-3:] == ["excluded", "-", "-"]
+
+
+def test_inspect_json_adds_the_algorithm_fields(capsys, healthy):
+    code, out, _ = run_captured(capsys, "inspect", healthy, "--json")
+    report = json.loads(out)
+    assert code == 0 and report["format"] == "modelopt-mixed"
+    assert report["declaration"]["kv_cache"] == "FP8"
+    assert {k: v for k, v in report["declaration"]["quantized_layers"].items()} == healthy_layers()
+    modules = {m["name"]: m for m in report["modules"]}
+    assert {n: (modules[n]["algorithm"], modules[n]["declared_algorithm"]) for n in healthy_layers()} == {
+        n: (a, a) for n, a in healthy_layers().items()}
+    assert (modules["lm_head"]["algorithm"], modules["lm_head"]["declared_algorithm"], modules["lm_head"]["declared"]) == (None, None, "excluded")
+    assert modules["model.layers.0.self_attn.q_proj"]["precision"] == "fp8"
+
+
+def _stored_as(layers: dict[str, str], name: str, algo: str, tmp: Path, **kw) -> Path:
+    """The healthy checkpoint's configs, with `name`'s tensors stored as `algo`."""
+    stored = dict(layers, **{name: algo})
+    return write_mixed(tmp, layers, tensors=tensors_for(stored), **kw)
+
+
+@pytest.mark.parametrize("name, stored, severity", [
+    ("model.layers.0.self_attn.o_proj", "NVFP4", "error"),  # declared FP8, stored NVFP4
+    ("model.layers.0.mlp.down_proj", "FP8", "error"),  # declared NVFP4, stored FP8
+    ("model.layers.0.mlp.down_proj", "W4A16_NVFP4", "error"),  # declared NVFP4, no input_scale
+    ("model.layers.1.mlp.down_proj", "NVFP4", "error"),  # declared NVFP4_AWQ, no pre_quant_scale
+    ("model.layers.1.mlp.gate_proj", "NVFP4", "warning"),  # declared W4A16_NVFP4, a leftover input_scale vLLM drops
+])
+def test_stored_tensors_contradicting_the_declared_algorithm(capsys, tmp_path, name, stored, severity):
+    layers = healthy_layers()
+    code, report = doctor(capsys, _stored_as(layers, name, stored, tmp_path / "x"))
+    finding = found(report)[name]
+    assert code == 1 and (finding["code"], finding["severity"]) == ("algorithm-mismatch", severity)
+    assert finding["message"].startswith(f"{name}: declared {layers[name]} but its tensors are {stored} (")
+    assert [f["subject"] for f in report["findings"] if f["code"] == "algorithm-mismatch"] == [name]
+
+
+def test_kv_scales_without_a_declaration(capsys, tmp_path):
+    code, report = doctor(capsys, write_mixed(tmp_path / "x", kv=False, kv_scales=True))
+    kv = [f for f in report["findings"] if f["code"] == "kv-cache-scales"]
+    assert code == 1 and len(kv) == 1 and kv[0]["severity"] == "warning"
+    assert kv[0]["subject"] == "model.layers.0.self_attn.k_proj.k_scale"
+    assert kv[0]["message"].startswith("4 KV-cache scale tensor(s) (model.layers.0.self_attn.k_proj.k_scale, ...) but no KV-cache")
+
+
+def test_kv_scales_left_in_a_bf16_target_output_are_flagged(capsys, tmp_path):
+    """The issue's complaint: k_scale/v_scale kept in an output that declares no quantization passed --strict."""
+    plain = {k: v for k, v in tensors_for({}).items()}
+    src = write_mixed(tmp_path / "bf16", {"lm_head": "FP8"}, tensors=plain)
+    (src / "hf_quant_config.json").unlink()
+    config = json.loads((src / "config.json").read_text())
+    config.pop("quantization_config")
+    (src / "config.json").write_text(json.dumps(config))
+    code, report = doctor(capsys, src, "--target", "bf16")
+    assert code == 1 and [f["code"] for f in report["findings"]] == ["kv-cache-scales"]
+
+
+def test_a_kv_declaration_without_scales_is_a_note(capsys, tmp_path):
+    """vLLM loads it and runs with scale 1.0 (and says so): a note, which --strict does not count."""
+    code, report = doctor(capsys, write_mixed(tmp_path / "x", kv=True, kv_scales=False))
+    assert (code, report["findings"]) == (0, [])
+    assert [(n["code"], n["subject"]) for n in report["notes"]] == [("kv-cache-scales", "config.json / hf_quant_config.json")]
+    code, text, _ = run_captured(capsys, "doctor", tmp_path / "x")
+    assert "note: [kv-cache-scales] the config declares a FP8 KV cache but no k_scale / v_scale tensors are stored" in text
+
+
+def test_quantized_layers_disagreeing_between_files(capsys, healthy, tmp_path):
+    src = write_mixed(tmp_path / "x")
+    hf = json.loads((src / "hf_quant_config.json").read_text())
+    hf["quantization"]["quantized_layers"]["model.layers.0.mlp.up_proj"] = {"quant_algo": "FP8"}
+    (src / "hf_quant_config.json").write_text(json.dumps(hf))
+    code, report = doctor(capsys, src)
+    disagree = [f for f in report["findings"] if f["code"] == "configs-disagree"]
+    assert code == 1 and len(disagree) == 1 and disagree[0]["severity"] == "warning"
+    assert "disagree on 1 layer(s) (config.json / hf_quant_config.json): model.layers.0.mlp.up_proj (NVFP4 / FP8)" in disagree[0]["message"]
+    assert not [f for f in report["findings"] if f["code"] == "algorithm-mismatch"]  # config.json (vLLM's) matches the tensors
+
+
+def test_a_layer_left_out_of_quantized_layers_but_stored_quantized(capsys, tmp_path):
+    layers = healthy_layers()
+    src = write_mixed(tmp_path / "x", {k: v for k, v in layers.items() if k != "model.layers.0.self_attn.o_proj"},
+                      tensors=tensors_for(layers))
+    code, report = doctor(capsys, src)
+    assert code == 1 and found(report)["model.layers.0.self_attn.o_proj"]["code"] == "config-contradiction"
+
+
+def test_bad_fp8_scale_is_an_error(capsys, tmp_path):
+    tensors = tensors_for(healthy_layers())
+    tensors["model.layers.0.self_attn.o_proj.weight_scale"] = torch.tensor(float("nan"))
+    code, report = doctor(capsys, write_mixed(tmp_path / "x", tensors=tensors))
+    f = found(report)["model.layers.0.self_attn.o_proj.weight_scale"]
+    assert code == 1 and (f["code"], f["severity"]) == ("fp8-scale", "error") and "is NaN" in f["message"]
+
+
+def test_single_nvfp4_awq_is_read_but_vllm_refuses_it(capsys, tmp_path):
+    layers = {k: "NVFP4_AWQ" for k in healthy_layers() if ".mlp." in k}
+    src = write_mixed(tmp_path / "awq", layers, kv=False)
+    for name, key in (("config.json", "quantization_config"), ("hf_quant_config.json", "quantization")):
+        data = json.loads((src / name).read_text())
+        section = data[key]
+        section.pop("quantized_layers")
+        section.pop("config_groups", None)
+        section["quant_algo"] = "NVFP4_AWQ"
+        (src / name).write_text(json.dumps(data))
+    code, out, _ = run_captured(capsys, "inspect", src)
+    assert code == 0 and "declared: NVFP4_AWQ" in out
+    code, report = doctor(capsys, src)
+    refusal = found(report)["hf_quant_config.json"]
+    assert code == 1 and refusal["code"] == "quant-config" and refusal["runtime_error"].startswith("ValueError: ModelOpt currently only supports:")
+    assert not [f for f in report["findings"] if f["code"] == "algorithm-mismatch"]
