@@ -156,3 +156,33 @@ def test_single_nvfp4_awq_is_read_but_vllm_refuses_it(capsys, tmp_path):
     refusal = found(report)["hf_quant_config.json"]
     assert code == 1 and refusal["code"] == "quant-config" and refusal["runtime_error"].startswith("ValueError: ModelOpt currently only supports:")
     assert not [f for f in report["findings"] if f["code"] == "algorithm-mismatch"]
+
+
+def _simulate(tensors: list[tuple[str, str, tuple[int, ...]]], precision: str) -> dict[str, str]:
+    """vllm_loader.simulate for one row-parallel 64x128 layer built as `precision` (tp 1)."""
+    from repair.arch import LayerKind, ModuleSpec
+    from repair.io.safetensors import TensorInfo
+    from repair.targets import vllm_loader
+    from repair.targets.profiles import resolve
+
+    spec = ModuleSpec("layer", (64, 128), "o_proj")
+    infos = [TensorInfo(name, dtype, shape, 0, 0) for name, dtype, shape in tensors]
+    outcomes = vllm_loader.simulate(infos, {"layer": spec}, {"layer": precision}, resolve("vllm==0.32.0"),
+                                    kinds={"o_proj": LayerKind("row", "RowParallelLinear")})
+    return {o.tensor: o.status for o in outcomes}
+
+
+FP8_LAYER = [("layer.weight", "F8_E4M3", (64, 128)), ("layer.weight_scale", "F32", ()), ("layer.input_scale", "F32", ())]
+W4A16_LAYER = [("layer.weight", "U8", (64, 64)), ("layer.weight_scale", "F8_E4M3", (64, 8)), ("layer.weight_scale_2", "F32", ())]
+
+
+def test_loader_knows_fp8_and_w4a16_parameters():
+    """vLLM 0.32 modelopt.py: KFp8StaticTensor registers weight (float8 [out, in]), weight_scale and input_scale
+    (per tensor); the W4A16 NVFP4 method registers the NVFP4 parameters, and input_scale only to drop it."""
+    assert set(_simulate(FP8_LAYER, "fp8").values()) == {"ok"}
+    assert set(_simulate(W4A16_LAYER, "w4a16_nvfp4").values()) == {"ok"}
+    assert set(_simulate(W4A16_LAYER + [("layer.input_scale", "F32", ())], "w4a16_nvfp4").values()) == {"ok"}
+    assert _simulate(W4A16_LAYER, "fp8")["layer.weight"] == "error"  # a packed [out, in/2] weight does not fit [out, in]
+    assert _simulate(W4A16_LAYER, "fp8")["layer.weight_scale_2"] == "error"  # no such parameter in an FP8 layer
+    assert _simulate([("layer.weight", "BF16", (64, 128))], "fp8")["layer.weight"] == "garbage"  # fits, wrong meaning
+    assert _simulate(FP8_LAYER, "bf16")["layer.weight"] == "garbage"
