@@ -228,3 +228,36 @@ def test_bad_types_are_refused_not_crashed(capsys, healthy, tmp_path):
     assert (code, err) == (2, f"error: {src / 'config.json'}: quantization_config.config_groups must be an object of objects; fix the config\n")
     with pytest.raises(BadInput):
         MODELOPT_MIXED.read_declaration(open_checkpoint(src))
+
+
+def test_hostile_mixed_configs_give_bad_input_or_a_declaration():
+    """Any JSON where a MIXED_PRECISION config holds its maps: a declaration, or one of our errors (never a crash)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from repair.errors import RepairError
+    from repair.io.checkpoint import Checkpoint
+    from tests.test_fuzz import json_values
+
+    layer = st.fixed_dictionaries({}, optional={"quant_algo": st.sampled_from(["NVFP4", "FP8", "w4a16_nvfp4", "MXFP4"]) | json_values,
+                                                "group_size": st.sampled_from([16, 32]) | json_values})
+    section = st.fixed_dictionaries({"quant_algo": st.just("MIXED_PRECISION")}, optional={
+        "quantized_layers": st.dictionaries(st.text(max_size=12), layer | json_values, max_size=3) | json_values,
+        "config_groups": json_values, "ignore": json_values, "exclude_modules": json_values, "kv_cache_scheme": json_values,
+        "kv_cache_quant_algo": json_values, "quant_method": st.just("modelopt") | json_values})
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None)
+    @given(cfg=st.none() | section, hf=st.none() | section)
+    def run(cfg, hf):
+        ckpt = Checkpoint(root=Path("ckpt"), shards=(), index_name=None, index=None,
+                          config={"quantization_config": cfg} if cfg is not None else {},
+                          hf_quant_config={"quantization": hf} if hf is not None else None, other_files=())
+        try:
+            d = formats.detect(ckpt).read_declaration(ckpt)
+        except RepairError:
+            return
+        if d.layer_algos is not None:
+            for name, _ in d.layer_algos.entries:
+                assert d.algorithm(name) in ("NVFP4", "W4A16_NVFP4", "NVFP4_AWQ", "FP8")
+
+    run()
