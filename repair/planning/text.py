@@ -17,6 +17,7 @@ def plan_as_json(plan: Plan) -> dict:
             for c in plan.changes
         ],
         "exclusions_added": list(plan.exclusions_added),
+        "quantized_layers_removed": list(plan.unlisted),
         "configs_aligned": configs_aligned(plan),
         "files": [{"name": s.name, "op": s.op} for s in plan.shards]
         + [{"name": n, "op": "rewrite_json"} for n in plan.json_files]
@@ -50,6 +51,8 @@ def plan_as_text(plan: Plan) -> str:
     if plan.exclusions_added:
         files = " and ".join(n for n in (CONFIG, HF_QUANT_CONFIG) if n in plan.json_files)
         lines.append(f"  exclusions: add {', '.join(plan.exclusions_added)} ({files})")
+    if plan.unlisted:
+        lines.append(f"  quantized_layers: take out {', '.join(plan.unlisted)} ({CONFIG} and {HF_QUANT_CONFIG}, and {CONFIG} config_groups)")
     if configs_aligned(plan):
         lines.append(f"  exclusions: {HF_QUANT_CONFIG} exclude_modules made equal to {CONFIG} ignore (they disagreed; vLLM reads {CONFIG})")
     rewritten = [s.name for s in plan.shards if s.op == ShardOp.REWRITE]
