@@ -100,7 +100,7 @@ def _change_text(c: ModuleChange) -> str:
     what = {
         ChangeAction.DEQUANTIZE: lambda: f"dequantize {_algorithm(c)}{shape(stored)} -> {shape(new)}",
         ChangeAction.TAKE_ORIGINAL: lambda: f"take {shape(new)} from the original (was {shape(stored)})",
-        ChangeAction.REQUANTIZE: lambda: f"requantize from the original -> nvfp4 {list(new.shape)} (was {shape(stored)})",
+        ChangeAction.REQUANTIZE: lambda: f"requantize from the original -> {'fp8' if new.dtype == 'F8_E4M3' else 'nvfp4'} {list(new.shape)} (was {shape(stored)})",
         ChangeAction.DROP: lambda: "drop the module",
         ChangeAction.DROP_LEFTOVER_SCALES: lambda: "keep weight",
     }[c.action]()
