@@ -213,3 +213,17 @@ def test_tp_refuses_to_split_a_kept_awq_layer(capsys, with_tp_plan, tmp_path):
     assert code == 2 and not (tmp_path / "out").exists()
     assert err == (f"error: {with_tp_plan}: --tp does not split NVFP4_AWQ pre_quant_scale yet (model.layers.1.mlp.down_proj.pre_quant_scale, "
                    "...); dequantize those layers (a recipe rule with algorithm = \"NVFP4_AWQ\") or run without --tp\n")
+
+
+def test_inspect_doctor_fix_inspect(capsys, healthy, tmp_path):
+    """The new user's path: inspect shows each algorithm, doctor is clean, a vLLM 0.32 target changes nothing, bf16 is clean."""
+    code, text, _ = run_captured(capsys, "inspect", healthy)
+    assert code == 0 and "format: modelopt-mixed; declared: MIXED_PRECISION; excluded: -; KV cache: FP8" in text
+    assert any(line.split()[0] == "model.layers.1.mlp.down_proj" and "NVFP4_AWQ" in line for line in text.splitlines())
+    assert run_captured(capsys, "doctor", healthy, "--strict", "--target", "vllm==0.32.0")[0] == 0
+    code, text, _ = run_captured(capsys, "fix", healthy, "-o", tmp_path / "same", "--target", "vllm==0.32.0")
+    assert code == 0 and "nothing to fix for vllm==0.32.0" in text + _ and not (tmp_path / "same").exists()
+    fix(capsys, healthy, tmp_path / "bf16", "--target", "bf16")
+    code, text, _ = run_captured(capsys, "inspect", tmp_path / "bf16", "--json")
+    report = json.loads(text)
+    assert code == 0 and {m["precision"] for m in report["modules"]} == {"bf16"}
