@@ -79,6 +79,7 @@ def test_target_bf16_dequantizes_every_algorithm_and_drops_the_kv_cache(capsys, 
     assert "quantization_config" not in read_json(tmp_path / "out" / "config.json")
     assert not (tmp_path / "out" / "hf_quant_config.json").exists()
     report = read_json(tmp_path / "out" / "repair_report.json")
+    assert {c["module"]: c["algorithm"] for c in report["changes"] if c["action"] == "dequantize"} == healthy_layers()
     assert sorted(c["module"] for c in report["changes"] if c["action"] == "drop-kv-cache-scale") == sorted(
         n for n in src if n.endswith(("k_scale", "v_scale")))
     code, doctor_text, _ = run_captured(capsys, "doctor", tmp_path / "out", "--target", "bf16", "--strict")
