@@ -12,11 +12,9 @@ def plan_as_json(plan: Plan) -> dict:
     return {
         "source": str(plan.source.root),
         "format": plan.format.NAME,
-        "changes": [
-            {"module": c.module, "action": c.action, "before": [t.as_dict() for t in c.before], "after": [t.as_dict() for t in c.after]}
-            for c in plan.changes
-        ],
+        "changes": [c.as_dict() for c in plan.changes],
         "exclusions_added": list(plan.exclusions_added),
+        "quantized_layers_removed": list(plan.unlisted),
         "configs_aligned": configs_aligned(plan),
         "files": [{"name": s.name, "op": s.op} for s in plan.shards]
         + [{"name": n, "op": "rewrite_json"} for n in plan.json_files]
@@ -38,13 +36,20 @@ def plan_as_text(plan: Plan) -> str:
     lines = [f"plan for {plan.source.root}:"]
     if plan.changes:
         lines.append(f"  {_recipe_label(plan)} changes {_counts(plan.changes)}")
+    kv_scales = [c.module for c in plan.changes if c.action == ChangeAction.DROP_KV_CACHE_SCALE]
     for c in plan.changes:
-        lines.append(f"  {c.module}: {_change_text(c)}")
+        if c.action != ChangeAction.DROP_KV_CACHE_SCALE:
+            lines.append(f"  {c.module}: {_change_text(c)}")
     if plan.recipe.drop_quantization:
         lines.append("  quantization config: removed (config.json quantization_config" + (", hf_quant_config.json)" if HF_QUANT_CONFIG in plan.removed_files else ")"))
+    if kv_scales:
+        lines.append(f"  KV-cache quantization: removed with it: {len(kv_scales)} k_scale / v_scale tensor(s) dropped ({kv_scales[0]}, ...) "
+                     "and the KV-cache declaration (kv_cache_quant_algo / kv_cache_scheme)")
     if plan.exclusions_added:
         files = " and ".join(n for n in (CONFIG, HF_QUANT_CONFIG) if n in plan.json_files)
         lines.append(f"  exclusions: add {', '.join(plan.exclusions_added)} ({files})")
+    if plan.unlisted:
+        lines.append(f"  quantized_layers: take out {', '.join(plan.unlisted)} ({CONFIG} and {HF_QUANT_CONFIG}, and {CONFIG} config_groups)")
     if configs_aligned(plan):
         lines.append(f"  exclusions: {HF_QUANT_CONFIG} exclude_modules made equal to {CONFIG} ignore (they disagreed; vLLM reads {CONFIG})")
     rewritten = [s.name for s in plan.shards if s.op == ShardOp.REWRITE]
@@ -90,10 +95,16 @@ def _change_text(c: ModuleChange) -> str:
     new = after.get("weight")
     shape = lambda t: f"{'nvfp4' if t.dtype == 'U8' else t.dtype.lower()} {list(t.shape)}"  # noqa: E731
     what = {
-        ChangeAction.DEQUANTIZE: lambda: f"dequantize {shape(stored)} -> {shape(new)}",
+        ChangeAction.DEQUANTIZE: lambda: f"dequantize {_algorithm(c)}{shape(stored)} -> {shape(new)}",
         ChangeAction.TAKE_ORIGINAL: lambda: f"take {shape(new)} from the original (was {shape(stored)})",
-        ChangeAction.REQUANTIZE: lambda: f"requantize from the original -> nvfp4 {list(new.shape)} (was {shape(stored)})",
+        ChangeAction.REQUANTIZE: lambda: f"requantize from the original -> {'fp8' if new.dtype == 'F8_E4M3' else 'nvfp4'} {list(new.shape)} (was {shape(stored)})",
         ChangeAction.DROP: lambda: "drop the module",
         ChangeAction.DROP_LEFTOVER_SCALES: lambda: "keep weight",
     }[c.action]()
-    return what + (f"; drop {', '.join(dropped)}" if dropped and c.action != ChangeAction.DROP else "")
+    folded = " (pre_quant_scale folded into the weight)" if c.action == ChangeAction.DEQUANTIZE and _algorithm(c) == "NVFP4_AWQ " else ""
+    return what + folded + (f"; drop {', '.join(dropped)}" if dropped and c.action != ChangeAction.DROP else "")
+
+
+def _algorithm(c: ModuleChange) -> str:
+    """The stored algorithm a dequantize reads, where it is not plain NVFP4 (e.g. "FP8 ", "NVFP4_AWQ ")."""
+    return "" if c.algorithm in ("NVFP4", None) else f"{c.algorithm} "
