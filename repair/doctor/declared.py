@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from repair.arch import Architecture, ModuleSpec
 from repair.doctor.findings import Finding, Kind, Severity
-from repair.formats.base import Declaration
+from repair.formats.base import Declaration, routed_layer
 from repair.formats.modules import StoredModule
 from repair.io.safetensors import TensorInfo
 from repair.targets.precision import declared_algorithm
@@ -96,3 +96,44 @@ def runtime_refusal_findings(declaration: Declaration, target: Target) -> list[F
     return [Finding(Severity.ERROR, Kind.QUANT_CONFIG, "hf_quant_config.json",
                     f"the config declares quant_algo {declaration.quant_algo}, which {target.spec} refuses while reading the "
                     "config; dequantize the model (fix --target bf16) to serve it with vLLM", error)]
+
+
+def float8_findings(modules: dict[str, StoredModule], infos: dict[str, TensorInfo]) -> list[Finding]:
+    """Float8 weights without the float32 per-tensor weight_scale that makes them an FP8 layer (missing, per-channel,
+    block-wise or another dtype): whatever the target builds, the layer computes wrong values or fails to load."""
+    out = []
+    for m in modules.values():
+        weight = m.tensor("weight")
+        if weight is None or m.precision == "fp8" or infos[weight].dtype != "F8_E4M3":
+            continue
+        scale = m.tensor("weight_scale")
+        has = "it has none" if scale is None else f"it has {infos[scale].dtype} {list(infos[scale].shape)}"
+        out.append(Finding(Severity.ERROR, Kind.FP8_SCALE, m.name,
+                           f"{m.name}: float8_e4m3 weight {list(infos[weight].shape)} without a float32 per-tensor weight_scale "
+                           f"({has}); a runtime building it FP8 runs with an unloaded scale or fails to load it, one building it "
+                           "BF16 reads the float8 codes without their scale (re-download or re-export it, or take the layer "
+                           "from the original)"))
+    return out
+
+
+def fused_algorithm_findings(declaration: Declaration, modules: dict[str, StoredModule], family: Architecture) -> list[Finding]:
+    """Fused layers (qkv_proj, gate_up_proj) whose shards quantized_layers declares with different algorithms:
+    vLLM 0.32 resolves the fused layer and raises while building the model (`LayerAlgorithms.lookup`)."""
+    if declaration.layer_algos is None:
+        return []
+    out = []
+    for fused, shards in family.fused_groups(modules):
+        parent = family.runtime_name(shards[0]).rpartition(".")[0]
+        runtime = f"{parent}.{fused.rpartition('.')[2]}"
+        if declaration.format.excludes(runtime, declaration.exclusions, declaration.targets):
+            continue
+        error = declaration.layer_algos.lookup(routed_layer(runtime), family.fused_layers)[1]
+        if error is None:
+            continue
+        leaf = [s.rpartition(".")[2] for s in shards]
+        algos = ", ".join(f"{s.rpartition('.')[2]} {declaration.layer_algos.resolve(family.runtime_name(s)) or '-'}" for s in shards)
+        out.append(Finding(Severity.ERROR, Kind.FUSED_SHARDS, fused,
+                           f"{fused}: vLLM builds {', '.join(leaf[:-1])} and {leaf[-1]} as one layer, but quantized_layers "
+                           f"declares them with different algorithms ({algos}), so vLLM refuses the model while building "
+                           "it; declare (and store) every shard with one algorithm", error))
+    return out

@@ -10,7 +10,8 @@ from __future__ import annotations
 from repair import arch, formats
 from repair.arch import Architecture, ModuleSpec
 from repair.doctor.checks import config_findings, fused_findings, health_findings
-from repair.doctor.declared import algorithm_findings, kv_cache_findings, layer_map_findings, runtime_refusal_findings
+from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
+                                    layer_map_findings, runtime_refusal_findings)
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule, stored_bits
@@ -52,7 +53,9 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     findings += layer_map_findings(declaration) + algorithm_findings(declaration, modules, specs, family, precision)
     kv_cache, notes = kv_cache_findings(declaration, infos)
     findings += kv_cache
-    findings += fused_findings(declaration, modules, family) if target.profile.runtime == "vllm" else []
+    if target.profile.runtime == "vllm":
+        findings += fused_findings(declaration, modules, family) + fused_algorithm_findings(declaration, modules, family)
+    findings += float8_findings(modules, infos)
     findings += health_findings(ckpt, modules, precision, fmt.GLOBAL_SCALE_IS_DIVISOR)
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
