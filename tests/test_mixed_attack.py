@@ -1,0 +1,109 @@
+"""Attacks on the MIXED_PRECISION / FP8 / W4A16 reading (inspect and doctor), each found by hand first.
+
+Checkpoints are tests/mixed_helpers.py's (ModelOpt's own converter writes config.json; tensors are real
+layouts from repair.codec); each test breaks one thing a careless user or a hostile file could.
+vLLM facts quoted are from vllm 0.32 model_executor/layers/quantization/modelopt.py and
+model_loader/weight_utils.py get_quant_config (the vLLM tier checks the resolution order itself).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import run_captured
+from tests.mixed_helpers import healthy_layers, tensors_for, write_mixed
+
+O_PROJ = "model.layers.0.self_attn.o_proj"
+
+
+def doctor(capsys, folder, *args) -> tuple[int, dict]:
+    code, out, err = run_captured(capsys, "doctor", folder, "--strict", "--json", *args)
+    assert code in (0, 1), err
+    return code, json.loads(out)
+
+
+def edit_json(path: Path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("scale", [None, torch.full((64, 1), 0.01), torch.full((1, 1), 0.01, dtype=torch.bfloat16)],
+                         ids=["missing", "per-channel", "bf16"])
+@pytest.mark.parametrize("target", [None, "bf16"])
+def test_a_float8_weight_without_a_usable_per_tensor_scale_is_an_error(capsys, tmp_path, scale, target):
+    """A float8 weight whose float32 scalar weight_scale is missing (or per-channel, or not float32) is no FP8 layer the
+    tool reads: vLLM's per-tensor FP8 layer runs with an unloaded scale or fails its shape assert, and a BF16 runtime
+    reads the float8 codes as values without their scale. It was a warning for a quantized target and nothing at
+    all for an excluded layer or a bf16 target, so `fix` outputs that kept the bare float8 weight passed --strict."""
+    tensors = tensors_for(healthy_layers())
+    if scale is None:
+        del tensors[f"{O_PROJ}.weight_scale"]
+    else:
+        tensors[f"{O_PROJ}.weight_scale"] = scale
+    src = write_mixed(tmp_path / "x", tensors=tensors)
+    code, report = doctor(capsys, src, *(["--target", target] if target else []))
+    errors = [f for f in report["findings"] if f["subject"] == O_PROJ and f["severity"] == "error"]
+    assert code == 1 and [f["code"] for f in errors] == ["fp8-scale"], report["findings"]
+    assert errors[0]["message"].startswith(f"{O_PROJ}: float8_e4m3 weight [64, 64] without a float32 per-tensor weight_scale")
+
+
+def test_a_float8_weight_in_an_excluded_layer_is_an_error(capsys, tmp_path):
+    """The output `fix` (vllm target) wrote for a missing FP8 scale: the layer excluded, its float8 weight kept."""
+    layers = healthy_layers()
+    tensors = tensors_for(layers)
+    del tensors[f"{O_PROJ}.weight_scale"], tensors[f"{O_PROJ}.input_scale"]
+    src = write_mixed(tmp_path / "x", {k: v for k, v in layers.items() if k != O_PROJ}, tensors=tensors)
+    code, report = doctor(capsys, src)
+    assert code == 1 and [f["code"] for f in report["findings"] if f["subject"] == O_PROJ and f["severity"] == "error"] == ["fp8-scale"]
+
+
+def test_fused_shards_declared_with_different_algorithms_are_vllms_error(capsys, tmp_path):
+    """q_proj FP8, k_proj NVFP4, v_proj FP8: vLLM resolves the fused qkv_proj and raises while building the model.
+    doctor said 'no problems found'."""
+    layers = healthy_layers()
+    declared = dict(layers, **{"model.layers.0.self_attn.k_proj": "NVFP4"})
+    src = write_mixed(tmp_path / "x", declared, tensors=tensors_for(declared))
+    code, report = doctor(capsys, src)
+    fused = [f for f in report["findings"] if f["code"] == "fused-shards"]
+    assert code == 1 and len(fused) == 1 and fused[0]["severity"] == "error"
+    assert fused[0]["subject"] == "model.layers.0.self_attn.qkv_proj"
+    assert fused[0]["runtime_error"] == ("ValueError: Mixed quant_algo within fused layer model.layers.0.self_attn.qkv_proj: "
+                                         "{'FP8', 'NVFP4'}. All shards must use the same quantization.")
+    assert "q_proj, k_proj and v_proj" in fused[0]["message"] and "FP8" in fused[0]["message"]
+
+
+def test_config_json_without_quantized_layers_falls_back_to_hf_quant_config(capsys, tmp_path):
+    """vLLM 0.32 get_quant_config: for modelopt_mixed, a config.json quantization_config without `quantized_layers`
+    (older exports) falls through to hf_quant_config.json, whose map, exclude_modules and kv_cache_quant_algo it
+    then reads. The tool refused such a checkpoint even for inspect."""
+    src = write_mixed(tmp_path / "x", exclude=["lm_head"])
+    edit_json(src / "config.json", lambda c: [c["quantization_config"].pop(k) for k in ("quantized_layers", "config_groups", "ignore")])
+    code, out, err = run_captured(capsys, "inspect", src, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["declaration"]["quantized_layers"] == healthy_layers()
+    code, report = doctor(capsys, src)
+    assert (code, report["findings"]) == (0, [])
+
+
+def test_config_json_with_an_empty_quantized_layers_is_still_refused(capsys, tmp_path):
+    """The key present but empty: vLLM reads config.json and refuses it (no fallback)."""
+    src = write_mixed(tmp_path / "x")
+    edit_json(src / "config.json", lambda c: c["quantization_config"].update(quantized_layers={}))
+    code, _, err = run_captured(capsys, "inspect", src)
+    assert code == 2 and "without a non-empty quantized_layers map" in err and err.count("\n") == 1
+
+
+def test_an_excluded_fp8_layer_is_not_called_packed_nvfp4(capsys, tmp_path):
+    src = write_mixed(tmp_path / "x")
+    edit_json(src / "config.json", lambda c: c["quantization_config"].update(ignore=[O_PROJ]))
+    edit_json(src / "hf_quant_config.json", lambda c: c["quantization"].update(exclude_modules=[O_PROJ]))
+    code, report = doctor(capsys, src)
+    contradiction = [f for f in report["findings"] if f["subject"] == O_PROJ and f["code"] == "config-contradiction"]
+    assert code == 1 and len(contradiction) == 1
+    assert contradiction[0]["message"] == f"{O_PROJ}: the config excludes it but its tensors are FP8"
