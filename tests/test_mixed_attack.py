@@ -107,3 +107,19 @@ def test_an_excluded_fp8_layer_is_not_called_packed_nvfp4(capsys, tmp_path):
     contradiction = [f for f in report["findings"] if f["subject"] == O_PROJ and f["code"] == "config-contradiction"]
     assert code == 1 and len(contradiction) == 1
     assert contradiction[0]["message"] == f"{O_PROJ}: the config excludes it but its tensors are FP8"
+
+
+@pytest.mark.parametrize("scheme", ["drop", "fp8", {"type": "int", "num_bits": 8}], ids=["absent", "string", "int"])
+def test_kv_cache_is_declared_only_where_vllm_reads_it(capsys, tmp_path, scheme):
+    """config.json has a quantization_config, so vLLM reads its kv_cache_scheme object only: absent (hf_quant_config.json
+    still says FP8), a string, or not float/8 bits gives no FP8 KV cache, and the stored k/v scales are not used as
+    such. doctor claimed an FP8 KV cache (and inspect showed one) in all three cases."""
+    src = write_mixed(tmp_path / "x")
+    edit_json(src / "config.json", lambda c: c["quantization_config"].pop("kv_cache_scheme") if scheme == "drop"
+              else c["quantization_config"].update(kv_cache_scheme=scheme))
+    code, out, _ = run_captured(capsys, "inspect", src, "--json")
+    assert code == 0 and json.loads(out)["declaration"]["kv_cache"] in (None, "INT")
+    code, report = doctor(capsys, src)
+    if scheme == "drop" or isinstance(scheme, str):
+        kv = [f for f in report["findings"] if f["code"] == "kv-cache-scales"]
+        assert code == 1 and len(kv) == 1 and "config.json quantization_config.kv_cache_scheme" in kv[0]["message"]

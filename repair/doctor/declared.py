@@ -79,8 +79,9 @@ def kv_cache_findings(declaration: Declaration, infos: dict[str, TensorInfo]) ->
     if scales and declaration.kv_cache is None:
         return [Finding(Severity.WARNING, Kind.KV_CACHE_SCALES, scales[0],
                         f"{len(scales)} KV-cache scale tensor(s) ({scales[0]}, ...) but no KV-cache quantization is declared "
-                        "(kv_cache_quant_algo / kv_cache_scheme); the runtime ignores or refuses them: drop them, or declare "
-                        "the KV-cache quantization they belong to")], []
+                        "where vLLM reads it (config.json quantization_config.kv_cache_scheme, or hf_quant_config.json "
+                        "kv_cache_quant_algo when config.json has no quantization_config); the runtime ignores or refuses "
+                        "them: drop them, or declare the KV-cache quantization they belong to")], []
     if not scales and declaration.kv_cache is not None:
         return [], [Finding(Severity.WARNING, Kind.KV_CACHE_SCALES, "config.json / hf_quant_config.json",
                         f"the config declares a {declaration.kv_cache} KV cache but no k_scale / v_scale tensors are stored; "
