@@ -123,3 +123,41 @@ def test_kv_cache_is_declared_only_where_vllm_reads_it(capsys, tmp_path, scheme)
     if scheme == "drop" or isinstance(scheme, str):
         kv = [f for f in report["findings"] if f["code"] == "kv-cache-scales"]
         assert code == 1 and len(kv) == 1 and "config.json quantization_config.kv_cache_scheme" in kv[0]["message"]
+
+
+def _mixed_moe(folder: Path, first: str) -> Path:
+    """The Qwen3-30B-A3B real-config fixture declared MIXED_PRECISION, every stored NVFP4 module NVFP4 in
+    quantized_layers (per expert, as ModelOpt lists them), except layer 0's expert 0 gate_proj (first key): `first`."""
+    from safetensors import safe_open
+
+    from tests.mixed_helpers import quantization_config
+    from tools.real_fixture import write_real_model
+
+    src = write_real_model(folder, "qwen3-30b-a3b")
+    with safe_open(src / "model.safetensors", "pt") as f:
+        modules = sorted({k.rsplit(".", 1)[0] for k in f.keys() if k.endswith(".weight_scale_2")})
+    key = "model.layers.0.mlp.experts.0.gate_proj"
+    layers = {key: {"quant_algo": first, "group_size": 16}}
+    layers.update({m: {"quant_algo": "NVFP4", "group_size": 16} for m in modules if m != key})
+    hf = json.loads((src / "hf_quant_config.json").read_text())
+    hf["quantization"].update(quant_algo="MIXED_PRECISION", quantized_layers=layers)
+    hf["quantization"].pop("group_size", None)
+    (src / "hf_quant_config.json").write_text(json.dumps(hf))
+    edit_json(src / "config.json", lambda c: c.update(quantization_config=quantization_config(hf)))
+    return src
+
+
+def test_an_expert_resolved_through_its_moe_layers_first_key_says_so(capsys, tmp_path):
+    """vLLM resolves the routed-experts layer `model.layers.0.mlp.experts` from the first key under it (step 3 of
+    _resolve_quant_algo), so every expert of layer 0 is built W4A16_NVFP4 although experts 1-3 are listed NVFP4.
+    doctor said 'experts.1.gate_proj: declared W4A16_NVFP4', which its own entry contradicts."""
+    src = _mixed_moe(tmp_path / "moe", "W4A16_NVFP4")
+    code, report = doctor(capsys, src)
+    by = {f["subject"]: f for f in report["findings"] if f["code"] == "algorithm-mismatch"}
+    assert code == 1 and {s.split(".mlp.")[0] for s in by} == {"model.layers.0"}
+    assert by["model.layers.0.mlp.experts.1.gate_proj"]["message"].startswith(
+        "model.layers.0.mlp.experts.1.gate_proj: declared W4A16_NVFP4 for the routed-experts layer model.layers.0.mlp.experts "
+        "(vLLM builds every expert of it from the first quantized_layers key under it; this expert's own entry says NVFP4) "
+        "but its tensors are NVFP4")
+    assert by["model.layers.0.mlp.experts.0.gate_proj"]["message"].startswith(
+        "model.layers.0.mlp.experts.0.gate_proj: declared W4A16_NVFP4 but its tensors are NVFP4")

@@ -37,8 +37,20 @@ def algorithm_findings(declaration: Declaration, modules: dict[str, StoredModule
         if declared == "NVFP4" and stored == "W4A16_NVFP4" and precision.get(m.name) == "nvfp4":
             continue  # the loader's health check reports the missing input_scale already
         findings.append(Finding(_severity(declared, stored), Kind.ALGORITHM_MISMATCH, m.name,
-                                f"{m.name}: declared {declared} but its tensors are {stored} ({_why(declared, stored)})"))
+                                f"{m.name}: declared {declared}{_via(declaration, family, m.name, declared)} but its tensors "
+                                f"are {stored} ({_why(declared, stored)})"))
     return findings
+
+
+def _via(declaration: Declaration, family: Architecture, module: str, declared: str) -> str:
+    """Where a routed expert's declared algorithm comes from when its own quantized_layers entry says otherwise:
+    vLLM builds all experts of a MoE layer as one layer, resolved from the first key under it."""
+    runtime = family.runtime_name(module)
+    own = declaration.layer_algos.entry(runtime) if declaration.layer_algos is not None else None
+    if own is None or own == declared or routed_layer(runtime) == runtime:
+        return ""
+    return (f" for the routed-experts layer {routed_layer(runtime)} (vLLM builds every expert of it from the first "
+            f"quantized_layers key under it; this expert's own entry says {own})")
 
 
 def _severity(declared: str, stored: str) -> Severity:

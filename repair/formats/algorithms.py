@@ -97,6 +97,10 @@ class LayerAlgorithms:
     def as_dict(self) -> dict[str, str]:
         return dict(self._direct)
 
+    def entry(self, name: str) -> str | None:
+        """The algorithm the map lists under exactly `name` (None: no such key)."""
+        return self._direct.get(name)
+
     def lookup(self, prefix: str, packed: dict[str, tuple[str, ...]] | None = None) -> tuple[str | None, str | None]:
         """(algorithm, vLLM's error) for the runtime layer `prefix`, in vLLM 0.32's order.
 
