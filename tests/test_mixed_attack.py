@@ -81,12 +81,13 @@ def test_config_json_without_quantized_layers_falls_back_to_hf_quant_config(caps
     """vLLM 0.32 get_quant_config: for modelopt_mixed, a config.json quantization_config without `quantized_layers`
     (older exports) falls through to hf_quant_config.json, whose map, exclude_modules and kv_cache_quant_algo it
     then reads. The tool refused such a checkpoint even for inspect."""
-    src = write_mixed(tmp_path / "x", exclude=["lm_head"])
+    layers = {k: "NVFP4" if v == "NVFP4_AWQ" else v for k, v in healthy_layers().items()}  # vLLM 0.32 has no NVFP4_AWQ
+    src = write_mixed(tmp_path / "x", layers, exclude=["lm_head"])
     edit_json(src / "config.json", lambda c: [c["quantization_config"].pop(k) for k in ("quantized_layers", "config_groups", "ignore")])
     code, out, err = run_captured(capsys, "inspect", src, "--json")
     assert code == 0, err
     report = json.loads(out)
-    assert report["declaration"]["quantized_layers"] == healthy_layers()
+    assert report["declaration"]["quantized_layers"] == layers
     code, report = doctor(capsys, src)
     assert (code, report["findings"]) == (0, [])
 
@@ -161,3 +162,15 @@ def test_an_expert_resolved_through_its_moe_layers_first_key_says_so(capsys, tmp
         "but its tensors are NVFP4")
     assert by["model.layers.0.mlp.experts.0.gate_proj"]["message"].startswith(
         "model.layers.0.mlp.experts.0.gate_proj: declared W4A16_NVFP4 but its tensors are NVFP4")
+
+
+def test_a_layer_declared_nvfp4_awq_is_one_vllm_cannot_build(capsys, tmp_path):
+    """vLLM 0.32 has no NVFP4_AWQ linear method: ModelOptMixedPrecisionConfig builds the layer unquantized and the load
+    stops at its packed tensors (tests/vllm/test_mixed_attack_vs_vllm.py loads it). doctor --strict called the
+    healthy mixed checkpoint (which has one such layer) clean. Other targets are not concerned."""
+    src = write_mixed(tmp_path / "x")
+    code, report = doctor(capsys, src)
+    assert code == 1 and [(f["severity"], f["code"], f["subject"]) for f in report["findings"]] == [
+        ("error", "algorithm-unbuilt", "model.layers.1.mlp.down_proj")]
+    assert report["findings"][0]["message"].startswith("model.layers.1.mlp.down_proj: declared NVFP4_AWQ, which vllm==0.32.0 "
+                                                       "has no method for, so it builds the layer unquantized")
