@@ -174,3 +174,14 @@ def test_a_layer_declared_nvfp4_awq_is_one_vllm_cannot_build(capsys, tmp_path):
         ("error", "algorithm-unbuilt", "model.layers.1.mlp.down_proj")]
     assert report["findings"][0]["message"].startswith("model.layers.1.mlp.down_proj: declared NVFP4_AWQ, which vllm==0.32.0 "
                                                        "has no method for, so it builds the layer unquantized")
+
+
+@pytest.mark.parametrize("value", [float("nan"), 0.0, -0.05, [0.05, 0.05]], ids=["nan", "zero", "negative", "two"])
+def test_a_declared_kv_cache_scale_must_be_a_positive_float32_scalar(capsys, tmp_path, value):
+    """vLLM scales every cached key/value by k_scale / v_scale under an FP8 KV cache; doctor only checked that they exist."""
+    layers = {k: "NVFP4" if v == "NVFP4_AWQ" else v for k, v in healthy_layers().items()}
+    tensors = tensors_for(layers)
+    tensors["model.layers.1.self_attn.v_proj.v_scale"] = torch.tensor(value)
+    code, report = doctor(capsys, write_mixed(tmp_path / "x", layers, tensors=tensors))
+    assert code == 1 and [(f["severity"], f["code"], f["subject"]) for f in report["findings"]] == [
+        ("error", "kv-cache-scales", "model.layers.1.self_attn.v_proj.v_scale")]

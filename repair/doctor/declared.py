@@ -12,6 +12,9 @@ from repair.arch import Architecture, ModuleSpec
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.base import Declaration, routed_layer
 from repair.formats.modules import StoredModule
+from repair.formats.nvfp4_health import global_scale_problem, read_f32_scalar
+from repair.io.checkpoint import Checkpoint
+from repair.io.ranges import RangeReader
 from repair.io.safetensors import TensorInfo
 from repair.targets.precision import BUILT, declared_algorithm
 from repair.targets.profiles import Target
@@ -169,4 +172,25 @@ def unbuilt_algorithm_findings(declaration: Declaration, modules: dict[str, Stor
                                f"{m.name}: declared {declared}, which {target.spec} has no method for, so it builds the layer "
                                f"unquantized and stops loading its stored {m.precision} tensors; dequantize it "
                                "(fix --target bf16), or serve the model with a runtime that runs it"))
+    return out
+
+
+def kv_scale_health(ckpt: Checkpoint, declaration: Declaration) -> list[Finding]:
+    """Under a declared KV-cache quantization each stored k_scale / v_scale must be a positive finite float32 scalar:
+    the runtime scales every cached key and value by it (a NaN, zero, negative or non-scalar one computes garbage)."""
+    if declaration.kv_cache is None:
+        return []
+    out = []
+    located = ckpt.locate()
+    with RangeReader() as read:
+        for name in sorted(n for n in located if n.rpartition(".")[2] in KV_LEAVES):
+            shard, info = located[name]
+            if info.dtype != "F32" or info.nbytes != 4:
+                problem = f"is {info.dtype} {list(info.shape)}, not a float32 scalar"
+            else:
+                problem = global_scale_problem(read_f32_scalar(shard.path, info, read))
+            if problem:
+                out.append(Finding(Severity.ERROR, Kind.KV_CACHE_SCALES, name,
+                                   f"{name} {problem}; the {declaration.kv_cache} KV cache scales this layer's cached keys or "
+                                   "values by it, so attention computes garbage (re-download or re-export it)"))
     return out

@@ -11,7 +11,8 @@ from repair import arch, formats
 from repair.arch import Architecture, ModuleSpec
 from repair.doctor.checks import config_findings, fused_findings, health_findings
 from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
-                                    layer_map_findings, runtime_refusal_findings, unbuilt_algorithm_findings)
+                                    kv_scale_health, layer_map_findings, runtime_refusal_findings,
+                                    unbuilt_algorithm_findings)
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule, stored_bits
@@ -52,7 +53,7 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     findings += config_findings(ckpt, declaration, modules, specs, family)
     findings += layer_map_findings(declaration) + algorithm_findings(declaration, modules, specs, family, precision)
     kv_cache, notes = kv_cache_findings(declaration, infos)
-    findings += kv_cache
+    findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.runtime == "vllm":
         findings += fused_findings(declaration, modules, family) + fused_algorithm_findings(declaration, modules, family)
     findings += float8_findings(modules, infos)
