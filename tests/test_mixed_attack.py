@@ -185,3 +185,16 @@ def test_a_declared_kv_cache_scale_must_be_a_positive_float32_scalar(capsys, tmp
     code, report = doctor(capsys, write_mixed(tmp_path / "x", layers, tensors=tensors))
     assert code == 1 and [(f["severity"], f["code"], f["subject"]) for f in report["findings"]] == [
         ("error", "kv-cache-scales", "model.layers.1.self_attn.v_proj.v_scale")]
+
+
+def test_a_3d_float8_weight_is_not_said_to_lack_the_scale_it_has(capsys, tmp_path):
+    """Fused routed experts stored as one [experts, out, in] float8 weight with a float32 scalar scale: the tool reads
+    2-D FP8 weights only, and must say that, not 'without a float32 per-tensor weight_scale (it has F32 [])'."""
+    layers = {k: "NVFP4" if v == "NVFP4_AWQ" else v for k, v in healthy_layers().items()}
+    tensors = tensors_for(layers)
+    tensors["model.layers.1.mlp.experts.weight"] = torch.zeros(4, 64, 64).to(torch.float8_e4m3fn)
+    tensors["model.layers.1.mlp.experts.weight_scale"] = torch.tensor(1.0)
+    code, report = doctor(capsys, write_mixed(tmp_path / "x", dict(layers, **{"model.layers.1.mlp.experts": "FP8"}), tensors=tensors))
+    finding = next(f for f in report["findings"] if f["subject"] == "model.layers.1.mlp.experts")
+    assert (finding["severity"], finding["code"]) == ("warning", "fp8-scale")
+    assert finding["message"].startswith("model.layers.1.mlp.experts: float8_e4m3 weight [4, 64, 64] is 3-D; this tool reads")

@@ -122,10 +122,15 @@ def float8_findings(modules: dict[str, StoredModule], infos: dict[str, TensorInf
         weight = m.tensor("weight")
         if weight is None or m.precision == "fp8" or infos[weight].dtype != "F8_E4M3":
             continue
-        scale = m.tensor("weight_scale")
+        scale, shape = m.tensor("weight_scale"), list(infos[weight].shape)
+        if len(shape) != 2:
+            out.append(Finding(Severity.WARNING, Kind.FP8_SCALE, m.name,
+                               f"{m.name}: float8_e4m3 weight {shape} is {len(shape)}-D; this tool reads FP8 (per-tensor) 2-D "
+                               "[out, in] weights only, so it cannot check or repair this one"))
+            continue
         has = "it has none" if scale is None else f"it has {infos[scale].dtype} {list(infos[scale].shape)}"
         out.append(Finding(Severity.ERROR, Kind.FP8_SCALE, m.name,
-                           f"{m.name}: float8_e4m3 weight {list(infos[weight].shape)} without a float32 per-tensor weight_scale "
+                           f"{m.name}: float8_e4m3 weight {shape} without a float32 per-tensor weight_scale "
                            f"({has}); a runtime building it FP8 runs with an unloaded scale or fails to load it, one building it "
                            "BF16 reads the float8 codes without their scale (re-download or re-export it, or take the layer "
                            "from the original)"))
