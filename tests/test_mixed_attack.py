@@ -198,3 +198,17 @@ def test_a_3d_float8_weight_is_not_said_to_lack_the_scale_it_has(capsys, tmp_pat
     finding = next(f for f in report["findings"] if f["subject"] == "model.layers.1.mlp.experts")
     assert (finding["severity"], finding["code"]) == ("warning", "fp8-scale")
     assert finding["message"].startswith("model.layers.1.mlp.experts: float8_e4m3 weight [4, 64, 64] is 3-D; this tool reads")
+
+
+def test_activation_scales_are_checked_without_a_loader_profile(capsys, tmp_path):
+    """LlamaForCausalLM has no loader profile, so doctor had no per-layer precision and skipped every activation-scale
+    check: an FP8 or NVFP4 layer without input_scale, or with a NaN one, passed. vLLM 0.32's loader reports the
+    missing ones ("Following weights were not initialized from checkpoint: {...input_scale, ...}") or runs with them."""
+    layers = {k: "NVFP4" if v in ("W4A16_NVFP4", "NVFP4_AWQ") else v for k, v in healthy_layers().items()}
+    tensors = tensors_for(layers)
+    del tensors[f"{O_PROJ}.input_scale"], tensors["model.layers.0.mlp.down_proj.input_scale"]
+    tensors["model.layers.1.mlp.down_proj.input_scale"] = torch.tensor(float("nan"))
+    code, report = doctor(capsys, write_mixed(tmp_path / "x", layers, tensors=tensors))
+    assert code == 1 and sorted((f["code"], f["subject"]) for f in report["findings"] if f["severity"] == "error") == [
+        ("algorithm-mismatch", "model.layers.0.mlp.down_proj"), ("input-scale", "model.layers.1.mlp.down_proj.input_scale"),
+        ("missing-input-scale", O_PROJ)]
