@@ -31,17 +31,10 @@ def found(report: dict) -> dict[str, dict]:
     return {f["subject"]: f for f in report["findings"]}
 
 
-def servable_layers() -> dict[str, str]:
-    """The healthy model's layers with the NVFP4_AWQ one NVFP4: vLLM 0.32 has no method for NVFP4_AWQ and refuses to load
-    the healthy model (doctor's `algorithm-unbuilt` error, tests/test_mixed_attack.py)."""
-    return {k: "NVFP4" if v == "NVFP4_AWQ" else v for k, v in healthy_layers().items()}
-
-
-def test_strict_doctor_is_clean_on_the_healthy_mixed_checkpoint(capsys, tmp_path):
-    servable = write_mixed(tmp_path / "servable", servable_layers())
-    code, report = doctor(capsys, servable)
+def test_strict_doctor_is_clean_on_the_healthy_mixed_checkpoint(capsys, healthy):
+    code, report = doctor(capsys, healthy)
     assert (code, report["findings"], report["notes"]) == (0, [], [])
-    code, text, _ = run_captured(capsys, "doctor", servable, "--strict")
+    code, text, _ = run_captured(capsys, "doctor", healthy, "--strict")
     assert code == 0 and "0 error(s), 0 warning(s)" in text
 
 
@@ -112,7 +105,7 @@ def test_kv_scales_left_in_a_bf16_target_output_are_flagged(capsys, tmp_path):
 
 def test_a_kv_declaration_without_scales_is_a_note(capsys, tmp_path):
     """vLLM loads it and runs with scale 1.0 (and says so): a note, which --strict does not count."""
-    code, report = doctor(capsys, write_mixed(tmp_path / "x", servable_layers(), kv=True, kv_scales=False))
+    code, report = doctor(capsys, write_mixed(tmp_path / "x", kv=True, kv_scales=False))
     assert (code, report["findings"]) == (0, [])
     assert [(n["code"], n["subject"]) for n in report["notes"]] == [("kv-cache-scales", "config.json / hf_quant_config.json")]
     code, text, _ = run_captured(capsys, "doctor", tmp_path / "x")

@@ -164,18 +164,6 @@ def test_an_expert_resolved_through_its_moe_layers_first_key_says_so(capsys, tmp
         "model.layers.0.mlp.experts.0.gate_proj: declared W4A16_NVFP4 but its tensors are NVFP4")
 
 
-def test_a_layer_declared_nvfp4_awq_is_one_vllm_cannot_build(capsys, tmp_path):
-    """vLLM 0.32 has no NVFP4_AWQ linear method: ModelOptMixedPrecisionConfig builds the layer unquantized and the load
-    stops at its packed tensors (tests/vllm/test_mixed_attack_vs_vllm.py loads it). doctor --strict called the
-    healthy mixed checkpoint (which has one such layer) clean. Other targets are not concerned."""
-    src = write_mixed(tmp_path / "x")
-    code, report = doctor(capsys, src)
-    assert code == 1 and [(f["severity"], f["code"], f["subject"]) for f in report["findings"]] == [
-        ("error", "algorithm-unbuilt", "model.layers.1.mlp.down_proj")]
-    assert report["findings"][0]["message"].startswith("model.layers.1.mlp.down_proj: declared NVFP4_AWQ, which vllm==0.32.0 "
-                                                       "has no method for, so it builds the layer unquantized")
-
-
 @pytest.mark.parametrize("value", [float("nan"), 0.0, -0.05, [0.05, 0.05]], ids=["nan", "zero", "negative", "two"])
 def test_a_declared_kv_cache_scale_must_be_a_positive_float32_scalar(capsys, tmp_path, value):
     """vLLM scales every cached key/value by k_scale / v_scale under an FP8 KV cache; doctor only checked that they exist."""

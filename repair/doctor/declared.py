@@ -16,7 +16,7 @@ from repair.formats.nvfp4_health import global_scale_problem, read_f32_scalar
 from repair.io.checkpoint import Checkpoint
 from repair.io.ranges import RangeReader
 from repair.io.safetensors import TensorInfo
-from repair.targets.precision import BUILT, declared_algorithm
+from repair.targets.precision import declared_algorithm
 from repair.targets.profiles import Target
 
 KV_LEAVES = ("k_scale", "v_scale")
@@ -157,26 +157,6 @@ def fused_algorithm_findings(declaration: Declaration, modules: dict[str, Stored
                            f"{fused}: vLLM builds {', '.join(leaf[:-1])} and {leaf[-1]} as one layer, but quantized_layers "
                            f"declares them with different algorithms ({algos}), so vLLM refuses the model while building "
                            "it; declare (and store) every shard with one algorithm", error))
-    return out
-
-
-def unbuilt_algorithm_findings(declaration: Declaration, modules: dict[str, StoredModule], family: Architecture,
-                               target: Target) -> list[Finding]:
-    """Layers quantized_layers declares with an algorithm vLLM 0.32 has no method for (NVFP4_AWQ): its
-    ModelOptMixedPrecisionConfig builds them unquantized, and loading their packed tensors into a BF16 layer stops
-    the model load (measured: "There is no module or parameter named '...input_scale'")."""
-    if declaration.layer_algos is None or target.profile.runtime != "vllm" or not target.profile.follows_draft_config:
-        return []
-    out = []
-    for m in modules.values():
-        if not m.is_quantized or family.unquantized_role(m.name, declaration) is not None:
-            continue
-        declared = declared_algorithm(declaration, family, m.name)
-        if declared is not None and declared not in BUILT:
-            out.append(Finding(Severity.ERROR, Kind.ALGORITHM_UNBUILT, m.name,
-                               f"{m.name}: declared {declared}, which {target.spec} has no method for, so it builds the layer "
-                               f"unquantized and stops loading its stored {m.precision} tensors; dequantize it "
-                               "(fix --target bf16), or serve the model with a runtime that runs it"))
     return out
 
 

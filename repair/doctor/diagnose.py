@@ -11,8 +11,7 @@ from repair import arch, formats
 from repair.arch import Architecture, ModuleSpec
 from repair.doctor.checks import config_findings, fused_findings, health_findings
 from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
-                                    kv_scale_health, layer_map_findings, runtime_refusal_findings,
-                                    unbuilt_algorithm_findings)
+                                    kv_scale_health, layer_map_findings, runtime_refusal_findings)
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule, stored_bits
@@ -49,7 +48,7 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     if target.profile.runtime == "bf16":
         findings += _bf16_findings(ckpt, modules)
     findings += _handshake_findings(modules, precision, target, family)
-    findings += runtime_refusal_findings(declaration, target) + unbuilt_algorithm_findings(declaration, modules, family, target)
+    findings += runtime_refusal_findings(declaration, target)
     findings += config_findings(ckpt, declaration, modules, specs, family)
     # without a loader profile (no specs), what the target builds each stored quantized module as, for the health checks
     built = precision if specs else stored_precision([m.name for m in modules.values() if m.is_quantized], declaration, target, family)

@@ -43,7 +43,6 @@ class Kind(StrEnum):
     ALGORITHM_MISMATCH = "algorithm-mismatch"
     KV_CACHE_SCALES = "kv-cache-scales"
     FP8_SCALE = "fp8-scale"
-    ALGORITHM_UNBUILT = "algorithm-unbuilt"
 
 
 @dataclass(frozen=True)
