@@ -39,7 +39,7 @@ def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[st
         if m.is_quantized and not declaration.quantized:
             findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name, f"{m.name}: tensors are packed NVFP4 but the config declares no quantization"))
         elif m.is_quantized and excluded:
-            findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name, f"{m.name}: the config excludes it but its tensors are packed NVFP4"))
+            findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name, f"{m.name}: the config excludes it but its tensors are {'packed NVFP4' if m.precision == 'nvfp4' else m.algorithm}"))
         elif declaration.quantized and not m.is_quantized and not excluded:
             findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name, f"{m.name}: the config declares it quantized but it is stored {m.precision}"))
     return findings

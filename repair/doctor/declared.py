@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from repair.arch import Architecture, ModuleSpec
 from repair.doctor.findings import Finding, Kind, Severity
-from repair.formats.base import Declaration
+from repair.formats.base import Declaration, routed_layer
 from repair.formats.modules import StoredModule
+from repair.formats.nvfp4_health import global_scale_problem, read_f32_scalar
+from repair.io.checkpoint import Checkpoint
+from repair.io.ranges import RangeReader
 from repair.io.safetensors import TensorInfo
 from repair.targets.precision import declared_algorithm
 from repair.targets.profiles import Target
@@ -37,8 +40,20 @@ def algorithm_findings(declaration: Declaration, modules: dict[str, StoredModule
         if declared == "NVFP4" and stored == "W4A16_NVFP4" and precision.get(m.name) == "nvfp4":
             continue  # the loader's health check reports the missing input_scale already
         findings.append(Finding(_severity(declared, stored), Kind.ALGORITHM_MISMATCH, m.name,
-                                f"{m.name}: declared {declared} but its tensors are {stored} ({_why(declared, stored)})"))
+                                f"{m.name}: declared {declared}{_via(declaration, family, m.name, declared)} but its tensors "
+                                f"are {stored} ({_why(declared, stored)})"))
     return findings
+
+
+def _via(declaration: Declaration, family: Architecture, module: str, declared: str) -> str:
+    """Where a routed expert's declared algorithm comes from when its own quantized_layers entry says otherwise:
+    vLLM builds all experts of a MoE layer as one layer, resolved from the first key under it."""
+    runtime = family.runtime_name(module)
+    own = declaration.layer_algos.entry(runtime) if declaration.layer_algos is not None else None
+    if own is None or own == declared or routed_layer(runtime) == runtime:
+        return ""
+    return (f" for the routed-experts layer {routed_layer(runtime)} (vLLM builds every expert of it from the first "
+            f"quantized_layers key under it; this expert's own entry says {own})")
 
 
 def _severity(declared: str, stored: str) -> Severity:
@@ -79,8 +94,9 @@ def kv_cache_findings(declaration: Declaration, infos: dict[str, TensorInfo]) ->
     if scales and declaration.kv_cache is None:
         return [Finding(Severity.WARNING, Kind.KV_CACHE_SCALES, scales[0],
                         f"{len(scales)} KV-cache scale tensor(s) ({scales[0]}, ...) but no KV-cache quantization is declared "
-                        "(kv_cache_quant_algo / kv_cache_scheme); the runtime ignores or refuses them: drop them, or declare "
-                        "the KV-cache quantization they belong to")], []
+                        "where vLLM reads it (config.json quantization_config.kv_cache_scheme, or hf_quant_config.json "
+                        "kv_cache_quant_algo when config.json has no quantization_config); the runtime ignores or refuses "
+                        "them: drop them, or declare the KV-cache quantization they belong to")], []
     if not scales and declaration.kv_cache is not None:
         return [], [Finding(Severity.WARNING, Kind.KV_CACHE_SCALES, "config.json / hf_quant_config.json",
                         f"the config declares a {declaration.kv_cache} KV cache but no k_scale / v_scale tensors are stored; "
@@ -96,3 +112,70 @@ def runtime_refusal_findings(declaration: Declaration, target: Target) -> list[F
     return [Finding(Severity.ERROR, Kind.QUANT_CONFIG, "hf_quant_config.json",
                     f"the config declares quant_algo {declaration.quant_algo}, which {target.spec} refuses while reading the "
                     "config; dequantize the model (fix --target bf16) to serve it with vLLM", error)]
+
+
+def float8_findings(modules: dict[str, StoredModule], infos: dict[str, TensorInfo]) -> list[Finding]:
+    """Float8 weights without the float32 per-tensor weight_scale that makes them an FP8 layer (missing, per-channel,
+    block-wise or another dtype): whatever the target builds, the layer computes wrong values or fails to load."""
+    out = []
+    for m in modules.values():
+        weight = m.tensor("weight")
+        if weight is None or m.precision == "fp8" or infos[weight].dtype != "F8_E4M3":
+            continue
+        scale, shape = m.tensor("weight_scale"), list(infos[weight].shape)
+        if len(shape) != 2:
+            out.append(Finding(Severity.WARNING, Kind.FP8_SCALE, m.name,
+                               f"{m.name}: float8_e4m3 weight {shape} is {len(shape)}-D; this tool reads FP8 (per-tensor) 2-D "
+                               "[out, in] weights only, so it cannot check or repair this one"))
+            continue
+        has = "it has none" if scale is None else f"it has {infos[scale].dtype} {list(infos[scale].shape)}"
+        out.append(Finding(Severity.ERROR, Kind.FP8_SCALE, m.name,
+                           f"{m.name}: float8_e4m3 weight {shape} without a float32 per-tensor weight_scale "
+                           f"({has}); a runtime building it FP8 runs with an unloaded scale or fails to load it, one building it "
+                           "BF16 reads the float8 codes without their scale (re-download or re-export it, or take the layer "
+                           "from the original)"))
+    return out
+
+
+def fused_algorithm_findings(declaration: Declaration, modules: dict[str, StoredModule], family: Architecture) -> list[Finding]:
+    """Fused layers (qkv_proj, gate_up_proj) whose shards quantized_layers declares with different algorithms:
+    vLLM 0.32 resolves the fused layer and raises while building the model (`LayerAlgorithms.lookup`)."""
+    if declaration.layer_algos is None:
+        return []
+    out = []
+    for fused, shards in family.fused_groups(modules):
+        parent = family.runtime_name(shards[0]).rpartition(".")[0]
+        runtime = f"{parent}.{fused.rpartition('.')[2]}"
+        if declaration.format.excludes(runtime, declaration.exclusions, declaration.targets):
+            continue
+        error = declaration.layer_algos.lookup(routed_layer(runtime), family.fused_layers)[1]
+        if error is None:
+            continue
+        leaf = [s.rpartition(".")[2] for s in shards]
+        algos = ", ".join(f"{s.rpartition('.')[2]} {declaration.layer_algos.resolve(family.runtime_name(s)) or '-'}" for s in shards)
+        out.append(Finding(Severity.ERROR, Kind.FUSED_SHARDS, fused,
+                           f"{fused}: vLLM builds {', '.join(leaf[:-1])} and {leaf[-1]} as one layer, but quantized_layers "
+                           f"declares them with different algorithms ({algos}), so vLLM refuses the model while building "
+                           "it; declare (and store) every shard with one algorithm", error))
+    return out
+
+
+def kv_scale_health(ckpt: Checkpoint, declaration: Declaration) -> list[Finding]:
+    """Under a declared KV-cache quantization each stored k_scale / v_scale must be a positive finite float32 scalar:
+    the runtime scales every cached key and value by it (a NaN, zero, negative or non-scalar one computes garbage)."""
+    if declaration.kv_cache is None:
+        return []
+    out = []
+    located = ckpt.locate()
+    with RangeReader() as read:
+        for name in sorted(n for n in located if n.rpartition(".")[2] in KV_LEAVES):
+            shard, info = located[name]
+            if info.dtype != "F32" or info.nbytes != 4:
+                problem = f"is {info.dtype} {list(info.shape)}, not a float32 scalar"
+            else:
+                problem = global_scale_problem(read_f32_scalar(shard.path, info, read))
+            if problem:
+                out.append(Finding(Severity.ERROR, Kind.KV_CACHE_SCALES, name,
+                                   f"{name} {problem}; the {declaration.kv_cache} KV cache scales this layer's cached keys or "
+                                   "values by it, so attention computes garbage (re-download or re-export it)"))
+    return out

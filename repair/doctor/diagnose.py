@@ -10,14 +10,15 @@ from __future__ import annotations
 from repair import arch, formats
 from repair.arch import Architecture, ModuleSpec
 from repair.doctor.checks import config_findings, fused_findings, health_findings
-from repair.doctor.declared import algorithm_findings, kv_cache_findings, layer_map_findings, runtime_refusal_findings
+from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
+                                    kv_scale_health, layer_map_findings, runtime_refusal_findings)
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.schemes import predicted_schemes, scheme_findings
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule, stored_bits
 from repair.io.checkpoint import HF_QUANT_CONFIG, Checkpoint
 from repair.targets import tp_rules, vllm_loader
-from repair.targets.precision import runtime_precision
+from repair.targets.precision import runtime_precision, stored_precision
 from repair.targets.profiles import Target
 
 __all__ = ["Diagnosis", "Finding", "diagnose"]
@@ -50,11 +51,18 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     findings += _handshake_findings(modules, precision, target, family)
     findings += runtime_refusal_findings(declaration, target)
     findings += config_findings(ckpt, declaration, modules, specs, family)
-    findings += layer_map_findings(declaration) + algorithm_findings(declaration, modules, specs, family, precision)
+    # without a loader profile (no specs), what the target builds each stored quantized module as, for the health checks
+    built = precision if specs else stored_precision([m.name for m in modules.values() if m.is_quantized], declaration, target, family)
+    mismatched = algorithm_findings(declaration, modules, specs, family, precision)
+    findings += layer_map_findings(declaration) + mismatched
     kv_cache, notes = kv_cache_findings(declaration, infos)
-    findings += kv_cache
-    findings += fused_findings(declaration, modules, family) if target.profile.runtime == "vllm" else []
-    findings += health_findings(ckpt, modules, precision, fmt.GLOBAL_SCALE_IS_DIVISOR)
+    findings += kv_cache + kv_scale_health(ckpt, declaration)
+    if target.profile.runtime == "vllm":
+        findings += fused_findings(declaration, modules, family) + fused_algorithm_findings(declaration, modules, family)
+    findings += float8_findings(modules, infos)
+    said = {f.subject for f in mismatched}  # a layer declared NVFP4 stored without input_scale: said once, as a mismatch
+    findings += [f for f in health_findings(ckpt, modules, built, fmt.GLOBAL_SCALE_IS_DIVISOR)
+                 if not (f.code == Kind.MISSING_INPUT_SCALE and f.subject in said)]
     if not specs:
         precision = predicted_schemes(modules, declaration, family, target)
         findings += scheme_findings(modules, precision, declaration, family, target)

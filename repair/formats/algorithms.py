@@ -39,13 +39,16 @@ def single_algo(value: object, where: object) -> str:
 
 
 def kv_cache_declared(quant_cfg: dict | None, hf_section: dict | None) -> str | None:
-    """The KV-cache quantization the configs declare (config.json `kv_cache_scheme`, else hf_quant_config.json
-    `kv_cache_quant_algo`), upper-cased; None when neither declares one."""
-    scheme = (quant_cfg or {}).get("kv_cache_scheme")
-    if isinstance(scheme, dict):
+    """The KV-cache quantization the config vLLM reads declares, upper-cased; None when it declares none.
+
+    vLLM 0.32 (ModelOptQuantConfigBase.from_config) reads config.json's `quantization_config` when there is
+    one, and then only its `kv_cache_scheme` object (a string, or hf_quant_config.json's `kv_cache_quant_algo`,
+    is not read); without one, hf_quant_config.json's `kv_cache_quant_algo`."""
+    if quant_cfg is not None:
+        scheme = quant_cfg.get("kv_cache_scheme")
+        if not isinstance(scheme, dict):
+            return None
         return "FP8" if scheme.get("type") == "float" and scheme.get("num_bits") == 8 else str(scheme.get("type") or "?").upper()
-    if isinstance(scheme, str) and scheme:
-        return scheme.upper()
     algo = (hf_section or {}).get("kv_cache_quant_algo")
     return algo.upper() if isinstance(algo, str) and algo else None
 
@@ -93,6 +96,10 @@ class LayerAlgorithms:
 
     def as_dict(self) -> dict[str, str]:
         return dict(self._direct)
+
+    def entry(self, name: str) -> str | None:
+        """The algorithm the map lists under exactly `name` (None: no such key)."""
+        return self._direct.get(name)
 
     def lookup(self, prefix: str, packed: dict[str, tuple[str, ...]] | None = None) -> tuple[str | None, str | None]:
         """(algorithm, vLLM's error) for the runtime layer `prefix`, in vLLM 0.32's order.

@@ -56,16 +56,19 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
                        "this tool reads ModelOpt's (quant_method \"modelopt\")")
     cfg_layers = layer_map(quant_cfg.get("quantized_layers"), cfg_path, "quantization_config.quantized_layers") if quant_cfg else None
     hf_layers = layer_map(section.get("quantized_layers"), hf_path, "quantization.quantized_layers") if section else None
-    used, where = (cfg_layers, cfg_path) if quant_cfg is not None else (hf_layers, hf_path)
+    # vLLM 0.32 get_quant_config: a config.json map-less MIXED_PRECISION (older exports) falls through to hf_quant_config.json
+    reads_hf = quant_cfg is None or ("quantized_layers" not in quant_cfg and section is not None)
+    used, where = (hf_layers, hf_path) if reads_hf else (cfg_layers, cfg_path)
     if not used:
         raise BadInput(f"{where}: quant_algo {MIXED} without a non-empty quantized_layers map, which vLLM refuses; "
                        "re-download the checkpoint, or copy quantized_layers from the other config file")
     if quant_cfg is not None:
         _config_groups(quant_cfg, cfg_path)
-    ignore = nvfp4_packed.name_list(quant_cfg.get("ignore", []), cfg_path, "quantization_config.ignore") if quant_cfg is not None else None
+    ignore = nvfp4_packed.name_list(quant_cfg.get("ignore", []), cfg_path, "quantization_config.ignore") if not reads_hf else None
     exclude = nvfp4_packed.name_list(section.get("exclude_modules", []), hf_path, "quantization.exclude_modules") if section is not None else None
     return Declaration(MIXED, ignore, exclude, MODELOPT_MIXED, None, LayerAlgorithms(used),
-                       LayerAlgorithms(hf_layers) if hf_layers is not None else None, kv_cache_declared(quant_cfg, section))
+                       LayerAlgorithms(hf_layers) if hf_layers is not None else None,
+                       kv_cache_declared(None if reads_hf else quant_cfg, section))
 
 
 def _config_groups(quant_cfg: dict, path: object) -> dict:

@@ -29,6 +29,13 @@ def runtime_precision(specs: dict[str, ModuleSpec], declaration: Declaration, ta
     return out
 
 
+def stored_precision(modules: list[str], declaration: Declaration, target: Target, family: Architecture) -> dict[str, str]:
+    """What the target builds each stored quantized module as, for an architecture without a loader profile (no
+    specs): the health checks that depend on it (a missing or broken activation scale) still apply."""
+    follows = target.profile.follows_draft_config and declaration.quantized
+    return {name: built(declared_algorithm(declaration, family, name)) if follows else "bf16" for name in modules}
+
+
 def built(algorithm: str | None) -> str:
     """The scheme vLLM 0.32 builds for a declared algorithm (None: not quantized)."""
     return BUILT.get(algorithm or "", "bf16")
