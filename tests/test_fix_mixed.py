@@ -217,13 +217,19 @@ def test_tp_refuses_to_split_a_kept_awq_layer(capsys, with_tp_plan, tmp_path):
 
 
 def test_inspect_doctor_fix_inspect(capsys, healthy, tmp_path):
-    """The new user's path: inspect shows each algorithm, doctor is clean, a vLLM 0.32 target changes nothing, bf16 is clean."""
+    """The new user's path: inspect shows each algorithm; doctor finds the NVFP4_AWQ layer vLLM 0.32 cannot build;
+    a vLLM 0.32 target dequantizes exactly that layer (pre_quant_scale folded), after which doctor is clean; bf16 is clean."""
+    awq = "model.layers.1.mlp.down_proj"
     code, text, _ = run_captured(capsys, "inspect", healthy)
     assert code == 0 and "format: modelopt-mixed; declared: MIXED_PRECISION; excluded: -; KV cache: FP8" in text
-    assert any(line.split()[0] == "model.layers.1.mlp.down_proj" and "NVFP4_AWQ" in line for line in text.splitlines())
-    assert run_captured(capsys, "doctor", healthy, "--strict", "--target", "vllm==0.32.0")[0] == 0
-    code, text, _ = run_captured(capsys, "fix", healthy, "-o", tmp_path / "same", "--target", "vllm==0.32.0")
-    assert code == 0 and "nothing to fix for vllm==0.32.0" in text + _ and not (tmp_path / "same").exists()
+    assert any(line.split()[0] == awq and "NVFP4_AWQ" in line for line in text.splitlines())
+    code, text, _ = run_captured(capsys, "doctor", healthy, "--strict", "--target", "vllm==0.32.0")
+    assert code == 1 and f"error: [runtime-scheme] {awq}: declared NVFP4_AWQ" in text
+    fix(capsys, healthy, tmp_path / "v032", "--target", "vllm==0.32.0")
+    src, out = load(healthy), load(tmp_path / "v032")
+    assert_dequantized_like_modelopt(src, out, {awq: "NVFP4_AWQ"})
+    assert {n for n in src if not n.startswith(awq + ".")} <= set(out)
+    assert run_captured(capsys, "doctor", tmp_path / "v032", "--strict", "--target", "vllm==0.32.0")[0] == 0
     fix(capsys, healthy, tmp_path / "bf16", "--target", "bf16")
     code, text, _ = run_captured(capsys, "inspect", tmp_path / "bf16", "--json")
     report = json.loads(text)

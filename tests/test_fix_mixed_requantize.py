@@ -64,8 +64,9 @@ def test_requantize_fp8_attention_byte_identical_to_modelopt(capsys, original, t
         if not any(name.startswith(m + ".") for m in ATTN0):
             assert torch.equal(bits(out[name]), bits(before[name])), name
     assert read_json(tmp_path / "out" / "config.json") == read_json(src / "config.json")  # FP8 stays declared FP8
-    code, doctor_text, _ = run_captured(capsys, "doctor", tmp_path / "out", "--strict")
-    assert code == 0, doctor_text
+    code, doctor_out, _ = run_captured(capsys, "doctor", tmp_path / "out", "--strict", "--json")
+    found = [(f["code"], f["subject"]) for f in json.loads(doctor_out)["findings"]]
+    assert (code, found) == (1, [("runtime-scheme", "model.layers.1.mlp.down_proj")])  # only the NVFP4_AWQ layer vLLM 0.32 cannot build, as before
 
 
 def test_the_original_is_verified_on_fp8_and_nvfp4_layers(capsys, original, tmp_path):

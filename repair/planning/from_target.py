@@ -19,7 +19,7 @@ from repair.planning.recipe import Recipe
 from repair.targets.precision import runtime_precision
 from repair.targets.profiles import Target
 
-FIXED_BY_DEQUANTIZING = (Kind.CONFIG_CONTRADICTION, Kind.LOAD_ERROR)  # a module the config and the storage disagree on
+FIXED_BY_DEQUANTIZING = (Kind.CONFIG_CONTRADICTION, Kind.LOAD_ERROR, Kind.RUNTIME_SCHEME)  # config vs storage, or a scheme the runtime cannot build
 
 
 def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
