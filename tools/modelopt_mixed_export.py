@@ -8,7 +8,8 @@ and config.json's `config_groups` grouped by algorithm (`convert_hf_config.py`).
 Layout (``MIXED_LLAMA``: 3 layers, hidden 64, intermediate 128, 4 heads / 2 KV heads of 16):
   every self_attn q/k/v/o_proj            FP8 per-tensor (FP8_DEFAULT_CFG's quantizers)
   model.layers.0.mlp.*                    NVFP4 (NVFP4_DEFAULT_CFG's quantizers)
-  model.layers.1.mlp.*                    W4A16_NVFP4 (NVFP4 weight quantizer, input quantizer disabled)
+  model.layers.1.mlp.*                    W4A16_NVFP4 (NVFP4 weight quantizer, input quantizer disabled);
+                                          NVFP4 with w4a16=False
   model.layers.2.mlp.gate_proj, up_proj   NVFP4
   model.layers.2.mlp.down_proj            NVFP4_AWQ (pre_quant_scale kept: a lone Linear, nothing to fuse it into)
   model.layers.2.self_attn.o_proj         excluded (quantizers disabled): BF16, absent from quantized_layers
@@ -57,7 +58,7 @@ def _quantizer_cfg(cfg_name: str, kind: str) -> dict:
     return next(e["cfg"] for e in getattr(mtq, cfg_name)["quant_cfg"] if e.get("quantizer_name") == f"*{kind}_quantizer")
 
 
-def mixed_quant_cfg(kv_cache: bool) -> dict:
+def mixed_quant_cfg(kv_cache: bool, w4a16: bool = True) -> dict:
     """NVFP4_DEFAULT_CFG with attention switched to FP8_DEFAULT_CFG's quantizers, layer 1's MLP weight-only, the
     excluded layer disabled (later entries win, as in ModelOpt's own configs)."""
     mtq = _modelopt()[0]
@@ -65,8 +66,8 @@ def mixed_quant_cfg(kv_cache: bool) -> dict:
     base, defaults = cfg["quant_cfg"][:3], cfg["quant_cfg"][3:]  # '*' off, NVFP4 weight/input; then the exclusions
     fp8 = [{"quantizer_name": f"*self_attn.*{kind}_quantizer", "cfg": _quantizer_cfg("FP8_DEFAULT_CFG", kind)}
            for kind in ("weight", "input")]
-    extra = [{"quantizer_name": "*layers.1.mlp.*input_quantizer", "enable": False},
-             {"quantizer_name": f"{EXCLUDED_LAYER}.*", "enable": False}]
+    weight_only = [{"quantizer_name": "*layers.1.mlp.*input_quantizer", "enable": False}] if w4a16 else []
+    extra = weight_only + [{"quantizer_name": f"{EXCLUDED_LAYER}.*", "enable": False}]
     kv = copy.deepcopy(mtq.FP8_KV_CFG["quant_cfg"]) if kv_cache else []
     cfg["quant_cfg"] = base + fp8 + extra + kv + defaults
     return cfg
@@ -84,8 +85,9 @@ def _activation_amax(model: torch.nn.Module, name: str, prompts: list[torch.Tens
     return torch.stack(seen).amax(0)
 
 
-def export_mixed_llama(out_dir: Path, seed: int = 0, *, kv_cache: bool = True) -> Path:
-    """MIXED_PRECISION export (layout in the module docstring), calibrated on 4 seeded 8-token prompts."""
+def export_mixed_llama(out_dir: Path, seed: int = 0, *, kv_cache: bool = True, w4a16: bool = True) -> Path:
+    """MIXED_PRECISION export (layout in the module docstring), calibrated on 4 seeded 8-token prompts.
+    w4a16=False leaves layer 1's MLP NVFP4 (vLLM 0.32 has no CPU kernel for W4A16_NVFP4 linears)."""
     mtq, export_hf_checkpoint, _ = _modelopt()
     from modelopt.torch.quantization.model_calib import apply_pre_quant_scale_and_smooth
 
@@ -93,11 +95,12 @@ def export_mixed_llama(out_dir: Path, seed: int = 0, *, kv_cache: bool = True) -
     gen = torch.Generator().manual_seed(seed + 3)
     prompts = [torch.randint(0, MIXED_LLAMA["vocab_size"], (1, 8), generator=gen) for _ in range(4)]
     amax = _activation_amax(model, AWQ_LAYER, prompts)
-    model = mtq.quantize(model, mixed_quant_cfg(kv_cache), lambda m: [m(input_ids=ids) for ids in prompts])
+    model = mtq.quantize(model, mixed_quant_cfg(kv_cache, w4a16), lambda m: [m(input_ids=ids) for ids in prompts])
     awq = model.get_submodule(AWQ_LAYER)
     awq.input_quantizer._amax_for_smoothing = amax
     apply_pre_quant_scale_and_smooth(awq, amax.clamp(min=1e-3).sqrt())
     out_dir = Path(out_dir)
-    with torch.inference_mode():
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="To copy construct from a tensor")  # ModelOpt's FP8 scale, as in the oracles
         export_hf_checkpoint(model, export_dir=out_dir)
     return out_dir
