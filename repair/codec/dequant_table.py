@@ -69,6 +69,12 @@ def pair_table(scale_2: float, out_dtype: str, divisor: bool = False) -> np.ndar
 _EXPONENT_MASK = {"BF16": 0x7F80, "F16": 0x7C00, "F32": 0x7F800000}  # all exponent bits set: an infinity or a NaN
 
 
+def non_finite(bits: np.ndarray, out_dtype: str) -> np.ndarray:
+    """Where the `out_dtype` bit patterns are a NaN or an infinity (bool, same shape)."""
+    mask = _EXPONENT_MASK[out_dtype]
+    return (bits & mask) == mask
+
+
 def non_finite_blocks(scale_bytes: np.ndarray, scale_2: float, out_dtype: str, divisor: bool = False) -> int:
     """How many blocks would dequantize to a NaN or an infinity: those whose scale code's row of the table
     holds one. Reads the block scales only (1/16 of the output), so guarding every output costs little."""

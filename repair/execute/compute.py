@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from repair.codec import dequant_table
+from repair.codec import awq, dequant_table, float_bits, fp8_table
 from repair.errors import BadInput
 from repair.io.ranges import read_bytes
 from repair.io.safetensors import ShardHeader, TensorInfo
@@ -26,6 +26,14 @@ if TYPE_CHECKING:
     import torch
 
 Located = dict[str, tuple[ShardHeader, TensorInfo]]
+NUMPY_ONLY = ("FP8", "NVFP4_AWQ")  # algorithms dequantized on numpy alone (codec/fp8_table, codec/awq)
+
+
+def torch_view(bits: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """Output bit patterns (uint16/uint32) as a torch tensor of `dtype`, without a copy."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(bits)).view(dtype)
 
 
 class Computer:
@@ -43,7 +51,7 @@ class Computer:
         return tensors.from_bytes(read_bytes(Path(shard.path), info), info)
 
     def bytes_of(self, step: Computed) -> memoryview:
-        if isinstance(step, Dequantize) and self._table_dequantizes(step):
+        if isinstance(step, Dequantize) and self._numpy_dequantizes(step):
             return memoryview(self._dequantized_bits(step).reshape(-1).view(np.uint8))
         from repair.io import tensors
 
@@ -65,6 +73,8 @@ class Computer:
         from repair.io import tensors
 
         match step:
+            case Dequantize() if self._numpy_dequantizes(step):
+                return torch_view(self._dequantized_bits(step), tensors.TORCH_DTYPE[step.out.dtype])
             case Dequantize():
                 packed, scale, scale_2 = (self.load(n, step.source) for n in step.inputs)
                 return nvfp4.dequantize(packed, scale, scale_2, tensors.TORCH_DTYPE[step.out.dtype], divisor=self._divisor)
@@ -73,10 +83,12 @@ class Computer:
             case Requantize():
                 return self._requantized(step)[step.role]
 
+    def _numpy_dequantizes(self, step: Dequantize) -> bool:
+        """FP8 and NVFP4_AWQ always run on numpy (their plan-time checks ensure the layout); NVFP4 where the table fits."""
+        return step.out.dtype in dequant_table.OUT_DTYPES and (step.algorithm in NUMPY_ONLY or self._table_dequantizes(step))
+
     def _table_dequantizes(self, step: Dequantize) -> bool:
-        """The torch-free path applies: uint8 [r, h] weight, FP8 [r, 2h/16] scales, one float32 global scale."""
-        if step.out.dtype not in dequant_table.OUT_DTYPES:
-            return False
+        """The torch-free NVFP4 path applies: uint8 [r, h] weight, FP8 [r, 2h/16] scales, one float32 global scale."""
         packed, scale, scale_2 = (self._sources[step.source][n][1] for n in step.inputs)
         return (
             packed.dtype == "U8" and len(packed.shape) == 2 and scale.dtype == "F8_E4M3"
@@ -85,10 +97,33 @@ class Computer:
         )
 
     def _dequantized_bits(self, step: Dequantize) -> np.ndarray:
+        """The output's bit patterns by the stored algorithm; a NaN or infinite result is refused, never written."""
+        if step.algorithm == "FP8":
+            return self._fp8_bits(step)
         packed, scale = (self._array(n, step.source, np.uint8) for n in step.inputs[:2])
-        scale_2 = float(self._array(step.inputs[2], step.source, np.dtype("<f4")).reshape(-1)[0])
+        scale_2 = self._scalar(step.inputs[2], step.source)
         self._refuse_non_finite(step, dequant_table.non_finite_blocks(scale, scale_2, step.out.dtype, self._divisor))
-        return dequant_table.dequantize(packed, scale, scale_2, step.out.dtype, self._divisor)
+        bits = dequant_table.dequantize(packed, scale, scale_2, step.out.dtype, self._divisor)
+        if step.algorithm == "NVFP4_AWQ":  # fold the per-input-channel scale in: the layer's function without it
+            awq.fold(bits, self._floats(step.inputs[3], step.source), step.out.dtype)
+            self._refuse_non_finite(step, int(np.count_nonzero(dequant_table.non_finite(bits, step.out.dtype))))
+        return bits
+
+    def _fp8_bits(self, step: Dequantize) -> np.ndarray:
+        """FP8 per-tensor: one table of 256 products (ModelOpt's FP8QTensor.dequantize, bitwise)."""
+        weight = self._array(step.inputs[0], step.source, np.uint8)
+        table = fp8_table.byte_table(self._scalar(step.inputs[1], step.source), step.out.dtype)
+        counts = np.bincount(weight.reshape(-1), minlength=256)  # how often each byte occurs
+        self._refuse_non_finite(step, int(counts[dequant_table.non_finite(table, step.out.dtype)].sum()))
+        return table[weight]
+
+    def _scalar(self, name: str, source: str) -> float:
+        return float(self._array(name, source, np.dtype("<f4")).reshape(-1)[0])
+
+    def _floats(self, name: str, source: str) -> np.ndarray:
+        """A small float tensor (BF16, F16 or F32) as float32 values."""
+        info = self._sources[source][name][1]
+        return float_bits.to_float32(self._array(name, source, np.dtype(float_bits.BITS[info.dtype])), info.dtype)
 
     def _array(self, name: str, source: str, dtype: np.dtype) -> np.ndarray:
         shard, info = self._sources[source][name]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 
 from repair import arch, formats
+from repair.doctor.declared import KV_LEAVES
 from repair.errors import UsageError
 from repair.formats.base import Declaration, Format
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
@@ -18,11 +19,11 @@ from repair.io.parse import regex
 from repair.io.safetensors import ShardHeader
 from repair.formats.modules import StoredModule
 from repair.planning import check as plan_check
-from repair.planning.model import Copy, ModuleChange, Plan, ShardOp, ShardStep, TensorRef, TensorStep
+from repair.planning.model import ChangeAction, Copy, ModuleChange, Plan, ShardOp, ShardStep, TensorRef, TensorStep
 from repair.planning.modules import fused_group, module_change
 from repair.planning.recipe import ACTIONS, DEFAULT, Action, Recipe
 
-__all__ = ["assign_actions", "make_plan", "select"]
+__all__ = ["assign_actions", "kv_scale_drops", "make_plan", "select"]
 
 
 def select(modules: list[StoredModule], patterns: tuple[str, ...]) -> list[StoredModule]:
@@ -70,6 +71,7 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     actions = _with_fused_siblings(assign_actions(modules, recipe, str(ckpt.root)), by_name)
     _check_supported(ckpt, fmt, actions, original, recipe, by_name)
     changes = [c for name, a in sorted(actions.items()) if (c := module_change(by_name[name], a, ckpt, original, recipe, by_name, fmt))]
+    changes += kv_scale_drops(ckpt, changes) if recipe.drop_quantization else []
     shards, emptied = _shard_steps(ckpt, changes)
     config, hf_quant, added = _config_edits(ckpt, fmt, declaration, recipe, actions)
     json_files = _json_files(ckpt, config, hf_quant, shards, bool(emptied))
@@ -94,6 +96,15 @@ def _check_supported(ckpt: Checkpoint, fmt: Format, actions: dict[str, Action], 
         reason = fmt.unsupported(operation) if used else None
         if reason:
             raise UsageError(f"{ckpt.root}: {reason}")
+
+
+def kv_scale_drops(ckpt: Checkpoint, changes: list[ModuleChange]) -> list[ModuleChange]:
+    """Dropping the quantization config drops its KV-cache declaration (kv_cache_quant_algo, kv_cache_scheme), so
+    the KV-cache scales go too: a BF16 checkpoint holding k_scale / v_scale is one the runtime ignores or refuses."""
+    taken = {t.name for c in changes for t in c.before}
+    infos = ckpt.infos()
+    return [ModuleChange(name, ChangeAction.DROP_KV_CACHE_SCALE, (TensorRef(name, info.dtype, info.shape),), (), (), info.path.name)
+            for name, info in sorted(infos.items()) if name.rpartition(".")[2] in KV_LEAVES and name not in taken]
 
 
 def _with_fused_siblings(actions: dict[str, Action], modules: dict[str, StoredModule]) -> dict[str, Action]:

@@ -16,7 +16,7 @@ from repair.io.checkpoint import HF_QUANT_CONFIG
 from repair.io.names import plain_name
 from repair.io.dtypes import nbytes
 from repair.io.output import REPORT_NAME
-from repair.planning.model import Cast, Copy, Dequantize, Plan, Requantize, ShardOp, ShardStep, TensorStep
+from repair.planning.model import DEQUANTIZE_INPUTS, Cast, Copy, Dequantize, Plan, Requantize, ShardOp, ShardStep, TensorStep
 
 CHECK = "the plan check"
 
@@ -122,12 +122,25 @@ def _sizes_fit(t: TensorStep, inputs: list[int]) -> bool:
     """Element counts of a computed step's inputs against its output: NVFP4 packs 2 values a byte and one scale per 16."""
     out = _count(t.out.shape)
     if isinstance(t, Dequantize):
-        return len(inputs) == 3 and out == 2 * inputs[0] and out == 16 * inputs[1] and inputs[2] == 1
+        return _dequantize_fits(t, out, inputs)
     if isinstance(t, Cast):
         return inputs == [out]
+    if isinstance(t, Requantize) and t.algorithm == "FP8":
+        return {"weight": inputs[0] == out, "weight_scale": out == 1}.get(t.role, False)
     if isinstance(t, Requantize):
         return {"weight": inputs[0] == 2 * out, "weight_scale": inputs[0] == 16 * out, "weight_scale_2": out == 1}.get(t.role, False)
     return True
+
+
+def _dequantize_fits(t: Dequantize, out: int, inputs: list[int]) -> bool:
+    """FP8: one value per output element and one scale; NVFP4 (and its variants): 2 a byte, a scale per 16, one
+    global scale, and for NVFP4_AWQ one pre_quant_scale per input column."""
+    if len(inputs) != len(DEQUANTIZE_INPUTS.get(t.algorithm, ())):
+        return False
+    if t.algorithm == "FP8":
+        return inputs == [out, 1]
+    awq = t.algorithm != "NVFP4_AWQ" or (len(t.out.shape) == 2 and inputs[3] == t.out.shape[1])
+    return out == 2 * inputs[0] and out == 16 * inputs[1] and inputs[2] == 1 and awq
 
 
 def _check_index(plan: Plan, placed: dict[str, str]) -> None:

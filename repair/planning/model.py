@@ -54,19 +54,28 @@ class Cast(_Step):
 
 @dataclass(frozen=True)
 class Dequantize(_Step):
-    """A packed NVFP4 weight made full precision; inputs: packed weight, block scales, global scale."""
+    """A quantized weight made full precision, by the algorithm its tensors show (StoredModule.algorithm);
+    inputs are that algorithm's DEQUANTIZE_INPUTS, in order."""
 
     op: ClassVar[str] = "dequantize"
+    algorithm: str = field(default="NVFP4", kw_only=True)
 
 
 @dataclass(frozen=True)
 class Requantize(_Step):
-    """One of the three tensors of an original weight packed afresh as NVFP4; inputs: the original weights of
-    the module's fused group, its own first (they share one global scale); `role` says which tensor this is."""
+    """One tensor of an original weight quantized afresh (NVFP4: weight, weight_scale, weight_scale_2; FP8
+    per-tensor: weight, weight_scale); inputs: the original weights of the module's fused group, its own
+    first (they share one global scale); `role` says which tensor this is."""
 
     op: ClassVar[str] = "requantize"
     role: str = field(kw_only=True)  # weight | weight_scale | weight_scale_2
+    algorithm: str = field(default="NVFP4", kw_only=True)  # NVFP4 or FP8
 
+
+# The roles a Dequantize reads, per stored algorithm: NVFP4_AWQ folds pre_quant_scale in, FP8 is per-tensor
+_NVFP4_INPUTS = ("weight", "weight_scale", "weight_scale_2")
+DEQUANTIZE_INPUTS = {"NVFP4": _NVFP4_INPUTS, "W4A16_NVFP4": _NVFP4_INPUTS, "NVFP4_AWQ": _NVFP4_INPUTS + ("pre_quant_scale",),
+                     "FP8": ("weight", "weight_scale")}
 
 TensorStep = Copy | Cast | Dequantize | Requantize
 Computed = Cast | Dequantize | Requantize  # the steps whose bytes are computed, not copied
@@ -95,6 +104,7 @@ class ChangeAction(StrEnum):
     REQUANTIZE = "requantize"
     DROP = "drop"
     DROP_LEFTOVER_SCALES = "drop-leftover-scales"
+    DROP_KV_CACHE_SCALE = "drop-kv-cache-scale"  # a k_scale / v_scale, when the quantization config (and its KV cache) goes
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from repair.formats.base import Format
 from repair.formats.nvfp4_packed import BROKEN_EXPORT, SHARED_GLOBAL_SCALE
 from repair.io.checkpoint import Checkpoint
 from repair.formats.modules import StoredModule
-from repair.planning.model import Cast, ChangeAction, Copy, Dequantize, ModuleChange, Requantize, TensorRef, TensorStep
+from repair.planning.dequantize import dequantize_step
+from repair.planning.model import Cast, ChangeAction, Copy, ModuleChange, Requantize, TensorRef, TensorStep
 from repair.planning.recipe import Action, Recipe
 
 
@@ -24,7 +25,6 @@ def module_change(m: StoredModule, action: Action, ckpt: Checkpoint, original: C
     """The change for one module, or None when the action leaves it exactly as stored."""
     infos = ckpt.infos()
     before = tuple(TensorRef(n, infos[n].dtype, infos[n].shape) for n in m.tensors)
-    weight = f"{m.name}.weight"
     home = infos[m.tensor("weight")].path.name  # outputs go where the main weight is: one shard, once
     if action == Action.DROP:
         return ModuleChange(m.name, ChangeAction.DROP, before, (), (), home)
@@ -32,10 +32,8 @@ def module_change(m: StoredModule, action: Action, ckpt: Checkpoint, original: C
         outputs = _requantize_steps(m, ckpt, original, modules)
     elif action == Action.TAKE_ORIGINAL:
         outputs = (_original_step(m, original, recipe.dtype),)
-    elif m.is_quantized:  # dequantize
-        fmt.check_packed(m, infos, str(ckpt.root), recipe.dtype)
-        inputs = (m.tensor("weight"), m.tensor("weight_scale"), m.tensor("weight_scale_2"))
-        outputs = (Dequantize(TensorRef(weight, recipe.dtype, m.logical_shape), inputs, module=m.name),)
+    elif m.is_quantized:  # dequantize, by the algorithm the module's tensors show
+        outputs = (dequantize_step(m, infos, fmt, str(ckpt.root), recipe.dtype),)
     elif len(m.tensors) > 1:  # BF16 already, with leftover scales
         info = infos[m.tensor("weight")]
         kept = TensorRef(info.name, info.dtype, info.shape)

@@ -38,10 +38,15 @@ def plan_as_text(plan: Plan) -> str:
     lines = [f"plan for {plan.source.root}:"]
     if plan.changes:
         lines.append(f"  {_recipe_label(plan)} changes {_counts(plan.changes)}")
+    kv_scales = [c.module for c in plan.changes if c.action == ChangeAction.DROP_KV_CACHE_SCALE]
     for c in plan.changes:
-        lines.append(f"  {c.module}: {_change_text(c)}")
+        if c.action != ChangeAction.DROP_KV_CACHE_SCALE:
+            lines.append(f"  {c.module}: {_change_text(c)}")
     if plan.recipe.drop_quantization:
         lines.append("  quantization config: removed (config.json quantization_config" + (", hf_quant_config.json)" if HF_QUANT_CONFIG in plan.removed_files else ")"))
+    if kv_scales:
+        lines.append(f"  KV-cache quantization: removed with it: {len(kv_scales)} k_scale / v_scale tensor(s) dropped ({kv_scales[0]}, ...) "
+                     "and the KV-cache declaration (kv_cache_quant_algo / kv_cache_scheme)")
     if plan.exclusions_added:
         files = " and ".join(n for n in (CONFIG, HF_QUANT_CONFIG) if n in plan.json_files)
         lines.append(f"  exclusions: add {', '.join(plan.exclusions_added)} ({files})")
@@ -90,10 +95,17 @@ def _change_text(c: ModuleChange) -> str:
     new = after.get("weight")
     shape = lambda t: f"{'nvfp4' if t.dtype == 'U8' else t.dtype.lower()} {list(t.shape)}"  # noqa: E731
     what = {
-        ChangeAction.DEQUANTIZE: lambda: f"dequantize {shape(stored)} -> {shape(new)}",
+        ChangeAction.DEQUANTIZE: lambda: f"dequantize {_algorithm(c)}{shape(stored)} -> {shape(new)}",
         ChangeAction.TAKE_ORIGINAL: lambda: f"take {shape(new)} from the original (was {shape(stored)})",
         ChangeAction.REQUANTIZE: lambda: f"requantize from the original -> nvfp4 {list(new.shape)} (was {shape(stored)})",
         ChangeAction.DROP: lambda: "drop the module",
         ChangeAction.DROP_LEFTOVER_SCALES: lambda: "keep weight",
     }[c.action]()
-    return what + (f"; drop {', '.join(dropped)}" if dropped and c.action != ChangeAction.DROP else "")
+    folded = " (pre_quant_scale folded into the weight)" if c.action == ChangeAction.DEQUANTIZE and _algorithm(c) == "NVFP4_AWQ " else ""
+    return what + folded + (f"; drop {', '.join(dropped)}" if dropped and c.action != ChangeAction.DROP else "")
+
+
+def _algorithm(c: ModuleChange) -> str:
+    """The stored algorithm a dequantize reads, where it is not plain NVFP4 (e.g. "FP8 ", "NVFP4_AWQ ")."""
+    algorithm = getattr(c.outputs[0], "algorithm", "NVFP4") if c.outputs else "NVFP4"
+    return "" if algorithm == "NVFP4" else f"{algorithm} "

@@ -1,0 +1,56 @@
+"""The Dequantize step of one quantized module, by the algorithm its tensors show, checked at plan time.
+
+NVFP4 and W4A16_NVFP4 read the packed weight and its two scales (the format's own checks apply);
+NVFP4_AWQ also reads its per-input-channel `pre_quant_scale`, folded into the full-precision weight
+(codec/awq.py) and then dropped with the module's other quantization leaves; FP8 per-tensor reads
+the float8 weight and its float32 scale (codec/fp8_table.py). Every check here reads headers or a
+4-byte scale only, so a plan `--dry-run` accepts is one the writer can write.
+"""
+
+from __future__ import annotations
+
+from repair.errors import BadInput
+from repair.formats.base import Format
+from repair.formats.modules import StoredModule
+from repair.formats.nvfp4_health import global_scale_problem, read_f32_scalar
+from repair.formats.nvfp4_packed import BROKEN_EXPORT
+from repair.io.safetensors import TensorInfo
+from repair.planning.model import DEQUANTIZE_INPUTS, Dequantize, TensorRef
+
+PRE_QUANT_SCALE_DTYPES = ("F32", "BF16", "F16")
+
+
+def dequantize_step(m: StoredModule, infos: dict[str, TensorInfo], fmt: Format, where: str, dtype: str) -> Dequantize:
+    """The step that makes `m`'s weight `dtype`, by its stored algorithm; BadInput when its tensors cannot."""
+    algorithm = m.algorithm
+    if algorithm not in DEQUANTIZE_INPUTS:  # a quantized precision without a codec: ours to add, not the user's fault
+        raise BadInput(f"{where}: {m.name}: dequantizing {algorithm or m.precision} is not supported; leave the module out")
+    if algorithm == "FP8":
+        _check_fp8_scale(m, infos, where)
+    else:
+        fmt.check_packed(m, infos, where, dtype)
+    if algorithm == "NVFP4_AWQ":
+        _check_pre_quant_scale(m, infos, where)
+    inputs = tuple(m.tensor(role) for role in DEQUANTIZE_INPUTS[algorithm])
+    return Dequantize(TensorRef(f"{m.name}.weight", dtype, m.logical_shape), inputs, module=m.name, algorithm=algorithm)
+
+
+def _at(info: TensorInfo, where: str) -> str:
+    return f"{info.path or where}: {info.name}"
+
+
+def _check_fp8_scale(m: StoredModule, infos: dict[str, TensorInfo], where: str) -> None:
+    """The per-tensor scale multiplies every value: NaN, infinite or non-positive writes garbage that looks fixed."""
+    info = infos[m.tensor("weight_scale")]
+    problem = global_scale_problem(read_f32_scalar(info.path, info))
+    if problem:
+        raise BadInput(f"{_at(info, where)}: FP8 weight scale {problem}, so every dequantized value would be wrong; {BROKEN_EXPORT}")
+
+
+def _check_pre_quant_scale(m: StoredModule, infos: dict[str, TensorInfo], where: str) -> None:
+    """One float scale per input column of the logical weight."""
+    info = infos[m.tensor("pre_quant_scale")]
+    columns = m.logical_shape[1]
+    if info.dtype not in PRE_QUANT_SCALE_DTYPES or info.shape != (columns,):
+        raise BadInput(f"{_at(info, where)}: {info.dtype} {list(info.shape)} is not a pre_quant_scale for {m.name} "
+                       f"(expected one F32/BF16/F16 value per input column: [{columns}]); {BROKEN_EXPORT}")

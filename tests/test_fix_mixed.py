@@ -1,0 +1,176 @@
+"""`fix` on ModelOpt MIXED_PRECISION and single W4A16_NVFP4 / NVFP4_AWQ / FP8 checkpoints, end to end through the CLI.
+
+Every dequantized weight is compared bitwise with ModelOpt's own dequantization of the input's tensors
+(FP8QTensor, NVFP4QTensor, and for NVFP4_AWQ its `disable_pre_quant_scale_and_resmooth` fold); tensors
+no change touches are byte-identical; the configs are read back, and doctor (whose vLLM predictions
+are checked against vLLM in tests/vllm) judges the output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from tests.conftest import read_json, run_captured
+from tests.mixed_helpers import healthy_layers, write_mixed
+from tools.modelopt_export import modelopt_dequantize
+from tools.modelopt_oracles import fold_pre_quant_scale, fp8_dequantize
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory) -> Path:
+    return write_mixed(tmp_path_factory.mktemp("fix-mixed") / "healthy")
+
+
+def load(folder: Path) -> dict[str, torch.Tensor]:
+    out = {}
+    for shard in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(shard), "pt") as f:
+            out.update({k: f.get_tensor(k) for k in f.keys()})
+    return out
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.dtype.itemsize])
+
+
+def modelopt_full_precision(src: dict[str, torch.Tensor], module: str, algo: str) -> torch.Tensor:
+    """ModelOpt's BF16 weight for a stored module of `algo` (the oracle, never our codec)."""
+    t = {leaf: src[f"{module}.{leaf}"] for leaf in ("weight", "weight_scale", "weight_scale_2", "pre_quant_scale") if f"{module}.{leaf}" in src}
+    if algo == "FP8":
+        return fp8_dequantize(t["weight"], t["weight_scale"], torch.bfloat16)
+    weight = modelopt_dequantize(t["weight"], t["weight_scale"], t["weight_scale_2"], torch.bfloat16)
+    if algo == "NVFP4_AWQ":
+        inputs = torch.randn(8, weight.shape[1], generator=torch.Generator().manual_seed(0))
+        return fold_pre_quant_scale(weight, t["pre_quant_scale"], inputs)
+    return weight
+
+
+def fix(capsys, src: Path, out: Path, *args) -> str:
+    code, text, err = run_captured(capsys, "fix", src, "-o", out, *args)
+    assert code == 0, err
+    return text
+
+
+def assert_dequantized_like_modelopt(src: dict, out: dict, layers: dict[str, str]) -> None:
+    for module, algo in layers.items():
+        ours = out[f"{module}.weight"]
+        assert ours.dtype == torch.bfloat16, module
+        assert torch.equal(bits(ours), bits(modelopt_full_precision(src, module, algo))), f"{module} ({algo}) differs from ModelOpt"
+        leftovers = [n for n in out if n.startswith(module + ".") and n != f"{module}.weight"]
+        assert leftovers == [], f"{module} keeps {leftovers}"
+
+
+def test_target_bf16_dequantizes_every_algorithm_and_drops_the_kv_cache(capsys, healthy, tmp_path):
+    text = fix(capsys, healthy, tmp_path / "out", "--target", "bf16")
+    assert "model.layers.1.mlp.down_proj: dequantize NVFP4_AWQ nvfp4 [64, 64] -> bf16 [64, 128] (pre_quant_scale folded into the weight)" in text
+    assert "model.layers.0.self_attn.q_proj: dequantize FP8 f8_e4m3 [64, 64] -> bf16 [64, 64]; drop weight_scale, input_scale" in text
+    assert ("KV-cache quantization: removed with it: 4 k_scale / v_scale tensor(s) dropped (model.layers.0.self_attn.k_proj.k_scale, ...) "
+            "and the KV-cache declaration (kv_cache_quant_algo / kv_cache_scheme)") in text
+    src, out = load(healthy), load(tmp_path / "out")
+    assert_dequantized_like_modelopt(src, out, healthy_layers())
+    assert not [n for n in out if n.endswith(("k_scale", "v_scale"))]
+    for name in ("model.embed_tokens.weight", "lm_head.weight", "model.norm.weight", "model.layers.1.input_layernorm.weight"):
+        assert torch.equal(bits(out[name]), bits(src[name])), name
+    assert "quantization_config" not in read_json(tmp_path / "out" / "config.json")
+    assert not (tmp_path / "out" / "hf_quant_config.json").exists()
+    report = read_json(tmp_path / "out" / "repair_report.json")
+    assert sorted(c["module"] for c in report["changes"] if c["action"] == "drop-kv-cache-scale") == sorted(
+        n for n in src if n.endswith(("k_scale", "v_scale")))
+    code, doctor_text, _ = run_captured(capsys, "doctor", tmp_path / "out", "--target", "bf16", "--strict")
+    assert code == 0, doctor_text
+
+
+def test_awq_fold_keeps_the_layers_function(capsys, healthy, tmp_path):
+    """x @ folded.T equals ModelOpt's NVFP4_AWQ layer (x * pre_quant_scale) @ W.T, up to BF16 rounding of the fold."""
+    fix(capsys, healthy, tmp_path / "out", "--target", "bf16")
+    src, out = load(healthy), load(tmp_path / "out")
+    module = "model.layers.1.mlp.down_proj"
+    w = modelopt_dequantize(src[f"{module}.weight"], src[f"{module}.weight_scale"], src[f"{module}.weight_scale_2"], torch.float32)
+    x = torch.randn(16, w.shape[1], generator=torch.Generator().manual_seed(1))
+    expected = (x * src[f"{module}.pre_quant_scale"].float()) @ w.T
+    got = x @ out[f"{module}.weight"].float().T
+    assert torch.allclose(got, expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item())
+    unfolded = x @ w.T  # without the fold the function changes: the test can fail
+    assert not torch.allclose(unfolded, expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item())
+
+
+def test_a_recipe_dequantizing_some_layers_keeps_both_files_and_the_kv_cache(capsys, healthy, tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('name = "some"\n[[rules]]\naction = "dequantize"\nmodules = ["model.layers.1.mlp.down_proj", "model.layers.0.self_attn.o_proj"]\n')
+    text = fix(capsys, healthy, tmp_path / "out", "--recipe", recipe)
+    assert "KV-cache" not in text
+    src, out = load(healthy), load(tmp_path / "out")
+    layers = healthy_layers()
+    done = {m: layers[m] for m in ("model.layers.1.mlp.down_proj", "model.layers.0.self_attn.o_proj")}
+    assert_dequantized_like_modelopt(src, out, done)
+    for name in src:
+        if not any(name.startswith(m + ".") for m in done):
+            assert torch.equal(bits(out[name]), bits(src[name])), name  # k_scale / v_scale included
+    config, hf = read_json(tmp_path / "out" / "config.json"), read_json(tmp_path / "out" / "hf_quant_config.json")
+    left = {k: v for k, v in layers.items() if k not in done}
+    for qlayers in (config["quantization_config"]["quantized_layers"], hf["quantization"]["quantized_layers"]):
+        assert {k: v["quant_algo"] for k, v in qlayers.items()} == left
+    targets = [t for g in config["quantization_config"]["config_groups"].values() for t in g["targets"]]
+    assert sorted(targets) == sorted(left)
+    assert hf["quantization"]["kv_cache_quant_algo"] == "FP8" and config["quantization_config"]["kv_cache_scheme"]
+    code, doctor_text, _ = run_captured(capsys, "doctor", tmp_path / "out", "--strict")
+    assert code == 0, doctor_text
+
+
+def single(folder: Path, algo: str) -> Path:
+    """A single-algorithm checkpoint: every linear stored as `algo`, both files declaring quant_algo `algo`."""
+    layers = {name: algo for name in healthy_layers()}
+    write_mixed(folder, layers)
+    for name, key in (("config.json", "quantization_config"), ("hf_quant_config.json", "quantization")):
+        data = read_json(folder / name)
+        section = data[key]
+        for drop in ("quantized_layers", "config_groups"):
+            section.pop(drop, None)
+        section["quant_algo"] = algo
+        section["exclude_modules" if key == "quantization" else "ignore"] = ["lm_head"]
+        (folder / name).write_text(json.dumps(data))
+    return folder
+
+
+@pytest.mark.parametrize("algo", ["W4A16_NVFP4", "NVFP4_AWQ", "FP8"])
+def test_single_algorithm_checkpoints(capsys, tmp_path, algo):
+    src_dir = single(tmp_path / "src", algo)
+    fix(capsys, src_dir, tmp_path / "bf16", "--target", "bf16")
+    src, out = load(src_dir), load(tmp_path / "bf16")
+    assert_dequantized_like_modelopt(src, out, {name: algo for name in healthy_layers()})
+    module = "model.layers.0.mlp.down_proj"
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(f'name = "one"\n[[rules]]\naction = "dequantize"\nmodules = ["{module}"]\n')
+    fix(capsys, src_dir, tmp_path / "one", "--recipe", recipe)
+    assert_dequantized_like_modelopt(src, load(tmp_path / "one"), {module: algo})
+    config, hf = read_json(tmp_path / "one" / "config.json"), read_json(tmp_path / "one" / "hf_quant_config.json")
+    assert config["quantization_config"]["ignore"] == hf["quantization"]["exclude_modules"] == ["lm_head", module]
+    assert config["quantization_config"]["quant_algo"] == hf["quantization"]["quant_algo"] == algo
+
+
+def test_a_broken_fp8_scale_is_refused_before_writing(capsys, tmp_path):
+    from tests.mixed_helpers import tensors_for
+
+    tensors = tensors_for(healthy_layers())
+    tensors["model.layers.0.self_attn.q_proj.weight_scale"] = torch.tensor(float("nan"))
+    src = write_mixed(tmp_path / "src", tensors=tensors)
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "bf16")
+    assert code == 2 and not (tmp_path / "out").exists()
+    assert err == (f"error: {src / 'model.safetensors'}: model.layers.0.self_attn.q_proj.weight_scale: FP8 weight scale is NaN, so every "
+                   "dequantized value would be wrong; the export is broken: re-download it, or re-export from the original model\n")
+
+
+def test_a_misshapen_pre_quant_scale_is_refused(capsys, tmp_path):
+    from tests.mixed_helpers import tensors_for
+
+    tensors = tensors_for(healthy_layers())
+    tensors["model.layers.1.mlp.down_proj.pre_quant_scale"] = torch.ones(64, dtype=torch.bfloat16)
+    src = write_mixed(tmp_path / "src", tensors=tensors)
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "bf16")
+    assert code == 2 and "model.layers.1.mlp.down_proj.pre_quant_scale: BF16 [64] is not a pre_quant_scale" in err
+    assert err.count("\n") == 1
