@@ -85,9 +85,10 @@ def _activation_amax(model: torch.nn.Module, name: str, prompts: list[torch.Tens
     return torch.stack(seen).amax(0)
 
 
-def export_mixed_llama(out_dir: Path, seed: int = 0, *, kv_cache: bool = True, w4a16: bool = True) -> Path:
+def export_mixed_llama(out_dir: Path, seed: int = 0, *, kv_cache: bool = True, w4a16: bool = True, awq: bool = True) -> Path:
     """MIXED_PRECISION export (layout in the module docstring), calibrated on 4 seeded 8-token prompts.
-    w4a16=False leaves layer 1's MLP NVFP4 (vLLM 0.32 has no CPU kernel for W4A16_NVFP4 linears)."""
+    w4a16=False leaves layer 1's MLP NVFP4 (vLLM 0.32 has no CPU kernel for W4A16_NVFP4 linears); awq=False leaves
+    AWQ_LAYER NVFP4 (vLLM 0.32 has no linear method for NVFP4_AWQ: it builds the layer unquantized)."""
     mtq, export_hf_checkpoint, _ = _modelopt()
     from modelopt.torch.quantization.model_calib import apply_pre_quant_scale_and_smooth
 
@@ -96,9 +97,10 @@ def export_mixed_llama(out_dir: Path, seed: int = 0, *, kv_cache: bool = True, w
     prompts = [torch.randint(0, MIXED_LLAMA["vocab_size"], (1, 8), generator=gen) for _ in range(4)]
     amax = _activation_amax(model, AWQ_LAYER, prompts)
     model = mtq.quantize(model, mixed_quant_cfg(kv_cache, w4a16), lambda m: [m(input_ids=ids) for ids in prompts])
-    awq = model.get_submodule(AWQ_LAYER)
-    awq.input_quantizer._amax_for_smoothing = amax
-    apply_pre_quant_scale_and_smooth(awq, amax.clamp(min=1e-3).sqrt())
+    if awq:
+        layer = model.get_submodule(AWQ_LAYER)
+        layer.input_quantizer._amax_for_smoothing = amax
+        apply_pre_quant_scale_and_smooth(layer, amax.clamp(min=1e-3).sqrt())
     out_dir = Path(out_dir)
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="To copy construct from a tensor")  # ModelOpt's FP8 scale, as in the oracles
