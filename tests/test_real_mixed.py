@@ -4,7 +4,7 @@ full-attention, FP8 KV cache) with an MTP block excluded by `mtp*` wildcards.
 
 The fixture (tools/real_fixture.py write_qwen36) has the real architecture (transformers' Qwen3_5Moe class, 40
 layers) at tiny widths; its config files are written by ModelOpt's own code from a per-layer map reconstructed from
-published facts (tests/data/real/PROVENANCE.md, qwen3.6-35b-a3b-nvfp4), checked here against the stored audit of
+published facts (tests/data/evidence/PROVENANCE.md), checked here against the stored audit of
 the published file. Dequantized values are judged by ModelOpt's own dequantization (tools/modelopt_oracles.py).
 """
 
@@ -19,9 +19,9 @@ import torch
 from tests.conftest import load_tensors, raw_bytes, read_json, run_captured
 from tools.modelopt_export import modelopt_dequantize
 from tools.modelopt_oracles import fp8_dequantize
-from tools.real_fixture import REAL, write_qwen36
+from tools.real_fixture import write_qwen36
 
-AUDIT = REAL / "qwen3.6-35b-a3b-nvfp4" / "w4a16-input-scale-audit.json"
+AUDIT = Path(__file__).resolve().parent / "data" / "evidence" / "qwen3.6-35b-a3b-nvfp4" / "w4a16-input-scale-audit.json"
 QUANT_LEAVES = ("weight_scale", "weight_scale_2", "input_scale")
 EXPERT = "model.language_model.layers.7.mlp.experts.2.down_proj"  # one module per algorithm, checked by value
 SHARED = "model.language_model.layers.7.mlp.shared_expert.gate_proj"

@@ -254,12 +254,12 @@ def write_real_model(folder: Path, key: str) -> Path:
 
 # --------------------------------------------------------------------------------------------------------
 # nvidia/Qwen3.6-35B-A3B-NVFP4: a ModelOpt MIXED_PRECISION MoE with an MTP block (issue 19). Its config files
-# were NOT found verbatim (tests/data/real/PROVENANCE.md, qwen3.6-35b-a3b-nvfp4): the per-layer algorithms are
+# were NOT found verbatim (tests/data/evidence/PROVENANCE.md): the per-layer algorithms are
 # reconstructed from the published facts stored there, and the two config files are then written by ModelOpt
 # 0.47's own code from that map (quant_utils.process_layer_quant_config, the MTP exclusions of
 # unified_export_hf._add_mtp_exclusions, convert_hf_config.convert_hf_quant_config_format), never by hand.
 # --------------------------------------------------------------------------------------------------------
-QWEN36 = RealModel(
+QWEN36 = RealModel(  # `real` names its folder under tests/data/evidence, not tests/data/real (no verbatim config)
     "qwen3.6-35b-a3b-nvfp4", "modelopt-mixed", "Qwen3_5MoeForConditionalGeneration",
     # 40 decoder layers as published (3 linear-attention : 1 full-attention), tiny widths, 4 experts
     dict(text_config=dict(hidden_size=HIDDEN, num_hidden_layers=40, num_attention_heads=2, num_key_value_heads=1,
