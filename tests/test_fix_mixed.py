@@ -174,3 +174,56 @@ def test_a_misshapen_pre_quant_scale_is_refused(capsys, tmp_path):
     code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "bf16")
     assert code == 2 and "model.layers.1.mlp.down_proj.pre_quant_scale: BF16 [64] is not a pre_quant_scale" in err
     assert err.count("\n") == 1
+
+
+LLAMA_TP_PLAN = {"layers.*.self_attn.q_proj": "colwise", "layers.*.self_attn.k_proj": "colwise", "layers.*.self_attn.v_proj": "colwise",
+                 "layers.*.self_attn.o_proj": "rowwise", "layers.*.mlp.gate_proj": "colwise", "layers.*.mlp.up_proj": "colwise",
+                 "layers.*.mlp.down_proj": "rowwise"}  # transformers' LlamaConfig.base_model_tp_plan
+
+
+@pytest.fixture(scope="module")
+def with_tp_plan(tmp_path_factory) -> Path:
+    """The healthy model with transformers' Llama tensor-parallel plan in config.json, so --tp splits its layers."""
+    folder = write_mixed(tmp_path_factory.mktemp("fix-mixed-tp") / "src")
+    config = read_json(folder / "config.json")
+    config["base_model_tp_plan"] = LLAMA_TP_PLAN
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize("args", [("--target", "bf16"), ("--recipe", "awq")])
+def test_tp_ranks_rebuild_the_standard_output(capsys, with_tp_plan, tmp_path, args):
+    """--tp 2 splits dequantized FP8 / NVFP4_AWQ weights and kept FP8 / NVFP4 layers; unshard gives fix's output byte for byte."""
+    if args[1] == "awq":
+        args = ("--recipe", tmp_path / "awq.toml")
+        args[1].write_text('name = "awq"\n[[rules]]\naction = "dequantize"\nalgorithm = "NVFP4_AWQ"\n')
+    text = fix(capsys, with_tp_plan, tmp_path / "tp", *args, "--tp", "2")
+    assert "tensor(s) split" in text and " 0 tensor(s) split" not in text
+    fix(capsys, with_tp_plan, tmp_path / "std", *args)
+    code, _, err = run_captured(capsys, "unshard", tmp_path / "tp", "-o", tmp_path / "back")
+    assert code == 0, err
+    for name in [p.name for p in (tmp_path / "std").iterdir() if p.name != "repair_report.json"]:
+        assert (tmp_path / "back" / name).read_bytes() == (tmp_path / "std" / name).read_bytes(), name
+
+
+def test_tp_refuses_to_split_a_kept_awq_layer(capsys, with_tp_plan, tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('name = "fp8"\n[[rules]]\naction = "dequantize"\nalgorithm = "FP8"\n')
+    code, _, err = run_captured(capsys, "fix", with_tp_plan, "-o", tmp_path / "out", "--recipe", recipe, "--tp", "2")
+    assert code == 2 and not (tmp_path / "out").exists()
+    assert err == (f"error: {with_tp_plan}: --tp does not split NVFP4_AWQ pre_quant_scale yet (model.layers.1.mlp.down_proj.pre_quant_scale, "
+                   "...); dequantize those layers (a recipe rule with algorithm = \"NVFP4_AWQ\") or run without --tp\n")
+
+
+def test_inspect_doctor_fix_inspect(capsys, healthy, tmp_path):
+    """The new user's path: inspect shows each algorithm, doctor is clean, a vLLM 0.32 target changes nothing, bf16 is clean."""
+    code, text, _ = run_captured(capsys, "inspect", healthy)
+    assert code == 0 and "format: modelopt-mixed; declared: MIXED_PRECISION; excluded: -; KV cache: FP8" in text
+    assert any(line.split()[0] == "model.layers.1.mlp.down_proj" and "NVFP4_AWQ" in line for line in text.splitlines())
+    assert run_captured(capsys, "doctor", healthy, "--strict", "--target", "vllm==0.32.0")[0] == 0
+    code, text, _ = run_captured(capsys, "fix", healthy, "-o", tmp_path / "same", "--target", "vllm==0.32.0")
+    assert code == 0 and "nothing to fix for vllm==0.32.0" in text + _ and not (tmp_path / "same").exists()
+    fix(capsys, healthy, tmp_path / "bf16", "--target", "bf16")
+    code, text, _ = run_captured(capsys, "inspect", tmp_path / "bf16", "--json")
+    report = json.loads(text)
+    assert code == 0 and {m["precision"] for m in report["modules"]} == {"bf16"}

@@ -4,8 +4,8 @@ Dequantizing a ModelOpt/compressed-tensors NVFP4 weight into BF16/F16/F32 (the w
 `--target bf16`) runs on numpy tables (`codec.dequant_table`) and never imports torch (~1-1.5 s).
 Casts, requantization and unusual layouts use torch, imported at their first use.
 
-A requantized module yields three tensors (packed weight, block scales, global scale) from one
-computation; results are cached per module until all of its outputs are written, so memory
+A requantized module yields its tensors (NVFP4: packed weight, block scales, global scale; FP8:
+weight and scale) from one computation; results are cached per module until all of its outputs are written, so memory
 holds at most one module's tensors.
 """
 
@@ -133,13 +133,17 @@ class Computer:
         """Quantize the original weight with the fused group's shared global scale (max over members)."""
         import torch
 
-        from repair.codec import nvfp4
+        from repair.codec import fp8, nvfp4
 
         cached = self._cache.get(step.module)
         if cached is None:
             weights = [self.load(n, step.source) for n in step.inputs]
-            scale_2 = torch.stack([nvfp4.global_scale(w) for w in weights]).amax()
-            packed, scale, scale_2 = nvfp4.quantize(weights[0], scale_2)
-            cached = {"weight": packed, "weight_scale": scale, "weight_scale_2": scale_2.reshape(())}
+            if step.algorithm == "FP8":  # ModelOpt's FP8 export: the group's largest amax / 448
+                weight, scale = fp8.quantize(weights[0], torch.stack([fp8.weight_scale(w) for w in weights]).amax())
+                cached = {"weight": weight, "weight_scale": scale.reshape(())}
+            else:
+                scale_2 = torch.stack([nvfp4.global_scale(w) for w in weights]).amax()
+                packed, scale, scale_2 = nvfp4.quantize(weights[0], scale_2)
+                cached = {"weight": packed, "weight_scale": scale, "weight_scale_2": scale_2.reshape(())}
             self._cache = {step.module: cached}  # one module at a time
         return cached

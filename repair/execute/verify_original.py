@@ -2,7 +2,8 @@
 how far each packed module is from it.
 
 The check that matters: quantizing the original's weight with the checkpoint's own
-`weight_scale_2` must reproduce the stored packed bytes (sign of zero aside) and block scales.
+`weight_scale_2` must reproduce the stored packed bytes (sign of zero aside) and block scales (FP8: its
+`weight_scale` the stored bytes; NVFP4_AWQ weights, smoothed by a calibrated scale, are not checked).
 A different model (another seed, another size) reproduces nothing and is refused.
 """
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from repair.codec import nvfp4
+from repair.codec import fp8, nvfp4
 from repair.execute.compute import Computer
 from repair.errors import BadInput
 from repair.planning.model import Plan
@@ -52,7 +53,8 @@ def assess_original(plan: Plan, force: bool = False) -> OriginalAssessment:
     """
     ckpt, original = plan.source, plan.original
     computer = Computer(ckpt.locate(), original.locate())
-    packed = [m for m in plan.format.group_modules(ckpt.infos()) if m.is_quantized]
+    # NVFP4_AWQ weights are smoothed by a calibrated pre_quant_scale: the original cannot reproduce them, so they say nothing
+    packed = [m for m in plan.format.group_modules(ckpt.infos()) if m.is_quantized and m.algorithm != "NVFP4_AWQ"]
     orig_infos = original.infos()
     verified, mismatched, errors, non_finite = [], [], {}, []
     for m in packed:
@@ -65,12 +67,8 @@ def assess_original(plan: Plan, force: bool = False) -> OriginalAssessment:
             non_finite.append(name)
             mismatched.append(m.name)
             continue
-        stored = [computer.load(m.tensor(r)) for r in ("weight", "weight_scale", "weight_scale_2")]
-        again = nvfp4.quantize(weight, stored[2])
-        same = torch.equal(nvfp4.canonical_codes(again[0]), nvfp4.canonical_codes(stored[0])) and torch.equal(
-            again[1].view(torch.uint8), stored[1].view(torch.uint8))
+        same, errors[m.name] = (_fp8_reproduces if m.algorithm == "FP8" else _nvfp4_reproduces)(computer, m, weight)
         (verified if same else mismatched).append(m.name)
-        errors[m.name] = _relative_error(nvfp4.dequantize(*stored, torch.float32), weight)
     checked = {f"{m.name}.weight" for m in packed}
     non_finite += [n for n in _taken(plan) if n not in checked and not _finite(computer.load(n, "original"))]
     result = OriginalAssessment(tuple(verified), tuple(mismatched), errors, force, tuple(non_finite))
@@ -81,6 +79,22 @@ def assess_original(plan: Plan, force: bool = False) -> OriginalAssessment:
             f"e.g. {mismatched[0]}); pass the model this checkpoint was quantized from, or --force"
         )
     return result
+
+
+def _nvfp4_reproduces(computer: Computer, m, weight: torch.Tensor) -> tuple[bool, float]:
+    """(quantizing the original with the stored global scale gives the stored codes and block scales, relative error)."""
+    stored = [computer.load(m.tensor(r)) for r in ("weight", "weight_scale", "weight_scale_2")]
+    again = nvfp4.quantize(weight, stored[2])
+    same = torch.equal(nvfp4.canonical_codes(again[0]), nvfp4.canonical_codes(stored[0])) and torch.equal(
+        again[1].view(torch.uint8), stored[1].view(torch.uint8))
+    return same, _relative_error(nvfp4.dequantize(*stored, torch.float32), weight)
+
+
+def _fp8_reproduces(computer: Computer, m, weight: torch.Tensor) -> tuple[bool, float]:
+    """The same for FP8 per-tensor: the stored scale (the fused group's) quantizes the original to the stored bytes."""
+    stored, scale = computer.load(m.tensor("weight")), computer.load(m.tensor("weight_scale"))
+    again, _ = fp8.quantize(weight if weight.dtype in fp8.OUT_DTYPES else weight.float(), scale)
+    return torch.equal(again.view(torch.uint8), stored.view(torch.uint8)), _relative_error(fp8.dequantize(stored, scale, torch.float32), weight)
 
 
 def _taken(plan: Plan) -> list[str]:

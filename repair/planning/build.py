@@ -49,9 +49,21 @@ def assign_actions(modules: list[StoredModule], recipe: Recipe, where: str) -> d
             if recipe == DEFAULT:
                 raise UsageError(_not_the_default_model(where, modules))
             raise UsageError(f"{where}: no module matches {', '.join(patterns)} ({action}); run `ckpt-repair inspect` to see the module names")
-        for m in hits:
+        for m in hits + _by_algorithm(weighted, recipe, action, where):
             actions.setdefault(m.name, action)
     return {name: a for name, a in actions.items() if a != Action.KEEP}
+
+
+def _by_algorithm(weighted: list[StoredModule], recipe: Recipe, action: Action, where: str) -> list[StoredModule]:
+    """The modules the recipe's algorithm rules for `action` select: pattern and stored algorithm both match."""
+    hits = []
+    for rule in recipe.algorithm_rules(action):
+        found = select([m for m in weighted if m.algorithm in rule.algorithms], rule.modules)
+        if not found and action != Action.KEEP:
+            raise UsageError(f"{where}: no module stored as {' or '.join(rule.algorithms)} matches {', '.join(rule.modules)} ({action}); "
+                             "run `ckpt-repair inspect` to see the modules and their algorithms")
+        hits += found
+    return hits
 
 
 def _not_the_default_model(where: str, modules: list[StoredModule]) -> str:
@@ -70,14 +82,16 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     declaration = fmt.read_declaration(ckpt)
     actions = _with_fused_siblings(assign_actions(modules, recipe, str(ckpt.root)), by_name)
     _check_supported(ckpt, fmt, actions, original, recipe, by_name)
-    changes = [c for name, a in sorted(actions.items()) if (c := module_change(by_name[name], a, ckpt, original, recipe, by_name, fmt))]
+    declared = declaration.quant_algo if declaration.layer_algos is None else None
+    changes = [c for name, a in sorted(actions.items()) if (c := module_change(by_name[name], a, ckpt, original, recipe, by_name, fmt, declared))]
     changes += kv_scale_drops(ckpt, changes) if recipe.drop_quantization else []
     shards, emptied = _shard_steps(ckpt, changes)
-    config, hf_quant, added = _config_edits(ckpt, fmt, declaration, recipe, actions)
+    config, hf_quant, added = _config_edits(ckpt, fmt, declaration, recipe, actions, by_name)
     json_files = _json_files(ckpt, config, hf_quant, shards, bool(emptied))
     removed = emptied + ((HF_QUANT_CONFIG,) if recipe.drop_quantization and ckpt.hf_quant_config is not None else ())
     copied = _other_files(ckpt) + tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
-    plan = Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original, fmt)
+    plan = Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original, fmt,
+                unlisted_layers(declaration, actions, recipe))
     plan_check.check_plan(plan)  # looked up on the module: tests switch it off to reach the writer's own checks
     return plan
 
@@ -116,7 +130,8 @@ def _with_fused_siblings(actions: dict[str, Action], modules: dict[str, StoredMo
     return out
 
 
-def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recipe: Recipe, actions: dict[str, Action]):
+def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recipe: Recipe, actions: dict[str, Action],
+                  modules: dict[str, StoredModule]):
     """Exclude every module that ends up BF16; un-exclude requantized ones (exact entries only)."""
     if recipe.drop_quantization:
         return fmt.without_quantization(ckpt), None, ()
@@ -128,12 +143,38 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
     added = tuple(fmt.exclusion_entry(n) for n in bf16 if not all(covers(x, n) for x in lists))
-    config, hf_quant = fmt.with_exclusions(ckpt, bf16, covers, remove=packed)
+    config, hf_quant = fmt.with_exclusions(ckpt, bf16, covers, remove=_redeclared(declaration, packed, modules, family.runtime_name))
+    after = fmt.exclusion_lists(config, hf_quant)
     for name in packed:
-        for exclusions in fmt.exclusion_lists(config, hf_quant):
+        for exclusions in after:
             if covers(exclusions, name):
                 raise UsageError(f"{ckpt.root}: {name} is requantized but exclusion patterns {exclusions} still exclude it; edit the config's exclusions")
+    if declaration.layer_algos is not None:  # per-layer map: a layer leaves quantized_layers; only what the lists gained is "added"
+        added = tuple(dict.fromkeys(x for entries in after for x in entries if not any(x in before for before in lists)))
     return config, hf_quant, added
+
+
+def _redeclared(declaration: Declaration, packed: list[str], modules: dict[str, StoredModule], runtime_name) -> list[str]:
+    """The requantized modules whose declaration changes: all of them (their exact exclusion entries go), except,
+    under a per-layer map, those it already declares (an FP8 layer stays FP8). A per-layer map puts a layer
+    back as NVFP4, so an undeclared FP8 one is refused rather than declared wrong."""
+    if declaration.layer_algos is None:
+        return packed
+    undeclared = [n for n in packed if declaration.algorithm(runtime_name(n)) is None]
+    for name in undeclared:
+        if modules[name].algorithm == "FP8":
+            raise UsageError(f"{name} is stored FP8 but {declaration.quant_algo} quantized_layers does not declare it; requantizing "
+                             "it would declare it NVFP4; declare it FP8 in quantized_layers first, or dequantize it")
+    return undeclared
+
+
+def unlisted_layers(declaration: Declaration, actions: dict[str, Action], recipe: Recipe) -> tuple[str, ...]:
+    """The layers a per-layer map (MIXED_PRECISION quantized_layers) declares and the plan takes out of it."""
+    if declaration.layer_algos is None or recipe.drop_quantization:
+        return ()
+    bf16 = [n for n, a in sorted(actions.items()) if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)]
+    keys = [k for k, _ in declaration.layer_algos.entries]
+    return tuple(n for n in bf16 if any(k == n or k.startswith(n + ".") for k in keys))  # as with_exclusions takes them out
 
 
 def _shard_steps(ckpt: Checkpoint, changes: list[ModuleChange]) -> tuple[tuple[ShardStep, ...], tuple[str, ...]]:

@@ -132,6 +132,7 @@ class Plan:
     removed_files: tuple[str, ...] = ()
     original: Checkpoint | None = None
     format: Format = MODELOPT_NVFP4  # the source's format (a registered formats.Format)
+    unlisted: tuple[str, ...] = ()  # layers taken out of a per-layer map (MIXED_PRECISION quantized_layers)
 
     @property
     def is_noop(self) -> bool:

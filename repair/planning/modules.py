@@ -9,7 +9,7 @@ every tensor of the module. Leftover scale tensors of a BF16 module are dropped.
 
 from __future__ import annotations
 
-from repair.errors import BadInput
+from repair.errors import BadInput, UsageError
 from repair.formats.base import Format
 from repair.formats.nvfp4_packed import BROKEN_EXPORT, SHARED_GLOBAL_SCALE
 from repair.io.checkpoint import Checkpoint
@@ -21,15 +21,16 @@ from repair.planning.recipe import Action, Recipe
 
 
 def module_change(m: StoredModule, action: Action, ckpt: Checkpoint, original: Checkpoint | None, recipe: Recipe,
-                  modules: dict[str, StoredModule], fmt: Format) -> ModuleChange | None:
-    """The change for one module, or None when the action leaves it exactly as stored."""
+                  modules: dict[str, StoredModule], fmt: Format, declared: str | None = None) -> ModuleChange | None:
+    """The change for one module, or None when the action leaves it exactly as stored (`declared`: the
+    checkpoint's single quant_algo, None when per-layer or absent)."""
     infos = ckpt.infos()
     before = tuple(TensorRef(n, infos[n].dtype, infos[n].shape) for n in m.tensors)
     home = infos[m.tensor("weight")].path.name  # outputs go where the main weight is: one shard, once
     if action == Action.DROP:
         return ModuleChange(m.name, ChangeAction.DROP, before, (), (), home)
     if action == Action.REQUANTIZE:
-        outputs = _requantize_steps(m, ckpt, original, modules)
+        outputs = _requantize_steps(m, ckpt, original, modules, declared)
     elif action == Action.TAKE_ORIGINAL:
         outputs = (_original_step(m, original, recipe.dtype),)
     elif m.is_quantized:  # dequantize, by the algorithm the module's tensors show
@@ -77,17 +78,30 @@ def fused_group(module: str, modules: dict[str, StoredModule]) -> list[str]:
     return [module]
 
 
-def _requantize_steps(m: StoredModule, ckpt: Checkpoint, original: Checkpoint, modules) -> tuple[TensorStep, ...]:
-    group = fused_group(m.name, modules)
+def requantize_algorithm(m: StoredModule, declared: str | None, where: str) -> str:
+    """What a requantized module is packed as: FP8 per-tensor when it is stored FP8 (or is BF16 in a checkpoint
+    declaring FP8 throughout), else NVFP4 (W4A16_NVFP4 stays so: it has no input_scale to keep)."""
+    if m.algorithm == "NVFP4_AWQ":
+        raise UsageError(f"{where}: {m.name}: requantizing NVFP4_AWQ needs ModelOpt's AWQ calibration (its pre_quant_scale comes from "
+                         "activations); dequantize the module or keep it")
+    return "FP8" if m.algorithm == "FP8" or (m.algorithm is None and declared == "FP8") else "NVFP4"
+
+
+def _requantize_steps(m: StoredModule, ckpt: Checkpoint, original: Checkpoint, modules, declared: str | None) -> tuple[TensorStep, ...]:
+    algorithm = requantize_algorithm(m, declared, str(ckpt.root))
+    group = [n for n in fused_group(m.name, modules) if requantize_algorithm(modules[n], declared, str(ckpt.root)) == algorithm]  # one shared scale
     for name in group:
         _original_step(modules[name], original, "BF16")  # validates presence and shape
     inputs = tuple(f"{n}.weight" for n in group)
     out_dim, in_dim = m.logical_shape
-    if in_dim % 16:
+    if algorithm == "FP8":
+        layout = (("weight", "F8_E4M3", (out_dim, in_dim)), ("weight_scale", "F32", ()))
+    elif in_dim % 16:
         raise BadInput(f"{ckpt.root}: {m.name}: input dim {in_dim} is not a multiple of 16; NVFP4 cannot pack it")
-    packed = (("weight", "U8", (out_dim, in_dim // 2)), ("weight_scale", "F8_E4M3", (out_dim, in_dim // 16)), ("weight_scale_2", "F32", ()))
-    steps: list[TensorStep] = [Requantize(TensorRef(f"{m.name}.{role}", dtype, shape), inputs, "original", m.name, role=role)
-                               for role, dtype, shape in packed]
+    else:
+        layout = (("weight", "U8", (out_dim, in_dim // 2)), ("weight_scale", "F8_E4M3", (out_dim, in_dim // 16)), ("weight_scale_2", "F32", ()))
+    steps: list[TensorStep] = [Requantize(TensorRef(f"{m.name}.{role}", dtype, shape), inputs, "original", m.name, role=role, algorithm=algorithm)
+                               for role, dtype, shape in layout]
     input_scale = m.tensor("input_scale")
     if input_scale is not None:
         info = ckpt.infos()[input_scale]

@@ -3,8 +3,10 @@
 A recipe says which modules (exact names, globs, or `re:` regexes) get which action:
 `dequantize` (packed -> BF16), `take_original` (BF16 copied from the original model),
 `requantize` (NVFP4 packed afresh from the original, ModelOpt-exact), `drop` (remove the
-module's tensors) or `keep` (leave alone, whatever else matches). Recipe files are TOML read
-with the standard library: loading one never runs code.
+module's tensors) or `keep` (leave alone, whatever else matches). A rule with `algorithm`
+("FP8", "W4A16_NVFP4", ... or a list) matches only modules whose stored tensors show that
+algorithm (StoredModule.algorithm); its `modules` default to every module. Recipe files are TOML
+read with the standard library: loading one never runs code.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from repair.arch.gemma4_assistant import BF16_HANDSHAKE
 from repair.errors import UsageError, short
+from repair.formats.algorithms import SINGLE_ALGOS
 from repair.io.parse import parse_json, parse_toml, read_text, regex
 
 
@@ -35,6 +38,19 @@ ACTIONS = tuple(Action)  # precedence when patterns overlap: declaration order
 
 
 @dataclass(frozen=True)
+class AlgorithmRule:
+    """A rule that matches only modules whose stored algorithm is one of `algorithms`."""
+
+    action: Action
+    algorithms: tuple[str, ...]
+    modules: tuple[str, ...] = ("*",)
+
+    def as_dict(self) -> dict:
+        algorithm = self.algorithms[0] if len(self.algorithms) == 1 else list(self.algorithms)
+        return {"action": self.action.value, "modules": list(self.modules), "algorithm": algorithm}
+
+
+@dataclass(frozen=True)
 class Recipe:
     """What to do, module pattern by module pattern; `target` derives the actions from doctor."""
 
@@ -48,6 +64,7 @@ class Recipe:
     target: str | None = None  # e.g. "vllm==0.25.0" or "bf16": adds what `doctor --target` needs
     dtype: str = "BF16"
     drop_quantization: bool = False  # write a plain checkpoint: no quantization_config, no hf_quant_config.json
+    by_algorithm: tuple[AlgorithmRule, ...] = ()  # rules restricted to modules stored in given algorithms
     from_target: str | None = field(default=None, compare=False)  # set once `target` has been resolved
 
     def patterns(self, action: Action) -> tuple[str, ...]:
@@ -61,11 +78,16 @@ class Recipe:
         if self.from_target:
             out["resolved_from_target"] = self.from_target
         out["rules"] = [{"action": a.value, "modules": list(self.patterns(a))} for a in ACTIONS if self.patterns(a)]
+        out["rules"] += [rule.as_dict() for rule in self.by_algorithm]
         return out
 
     def using_original(self) -> "Recipe":
         """With an original model at hand, every module turned BF16 is taken from it instead."""
-        return replace(self, take_original=self.take_original + self.dequantize, dequantize=())
+        rules = tuple(replace(r, action=Action.TAKE_ORIGINAL) if r.action == Action.DEQUANTIZE else r for r in self.by_algorithm)
+        return replace(self, take_original=self.take_original + self.dequantize, dequantize=(), by_algorithm=rules)
+
+    def algorithm_rules(self, action: Action) -> tuple[AlgorithmRule, ...]:
+        return tuple(r for r in self.by_algorithm if r.action == action)
 
 
 DEFAULT = Recipe()
@@ -80,12 +102,16 @@ def recipe_from_dict(data: dict, where: str = "recipe") -> Recipe:
         if key not in known:
             raise UsageError(f"{where}: unknown key {key!r}; recipe keys are {', '.join(sorted(known))}")
     values: dict = {a.value: () for a in ACTIONS}
+    values["by_algorithm"] = ()
     rules = data.get("rules", [])
     if not isinstance(rules, list):
         raise UsageError(f"{where}: 'rules' must be a list of tables ([[rules]]), found {short(rules)}; write each rule as a [[rules]] table")
     for i, rule in enumerate(rules):
-        action, modules = _rule(rule, f"{where}: rules[{i}]")
-        values[action] = values[action] + modules
+        action, modules, algorithms = _rule(rule, f"{where}: rules[{i}]")
+        if algorithms:
+            values["by_algorithm"] += (AlgorithmRule(Action(action), algorithms, modules),)
+        else:
+            values[action] = values[action] + modules
     for key, kind in (("name", str), ("description", str), ("dtype", str), ("target", str), ("drop_quantization", bool),
                       ("resolved_from_target", str)):
         if key in data:
@@ -98,24 +124,38 @@ def recipe_from_dict(data: dict, where: str = "recipe") -> Recipe:
     return Recipe(**values)
 
 
-def _rule(rule: object, where: str) -> tuple[str, tuple[str, ...]]:
-    """A rule's action (as the Recipe field's name) and its module patterns."""
+def _rule(rule: object, where: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """A rule's action (as the Recipe field's name), its module patterns and its algorithms (empty: any)."""
     if not isinstance(rule, dict):
         raise UsageError(f"{where}: each rule must be a table with 'action' and 'modules'")
-    extra = set(rule) - {"action", "modules"}
+    extra = set(rule) - {"action", "modules", "algorithm"}
     if extra:
-        raise UsageError(f"{where}: unknown key {sorted(extra)[0]!r}; a rule has 'action' and 'modules'")
+        raise UsageError(f"{where}: unknown key {sorted(extra)[0]!r}; a rule has 'action', 'modules' and optionally 'algorithm'")
     action = rule.get("action")
     if action not in ACTIONS:
         raise UsageError(f"{where}: 'action' must be one of {', '.join(ACTIONS)}, found {action!r}")
-    modules = rule.get("modules")
+    algorithms = _algorithms(rule.get("algorithm"), where)
+    modules = rule.get("modules", ["*"] if algorithms else None)
     if isinstance(modules, str):
         modules = [modules]
     if not (isinstance(modules, list) and modules and all(isinstance(m, str) and m for m in modules)):
         raise UsageError(f"{where}: 'modules' must be a non-empty list of names, globs or re: patterns")
     for pattern in modules:
         check_pattern(pattern, where)
-    return action, tuple(modules)
+    return action, tuple(modules), algorithms
+
+
+def _algorithms(value: object, where: str) -> tuple[str, ...]:
+    """A rule's `algorithm`: one name or a list, each a stored algorithm the tool reads (any case)."""
+    if value is None:
+        return ()
+    names = [value] if isinstance(value, str) else value
+    if not (isinstance(names, list) and names):
+        raise UsageError(f"{where}: 'algorithm' must be one of {', '.join(SINGLE_ALGOS)} or a list of them, found {short(value)}")
+    for name in names:
+        if not isinstance(name, str) or name.upper() not in SINGLE_ALGOS:
+            raise UsageError(f"{where}: 'algorithm' {short(name)} is not a stored algorithm this tool knows; use one of {', '.join(SINGLE_ALGOS)}")
+    return tuple(dict.fromkeys(n.upper() for n in names))
 
 
 def check_pattern(pattern: str, where: str) -> None:

@@ -17,6 +17,7 @@ def plan_as_json(plan: Plan) -> dict:
             for c in plan.changes
         ],
         "exclusions_added": list(plan.exclusions_added),
+        "quantized_layers_removed": list(plan.unlisted),
         "configs_aligned": configs_aligned(plan),
         "files": [{"name": s.name, "op": s.op} for s in plan.shards]
         + [{"name": n, "op": "rewrite_json"} for n in plan.json_files]
@@ -50,6 +51,8 @@ def plan_as_text(plan: Plan) -> str:
     if plan.exclusions_added:
         files = " and ".join(n for n in (CONFIG, HF_QUANT_CONFIG) if n in plan.json_files)
         lines.append(f"  exclusions: add {', '.join(plan.exclusions_added)} ({files})")
+    if plan.unlisted:
+        lines.append(f"  quantized_layers: take out {', '.join(plan.unlisted)} ({CONFIG} and {HF_QUANT_CONFIG}, and {CONFIG} config_groups)")
     if configs_aligned(plan):
         lines.append(f"  exclusions: {HF_QUANT_CONFIG} exclude_modules made equal to {CONFIG} ignore (they disagreed; vLLM reads {CONFIG})")
     rewritten = [s.name for s in plan.shards if s.op == ShardOp.REWRITE]
@@ -97,7 +100,7 @@ def _change_text(c: ModuleChange) -> str:
     what = {
         ChangeAction.DEQUANTIZE: lambda: f"dequantize {_algorithm(c)}{shape(stored)} -> {shape(new)}",
         ChangeAction.TAKE_ORIGINAL: lambda: f"take {shape(new)} from the original (was {shape(stored)})",
-        ChangeAction.REQUANTIZE: lambda: f"requantize from the original -> nvfp4 {list(new.shape)} (was {shape(stored)})",
+        ChangeAction.REQUANTIZE: lambda: f"requantize from the original -> {'fp8' if new.dtype == 'F8_E4M3' else 'nvfp4'} {list(new.shape)} (was {shape(stored)})",
         ChangeAction.DROP: lambda: "drop the module",
         ChangeAction.DROP_LEFTOVER_SCALES: lambda: "keep weight",
     }[c.action]()

@@ -19,6 +19,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from repair.errors import BadInput, InternalError
+from repair.execute.compute import NUMPY_ONLY
 from repair.execute.writer import computer_for, global_scale_is_divisor, located_inputs
 from repair.io.atomic import build_atomically, check_files, check_header, check_output, json_text, write_json
 from repair.io.dtypes import nbytes
@@ -144,7 +145,7 @@ class _Slicer:
             for w in writers:
                 w.copy(name, shard.path, info)
             return
-        whole = self.computer.tensor(step) if isinstance(step, Requantize) else None  # the others are sliced before they are made
+        whole = self.computer.tensor(step) if _made_whole(step) else None  # the others are sliced before they are made
         for rank, w in enumerate(writers):
             rng = _range(t, rank, tp)
             if isinstance(step, Copy) and rng is not None and contiguous(t.step.out.shape, t.spec.dim):
@@ -187,6 +188,12 @@ class _Slicer:
         g = _as_tensor(bytearray(_read_all(gs.path, scale_2)), scale_2.dtype, scale_2.shape)
         out = nvfp4.dequantize(p, s, g, tensors.TORCH_DTYPE[step.out.dtype], divisor=self.divisor)
         return out[:, lo - a0: hi - a0] if dim == 1 else out
+
+
+def _made_whole(step) -> bool:
+    """Requantized tensors, and dequantized FP8 / NVFP4_AWQ weights (one module's tensor, on numpy), are made whole
+    by the plan's Computer and then sliced; plain NVFP4 is dequantized slice by slice."""
+    return isinstance(step, Requantize) or (isinstance(step, Dequantize) and step.algorithm in NUMPY_ONLY)
 
 
 def _read_all(path: Path, info: TensorInfo) -> bytearray:
