@@ -138,21 +138,24 @@ def _recipe(tmp_path: Path, algorithm: str, pattern: str) -> Path:
     ("FP8", "re:.*", lambda n: ".linear_attn." in n or ".self_attn." in n),  # every FP8 layer, whatever its name
 ])
 def test_recipe_selecting_by_algorithm(capsys, src, tensors, tmp_path, algorithm, pattern, changed):
-    """Only the selected algorithm's modules are dequantized (ModelOpt's values) and leave quantized_layers in both
-    files; every other tensor is byte-identical; inspect and doctor --strict agree with the result."""
+    """Only the selected algorithm's modules are dequantized (ModelOpt's values) and no longer declared quantized
+    (removed from quantized_layers or excluded, as fix chooses; the two files agree); every other layer keeps its
+    entry and every other tensor is byte-identical; doctor --strict is clean on the result."""
     out = tmp_path / "out"
-    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--recipe", _recipe(tmp_path, algorithm, pattern))
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--recipe", _recipe(tmp_path, algorithm, pattern), "--quiet")
     assert code == 0, err
     fixed = load_tensors(out)
-    before = layers_of(src)
+    before, after = layers_of(src), layers_of(out)
     hit = {k for k, v in before.items() if v == algorithm and changed(k + ".")}
-    assert hit
-    assert layers_of(out) == {k: v for k, v in before.items() if k not in hit}
+    assert hit and {k: v for k, v in after.items() if k not in hit} == {k: v for k, v in before.items() if k not in hit}
     assert read_json(out / "config.json")["quantization_config"]["quantized_layers"] == \
         read_json(out / "hf_quant_config.json")["quantization"]["quantized_layers"]
-    modules = inspect_modules(capsys, out)
-    assert all(modules[n]["precision"] == "bf16" and modules[n]["algorithm"] is None for n in hit if n in modules)
-    for name in {EXPERT, FP8_ATTN, FP8_LINEAR_ATTN} & {n for n in modules if changed(n + ".")}:
+    modules, old = inspect_modules(capsys, out), inspect_modules(capsys, src)
+    dequantized = {n for n, m in old.items() if m["algorithm"] == algorithm and changed(n + ".") and not n.startswith("mtp.")}
+    assert dequantized and all((modules[n]["precision"], modules[n]["algorithm"], modules[n]["declared"]) ==
+                               ("bf16", None, "excluded") for n in dequantized)
+    assert all(modules[n]["algorithm"] == m["algorithm"] for n, m in old.items() if n not in dequantized)
+    for name in {EXPERT, FP8_ATTN, FP8_LINEAR_ATTN} & dequantized:
         assert same(fixed[f"{name}.weight"], modelopt_bf16(tensors, name)), name
     kept = [n for n in tensors if not changed(n) or n.startswith("mtp.") or n.rpartition(".")[2] in ("k_scale", "v_scale")]
     assert all(same(fixed[n], tensors[n]) for n in kept)
