@@ -79,6 +79,7 @@ def test_target_bf16_dequantizes_every_algorithm_and_drops_the_kv_cache(capsys, 
     assert "quantization_config" not in read_json(tmp_path / "out" / "config.json")
     assert not (tmp_path / "out" / "hf_quant_config.json").exists()
     report = read_json(tmp_path / "out" / "repair_report.json")
+    assert {c["module"]: c["algorithm"] for c in report["changes"] if c["action"] == "dequantize"} == healthy_layers()
     assert sorted(c["module"] for c in report["changes"] if c["action"] == "drop-kv-cache-scale") == sorted(
         n for n in src if n.endswith(("k_scale", "v_scale")))
     code, doctor_text, _ = run_captured(capsys, "doctor", tmp_path / "out", "--target", "bf16", "--strict")
@@ -227,3 +228,23 @@ def test_inspect_doctor_fix_inspect(capsys, healthy, tmp_path):
     code, text, _ = run_captured(capsys, "inspect", tmp_path / "bf16", "--json")
     report = json.loads(text)
     assert code == 0 and {m["precision"] for m in report["modules"]} == {"bf16"}
+
+
+@pytest.mark.parametrize("name, value", [("model.layers.1.mlp.down_proj.pre_quant_scale", "nan-scale"),
+                                         ("model.layers.0.self_attn.o_proj.weight", "nan-byte")])
+def test_nan_results_are_refused_not_written(capsys, tmp_path, name, value):
+    """A NaN per-channel scale, or an FP8 NaN byte (0x7F), would dequantize to NaN: refused, nothing written."""
+    from tests.mixed_helpers import tensors_for
+
+    tensors = tensors_for(healthy_layers())
+    if value == "nan-scale":
+        tensors[name] = tensors[name].clone()
+        tensors[name][3] = float("nan")
+    else:
+        raw = tensors[name].view(torch.uint8).clone()
+        raw[0, 0] = 0x7F
+        tensors[name] = raw.view(torch.float8_e4m3fn)
+    src = write_mixed(tmp_path / "src", tensors=tensors)
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "bf16")
+    assert code == 2 and not (tmp_path / "out").exists() and err.count("\n") == 1
+    assert "of the BF16 values it gives are NaN or infinite (dequantize); nothing was written" in err

@@ -4,9 +4,10 @@ Dequantizing a ModelOpt/compressed-tensors NVFP4 weight into BF16/F16/F32 (the w
 `--target bf16`) runs on numpy tables (`codec.dequant_table`) and never imports torch (~1-1.5 s).
 Casts, requantization and unusual layouts use torch, imported at their first use.
 
+FP8 per-tensor and NVFP4_AWQ weights dequantize on numpy too (codec/fp8_table, codec/awq).
 A requantized module yields its tensors (NVFP4: packed weight, block scales, global scale; FP8:
-weight and scale) from one computation; results are cached per module until all of its outputs are written, so memory
-holds at most one module's tensors.
+weight and scale) from one computation; results are cached per module until all of its outputs
+are written, so memory holds at most one module's tensors.
 """
 
 from __future__ import annotations

@@ -97,15 +97,7 @@ def build_report(plan: Plan, hashes: Hashes, options: dict, sections: Sections =
         "recipe": plan.recipe.as_dict(),
         "original": _original(plan, sections),
         "source": {"path": path_text(plan.source.root), "files": _source_files(hashes, sections)},
-        "changes": [
-            {
-                "module": c.module,
-                "action": c.action,
-                "before": [t.as_dict() for t in c.before],
-                "after": [t.as_dict() for t in c.after],
-            }
-            for c in plan.changes
-        ],
+        "changes": [c.as_dict() for c in plan.changes],
         "exclusions_added": list(plan.exclusions_added),
         "removed": list(plan.removed_files),  # source files with no counterpart in the output (emptied shards, a dropped config)
         "outputs": [{"name": n, "sha256": h["output"]} for n, h in sorted(hashes.items())],

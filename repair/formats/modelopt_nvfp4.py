@@ -108,9 +108,7 @@ def lists_with(config: dict | None, hf_quant: dict | None, names: list[str], cov
         qc["ignore"] = nvfp4_packed.append_missing([n for n in qc.get("ignore") or [] if n not in remove], names, covers)
     if hf_quant is not None:
         section = hf_quant["quantization"]
-        listed = nvfp4_packed.append_missing([n for n in section.get("exclude_modules") or [] if n not in remove], names, covers)
-        if listed or "exclude_modules" in section:  # an export without the key (MIXED_PRECISION) gains no empty one
-            section["exclude_modules"] = listed
+        section["exclude_modules"] = nvfp4_packed.append_missing([n for n in section.get("exclude_modules") or [] if n not in remove], names, covers)
     lists = exclusion_lists(config, hf_quant)
     if len(lists) == 2 and set(lists[0]) != set(lists[1]):  # they disagreed on input: config.json, which vLLM reads, decides
         hf_quant["quantization"]["exclude_modules"] = list(lists[0])

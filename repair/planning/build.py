@@ -142,6 +142,8 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     bf16 = sorted({family.exclusion_name(n) for n, a in actions.items() if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)})
     packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
+    if not bf16 and not packed and not (len(lists) == 2 and set(lists[0]) != set(lists[1])):
+        return ckpt.config, ckpt.hf_quant_config, ()  # nothing to declare or align: a MIXED_PRECISION export gains no empty list
     added = tuple(fmt.exclusion_entry(n) for n in bf16 if not all(covers(x, n) for x in lists))
     config, hf_quant = fmt.with_exclusions(ckpt, bf16, covers, remove=_redeclared(declaration, packed, modules, family.runtime_name))
     after = fmt.exclusion_lists(config, hf_quant)

@@ -119,6 +119,17 @@ class ModuleChange:
     outputs: tuple[TensorStep, ...] = field(default=(), compare=False)
     home: str = ""
 
+    @property
+    def algorithm(self) -> str | None:
+        """The algorithm a dequantize reads or a requantize writes (NVFP4, W4A16_NVFP4, NVFP4_AWQ, FP8), else None."""
+        return next((s.algorithm for s in self.outputs if isinstance(s, (Dequantize, Requantize))), None)
+
+    def as_dict(self) -> dict:
+        """The change as the plan's JSON and the report write it."""
+        out = {"module": self.module, "action": self.action, "before": [t.as_dict() for t in self.before],
+               "after": [t.as_dict() for t in self.after]}
+        return out | ({"algorithm": self.algorithm} if self.algorithm else {})
+
 
 @dataclass(frozen=True, eq=False)
 class Plan:

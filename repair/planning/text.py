@@ -12,10 +12,7 @@ def plan_as_json(plan: Plan) -> dict:
     return {
         "source": str(plan.source.root),
         "format": plan.format.NAME,
-        "changes": [
-            {"module": c.module, "action": c.action, "before": [t.as_dict() for t in c.before], "after": [t.as_dict() for t in c.after]}
-            for c in plan.changes
-        ],
+        "changes": [c.as_dict() for c in plan.changes],
         "exclusions_added": list(plan.exclusions_added),
         "quantized_layers_removed": list(plan.unlisted),
         "configs_aligned": configs_aligned(plan),
@@ -110,5 +107,4 @@ def _change_text(c: ModuleChange) -> str:
 
 def _algorithm(c: ModuleChange) -> str:
     """The stored algorithm a dequantize reads, where it is not plain NVFP4 (e.g. "FP8 ", "NVFP4_AWQ ")."""
-    algorithm = getattr(c.outputs[0], "algorithm", "NVFP4") if c.outputs else "NVFP4"
-    return "" if algorithm == "NVFP4" else f"{algorithm} "
+    return "" if c.algorithm in ("NVFP4", None) else f"{c.algorithm} "
