@@ -110,10 +110,17 @@ def test_doctor_strict_is_clean(capsys, src):
     assert (code, report["findings"], report["notes"]) == (0, [], []), err
 
 
-def test_fix_bf16_dequantizes_every_algorithm_like_modelopt(capsys, src, tensors, tmp_path):
-    out = tmp_path / "bf16"
-    code, text, err = run_captured(capsys, "fix", src, "-o", out, "--target", "bf16")
-    assert code == 0, err
+@pytest.fixture(scope="module")
+def fixed_bf16(src, tmp_path_factory) -> Path:
+    from tests.conftest import run_cli
+
+    out = tmp_path_factory.mktemp("qwen36-bf16") / "bf16"
+    assert run_cli("fix", src, "-o", out, "--target", "bf16", "--quiet") == 0
+    return out
+
+
+def test_fix_bf16_dequantizes_every_algorithm_like_modelopt(capsys, tensors, fixed_bf16):
+    out = fixed_bf16
     fixed = load_tensors(out)
     assert all(t.dtype in (torch.bfloat16, torch.float32) for t in fixed.values())
     assert not [n for n in fixed if n.rpartition(".")[2] in QUANT_LEAVES + ("k_scale", "v_scale")]
@@ -124,6 +131,21 @@ def test_fix_bf16_dequantizes_every_algorithm_like_modelopt(capsys, src, tensors
     assert "quantization_config" not in read_json(out / "config.json") and not (out / "hf_quant_config.json").exists()
     code, text, _ = run_captured(capsys, "doctor", out, "--target", "bf16", "--strict")
     assert code == 0, text
+
+
+def test_fix_bf16_output_loads_in_transformers(tensors, fixed_bf16):
+    """transformers' own Qwen3_5Moe class loads the output with no key missing, unexpected or mismatched (it fuses
+    the per-expert weights itself), holds ModelOpt's dequantized values, and runs a forward."""
+    from transformers import Qwen3_5MoeForConditionalGeneration
+
+    model, info = Qwen3_5MoeForConditionalGeneration.from_pretrained(fixed_bf16, dtype=torch.bfloat16, output_loading_info=True)
+    assert (info["missing_keys"], info["unexpected_keys"], info["mismatched_keys"]) == (set(), set(), set())
+    layer, expert = EXPERT.split(".mlp.experts.")
+    fused = model.get_submodule(f"{layer}.mlp.experts").down_proj[int(expert.split(".")[0])]
+    assert same(fused.detach().contiguous(), modelopt_bf16(tensors, EXPERT))
+    with torch.no_grad():
+        logits = model(input_ids=torch.arange(8).reshape(1, 8)).logits
+    assert logits.shape == (1, 8, 256) and torch.isfinite(logits).all()
 
 
 def _recipe(tmp_path: Path, algorithm: str, pattern: str) -> Path:
