@@ -31,11 +31,32 @@ def found(report: dict) -> dict[str, dict]:
     return {f["subject"]: f for f in report["findings"]}
 
 
-def test_strict_doctor_is_clean_on_the_healthy_mixed_checkpoint(capsys, healthy):
-    code, report = doctor(capsys, healthy)
+# vLLM 0.32 modelopt.py LINEAR_ALGOS (+ UnquantizedLinearMethod for what is not in it): declared -> built
+VLLM_BUILDS = {"FP8": "fp8", "NVFP4": "nvfp4", "W4A16_NVFP4": "w4a16_nvfp4", "NVFP4_AWQ": "bf16"}
+
+
+def loadable_layers() -> dict[str, str]:
+    """The healthy model's layers, its NVFP4_AWQ layer (which vLLM 0.32 cannot build) made NVFP4."""
+    return {name: "NVFP4" if algo == "NVFP4_AWQ" else algo for name, algo in healthy_layers().items()}
+
+
+def test_strict_doctor_is_clean_on_the_healthy_mixed_checkpoint_without_awq(capsys, tmp_path):
+    folder = write_mixed(tmp_path / "no-awq", loadable_layers())
+    code, report = doctor(capsys, folder)
     assert (code, report["findings"], report["notes"]) == (0, [], [])
-    code, text, _ = run_captured(capsys, "doctor", healthy, "--strict")
+    code, text, _ = run_captured(capsys, "doctor", folder, "--strict")
     assert code == 0 and "0 error(s), 0 warning(s)" in text
+    assert "layers built as: 8 fp8, 4 nvfp4, 2 bf16, 2 w4a16_nvfp4" in text
+
+
+def test_an_nvfp4_awq_layer_under_mixed_precision_is_built_unquantized_and_cannot_load(capsys, healthy):
+    """vLLM 0.32 has no NVFP4_AWQ linear method: the layer gets UnquantizedLinearMethod, its packed weight fails."""
+    code, report = doctor(capsys, healthy)
+    awq = "model.layers.1.mlp.down_proj"
+    assert code == 1 and [(f["code"], f["subject"], f["severity"]) for f in report["findings"]] == [("runtime-scheme", awq, "error")]
+    assert "declared NVFP4_AWQ, for which vllm==0.32.0 has no linear method" in report["findings"][0]["message"]
+    assert {n: report["schemes"][n] for n in healthy_layers()} == {n: VLLM_BUILDS[a] for n, a in healthy_layers().items()}
+    assert report["schemes"]["lm_head"] == "bf16"
 
 
 def test_inspect_text_shows_stored_and_declared_algorithms(capsys, healthy):
@@ -105,7 +126,7 @@ def test_kv_scales_left_in_a_bf16_target_output_are_flagged(capsys, tmp_path):
 
 def test_a_kv_declaration_without_scales_is_a_note(capsys, tmp_path):
     """vLLM loads it and runs with scale 1.0 (and says so): a note, which --strict does not count."""
-    code, report = doctor(capsys, write_mixed(tmp_path / "x", kv=True, kv_scales=False))
+    code, report = doctor(capsys, write_mixed(tmp_path / "x", loadable_layers(), kv=True, kv_scales=False))
     assert (code, report["findings"]) == (0, [])
     assert [(n["code"], n["subject"]) for n in report["notes"]] == [("kv-cache-scales", "config.json / hf_quant_config.json")]
     code, text, _ = run_captured(capsys, "doctor", tmp_path / "x")

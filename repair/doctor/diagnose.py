@@ -12,6 +12,7 @@ from repair.arch import Architecture, ModuleSpec
 from repair.doctor.checks import config_findings, fused_findings, health_findings
 from repair.doctor.declared import algorithm_findings, kv_cache_findings, layer_map_findings, runtime_refusal_findings
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
+from repair.doctor.schemes import predicted_schemes, scheme_findings
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule, stored_bits
 from repair.io.checkpoint import HF_QUANT_CONFIG, Checkpoint
@@ -54,6 +55,9 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     findings += kv_cache
     findings += fused_findings(declaration, modules, family) if target.profile.runtime == "vllm" else []
     findings += health_findings(ckpt, modules, precision, fmt.GLOBAL_SCALE_IS_DIVISOR)
+    if not specs:
+        precision = predicted_schemes(modules, declaration, family, target)
+        findings += scheme_findings(modules, precision, declaration, family, target)
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
     simulated = target.profile.runtime == "vllm" and bool(specs)

@@ -43,6 +43,7 @@ class Kind(StrEnum):
     ALGORITHM_MISMATCH = "algorithm-mismatch"
     KV_CACHE_SCALES = "kv-cache-scales"
     FP8_SCALE = "fp8-scale"
+    RUNTIME_SCHEME = "runtime-scheme"
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class Diagnosis:
     tp: int
     findings: tuple[Finding, ...]
     first_errors: tuple[Outcome, ...]  # per failing rank, the tensor the runtime stops on
-    runtime_precision: dict[str, str]
+    runtime_precision: dict[str, str]  # layer -> the scheme the target builds it as (simulated, else predicted from the config)
     bits_per_parameter: float
     architecture: str = "this model"  # config.json's `architectures` entry (else model_type), as messages name it
     simulated: bool = False  # the target's loader was simulated (the architecture has a loader profile)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from repair.doctor.findings import Diagnosis, Severity
+from repair.doctor.schemes import scheme_counts
 
 
 def diagnosis_json(d: Diagnosis, strict: bool = False) -> dict:
@@ -21,6 +22,7 @@ def diagnosis_json(d: Diagnosis, strict: bool = False) -> dict:
             for f in d.findings
         ],
         "notes": [{"code": f.code, "subject": f.subject, "message": f.message} for f in d.notes],
+        "schemes": dict(sorted(d.runtime_precision.items())),
     }
 
 
@@ -38,6 +40,8 @@ def diagnosis_text(d: Diagnosis, strict: bool = False) -> str:
             lines.append(f"    runtime error{ranks}: {f.runtime_error}")
     lines += [f"note: [{f.code}] {f.message}" for f in d.notes]
     lines.append(f"bits per parameter: {d.bits_per_parameter:.3f}")
+    if len(set(d.runtime_precision.values()) - {"bf16"}) > 1:
+        lines.append(f"layers built as: {scheme_counts(d.runtime_precision)}")
     lines.append(checked(d))
     if not errors and not (strict and warnings):
         verdict = "healthy for this target" if d.simulated or d.target.profile.runtime != "vllm" else "no problems found by these checks"

@@ -1,0 +1,61 @@
+"""What vLLM builds each stored layer as, for architectures without a loader profile.
+
+Without a profile doctor cannot simulate the loader, but the config alone says which scheme vLLM 0.32
+gives each layer (`targets/precision.py`: the declared algorithm, resolved as vLLM resolves it under
+MIXED_PRECISION). That is the per-layer prediction `doctor --json` reports as `schemes`, and it finds
+the one mismatch the config alone decides: a stored quantized layer that vLLM builds unquantized
+because it has no linear method for its declared algorithm (NVFP4_AWQ under MIXED_PRECISION), whose
+packed weight then fails to load.
+"""
+
+from __future__ import annotations
+
+from repair.arch import Architecture
+from repair.doctor.findings import Finding, Kind, Severity
+from repair.formats.base import Declaration
+from repair.formats.modules import StoredModule
+from repair.targets.precision import built, declared_algorithm
+from repair.targets.profiles import Target
+
+
+def predicted_schemes(modules: dict[str, StoredModule], declaration: Declaration, family: Architecture,
+                      target: Target) -> dict[str, str]:
+    """Stored layer (a module with a 2-D or wider weight) -> the scheme the target vLLM builds it as ("bf16" when unquantized)."""
+    if target.profile.runtime != "vllm":
+        return {}
+    out = {}
+    for m in modules.values():
+        if m.tensor("weight") is None or len(m.logical_shape) < 2:
+            continue  # norms and biases: no scheme to choose
+        follows = target.profile.follows_draft_config and family.declared(m.name, declaration) == "quantized"
+        out[m.name] = built(declared_algorithm(declaration, family, m.name)) if follows else "bf16"
+    return out
+
+
+def scheme_findings(modules: dict[str, StoredModule], schemes: dict[str, str], declaration: Declaration,
+                    family: Architecture, target: Target) -> list[Finding]:
+    """Stored quantized layers declared quantized that the target still builds unquantized."""
+    if declaration.layer_algos is None:
+        return []  # a single algorithm vLLM cannot build is refused while reading the config (declared.py)
+    findings = []
+    for name, scheme in schemes.items():
+        m = modules[name]
+        if scheme != "bf16" or not m.is_quantized or family.declared(name, declaration) != "quantized":
+            continue
+        algo = declared_algorithm(declaration, family, name)
+        if m.algorithm != algo:
+            continue  # stored as another algorithm: the algorithm-mismatch finding says so
+        findings.append(Finding(
+            Severity.ERROR, Kind.RUNTIME_SCHEME, name,
+            f"{name}: declared {algo}, for which {target.spec} has no linear method: it builds the layer unquantized "
+            f"and cannot load its {m.precision} weight; dequantize it (fix with a recipe rule "
+            f"`algorithm = \"{algo}\"`, or fix --target bf16)"))
+    return findings
+
+
+def scheme_counts(schemes: dict[str, str]) -> str:
+    """"12 nvfp4, 8 fp8, 3 bf16": how many layers the target builds in each scheme."""
+    counts: dict[str, int] = {}
+    for scheme in schemes.values():
+        counts[scheme] = counts.get(scheme, 0) + 1
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
