@@ -6,7 +6,7 @@ Judges: ModelOpt's own `quantized_layers` (what it declared per layer), ModelOpt
 tools/modelopt_oracles.py) and transformers (loads the `fix --target bf16` output and runs it).
 
 vLLM 0.32 and this export: see tests/vllm/test_mixed_vllm_load.py (its W4A16_NVFP4 linears have no CPU kernel, and
-it builds the NVFP4_AWQ layer unquantized, so it cannot load the layer's packed tensors).
+it builds the NVFP4_AWQ layer unquantized, so it cannot load the layer's packed tensors; doctor says so).
 """
 
 from __future__ import annotations
@@ -89,17 +89,18 @@ def test_inspect_shows_each_modules_algorithm_as_modelopt_declared_it(capsys, mi
     assert all(rows[n][-3:] == ["quantized", a, a] for n, a in declared.items())
 
 
-def test_doctors_per_layer_checks_accept_modelopts_own_export(capsys, mixed_export):
-    """Declared vs stored algorithm, the two files' quantized_layers, FP8/NVFP4 scale health, KV-cache scales: ModelOpt's
-    own export contradicts none of them, for vLLM 0.32 and with --strict (warnings count).
-
-    Not claimed here: that vLLM 0.32 loads it. It builds the NVFP4_AWQ layer unquantized (no linear method) and stops at
-    its first tensor; doctor has no loader profile for Llama and does not predict that (tests/vllm/test_mixed_vllm_load.py).
-    """
+def test_doctor_on_modelopts_own_export(capsys, mixed_export, declared):
+    """doctor --strict for vLLM 0.32: the scheme it predicts per layer is ModelOpt's declaration (NVFP4, W4A16_NVFP4,
+    FP8; BF16 for the excluded layer and for NVFP4_AWQ, which has no vLLM linear method), and its one finding is that
+    NVFP4_AWQ layer, which vLLM builds unquantized and cannot load (tests/vllm/test_mixed_vllm_load.py shows the
+    stop). Nothing else: per-layer algorithms, the two files' maps, scale health and KV-cache scales all agree."""
     code, out, err = run_captured(capsys, "doctor", mixed_export, "--target", "vllm==0.32.0", "--strict", "--json")
     report = json.loads(out)
-    assert code in (0, 1), err
-    assert report["findings"] == [] and report["notes"] == []
+    assert code == 1, err
+    built = {"NVFP4": "nvfp4", "W4A16_NVFP4": "w4a16_nvfp4", "FP8": "fp8", "NVFP4_AWQ": "bf16"}
+    assert {n: s for n, s in report["schemes"].items() if n.startswith("model.layers.")} == {
+        **{n: built[a] for n, a in declared.items()}, EXCLUDED_LAYER: "bf16"}
+    assert [(f["severity"], f["subject"]) for f in report["findings"]] == [("error", AWQ_LAYER)] and report["notes"] == []
 
 
 @pytest.mark.parametrize("algo", ["NVFP4", "W4A16_NVFP4", "NVFP4_AWQ", "FP8"])

@@ -13,10 +13,9 @@ What vLLM 0.32 cannot build on this CPU host (kernel availability, not checkpoin
   - FP8 per-tensor linears: process_weights_after_loading requantizes q/k/v to one scale with the custom op
     `_C::static_scaled_fp8_quant`, which the CPU build of vLLM's _C does not register.
 There the scheme vLLM selects per layer (tools/vllm_mixed_schemes.py: vLLM's own ModelOptMixedPrecisionConfig.
-get_quant_method per Llama linear) is checked against doctor's per-layer prediction (repair/targets/precision.py,
-`built(declared_algorithm(...))`). The NVFP4_AWQ layer has no vLLM linear method: vLLM builds it unquantized and its
-packed tensors stop the load; doctor predicts the BF16 build but has no loader profile for Llama and reports no
-problem for the export (see tests/test_mixed_modelopt_export.py). The bf16 fix output loads fully and exactly.
+get_quant_method per Llama linear) is checked against doctor's per-layer prediction (`doctor --json` "schemes").
+The NVFP4_AWQ layer has no vLLM linear method: vLLM builds it unquantized and its packed tensors stop the load, as
+doctor reports. The bf16 fix output loads fully and exactly.
 """
 
 from __future__ import annotations
@@ -80,22 +79,16 @@ def as_token(choice: dict) -> str:
     return "w4a16_nvfp4" if scheme == "nvfp4" and choice["activation"] is None else scheme
 
 
-def doctor_prediction(folder: Path) -> dict[str, str]:
-    """doctor's per-layer prediction for vLLM 0.32, by vLLM prefix (the shards of a fused layer must agree)."""
-    from repair import arch, formats
-    from repair.io.checkpoint import open_checkpoint
-    from repair.targets.precision import built, declared_algorithm
-
-    ckpt = open_checkpoint(folder)
-    fmt = formats.detect(ckpt)
-    declaration, family = fmt.read_declaration(ckpt), arch.architecture(ckpt.config)
+def doctor_prediction(folder: Path) -> tuple[dict[str, str], dict]:
+    """(doctor's per-layer scheme for vLLM 0.32 by vLLM prefix, its --json report); the shards of a fused layer agree."""
+    report = doctor_json(folder, TARGET)
     by_prefix: dict[str, set[str]] = defaultdict(set)
-    for m in fmt.group_modules(ckpt.infos()):
-        parent, _, proj = m.name.rpartition(".")
+    for name, scheme in report["schemes"].items():
+        parent, _, proj = name.rpartition(".")
         if proj.endswith("_proj"):
-            by_prefix[f"{parent}.{SHARDS.get(proj, proj)}"].add(built(declared_algorithm(declaration, family, m.name)))
+            by_prefix[f"{parent}.{SHARDS.get(proj, proj)}"].add(scheme)
     assert all(len(v) == 1 for v in by_prefix.values()), by_prefix
-    return {k: v.pop() for k, v in by_prefix.items()}
+    return {k: v.pop() for k, v in by_prefix.items()}, report
 
 
 def test_mixed_export_stops_at_a_scheme_without_a_cpu_kernel(loaded):
@@ -107,7 +100,7 @@ def test_mixed_export_stops_at_a_scheme_without_a_cpu_kernel(loaded):
 @pytest.mark.parametrize("name", ["mixed", "nvfp4-fp8", "awq"])
 def test_scheme_vllm_selects_per_layer_is_doctors_prediction(selected, folders, name):
     got = {prefix: as_token(choice) for prefix, choice in selected[name].items()}
-    assert got == doctor_prediction(folders[name])
+    assert got == doctor_prediction(folders[name])[0]
     assert set(got.values()) >= {"fp8", "nvfp4", "bf16"}  # the excluded o_proj is bf16 in every variant
     if name == "mixed":
         assert got["model.layers.1.mlp.gate_up_proj"] == got["model.layers.1.mlp.down_proj"] == "w4a16_nvfp4"
@@ -116,12 +109,14 @@ def test_scheme_vllm_selects_per_layer_is_doctors_prediction(selected, folders, 
 
 
 def test_nvfp4_awq_layer_built_unquantized_stops_the_load(loaded, folders):
-    """vLLM builds the NVFP4_AWQ down_proj as a plain BF16 linear (as doctor predicts) and stops at its first packed
-    tensor: a stored scale names a parameter that BF16 layer does not have."""
+    """vLLM builds the NVFP4_AWQ down_proj as a plain BF16 linear and stops at its first packed tensor (a stored scale
+    names a parameter that BF16 layer does not have); doctor predicts the BF16 build and reports that layer, alone."""
     result = loaded["awq"]
     assert not result["ok"] and result["error_type"] == "ValueError"
     assert result["error"].startswith("There is no module or parameter named 'layers.2.mlp.down_proj.")
-    assert doctor_prediction(folders["awq"])["model.layers.2.mlp.down_proj"] == "bf16"
+    schemes, report = doctor_prediction(folders["awq"])
+    assert schemes["model.layers.2.mlp.down_proj"] == "bf16" and report["exit_code"] == 1
+    assert [(f["severity"], f["subject"]) for f in report["findings"]] == [("error", "model.layers.2.mlp.down_proj")]
 
 
 def test_bf16_fix_loads_fully_with_modelopts_dequantization(loaded, folders):
