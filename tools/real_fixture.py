@@ -250,3 +250,130 @@ def write_real_model(folder: Path, key: str) -> Path:
         shutil.copy(REAL / model.real / "hf_quant_config.json", folder)
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     return folder
+
+
+# --------------------------------------------------------------------------------------------------------
+# nvidia/Qwen3.6-35B-A3B-NVFP4: a ModelOpt MIXED_PRECISION MoE with an MTP block (issue 19). Its config files
+# were NOT found verbatim (tests/data/evidence/PROVENANCE.md): the per-layer algorithms are
+# reconstructed from the published facts stored there, and the two config files are then written by ModelOpt
+# 0.47's own code from that map (quant_utils.process_layer_quant_config, the MTP exclusions of
+# unified_export_hf._add_mtp_exclusions, convert_hf_config.convert_hf_quant_config_format), never by hand.
+# --------------------------------------------------------------------------------------------------------
+QWEN36 = RealModel(  # `real` names its folder under tests/data/evidence, not tests/data/real (no verbatim config)
+    "qwen3.6-35b-a3b-nvfp4", "modelopt-mixed", "Qwen3_5MoeForConditionalGeneration",
+    # 40 decoder layers as published (3 linear-attention : 1 full-attention), tiny widths, 4 experts
+    dict(text_config=dict(hidden_size=HIDDEN, num_hidden_layers=40, num_attention_heads=2, num_key_value_heads=1,
+                          head_dim=32, moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4,
+                          num_experts_per_tok=2, vocab_size=VOCAB, linear_num_key_heads=2, linear_num_value_heads=2,
+                          linear_key_head_dim=16, linear_value_head_dim=16, full_attention_interval=4,
+                          mtp_num_hidden_layers=1),
+         vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=HIDDEN, patch_size=16),
+         tie_word_embeddings=False),
+    bf16=r"^model\.visual\.|\.mlp\.gate$|\.shared_expert_gate$|\.linear_attn\.in_proj_[ab]$|^mtp\.", kv_fp8=True,
+    extra="qwen36_mtp")
+QWEN36_PRODUCER = {"name": "modelopt", "version": "0.44.0"}  # the published producer (PROVENANCE.md)
+QWEN36_MTP_PREFIXES = ("mtp", "mtp.layers.0")  # what ModelOpt records as the model's MTP layers -> "mtp*", "mtp.layers.0*"
+
+
+def qwen36_algorithm(module: str) -> str | None:
+    """The published per-layer algorithm of a (checkpoint-named) linear: routed and shared experts and lm_head
+    W4A16_NVFP4, linear-attention and full-attention projections FP8, everything else unquantized."""
+    if re.search(QWEN36.bf16, module) or _NOT_LINEAR.search(module) or "conv1d" in module:
+        return None
+    if re.search(r"\.mlp\.(experts\.\d+|shared_expert)\.(gate|up|down)_proj$|^lm_head$", module):
+        return "W4A16_NVFP4"
+    if re.search(r"\.(linear_attn\.(in_proj_qkv|in_proj_z|out_proj)|self_attn\.[qkvo]_proj)$", module):
+        return "FP8"
+    return None
+
+
+def qwen36_mtp(names: dict[str, tuple[int, ...]], config: dict) -> dict[str, tuple[int, ...]]:
+    """The MTP block as vLLM's qwen3_5_mtp.py loads it (transformers does not build it): mtp.fc [h, 2h], mtp.norm,
+    mtp.pre_fc_norm_{hidden,embedding} and mtp.layers.0, a full-attention MoE decoder layer (as the last one)."""
+    text = config["text_config"]
+    last = f"model.language_model.layers.{text['num_hidden_layers'] - 1}."
+    out = dict(names)
+    out.update({n.replace(last, "mtp.layers.0.", 1): s for n, s in names.items() if n.startswith(last)})
+    h = text["hidden_size"]
+    out.update({"mtp.fc.weight": (h, 2 * h), "mtp.norm.weight": (h,), "mtp.pre_fc_norm_hidden.weight": (h,),
+                "mtp.pre_fc_norm_embedding.weight": (h,)})
+    return out
+
+
+def qwen36_quant_configs(layers: dict[str, str]) -> tuple[dict, dict]:
+    """(hf_quant_config.json, config.json quantization_config) as ModelOpt's export writes them for `layers`
+    (checkpoint module -> algorithm). Fused experts are one ModelOpt module, `...mlp.experts`, as published."""
+    from tools.modelopt_export import _modelopt
+
+    _modelopt()  # the import, with its known noise silenced
+    from modelopt.torch.export.convert_hf_config import convert_hf_quant_config_format
+    from modelopt.torch.export.quant_utils import process_layer_quant_config
+
+    fmt = {"W4A16_NVFP4": "w4a16_nvfp4", "FP8": "fp8"}
+    per_module: dict[str, str] = {}
+    for name, algo in layers.items():
+        per_module[re.sub(r"\.experts\.\d+\.(gate|up|down)_proj$", ".experts", name)] = fmt[algo]
+    layer_config = {}
+    for name, f in per_module.items():
+        layer_config[f"{name}.quantization"] = f
+        layer_config[f"{name}.awq_block_size"] = 16 if f == "w4a16_nvfp4" else 0
+    quantization = {"quant_algo": None, "kv_cache_quant_algo": None, **process_layer_quant_config(layer_config)}
+    quantization["kv_cache_quant_algo"] = "FP8"
+    quantization.setdefault("exclude_modules", []).extend(f"{p}*" for p in QWEN36_MTP_PREFIXES)
+    hf = {"producer": dict(QWEN36_PRODUCER), "quantization": quantization}
+    return hf, convert_hf_quant_config_format(hf)
+
+
+def qwen36_tensors(names: dict[str, tuple[int, ...]], seed: int = 0, published_input_scales: bool = False
+                  ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Every tensor, stored as ModelOpt 0.47 writes each algorithm (FP8 per-tensor: fp8 weight, weight_scale,
+    input_scale; W4A16_NVFP4: packed weight, block scales, weight_scale_2; fused siblings share one scale), plus the
+    FP8 KV-cache scales of the full-attention layers; and the module -> algorithm map. published_input_scales: the
+    W4A16_NVFP4 linears (not the routed experts) also get an input_scale, as the published checkpoint's do."""
+    from repair.codec import fp8
+
+    gen = torch.Generator().manual_seed(seed)
+    weights = {n: (torch.randn(s, generator=gen) * 0.05).to(torch.bfloat16) for n, s in names.items() if len(s) == 2}
+    layers = {n.removesuffix(".weight"): a for n in weights if (a := qwen36_algorithm(n.removesuffix(".weight")))}
+    out: dict[str, torch.Tensor] = {}
+    for name, shape in names.items():
+        module = name.removesuffix(".weight")
+        algo = layers.get(module) if name.endswith(".weight") else None
+        if algo is None:  # BF16 linears, conv1d [c, 1, k] and patch_embed kernels, norms and the GDN's A_log / dt_bias
+            out[name] = weights[name] if len(shape) == 2 else (torch.randn(shape, generator=gen) * 0.05).to(torch.bfloat16) \
+                if len(shape) > 2 else torch.ones(shape, dtype=torch.bfloat16)
+            continue
+        sib = _SIBLINGS.match(module)
+        group = [f"{sib[1]}.{p}.weight" for p in (("q_proj", "k_proj", "v_proj") if sib[2] in ("q_proj", "k_proj", "v_proj")
+                                                 else ("gate_proj", "up_proj"))] if sib else [name]
+        if algo == "FP8":
+            w, s = fp8.quantize(weights[name], max(fp8.weight_scale(weights[n]) for n in group if n in weights))
+            out.update({name: w, f"{module}.weight_scale": s, f"{module}.input_scale": torch.tensor(0.01 + torch.rand((), generator=gen).item())})
+            if module.endswith(("self_attn.k_proj", "self_attn.v_proj")):
+                out[f"{module}.{module[-6]}_scale"] = torch.tensor(0.01 + torch.rand((), generator=gen).item())
+        else:
+            packed, scale, scale_2 = nvfp4.quantize(weights[name], max(nvfp4.global_scale(weights[n]) for n in group if n in weights))
+            out.update({name: packed, f"{module}.weight_scale": scale, f"{module}.weight_scale_2": scale_2.reshape(())})
+            if published_input_scales and ".experts." not in module:
+                out[f"{module}.input_scale"] = torch.tensor(0.01 + torch.rand((), generator=gen).item())
+    return out, layers
+
+
+def write_qwen36(folder: Path, seed: int = 0, published_input_scales: bool = False) -> Path:
+    """The Qwen3.6-35B-A3B-NVFP4 layout as a one-file checkpoint in `folder` (replaced): model.safetensors,
+    config.json (transformers' own config for QWEN36.config, with ModelOpt's quantization_config), hf_quant_config.json."""
+    import transformers
+
+    folder = Path(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    names = qwen36_mtp(transformers_names(QWEN36), QWEN36.config)
+    tensors, layers = qwen36_tensors(names, seed, published_input_scales)
+    save_file({n: t.contiguous() for n, t in sorted(tensors.items())}, folder / "model.safetensors", metadata={"format": "pt"})
+    hf, quantization_config = qwen36_quant_configs(layers)
+    (folder / "hf_quant_config.json").write_text(json.dumps(hf, indent=4))
+    config = getattr(transformers, QWEN36.architecture).config_class(**QWEN36.config).to_dict()
+    config.update(architectures=[QWEN36.architecture], torch_dtype="bfloat16", quantization_config=quantization_config)
+    config.pop("transformers_version", None)
+    (folder / "config.json").write_text(json.dumps(config, indent=4))
+    return folder

@@ -1,0 +1,185 @@
+"""inspect, doctor --strict, fix --target bf16 and recipes selecting by algorithm on the nvidia/Qwen3.6-35B-A3B-NVFP4
+layout: a ModelOpt MIXED_PRECISION MoE (W4A16_NVFP4 routed and shared experts and lm_head, FP8 linear- and
+full-attention, FP8 KV cache) with an MTP block excluded by `mtp*` wildcards.
+
+The fixture (tools/real_fixture.py write_qwen36) has the real architecture (transformers' Qwen3_5Moe class, 40
+layers) at tiny widths; its config files are written by ModelOpt's own code from a per-layer map reconstructed from
+published facts (tests/data/evidence/PROVENANCE.md), checked here against the stored audit of
+the published file. Dequantized values are judged by ModelOpt's own dequantization (tools/modelopt_oracles.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import load_tensors, raw_bytes, read_json, run_captured
+from tools.modelopt_export import modelopt_dequantize
+from tools.modelopt_oracles import fp8_dequantize
+from tools.real_fixture import write_qwen36
+
+AUDIT = Path(__file__).resolve().parent / "data" / "evidence" / "qwen3.6-35b-a3b-nvfp4" / "w4a16-input-scale-audit.json"
+QUANT_LEAVES = ("weight_scale", "weight_scale_2", "input_scale")
+EXPERT = "model.language_model.layers.7.mlp.experts.2.down_proj"  # one module per algorithm, checked by value
+SHARED = "model.language_model.layers.7.mlp.shared_expert.gate_proj"
+FP8_LINEAR_ATTN = "model.language_model.layers.6.linear_attn.in_proj_qkv"
+FP8_ATTN = "model.language_model.layers.7.self_attn.o_proj"
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> Path:
+    return write_qwen36(tmp_path_factory.mktemp("qwen36") / "src")
+
+
+@pytest.fixture(scope="module")
+def tensors(src) -> dict[str, torch.Tensor]:
+    return load_tensors(src)
+
+
+def layers_of(folder: Path) -> dict[str, str]:
+    return {k: v["quant_algo"] for k, v in read_json(folder / "hf_quant_config.json")["quantization"]["quantized_layers"].items()}
+
+
+def inspect_modules(capsys, folder: Path) -> dict[str, dict]:
+    code, out, err = run_captured(capsys, "inspect", folder, "--json")
+    assert code == 0, err
+    return {m["name"]: m for m in json.loads(out)["modules"]}
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and raw_bytes(a) == raw_bytes(b)
+
+
+def modelopt_bf16(t: dict[str, torch.Tensor], module: str) -> torch.Tensor:
+    """ModelOpt's own BF16 dequantization of a stored module (FP8 or NVFP4-packed)."""
+    if t[f"{module}.weight"].dtype == torch.float8_e4m3fn:
+        return fp8_dequantize(t[f"{module}.weight"], t[f"{module}.weight_scale"], torch.bfloat16)
+    return modelopt_dequantize(t[f"{module}.weight"], t[f"{module}.weight_scale"], t[f"{module}.weight_scale_2"])
+
+
+def test_the_layout_reproduces_the_published_audit(src):
+    """The audit script's own counting (r0b0tlab scripts/audit_w4a16_input_scales.py) on our hf_quant_config.json
+    gives the published file's numbers; the MTP wildcards, producer and KV-cache algorithm are the published ones."""
+    audit = json.loads(AUDIT.read_text())
+    hf = read_json(src / "hf_quant_config.json")
+    w4a16 = sorted(k for k, v in hf["quantization"]["quantized_layers"].items() if v.get("quant_algo") == "W4A16_NVFP4")
+    routed = [k for k in w4a16 if k.endswith(".mlp.experts")]
+    assert (len(w4a16), len(routed), len(w4a16) - len(routed)) == (
+        audit["w4a16_targets"], audit["routed_expert_aggregate_targets"], audit["linear_targets"])
+    q = hf["quantization"]
+    assert (q["quant_algo"], q["kv_cache_quant_algo"], q["exclude_modules"], hf["producer"]["version"]) == (
+        "MIXED_PRECISION", "FP8", ["mtp*", "mtp.layers.0*"], "0.44.0")
+    cfg = read_json(src / "config.json")["quantization_config"]
+    assert cfg["quantized_layers"] == q["quantized_layers"] and cfg["ignore"] == q["exclude_modules"]
+
+
+def test_published_input_scales_variant_ships_them_on_every_w4a16_linear(tmp_path, capsys):
+    """As the audit measured: 121 W4A16_NVFP4 linears, each with an input_scale. doctor reads them as NVFP4 tensors
+    under a W4A16_NVFP4 declaration: a warning per linear (vLLM 0.32 builds them weight-only and drops the scale),
+    nothing else."""
+    folder = write_qwen36(tmp_path / "published", published_input_scales=True)
+    audit = json.loads(AUDIT.read_text())
+    layers = layers_of(folder)
+    linears = {k for k, v in layers.items() if v == "W4A16_NVFP4" and not k.endswith(".mlp.experts")}
+    with_scale = {n.removesuffix(".input_scale") for n in load_tensors(folder) if n.endswith(".input_scale")
+                  and layers.get(n.removesuffix(".input_scale")) == "W4A16_NVFP4"}
+    assert len(with_scale) == audit["linear_input_scales_loaded"] and with_scale == linears
+    code, out, _ = run_captured(capsys, "doctor", folder, "--json")
+    report = json.loads(out)
+    assert code == 0 and {(f["code"], f["severity"]) for f in report["findings"]} == {("algorithm-mismatch", "warning")}
+    assert {f["subject"] for f in report["findings"]} == linears
+
+
+def test_inspect_shows_every_module_as_declared(capsys, src):
+    modules = inspect_modules(capsys, src)
+    quantized = {n: m for n, m in modules.items() if m["algorithm"]}
+    assert quantized and all(m["algorithm"] == m["declared_algorithm"] for m in quantized.values())
+    experts = [m for n, m in modules.items() if ".mlp.experts." in n and not n.startswith("mtp.")]
+    assert len(experts) == 40 * 4 * 3 and {m["algorithm"] for m in experts} == {"W4A16_NVFP4"}
+    assert {modules[n]["algorithm"] for n in (FP8_ATTN, FP8_LINEAR_ATTN)} == {"FP8"}
+    mtp = [m for n, m in modules.items() if n.startswith("mtp.") and len(m["stored_shape"]) == 2]  # linears, not norms
+    assert mtp and all((m["precision"], m["declared"]) == ("bf16", "excluded") for m in mtp)
+
+
+def test_doctor_strict_is_clean(capsys, src):
+    code, out, err = run_captured(capsys, "doctor", src, "--strict", "--json")
+    report = json.loads(out)
+    assert (code, report["findings"], report["notes"]) == (0, [], []), err
+
+
+@pytest.fixture(scope="module")
+def fixed_bf16(src, tmp_path_factory) -> Path:
+    from tests.conftest import run_cli
+
+    out = tmp_path_factory.mktemp("qwen36-bf16") / "bf16"
+    assert run_cli("fix", src, "-o", out, "--target", "bf16", "--quiet") == 0
+    return out
+
+
+def test_fix_bf16_dequantizes_every_algorithm_like_modelopt(capsys, tensors, fixed_bf16):
+    out = fixed_bf16
+    fixed = load_tensors(out)
+    assert all(t.dtype in (torch.bfloat16, torch.float32) for t in fixed.values())
+    assert not [n for n in fixed if n.rpartition(".")[2] in QUANT_LEAVES + ("k_scale", "v_scale")]
+    for module in (EXPERT, SHARED, FP8_LINEAR_ATTN, FP8_ATTN, "lm_head"):
+        assert same(fixed[f"{module}.weight"], modelopt_bf16(tensors, module)), module
+    untouched = [n for n in tensors if n.startswith(("mtp.", "model.visual.")) or n.endswith((".mlp.gate.weight", "norm.weight"))]
+    assert untouched and all(same(fixed[n], tensors[n]) for n in untouched)
+    assert "quantization_config" not in read_json(out / "config.json") and not (out / "hf_quant_config.json").exists()
+    code, text, _ = run_captured(capsys, "doctor", out, "--target", "bf16", "--strict")
+    assert code == 0, text
+
+
+def test_fix_bf16_output_loads_in_transformers(tensors, fixed_bf16):
+    """transformers' own Qwen3_5Moe class loads the output with no key missing, unexpected or mismatched (it fuses
+    the per-expert weights itself), holds ModelOpt's dequantized values, and runs a forward."""
+    from transformers import Qwen3_5MoeForConditionalGeneration
+
+    model, info = Qwen3_5MoeForConditionalGeneration.from_pretrained(fixed_bf16, dtype=torch.bfloat16, output_loading_info=True)
+    assert (info["missing_keys"], info["unexpected_keys"], info["mismatched_keys"]) == (set(), set(), set())
+    layer, expert = EXPERT.split(".mlp.experts.")
+    fused = model.get_submodule(f"{layer}.mlp.experts").down_proj[int(expert.split(".")[0])]
+    assert same(fused.detach().contiguous(), modelopt_bf16(tensors, EXPERT))
+    with torch.no_grad():
+        logits = model(input_ids=torch.arange(8).reshape(1, 8)).logits
+    assert logits.shape == (1, 8, 256) and torch.isfinite(logits).all()
+
+
+def _recipe(tmp_path: Path, algorithm: str, pattern: str) -> Path:
+    path = tmp_path / f"{algorithm}.toml"
+    path.write_text(f'name = "dequantize-{algorithm.lower()}"\n\n[[rules]]\naction = "dequantize"\n'
+                    f'modules = ["{pattern}"]\nalgorithm = "{algorithm}"\n')
+    return path
+
+
+@pytest.mark.parametrize("algorithm, pattern, changed", [
+    ("W4A16_NVFP4", r"re:.*\\.mlp\\.experts\\..*", lambda n: ".mlp.experts." in n),  # every W4A16_NVFP4 routed expert
+    ("FP8", "re:.*", lambda n: ".linear_attn." in n or ".self_attn." in n),  # every FP8 layer, whatever its name
+])
+def test_recipe_selecting_by_algorithm(capsys, src, tensors, tmp_path, algorithm, pattern, changed):
+    """Only the selected algorithm's modules are dequantized (ModelOpt's values) and no longer declared quantized
+    (removed from quantized_layers or excluded, as fix chooses; the two files agree); every other layer keeps its
+    entry and every other tensor is byte-identical; doctor --strict is clean on the result."""
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--recipe", _recipe(tmp_path, algorithm, pattern), "--quiet")
+    assert code == 0, err
+    fixed = load_tensors(out)
+    before, after = layers_of(src), layers_of(out)
+    hit = {k for k, v in before.items() if v == algorithm and changed(k + ".")}
+    assert hit and {k: v for k, v in after.items() if k not in hit} == {k: v for k, v in before.items() if k not in hit}
+    assert read_json(out / "config.json")["quantization_config"]["quantized_layers"] == \
+        read_json(out / "hf_quant_config.json")["quantization"]["quantized_layers"]
+    modules, old = inspect_modules(capsys, out), inspect_modules(capsys, src)
+    dequantized = {n for n, m in old.items() if m["algorithm"] == algorithm and changed(n + ".") and not n.startswith("mtp.")}
+    assert dequantized and all((modules[n]["precision"], modules[n]["algorithm"], modules[n]["declared"]) ==
+                               ("bf16", None, "excluded") for n in dequantized)
+    assert all(modules[n]["algorithm"] == m["algorithm"] for n, m in old.items() if n not in dequantized)
+    for name in {EXPERT, FP8_ATTN, FP8_LINEAR_ATTN} & dequantized:
+        assert same(fixed[f"{name}.weight"], modelopt_bf16(tensors, name)), name
+    kept = [n for n in tensors if not changed(n) or n.startswith("mtp.") or n.rpartition(".")[2] in ("k_scale", "v_scale")]
+    assert all(same(fixed[n], tensors[n]) for n in kept)
+    code, text, _ = run_captured(capsys, "doctor", out, "--strict")
+    assert code == 0, text
