@@ -27,9 +27,10 @@ RUNTIME_REFUSED = {"NVFP4_AWQ": "ValueError: ModelOpt currently only supports: [
 
 
 def algorithm_findings(declaration: Declaration, modules: dict[str, StoredModule], specs: dict[str, ModuleSpec],
-                       family: Architecture, precision: dict[str, str]) -> list[Finding]:
-    """Quantized layers whose stored tensors show another algorithm than the one declared for them."""
-    findings = []
+                       family: Architecture, precision: dict[str, str]) -> tuple[list[Finding], list[Finding]]:
+    """(findings, notes): quantized layers whose stored tensors show another algorithm than the one declared for them.
+    Weight-only layers that store an activation scale are one note: vLLM 0.32 loads them as declared and drops it."""
+    findings, leftover = [], []
     for m in modules.values():
         stored = m.algorithm
         if stored is None or family.unquantized_role(m.name, declaration) is not None:
@@ -39,10 +40,24 @@ def algorithm_findings(declaration: Declaration, modules: dict[str, StoredModule
             continue  # not declared quantized: config_findings reports it
         if declared == "NVFP4" and stored == "W4A16_NVFP4" and precision.get(m.name) == "nvfp4":
             continue  # the loader's health check reports the missing input_scale already
-        findings.append(Finding(_severity(declared, stored), Kind.ALGORITHM_MISMATCH, m.name,
-                                f"{m.name}: declared {declared}{_via(declaration, family, m.name, declared)} but its tensors "
-                                f"are {stored} ({_why(declared, stored)})"))
-    return findings
+        via = _via(declaration, family, m.name, declared)
+        weight_only = (declared, stored) == ("W4A16_NVFP4", "NVFP4")
+        if weight_only and not via:
+            leftover.append(m.name)
+            continue
+        findings.append(Finding(Severity.WARNING if weight_only else Severity.ERROR, Kind.ALGORITHM_MISMATCH, m.name,
+                                f"{m.name}: declared {declared}{via} but its tensors are {stored} ({_why(declared, stored)})"))
+    return findings, _leftover_input_scales(sorted(leftover))
+
+
+def _leftover_input_scales(names: list[str]) -> list[Finding]:
+    """One note for every weight-only layer that stores an activation scale (a published Qwen3.6 export has 121)."""
+    if not names:
+        return []
+    return [Finding(Severity.WARNING, Kind.ALGORITHM_MISMATCH, names[0],
+                    f"{len(names)} layer(s) declared W4A16_NVFP4 store an input_scale ({names[0]}, ...): vLLM 0.32 loads "
+                    "them weight-only and drops it, logging \"Dropping input_scale from a weight-only W4A16 NVFP4 checkpoint "
+                    "(deprecated)\"; a later release may refuse it")]
 
 
 def _via(declaration: Declaration, family: Architecture, module: str, declared: str) -> str:
@@ -54,11 +69,6 @@ def _via(declaration: Declaration, family: Architecture, module: str, declared: 
         return ""
     return (f" for the routed-experts layer {routed_layer(runtime)} (vLLM builds every expert of it from the first "
             f"quantized_layers key under it; this expert's own entry says {own})")
-
-
-def _severity(declared: str, stored: str) -> Severity:
-    """A stored activation scale a weight-only layer drops is harmless; every other mismatch computes wrong values."""
-    return Severity.WARNING if (declared, stored) == ("W4A16_NVFP4", "NVFP4") else Severity.ERROR
 
 
 def _why(declared: str, stored: str) -> str:

@@ -53,9 +53,10 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
     findings += config_findings(ckpt, declaration, modules, specs, family)
     # without a loader profile (no specs), what the target builds each stored quantized module as, for the health checks
     built = precision if specs else stored_precision([m.name for m in modules.values() if m.is_quantized], declaration, target, family)
-    mismatched = algorithm_findings(declaration, modules, specs, family, precision)
+    mismatched, notes = algorithm_findings(declaration, modules, specs, family, precision)
     findings += layer_map_findings(declaration) + mismatched
-    kv_cache, notes = kv_cache_findings(declaration, infos)
+    kv_cache, kv_notes = kv_cache_findings(declaration, infos)
+    notes += kv_notes
     findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.runtime == "vllm":
         findings += fused_findings(declaration, modules, family) + fused_algorithm_findings(declaration, modules, family)
