@@ -16,7 +16,7 @@ import torch
 from safetensors import safe_open
 
 from tests.conftest import read_json, run_captured
-from tests.mixed_helpers import healthy_layers, write_mixed
+from tests.mixed_helpers import healthy_layers, tensors_for, write_mixed
 from tools.modelopt_export import modelopt_dequantize
 from tools.modelopt_oracles import fold_pre_quant_scale, fp8_dequantize
 
@@ -254,3 +254,18 @@ def test_nan_results_are_refused_not_written(capsys, tmp_path, name, value):
     code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "bf16")
     assert code == 2 and not (tmp_path / "out").exists() and err.count("\n") == 1
     assert "of the BF16 values it gives are NaN or infinite (dequantize); nothing was written" in err
+
+
+@pytest.mark.parametrize("target", ["bf16", "vllm==0.32.0"])
+def test_a_float8_weight_without_its_scale_is_refused_not_written_raw(capsys, tmp_path, target):
+    """Found by the attacker review: with o_proj's weight_scale missing, --target vllm==0.32.0 excluded the layer and
+    kept its raw float8 codes, and --target bf16 kept a float8 weight in a 'bf16' output; both exited 0."""
+    layers = {n: "NVFP4" if a == "NVFP4_AWQ" else a for n, a in healthy_layers().items()}
+    tensors = tensors_for(layers)
+    del tensors["model.layers.0.self_attn.o_proj.weight_scale"]
+    src = write_mixed(tmp_path / "src", layers, tensors=tensors)
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", target)
+    assert code == 2 and not (tmp_path / "out").exists()
+    assert err == (f"error: {src}: model.layers.0.self_attn.o_proj.weight is f8_e4m3 without a float32 per-tensor weight_scale, "
+                   "so its values cannot be read; restore the export's weight_scale, or take the module from the original model "
+                   "(--original with a take_original rule)\n")

@@ -10,7 +10,7 @@ import fnmatch
 
 from repair import arch, formats
 from repair.doctor.declared import KV_LEAVES
-from repair.errors import UsageError
+from repair.errors import BadInput, UsageError
 from repair.formats.base import Declaration, Format
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 from repair.io.dtypes import nbytes
@@ -106,10 +106,24 @@ def _check_supported(ckpt: Checkpoint, fmt: Format, actions: dict[str, Action], 
     if recipe.drop_quantization and left:
         raise UsageError(f"{ckpt.root}: the recipe drops the quantization config but leaves {len(left)} module(s) packed ({left[0]}, ...), "
                          "which would then load as garbage or not at all; use a recipe for this model (see `ckpt-repair recipes`) or --target")
+    _refuse_unscaled_float8(ckpt, actions, recipe, modules)
     for operation, used in (("requantize", Action.REQUANTIZE in actions.values()), ("original", original is not None)):
         reason = fmt.unsupported(operation) if used else None
         if reason:
             raise UsageError(f"{ckpt.root}: {reason}")
+
+
+def _refuse_unscaled_float8(ckpt: Checkpoint, actions: dict[str, Action], recipe: Recipe, modules: dict[str, StoredModule]) -> None:
+    """A float8 weight without its float32 per-tensor weight_scale has no readable values: dequantizing it, or keeping
+    it in an output that declares no quantization (or excludes it), would write its raw codes as weights."""
+    for m in modules.values():
+        action = actions.get(m.name)
+        if not m.precision.startswith("f8_") or action in (Action.TAKE_ORIGINAL, Action.REQUANTIZE, Action.DROP):
+            continue
+        if action == Action.DEQUANTIZE or recipe.drop_quantization:
+            raise BadInput(f"{ckpt.root}: {m.tensor('weight')} is {m.precision} without a float32 per-tensor weight_scale, so its "
+                           "values cannot be read; restore the export's weight_scale, or take the module from the original model "
+                           "(--original with a take_original rule)")
 
 
 def kv_scale_drops(ckpt: Checkpoint, changes: list[ModuleChange]) -> list[ModuleChange]:
