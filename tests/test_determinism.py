@@ -111,6 +111,17 @@ def test_self_check_catches_a_header_that_differs_from_the_plan(sources, tmp_pat
     assert_refused(sources["single"], tmp_path / "out", capsys, "model.safetensors: written header does not match the plan")
 
 
+def test_shard_writer_refuses_bytes_that_do_not_fit_the_planned_header(sources, tmp_path, monkeypatch, capsys):
+    """A tensor's bytes that disagree with the header written first: our bug, exit 3, nothing published."""
+    real = ex.ShardWriter.write
+
+    def short(self, name, data):
+        real(self, name, memoryview(data).cast("B")[:-1])
+
+    monkeypatch.setattr(ex.ShardWriter, "write", short)
+    assert_refused(sources["single"], tmp_path / "out", capsys, "the shard writer's check of the planned header failed")
+
+
 def test_self_check_catches_a_stray_file(sources, tmp_path, monkeypatch, capsys):
     real = ex._write_all
 

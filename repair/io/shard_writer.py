@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Union
 
-from repair.errors import BadInput
+from repair.errors import BadInput, InternalError
 from repair.io.dtypes import nbytes
 from repair.io.hashing import HashFollower, kernel_copy, write_all
 from repair.io.safetensors import TensorInfo
+
+WRITER = "the shard writer's check of the planned header"
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ class ShardWriter:
         else:
             self._hasher.cancel()
         if exc_type is None and self._pending:
-            raise AssertionError(f"{self.path}: tensors never written: {[t.name for t in self._pending]}")
+            raise InternalError(WRITER, f"{self.path}: tensors never written: {[t.name for t in self._pending]}")
 
     def _emit(self, data: Bytes) -> None:
         view = memoryview(data).cast("B")
@@ -88,7 +90,7 @@ class ShardWriter:
     def _next(self, name: str) -> OutTensor:
         expected = self._pending.pop() if self._pending else None
         if expected is None or expected.name != name:
-            raise AssertionError(f"{self.path}: wrote {name} but the header expects {expected and expected.name}")
+            raise InternalError(WRITER, f"{self.path}: wrote {name} but the header expects {expected and expected.name}")
         return expected
 
     def write(self, name: str, data: Bytes) -> None:
@@ -96,14 +98,14 @@ class ShardWriter:
         expected = self._next(name)
         view = memoryview(data).cast("B")
         if view.nbytes != expected.nbytes:
-            raise AssertionError(f"{self.path}: {name}: {view.nbytes} bytes, header says {expected.nbytes}")
+            raise InternalError(WRITER, f"{self.path}: {name}: {view.nbytes} bytes, header says {expected.nbytes}")
         self._emit(view)
 
     def copy(self, name: str, src: Path, info: TensorInfo) -> None:
         """Copy a tensor's stored bytes from `src` without decoding them."""
         expected = self._next(name)
         if info.nbytes != expected.nbytes:
-            raise AssertionError(f"{self.path}: {name}: source has {info.nbytes} bytes, header says {expected.nbytes}")
+            raise InternalError(WRITER, f"{self.path}: {name}: source has {info.nbytes} bytes, header says {expected.nbytes}")
         with open(src, "rb") as source:
             try:
                 kernel_copy(source.fileno(), self._fh.fileno(), info.nbytes, info.start, on_piece=self._hasher.advance)
