@@ -1,0 +1,168 @@
+"""Attacks on `fix` for ModelOpt MIXED_PRECISION checkpoints, each found by hand first.
+
+Checkpoints: tests/mixed_helpers.py's healthy 2-layer Llama (ModelOpt's own converter writes config.json) and
+tools/real_fixture.py write_qwen36 (the published Qwen3.6 MoE layout). Facts about vLLM 0.32 are checked in
+its own venv by ModelOptMixedPrecisionConfig (the `vllm`-marked tests here): a fused layer (qkv_proj,
+gate_up_proj) resolves to the algorithm of the shards still listed in quantized_layers, and one routed expert
+in the exclusion list excludes the whole routed-experts layer (quant_utils.is_layer_skipped, "experts" case).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import load_tensors, read_json, run_captured
+from tests.mixed_helpers import healthy_layers, tensors_for, write_mixed
+from tests.vllm.probe import VLLM_PY, requires_vllm
+from tools.real_fixture import write_qwen36
+
+AWQ = "model.layers.1.mlp.down_proj"
+EXPERT = "model.language_model.layers.0.mlp.experts.0.gate_proj"
+EXPERTS = "model.language_model.layers.0.mlp.experts"
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory) -> Path:
+    return write_mixed(tmp_path_factory.mktemp("attack-fix") / "healthy")
+
+
+@pytest.fixture(scope="module")
+def qwen36(tmp_path_factory) -> Path:
+    return write_qwen36(tmp_path_factory.mktemp("attack-fix-q36") / "src")
+
+
+def recipe(tmp_path: Path, *modules: str) -> Path:
+    path = tmp_path / "r.toml"
+    path.write_text('name = "part"\n[[rules]]\naction = "dequantize"\nmodules = [' + ", ".join(f'"{m}"' for m in modules) + "]\n")
+    return path
+
+
+def refused(capsys, *args) -> str:
+    code, out, err = run_captured(capsys, *args)
+    assert code == 2 and out == "" and err.count("\n") == 1, (code, out, err)
+    return err
+
+
+def exclude(folder: Path, name: str) -> None:
+    """Add `name` to both files' exclusion lists (a careless hand edit: the layer stays stored quantized)."""
+    for file, key, field in (("config.json", "quantization_config", "ignore"), ("hf_quant_config.json", "quantization", "exclude_modules")):
+        data = read_json(folder / file)
+        data[key][field] = list(data[key].get(field) or []) + [name]
+        (folder / file).write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("module, fused", [("model.layers.0.self_attn.q_proj", "k_proj"), ("model.layers.0.mlp.up_proj", "gate_proj")])
+def test_dequantizing_one_shard_of_a_fused_layer_is_refused(capsys, healthy, tmp_path, module, fused):
+    """q_proj alone back to BF16 left k_proj / v_proj FP8 in quantized_layers: vLLM resolves the fused qkv_proj by
+    the shards it still finds (FP8) and loads q_proj's BF16 weight into an FP8 parameter. fix wrote it, exit 0."""
+    err = refused(capsys, "fix", healthy, "-o", tmp_path / "out", "--recipe", recipe(tmp_path, module), "--dry-run")
+    assert module in err and fused in err and "one fused layer" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_dequantizing_one_routed_expert_is_refused(capsys, qwen36, tmp_path):
+    """One expert back to BF16 was excluded by name; vLLM then excludes the whole routed-experts layer and builds it
+    unquantized, so every other expert's W4A16_NVFP4 tensors cannot load. fix wrote it and doctor called it clean."""
+    err = refused(capsys, "fix", qwen36, "-o", tmp_path / "out", "--recipe", recipe(tmp_path, EXPERT))
+    assert EXPERT in err and EXPERTS in err and "routed experts" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, float("inf"), float("nan")], ids=["zero", "negative", "inf", "nan"])
+def test_a_pre_quant_scale_that_is_not_positive_and_finite_is_refused_at_plan_time(capsys, tmp_path, value):
+    """ModelOpt's AWQ scales are clamped to [1e-4, 1e4] and normalised by a positive factor: a zero, negative or
+    non-finite one is a broken export. Zero and negative folded silently (exit 0, an input channel erased or
+    negated); inf / NaN passed --dry-run and were refused only by the writer."""
+    tensors = tensors_for(healthy_layers())
+    scale = tensors[f"{AWQ}.pre_quant_scale"].clone()
+    scale[5] = value
+    tensors[f"{AWQ}.pre_quant_scale"] = scale
+    src = write_mixed(tmp_path / "src", tensors=tensors)
+    for args in (("--target", "bf16", "--dry-run"), ("--target", "vllm==0.32.0")):
+        err = refused(capsys, "fix", src, "-o", tmp_path / "out", *args)
+        assert f"{AWQ}.pre_quant_scale" in err and "pre_quant_scale" in err and "column 5" in err
+    assert not (tmp_path / "out").exists()
+
+
+def _contradicted_fused(tmp_path: Path) -> Path:
+    """The healthy model with q_proj (stored FP8) named in the exclusion lists."""
+    src = write_mixed(tmp_path / "src")
+    exclude(src, "model.layers.0.self_attn.q_proj")
+    return src
+
+
+def _contradicted_expert(qwen36: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(qwen36, src)
+    exclude(src, EXPERT)
+    return src
+
+
+def test_target_fix_dequantizes_the_whole_fused_layer(capsys, tmp_path):
+    """--target derives q_proj alone (the config excludes it, its tensors are FP8); the plan takes the fused layer."""
+    src = _contradicted_fused(tmp_path)
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "vllm==0.32.0", "--quiet")
+    assert code == 0, err
+    out = load_tensors(tmp_path / "out")
+    for proj in ("q_proj", "k_proj", "v_proj"):
+        assert out[f"model.layers.0.self_attn.{proj}.weight"].dtype == torch.bfloat16, proj
+
+
+def test_target_fix_dequantizes_the_whole_routed_layer(capsys, qwen36, tmp_path):
+    src = _contradicted_expert(qwen36, tmp_path)
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "vllm==0.32.0", "--quiet")
+    assert code == 0, err
+    out = load_tensors(tmp_path / "out")
+    experts = [n for n in out if n.startswith(EXPERTS + ".") and n.endswith("_proj.weight")]
+    assert len(experts) == 12 and all(out[n].dtype == torch.bfloat16 for n in experts)
+    assert not [n for n in out if n.startswith(EXPERTS + ".") and not n.endswith(".weight")]
+
+
+ORACLE = r"""
+import json, sys
+from vllm.model_executor.layers.quantization import modelopt
+out = {}
+for case in json.loads(sys.stdin.read()):
+    cfg = modelopt.ModelOptMixedPrecisionConfig.from_config(case["config"])
+    cfg.packed_modules_mapping = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
+    out[case["prefix"]] = None if cfg.is_layer_excluded(case["prefix"]) else cfg._resolve_quant_algo(case["prefix"])
+print(json.dumps(out))
+"""
+
+
+def vllm_builds(cases: list[dict]) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    proc = subprocess.run([str(VLLM_PY), "-c", ORACLE], input=json.dumps(cases), capture_output=True, text=True, timeout=600, env=env, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.mark.vllm
+@requires_vllm
+def test_vllm_builds_what_the_target_fix_wrote(capsys, qwen36, tmp_path):
+    """vLLM's own resolution on the two outputs: the fused qkv_proj and the routed-experts layer are built
+    unquantized, as their now BF16 tensors need; and on the configs a one-member dequantization would have
+    written (the premise of the refusals above), vLLM builds them quantized (qkv_proj) or excludes the whole
+    routed layer (one expert named)."""
+    fused_dir, experts_dir = tmp_path / "f", tmp_path / "e"
+    fused_dir.mkdir(), experts_dir.mkdir()
+    test_target_fix_dequantizes_the_whole_fused_layer(capsys, fused_dir)
+    test_target_fix_dequantizes_the_whole_routed_layer(capsys, qwen36, experts_dir)
+    one_shard = read_json(_contradicted_fused(tmp_path / "one") / "config.json")["quantization_config"]
+    one_shard["quantized_layers"].pop("model.layers.0.self_attn.q_proj")
+    cases = [{"prefix": "model.layers.0.self_attn.qkv_proj", "config": read_json(fused_dir / "out" / "config.json")["quantization_config"]},
+             {"prefix": EXPERTS, "config": read_json(experts_dir / "out" / "config.json")["quantization_config"]}]
+    got = vllm_builds(cases)
+    assert got == {"model.layers.0.self_attn.qkv_proj": None, EXPERTS: None}
+    one_shard["ignore"] = []
+    got = vllm_builds([{"prefix": "model.layers.0.self_attn.qkv_proj", "config": one_shard},
+                       {"prefix": EXPERTS, "config": read_json(_contradicted_expert(qwen36, tmp_path / "x") / "config.json")["quantization_config"]}])
+    assert got == {"model.layers.0.self_attn.qkv_proj": "FP8", EXPERTS: None}
