@@ -16,6 +16,7 @@ from repair.doctor.diagnose import diagnose
 from repair.doctor.findings import Kind
 from repair.io.checkpoint import Checkpoint
 from repair.planning.recipe import Recipe
+from repair.planning.whole_layers import Layers, complete
 from repair.targets.precision import runtime_precision
 from repair.targets.profiles import Target
 
@@ -28,9 +29,10 @@ def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
     if target.profile.runtime == "bf16" or (target.wants_all_bf16 and specs):
         return Recipe(dequantize=tuple(m.name for m in modules if m.is_quantized), drop_quantization=True, from_target=target.spec)
-    if not specs:
-        return Recipe(dequantize=_contradicted(ckpt, target, {m.name for m in modules}), from_target=target.spec)
     family = arch.architecture(ckpt.config)
+    layers = Layers({m.name: m for m in fmt.group_modules(ckpt.infos())}, family.fused_layers)
+    if not specs:
+        return Recipe(dequantize=complete(_contradicted(ckpt, target, {m.name for m in modules}), layers), from_target=target.spec)
     precision = runtime_precision(specs, fmt.read_declaration(ckpt), target, family)
     chosen = []
     for m in modules:
@@ -43,7 +45,7 @@ def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
             chosen.append(m.name)
         elif not m.is_quantized and linear and (built == "nvfp4" or len(m.tensors) > 1):
             chosen.append(m.name)
-    return Recipe(dequantize=tuple(chosen), from_target=target.spec)
+    return Recipe(dequantize=complete(tuple(chosen), layers), from_target=target.spec)
 
 
 def _contradicted(ckpt: Checkpoint, target: Target, names: set[str]) -> tuple[str, ...]:
