@@ -74,11 +74,11 @@ def test_dequantizing_one_routed_expert_is_refused(capsys, qwen36, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("value", [0.0, -1.0, float("inf"), float("nan")], ids=["zero", "negative", "inf", "nan"])
-def test_a_pre_quant_scale_that_is_not_positive_and_finite_is_refused_at_plan_time(capsys, tmp_path, value):
-    """ModelOpt's AWQ scales are clamped to [1e-4, 1e4] and normalised by a positive factor: a zero, negative or
-    non-finite one is a broken export. Zero and negative folded silently (exit 0, an input channel erased or
-    negated); inf / NaN passed --dry-run and were refused only by the writer."""
+@pytest.mark.parametrize("value", [0.0, -1.0], ids=["zero", "negative"])
+def test_a_pre_quant_scale_that_is_not_positive_is_refused_at_plan_time(capsys, tmp_path, value):
+    """ModelOpt's AWQ scales are clamped to [1e-4, 1e4] and normalised by a positive factor: a zero or negative one
+    is a broken export. Both folded silently (exit 0, an input channel erased or negated). (NaN / inf ones are
+    refused by the writer's guard on the folded weight: test_fix_mixed.py test_nan_results_are_refused_not_written.)"""
     tensors = tensors_for(healthy_layers())
     scale = tensors[f"{AWQ}.pre_quant_scale"].clone()
     scale[5] = value

@@ -3,17 +3,20 @@
 NVFP4 and W4A16_NVFP4 read the packed weight and its two scales (the format's own checks apply);
 NVFP4_AWQ also reads its per-input-channel `pre_quant_scale`, folded into the full-precision weight
 (codec/awq.py) and then dropped with the module's other quantization leaves; FP8 per-tensor reads
-the float8 weight and its float32 scale (codec/fp8_table.py). Every check here reads headers or a
-4-byte scale only, so a plan `--dry-run` accepts is one the writer can write.
+the float8 weight and its float32 scale (codec/fp8_table.py). Every check here reads headers, a
+4-byte scale or the pre_quant_scale vector only, so a plan `--dry-run` accepts is one the writer can write.
 """
 
 from __future__ import annotations
+
+import struct
 
 from repair.errors import BadInput
 from repair.formats.base import Format
 from repair.formats.modules import StoredModule
 from repair.formats.nvfp4_health import global_scale_problem, read_f32_scalar
 from repair.formats.nvfp4_packed import BROKEN_EXPORT
+from repair.io.ranges import read_bytes
 from repair.io.safetensors import TensorInfo
 from repair.planning.model import DEQUANTIZE_INPUTS, Dequantize, TensorRef
 
@@ -54,3 +57,16 @@ def _check_pre_quant_scale(m: StoredModule, infos: dict[str, TensorInfo], where:
     if info.dtype not in PRE_QUANT_SCALE_DTYPES or info.shape != (columns,):
         raise BadInput(f"{_at(info, where)}: {info.dtype} {list(info.shape)} is not a pre_quant_scale for {m.name} "
                        f"(expected one F32/BF16/F16 value per input column: [{columns}]); {BROKEN_EXPORT}")
+    # ModelOpt's AWQ scales are clamped to [1e-4, 1e4] and normalised by a positive factor. NaN / inf are left to
+    # the writer's guard on the folded values (it names the dequantized weight), zero and negative fold silently
+    bad = next(((i, v) for i, v in enumerate(_floats(read_bytes(info.path, info), info.dtype)) if v <= 0), None)
+    if bad is not None:
+        raise BadInput(f"{_at(info, where)}: column {bad[0]} is {bad[1]} (every pre_quant_scale must be positive; folding it "
+                       f"would erase or negate that input channel); {BROKEN_EXPORT}")
+
+
+def _floats(raw: bytes | bytearray, dtype: str) -> list[float]:
+    """The values of a stored F32 / F16 / BF16 vector (BF16 is the top half of an F32)."""
+    if dtype == "BF16":
+        raw = b"".join(b"\0\0" + bytes(raw[i:i + 2]) for i in range(0, len(raw), 2))
+    return list(struct.unpack(f"<{len(raw) // (2 if dtype == 'F16' else 4)}{'e' if dtype == 'F16' else 'f'}", raw))
