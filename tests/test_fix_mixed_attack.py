@@ -166,3 +166,32 @@ def test_vllm_builds_what_the_target_fix_wrote(capsys, qwen36, tmp_path):
     got = vllm_builds([{"prefix": "model.layers.0.self_attn.qkv_proj", "config": one_shard},
                        {"prefix": EXPERTS, "config": read_json(_contradicted_expert(qwen36, tmp_path / "x") / "config.json")["quantization_config"]}])
     assert got == {"model.layers.0.self_attn.qkv_proj": "FP8", EXPERTS: None}
+
+
+def test_a_runtime_target_drops_kv_scales_nothing_declares(capsys, tmp_path):
+    """k_scale / v_scale stored with no KV-cache declaration: doctor --strict warns for vLLM (the runtime ignores or
+    refuses them), yet `fix --target vllm==0.32.0` kept them and exited 0 with the warning left. Now it drops them
+    (the change doctor asks for), doctor --strict is clean, and fixing the output again changes nothing."""
+    layers = {n: "NVFP4" if a == "NVFP4_AWQ" else a for n, a in healthy_layers().items()}
+    src = write_mixed(tmp_path / "src", layers, kv=False, kv_scales=True)
+    assert run_captured(capsys, "doctor", src, "--strict", "--target", "vllm==0.32.0")[0] == 1
+    code, text, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "vllm==0.32.0")
+    assert code == 0, err
+    assert "4 k_scale / v_scale tensor(s) dropped (model.layers.0.self_attn.k_proj.k_scale, ...): no KV-cache quantization is declared" in text
+    out = load_tensors(tmp_path / "out")
+    src_tensors = load_tensors(src)
+    assert sorted(out) == sorted(n for n in src_tensors if not n.endswith(("k_scale", "v_scale")))
+    assert read_json(tmp_path / "out" / "config.json") == read_json(src / "config.json")
+    code, text, _ = run_captured(capsys, "doctor", tmp_path / "out", "--strict", "--target", "vllm==0.32.0")
+    assert code == 0, text
+    code, text, _ = run_captured(capsys, "fix", tmp_path / "out", "-o", tmp_path / "again", "--target", "vllm==0.32.0")
+    assert code == 0 and "nothing to fix" in text and not (tmp_path / "again").exists()
+
+
+def test_bf16_target_does_not_claim_a_kv_declaration_it_did_not_find(capsys, tmp_path):
+    """--target bf16 on undeclared KV scales said it removed 'the KV-cache declaration (kv_cache_quant_algo /
+    kv_cache_scheme)', which the checkpoint never had."""
+    src = write_mixed(tmp_path / "src", kv=False, kv_scales=True)
+    code, text, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "bf16", "--dry-run")
+    assert code == 0, err
+    assert "k_scale / v_scale tensor(s) dropped" in text and "KV-cache declaration" not in text
