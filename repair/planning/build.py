@@ -87,7 +87,8 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     _check_supported(ckpt, fmt, actions, original, recipe, by_name)
     declared = declaration.quant_algo if declaration.layer_algos is None else None
     changes = [c for name, a in sorted(actions.items()) if (c := module_change(by_name[name], a, ckpt, original, recipe, by_name, fmt, declared))]
-    changes += kv_scale_drops(ckpt, changes) if recipe.drop_quantization else []
+    undeclared_kv = recipe.from_target is not None and declaration.kv_cache is None  # doctor: the runtime ignores or refuses them
+    changes += kv_scale_drops(ckpt, changes) if recipe.drop_quantization or undeclared_kv else []
     shards, emptied = _shard_steps(ckpt, changes)
     config, hf_quant, added = _config_edits(ckpt, fmt, declaration, recipe, actions, by_name)
     json_files = _json_files(ckpt, config, hf_quant, shards, bool(emptied))
