@@ -195,3 +195,11 @@ def test_bf16_target_does_not_claim_a_kv_declaration_it_did_not_find(capsys, tmp
     code, text, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "bf16", "--dry-run")
     assert code == 0, err
     assert "k_scale / v_scale tensor(s) dropped" in text and "KV-cache declaration" not in text
+
+
+def test_a_recipe_dequantizing_every_declared_layer_is_refused_not_an_internal_error(capsys, healthy, tmp_path):
+    """`dequantize *` without dropping the quantization config left MIXED_PRECISION with an empty quantized_layers,
+    which vLLM refuses: our own output check caught it as an internal error (exit 3). It is the recipe's doing."""
+    err = refused(capsys, "fix", healthy, "-o", tmp_path / "out", "--recipe", recipe(tmp_path, "*"))
+    assert "quantized_layers" in err and "--target bf16" in err and "internal error" not in err
+    assert not (tmp_path / "out").exists()
