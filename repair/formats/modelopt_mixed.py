@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 
-from repair.errors import BadInput
+from repair.errors import BadInput, UsageError
 from repair.formats import modelopt_nvfp4, nvfp4_packed
 from repair.formats.algorithms import GROUP, MIXED, LayerAlgorithms, kv_cache_declared, layer_map, single_algo
 from repair.formats.base import Covers, Declaration, routed_layer
@@ -97,6 +97,10 @@ def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: 
         for key in [k for k in layers if any(k == n or k.startswith(n + ".") for n in names)]:
             del layers[key]
         layers.update({n: dict(NVFP4_ENTRY) for n in remove})
+    if maps and not maps[0]:
+        raise UsageError(f"{ckpt.root}: the recipe turns every layer quantized_layers declares BF16, leaving {MIXED} with an empty "
+                         "quantized_layers map, which vLLM refuses; use --target bf16 (drops the quantization config and the "
+                         "KV-cache scales), or keep at least one layer quantized")
     if isinstance(cfg, dict):
         _regroup(cfg, names, remove)
     if len(maps) == 2 and maps[0] != maps[1]:  # they disagreed on input: config.json, which vLLM reads, decides
