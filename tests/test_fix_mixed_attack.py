@@ -203,3 +203,22 @@ def test_a_recipe_dequantizing_every_declared_layer_is_refused_not_an_internal_e
     err = refused(capsys, "fix", healthy, "-o", tmp_path / "out", "--recipe", recipe(tmp_path, "*"))
     assert "quantized_layers" in err and "--target bf16" in err and "internal error" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_target_fix_repairs_fused_shards_declared_in_different_algorithms(capsys, tmp_path):
+    """q_proj FP8, k_proj NVFP4, v_proj FP8: doctor --strict reports vLLM's own 'Mixed quant_algo within fused layer'
+    error, yet `fix --target vllm==0.32.0` said 'nothing to fix' (exit 0). Dequantizing the fused layer whole is
+    the repair: every shard BF16 and out of quantized_layers, the other layers untouched."""
+    layers = dict(healthy_layers(), **{"model.layers.0.self_attn.k_proj": "NVFP4", AWQ: "NVFP4"})
+    src = write_mixed(tmp_path / "src", layers, tensors=tensors_for(layers))
+    assert run_captured(capsys, "doctor", src, "--strict", "--target", "vllm==0.32.0")[0] == 1
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "vllm==0.32.0", "--quiet")
+    assert code == 0, err
+    out, before = load_tensors(tmp_path / "out"), load_tensors(src)
+    shards = [f"model.layers.0.self_attn.{p}" for p in ("q_proj", "k_proj", "v_proj")]
+    assert all(out[f"{s}.weight"].dtype == torch.bfloat16 for s in shards)
+    left = read_json(tmp_path / "out" / "config.json")["quantization_config"]["quantized_layers"]
+    assert sorted(left) == sorted(n for n in layers if n not in shards)
+    assert all(torch.equal(out[n], before[n]) for n in before if not any(n.startswith(s + ".") for s in shards) and n in out)
+    code, text, _ = run_captured(capsys, "doctor", tmp_path / "out", "--strict", "--target", "vllm==0.32.0")
+    assert code == 0, text
