@@ -32,7 +32,8 @@ def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
     family = arch.architecture(ckpt.config)
     layers = Layers({m.name: m for m in fmt.group_modules(ckpt.infos())}, family.fused_layers)
     if not specs:
-        return Recipe(dequantize=complete(_contradicted(ckpt, target, {m.name for m in modules}), layers), from_target=target.spec)
+        chosen = _contradicted(ckpt, target, {m.name for m in modules}, family.fused_layers)
+        return Recipe(dequantize=complete(chosen, layers), from_target=target.spec)
     precision = runtime_precision(specs, fmt.read_declaration(ckpt), target, family)
     chosen = []
     for m in modules:
@@ -48,8 +49,14 @@ def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
     return Recipe(dequantize=complete(tuple(chosen), layers), from_target=target.spec)
 
 
-def _contradicted(ckpt: Checkpoint, target: Target, names: set[str]) -> tuple[str, ...]:
+def _contradicted(ckpt: Checkpoint, target: Target, names: set[str], fused: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
     """Modules doctor finds stored against the config (no loader profile: its checks are the whole truth we have).
-    Dequantizing one makes it BF16 and excluded, which settles either side of the disagreement."""
+    Dequantizing one makes it BF16 and excluded, which settles either side of the disagreement. A fused layer whose
+    shards disagree (its subject is the runtime name, e.g. `...qkv_proj`) is settled by dequantizing its shards."""
     findings = diagnose(ckpt, target).findings
-    return tuple(sorted({f.subject for f in findings if f.code in FIXED_BY_DEQUANTIZING and f.subject in names}))
+    chosen = {f.subject for f in findings if f.code in FIXED_BY_DEQUANTIZING and f.subject in names}
+    for f in findings:
+        parent, _, layer = f.subject.rpartition(".")
+        if f.code == Kind.FUSED_SHARDS and layer in fused:
+            chosen.update(n for n in (f"{parent}.{shard}" for shard in fused[layer]) if n in names)
+    return tuple(sorted(chosen))
