@@ -222,3 +222,16 @@ def test_target_fix_repairs_fused_shards_declared_in_different_algorithms(capsys
     assert all(torch.equal(out[n], before[n]) for n in before if not any(n.startswith(s + ".") for s in shards) and n in out)
     code, text, _ = run_captured(capsys, "doctor", tmp_path / "out", "--strict", "--target", "vllm==0.32.0")
     assert code == 0, text
+
+
+@pytest.mark.parametrize("name, value", [("model.layers.0.self_attn.q_proj.weight_scale", float("inf")),
+                                         ("model.layers.0.mlp.down_proj.weight_scale_2", float("nan"))], ids=["fp8-inf", "nvfp4-nan"])
+def test_a_target_fix_that_cannot_clear_doctor_refuses(capsys, tmp_path, name, value):
+    """A kept FP8 / NVFP4 layer with a broken per-tensor scale: `fix --target vllm==0.32.0` cannot repair it without
+    the original, wrote an output doctor --strict rejects for that target, and exited 0 ('1 finding(s) remain')."""
+    tensors = tensors_for(healthy_layers())
+    tensors[name] = torch.tensor(value)
+    src = write_mixed(tmp_path / "src", tensors=tensors)
+    err = refused(capsys, "fix", src, "-o", tmp_path / "out", "--target", "vllm==0.32.0")
+    assert name in err and "doctor --strict" in err and "nothing was written" in err
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob("*partial*"))
