@@ -235,3 +235,13 @@ def test_a_target_fix_that_cannot_clear_doctor_refuses(capsys, tmp_path, name, v
     err = refused(capsys, "fix", src, "-o", tmp_path / "out", "--target", "vllm==0.32.0")
     assert name in err and "doctor --strict" in err and "nothing was written" in err
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob("*partial*"))
+
+
+def test_an_fp8_scale_whose_values_overflow_bf16_is_refused_at_plan_time(capsys, tmp_path):
+    """weight_scale 1e37: finite and positive, but the float8 codes times it pass BF16's largest value. The writer's
+    guard refused it after computing, while --dry-run accepted the plan."""
+    tensors = tensors_for(healthy_layers())
+    tensors["model.layers.0.self_attn.q_proj.weight_scale"] = torch.tensor(1e37)
+    src = write_mixed(tmp_path / "src", tensors=tensors)
+    err = refused(capsys, "fix", src, "-o", tmp_path / "out", "--target", "bf16", "--dry-run")
+    assert "model.layers.0.self_attn.q_proj.weight_scale" in err and "BF16" in err
