@@ -14,7 +14,7 @@ import struct
 from repair.errors import BadInput
 from repair.formats.base import Format
 from repair.formats.modules import StoredModule
-from repair.formats.nvfp4_health import global_scale_problem, read_f32_scalar
+from repair.formats.nvfp4_health import DTYPE_MAX, FP8_MAX, e4m3_value, global_scale_problem, read_f32_scalar
 from repair.formats.nvfp4_packed import BROKEN_EXPORT
 from repair.io.ranges import read_bytes
 from repair.io.safetensors import TensorInfo
@@ -29,7 +29,7 @@ def dequantize_step(m: StoredModule, infos: dict[str, TensorInfo], fmt: Format, 
     if algorithm not in DEQUANTIZE_INPUTS:  # a quantized precision without a codec: ours to add, not the user's fault
         raise BadInput(f"{where}: {m.name}: dequantizing {algorithm or m.precision} is not supported; leave the module out")
     if algorithm == "FP8":
-        _check_fp8_scale(m, infos, where)
+        _check_fp8_scale(m, infos, where, dtype)
     else:
         fmt.check_packed(m, infos, where, dtype)
     if algorithm == "NVFP4_AWQ":
@@ -42,12 +42,23 @@ def _at(info: TensorInfo, where: str) -> str:
     return f"{info.path or where}: {info.name}"
 
 
-def _check_fp8_scale(m: StoredModule, infos: dict[str, TensorInfo], where: str) -> None:
-    """The per-tensor scale multiplies every value: NaN, infinite or non-positive writes garbage that looks fixed."""
+def _check_fp8_scale(m: StoredModule, infos: dict[str, TensorInfo], where: str, dtype: str) -> None:
+    """The per-tensor scale multiplies every value: NaN, infinite or non-positive writes garbage that looks fixed, and
+    one so large that the weight's largest code times it passes `dtype`'s range writes infinities (the weight's
+    bytes are read only when even FP8's largest value would overflow)."""
     info = infos[m.tensor("weight_scale")]
-    problem = global_scale_problem(read_f32_scalar(info.path, info))
+    value = read_f32_scalar(info.path, info)
+    problem = global_scale_problem(value)
     if problem:
         raise BadInput(f"{_at(info, where)}: FP8 weight scale {problem}, so every dequantized value would be wrong; {BROKEN_EXPORT}")
+    if FP8_MAX * value <= DTYPE_MAX[dtype]:
+        return
+    weight = infos[m.tensor("weight")]
+    codes = set(read_bytes(weight.path, weight))
+    peak = max((e4m3_value(c & 0x7F) for c in codes if c & 0x7F != 0x7F), default=0.0) * value
+    if peak > DTYPE_MAX[dtype]:
+        raise BadInput(f"{_at(info, where)}: FP8 weight scale {value:.3g} makes dequantized values reach {peak:.3g}, past {dtype}'s "
+                       f"largest finite value {DTYPE_MAX[dtype]:.3g}; {BROKEN_EXPORT}")
 
 
 def _check_pre_quant_scale(m: StoredModule, infos: dict[str, TensorInfo], where: str) -> None:
