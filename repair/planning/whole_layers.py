@@ -63,7 +63,9 @@ def refuse_split_layers(actions: dict[str, Action], layers: Layers, where: str) 
         if not left:
             continue
         layer, _ = layers.members(name)
+        routed = routed_layer(name) != name
         kind = (f"vLLM builds the routed experts of {layer} in one scheme (one expert excluded excludes them all)"
-                if routed_layer(name) != name else f"vLLM loads {layer} as one fused layer in one scheme")
+                if routed else f"vLLM loads {layer} as one fused layer in one scheme")
+        add = f'"{layer}.*"' if routed else ", ".join(left)
         raise UsageError(f"{where}: the recipe turns {name} BF16 but leaves {len(left)} module(s) of its layer quantized ({left[0]}, ...): "
-                         f"{kind}, so the output could not load; {action.value} them together (add {left[0]} to the rule)")
+                         f"{kind}, so the output could not load; {action.value} them together (add {add} to the rule)")
