@@ -245,3 +245,18 @@ def test_an_fp8_scale_whose_values_overflow_bf16_is_refused_at_plan_time(capsys,
     src = write_mixed(tmp_path / "src", tensors=tensors)
     err = refused(capsys, "fix", src, "-o", tmp_path / "out", "--target", "bf16", "--dry-run")
     assert "model.layers.0.self_attn.q_proj.weight_scale" in err and "BF16" in err
+
+
+@pytest.mark.parametrize("args", [("--dry-run",), ("--tp", "2")], ids=["dry-run", "tp"])
+def test_a_target_fix_that_cannot_clear_doctor_refuses_at_plan_time(capsys, tmp_path, args):
+    """The same broken FP8 scale: --dry-run printed a plan and --tp 2 wrote per-rank output (no doctor after there)."""
+    from tests.test_fix_mixed import LLAMA_TP_PLAN
+
+    tensors = tensors_for(healthy_layers())
+    tensors["model.layers.0.self_attn.q_proj.weight_scale"] = torch.tensor(float("inf"))
+    src = write_mixed(tmp_path / "src", tensors=tensors)
+    config = read_json(src / "config.json")
+    (src / "config.json").write_text(json.dumps(dict(config, base_model_tp_plan=LLAMA_TP_PLAN)))
+    err = refused(capsys, "fix", src, "-o", tmp_path / "out", "--target", "vllm==0.32.0", *args)
+    assert "model.layers.0.self_attn.q_proj.weight_scale" in err and "doctor --strict" in err
+    assert not (tmp_path / "out").exists()
