@@ -237,6 +237,20 @@ def test_a_target_fix_that_cannot_clear_doctor_refuses(capsys, tmp_path, name, v
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob("*partial*"))
 
 
+def test_the_writer_checks_what_it_wrote_against_doctor_too(capsys, tmp_path, monkeypatch):
+    """With planning's refusal switched off, the writer's check of its own output (doctor after) still refuses the
+    broken FP8 scale the output would keep: exit 2, nothing published."""
+    import repair.planning.build as build
+
+    monkeypatch.setattr(build, "refuse_stored_defects", lambda *a: None)
+    tensors = tensors_for(healthy_layers())
+    tensors["model.layers.0.self_attn.q_proj.weight_scale"] = torch.tensor(float("inf"))
+    src = write_mixed(tmp_path / "src", tensors=tensors)
+    err = refused(capsys, "fix", src, "-o", tmp_path / "out", "--target", "vllm==0.32.0")
+    assert "[fp8-scale] model.layers.0.self_attn.q_proj.weight_scale is infinite" in err
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob("*partial*"))
+
+
 def test_an_fp8_scale_whose_values_overflow_bf16_is_refused_at_plan_time(capsys, tmp_path):
     """weight_scale 1e37: finite and positive, but the float8 codes times it pass BF16's largest value. The writer's
     guard refused it after computing, while --dry-run accepted the plan."""

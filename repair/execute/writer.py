@@ -14,7 +14,8 @@ from typing import Callable
 from tqdm import tqdm
 
 from repair.planning import check as plan_check
-from repair.doctor.findings import Kind, Severity
+from repair.planning.target_check import STORED_DEFECTS, cannot_repair
+from repair.doctor.findings import Severity
 from repair.errors import BadInput, InternalError
 from repair.execute.compute import Computer, Located
 from repair.io.atomic import WRITTEN, build_atomically, check_files, check_header, defect, own_output, write_json
@@ -68,16 +69,12 @@ def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dic
     return report
 
 
-# Findings on stored tensors a kept layer computes with (broken or missing scales): no target's repair clears them
-STORED_DEFECTS = frozenset({Kind.GLOBAL_SCALE, Kind.FP8_SCALE, Kind.BLOCK_SCALES, Kind.SCALE_OVERFLOW, Kind.MISSING_WEIGHT_SCALE,
-                            Kind.MISSING_SCALE_2, Kind.SCALE_SHAPE, Kind.INPUT_SCALE, Kind.MISSING_INPUT_SCALE, Kind.KV_CACHE_SCALES})
-
-
 def _refuse_unclean(plan: Plan, doctor: DoctorRecord | None, tmp: Path, out: Path) -> None:
     """`fix --target T` promises an output that doctor --strict passes for T. A finding the repair itself introduced
     is ours: exit 3. A broken or missing scale of a layer the output keeps (doctor found it on the input too) is
-    one no target's repair clears: refused, exit 2. Either way before anything is published. Config findings the
-    input already had (unused exclusions, ...) are left to the summary's "finding(s) remain" line."""
+    one no target's repair clears: refused, exit 2 (planning refuses it first: planning/target_check.py; this is the
+    check on what was written). Either way before anything is published. Config findings the input already had
+    (unused exclusions, ...) are left to the summary's "finding(s) remain" line."""
     if plan.recipe.from_target is None or doctor is None or doctor.after is None or not doctor.after.exit_code(strict=True):
         return
     before = {(f.code, f.subject) for f in doctor.before.findings}
@@ -87,9 +84,7 @@ def _refuse_unclean(plan: Plan, doctor: DoctorRecord | None, tmp: Path, out: Pat
         raise InternalError("doctor --strict on the output", f"{defect(BadInput(new[0].message), tmp, out)} ({len(new)} new finding(s))")
     left = [f for f in left if f.code in STORED_DEFECTS]
     if left:
-        raise BadInput(f"{plan.source.root}: --target {plan.recipe.from_target} cannot repair {len(left)} finding(s) doctor --strict reports "
-                       f"for it ([{left[0].code}] {left[0].message.split('; ')[0]}, ...), so its output would not pass; nothing was written; "
-                       "re-download or re-export the checkpoint, or repair those modules with a recipe (--original to take or requantize them)")
+        raise cannot_repair(plan.source.root, plan.recipe.from_target, left)
 
 
 def _needed(plan: Plan) -> int:
