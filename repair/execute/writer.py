@@ -14,15 +14,17 @@ from typing import Callable
 from tqdm import tqdm
 
 from repair.planning import check as plan_check
-from repair.errors import InternalError
+from repair.planning.target_check import STORED_DEFECTS, cannot_repair
+from repair.doctor.findings import Severity
+from repair.errors import BadInput, InternalError
 from repair.execute.compute import Computer, Located
-from repair.io.atomic import WRITTEN, build_atomically, check_files, check_header, own_output, write_json
+from repair.io.atomic import WRITTEN, build_atomically, check_files, check_header, defect, own_output, write_json
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
 from repair.io.shard_writer import OutTensor, ShardWriter
 from repair.io.staging import PARTIAL_TAG, remove_stale_partials
 from repair.planning.model import Copy, Plan, ShardOp, ShardStep
-from repair.execute.report import REPORT_NAME, Sections, build_report
+from repair.execute.report import REPORT_NAME, DoctorRecord, Sections, build_report
 
 __all__ = ["PARTIAL_TAG", "Result", "computer_for", "execute", "remove_stale_partials", "write_rewritten_shard"]
 
@@ -61,9 +63,28 @@ def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dic
     if after is not None:
         with own_output(tmp, out):
             sections = sections.with_after(after(tmp))
+        _refuse_unclean(plan, sections.doctor, tmp, out)
     report = build_report(plan, hashes, options or {}, sections)
     write_json(tmp / REPORT_NAME, report)
     return report
+
+
+def _refuse_unclean(plan: Plan, doctor: DoctorRecord | None, tmp: Path, out: Path) -> None:
+    """`fix --target T` promises an output that doctor --strict passes for T. A finding the repair itself introduced
+    is ours: exit 3. A broken or missing scale of a layer the output keeps (doctor found it on the input too) is
+    one no target's repair clears: refused, exit 2 (planning refuses it first: planning/target_check.py; this is the
+    check on what was written). Either way before anything is published. Config findings the input already had
+    (unused exclusions, ...) are left to the summary's "finding(s) remain" line."""
+    if plan.recipe.from_target is None or doctor is None or doctor.after is None or not doctor.after.exit_code(strict=True):
+        return
+    before = {(f.code, f.subject) for f in doctor.before.findings}
+    left = [f for f in doctor.after.findings if f.severity in (Severity.ERROR, Severity.WARNING)]
+    new = [f for f in left if (f.code, f.subject) not in before]
+    if new:
+        raise InternalError("doctor --strict on the output", f"{defect(BadInput(new[0].message), tmp, out)} ({len(new)} new finding(s))")
+    left = [f for f in left if f.code in STORED_DEFECTS]
+    if left:
+        raise cannot_repair(plan.source.root, plan.recipe.from_target, left)
 
 
 def _needed(plan: Plan) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 
-from repair.errors import BadInput
+from repair.errors import BadInput, UsageError
 from repair.formats import modelopt_nvfp4, nvfp4_packed
 from repair.formats.algorithms import GROUP, MIXED, LayerAlgorithms, kv_cache_declared, layer_map, single_algo
 from repair.formats.base import Covers, Declaration, routed_layer
@@ -85,7 +85,8 @@ def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: 
 
     A layer is made unquantized by taking it (and any key under it) out of `quantized_layers` in both
     files and out of config.json's config-group targets (a group left without targets is dropped);
-    one still resolved through a parent key (routed experts) is also added to the exclusion lists.
+    one still resolved through a parent key (routed experts), or beside a layer the lists already exclude (vLLM's
+    is_layer_skipped wants every shard of a fused layer excluded alike), is also added to the exclusion lists.
     A layer in `remove` is put back as `{"quant_algo": "NVFP4", "group_size": 16}` in ModelOpt's NVFP4
     group. Where the two files' maps disagreed on input, config.json's (which vLLM reads) decides.
     """
@@ -97,12 +98,18 @@ def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: 
         for key in [k for k in layers if any(k == n or k.startswith(n + ".") for n in names)]:
             del layers[key]
         layers.update({n: dict(NVFP4_ENTRY) for n in remove})
+    if maps and not maps[0]:
+        raise UsageError(f"{ckpt.root}: the recipe turns every layer quantized_layers declares BF16, leaving {MIXED} with an empty "
+                         "quantized_layers map, which vLLM refuses; use --target bf16 (drops the quantization config and the "
+                         "KV-cache scales), or keep at least one layer quantized")
     if isinstance(cfg, dict):
         _regroup(cfg, names, remove)
     if len(maps) == 2 and maps[0] != maps[1]:  # they disagreed on input: config.json, which vLLM reads, decides
         section["quantized_layers"] = copy.deepcopy(maps[0])
     resolved = LayerAlgorithms(tuple((k, str(v.get("quant_algo", "")).upper()) for k, v in maps[0].items())) if maps else None
-    still = [n for n in names if resolved is not None and resolved.resolve(routed_layer(n)) is not None]
+    lists = modelopt_nvfp4.exclusion_lists(config, hf_quant)
+    beside = {n.rpartition(".")[0] for n in names if any(covers(x, n) for x in lists)}  # shards of a fused layer excluded alike
+    still = [n for n in names if (resolved is not None and resolved.resolve(routed_layer(n)) is not None) or n.rpartition(".")[0] in beside]
     return modelopt_nvfp4.lists_with(config, hf_quant, still, covers, remove)
 
 

@@ -22,6 +22,8 @@ from repair.planning import check as plan_check
 from repair.planning.model import ChangeAction, Copy, ModuleChange, Plan, ShardOp, ShardStep, TensorRef, TensorStep
 from repair.planning.modules import fused_group, module_change
 from repair.planning.recipe import ACTIONS, DEFAULT, Action, Recipe
+from repair.planning.target_check import refuse_stored_defects
+from repair.planning.whole_layers import Layers, refuse_split_layers
 
 __all__ = ["assign_actions", "kv_scale_drops", "make_plan", "select"]
 
@@ -81,10 +83,14 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     by_name = {m.name: m for m in modules}
     declaration = fmt.read_declaration(ckpt)
     actions = _with_fused_siblings(assign_actions(modules, recipe, str(ckpt.root)), by_name)
+    if declaration.quantized and not recipe.drop_quantization:  # the output is built by a quantization config
+        refuse_split_layers(actions, Layers(by_name, arch.architecture(ckpt.config).fused_layers), str(ckpt.root))
     _check_supported(ckpt, fmt, actions, original, recipe, by_name)
+    refuse_stored_defects(ckpt, recipe, declaration, actions)
     declared = declaration.quant_algo if declaration.layer_algos is None else None
     changes = [c for name, a in sorted(actions.items()) if (c := module_change(by_name[name], a, ckpt, original, recipe, by_name, fmt, declared))]
-    changes += kv_scale_drops(ckpt, changes) if recipe.drop_quantization else []
+    undeclared_kv = recipe.from_target is not None and declaration.kv_cache is None  # doctor: the runtime ignores or refuses them
+    changes += kv_scale_drops(ckpt, changes) if recipe.drop_quantization or undeclared_kv else []
     shards, emptied = _shard_steps(ckpt, changes)
     config, hf_quant, added = _config_edits(ckpt, fmt, declaration, recipe, actions, by_name)
     json_files = _json_files(ckpt, config, hf_quant, shards, bool(emptied))

@@ -16,6 +16,7 @@ from repair.doctor.diagnose import diagnose
 from repair.doctor.findings import Kind
 from repair.io.checkpoint import Checkpoint
 from repair.planning.recipe import Recipe
+from repair.planning.whole_layers import Layers, complete
 from repair.targets.precision import runtime_precision
 from repair.targets.profiles import Target
 
@@ -28,9 +29,11 @@ def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
     if target.profile.runtime == "bf16" or (target.wants_all_bf16 and specs):
         return Recipe(dequantize=tuple(m.name for m in modules if m.is_quantized), drop_quantization=True, from_target=target.spec)
-    if not specs:
-        return Recipe(dequantize=_contradicted(ckpt, target, {m.name for m in modules}), from_target=target.spec)
     family = arch.architecture(ckpt.config)
+    layers = Layers({m.name: m for m in fmt.group_modules(ckpt.infos())}, family.fused_layers)
+    if not specs:
+        chosen = _contradicted(ckpt, target, {m.name for m in modules}, family.fused_layers)
+        return Recipe(dequantize=complete(chosen, layers), from_target=target.spec)
     precision = runtime_precision(specs, fmt.read_declaration(ckpt), target, family)
     chosen = []
     for m in modules:
@@ -43,11 +46,17 @@ def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
             chosen.append(m.name)
         elif not m.is_quantized and linear and (built == "nvfp4" or len(m.tensors) > 1):
             chosen.append(m.name)
-    return Recipe(dequantize=tuple(chosen), from_target=target.spec)
+    return Recipe(dequantize=complete(tuple(chosen), layers), from_target=target.spec)
 
 
-def _contradicted(ckpt: Checkpoint, target: Target, names: set[str]) -> tuple[str, ...]:
+def _contradicted(ckpt: Checkpoint, target: Target, names: set[str], fused: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
     """Modules doctor finds stored against the config (no loader profile: its checks are the whole truth we have).
-    Dequantizing one makes it BF16 and excluded, which settles either side of the disagreement."""
+    Dequantizing one makes it BF16 and excluded, which settles either side of the disagreement. A fused layer whose
+    shards disagree (its subject is the runtime name, e.g. `...qkv_proj`) is settled by dequantizing its shards."""
     findings = diagnose(ckpt, target).findings
-    return tuple(sorted({f.subject for f in findings if f.code in FIXED_BY_DEQUANTIZING and f.subject in names}))
+    chosen = {f.subject for f in findings if f.code in FIXED_BY_DEQUANTIZING and f.subject in names}
+    for f in findings:
+        parent, _, layer = f.subject.rpartition(".")
+        if f.code == Kind.FUSED_SHARDS and layer in fused:
+            chosen.update(n for n in (f"{parent}.{shard}" for shard in fused[layer]) if n in names)
+    return tuple(sorted(chosen))

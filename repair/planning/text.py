@@ -32,6 +32,13 @@ def _removed_shards(plan: Plan) -> list[str]:
     return [n for n in plan.removed_files if n != HF_QUANT_CONFIG]
 
 
+def _kv_text(plan: Plan, kv_scales: list[str]) -> str:
+    dropped = f"{len(kv_scales)} k_scale / v_scale tensor(s) dropped ({kv_scales[0]}, ...)"
+    if plan.format.read_declaration(plan.source).kv_cache is None:
+        return f"KV-cache scales: {dropped}: no KV-cache quantization is declared, so the runtime would ignore or refuse them"
+    return f"KV-cache quantization: removed with it: {dropped} and the KV-cache declaration (kv_cache_quant_algo / kv_cache_scheme)"
+
+
 def plan_as_text(plan: Plan) -> str:
     lines = [f"plan for {plan.source.root}:"]
     if plan.changes:
@@ -43,8 +50,7 @@ def plan_as_text(plan: Plan) -> str:
     if plan.recipe.drop_quantization:
         lines.append("  quantization config: removed (config.json quantization_config" + (", hf_quant_config.json)" if HF_QUANT_CONFIG in plan.removed_files else ")"))
     if kv_scales:
-        lines.append(f"  KV-cache quantization: removed with it: {len(kv_scales)} k_scale / v_scale tensor(s) dropped ({kv_scales[0]}, ...) "
-                     "and the KV-cache declaration (kv_cache_quant_algo / kv_cache_scheme)")
+        lines.append(f"  {_kv_text(plan, kv_scales)}")
     if plan.exclusions_added:
         files = " and ".join(n for n in (CONFIG, HF_QUANT_CONFIG) if n in plan.json_files)
         lines.append(f"  exclusions: add {', '.join(plan.exclusions_added)} ({files})")
