@@ -269,3 +269,18 @@ def test_a_float8_weight_without_its_scale_is_refused_not_written_raw(capsys, tm
     assert err == (f"error: {src}: model.layers.0.self_attn.o_proj.weight is f8_e4m3 without a float32 per-tensor weight_scale, "
                    "so its values cannot be read; restore the export's weight_scale, or take the module from the original model "
                    "(--original with a take_original rule)\n")
+
+
+def test_fix_target_diagnoses_the_input_once(tmp_path, monkeypatch):
+    """The derived recipe, the plan's stored-defect check and the report's 'before' each ask doctor about the input;
+    a diagnosis reads every block scale, so it is computed once per checkpoint and target (and once for the output)."""
+    import repair.doctor.diagnose as diagnose_module
+    from repair import api
+    from repair.planning.recipe import Recipe
+
+    src = write_mixed(tmp_path / "src")
+    seen = []
+    real = diagnose_module._diagnose
+    monkeypatch.setattr(diagnose_module, "_diagnose", lambda ckpt, target, tp: seen.append(ckpt.root) or real(ckpt, target, tp))
+    api.run(api.plan(src, Recipe(name="t", target="vllm==0.32.0")), tmp_path / "out")
+    assert seen[0] == src and len(seen) == 2 and seen[1].name.startswith(".out.partial-")  # the output, before it is published

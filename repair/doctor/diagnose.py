@@ -24,7 +24,21 @@ from repair.targets.profiles import Target
 __all__ = ["Diagnosis", "Finding", "diagnose"]
 
 
+_last: list[tuple[Checkpoint, str, int, Diagnosis]] = []  # the newest diagnosis (it holds its checkpoint, so `is` is exact)
+
+
 def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
+    """What `target` does with `ckpt` at `tp`. `fix --target` asks three times of one checkpoint (the derived recipe,
+    the plan's stored-defect check, the report's 'before'), and a diagnosis reads every block scale: asked again of
+    the same Checkpoint object, the same answer is returned."""
+    if _last and _last[0][0] is ckpt and _last[0][1:3] == (target.spec, tp):
+        return _last[0][3]
+    found = _diagnose(ckpt, target, tp)
+    _last[:] = [(ckpt, target.spec, tp, found)]
+    return found
+
+
+def _diagnose(ckpt: Checkpoint, target: Target, tp: int) -> Diagnosis:
     infos = ckpt.infos()
     fmt = formats.detect(ckpt)
     modules = {m.name: m for m in fmt.group_modules(infos)}
