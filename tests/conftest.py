@@ -13,6 +13,15 @@ from safetensors import safe_open
 from tools import modelopt_export
 
 
+def pytest_collection_modifyitems(config, items):
+    """`make test` deselects vllm-marked tests and `make test-vllm` collects tests/vllm only: a vllm-marked test
+    anywhere else would silently run in neither, so it stops the run instead."""
+    vllm_dir = Path(__file__).resolve().parent / "vllm"
+    stray = [i.nodeid for i in items if i.get_closest_marker("vllm") and vllm_dir not in Path(str(i.path)).resolve().parents]
+    if stray:
+        raise pytest.UsageError(f"vllm-marked tests outside tests/vllm run in neither CI step; move them there: {stray}")
+
+
 @pytest.fixture(scope="session")
 def modelopt_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("modelopt")

@@ -2,7 +2,7 @@
 
 Checkpoints: tests/mixed_helpers.py's healthy 2-layer Llama (ModelOpt's own converter writes config.json) and
 tools/real_fixture.py write_qwen36 (the published Qwen3.6 MoE layout). Facts about vLLM 0.32 are checked in
-its own venv by ModelOptMixedPrecisionConfig (the `vllm`-marked tests here): a fused layer (qkv_proj,
+its own venv by ModelOptMixedPrecisionConfig (tests/vllm/test_fix_mixed_vs_vllm.py): a fused layer (qkv_proj,
 gate_up_proj) resolves to the algorithm of the shards still listed in quantized_layers, and one routed expert
 in the exclusion list excludes the whole routed-experts layer (quant_utils.is_layer_skipped, "experts" case).
 """
@@ -10,8 +10,6 @@ in the exclusion list excludes the whole routed-experts layer (quant_utils.is_la
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,6 @@ import torch
 
 from tests.conftest import load_tensors, read_json, run_captured
 from tests.mixed_helpers import healthy_layers, tensors_for, write_mixed
-from tests.vllm.probe import VLLM_PY, requires_vllm
 from tools.real_fixture import write_qwen36
 
 AWQ = "model.layers.1.mlp.down_proj"
@@ -124,48 +121,6 @@ def test_target_fix_dequantizes_the_whole_routed_layer(capsys, qwen36, tmp_path)
     experts = [n for n in out if n.startswith(EXPERTS + ".") and n.endswith("_proj.weight")]
     assert len(experts) == 12 and all(out[n].dtype == torch.bfloat16 for n in experts)
     assert not [n for n in out if n.startswith(EXPERTS + ".") and not n.endswith(".weight")]
-
-
-ORACLE = r"""
-import json, sys
-from vllm.model_executor.layers.quantization import modelopt
-out = {}
-for case in json.loads(sys.stdin.read()):
-    cfg = modelopt.ModelOptMixedPrecisionConfig.from_config(case["config"])
-    cfg.packed_modules_mapping = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
-    out[case["prefix"]] = None if cfg.is_layer_excluded(case["prefix"]) else cfg._resolve_quant_algo(case["prefix"])
-print(json.dumps(out))
-"""
-
-
-def vllm_builds(cases: list[dict]) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    proc = subprocess.run([str(VLLM_PY), "-c", ORACLE], input=json.dumps(cases), capture_output=True, text=True, timeout=600, env=env, cwd="/")
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.splitlines()[-1])
-
-
-@pytest.mark.vllm
-@requires_vllm
-def test_vllm_builds_what_the_target_fix_wrote(capsys, qwen36, tmp_path):
-    """vLLM's own resolution on the two outputs: the fused qkv_proj and the routed-experts layer are built
-    unquantized, as their now BF16 tensors need; and on the configs a one-member dequantization would have
-    written (the premise of the refusals above), vLLM builds them quantized (qkv_proj) or excludes the whole
-    routed layer (one expert named)."""
-    fused_dir, experts_dir = tmp_path / "f", tmp_path / "e"
-    fused_dir.mkdir(), experts_dir.mkdir()
-    test_target_fix_dequantizes_the_whole_fused_layer(capsys, fused_dir)
-    test_target_fix_dequantizes_the_whole_routed_layer(capsys, qwen36, experts_dir)
-    one_shard = read_json(_contradicted_fused(tmp_path / "one") / "config.json")["quantization_config"]
-    one_shard["quantized_layers"].pop("model.layers.0.self_attn.q_proj")
-    cases = [{"prefix": "model.layers.0.self_attn.qkv_proj", "config": read_json(fused_dir / "out" / "config.json")["quantization_config"]},
-             {"prefix": EXPERTS, "config": read_json(experts_dir / "out" / "config.json")["quantization_config"]}]
-    got = vllm_builds(cases)
-    assert got == {"model.layers.0.self_attn.qkv_proj": None, EXPERTS: None}
-    one_shard["ignore"] = []
-    got = vllm_builds([{"prefix": "model.layers.0.self_attn.qkv_proj", "config": one_shard},
-                       {"prefix": EXPERTS, "config": read_json(_contradicted_expert(qwen36, tmp_path / "x") / "config.json")["quantization_config"]}])
-    assert got == {"model.layers.0.self_attn.qkv_proj": "FP8", EXPERTS: None}
 
 
 def test_a_runtime_target_drops_kv_scales_nothing_declares(capsys, tmp_path):
