@@ -40,6 +40,14 @@ def correct_export(modelopt_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def mixed_export(tmp_path_factory) -> Path:
+    """ModelOpt's own MIXED_PRECISION export (tools/modelopt_mixed_export.py), made once per session."""
+    from tools.modelopt_mixed_export import export_mixed_llama
+
+    return export_mixed_llama(tmp_path_factory.mktemp("modelopt-mixed") / "export")
+
+
+@pytest.fixture(scope="session")
 def ct_export(broken_export, modelopt_dir) -> Path:
     """The buggy ModelOpt export converted to compressed-tensors NVFP4 by compressed-tensors' own converter."""
     from tools import ct_export as convert

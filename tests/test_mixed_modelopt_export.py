@@ -20,16 +20,10 @@ import torch
 from repair.codec import awq, fp8, nvfp4
 from tests.conftest import load_tensors, raw_bytes, read_json, run_captured
 from tools.modelopt_export import modelopt_dequantize
-from tools.modelopt_mixed_export import AWQ_LAYER, EXCLUDED_LAYER, build_mixed_llama, export_mixed_llama
+from tools.modelopt_mixed_export import AWQ_LAYER, EXCLUDED_LAYER, build_mixed_llama
 from tools.modelopt_oracles import fold_pre_quant_scale, fp8_dequantize
 
 LEAVES = ("weight_scale", "weight_scale_2", "input_scale", "pre_quant_scale")
-
-
-@pytest.fixture(scope="session")
-def mixed_export(tmp_path_factory) -> Path:
-    """The real export, made once per session (like conftest's broken_export)."""
-    return export_mixed_llama(tmp_path_factory.mktemp("modelopt-mixed") / "export")
 
 
 @pytest.fixture(scope="module")

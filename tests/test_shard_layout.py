@@ -26,7 +26,8 @@ from tests.conftest import load_tensors, raw_bytes, run_captured, tree_hashes
 MODELOPT_MODES = ("default", "vllm==0.22.1", "bf16", "original", "requantize")
 CT_MODES = ("default", "vllm==0.22.1", "bf16")  # --original / --requantize are refused for compressed-tensors by design
 FORMATS = {"modelopt": ("broken_export", MODELOPT_MODES, True),  # (session fixture, modes, fix --tp then unshard)
-           "compressed-tensors": ("ct_export", CT_MODES, False)}  # --tp is refused for compressed-tensors by design
+           "compressed-tensors": ("ct_export", CT_MODES, False),  # --tp is refused for compressed-tensors by design
+           "modelopt-mixed": ("mixed_export", ("bf16", "vllm==0.32.0"), True)}  # issue 19: FP8, W4A16, AWQ layers
 REQUANTIZE = "pre_projection,model.layers.0.mlp.gate_proj"  # gate_proj brings its fused sibling up_proj
 LAYOUTS = settings(max_examples=25, deadline=None, database=None,
                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
