@@ -68,6 +68,28 @@ elif point == "before_publish":     # everything written, checked and flushed; n
     at.publish = die
 elif point == "deleting_old_out":   # --overwrite: new OUT swapped in, old one being deleted
     st.shutil.rmtree = die
+elif point == "term_temp_created":  # SIGTERM the instant the marked temp folder exists, before its name is returned
+    import repair.io.output as out_mod
+    real_new = out_mod.new_partial
+    def new_partial(out):
+        tmp = real_new(out)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return tmp
+    out_mod.new_partial = new_partial
+elif point == "term_thread_after_rename":  # SIGTERM to another thread (as the kernel may pick) right after the rename
+    import threading, repair.io.output as out_mod
+    go, sent = threading.Event(), threading.Event()
+    def signal_self():  # started now, before any mask: like tqdm's monitor or a hashing thread
+        go.wait()
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+        sent.set()
+    threading.Thread(target=signal_self, daemon=True).start()
+    real_move = out_mod._move_into_place
+    def move(*a, **k):
+        old = real_move(*a, **k)
+        go.set(); sent.wait()
+        return old
+    out_mod._move_into_place = move
 from repair.cli import main
 main(args)
 """
@@ -191,6 +213,25 @@ def test_sigterm_removes_the_temp_folder_and_says_so(src, tmp_path):
     # click turns KeyboardInterrupt into Abort, which the CLI reports as "aborted"
     assert child.returncode == 130 and err.strip().splitlines() in (["aborted"], ["interrupted; nothing was written"]), err
     assert not out.exists() and partials(out) == []
+
+
+def test_sigterm_as_the_temp_folder_is_created_still_removes_it(src, tmp_path):
+    """The window CI once hit: the signal landed after the marked folder existed but before staged()
+    knew its name, so nothing removed it."""
+    out = tmp_path / "out"
+    done = killed_child("term_temp_created", src, out)
+    assert done.returncode == 130 and done.stderr.strip().splitlines() == ["interrupted; nothing was written"], done.stderr
+    assert not out.exists() and partials(out) == []
+    assert_no_lock_left(out)
+
+
+def test_sigterm_caught_by_another_thread_after_the_rename_lets_the_run_finish(src, reference, tmp_path):
+    """Once OUT is renamed into place the run completes (exit 0, no marker left in OUT), even when the
+    kernel hands the signal to a thread other than the one publishing (a signal mask cannot cover that)."""
+    out = tmp_path / "out"
+    done = killed_child("term_thread_after_rename", src, out)
+    assert done.returncode == 0, done.stderr
+    assert tree(out) == reference and not (out / MARKER).exists() and partials(out) == []
 
 
 def make_partial(out: Path, pid: int, host: str | None = None, marker: bool = True) -> Path:

@@ -17,14 +17,13 @@ import errno
 import fcntl
 import os
 import shutil
-import signal
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from repair.errors import OutputError
-from repair.io.staging import MARKER, PARTIAL_TAG, SIGNALS, fsync_path, mark, discard, hidden_stem, interrupts_raise, new_partial, remove_stale_partials
+from repair.io.staging import MARKER, PARTIAL_TAG, InterruptGate, fsync_path, mark, discard, hidden_stem, interrupts_raise, new_partial, remove_stale_partials
 
 REPORT_NAME = "repair_report.json"  # what every ckpt-repair output holds (repair.execute.report writes it)
 LOCK_TAG = ".lock"
@@ -40,16 +39,20 @@ def is_earlier_output(folder: Path) -> bool:
 
 
 @contextmanager
-def staged(out: Path) -> Iterator[tuple[Path, dict]]:
-    """Lock OUT, clean up after dead runs, and yield (temp folder, signal state); the temp folder is
-    removed if the body raises (Ctrl-C and SIGTERM included)."""
-    with interrupts_raise() as state, output_lock(out):
+def staged(out: Path) -> Iterator[tuple[Path, InterruptGate]]:
+    """Lock OUT, clean up after dead runs, and yield (temp folder, the run's InterruptGate); the temp
+    folder is removed if the body raises (Ctrl-C and SIGTERM included). A signal while the folder is
+    being created waits until its name is known, so it cannot escape before the cleanup is armed."""
+    with interrupts_raise() as gate, output_lock(out):
         remove_stale_partials(out)
-        tmp = new_partial(out)
+        tmp = None
         try:
-            yield tmp, state
+            with gate.held():
+                tmp = new_partial(out)
+            yield tmp, gate
         except BaseException:
-            discard(tmp)  # still under the lock: the next run never sees it half removed
+            with gate.held():
+                discard(tmp)  # still under the lock: the next run never sees it half removed
             raise
 
 
@@ -85,18 +88,15 @@ def _same_file(fd: int, path: Path) -> bool:
     return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
-def publish(tmp: Path, out: Path, state: dict, overwrite: bool) -> None:
+def publish(tmp: Path, out: Path, gate: InterruptGate, overwrite: bool) -> None:
     """Move the checked folder into place with SIGINT/SIGTERM held back, so it is all or nothing.
 
     Nothing after the rename may fail the run: OUT is complete from that moment on.
     """
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    try:
+    with gate.held():
         old = _move_into_place(tmp, out, overwrite)
-        state["published"] = True
+        gate.published = True
         _quietly(os.unlink, out / MARKER)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     if old is not None:
         _quietly(mark, old)  # if we die while deleting the old OUT, the next run finishes the job
         shutil.rmtree(old, ignore_errors=True)

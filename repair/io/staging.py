@@ -162,26 +162,53 @@ def _pid_gone(pid: int) -> bool:
     return False
 
 
+class InterruptGate:
+    """What SIGINT/SIGTERM do to a run that is writing OUT: raise KeyboardInterrupt (so the temp folder
+    is removed), wait until the end of a `held()` step that must not be cut in two, or nothing once
+    OUT is published. Decided in the Python handler, which always runs in the main thread: a signal
+    mask would not do, since the kernel may deliver the signal to another thread (tqdm's, a hasher)."""
+
+    def __init__(self) -> None:
+        self.published = False
+        self._holding = 0
+        self._pending = False
+
+    def on_signal(self, signum, frame) -> None:
+        if self.published:
+            return
+        if self._holding:
+            self._pending = True
+            return
+        raise KeyboardInterrupt
+
+    @contextmanager
+    def held(self):
+        """Signals wait until the step is done, then interrupt (unless OUT was published meanwhile)."""
+        self._holding += 1
+        try:
+            yield
+        finally:
+            self._holding -= 1
+        if not self._holding and self._pending and not self.published:
+            self._pending = False
+            raise KeyboardInterrupt
+
+
 @contextmanager
 def interrupts_raise():
     """While writing, SIGTERM acts like Ctrl-C (KeyboardInterrupt), so the temp folder is removed;
-    once OUT is published both are ignored and the run finishes. SIGKILL cannot be caught: the
-    next run removes what it leaves (remove_stale_partials)."""
-    state = {"published": False}
+    once OUT is published both are ignored and the run finishes. Yields the run's InterruptGate.
+    SIGKILL cannot be caught: the next run removes what it leaves (remove_stale_partials)."""
+    gate = InterruptGate()
     if threading.current_thread() is not threading.main_thread():
-        yield state
+        yield gate
         return
-
-    def handler(signum, frame):
-        if not state["published"]:
-            raise KeyboardInterrupt
-
     old = {sig: signal.getsignal(sig) for sig in SIGNALS}
     for sig, previous in old.items():
         if previous is not signal.SIG_IGN:
-            signal.signal(sig, handler)
+            signal.signal(sig, gate.on_signal)
     try:
-        yield state
+        yield gate
     finally:
         for sig, previous in old.items():
             if previous is not None:
