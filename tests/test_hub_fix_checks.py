@@ -28,7 +28,7 @@ from repair.hub.source import SCALE_LEAVES
 from repair.io.safetensors import read_header
 from repair.io.staging import MARKER
 from tests.hub_workflow_helpers import (  # noqa: F401 - fixtures
-    CARD, SRC, assert_equals_local_fix, full_gets, hub, hub_env, run,
+    CARD, SRC, assert_equals_local_fix, commits, full_gets, hub, hub_env, run,
 )
 from tests.test_interruption import dead_pid
 from tests.test_hub_workflow_failures import one_error_line
@@ -279,3 +279,24 @@ def test_whoami_grants_classic_and_fine_grained_tokens():
     for hostile in (None, [], {"auth": "x", "orgs": {"a": 1}}, {"name": 3, "auth": {"accessToken": {"role": ["write"]}}}):
         grants = grants_of(hostile)
         assert grants.may_propose_on("bob/m") and grants.may_create_in("alice")  # malformed: grants nothing
+
+
+# ----------------------------------------------------------------------------- the output's doctor check
+@pytest.mark.parametrize("args", [("--to", "alice/fixed"), ("--pr",)], ids=["fork", "pr"])
+def test_hub_fix_target_refuses_an_output_doctor_rejects_before_any_commit(hub, tmp_path, monkeypatch, capsys, args):
+    """`fix --target` refuses an output doctor --strict rejects for the target; `hub fix --target` committed it.
+    With planning's refusal switched off, the kept FP8 layer's infinite scale reaches the output check: exit 2,
+    no commit on the fork or the PR branch, no pull request."""
+    import repair.planning.build as build
+    from tests.mixed_helpers import healthy_layers, tensors_for, write_mixed
+
+    monkeypatch.setattr(build, "refuse_stored_defects", lambda *a: None)
+    tensors = tensors_for(healthy_layers())
+    tensors["model.layers.0.self_attn.q_proj.weight_scale"] = torch.tensor(float("inf"))
+    hub.add_repo(SRC, write_mixed(tmp_path / "src", tensors=tensors))
+    hub.clear_log()
+    code, _, err = run(capsys, "hub", "fix", SRC, *args, "--target", "vllm==0.32.0", "--quiet")
+    line = one_error_line(err)
+    assert code == 2 and "[fp8-scale] model.layers.0.self_attn.q_proj.weight_scale is infinite" in line, err
+    assert "doctor --strict" in line and "nothing was committed" in line
+    assert not commits(hub, "alice/fixed") and not commits(hub, SRC) and hub.discussions(SRC) == []

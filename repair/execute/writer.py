@@ -63,14 +63,14 @@ def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dic
     if after is not None:
         with own_output(tmp, out):
             sections = sections.with_after(after(tmp))
-        _refuse_unclean(plan, sections.doctor, tmp, out)
+        refuse_unclean(plan, sections.doctor, tmp, out)
     report = build_report(plan, hashes, options or {}, sections)
     write_json(tmp / REPORT_NAME, report)
     return report
 
 
-def _refuse_unclean(plan: Plan, doctor: DoctorRecord | None, tmp: Path, out: Path) -> None:
-    """`fix --target T` promises an output that doctor --strict passes for T. A finding the repair itself introduced
+def refuse_unclean(plan: Plan, doctor: DoctorRecord | None, tmp: Path, out: Path | str) -> None:
+    """`fix --target T` (and `hub fix --target T`) promises an output that doctor --strict passes for T. A finding the repair itself introduced
     is ours: exit 3. A broken or missing scale of a layer the output keeps (doctor found it on the input too) is
     one no target's repair clears: refused, exit 2 (planning refuses it first: planning/target_check.py; this is the
     check on what was written). Either way before anything is published. Config findings the input already had

@@ -36,8 +36,10 @@ from repair.formats.modules import split_name
 from repair.planning.build import make_plan
 
 SMALL_LIMIT = 64 << 20  # config and index files above this are refused rather than downloaded
-# what planning (check_packed) and doctor read, ModelOpt's names and compressed-tensors' (all small)
-SCALE_LEAVES = ("weight_scale", "weight_scale_2", "input_scale", "weight_global_scale", "input_global_scale")
+# every value planning and doctor read (all small): the NVFP4 / FP8 scales by ModelOpt's and compressed-tensors'
+# names, NVFP4_AWQ's pre_quant_scale, the KV cache's k_scale / v_scale. A value not listed reads as zeros.
+SCALE_LEAVES = ("weight_scale", "weight_scale_2", "input_scale", "weight_global_scale", "input_global_scale",
+                "pre_quant_scale", "k_scale", "v_scale")
 COALESCE_GAP = 4 << 10
 WORK_PREFIX = "ckpt-repair-hub-"
 

@@ -18,6 +18,7 @@ from typing import Callable
 from repair.doctor.diagnose import diagnose
 from repair.errors import RepairError, UsageError
 from repair.execute.report import REPORT_NAME, Sections, build_report, input_sections, recipe_options
+from repair.execute.writer import refuse_unclean
 from repair.hub import access, card, client, publish, stream
 from repair.hub.source import RemoteSource, fetch_tensors, localize, open_remote, open_source, remote_of, resolve, work_folder
 from repair.hub.spec import hub_spec, repo_id
@@ -111,6 +112,7 @@ def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, 
     hashes = _hashes(plan, source, work, streamed)
     after = diagnose(stream.after_checkpoint(plan, source, work, f"{repo.label} (repaired)"), target)
     sections = sections.with_after(after)
+    _refuse_unclean(plan, sections, work, repo.label)
     facts = _facts(plan, repo, fid, target, before, after, summary)
     text = card.section(facts)
     json_ops = lambda: _json_ops(plan, work)  # noqa: E731 - fresh operation objects per commit
@@ -135,6 +137,15 @@ def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, 
         say(f"pull request: {info.pr_url}")
         result["pr"] = {"url": info.pr_url, "existing": False, "parent": repo.sha, "commit": info.oid}
     return result
+
+
+def _refuse_unclean(plan: Plan, sections: Sections, work: Path, label: str) -> None:
+    """`fix`'s check of its output against doctor --strict for --target, before anything is committed."""
+    try:
+        refuse_unclean(plan, sections.doctor, work, f"{label} (repaired)")
+    except RepairError as err:
+        err.args = (str(err).replace("nothing was written", "nothing was committed"),)
+        raise
 
 
 def _with_original(plan: Plan, source: RemoteSource) -> Plan:

@@ -1,0 +1,81 @@
+"""A ModelOpt MIXED_PRECISION export (ModelOpt's own, tools/modelopt_mixed_export.py) read from the Hub
+exactly as from a folder: the values doctor and planning read beyond the NVFP4 scales (NVFP4_AWQ's
+pre_quant_scale, the KV cache's k_scale / v_scale) are fetched by range too. Before, the Hub mirror held
+zeros there: `hub fix` refused every AWQ checkpoint ("pre_quant_scale: column 0 is 0.0") and doctor
+reported healthy KV-cache scales as zero."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from tests.hub_workflow_helpers import (  # noqa: F401 - fixtures
+    CARD, SRC, assert_equals_local_fix, full_gets, hub, hub_env, run,
+)
+from tests.test_shard_layout import stored, write_shard
+
+TARGETS = ("bf16", "vllm==0.32.0", "vllm==0.25.0")
+
+
+def without_label(report: str) -> dict:
+    data = json.loads(report)
+    data.pop("source", None)
+    return data
+
+
+VALUES = ("pre_quant_scale", "k_scale", "v_scale")  # values read beyond the NVFP4 / FP8 scales
+
+
+def apart(src: Path) -> None:
+    """Re-lay the shard so each of VALUES sits between two weights: with ranges merged only when they
+    touch, its bytes are on the mirror only if they were asked for, not because a neighbouring
+    scale's range happened to cover them."""
+    shard = src / "model.safetensors"
+    tensors, meta = stored(shard)
+    values = [t for t in tensors if t[0].rpartition(".")[2] in VALUES]
+    weights = [t for t in tensors if t[0].endswith(".weight")]
+    rest = [t for t in tensors if t not in values and t not in weights]
+    assert values and len(weights) > len(values)
+    write_shard(shard, rest + [t for pair in zip(weights, values) for t in pair] + weights[len(values):], meta)
+
+
+@pytest.mark.parametrize("kv", ["healthy", "zero-k-scale"])
+def test_doctor_reads_a_hub_repo_as_it_reads_the_folder(hub, mixed_export, tmp_path, capsys, monkeypatch, kv):
+    import repair.hub.source as source
+
+    monkeypatch.setattr(source, "COALESCE_GAP", 0)
+    src = tmp_path / "src"
+    shutil.copytree(mixed_export, src)
+    if kv == "zero-k-scale":
+        shard = src / "model.safetensors"
+        tensors = load_file(shard)
+        name = next(n for n in tensors if n.endswith(".k_scale"))
+        tensors[name] = torch.zeros_like(tensors[name])
+        save_file(tensors, shard, metadata={"format": "pt"})
+    apart(src)
+    hub.add_repo(SRC, src)
+    for target in TARGETS:
+        remote = run(capsys, "doctor", SRC, "--target", target, "--json")
+        local = run(capsys, "doctor", src, "--target", target, "--json")
+        assert remote[0] == local[0] and without_label(remote[1]) == without_label(local[1]), target
+    assert not [n for n in full_gets(hub) if n.endswith(".safetensors")], "doctor downloaded a shard"
+    if kv == "zero-k-scale":
+        assert "k_scale" in run(capsys, "doctor", SRC, "--target", "vllm==0.32.0")[1]
+
+
+def test_hub_fix_target_bf16_of_an_awq_export_equals_a_local_fix(hub, mixed_export, tmp_path, capsys):
+    src = tmp_path / "src"
+    shutil.copytree(mixed_export, src)
+    apart(src)
+    (src / "README.md").write_text(CARD)
+    sha = hub.add_repo(SRC, src)
+    local = tmp_path / "local"
+    assert run(capsys, "fix", src, "-o", local, "--target", "bf16", "--quiet")[0] == 0
+    code, _, err = run(capsys, "hub", "fix", SRC, "--to", "alice/bf16", "--target", "bf16", "--quiet")
+    assert code == 0, err
+    assert_equals_local_fix(hub.repo_files("alice/bf16"), local, f"{SRC}@{sha}")
