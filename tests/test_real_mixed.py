@@ -11,6 +11,7 @@ the published file. Dequantized values are judged by ModelOpt's own dequantizati
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -101,8 +102,11 @@ def test_inspect_shows_every_module_as_declared(capsys, src):
     experts = [m for n, m in modules.items() if ".mlp.experts." in n and not n.startswith("mtp.")]
     assert len(experts) == 40 * 4 * 3 and {m["algorithm"] for m in experts} == {"W4A16_NVFP4"}
     assert {modules[n]["algorithm"] for n in (FP8_ATTN, FP8_LINEAR_ATTN)} == {"FP8"}
-    mtp = [m for n, m in modules.items() if n.startswith("mtp.") and len(m["stored_shape"]) == 2]  # linears, not norms
-    assert mtp and all((m["precision"], m["declared"]) == ("bf16", "excluded") for m in mtp)
+    mtp = {n: m for n, m in modules.items() if n.startswith("mtp.") and len(m["stored_shape"]) == 2}  # linears, not norms
+    never = re.compile(r"\.(mlp\.gate|shared_expert_gate)$")  # GateLinear / ReplicatedLinear(quant_config=None) in vLLM 0.32
+    assert mtp and all((m["precision"], m["declared"]) == ("bf16", "-" if never.search(n) else "excluded") for n, m in mtp.items())
+    gates = {n: m["declared"] for n, m in modules.items() if never.search(n) and not n.startswith("mtp.")}
+    assert len(gates) == 40 * 2 and set(gates.values()) == {"-"}
 
 
 def test_doctor_strict_is_clean(capsys, src):
@@ -184,3 +188,62 @@ def test_recipe_selecting_by_algorithm(capsys, src, tensors, tmp_path, algorithm
     assert all(same(fixed[n], tensors[n]) for n in kept)
     code, text, _ = run_captured(capsys, "doctor", out, "--strict")
     assert code == 0, text
+
+
+# ----------------------------------------------------------------------------- what vLLM's Qwen3.5 class builds
+GATE = "model.language_model.layers.0.mlp.shared_expert_gate"
+
+
+@pytest.fixture(scope="module")
+def quantized_gate(src, tmp_path_factory) -> Path:
+    """The Gemma-assistant mistake on this layout: an exporter that quantized every Linear, shared_expert_gate
+    included (packed NVFP4 by repair.codec, ModelOpt's bytes; declared W4A16_NVFP4 in both config files)."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from repair.codec import nvfp4
+
+    folder = tmp_path_factory.mktemp("qwen36-gate") / "src"
+    shutil.copytree(src, folder)
+    stored = load_tensors(folder)
+    packed, block, scale_2 = nvfp4.quantize(stored.pop(f"{GATE}.weight").float())
+    stored.update({f"{GATE}.weight": packed, f"{GATE}.weight_scale": block, f"{GATE}.weight_scale_2": scale_2.reshape(())})
+    save_file(stored, folder / "model.safetensors", metadata={"format": "pt"})
+    for name, section in (("config.json", "quantization_config"), ("hf_quant_config.json", "quantization")):
+        config = read_json(folder / name)
+        config[section]["quantized_layers"][GATE] = {"quant_algo": "W4A16_NVFP4", "group_size": 16}
+        (folder / name).write_text(json.dumps(config, indent=2))
+    return folder
+
+
+def test_a_quantized_shared_expert_gate_is_an_error_that_fix_target_repairs(capsys, quantized_gate, tmp_path):
+    """vLLM 0.32 builds shared_expert_gate as ReplicatedLinear(quant_config=None): a packed one cannot load. doctor
+    said only a warning (no row for Qwen3.5), so --target fixes that trust exit 0 passed it."""
+    code, out, _ = run_captured(capsys, "doctor", quantized_gate, "--target", "vllm==0.32.0", "--json")
+    findings = json.loads(out)["findings"]
+    assert code == 1 and [(f["severity"], f["code"], f["subject"]) for f in findings] == [("error", "config-contradiction", GATE)]
+    assert "ReplicatedLinear(quant_config=None)" in findings[0]["message"]
+    fixed = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", quantized_gate, "-o", fixed, "--target", "vllm==0.32.0", "--quiet")
+    assert code == 0, err
+    before, after = load_tensors(quantized_gate), load_tensors(fixed)
+    assert same(after[f"{GATE}.weight"], modelopt_bf16(before, GATE))
+    assert GATE not in layers_of(fixed) and not [n for n in after if n.startswith(f"{GATE}.weight_scale")]
+    assert all(same(after[n], t) for n, t in before.items() if not n.startswith(GATE + "."))
+    code, text, _ = run_captured(capsys, "doctor", fixed, "--target", "vllm==0.32.0", "--strict")
+    assert code == 0, text
+
+
+def test_a_recipe_splitting_a_linear_attention_pair_is_refused(capsys, src, tmp_path):
+    """vLLM 0.32 loads in_proj_qkv and in_proj_z into one in_proj_qkvz layer (Qwen3_5's packed_modules_mapping):
+    dequantizing one of them wrote an output whose fused layer mixes FP8 and BF16."""
+    layer = "model.language_model.layers.0.linear_attn"
+    recipe = tmp_path / "qkv.toml"
+    recipe.write_text(f'name = "qkv-only"\n\n[[rules]]\naction = "dequantize"\nmodules = ["{layer}.in_proj_qkv"]\n')
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--recipe", recipe)
+    assert code == 2 and err.strip() == (
+        f"error: {src}: the recipe turns {layer}.in_proj_qkv BF16 but leaves 1 module(s) of its layer quantized ({layer}.in_proj_z, ...): "
+        f"vLLM loads {layer}.in_proj_qkvz as one fused layer in one scheme, so the output could not load; dequantize them "
+        f"together (add {layer}.in_proj_z to the rule)")
+    assert not (tmp_path / "out").exists()

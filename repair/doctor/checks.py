@@ -29,11 +29,7 @@ def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[st
                                 "vLLM reads config.json, TensorRT-LLM reads hf_quant_config.json"))
     for m in modules.values():
         linear = m.tensor("weight") and (specs[m.name].is_linear and specs[m.name].role != "embed" if m.name in specs else len(m.logical_shape) == 2)
-        role = family.unquantized_role(m.name, declaration)
-        if not linear or role is not None:
-            if m.is_quantized and role is not None:
-                findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name,
-                                        f"{m.name}: stored packed NVFP4, but it is a {role.name}: {role.why}; dequantize it"))
+        if not linear or family.unquantized_role(m.name, declaration) is not None:  # roles: unquantized_role_findings
             continue
         excluded = family.declared(m.name, declaration) == "excluded"
         if m.is_quantized and not declaration.quantized:
@@ -43,6 +39,23 @@ def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[st
         elif declaration.quantized and not m.is_quantized and not excluded:
             findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name, f"{m.name}: the config declares it quantized but it is stored {m.precision}"))
     return findings
+
+
+def unquantized_role_findings(declaration: Declaration, modules: dict[str, StoredModule], family: Architecture,
+                              runtime: str) -> list[Finding]:
+    """Modules stored quantized in a role vLLM builds unquantized whatever the config says (a router, an embedding):
+    vLLM allocates a full-precision weight there, which the packed weight does not fit and the scales have no
+    parameter for. An error for a vLLM target; elsewhere (the roles are vLLM's knowledge) a warning."""
+    severity = Severity.ERROR if runtime == "vllm" else Severity.WARNING
+    out = []
+    for m in modules.values():
+        role = family.unquantized_role(m.name, declaration) if m.is_quantized else None
+        if role is not None:
+            stored = "packed NVFP4" if m.precision == "nvfp4" else (m.algorithm or m.precision)
+            out.append(Finding(severity, Kind.CONFIG_CONTRADICTION, m.name,
+                               f"{m.name}: stored {stored}, but it is a {role.name}: {role.why}; vLLM builds it unquantized and "
+                               "cannot load its quantized tensors; dequantize it (fix --target does)"))
+    return out
 
 
 def fused_findings(declaration: Declaration, modules: dict[str, StoredModule], family: Architecture) -> list[Finding]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from repair import arch, formats
 from repair.arch import Architecture, ModuleSpec
-from repair.doctor.checks import config_findings, fused_findings, health_findings
+from repair.doctor.checks import config_findings, fused_findings, health_findings, unquantized_role_findings
 from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
                                     kv_scale_health, layer_map_findings, runtime_refusal_findings)
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
@@ -65,6 +65,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int) -> Diagnosis:
     findings += _handshake_findings(modules, precision, target, family)
     findings += runtime_refusal_findings(declaration, target)
     findings += config_findings(ckpt, declaration, modules, specs, family)
+    findings += unquantized_role_findings(declaration, modules, family, target.profile.runtime)
     # without a loader profile (no specs), what the target builds each stored quantized module as, for the health checks
     built = precision if specs else stored_precision([m.name for m in modules.values() if m.is_quantized], declaration, target, family)
     mismatched, notes = algorithm_findings(declaration, modules, specs, family, precision)
