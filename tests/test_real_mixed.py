@@ -247,3 +247,28 @@ def test_a_recipe_splitting_a_linear_attention_pair_is_refused(capsys, src, tmp_
         f"vLLM loads {layer}.in_proj_qkvz as one fused layer in one scheme, so the output could not load; dequantize them "
         f"together (add {layer}.in_proj_z to the rule)")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("architecture, error", [("Qwen3NextForCausalLM", True), ("Qwen3_5MoeForCausalLM", True),
+                                                 ("LlamaForCausalLM", False)])
+def test_the_gate_roles_belong_to_the_qwen_next_family_only(capsys, tmp_path, architecture, error):
+    """The same quantized `shared_expert_gate` is an error where vLLM builds Qwen3NextSparseMoeBlock (Qwen3-Next,
+    Qwen3.5), and not a role-contradiction elsewhere (another family's layer of that name is built with the config)."""
+    from safetensors.torch import save_file
+
+    from repair.codec import nvfp4
+    from tests.mixed_helpers import healthy_layers, tensors_for, write_mixed
+
+    layers = {**healthy_layers(), "model.layers.0.mlp.shared_expert_gate": "NVFP4"}
+    folder = write_mixed(tmp_path / "src", layers)
+    stored = load_tensors(folder)
+    packed, block, scale_2 = nvfp4.quantize(torch.randn(1, 64))
+    gate = "model.layers.0.mlp.shared_expert_gate"
+    stored.update({f"{gate}.weight": packed, f"{gate}.weight_scale": block, f"{gate}.weight_scale_2": scale_2.reshape(()),
+                   f"{gate}.input_scale": torch.tensor(0.01)})
+    save_file(stored, folder / "model.safetensors", metadata={"format": "pt"})
+    config = read_json(folder / "config.json")
+    (folder / "config.json").write_text(json.dumps(dict(config, architectures=[architecture])))
+    _, out, _ = run_captured(capsys, "doctor", folder, "--target", "vllm==0.32.0", "--json")
+    roles = [f for f in json.loads(out)["findings"] if f["code"] == "config-contradiction" and f["subject"] == gate]
+    assert [f["severity"] for f in roles] == (["error"] if error else []), out

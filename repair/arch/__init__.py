@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from repair.arch.base import GENERIC, Architecture, LayerKind, ModuleSpec
 from repair.arch.gemma4_assistant import GEMMA4_ASSISTANT
-from repair.arch.moe_routers import DEEPSEEK_V3, LAGUNA, QWEN3_5
+from repair.arch.moe_routers import DEEPSEEK_V3, LAGUNA, QWEN3_5, QWEN3_NEXT
 
-ARCHITECTURES: tuple[Architecture, ...] = (GEMMA4_ASSISTANT, DEEPSEEK_V3, LAGUNA, QWEN3_5)
+ARCHITECTURES: tuple[Architecture, ...] = (GEMMA4_ASSISTANT, DEEPSEEK_V3, LAGUNA, QWEN3_5, QWEN3_NEXT)
 
 
 def architecture(config: dict | None) -> Architecture:

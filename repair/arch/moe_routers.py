@@ -35,18 +35,27 @@ LAGUNA = Architecture(
 """vLLM 0.32 models/laguna.py (LagunaForCausalLM): identity names; the router is built without the quant config,
 and its MLPs keep gate_proj and up_proj as separate ColumnParallelLinear layers."""
 
+QWEN_NEXT_ROLES = (
+    *GENERIC_ROLES,
+    UnquantizedRole("router gate", r"\.mlp\.gate$", "vLLM's Qwen3NextSparseMoeBlock builds the router as GateLinear without "
+                    "a quant config (models/qwen3_next.py), so it is never quantized"),
+    UnquantizedRole("shared-expert gate", r"\.shared_expert_gate$", "vLLM's Qwen3NextSparseMoeBlock builds shared_expert_gate "
+                    "as ReplicatedLinear(quant_config=None) (models/qwen3_next.py)"),
+    UnquantizedRole("MTP input projection", r"^mtp\.fc$", "vLLM's Qwen3.5 / Qwen3-Next MTP drafter builds mtp.fc without the "
+                    "quant config under a plain NVFP4 (modelopt_fp4) config (models/qwen3_5_mtp.py, qwen3_next_mtp.py)",
+                    formats=("modelopt-nvfp4",)),
+)
+"""The MoE block (and MTP drafter) Qwen3-Next and Qwen3.5 / Qwen3.6 share in vLLM 0.32."""
+
+QWEN3_NEXT = Architecture(
+    "Qwen3-Next", architectures=("Qwen3NextForCausalLM",), unquantized_roles=QWEN_NEXT_ROLES,
+    # Qwen3NextForCausalLM.packed_modules_mapping: Llama's; in_proj_qkvz / in_proj_ba are stored fused already
+)
+
 QWEN3_5 = Architecture(
     "Qwen3.5 / Qwen3.6", architectures=("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
                                         "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"),
-    unquantized_roles=(
-        *GENERIC_ROLES,
-        UnquantizedRole("router gate", r"\.mlp\.gate$", "vLLM's Qwen3NextSparseMoeBlock builds the router as GateLinear without "
-                        "a quant config (models/qwen3_next.py), so it is never quantized"),
-        UnquantizedRole("shared-expert gate", r"\.shared_expert_gate$", "vLLM's Qwen3NextSparseMoeBlock builds shared_expert_gate "
-                        "as ReplicatedLinear(quant_config=None) (models/qwen3_next.py)"),
-        UnquantizedRole("MTP input projection", r"^mtp\.fc$", "vLLM's Qwen3_5MultiTokenPredictor builds mtp.fc without the "
-                        "quant config under a plain NVFP4 (modelopt_fp4) config (models/qwen3_5_mtp.py)", formats=("modelopt-nvfp4",)),
-    ),
+    unquantized_roles=QWEN_NEXT_ROLES,
     # Qwen3_5ForCausalLMBase / Qwen3_5ForConditionalGeneration.packed_modules_mapping: Llama's plus the gated-delta-net pairs
     fused_layers={"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj"),
                   "in_proj_qkvz": ("in_proj_qkv", "in_proj_z"), "in_proj_ba": ("in_proj_b", "in_proj_a")},

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from repair.arch import architecture
-from repair.arch.moe_routers import QWEN3_5
+from repair.arch.moe_routers import QWEN3_5, QWEN3_NEXT
 
 from .probe import VLLM_PY, requires_vllm
 
@@ -58,16 +58,23 @@ def assignments(cls: ast.ClassDef, attribute: str) -> list[ast.Call]:
             and any(ast.unparse(t) == f"self.{attribute}" for t in n.targets)]
 
 
-def test_every_covered_class_fuses_what_the_row_says(models):
-    known = {**classes(models / "qwen3_vl.py"), **classes(models / "qwen3_5.py")}
-    for name in QWEN3_5.architectures:
-        fused = {k: v for k, v in packed_mapping(known[name], known).items() if v != (k,)}  # vision `qkv` packs only itself
-        assert fused == QWEN3_5.fused_layers, name
-        assert architecture({"architectures": [name]}) is QWEN3_5
+@pytest.mark.parametrize("row", [QWEN3_5, QWEN3_NEXT], ids=lambda r: r.name)
+def test_every_covered_class_fuses_what_the_row_says(models, row):
+    known = {**classes(models / "qwen3_next.py"), **classes(models / "qwen3_vl.py"), **classes(models / "qwen3_5.py")}
+    for name in row.architectures:
+        # a layer packed from itself (Qwen3-Next's stored in_proj_qkvz, the vision tower's qkv) is no fusion
+        fused = {k: v for k, v in packed_mapping(known[name], known).items() if v != (k,)}
+        assert fused == row.fused_layers, name
+        assert architecture({"architectures": [name]}) is row
 
 
 def test_router_and_shared_expert_gate_are_built_without_the_quant_config(models):
-    block = classes(models / "qwen3_next.py")["Qwen3NextSparseMoeBlock"]
+    """Both rows' decoder layers build Qwen3NextSparseMoeBlock (Qwen3_5DecoderLayer subclasses Qwen3NextDecoderLayer)."""
+    next_classes = classes(models / "qwen3_next.py")
+    assert "Qwen3NextSparseMoeBlock(" in ast.unparse(next_classes["Qwen3NextDecoderLayer"])
+    assert "Qwen3NextDecoderLayer" in {ast.unparse(b) for b in classes(models / "qwen3_5.py")["Qwen3_5DecoderLayer"].bases}
+    assert QWEN3_NEXT.unquantized_roles == QWEN3_5.unquantized_roles
+    block = next_classes["Qwen3NextSparseMoeBlock"]
     (gate,) = assignments(block, "gate")
     assert ast.unparse(gate.func) == "GateLinear" and "quant_config" not in {k.arg for k in gate.keywords}
     gate_linear = models.parent / "layers" / "fused_moe" / "router" / "gate_linear.py"
@@ -82,8 +89,9 @@ def test_router_and_shared_expert_gate_are_built_without_the_quant_config(models
     assert roles["router gate"] == r"\.mlp\.gate$" and roles["shared-expert gate"] == r"\.shared_expert_gate$"
 
 
-def test_mtp_fc_is_unquantized_only_under_plain_nvfp4(models):
-    drafter = classes(models / "qwen3_5_mtp.py")
+@pytest.mark.parametrize("source", ["qwen3_5_mtp.py", "qwen3_next_mtp.py"])
+def test_mtp_fc_is_unquantized_only_under_plain_nvfp4(models, source):
+    drafter = classes(models / source)
     text = ast.unparse(next(c for c in drafter.values() if assignments(c, "fc")))
     assert "None if quant_config and quant_config.get_name() == 'modelopt_fp4' else quant_config" in text
     role = next(r for r in QWEN3_5.unquantized_roles if r.name == "MTP input projection")
