@@ -90,6 +90,17 @@ elif point == "term_thread_after_rename":  # SIGTERM to another thread (as the k
         go.set(); sent.wait()
         return old
     out_mod._move_into_place = move
+elif point == "term_twice_as_cleanup_starts":  # a second SIGTERM as staged()'s cleanup starts, before held() holds it
+    import repair.io.staging as st
+    def build(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+    ex._build = build
+    real_held = st.InterruptGate.held
+    def held(self):
+        if sys.exc_info()[0] is KeyboardInterrupt:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_held(self)
+    st.InterruptGate.held = held
 from repair.cli import main
 main(args)
 """
@@ -223,6 +234,15 @@ def test_sigterm_as_the_temp_folder_is_created_still_removes_it(src, tmp_path):
     assert done.returncode == 130 and done.stderr.strip().splitlines() == ["interrupted; nothing was written"], done.stderr
     assert not out.exists() and partials(out) == []
     assert_no_lock_left(out)
+
+
+def test_a_second_sigterm_as_the_cleanup_starts_still_removes_the_temp_folder(src, tmp_path):
+    """A second signal (Ctrl-C pressed twice, a supervisor's repeated TERM) landing between the first
+    KeyboardInterrupt reaching staged() and its cleanup holding signals skipped the cleanup."""
+    out = tmp_path / "out"
+    done = killed_child("term_twice_as_cleanup_starts", src, out)
+    assert done.returncode == 130 and done.stderr.strip().splitlines()[-1] == "interrupted; nothing was written", done.stderr
+    assert not out.exists() and partials(out) == []
 
 
 def test_sigterm_caught_by_another_thread_after_the_rename_lets_the_run_finish(src, reference, tmp_path):

@@ -172,13 +172,15 @@ class InterruptGate:
         self.published = False
         self._holding = 0
         self._pending = False
+        self._raised = False
 
     def on_signal(self, signum, frame) -> None:
         if self.published:
             return
-        if self._holding:
+        if self._holding or self._raised:  # raised: a second signal must not cut the cleanup short before it is held
             self._pending = True
             return
+        self._raised = True
         raise KeyboardInterrupt
 
     @contextmanager
@@ -190,7 +192,7 @@ class InterruptGate:
         finally:
             self._holding -= 1
         if not self._holding and self._pending and not self.published:
-            self._pending = False
+            self._pending, self._raised = False, True
             raise KeyboardInterrupt
 
 
