@@ -101,6 +101,13 @@ elif point == "term_twice_as_cleanup_starts":  # a second SIGTERM as staged()'s 
             os.kill(os.getpid(), signal.SIGTERM)
         return real_held(self)
     st.InterruptGate.held = held
+elif point == "int_after_publish":  # Ctrl-C once OUT is published and the interrupt handlers are restored
+    import repair.cli.fix_cmd as fix_cmd
+    real_summary = fix_cmd._summary
+    def summary(*a, **k):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_summary(*a, **k)
+    fix_cmd._summary = summary
 from repair.cli import main
 main(args)
 """
@@ -243,6 +250,14 @@ def test_a_second_sigterm_as_the_cleanup_starts_still_removes_the_temp_folder(sr
     done = killed_child("term_twice_as_cleanup_starts", src, out)
     assert done.returncode == 130 and done.stderr.strip().splitlines()[-1] == "interrupted; nothing was written", done.stderr
     assert not out.exists() and partials(out) == []
+
+
+def test_ctrl_c_after_out_is_published_does_not_say_nothing_was_written(src, reference, tmp_path):
+    """Ctrl-C while the summary is printed: OUT is complete, and the line said "nothing was written"."""
+    out = tmp_path / "out"
+    done = killed_child("int_after_publish", src, out)
+    assert done.returncode == 130 and done.stderr.strip().splitlines()[-1] == f"interrupted; {out} was already written and is complete", done.stderr
+    assert tree(out) == reference and partials(out) == []
 
 
 def test_sigterm_caught_by_another_thread_after_the_rename_lets_the_run_finish(src, reference, tmp_path):

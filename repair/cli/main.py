@@ -37,16 +37,22 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"error: {err}", err=True)
         sys.exit(err.exit_code)
     except click.exceptions.Abort:  # click turns Ctrl-C into Abort
-        click.echo("interrupted; nothing was written", err=True)
-        sys.exit(130)
+        _interrupted()
     except click.ClickException as err:  # a usage error: one line like every other refusal, naming the help to read
         ctx = getattr(err, "ctx", None)
         command = ctx.command_path if ctx is not None else "ckpt-repair"
         click.echo(f"error: {one_line(err.format_message()).rstrip('.')}; see `{command} --help`", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        click.echo("interrupted; nothing was written", err=True)
-        sys.exit(130)
+        _interrupted()
+
+
+def _interrupted() -> None:
+    """Ctrl-C / SIGTERM: after OUT was published (the summary was being printed) it is complete, not absent."""
+    output = sys.modules.get("repair.io.output")
+    done = getattr(output, "PUBLISHED", None)
+    click.echo(f"interrupted; {done[-1]} was already written and is complete" if done else "interrupted; nothing was written", err=True)
+    sys.exit(130)
 
 
 def _printable_paths() -> None:

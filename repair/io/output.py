@@ -28,6 +28,7 @@ from repair.io.staging import MARKER, PARTIAL_TAG, InterruptGate, fsync_path, ma
 REPORT_NAME = "repair_report.json"  # what every ckpt-repair output holds (repair.execute.report writes it)
 LOCK_TAG = ".lock"
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
+PUBLISHED: list[Path] = []  # every OUT this process published: the CLI must not say "nothing was written" after one
 
 
 def is_earlier_output(folder: Path) -> bool:
@@ -96,6 +97,7 @@ def publish(tmp: Path, out: Path, gate: InterruptGate, overwrite: bool) -> None:
     with gate.held():
         old = _move_into_place(tmp, out, overwrite)
         gate.published = True
+        PUBLISHED.append(out)
         _quietly(os.unlink, out / MARKER)
     if old is not None:
         _quietly(mark, old)  # if we die while deleting the old OUT, the next run finishes the job
