@@ -272,3 +272,52 @@ def test_the_gate_roles_belong_to_the_qwen_next_family_only(capsys, tmp_path, ar
     _, out, _ = run_captured(capsys, "doctor", folder, "--target", "vllm==0.32.0", "--json")
     roles = [f for f in json.loads(out)["findings"] if f["code"] == "config-contradiction" and f["subject"] == gate]
     assert [f["severity"] for f in roles] == (["error"] if error else []), out
+
+
+def test_mtp_fc_of_a_modelopt_fp8_checkpoint_is_not_an_unquantized_role(capsys, tmp_path):
+    """vLLM 0.32 builds mtp.fc without the quant config only when the config is modelopt_fp4 (an NVFP4 quant_algo);
+    a single-algo ModelOpt FP8 checkpoint's config is `modelopt`, which quantizes mtp.fc. doctor called the FP8
+    mtp.fc an error ("under a plain NVFP4 config") and fix --target dequantized a layer vLLM builds FP8."""
+    from safetensors.torch import save_file
+
+    from repair.codec import fp8
+
+    src = tmp_path / "src"
+    src.mkdir()
+    stored = {"model.language_model.embed_tokens.weight": torch.randn(64, 32).to(torch.bfloat16)}
+    for name, shape in (("mtp.fc", (32, 64)), ("model.language_model.layers.0.self_attn.o_proj", (32, 32))):
+        weight, scale = fp8.quantize(torch.randn(shape).to(torch.bfloat16), None)
+        stored.update({f"{name}.weight": weight, f"{name}.weight_scale": scale, f"{name}.input_scale": torch.tensor(0.02)})
+    save_file(stored, src / "model.safetensors")
+    quantization = {"quant_algo": "FP8", "exclude_modules": ["lm_head"]}
+    (src / "config.json").write_text(json.dumps({"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+                                                 "quantization_config": {"quant_method": "modelopt", **quantization}}))
+    (src / "hf_quant_config.json").write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": quantization}))
+    code, out, _ = run_captured(capsys, "doctor", src, "--target", "vllm==0.32.0", "--json")
+    assert code == 0 and not [f for f in json.loads(out)["findings"] if f["subject"] == "mtp.fc"], out
+    assert inspect_modules(capsys, src)["mtp.fc"]["declared"] == "quantized"
+
+
+def test_a_quantized_qwen3_next_router_is_an_error(capsys, tmp_path):
+    """vLLM 0.32's Qwen3NextForCausalLM builds the same Qwen3NextSparseMoeBlock as Qwen3.5 (router GateLinear and
+    shared_expert_gate without the quant config), but it had no row: a packed router passed doctor --target."""
+    from safetensors.torch import save_file
+
+    from repair.codec import nvfp4
+
+    src = tmp_path / "src"
+    src.mkdir()
+    stored = {"model.embed_tokens.weight": torch.randn(64, 32).to(torch.bfloat16)}
+    for name in ("model.layers.0.mlp.gate", "model.layers.0.mlp.shared_expert.down_proj"):
+        packed, block, scale_2 = nvfp4.quantize(torch.randn(32, 32))
+        stored.update({f"{name}.weight": packed, f"{name}.weight_scale": block, f"{name}.weight_scale_2": scale_2.reshape(()),
+                       f"{name}.input_scale": torch.tensor(0.01)})
+    save_file(stored, src / "model.safetensors")
+    quantization = {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}
+    (src / "config.json").write_text(json.dumps({"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+                                                 "quantization_config": {"quant_method": "modelopt", **quantization}}))
+    (src / "hf_quant_config.json").write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": quantization}))
+    code, out, _ = run_captured(capsys, "doctor", src, "--target", "vllm==0.32.0", "--json")
+    findings = [f for f in json.loads(out)["findings"] if f["severity"] == "error"]
+    assert code == 1 and [f["subject"] for f in findings] == ["model.layers.0.mlp.gate"], out
+    assert "GateLinear" in findings[0]["message"]

@@ -69,7 +69,7 @@ class Architecture:
 
     def unquantized_role(self, module: str, declaration: Declaration) -> UnquantizedRole | None:
         """The role under which vLLM builds this checkpoint module unquantized whatever the config says, or None."""
-        return next((r for r in self.unquantized_roles if r.covers(module, declaration.format.NAME)), None)
+        return next((r for r in self.unquantized_roles if r.covers(module, declaration.format.NAME, declaration.quant_algo)), None)
 
     def declared(self, module: str, declaration: Declaration) -> str:
         """What the config declares for a weight-bearing layer, read as vLLM reads it: "quantized", "excluded",

@@ -43,7 +43,9 @@ QWEN_NEXT_ROLES = (
                     "as ReplicatedLinear(quant_config=None) (models/qwen3_next.py)"),
     UnquantizedRole("MTP input projection", r"^mtp\.fc$", "vLLM's Qwen3.5 / Qwen3-Next MTP drafter builds mtp.fc without the "
                     "quant config under a plain NVFP4 (modelopt_fp4) config (models/qwen3_5_mtp.py, qwen3_next_mtp.py)",
-                    formats=("modelopt-nvfp4",)),
+                    formats=("modelopt-nvfp4",),
+                    # vLLM's modelopt_fp4 is the NVFP4 algorithms; a ModelOpt FP8 checkpoint's config (modelopt) builds mtp.fc FP8
+                    quant_algos=("NVFP4", "W4A16_NVFP4", "NVFP4_AWQ")),
 )
 """The MoE block (and MTP drafter) Qwen3-Next and Qwen3.5 / Qwen3.6 share in vLLM 0.32."""
 

@@ -21,9 +21,11 @@ class UnquantizedRole:
     pattern: str
     why: str  # vLLM's reason, naming its file or class
     formats: tuple[str, ...] = ()  # only under these formats (Format.NAME); empty: under every format
+    quant_algos: tuple[str, ...] = ()  # only under these checkpoint-wide quant_algos; empty: under any
 
-    def covers(self, module: str, fmt: str) -> bool:
-        return (not self.formats or fmt in self.formats) and re.search(self.pattern, module) is not None
+    def covers(self, module: str, fmt: str, quant_algo: str | None = None) -> bool:
+        return ((not self.formats or fmt in self.formats) and (not self.quant_algos or quant_algo in self.quant_algos)
+                and re.search(self.pattern, module) is not None)
 
 
 EMBEDDING = UnquantizedRole("embedding", r"(^|\.)(embed_tokens|embeddings?|word_embeddings|wte)$",

@@ -96,3 +96,8 @@ def test_mtp_fc_is_unquantized_only_under_plain_nvfp4(models, source):
     assert "None if quant_config and quant_config.get_name() == 'modelopt_fp4' else quant_config" in text
     role = next(r for r in QWEN3_5.unquantized_roles if r.name == "MTP input projection")
     assert role.formats == ("modelopt-nvfp4",)
+    # modelopt_fp4 is ModelOptNvFp4Config's name; it claims a quant_algo with "NVFP4" or "FP4" in it (FP8 is `modelopt`)
+    modelopt = (models.parent / "layers" / "quantization" / "modelopt.py").read_text()
+    assert 'if algo is not None and ("NVFP4" in algo or "FP4" in algo):\n            return "modelopt_fp4"' in modelopt
+    from repair.formats.algorithms import SINGLE_ALGOS
+    assert role.quant_algos == tuple(a for a in SINGLE_ALGOS if "NVFP4" in a or "FP4" in a)
