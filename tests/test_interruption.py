@@ -22,7 +22,7 @@ import pytest
 from repair.demo.examples import AssistantDims, write_assistant
 from repair.io.staging import MARKER
 from tests.test_reliability_corpus import tree
-from tests.conftest import run_cli
+from tests.conftest import run_captured, run_cli
 
 # ~22 MB over three shards: big enough that the kill lands mid-write, small enough to be quick.
 DIMS = AssistantDims(hidden=512, backbone=1024, intermediate=2048, layers=2, heads=4, head_dim=128, global_head_dim=256, vocab=16384)
@@ -316,3 +316,18 @@ def test_the_marker_is_never_seen_half_written(tmp_path):
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == repr([MARKER])
+
+
+def test_an_interrupt_in_a_later_in_process_run_does_not_name_an_earlier_output(src, tmp_path, capsys, monkeypatch):
+    """`main` remembers the OUT it published to say so when interrupted after it; a second run in the same process
+    (tests, a Python caller) interrupted before writing anything must still say nothing was written."""
+    import repair.api
+
+    assert run_captured(capsys, "fix", src, "-o", tmp_path / "first", "--quiet")[0] == 0
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(repair.api, "plan", interrupted)
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "second", "--quiet")
+    assert (code, err.strip()) == (130, "interrupted; nothing was written")

@@ -14,6 +14,7 @@ import click
 from repair.version import __version__
 from repair.cli.lazy import LazyGroup
 from repair.errors import RepairError, one_line
+from repair.io.output import PUBLISHED
 
 COMMANDS = {name: f"repair.cli.{name}_cmd:{name}" for name in ("demo", "doctor", "fix", "hub", "inspect", "recipes", "unshard")}
 
@@ -31,6 +32,7 @@ def say(as_json: bool, payload: dict, text: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: tool errors become one line on stderr and their exit code (2 bad input, 3 internal error)."""
     _printable_paths()
+    PUBLISHED.clear()  # per run: an in-process caller (the tests, the API user) runs main more than once
     try:
         cli.main(args=argv, prog_name="ckpt-repair", standalone_mode=False)
     except RepairError as err:
@@ -49,9 +51,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def _interrupted() -> None:
     """Ctrl-C / SIGTERM: after OUT was published (the summary was being printed) it is complete, not absent."""
-    output = sys.modules.get("repair.io.output")
-    done = getattr(output, "PUBLISHED", None)
-    click.echo(f"interrupted; {done[-1]} was already written and is complete" if done else "interrupted; nothing was written", err=True)
+    done = f"{PUBLISHED[-1]} was already written and is complete" if PUBLISHED else "nothing was written"
+    click.echo(f"interrupted; {done}", err=True)
     sys.exit(130)
 
 
