@@ -299,4 +299,6 @@ def test_hub_fix_target_refuses_an_output_doctor_rejects_before_any_commit(hub, 
     line = one_error_line(err)
     assert code == 2 and "[fp8-scale] model.layers.0.self_attn.q_proj.weight_scale is infinite" in line, err
     assert "doctor --strict" in line and "nothing was committed" in line
+    made = f"(alice/fixed was created as an unchanged copy of {SRC}@"
+    assert (made in line) == (args[0] == "--to"), line
     assert not commits(hub, "alice/fixed") and not commits(hub, SRC) and hub.discussions(SRC) == []

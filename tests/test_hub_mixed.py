@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from huggingface_hub import HfApi
 from safetensors.torch import load_file, save_file
 
 from tests.hub_workflow_helpers import (  # noqa: F401 - fixtures
@@ -80,3 +81,29 @@ def test_hub_fix_target_of_an_awq_export_equals_a_local_fix(hub, mixed_export, t
     code, _, err = run(capsys, "hub", "fix", SRC, "--to", "alice/fixed", "--target", target, "--quiet")
     assert code == 0, err
     assert_equals_local_fix(hub.repo_files("alice/fixed"), local, f"{SRC}@{sha}")
+
+
+def test_an_fp8_scale_that_overflows_f16_is_refused_at_plan_time_as_locally(hub, tmp_path, capsys, monkeypatch):
+    """A weight_scale large enough for FP8 codes to pass F16's range: planning reads the layer's codes to decide. On the
+    Hub mirror they were zeros, so `hub fix --dry-run` printed a plan that the real run refused after creating the fork."""
+    import repair.hub.source as source
+    from tests.hub_workflow_helpers import commits
+    from tests.mixed_helpers import healthy_layers, tensors_for, write_mixed
+
+    monkeypatch.setattr(source, "COALESCE_GAP", 0)  # the codes are on the mirror only if asked for
+    tensors = tensors_for(healthy_layers())
+    name = "model.layers.0.self_attn.o_proj"
+    tensors[f"{name}.weight_scale"] = torch.tensor(1000.0)
+    codes = tensors[f"{name}.weight"].view(torch.uint8).clone()
+    codes[0, 0] = 0x7E  # 448, FP8's largest: 448 * 1000 > 65504
+    tensors[f"{name}.weight"] = codes.view(torch.float8_e4m3fn)
+    src = write_mixed(tmp_path / "src", tensors=tensors)
+    recipe = tmp_path / "f16.toml"
+    recipe.write_text(f'dtype = "f16"\n[[rules]]\naction = "dequantize"\nmodules = ["{name}"]\n')
+    sha = hub.add_repo(SRC, src)
+    local = run(capsys, "fix", src, "-o", tmp_path / "local", "--recipe", recipe, "--dry-run")
+    assert local[0] == 2 and "makes dequantized values reach 4.48e+05" in local[2], local
+    for args in (("--dry-run",), ()):
+        code, _, err = run(capsys, "hub", "fix", SRC, "--to", "alice/fixed", "--recipe", recipe, *args)
+        assert (code, err.strip().splitlines()[-1].replace(f"{SRC}@{sha}", str(src))) == (2, local[2].strip()), err
+    assert not commits(hub, "alice/fixed") and not HfApi(endpoint=hub.endpoint).repo_exists("alice/fixed")

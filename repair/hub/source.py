@@ -33,6 +33,7 @@ from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, INDEX_SUFFIX, PICKLE_S
 from repair.io.hashing import sha256_file
 from repair.io.safetensors import MAX_HEADER_BYTES, TensorInfo
 from repair.formats.modules import split_name
+from repair.formats.nvfp4_health import DTYPE_MAX, FP8_MAX, read_f32_scalar
 from repair.planning.build import make_plan
 
 SMALL_LIMIT = 64 << 20  # config and index files above this are refused rather than downloaded
@@ -112,11 +113,27 @@ def open_remote(repo: RemoteRepo, work: Path, *, scales: bool = True) -> Checkpo
         base = open_checkpoint(folder)
     if scales:
         fetch_tensors(source, base, lambda t: split_name(t.name)[1] in SCALE_LEAVES)
+        codes = _fp8_codes_read(base)
+        if codes:
+            fetch_tensors(source, base, lambda t: t.name in codes)
     used = {s.path.name for s in base.shards} | {CONFIG, HF_QUANT_CONFIG} | ({base.index_name} if base.index_name else set())
     other = tuple(n for n in repo.visible() if n not in used and not n.endswith(".safetensors"))
     ckpt = replace(base, root=Path(repo.label), other_files=other)
     _REMOTE[ckpt] = source
     return ckpt
+
+
+def _fp8_codes_read(ckpt: Checkpoint) -> set[str]:
+    """FP8 weights whose scale could carry a code past a 16-bit float's range: planning reads their codes
+    (planning/dequantize.py `_check_fp8_scale`), so they are fetched too. Rare: real FP8 scales are far smaller."""
+    infos = ckpt.infos()
+    out = set()
+    for name, info in infos.items():
+        scale = infos.get(name.removesuffix("weight") + "weight_scale") if info.dtype == "F8_E4M3" and name.endswith(".weight") else None
+        if scale is not None and scale.dtype == "F32" and scale.nbytes == 4 and \
+                not FP8_MAX * read_f32_scalar(scale.path, scale) <= min(DTYPE_MAX.values()):
+            out.add(name)
+    return out
 
 
 def _refuse_without_safetensors(repo: RemoteRepo) -> None:

@@ -112,7 +112,7 @@ def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, 
     hashes = _hashes(plan, source, work, streamed)
     after = diagnose(stream.after_checkpoint(plan, source, work, f"{repo.label} (repaired)"), target)
     sections = sections.with_after(after)
-    _refuse_unclean(plan, sections, work, repo.label)
+    _refuse_unclean(plan, sections, work, repo.label, fork.repo if fork is not None and fork.created else None)
     facts = _facts(plan, repo, fid, target, before, after, summary)
     text = card.section(facts)
     json_ops = lambda: _json_ops(plan, work)  # noqa: E731 - fresh operation objects per commit
@@ -139,12 +139,14 @@ def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, 
     return result
 
 
-def _refuse_unclean(plan: Plan, sections: Sections, work: Path, label: str) -> None:
-    """`fix`'s check of its output against doctor --strict for --target, before anything is committed."""
+def _refuse_unclean(plan: Plan, sections: Sections, work: Path, label: str, new_fork: str | None) -> None:
+    """`fix`'s check of its output against doctor --strict for --target, before anything is committed (the fork
+    this run created already exists, as an unchanged copy of SRC: the message says so)."""
     try:
         refuse_unclean(plan, sections.doctor, work, f"{label} (repaired)")
     except RepairError as err:
-        err.args = (str(err).replace("nothing was written", "nothing was committed"),)
+        made = f" ({new_fork} was created as an unchanged copy of {label}; delete it if you do not want it)" if new_fork else ""
+        err.args = (str(err).replace("nothing was written", f"nothing was committed{made}"),)
         raise
 
 
