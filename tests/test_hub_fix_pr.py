@@ -59,3 +59,23 @@ def test_fork_and_pr_together_and_a_pinned_older_revision(hub, broken, tmp_path,
     fork_report, pr_report = json.loads(fork["repair_report.json"]), json.loads(pr_files["repair_report.json"])
     assert fork_report["source"] == pr_report["source"] and fork_report["source"]["path"] == f"{SRC}@{old}"
     assert [o for o in fork_report["outputs"] if o["name"] != "README.md"] == [o for o in pr_report["outputs"] if o["name"] != "README.md"]
+
+
+def test_an_interrupt_after_the_fork_commit_names_it(hub, broken, capsys, monkeypatch):
+    """Ctrl-C between the fork's commit and the pull request said "nothing was written", with the fix already on the
+    fork: the line names the fork's commit, and no pull request is opened."""
+    from repair.hub import publish
+
+    hub.add_repo(SRC, broken)
+    real_commit = publish.commit
+
+    def commit(repo, ops, **kwargs):
+        if kwargs.get("pr"):
+            raise KeyboardInterrupt
+        return real_commit(repo, ops, **kwargs)
+
+    monkeypatch.setattr(publish, "commit", commit)
+    code, _, err = run(capsys, "hub", "fix", SRC, "--to", "alice/fixed", "--pr", "--quiet")
+    head = hub.head("alice/fixed")
+    assert (code, err.strip().splitlines()[-1]) == (130, f"interrupted; alice/fixed@{head} was already written and is complete"), err
+    assert hub.discussions(SRC) == []

@@ -25,6 +25,7 @@ from repair.hub.spec import hub_spec, repo_id
 from repair.planning.model import Plan, ShardOp
 from repair.planning.recipe import Recipe
 from repair.io.atomic import json_text, write_json
+from repair.io.output import PUBLISHED
 from repair import api
 from repair.doctor.text import diagnosis_text
 from repair.io.hashing import sha256_file
@@ -127,6 +128,7 @@ def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, 
         copies, deletes, uploads = publish.reconcile(fork, repo, written, set(plan.removed_files))
         ops += copies + deletes + stream.upload_unchanged(source, uploads, work, fork.repo, streamed, say)
         info = publish.commit(fork.repo, ops, title=title, description=card.pr_description(text), parent=fork.head, pr=False)
+        PUBLISHED.append(f"{fork.repo}@{info.oid}")  # an interrupt from here on must not say nothing was written
         say(f"committed {len(ops)} change(s) to {fork.repo} in one commit: {info.commit_url}")
         result["fork"] = {"repo": fork.repo, "created": fork.created, "parent": fork.head, "commit": info.oid,
                           "url": info.commit_url, "copied_server_side": len(copies), "uploaded_unchanged": uploads}
