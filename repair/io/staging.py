@@ -213,8 +213,8 @@ def interrupts_raise():
         yield gate
     finally:
         for sig, previous in old.items():
-            if previous is not None:
-                signal.signal(sig, previous)
+            if previous is not signal.SIG_IGN:  # ours was installed; None: a handler not set from Python, give back the default
+                signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
 
 
 def fsync_tree(folder: Path) -> None:
