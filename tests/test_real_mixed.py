@@ -321,3 +321,26 @@ def test_a_quantized_qwen3_next_router_is_an_error(capsys, tmp_path):
     findings = [f for f in json.loads(out)["findings"] if f["severity"] == "error"]
     assert code == 1 and [f["subject"] for f in findings] == ["model.layers.0.mlp.gate"], out
     assert "GateLinear" in findings[0]["message"]
+
+
+def test_dequantizing_every_expert_of_a_layer_takes_its_routed_experts_key_out(capsys, src, tmp_path):
+    """quantized_layers declares routed experts by one `...mlp.experts` key. Dequantizing all of a layer's experts took
+    out their own entries and excluded them (what vLLM reads first) but left that key: TensorRT-LLM, which reads
+    hf_quant_config.json's map, would still build the layer W4A16_NVFP4. Every other key stays; --dry-run says so."""
+    layer = "model.language_model.layers.7.mlp.experts"
+    recipe = tmp_path / "experts.toml"
+    recipe.write_text(f'name = "layer-7-experts"\n\n[[rules]]\naction = "dequantize"\nmodules = ["{layer}.*"]\n')
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "dry", "--recipe", recipe, "--dry-run", "--json")
+    assert code == 0, err
+    assert json.loads(out)["plan"]["quantized_layers_removed"] == [layer]
+    fixed = tmp_path / "out"
+    assert run_captured(capsys, "fix", src, "-o", fixed, "--recipe", recipe, "--quiet")[0] == 0
+    before, after = layers_of(src), layers_of(fixed)
+    assert layer in before and after == {k: v for k, v in before.items() if k != layer}
+    assert read_json(fixed / "config.json")["quantization_config"]["quantized_layers"] == \
+        read_json(fixed / "hf_quant_config.json")["quantization"]["quantized_layers"]
+    modules = inspect_modules(capsys, fixed)
+    experts = {n: m for n, m in modules.items() if n.startswith(layer + ".")}
+    assert experts and all((m["precision"], m["declared"]) == ("bf16", "excluded") for m in experts.values())
+    code, text, _ = run_captured(capsys, "doctor", fixed, "--target", "vllm==0.32.0", "--strict")
+    assert code == 0, text

@@ -17,6 +17,7 @@ from repair.errors import BadInput, UsageError
 from repair.formats import modelopt_nvfp4, nvfp4_packed
 from repair.formats.algorithms import GROUP, MIXED, LayerAlgorithms, kv_cache_declared, layer_map, single_algo
 from repair.formats.base import Covers, Declaration, routed_layer
+from repair.formats.modules import split_name
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 
 NAME = "modelopt-mixed"
@@ -80,6 +81,17 @@ def _config_groups(quant_cfg: dict, path: object) -> dict:
     return groups
 
 
+def emptied_parents(keys, quantized: set[str], names: set[str]) -> list[str]:
+    """Keys naming no stored module (a routed-experts layer `...mlp.experts`) every quantized module under which
+    is made unquantized: left in the map, TensorRT-LLM (which reads hf_quant_config.json's) would still see them."""
+    parents = {k: set() for k in keys if k not in quantized}
+    for module in quantized:  # each module's dotted prefixes: linear in the model's size
+        for i, char in enumerate(module):
+            if char == "." and module[:i] in parents:
+                parents[module[:i]].add(module)
+    return [k for k, under in parents.items() if under and under <= names]
+
+
 def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]:
     """New (config.json, hf_quant_config.json) contents where `names` are unquantized and `remove` NVFP4 again.
 
@@ -94,8 +106,9 @@ def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: 
     cfg = config.get("quantization_config") if config is not None else None
     section = hf_quant.get("quantization") if hf_quant is not None else None
     maps = [part["quantized_layers"] for part in (cfg, section) if isinstance(part, dict) and isinstance(part.get("quantized_layers"), dict)]
+    quantized = {split_name(t)[0] for t in ckpt.infos() if split_name(t)[1] == "weight_scale"}
     for layers in maps:
-        for key in [k for k in layers if any(k == n or k.startswith(n + ".") for n in names)]:
+        for key in [k for k in layers if any(k == n or k.startswith(n + ".") for n in names)] + emptied_parents(layers, quantized, set(names)):
             del layers[key]
         layers.update({n: dict(NVFP4_ENTRY) for n in remove})
     if maps and not maps[0]:

@@ -97,7 +97,7 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     removed = emptied + ((HF_QUANT_CONFIG,) if recipe.drop_quantization and ckpt.hf_quant_config is not None else ())
     copied = _other_files(ckpt) + tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
     plan = Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original, fmt,
-                unlisted_layers(declaration, actions, recipe))
+                unlisted_layers(declaration, config, hf_quant))
     plan_check.check_plan(plan)  # looked up on the module: tests switch it off to reach the writer's own checks
     return plan
 
@@ -190,13 +190,18 @@ def _redeclared(declaration: Declaration, packed: list[str], modules: dict[str, 
     return undeclared
 
 
-def unlisted_layers(declaration: Declaration, actions: dict[str, Action], recipe: Recipe) -> tuple[str, ...]:
-    """The layers a per-layer map (MIXED_PRECISION quantized_layers) declares and the plan takes out of it."""
-    if declaration.layer_algos is None or recipe.drop_quantization:
+def unlisted_layers(declaration: Declaration, config: dict | None, hf_quant: dict | None) -> tuple[str, ...]:
+    """The keys of a per-layer map (MIXED_PRECISION quantized_layers) the plan takes out: the output's map (from the
+    file vLLM reads, as the declaration's) lacks them. A dropped quantization config lists none: it goes whole."""
+    if declaration.layer_algos is None:
         return ()
-    bf16 = [n for n, a in sorted(actions.items()) if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)]
-    keys = [k for k, _ in declaration.layer_algos.entries]
-    return tuple(n for n in bf16 if any(k == n or k.startswith(n + ".") for k in keys))  # as with_exclusions takes them out
+    cfg = (config or {}).get("quantization_config")
+    section = (hf_quant or {}).get("quantization")
+    after = next((part["quantized_layers"] for part in (cfg, section) if isinstance(part, dict)
+                  and isinstance(part.get("quantized_layers"), dict)), None)
+    if after is None:
+        return ()
+    return tuple(k for k, _ in declaration.layer_algos.entries if k not in after)
 
 
 def _shard_steps(ckpt: Checkpoint, changes: list[ModuleChange]) -> tuple[tuple[ShardStep, ...], tuple[str, ...]]:
