@@ -96,7 +96,8 @@ def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: 
     """New (config.json, hf_quant_config.json) contents where `names` are unquantized and `remove` NVFP4 again.
 
     A layer is made unquantized by taking it (and any key under it) out of `quantized_layers` in both
-    files and out of config.json's config-group targets (a group left without targets is dropped);
+    files, with a parent key left covering only unquantized modules (`emptied_parents`), and out of
+    config.json's config-group targets (a group left without targets is dropped);
     one still resolved through a parent key (routed experts), or beside a layer the lists already exclude (vLLM's
     is_layer_skipped wants every shard of a fused layer excluded alike), is also added to the exclusion lists.
     A layer in `remove` is put back as `{"quant_algo": "NVFP4", "group_size": 16}` in ModelOpt's NVFP4
