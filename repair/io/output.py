@@ -28,7 +28,7 @@ from repair.io.staging import MARKER, PARTIAL_TAG, InterruptGate, fsync_path, ma
 REPORT_NAME = "repair_report.json"  # what every ckpt-repair output holds (repair.execute.report writes it)
 LOCK_TAG = ".lock"
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
-PUBLISHED: list[Path] = []  # every OUT this process published: the CLI must not say "nothing was written" after one
+PUBLISHED: list[Path | str] = []  # every OUT (or Hub commit) this run published: the CLI must not then say "nothing was written"
 
 
 def is_earlier_output(folder: Path) -> bool:
