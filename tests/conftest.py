@@ -48,6 +48,14 @@ def mixed_export(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def qwen36_export(tmp_path_factory) -> Path:
+    """The published Qwen3.6-35B-A3B-NVFP4 layout (tools/real_fixture.py write_qwen36), made once per session; read-only."""
+    from tools.real_fixture import write_qwen36
+
+    return write_qwen36(tmp_path_factory.mktemp("qwen36") / "src")
+
+
+@pytest.fixture(scope="session")
 def ct_export(broken_export, modelopt_dir) -> Path:
     """The buggy ModelOpt export converted to compressed-tensors NVFP4 by compressed-tensors' own converter."""
     from tools import ct_export as convert

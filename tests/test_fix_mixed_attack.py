@@ -17,7 +17,6 @@ import torch
 
 from tests.conftest import load_tensors, read_json, run_captured
 from tests.mixed_helpers import healthy_layers, tensors_for, write_mixed
-from tools.real_fixture import write_qwen36
 
 AWQ = "model.layers.1.mlp.down_proj"
 EXPERT = "model.language_model.layers.0.mlp.experts.0.gate_proj"
@@ -29,9 +28,9 @@ def healthy(tmp_path_factory) -> Path:
     return write_mixed(tmp_path_factory.mktemp("attack-fix") / "healthy")
 
 
-@pytest.fixture(scope="module")
-def qwen36(tmp_path_factory) -> Path:
-    return write_qwen36(tmp_path_factory.mktemp("attack-fix-q36") / "src")
+@pytest.fixture
+def qwen36(qwen36_export) -> Path:
+    return qwen36_export
 
 
 def recipe(tmp_path: Path, *modules: str) -> Path:

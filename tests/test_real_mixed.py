@@ -31,8 +31,8 @@ FP8_ATTN = "model.language_model.layers.7.self_attn.o_proj"
 
 
 @pytest.fixture(scope="module")
-def src(tmp_path_factory) -> Path:
-    return write_qwen36(tmp_path_factory.mktemp("qwen36") / "src")
+def src(qwen36_export) -> Path:
+    return qwen36_export
 
 
 @pytest.fixture(scope="module")
