@@ -234,3 +234,24 @@ def test_a_computed_step_whose_inputs_cannot_make_its_output_is_refused(src, tmp
     with pytest.raises(InternalError, match="the plan check failed: .* cannot be made from"):
         repair.run(dataclasses.replace(plan, shards=tuple(shards)), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("edit", [_as_cast, _scales_swapped])
+def test_plan_tp_runs_the_plan_check_on_a_hand_built_plan(src, tmp_path, edit):
+    """`fix --tp` through the Python side takes any Plan: one edited by hand is refused by the plan check (exit 3)
+    before the layout is made or anything is written, as `repair.run` refuses it (issue 25, 10d)."""
+    import repair.planning.model
+    from repair.tp.plan import plan_tp
+    from repair.tp.write import fix_tp
+
+    plan = repair.plan(src)
+    shards = list(plan.shards)
+    i = next(k for k, s in enumerate(shards) if s.op == "rewrite")
+    shards[i] = dataclasses.replace(shards[i], tensors=tuple(edit(t) if t.op == "dequantize" else t for t in shards[i].tensors))
+    bad = dataclasses.replace(plan, shards=tuple(shards))
+    with pytest.raises(InternalError, match="the plan check failed: .* cannot be made from") as err:
+        plan_tp(bad, 2)
+    assert err.value.exit_code == 3
+    with pytest.raises(InternalError, match="the plan check failed"):
+        fix_tp(bad, tmp_path / "out", 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"], "something was written"

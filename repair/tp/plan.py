@@ -19,6 +19,7 @@ from repair import arch
 from repair.arch.tp_plans import TRANSFORMERS_TP_PLANS, TRANSFORMERS_TP_STYLES
 from repair.errors import UsageError
 from repair.formats.modules import split_name
+from repair.planning import check as plan_check
 from repair.planning.model import Plan, TensorStep
 from repair.targets.tp_rules import (  # noqa: F401 (BLOCK, VOCAB_PADDING: the writer's units)
     BLOCK, HEAD_ROLES, SPLIT_STYLES, VOCAB_PADDING, ParallelSpec, RankRange, check_degree, heads_of,
@@ -144,7 +145,9 @@ class TpPlan:
 
 def plan_tp(plan: Plan, tp: int) -> TpPlan:
     """Split a plan's output `tp` ways; raises UsageError (before anything is written) when impossible,
-    InternalError when the split layout fails its check."""
+    InternalError when the plan (any Plan may be passed in, edited or built by hand) or the split layout
+    fails its check."""
+    plan_check.check_plan(plan)
     reason = plan.format.unsupported("tp")
     if reason:
         raise UsageError(f"{plan.source.root}: {reason}")
