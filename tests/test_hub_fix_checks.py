@@ -206,7 +206,7 @@ def test_a_killed_run_leaves_a_work_folder_the_next_run_removes(hub, broken, tmp
     child = subprocess.Popen([sys.executable, "-m", "repair", "hub", "fix", SRC, "--to", "alice/fixed", "--workdir", str(work)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        for line in child.stderr:  # progress lines; the first shard download comes after the fork exists
+        for line in child.stderr:  # progress lines; the first shard download comes before any fork exists
             if line.startswith("download "):
                 break
         with hub.store.lock:  # every request the run still needs (its commit at least) waits here
@@ -217,15 +217,16 @@ def test_a_killed_run_leaves_a_work_folder_the_next_run_removes(hub, broken, tmp
         child.stderr.close()
     left = [p for p in work.iterdir() if p.name.startswith("ckpt-repair-hub-")]
     assert [p.name.split("-")[3] for p in left] == [str(child.pid)] and (left[0] / MARKER).is_file()
-    assert "alice/fixed" in [m.id for m in HfApi(endpoint=hub.endpoint).list_models(author="alice")]  # an unmodified duplicate
+    assert "alice/fixed" not in [m.id for m in HfApi(endpoint=hub.endpoint).list_models(author="alice")]  # forked only after the checks
 
     alive = marked(work / f"ckpt-repair-hub-{os.getpid()}-live", os.getpid())  # a run still going: not ours to remove
     unmarked = work / f"ckpt-repair-hub-{dead_pid()}-nomark"  # holds something and no marker: not provably ours
     unmarked.mkdir()
     (unmarked / "notes.txt").write_text("not ours")
     code, _, err = run(capsys, "hub", "fix", SRC, "--to", "alice/fixed", "--workdir", work)
-    assert code == 0 and "exists (head" in err, err
+    assert code == 0 and "fork: alice/fixed (" in err, err
     assert sorted(p.name for p in work.iterdir()) == sorted([alive.name, unmarked.name])
+    assert "alice/fixed" in [m.id for m in HfApi(endpoint=hub.endpoint).list_models(author="alice")]
 
 
 def test_a_work_folder_that_cannot_be_made_is_one_line(hub, broken, capsys):
@@ -299,6 +300,7 @@ def test_hub_fix_target_refuses_an_output_doctor_rejects_before_any_commit(hub, 
     line = one_error_line(err)
     assert code == 2 and "[fp8-scale] model.layers.0.self_attn.q_proj.weight_scale is infinite" in line, err
     assert "doctor --strict" in line and "nothing was committed" in line
-    made = f"(alice/fixed was created as an unchanged copy of {SRC}@"
-    assert (made in line) == (args[0] == "--to"), line
-    assert not commits(hub, "alice/fixed") and not commits(hub, SRC) and hub.discussions(SRC) == []
+    assert "was created" not in line, line
+    assert hub.store.get("alice/fixed") is None, "the fork was created before the output's check (issue 25, 10a)"
+    assert not commits(hub, SRC) and hub.discussions(SRC) == []
+    assert not [r for r in hub.requests if r.method not in ("GET", "HEAD") and "/alice/fixed" in r.path], "something was sent to the fork"

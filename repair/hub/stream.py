@@ -1,7 +1,8 @@
 """The changed shards, one at a time: download the shard(s) a rewrite reads, write the rewritten shard,
-keep a sparse copy of its header and scales (for doctor after), delete what is no longer needed,
-pre-upload the result to every destination and delete it too. Disk use peaks at one rewrite's
-inputs plus its output, whatever the model's size.
+keep a sparse copy of its header and scales (for doctor after) and delete the inputs no longer needed.
+Once every check of the output has passed (and only then is a fork created), each rewritten shard is
+pre-uploaded to every destination and deleted. Disk use peaks at the rewritten shards plus one
+rewrite's inputs: the shards that do not change are never downloaded.
 """
 
 from __future__ import annotations
@@ -35,18 +36,18 @@ class Streamed:
     hashes: dict[str, dict] = field(default_factory=dict)  # as execute() records them
     downloaded: list[str] = field(default_factory=list)
     peak_bytes: int = 0
+    written: list[str] = field(default_factory=list)  # rewritten shards in work/out, in plan order
 
 
-def rewrite_and_upload(plan: Plan, source: RemoteSource, work: Path, dests: list[tuple[str, str]], say: Callable[[str], None]) -> Streamed:
-    """Every "rewrite" step of the plan, streamed (see the module docstring)."""
-    from huggingface_hub import CommitOperationAdd
-
+def rewrite(plan: Plan, source: RemoteSource, work: Path, say: Callable[[str], None]) -> Streamed:
+    """Every "rewrite" step of the plan, streamed (see the module docstring); the written shards stay in
+    work/out until `upload` sends them, so nothing reaches a destination before the output is checked."""
     steps = [s for s in plan.shards if s.op == ShardOp.REWRITE]
     located = plan.source.locate()
     needs = {s.name: _reads(s, located) for s in steps}
     left = Counter(n for names in needs.values() for n in names)
     out, staging = _folder(work / "out"), _folder(work / "dl")
-    result = Streamed(ops={kind: [] for kind, _ in dests})
+    result = Streamed()
     for step in steps:
         for name in sorted(needs[step.name] - source.complete):
             say(f"download {name} ({source.repo.files[name].size:,} bytes)")
@@ -59,8 +60,17 @@ def rewrite_and_upload(plan: Plan, source: RemoteSource, work: Path, dests: list
             left[name] -= 1
             if not left[name]:
                 (source.folder / name).unlink(missing_ok=True)
-        _upload(CommitOperationAdd, step.name, out / step.name, dests, result, say)
+        result.written.append(step.name)
     return result
+
+
+def upload(result: Streamed, work: Path, dests: list[tuple[str, str]], say: Callable[[str], None]) -> None:
+    """Pre-upload every rewritten shard to every destination (after every check of the output passed)."""
+    from huggingface_hub import CommitOperationAdd
+
+    result.ops = {kind: [] for kind, _ in dests}
+    for name in result.written:
+        _upload(CommitOperationAdd, name, work / "out" / name, dests, result, say)
 
 
 def _upload(op_class, name: str, path: Path, dests, result: Streamed, say) -> None:

@@ -104,23 +104,23 @@ def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, 
     plan = _with_original(plan, source)
     sections = input_sections(plan, o.force)  # doctor before, and the same verification of --original `fix` runs
     target, before = sections.doctor.target, sections.doctor.before
-    if fork is not None:
-        fork = publish.create(fork, repo, work, private=o.private, say=say)
-        say(f"fork: {fork.repo} ({fork.created or 'exists'}; head {fork.head})")
-    dests = ([("fork", fork.repo)] if fork else []) + ([("pr", repo.repo)] if want_pr else [])
     stream.link_unchanged(plan, source, work)
-    streamed = stream.rewrite_and_upload(plan, source, work, dests, say)
+    streamed = stream.rewrite(plan, source, work, say)
     hashes = _hashes(plan, source, work, streamed)
     after = diagnose(stream.after_checkpoint(plan, source, work, f"{repo.label} (repaired)"), target)
     sections = sections.with_after(after)
-    _refuse_unclean(plan, sections, work, repo.label, fork.repo if fork is not None and fork.created else None)
+    _refuse_unclean(plan, sections, work, repo.label)
     facts = _facts(plan, repo, fid, target, before, after, summary)
     text = card.section(facts)
+    readme = _fork_readme(source, work, fork.repo, text, plan) if fork is not None else None
+    if fork is not None:  # only now, after every check of the output: a refusal never leaves a new fork behind
+        fork = publish.create(fork, repo, work, private=o.private, say=say)
+        say(f"fork: {fork.repo} ({fork.created or 'exists'}; head {fork.head})")
+    stream.upload(streamed, work, ([("fork", fork.repo)] if fork else []) + ([("pr", repo.repo)] if want_pr else []), say)
     json_ops = lambda: _json_ops(plan, work)  # noqa: E731 - fresh operation objects per commit
     result = {**summary, "status": "done", "downloaded": streamed.downloaded, "peak_work_bytes": streamed.peak_bytes,
               "doctor_after": sections.doctor.as_dict()["after"]}
     if fork is not None:
-        readme = _fork_readme(source, work, fork.repo, text, plan)
         fork_hashes = {**hashes, README: {"source": hashes.get(README, {}).get("source"), "output": _sha(readme)}}
         report = _report(plan, fork_hashes, options, sections)
         ops = streamed.ops["fork"] + json_ops() + [_add(REPORT_NAME, report), _add(README, readme)]
@@ -141,14 +141,13 @@ def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, 
     return result
 
 
-def _refuse_unclean(plan: Plan, sections: Sections, work: Path, label: str, new_fork: str | None) -> None:
-    """`fix`'s check of its output against doctor --strict for --target, before anything is committed (the fork
-    this run created already exists, as an unchanged copy of SRC: the message says so)."""
+def _refuse_unclean(plan: Plan, sections: Sections, work: Path, label: str) -> None:
+    """`fix`'s check of its output against doctor --strict for --target, before any fork is created or anything
+    is uploaded or committed."""
     try:
         refuse_unclean(plan, sections.doctor, work, f"{label} (repaired)")
     except RepairError as err:
-        made = f" ({new_fork} was created as an unchanged copy of {label}; delete it if you do not want it)" if new_fork else ""
-        err.args = (str(err).replace("nothing was written", f"nothing was committed{made}"),)
+        err.args = (str(err).replace("nothing was written", "nothing was committed"),)
         raise
 
 
