@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -66,8 +67,27 @@ elif point == "before_marker":      # the temp folder exists, its marker is not 
     st.os.replace = die
 elif point == "before_publish":     # everything written, checked and flushed; not yet renamed
     at.publish = die
-elif point == "deleting_old_out":   # --overwrite: new OUT swapped in, old one being deleted
-    st.shutil.rmtree = die
+elif point == "deleting_old_out":   # --overwrite: new OUT swapped in, old one half deleted
+    import repair.io.output as out_mod
+    def discard(folder):
+        next(p for p in folder.iterdir() if p.name != st.MARKER).unlink()
+        die()
+    out_mod.discard = discard
+elif point == "unmarked_before_swap":  # --overwrite: the temp folder's marker removed, OUT not yet exchanged
+    import repair.io.output as out_mod
+    out_mod._move_into_place = die
+elif point == "just_exchanged":     # --overwrite: the exchange done, nothing after it
+    import repair.io.output as out_mod
+    real_rename2 = out_mod._rename2
+    def rename2(a, b, flags):
+        done = real_rename2(a, b, flags)
+        if done and flags == out_mod._RENAME_EXCHANGE:
+            die()
+        return done
+    out_mod._rename2 = rename2
+elif point == "old_out_marked":     # --overwrite: the swapped-out OUT marked, not yet deleted
+    import repair.io.output as out_mod
+    out_mod.mark = then_die(out_mod.mark)
 elif point == "term_temp_created":  # SIGTERM the instant the marked temp folder exists, before its name is returned
     import repair.io.output as out_mod
     real_new = out_mod.new_partial
@@ -193,15 +213,34 @@ def test_sigkill_before_the_marker_is_in_place_is_cleaned_up_by_the_next_run(src
     assert_no_lock_left(out)
 
 
-def test_sigkill_while_replacing_keeps_a_complete_out(src, reference, tmp_path):
-    out = tmp_path / "out"
+@pytest.fixture(scope="module")
+def other(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """An earlier output that differs from the reference: the old OUT an --overwrite replaces."""
+    src = write_assistant(tmp_path_factory.mktemp("other") / "src", AssistantDims(hidden=256, backbone=512, intermediate=512, layers=1,
+                                                                                 heads=2, head_dim=128, global_head_dim=256, vocab=4096))
+    out = tmp_path_factory.mktemp("other_out") / "out"
     assert fix(src, out) == 0
-    done = killed_child("deleting_old_out", src, out, "--overwrite")
+    return out, tree(out)
+
+
+@pytest.mark.parametrize("point,at_out", [("unmarked_before_swap", "old"), ("just_exchanged", "new"), ("old_out_marked", "new"),
+                                          ("deleting_old_out", "new")])
+def test_sigkill_at_each_step_of_overwrite_leaves_one_whole_out_and_a_folder_the_next_run_removes(point, at_out, src, reference, other, tmp_path):
+    """Issue 25, 10b: at every instant OUT is the old or the new output, whole (no marker in it), and the other is in a
+    `.out.partial-<pid>-*` folder that is marked or provably ours by its report; the next run removes it."""
+    from repair.io.ownership import is_ours
+
+    old, old_tree = other
+    out = tmp_path / "out"
+    shutil.copytree(old, out)
+    done = killed_child(point, src, out, "--overwrite")
     assert done.returncode == -signal.SIGKILL, done.stderr
-    assert tree(out) == reference, "OUT must be the new complete output (no marker, nothing missing)"
-    assert_nothing_looks_complete(out, reference)
+    assert tree(out) == (old_tree if at_out == "old" else reference), "OUT is not a whole output"
+    [left] = partials(out)
+    assert PARTIAL.fullmatch(left.name) and ((left / MARKER).is_file() or is_ours(left)), sorted(p.name for p in left.iterdir())
     assert fix(src, out, "--overwrite") == 0
     assert partials(out) == [] and tree(out) == reference
+    assert_no_lock_left(out)
 
 
 def test_sigkill_from_outside_at_an_unplanned_moment(src, reference, tmp_path):

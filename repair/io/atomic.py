@@ -16,7 +16,8 @@ from typing import Callable, Iterator, TypeVar
 
 from repair.errors import BadInput, InternalError, OutputError, RepairError
 from repair.io.hashing import sha256_file
-from repair.io.output import REPORT_NAME, is_earlier_output, publish, staged
+from repair.io.output import publish, staged
+from repair.io.ownership import Proof, prove_ours
 from repair.io.safetensors import read_header
 from repair.io.staging import MARKER, apply_modes, fsync_tree
 
@@ -25,8 +26,12 @@ WRITTEN = "the check of the written output"  # what a failed self-check names, u
 Expected = list[tuple[str, str, tuple[int, ...]]]  # a shard's tensors as (name, dtype, shape), in file order
 
 
-def check_output(src: Path, out: Path, overwrite: bool, original: Path | None = None) -> None:
-    """Refuse outputs that would touch an input (SRC or --original) or silently replace something."""
+def check_output(src: Path, out: Path, overwrite: bool, original: Path | None = None, *, prove: bool = False) -> Proof | None:
+    """Refuse outputs that would touch an input (SRC or --original) or silently replace something.
+
+    An existing OUT (with --overwrite) must be provably an earlier ckpt-repair output: its names are
+    checked always, its bytes hashed only with `prove` (once per run, by build_atomically); returns
+    that proof (None: OUT is absent, or only its names were checked)."""
     if out.name in ("", ".."):  # `.`, `..`, `/`: the temp folder and lock beside OUT would not be beside it
         raise OutputError(f"{out}: -o must name the folder to write (e.g. ../fixed), not '.', '..' or '/'")
     if out.is_symlink():
@@ -39,17 +44,20 @@ def check_output(src: Path, out: Path, overwrite: bool, original: Path | None = 
             raise OutputError(f"{out}: output is inside the {role} folder {given}; choose a folder outside it")
         if inp.is_relative_to(out_r):
             raise OutputError(f"{out}: output folder contains the {role} {given}; choose another folder")
-    if out.exists() and not overwrite:
-        raise OutputError(f"{out}: already exists; choose a new folder or pass --overwrite")
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"{out}: exists and is not a folder; remove it or choose another name")
-    if out.exists() and not is_earlier_output(out):
-        raise OutputError(
-            f"{out}: --overwrite only replaces an earlier ckpt-repair output, and this folder has no {REPORT_NAME}; "
-            "remove it yourself or choose another folder"
-        )
     if not out.parent.is_dir():
         raise OutputError(f"{out.parent}: parent folder does not exist; create it first")
+    if not out.exists():
+        return None
+    if not overwrite:
+        raise OutputError(f"{out}: already exists; choose a new folder or pass --overwrite")
+    if not out.is_dir():
+        raise OutputError(f"{out}: exists and is not a folder; remove it or choose another name")
+    try:
+        proof = prove_ours(out, hash_files=prove)
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot be read to prove it is an earlier ckpt-repair output ({exc.strerror or exc}); "
+                          "it was left alone, choose another folder") from None
+    return proof if prove else None
 
 
 def build_atomically(src: Path, out: Path, overwrite: bool, build: Callable[[Path], T], *, original: Path | None = None,
@@ -59,13 +67,14 @@ def build_atomically(src: Path, out: Path, overwrite: bool, build: Callable[[Pat
 
     `build` writes and checks every file; `needed_bytes` sizes the output for a disk-full message.
     """
-    check_output(src, out, overwrite, original)
+    proof = check_output(src, out, overwrite, original, prove=True)
+    inputs = tuple(Path(p) for p in (src, original) if p is not None)
     try:
-        with staged(out) as (tmp, state):
+        with staged(out, inputs) as (tmp, state):
             value = build(tmp)
             apply_modes(tmp, src)
             fsync_tree(tmp)
-            publish(tmp, out, state, overwrite)
+            publish(tmp, out, state, overwrite, proof)
     except OSError as exc:
         raise _os_error(exc, out, needed_bytes) from None
     except EOFError:

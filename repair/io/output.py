@@ -3,11 +3,13 @@
 Publishing never removes what we did not write. The decision is taken at the moment of the
 rename, not only when the run starts (OUT may appear meanwhile): an absent OUT is taken by a
 rename that cannot replace anything (renameat2 RENAME_NOREPLACE); an existing OUT is replaced
-only with --overwrite, by an atomic exchange, and only when what was swapped out is an earlier
-ckpt-repair output (it holds repair_report.json) or an empty folder; anything else is swapped
-straight back and the run fails with one line. Runs of this tool into one OUT exclude each other
-with flock on a hidden `.OUT.lock` beside it, removed when the run ends; a killed run's lock file
-holds no lock (the kernel drops it) and the next run takes it over.
+only with --overwrite, by an atomic exchange, and only when it is provably an earlier ckpt-repair
+output (repair/io/ownership.py: proven once, by hash, when the run starts; matched by stat at the
+swap, before and after it); anything else is swapped straight back and the run fails with one line.
+A SIGKILL at any step leaves the old or the new OUT at OUT, and the other in `.OUT.partial-<pid>-*`,
+provably ours by its report or its marker, which the next run removes. Runs of this tool into one
+OUT exclude each other with flock on a hidden `.OUT.lock` beside it, removed when the run ends; a
+killed run's lock file holds no lock (the kernel drops it) and the next run takes it over.
 """
 
 from __future__ import annotations
@@ -16,36 +18,28 @@ import ctypes
 import errno
 import fcntl
 import os
-import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from repair.errors import OutputError
+from repair.io.ownership import REPORT_NAME, Proof, is_ours, prove_ours, still_proven
 from repair.io.staging import MARKER, PARTIAL_TAG, InterruptGate, fsync_path, mark, discard, hidden_stem, interrupts_raise, new_partial, remove_stale_partials
 
-REPORT_NAME = "repair_report.json"  # what every ckpt-repair output holds (repair.execute.report writes it)
 LOCK_TAG = ".lock"
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
 PUBLISHED: list[Path | str] = []  # every OUT (or Hub commit) this run published: the CLI must not then say "nothing was written"
 
 
-def is_earlier_output(folder: Path) -> bool:
-    """--overwrite replaces only a real folder we wrote (it has our report) or an empty one."""
-    try:
-        return not folder.is_symlink() and folder.is_dir() and ((folder / REPORT_NAME).is_file() or not any(folder.iterdir()))
-    except OSError:
-        return False
-
-
 @contextmanager
-def staged(out: Path) -> Iterator[tuple[Path, InterruptGate]]:
-    """Lock OUT, clean up after dead runs, and yield (temp folder, the run's InterruptGate); the temp
-    folder is removed if the body raises (Ctrl-C and SIGTERM included). A signal while the folder is
-    being created waits until its name is known, so it cannot escape before the cleanup is armed."""
+def staged(out: Path, inputs: tuple[Path, ...] = ()) -> Iterator[tuple[Path, InterruptGate]]:
+    """Lock OUT, clean up after dead runs (never an input, nor a folder holding one), and yield (temp
+    folder, the run's InterruptGate); the temp folder is removed if the body raises (Ctrl-C and SIGTERM
+    included). A signal while the folder is being created waits until its name is known, so it cannot
+    escape before the cleanup is armed."""
     with interrupts_raise() as gate, output_lock(out):
-        remove_stale_partials(out)
+        remove_stale_partials(out, inputs, is_ours)
         tmp = None
         try:
             with gate.held():
@@ -89,19 +83,22 @@ def _same_file(fd: int, path: Path) -> bool:
     return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
-def publish(tmp: Path, out: Path, gate: InterruptGate, overwrite: bool) -> None:
+def publish(tmp: Path, out: Path, gate: InterruptGate, overwrite: bool, proof: Proof | None = None) -> None:
     """Move the checked folder into place with SIGINT/SIGTERM held back, so it is all or nothing.
 
-    Nothing after the rename may fail the run: OUT is complete from that moment on.
+    `proof`: what was proven of OUT when the run started (None: OUT was absent). Nothing after the
+    rename may fail the run: OUT is complete from that moment on. The marker leaves the temp folder
+    first: from then on its report proves it ours, so a SIGKILL at any later step leaves the old or
+    the new OUT at OUT and the other in a `.OUT.partial-<pid>-*` folder the next run proves and removes.
     """
     with gate.held():
-        old = _move_into_place(tmp, out, overwrite)
+        os.unlink(tmp / MARKER)
+        old = _move_into_place(tmp, out, overwrite, proof)
         gate.published = True
         PUBLISHED.append(out)
-        _quietly(os.unlink, out / MARKER)
     if old is not None:
-        _quietly(mark, old)  # if we die while deleting the old OUT, the next run finishes the job
-        shutil.rmtree(old, ignore_errors=True)
+        _quietly(mark, old)  # a kill while deleting it leaves a marked folder the next run removes
+        discard(old)
     fsync_path(out.parent, best_effort=True)
 
 
@@ -112,21 +109,29 @@ def _quietly(fn, path: Path) -> None:
         pass
 
 
-def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> Path | None:
+def _move_into_place(tmp: Path, out: Path, overwrite: bool, proof: Proof | None) -> Path | None:
     """Rename the finished folder to OUT; returns where a replaced OUT went (None: OUT was absent)."""
     if _rename_noreplace(tmp, out):
         return None
     if not overwrite:
         raise OutputError(f"{out}: appeared while this run was writing (another program or run?); it was left alone, choose another folder")
-    if not is_earlier_output(out):
-        raise OutputError(f"{out}: was replaced while this run was writing by something that is not a ckpt-repair output; it was left alone")
+    if proof is None:  # OUT appeared while this run was writing: prove it now
+        try:
+            proof = prove_ours(out)
+        except OutputError:
+            raise OutputError(f"{out}: appeared while this run was writing and is not a ckpt-repair output this run may replace; "
+                              "it was left alone, choose another folder") from None
+    replaced = OutputError(f"{out}: was changed or replaced while this run was writing, and is not a ckpt-repair output this "
+                           "run proved at its start; it was left alone, re-run")
+    if not still_proven(out, proof):
+        raise replaced
     if _rename2(tmp, out, _RENAME_EXCHANGE):
-        if not is_earlier_output(tmp):  # OUT changed between the check and the swap: put it back
+        if not still_proven(tmp, proof):  # OUT changed between the check and the swap: put it back
             _rename2(tmp, out, _RENAME_EXCHANGE)
-            raise OutputError(f"{out}: was replaced while this run was writing by something that is not a ckpt-repair output; it was left alone")
+            raise replaced
         return tmp
     old = Path(tempfile.mkdtemp(prefix=f"{hidden_stem(out)}{PARTIAL_TAG}{os.getpid()}-", dir=out.parent))
-    os.rename(out, old)  # no atomic exchange here: onto the empty folder; a kill before the next line leaves the old OUT here, unmarked
+    os.rename(out, old)  # no atomic exchange here: onto the empty folder; a kill before the next line leaves no OUT
     os.rename(tmp, out)
     return old
 

@@ -23,6 +23,7 @@ import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 
 PARTIAL_TAG = ".partial-"
@@ -97,33 +98,61 @@ def mark(folder: Path) -> None:
 
 
 def discard(tmp: Path | None) -> None:
-    if tmp is not None:
-        shutil.rmtree(tmp, ignore_errors=True)
+    """Remove a folder of ours with its marker last, so a kill half-way leaves it marked (or empty)."""
+    if tmp is None:
+        return
+    try:
+        children = [p for p in tmp.iterdir() if p.name != MARKER]
+    except OSError:
+        return
+    for child in children:
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+    (tmp / MARKER).unlink(missing_ok=True)
+    try:
+        tmp.rmdir()
+    except OSError:
+        pass
 
 
-def remove_stale_partials(out: Path) -> list[Path]:
-    """Delete temp folders of earlier runs into OUT that were killed (SIGKILL, power loss)."""
-    return remove_stale(out.parent, f"{hidden_stem(out)}{PARTIAL_TAG}")
+def remove_stale_partials(out: Path, inputs: tuple[Path, ...] = (), proven: Callable[[Path], bool] | None = None) -> list[Path]:
+    """Delete temp folders of earlier runs into OUT that were killed (SIGKILL, power loss); `proven` says
+    whether an unmarked one is provably a complete output of ours (a kill while publishing leaves one)."""
+    return remove_stale(out.parent, f"{hidden_stem(out)}{PARTIAL_TAG}", inputs, proven)
 
 
-def remove_stale(parent: Path, prefix: str) -> list[Path]:
+def remove_stale(parent: Path, prefix: str, inputs: tuple[Path, ...] = (), proven: Callable[[Path], bool] | None = None) -> list[Path]:
     """Delete the folders `new_marked(parent, prefix)` made for runs that were killed.
 
-    Only folders named `<prefix><pid>-*` holding our marker, written on this host by a process
-    that no longer exists; anything else is left alone.
+    Only folders named `<prefix><pid>-*` whose pid no longer exists on this host, holding our marker
+    written by that pid here (or, with `proven`, no marker and a proven output); never an input
+    (SRC, --original), a folder holding one, or one inside one. Anything else is left alone.
     """
     pattern = re.compile(re.escape(prefix) + r"(\d+)-\w+")
     removed = []
     for entry in sorted(parent.iterdir()):
         match = pattern.fullmatch(entry.name)
-        if not match or not entry.is_dir() or entry.is_symlink():
+        if not match or not entry.is_dir() or entry.is_symlink() or _touches_input(entry, inputs):
             continue
-        if _owner_gone(entry, int(match[1])):
-            shutil.rmtree(entry, ignore_errors=True)
+        pid = int(match[1])
+        if _owner_gone(entry, pid) or (_pid_gone(pid) and not (entry / MARKER).exists() and proven is not None and proven(entry)):
+            discard(entry)
             removed.append(entry)
-        elif _pid_gone(int(match[1])) and _remove_if_never_marked(entry):
+        elif _pid_gone(pid) and _remove_if_never_marked(entry):
             removed.append(entry)
     return removed
+
+
+def _touches_input(folder: Path, inputs: tuple[Path, ...]) -> bool:
+    """`folder` is an input, holds one, or is inside one (compared resolved, so links and `..` do not hide it)."""
+    here = folder.resolve()
+    for given in inputs:
+        there = Path(given).resolve()
+        if here == there or there.is_relative_to(here) or here.is_relative_to(there):
+            return True
+    return False
 
 
 def _remove_if_never_marked(folder: Path) -> bool:

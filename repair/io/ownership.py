@@ -1,0 +1,115 @@
+"""Whether a folder is provably an earlier ckpt-repair output, the only thing `--overwrite` replaces.
+
+Provably ours: a real folder whose every file is listed in its repair_report.json (`outputs`, by
+relative name, with sha256), whose every subfolder leads to a listed file, and which holds nothing
+else (no symlink, no FIFO, no file the report does not name); an empty folder holds nothing to
+lose. The report is the anchor: it cannot list itself. Proving it costs one read of the old folder
+(every listed file is hashed once, when the run starts); at the swap the folder is matched against
+that proof by stat alone (inode, size, mtime and ctime of every entry), so nothing is read twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from repair.errors import OutputError
+from repair.io.hashing import sha256_file
+
+REPORT_NAME = "repair_report.json"  # what every ckpt-repair output holds (repair.execute.report writes it)
+REPORT_LIMIT = 256 << 20
+_HEX = frozenset("0123456789abcdef")
+
+Entry = tuple[str, int, int, int, int, int, int]  # (relative name, mode, dev, ino, size, mtime_ns, ctime_ns)
+
+
+@dataclass(frozen=True)
+class Proof:
+    """What was proven of a folder: every entry's identity when it was hashed."""
+
+    entries: tuple[Entry, ...]
+
+
+def prove_ours(folder: Path, *, hash_files: bool = True) -> Proof:
+    """The proof that `folder` is an earlier ckpt-repair output, or OutputError naming the first foreign or
+    changed file. `hash_files=False` checks the names only (a cheap early refusal before planning)."""
+    if folder.is_symlink() or not folder.is_dir():
+        raise OutputError(f"{folder}: --overwrite only replaces a folder; this is not one")
+    entries = _walk(folder)
+    if not entries:
+        return Proof(())
+    listed = _listed(folder, entries)
+    parents = {"/".join(n.split("/")[:i]) for n in listed for i in range(1, n.count("/") + 1)}
+    for name, mode, *_ in sorted(entries, key=lambda e: stat.S_ISDIR(e[1])):  # a foreign file before the folder holding it
+        ok = (stat.S_ISREG(mode) and (name in listed or name == REPORT_NAME)) or (stat.S_ISDIR(mode) and name in parents)
+        if not ok:
+            raise _foreign(folder, name, "is not listed in its repair_report.json")
+    if hash_files:
+        for entry in entries:
+            name = entry[0]
+            if name in listed and (sha256_file(folder / name) != listed[name] or _entry(folder, name) != entry):
+                raise _foreign(folder, name, "changed since ckpt-repair wrote it (its sha256 differs from repair_report.json)")
+    return Proof(tuple(entries))
+
+
+def is_ours(folder: Path) -> bool:
+    try:
+        prove_ours(folder)
+    except (OutputError, OSError):
+        return False
+    return True
+
+
+def still_proven(folder: Path, proof: Proof) -> bool:
+    """`folder` holds exactly the entries that were proven, untouched since (stat only: no byte is read again)."""
+    try:
+        return not folder.is_symlink() and folder.is_dir() and tuple(_walk(folder)) == proof.entries
+    except OSError:
+        return False
+
+
+def _foreign(folder: Path, name: str, why: str) -> OutputError:
+    return OutputError(f"{folder}: --overwrite only replaces an earlier ckpt-repair output, and {name} {why}; "
+                       "it was left alone: move that file away, or choose another folder")
+
+
+def _listed(folder: Path, entries: list[Entry]) -> dict[str, str]:
+    """{relative name: sha256} of the report's outputs; OutputError when there is no readable report."""
+    report = next((e for e in entries if e[0] == REPORT_NAME and stat.S_ISREG(e[1])), None)
+    try:
+        if report is None or report[4] > REPORT_LIMIT:
+            raise ValueError
+        data = json.loads((folder / REPORT_NAME).read_bytes())
+        outputs = data["outputs"] if isinstance(data, dict) and isinstance(data.get("tool"), dict) and \
+            data["tool"].get("name") == "ckpt-repair" else None
+        listed = {o["name"]: o["sha256"] for o in outputs}
+        if not all(isinstance(n, str) and isinstance(h, str) and len(h) == 64 and set(h) <= _HEX for n, h in listed.items()):
+            raise ValueError
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+        first = REPORT_NAME if report is not None else next(e[0] for e in entries)
+        why = "is not a ckpt-repair report" if report is not None else f"is there, and there is no {REPORT_NAME}"
+        raise _foreign(folder, first, why) from None
+    return listed
+
+
+def _walk(folder: Path) -> list[Entry]:
+    """Every entry below `folder` (never following a link), sorted by name, with its identity."""
+    found: list[Entry] = []
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        with os.scandir(folder / rel if rel else folder) as it:
+            for item in it:
+                name = f"{rel}/{item.name}" if rel else item.name
+                found.append(_entry(folder, name))
+                if item.is_dir(follow_symlinks=False):
+                    pending.append(name)
+    return sorted(found)
+
+
+def _entry(folder: Path, name: str) -> Entry:
+    st = os.stat(folder / name, follow_symlinks=False)
+    return (name, st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
