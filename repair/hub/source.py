@@ -28,9 +28,9 @@ from repair.hub import client
 from repair.hub.errors import hub_call
 from repair.hub.remote import RemoteRepo, resolve
 from repair.hub.spec import hub_spec, local_path
+from repair.hub.verify import verified
 from repair.io import staging
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, INDEX_SUFFIX, PICKLE_SUFFIXES, Checkpoint, open_checkpoint
-from repair.io.hashing import sha256_file
 from repair.io.safetensors import MAX_HEADER_BYTES, TensorInfo
 from repair.formats.modules import split_name
 from repair.formats.nvfp4_health import DTYPE_MAX, FP8_MAX, read_f32_scalar
@@ -149,7 +149,8 @@ def _download_small(repo: RemoteRepo, name: str, folder: Path) -> Path:
         raise BadInput(f"{repo.label}/{name}: {size:,} bytes is far too large for a config or index file; the repo is broken")
     local_path(folder, name, repo.label)
     with hub_call(f"{repo.label}/{name}", missing="listed at the pinned commit but not downloadable; re-run"):
-        return client.download(repo.repo, repo.sha, name, local_dir=folder)
+        got = client.download(repo.repo, repo.sha, name, local_dir=folder)
+    return verified(repo, name, got)
 
 
 def _header_file(source: RemoteSource, name: str) -> None:
@@ -207,17 +208,13 @@ def _coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def fetch_shard(source: RemoteSource, name: str, staging: Path) -> Path:
-    """Download one shard whole, check its sha256 against the Hub's, and put it in place of its
+    """Download one shard whole, check it against the Hub's listing (repair.hub.verify), and put it in place of its
     sparse stand-in (so the Checkpoint's paths now read real bytes). Returns the mirror path."""
     repo = source.repo
-    remote = repo.files[name]
     target = local_path(source.folder, name, repo.label)
     with hub_call(f"{repo.label}/{name}", missing="listed at the pinned commit but not downloadable; re-run"):
         got = client.download(repo.repo, repo.sha, name, local_dir=staging)
-    if remote.sha256 and sha256_file(got) != remote.sha256:
-        got.unlink(missing_ok=True)
-        raise BadInput(f"{repo.label}/{name}: the download does not match the Hub's sha256; re-run (if it repeats, the repo's storage is damaged)")
-    os.replace(got, target)
+    os.replace(verified(repo, name, got), target)
     source.complete.add(name)
     return target
 
@@ -235,6 +232,7 @@ def localize(ckpt: Checkpoint | None) -> Checkpoint | None:
     for name in names:
         with hub_call(f"{repo.label}/{name}", missing="listed at the pinned commit but not downloadable; re-run"):
             path = client.download(repo.repo, repo.sha, name)
+        verified(repo, name, path, client.cache_dir())  # every byte that builds OUT, checked (one read of the download)
         root = path.parents[len(PurePosixPath(name).parts) - 1]
     return open_checkpoint(root)
 

@@ -21,6 +21,7 @@ from repair.hub import client, publish
 from repair.hub.errors import hub_call
 from repair.hub.source import SCALE_LEAVES, SMALL_LIMIT, RemoteSource, fetch_shard, relabeled
 from repair.hub.spec import local_path
+from repair.hub.verify import verified
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint, open_checkpoint
 from repair.io.hashing import sha256_file
 from repair.io.safetensors import read_header
@@ -94,7 +95,7 @@ def upload_unchanged(source: RemoteSource, names: list[str], work: Path, fork: s
     for name in names:
         repo = source.repo
         with hub_call(f"{repo.label}/{name}", missing="listed at the pinned commit but not downloadable; re-run"):
-            path = client.download(repo.repo, repo.sha, name, local_dir=staging)
+            path = verified(repo, name, client.download(repo.repo, repo.sha, name, local_dir=staging))
         result.downloaded.append(name)
         if not repo.files[name].is_lfs:
             ops.append(CommitOperationAdd(name, path.read_bytes()))
@@ -185,7 +186,8 @@ def small_file(source: RemoteSource, name: str, work: Path) -> Path:
         raise BadInput(f"{repo.label}/{name}: {repo.files[name].size:,} bytes is too large for a non-LFS file; the repo is broken")
     local_path(work / "small", name, repo.label)
     with hub_call(f"{repo.label}/{name}", missing="listed at the pinned commit but not downloadable; re-run"):
-        return client.download(repo.repo, repo.sha, name, local_dir=work / "small")
+        path = client.download(repo.repo, repo.sha, name, local_dir=work / "small")
+    return verified(repo, name, path)
 
 
 def _folder(path: Path) -> Path:
