@@ -83,3 +83,41 @@ def test_a_clean_repo_still_fixes_and_a_corrupt_cached_copy_is_fetched_again(hub
     code, _, err = run(capsys, "fix", SRC, "-o", tmp_path / "out", "--quiet")
     assert code == 0, err
     shutil.rmtree(tmp_path / "out")
+
+
+def dead_marked_copy(folder, into):
+    """`folder` copied to `into`, holding a marker of a dead pid: named and marked like a killed run's work folder."""
+    import json
+    import socket
+
+    from repair.io.staging import MARKER
+
+    shutil.copytree(folder, into)
+    (into / MARKER).write_text(json.dumps({"pid": 999999, "host": socket.gethostname()}))
+    return into
+
+
+def test_hub_fix_never_removes_a_local_original_named_like_a_dead_work_folder(hub, broken, original_model, capsys, tmp_path):
+    """The work folder's cleanup (issue 25, 4: no cleanup removes an input) skips --original."""
+    from tests.test_reliability_corpus import tree
+
+    hub.add_repo(SRC, broken)
+    work = tmp_path / "work"
+    work.mkdir()
+    orig = dead_marked_copy(original_model, work / "ckpt-repair-hub-999999-orig")
+    before = tree(orig)
+    run(capsys, "hub", "fix", SRC, "--to", "alice/fixed", "--workdir", work, "--original", orig, "--quiet")
+    assert orig.is_dir() and tree(orig) == before, "--original was removed"
+
+
+def test_fix_never_removes_a_local_src_named_like_a_dead_work_folder(hub, broken_export, original_model, capsys, tmp_path, monkeypatch):
+    import tempfile
+
+    from tests.test_reliability_corpus import tree
+
+    hub.add_repo("alice/orig", original_model)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the Hub original's work folder goes
+    src = dead_marked_copy(broken_export, tmp_path / "ckpt-repair-hub-999999-src")
+    before = tree(src)
+    run(capsys, "fix", src, "-o", tmp_path / "out", "--original", "alice/orig", "--quiet")
+    assert src.is_dir() and tree(src) == before, "SRC was removed"

@@ -35,7 +35,8 @@ def fix(src: Path, out: Path, overwrite: bool, tp: int | None, **values) -> None
     from repair.cli.sources import open_source  # SRC / --original: local folders or Hub repo ids
     from repair.hub.source import labeled, localize_plan
 
-    ckpt, orig = open_source(src), open_source(original) if original else None
+    local = tuple(Path(p) for p in (src, original) if p is not None and Path(p).exists())  # never removed by a cleanup
+    ckpt, orig = open_source(src, inputs=local), open_source(original, inputs=local) if original else None
     with labeled(ckpt, orig):
         plan = api.plan(ckpt, recipe, original=orig)
     if tp is not None:  # per-rank output, written even when the plan changes nothing

@@ -19,8 +19,9 @@ from repair.io.checkpoint import Checkpoint, open_checkpoint
 _NETWORK = ("cannot reach", "the connection to")  # the Hub was never asked: the user may have meant a local path
 
 
-def open_source(src: str | Path, *, scales: bool = True) -> Checkpoint:
-    """A local checkpoint folder, or a Hub repo id `owner/name[@rev]` (see repair.hub.source.open_source)."""
+def open_source(src: str | Path, *, scales: bool = True, inputs: tuple[Path, ...] = ()) -> Checkpoint:
+    """A local checkpoint folder, or a Hub repo id `owner/name[@rev]` (see repair.hub.source.open_source);
+    `inputs`: the run's local inputs, which a Hub work folder's cleanup must never remove."""
     path = Path(os.path.expanduser(src))  # unlike Path.expanduser, leaves `~unknown-user/x` as it is
     if path.exists() or (path.parent != Path(".") and path.parent.is_dir()):
         return open_checkpoint(Path(src))
@@ -31,7 +32,7 @@ def open_source(src: str | Path, *, scales: bool = True) -> Checkpoint:
     from repair.hub.source import open_source as open_hub_source
 
     try:
-        return open_hub_source(src, scales=scales)
+        return open_hub_source(src, scales=scales, inputs=inputs)
     except RepairError as err:
         if not any(words in str(err) for words in _NETWORK):
             raise

@@ -63,34 +63,35 @@ def remote_of(ckpt: Checkpoint | None) -> RemoteSource | None:
     return None if ckpt is None else _REMOTE.get(ckpt)
 
 
-def open_source(src: str | Path, *, scales: bool = True, work: Path | None = None) -> Checkpoint:
+def open_source(src: str | Path, *, scales: bool = True, work: Path | None = None, inputs: tuple[Path, ...] = ()) -> Checkpoint:
     """A local checkpoint folder, or a Hub repo id (`owner/name[@rev]`) opened from its headers.
 
     `scales=False` (inspect) reads headers only; otherwise the NVFP4 scale tensors are fetched too,
     by range, because planning and doctor check their values. The mirror lives in `work` or in a
-    temporary folder removed when the process exits.
+    temporary folder removed when the process exits; making one never removes `inputs` (the local inputs).
     """
     spec = hub_spec(src)
     if spec is None:
         return open_checkpoint(Path(src))
     client.quiet_progress(True)
     repo = resolve(spec)
-    return open_remote(repo, work if work is not None else temp_folder(), scales=scales)
+    return open_remote(repo, work if work is not None else temp_folder(inputs), scales=scales)
 
 
-def temp_folder() -> Path:
+def temp_folder(inputs: tuple[Path, ...] = ()) -> Path:
     """A work folder removed when the process exits (and by a later run, if this one is killed)."""
-    folder = work_folder()
+    folder = work_folder(None, inputs)
     atexit.register(shutil.rmtree, folder, True)
     return folder
 
 
-def work_folder(parent: Path | None = None) -> Path:
+def work_folder(parent: Path | None = None, inputs: tuple[Path, ...] = ()) -> Path:
     """A new `ckpt-repair-hub-<pid>-*` folder in `parent` (default: the temp folder), marked like `fix`'s
-    partial folders; first removes the ones killed runs left there (SIGKILL cannot be caught)."""
+    partial folders; first removes the ones killed runs left there (SIGKILL cannot be caught), never one
+    of `inputs` (local SRC, --original) or a folder holding one, whatever its name and marker."""
     parent = Path(parent) if parent is not None else Path(tempfile.gettempdir())
     try:
-        staging.remove_stale(parent, WORK_PREFIX)
+        staging.remove_stale(parent, WORK_PREFIX, inputs)
         return staging.new_marked(parent, WORK_PREFIX)
     except OSError as exc:
         raise OutputError(f"{parent}: cannot create a work folder here ({exc.strerror or exc}); give a writable folder "

@@ -60,7 +60,7 @@ def hub_fix(o: HubFix, say: Callable[[str], None] = lambda line: None) -> dict:
     if dst == spec.repo:
         raise UsageError(f"--to {dst}: that is SRC itself; use --pr to propose the fix to it")
     client.quiet_progress(o.quiet)
-    work = work_folder(o.workdir)
+    work = work_folder(o.workdir, tuple(Path(p) for p in (o.original,) if p and Path(p).exists()))
     try:
         return _run(o, spec, dst, work, say)
     except RepairError as err:  # name files as owner/name@sha, not by their place in the work folder
