@@ -175,12 +175,15 @@ def wait_until_writing(child: subprocess.Popen, out: Path) -> None:
 
 
 def assert_nothing_looks_complete(out: Path, reference: dict[str, str]) -> None:
-    """OUT is absent or exactly the finished output; anything else is a hidden, marked temp folder."""
+    """OUT is absent or exactly the finished output; anything else is a hidden temp folder, marked or (killed
+    as it was being published: the marker goes just before the rename) a whole output its report proves ours."""
+    from repair.io.ownership import is_ours
+
     if out.exists():
         assert tree(out) == reference, "OUT exists but is not the complete output"
     for leftover in partials(out):
         assert PARTIAL.fullmatch(leftover.name), leftover.name
-        assert not (leftover / "repair_report.json").exists() or (leftover / MARKER).exists()
+        assert not (leftover / "repair_report.json").exists() or (leftover / MARKER).exists() or is_ours(leftover)
 
 
 @pytest.mark.parametrize("point", ["temp_created", "mid_first_shard", "after_first_shard", "mid_rewrite", "before_publish"])
@@ -241,6 +244,21 @@ def test_sigkill_at_each_step_of_overwrite_leaves_one_whole_out_and_a_folder_the
     assert fix(src, out, "--overwrite") == 0
     assert partials(out) == [] and tree(out) == reference
     assert_no_lock_left(out)
+
+
+def test_sigkill_as_a_new_out_is_published_leaves_a_folder_its_report_proves_ours(src, reference, tmp_path):
+    """OUT absent: killed after the temp folder gave up its marker, before the rename. No OUT; the next run
+    proves the unmarked folder ours (every file its report lists, with that sha256) and removes it."""
+    from repair.io.ownership import is_ours
+
+    out = tmp_path / "out"
+    done = killed_child("unmarked_before_swap", src, out)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert not out.exists()
+    [left] = partials(out)
+    assert not (left / MARKER).exists() and is_ours(left)
+    assert fix(src, out) == 0
+    assert partials(out) == [] and tree(out) == reference
 
 
 def test_sigkill_from_outside_at_an_unplanned_moment(src, reference, tmp_path):
