@@ -109,3 +109,20 @@ def test_healthy_scales_still_pass_and_dequantize(capsys, tmp_path):
     code, err = fix(capsys, src, tmp_path / "out", "--target", "bf16", "--quiet")
     assert code == 0, err
     assert all(t.dtype != torch.uint8 for t in load_tensors(tmp_path / "out").values())
+
+
+def test_a_healthy_layer_whose_smallest_blocks_are_below_f16s_range_is_not_refused(capsys, tmp_path):
+    """F16's smallest value is 6e-8: a near-zero block (block scale code 0x01) of a layer with a small but real
+    weight_scale_2 dequantizes to 0 in F16, as it would for ModelOpt. That is F16's range, not a broken scale: only a
+    scale that zeroes the whole layer, or whose float32 product with a block scale is 0, is refused."""
+    tensors = tensors_for(healthy_layers())
+    tensors[f"{NVFP4}.weight_scale_2"] = torch.tensor(2e-6)
+    blocks = tensors[f"{NVFP4}.weight_scale"].view(torch.uint8).clone()
+    blocks[0, 0] = 0x01
+    tensors[f"{NVFP4}.weight_scale"] = blocks.view(torch.float8_e4m3fn)
+    src = write_mixed(tmp_path / "src", tensors=tensors)
+    recipe = tmp_path / "f16.toml"
+    recipe.write_text(f'dtype = "f16"\n[[rules]]\naction = "dequantize"\nmodules = ["{NVFP4}"]\n')
+    code, err = fix(capsys, src, tmp_path / "out", "--recipe", recipe, "--quiet")
+    assert code == 0, err
+    assert ("global-scale", f"{NVFP4}.weight_scale_2") not in doctor_codes(capsys, src, "bf16")

@@ -95,7 +95,8 @@ def _present(block_codes: bytes | bytearray) -> np.ndarray:
 
 def nvfp4_problem(block_codes: bytes | bytearray, scale_2: float, divisor: bool, out_dtype: str) -> ScaleProblem | None:
     """NVFP4's global scale: every block's largest value, E2M1 6 x (block scale x scale_2) in float32 rounded to
-    `out_dtype`, must be finite, and not 0 where the block scale is not."""
+    `out_dtype`, must be finite; the float32 product must not be 0 where the block scale is not, and the layer's
+    largest value must not round to 0 (a few near-zero blocks below F16's range are F16's limit, not a broken scale)."""
     bad = invalid(scale_2)
     if bad:
         return bad
@@ -110,10 +111,11 @@ def nvfp4_problem(block_codes: bytes | bytearray, scale_2: float, divisor: bool,
         reach = float(_per_block(codes[over][-1:], scale_2, divisor)[0])
         return ScaleProblem("overflow", f"{op} reaches {reach:.3g}, so dequantized values reach {6 * reach:.3g}, past "
                                         f"{out_dtype}'s largest finite value")
-    zero = peaks == 0
-    if zero.any():
-        return ScaleProblem("zero", f"{op} rounds to 0 in {out_dtype} for {int(zero.sum())} of the {codes.size} block-scale "
-                                    f"value(s) stored (global scale {scale_2:.3g}), so those blocks dequantize to 0")
+    zero = _per_block(codes, scale_2, divisor) == 0
+    if zero.any() or peaks.max() == 0:
+        where = f"float32 for {int(zero.sum())} of the" if zero.any() else f"{out_dtype} for all"
+        return ScaleProblem("zero", f"{op} rounds to 0 in {where} {codes.size} block-scale value(s) stored (global scale "
+                                    f"{scale_2:.3g}), so those blocks dequantize to 0")
     return None
 
 

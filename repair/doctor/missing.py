@@ -21,7 +21,7 @@ from typing import Iterable
 from repair.arch import ModuleSpec
 from repair.doctor.findings import Finding, Kind, Severity
 
-LAYER = re.compile(r"^(.*?\b(?:layers|h|blocks))\.(\d{1,6})\.(.+)$")
+LAYER = re.compile(r"(.*?\b(?:layers|h|blocks))\.(\d{1,6})\.(.+)", re.DOTALL)  # fullmatch: linear on any name
 MOST_PATTERNS = 64  # a block whose modules show more distinct layer patterns than this is too irregular to judge
 CONSEQUENCE = ("vLLM skips its missing-weights check for a quantized checkpoint, so the layer runs on uninitialised "
                "memory, silently (an unquantized one stops: 'ValueError: Following weights were not initialized from "
@@ -46,7 +46,7 @@ def _layer_gaps(modules: set[str]) -> dict[str, str]:
     """Modules missing from a few decoder layers of a stack that its other layers all store (see the docstring)."""
     layers_of: dict[tuple[str, str], set[int]] = defaultdict(set)  # (stack, module within the layer) -> layer numbers
     for name in modules:
-        match = LAYER.match(name)
+        match = LAYER.fullmatch(name)
         if match:
             layers_of[(match[1], match[3])].add(int(match[2]))
     classes: dict[tuple[str, str, frozenset[int]], list[str]] = defaultdict(list)  # (stack, block, layers) -> modules
