@@ -104,3 +104,30 @@ def test_no_fixture_is_said_to_miss_a_module(request, real, capsys, key):
     folder = real[key] if key in REAL_MODELS else request.getfixturevalue(key)
     _, found = findings(capsys, folder, "vllm==0.32.0")
     assert not [f for f in found if f["code"] == "missing-module"], found
+
+
+def test_a_whole_decoder_layer_dropped_under_a_target_is_refused_and_doctor_names_it(capsys, real, tmp_path):
+    """DeepSeek-V3's layout (no loader profile): layer 30's modules dropped while layers 0-61 around it are stored
+    (the drop keeps the router's e_score_correction_bias, so the router's siblings are the evidence)."""
+    src = real["deepseek-v3-0324"]
+    recipe = tmp_path / "drop.toml"
+    recipe.write_text('name = "drop"\ntarget = "vllm==0.32.0"\n[[rules]]\naction = "drop"\nmodules = ["model.layers.30.*"]\n')
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--recipe", recipe, "--dry-run")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "model.layers.30" in err, (code, out, err)
+    recipe.write_text('name = "drop"\n[[rules]]\naction = "drop"\nmodules = ["model.layers.30.*"]\n')
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--recipe", recipe, "--quiet")
+    assert code == 0, err
+    found = findings(capsys, tmp_path / "out", "vllm==0.32.0")[1]
+    assert [f for f in found if f["code"] == "missing-module" and f["subject"].startswith("model.layers.30.")], found
+
+
+def test_a_layer_of_which_nothing_is_stored_is_missing_whole(capsys, tmp_path):
+    src = write_mixed(tmp_path / "src")
+    renamed = tmp_path / "renamed"
+    renamed.mkdir()
+    for file in ("config.json", "hf_quant_config.json"):
+        shutil.copy(src / file, renamed / file)
+    with safe_open(src / "model.safetensors", "pt") as fh:  # layers 0 and 2: nothing of layer 1
+        tensors = {k.replace("model.layers.1.", "model.layers.2."): fh.get_tensor(k) for k in fh.keys()}
+    save_file(tensors, renamed / "model.safetensors")
+    assert ("missing-module", "model.layers.1") in {(f["code"], f["subject"]) for f in findings(capsys, renamed, "bf16")[1]}

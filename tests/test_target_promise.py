@@ -118,6 +118,8 @@ def test_target_output_passes_strict_doctor_or_the_fix_refuses(request, built, c
     if injection != "none":
         if target == "vllm==0.25.0" and key not in ("broken_export", "correct_export", "broken"):
             pytest.skip("vLLM 0.25 differs from 0.32 only for a drafter with a loader profile")
+        if target == "bf16" and key in REAL_MODELS and key not in ("llama-3.3-70b", "ct-llama-dense"):
+            pytest.skip("bf16 dequantizes every layer by what it stores: two real layouts show it (run time)")
         if not inject(src, tmp_path / "src", injection):
             pytest.skip(f"{key} stores no layer {injection} applies to")
         src = tmp_path / "src"

@@ -9,7 +9,8 @@ runs on uninitialised memory, silently; an unquantized model stops loading inste
   layer N when layer N stores a sibling in the same block (`mlp`, `self_attn`, ...) and the other layers that
   store that sibling also store `<rest>`, all but at most one in eight. Hybrid and MoE families differ between
   layers by whole blocks or by many layers (DeepSeek's dense first layers, Qwen3.5's linear-attention layers,
-  Gemma 4's full-attention layers without v_proj), which this rule leaves alone.
+  Gemma 4's full-attention layers without v_proj), which this rule leaves alone. A layer of which nothing is
+  stored, between stored ones, is missing whole.
 """
 
 from __future__ import annotations
@@ -45,17 +46,19 @@ def missing_findings(tensors: Iterable[str], specs: dict[str, ModuleSpec], famil
 def _layer_gaps(modules: set[str]) -> dict[str, str]:
     """Modules missing from a few decoder layers of a stack that its other layers all store (see the docstring)."""
     layers_of: dict[tuple[str, str], set[int]] = defaultdict(set)  # (stack, module within the layer) -> layer numbers
+    stacks: dict[str, set[int]] = defaultdict(set)
     for name in modules:
         match = LAYER.fullmatch(name)
         if match:
             layers_of[(match[1], match[3])].add(int(match[2]))
+            stacks[match[1]].add(int(match[2]))
+    out = _whole_layers(stacks)
     classes: dict[tuple[str, str, frozenset[int]], list[str]] = defaultdict(list)  # (stack, block, layers) -> modules
     for (stack, rest), layers in layers_of.items():
         classes[(stack, rest.split(".")[0], frozenset(layers))].append(rest)
     blocks: dict[tuple[str, str], list[frozenset[int]]] = defaultdict(list)
     for stack, block, layers in classes:
         blocks[(stack, block)].append(layers)
-    out: dict[str, str] = {}
     for (stack, block), patterns in blocks.items():
         if len(patterns) > MOST_PATTERNS:
             continue
@@ -70,3 +73,16 @@ def _layer_gaps(modules: set[str]) -> dict[str, str]:
                         out.setdefault(f"{stack}.{layer}.{rest}",
                                        f"the other {len(both)} layer(s) of {stack} that store {block} modules like {sibling} store it")
     return dict(sorted(out.items()))
+
+
+def _whole_layers(stacks: dict[str, set[int]]) -> dict[str, str]:
+    """Decoder layers of which nothing is stored while layers before and after them are (layers count from 0 up)."""
+    out = {}
+    for stack, present in stacks.items():
+        first, last = min(present), max(present)
+        if last - first + 1 - len(present) > MOST_PATTERNS:
+            continue  # sparse numbering on purpose, not a lost layer
+        for layer in range(first, last):
+            if layer not in present:
+                out[f"{stack}.{layer}"] = f"{stack}.{first}-{last} around it are stored and a stack of layers has no holes"
+    return out
