@@ -196,7 +196,7 @@ def test_the_writer_checks_what_it_wrote_against_doctor_too(capsys, tmp_path, mo
     broken FP8 scale the output would keep: exit 2, nothing published."""
     import repair.planning.build as build
 
-    monkeypatch.setattr(build, "refuse_stored_defects", lambda *a: None)
+    monkeypatch.setattr(build, "refuse_unrepairable", lambda *a: None)
     tensors = tensors_for(healthy_layers())
     tensors["model.layers.0.self_attn.q_proj.weight_scale"] = torch.tensor(float("inf"))
     src = write_mixed(tmp_path / "src", tensors=tensors)

@@ -291,7 +291,7 @@ def test_hub_fix_target_refuses_an_output_doctor_rejects_before_any_commit(hub, 
     import repair.planning.build as build
     from tests.mixed_helpers import healthy_layers, tensors_for, write_mixed
 
-    monkeypatch.setattr(build, "refuse_stored_defects", lambda *a: None)
+    monkeypatch.setattr(build, "refuse_unrepairable", lambda *a: None)
     tensors = tensors_for(healthy_layers())
     tensors["model.layers.0.self_attn.q_proj.weight_scale"] = torch.tensor(float("inf"))
     hub.add_repo(SRC, write_mixed(tmp_path / "src", tensors=tensors))

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from repair.arch import Architecture, ModuleSpec
+from repair.codec import float_bits, scale_values
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
 from repair.io.ranges import RangeReader
 from repair.formats.modules import StoredModule
 from repair.formats.nvfp4_packed import SHARED_GLOBAL_SCALE
-from repair.formats.nvfp4_health import block_scale_stats, global_scale_problem, overflow_problem, read_f32_scalar
+from repair.formats.nvfp4_health import block_scale_stats, global_scale_problem, read_f32_scalar
 
+FLOAT_BITS = {"F32": np.uint32, "BF16": np.uint16, "F16": np.uint16}  # a pre_quant_scale's dtypes, as bit patterns
 
 
 def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[str, StoredModule], specs: dict[str, ModuleSpec],
@@ -121,9 +125,7 @@ def _module_health(m: StoredModule, located, precision, scale_2, read, divisor: 
             out.append(Finding(Severity.ERROR, Kind.GLOBAL_SCALE, name2, f"{name2} {problem}"))
         else:
             scale_2[m.name] = value
-            overflow = overflow_problem(stats, value, divisor, "BF16") if stats else None
-            if overflow:
-                out.append(Finding(Severity.ERROR, Kind.SCALE_OVERFLOW, name2, f"{name2}: {overflow}; the layer computes infinities"))
+            out += _product_findings(m, name2, stats, value, divisor, located, read)
     name_in = m.tensor("input_scale")
     if name_in is not None and precision.get(m.name) == "nvfp4":
         problem = _f32_scalar(located[name_in], read)[1]
@@ -137,6 +139,24 @@ def _module_health(m: StoredModule, located, precision, scale_2, read, divisor: 
     return out
 
 
+def _product_findings(m: StoredModule, name2: str, stats, value: float, divisor: bool, located, read) -> list[Finding]:
+    """What the dequantizer multiplies by (block scale x weight_scale_2, and an AWQ layer's pre_quant_scale folded into
+    the weight), rounded to BF16: codec/scale_values.py, the function fix's plan and writer ask too."""
+    if stats is None:
+        return []
+    problem = scale_values.nvfp4_problem(stats.raw, value, divisor, "BF16")
+    if problem:
+        kind, effect = (Kind.SCALE_OVERFLOW, "infinities") if problem.kind == "overflow" else (Kind.GLOBAL_SCALE, "zeros")
+        return [Finding(Severity.ERROR, kind, name2, f"{name2}: {problem.text}; the layer computes {effect}")]
+    name = m.tensor("pre_quant_scale")
+    shard, info = located[name] if name else (None, None)
+    if info is None or info.dtype not in FLOAT_BITS or info.shape != (m.logical_shape[1],):
+        return []  # the plan's check names a pre_quant_scale of the wrong shape or dtype
+    values = float_bits.to_float32(np.frombuffer(bytes(read(shard.path, info)), dtype=FLOAT_BITS[info.dtype]), info.dtype)
+    problem = scale_values.pre_quant_scale_problem(values, scale_values.nvfp4_peak(stats.raw, value, divisor, "BF16"), "BF16")
+    return [Finding(Severity.ERROR, Kind.PRE_QUANT_SCALE, name, f"{name}: {problem.text}")] if problem else []
+
+
 def _fp8_health(m: StoredModule, located, precision, scale_2, read, divisor: bool) -> list[Finding]:
     """An FP8 (per-tensor) layer: a usable weight_scale, and an input_scale where the runtime builds it FP8."""
     out = []
@@ -147,7 +167,11 @@ def _fp8_health(m: StoredModule, located, precision, scale_2, read, divisor: boo
                 out.append(Finding(Severity.ERROR, Kind.MISSING_INPUT_SCALE, m.name, f"{m.name}: no input_scale, but the runtime builds "
                                    "it FP8 with a static activation scale, so it runs with an uninitialised one"))
             continue
-        problem = _f32_scalar(located[name], read)[1]
+        value, problem = _f32_scalar(located[name], read)
+        if not problem and role == "weight_scale":  # the value the dequantizer multiplies by: rounded to BF16
+            weight = located[m.tensor("weight")]
+            found = scale_values.fp8_problem(value, "BF16", lambda: set(read(weight[0].path, weight[1])))
+            problem = found.text if found else None
         if problem:
             out.append(Finding(Severity.ERROR, Kind.FP8_SCALE, name, f"{name} {problem}; the FP8 layer computes garbage "
                                "(re-export, or dequantize it from the original)"))

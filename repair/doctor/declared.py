@@ -9,10 +9,11 @@ NVFP4, or an NVFP4 layer without its activation scale, loads wrong or not at all
 from __future__ import annotations
 
 from repair.arch import Architecture, ModuleSpec
+from repair.codec import scale_values
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.base import Declaration, routed_layer
 from repair.formats.modules import StoredModule
-from repair.formats.nvfp4_health import global_scale_problem, read_f32_scalar
+from repair.formats.nvfp4_health import read_f32_scalar
 from repair.io.checkpoint import Checkpoint
 from repair.io.ranges import RangeReader
 from repair.io.safetensors import TensorInfo
@@ -183,7 +184,8 @@ def kv_scale_health(ckpt: Checkpoint, declaration: Declaration) -> list[Finding]
             if info.dtype != "F32" or info.nbytes != 4:
                 problem = f"is {info.dtype} {list(info.shape)}, not a float32 scalar"
             else:
-                problem = global_scale_problem(read_f32_scalar(shard.path, info, read))
+                found = scale_values.kv_scale_problem(read_f32_scalar(shard.path, info, read))
+                problem = found.text if found else None
             if problem:
                 out.append(Finding(Severity.ERROR, Kind.KV_CACHE_SCALES, name,
                                    f"{name} {problem}; the {declaration.kv_cache} KV cache scales this layer's cached keys or "

@@ -13,6 +13,7 @@ from repair.doctor.checks import config_findings, fused_findings, health_finding
 from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
                                     kv_scale_health, layer_map_findings, runtime_refusal_findings)
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
+from repair.doctor.missing import missing_findings
 from repair.doctor.schemes import predicted_schemes, scheme_findings
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule, stored_bits
@@ -75,7 +76,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int) -> Diagnosis:
     findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.runtime == "vllm":
         findings += fused_findings(declaration, modules, family) + fused_algorithm_findings(declaration, modules, family)
-    findings += float8_findings(modules, infos)
+    findings += float8_findings(modules, infos) + missing_findings(infos, specs, family.name)
     said = {f.subject for f in mismatched}  # a layer declared NVFP4 stored without input_scale: said once, as a mismatch
     findings += [f for f in health_findings(ckpt, modules, built, fmt.GLOBAL_SCALE_IS_DIVISOR)
                  if not (f.code == Kind.MISSING_INPUT_SCALE and f.subject in said)]

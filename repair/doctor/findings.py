@@ -44,6 +44,8 @@ class Kind(StrEnum):
     KV_CACHE_SCALES = "kv-cache-scales"
     FP8_SCALE = "fp8-scale"
     RUNTIME_SCHEME = "runtime-scheme"
+    MISSING_MODULE = "missing-module"
+    PRE_QUANT_SCALE = "pre-quant-scale"
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from repair.codec import awq, dequant_table, float_bits, fp8_table
+from repair.codec import awq, dequant_table, float_bits, fp8_table, scale_values
 from repair.errors import BadInput
+from repair.formats.nvfp4_packed import BROKEN_EXPORT
 from repair.io.ranges import read_bytes
 from repair.io.safetensors import ShardHeader, TensorInfo
+from repair.planning.dequantize import fp8_scale_error
 from repair.planning.model import Cast, Computed, Dequantize, Requantize
 
 if TYPE_CHECKING:
@@ -68,6 +70,12 @@ class Computer:
             raise BadInput(f"{shard.path}: {info.name}: {count} of the {step.out.dtype} values it gives are NaN or infinite "
                            f"({step.op}); nothing was written; re-download or re-export it, or leave the module out")
 
+    def _refuse_scale(self, step: Dequantize, index: int, problem: scale_values.ScaleProblem | None) -> None:
+        """A scale the plan-time check (the same function, formats/nvfp4_packed.py, planning/dequantize.py) refuses."""
+        if problem:
+            shard, info = self._sources[step.source][step.inputs[index]]
+            raise BadInput(f"{shard.path}: {info.name}: {problem.text}; {BROKEN_EXPORT}")
+
     def tensor(self, step: Computed) -> torch.Tensor:
         """The step's result, by its type: a new step type is one more case here."""
         from repair.codec import nvfp4
@@ -103,18 +111,27 @@ class Computer:
             return self._fp8_bits(step)
         packed, scale = (self._array(n, step.source, np.uint8) for n in step.inputs[:2])
         scale_2 = self._scalar(step.inputs[2], step.source)
+        self._refuse_scale(step, 2, scale_values.nvfp4_problem(scale.tobytes(), scale_2, self._divisor, step.out.dtype))
         self._refuse_non_finite(step, dequant_table.non_finite_blocks(scale, scale_2, step.out.dtype, self._divisor))
         bits = dequant_table.dequantize(packed, scale, scale_2, step.out.dtype, self._divisor)
         if step.algorithm == "NVFP4_AWQ":  # fold the per-input-channel scale in: the layer's function without it
-            awq.fold(bits, self._floats(step.inputs[3], step.source), step.out.dtype)
+            pre_quant_scale = self._floats(step.inputs[3], step.source)
+            peak = scale_values.nvfp4_peak(scale.tobytes(), scale_2, self._divisor, step.out.dtype)
+            self._refuse_scale(step, 3, scale_values.pre_quant_scale_problem(pre_quant_scale, peak, step.out.dtype))
+            awq.fold(bits, pre_quant_scale, step.out.dtype)
             self._refuse_non_finite(step, int(np.count_nonzero(dequant_table.non_finite(bits, step.out.dtype))))
         return bits
 
     def _fp8_bits(self, step: Dequantize) -> np.ndarray:
         """FP8 per-tensor: one table of 256 products (ModelOpt's FP8QTensor.dequantize, bitwise)."""
         weight = self._array(step.inputs[0], step.source, np.uint8)
-        table = fp8_table.byte_table(self._scalar(step.inputs[1], step.source), step.out.dtype)
+        scale = self._scalar(step.inputs[1], step.source)
+        table = fp8_table.byte_table(scale, step.out.dtype)
         counts = np.bincount(weight.reshape(-1), minlength=256)  # how often each byte occurs
+        problem = scale_values.fp8_problem(scale, step.out.dtype, lambda: np.nonzero(counts)[0])
+        if problem:  # the plan-time check's function and words (planning/dequantize.py)
+            shard, info = self._sources[step.source][step.inputs[1]]
+            raise BadInput(fp8_scale_error(f"{shard.path}: {info.name}", problem))
         self._refuse_non_finite(step, int(counts[dequant_table.non_finite(table, step.out.dtype)].sum()))
         return table[weight]
 

@@ -14,7 +14,7 @@ from typing import Callable
 from tqdm import tqdm
 
 from repair.planning import check as plan_check
-from repair.planning.target_check import STORED_DEFECTS, cannot_repair
+from repair.planning.target_check import cannot_repair
 from repair.doctor.findings import Severity
 from repair.errors import BadInput, InternalError
 from repair.execute.compute import Computer, Located
@@ -71,10 +71,9 @@ def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dic
 
 def refuse_unclean(plan: Plan, doctor: DoctorRecord | None, tmp: Path, out: Path | str) -> None:
     """`fix --target T` (and `hub fix --target T`) promises an output that doctor --strict passes for T. A finding the repair itself introduced
-    is ours: exit 3. A broken or missing scale of a layer the output keeps (doctor found it on the input too) is
-    one no target's repair clears: refused, exit 2 (planning refuses it first: planning/target_check.py; this is the
-    check on what was written). Either way before anything is published. Config findings the input already had
-    (unused exclusions, ...) are left to the summary's "finding(s) remain" line."""
+    is ours: exit 3. One the input already had (a broken scale of a kept layer, an exclusion matching nothing, ...)
+    is one this target's repair does not clear: refused, exit 2 (planning refuses it first: planning/target_check.py;
+    this is the check on what was written). Either way before anything is published."""
     if plan.recipe.from_target is None or doctor is None or doctor.after is None or not doctor.after.exit_code(strict=True):
         return
     before = {(f.code, f.subject) for f in doctor.before.findings}
@@ -82,9 +81,7 @@ def refuse_unclean(plan: Plan, doctor: DoctorRecord | None, tmp: Path, out: Path
     new = [f for f in left if (f.code, f.subject) not in before]
     if new:
         raise InternalError("doctor --strict on the output", f"{defect(BadInput(new[0].message), tmp, out)} ({len(new)} new finding(s))")
-    left = [f for f in left if f.code in STORED_DEFECTS]
-    if left:
-        raise cannot_repair(plan.source.root, plan.recipe.from_target, left)
+    raise cannot_repair(plan.source.root, plan.recipe.from_target, left)
 
 
 def _needed(plan: Plan) -> int:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from repair.codec import scale_values
 from repair.errors import BadInput
 from repair.formats.base import Format
 from repair.io.safetensors import TensorInfo
 from repair.formats.modules import StoredModule
-from repair.formats.nvfp4_health import block_scale_stats, global_scale_problem, overflow_problem, read_f32_scalar
+from repair.formats.nvfp4_health import block_scale_stats, read_f32_scalar
 
 BLOCK = 16
 # Modules a ModelOpt export quantizes with one shared weight_scale_2 (the runtime fuses them into one layer)
@@ -110,15 +111,15 @@ def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str,
     if scale_2.dtype != "F32" or scale_2.shape not in ((), (1,)):
         raise BadInput(f"{_at(scale_2, where)}: expected a float32 scalar, found {scale_2.dtype} {list(scale_2.shape)}; {BROKEN_EXPORT}")
     global_scale = read_f32_scalar(scale_2.path, scale_2)
-    problem = global_scale_problem(global_scale)
-    if problem:
-        raise BadInput(f"{_at(scale_2, where)}: global scale {problem}, so every dequantized value would be wrong; {BROKEN_EXPORT}")
+    invalid = scale_values.invalid(global_scale)
+    if invalid:
+        raise BadInput(f"{_at(scale_2, where)}: global scale {invalid.text}, so every dequantized value would be wrong; {BROKEN_EXPORT}")
     stats = block_scale_stats(scale.path, scale)
     if stats.nan or stats.negative:
         raise BadInput(f"{_at(scale, where)}: {stats.nan} NaN and {stats.negative} negative block scales; {BROKEN_EXPORT}")
-    overflow = overflow_problem(stats, global_scale, divisor, out_dtype)
-    if overflow:
-        raise BadInput(f"{_at(scale_2, where)}: {overflow}; {BROKEN_EXPORT}")
+    problem = scale_values.nvfp4_problem(stats.raw, global_scale, divisor, out_dtype)  # the writer asks the same
+    if problem:
+        raise BadInput(f"{_at(scale_2, where)}: {problem.text}; {BROKEN_EXPORT}")
 
 
 def _sidecar(module: StoredModule, role: str, infos: dict[str, TensorInfo], weight: TensorInfo, where: str, leaves: dict[str, str]) -> TensorInfo:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
+from repair.codec.dequant_table import OUT_DTYPES
+from repair.codec.scale_values import fp8_codes_needed
 from repair.errors import BadInput, OutputError, RepairError
 from repair.hub import client
 from repair.hub.errors import hub_call
@@ -33,7 +35,7 @@ from repair.io import staging
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, INDEX_SUFFIX, PICKLE_SUFFIXES, Checkpoint, open_checkpoint
 from repair.io.safetensors import MAX_HEADER_BYTES, TensorInfo
 from repair.formats.modules import split_name
-from repair.formats.nvfp4_health import DTYPE_MAX, FP8_MAX, read_f32_scalar
+from repair.formats.nvfp4_health import read_f32_scalar
 from repair.planning.build import make_plan
 
 SMALL_LIMIT = 64 << 20  # config and index files above this are refused rather than downloaded
@@ -132,7 +134,7 @@ def _fp8_codes_read(ckpt: Checkpoint) -> set[str]:
     for name, info in infos.items():
         scale = infos.get(name.removesuffix("weight") + "weight_scale") if info.dtype == "F8_E4M3" and name.endswith(".weight") else None
         if scale is not None and scale.dtype == "F32" and scale.nbytes == 4 and \
-                not FP8_MAX * read_f32_scalar(scale.path, scale) <= min(DTYPE_MAX.values()):
+                any(fp8_codes_needed(read_f32_scalar(scale.path, scale), dtype) for dtype in OUT_DTYPES):
             out.add(name)
     return out
 

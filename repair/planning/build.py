@@ -22,7 +22,7 @@ from repair.planning import check as plan_check
 from repair.planning.model import ChangeAction, Copy, ModuleChange, Plan, ShardOp, ShardStep, TensorRef, TensorStep
 from repair.planning.modules import fused_group, module_change
 from repair.planning.recipe import ACTIONS, DEFAULT, Action, Recipe
-from repair.planning.target_check import refuse_stored_defects
+from repair.planning.target_check import refuse_unrepairable
 from repair.planning.whole_layers import Layers, refuse_split_layers
 
 __all__ = ["assign_actions", "kv_scale_drops", "make_plan", "select"]
@@ -86,7 +86,7 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     if declaration.quantized and not recipe.drop_quantization:  # the output is built by a quantization config
         refuse_split_layers(actions, Layers(by_name, arch.architecture(ckpt.config).fused_layers), str(ckpt.root))
     _check_supported(ckpt, fmt, actions, original, recipe, by_name)
-    refuse_stored_defects(ckpt, recipe, declaration, actions)
+    refuse_unrepairable(ckpt, recipe, declaration, actions)
     declared = declaration.quant_algo if declaration.layer_algos is None else None
     changes = [c for name, a in sorted(actions.items()) if (c := module_change(by_name[name], a, ckpt, original, recipe, by_name, fmt, declared))]
     undeclared_kv = recipe.from_target is not None and declaration.kv_cache is None  # doctor: the runtime ignores or refuses them

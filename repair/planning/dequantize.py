@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
+from repair.codec import scale_values
 from repair.errors import BadInput
 from repair.formats.base import Format
 from repair.formats.modules import StoredModule
-from repair.formats.nvfp4_health import DTYPE_MAX, FP8_MAX, e4m3_value, global_scale_problem, read_f32_scalar
+from repair.formats.nvfp4_health import read_f32_scalar
 from repair.formats.nvfp4_packed import BROKEN_EXPORT
 from repair.io.ranges import read_bytes
 from repair.io.safetensors import TensorInfo
@@ -33,7 +36,7 @@ def dequantize_step(m: StoredModule, infos: dict[str, TensorInfo], fmt: Format, 
     else:
         fmt.check_packed(m, infos, where, dtype)
     if algorithm == "NVFP4_AWQ":
-        _check_pre_quant_scale(m, infos, where)
+        _check_pre_quant_scale(m, infos, where, dtype, fmt.GLOBAL_SCALE_IS_DIVISOR)
     inputs = tuple(m.tensor(role) for role in DEQUANTIZE_INPUTS[algorithm])
     return Dequantize(TensorRef(f"{m.name}.weight", dtype, m.logical_shape), inputs, module=m.name, algorithm=algorithm)
 
@@ -43,37 +46,34 @@ def _at(info: TensorInfo, where: str) -> str:
 
 
 def _check_fp8_scale(m: StoredModule, infos: dict[str, TensorInfo], where: str, dtype: str) -> None:
-    """The per-tensor scale multiplies every value: NaN, infinite or non-positive writes garbage that looks fixed, and
-    one so large that the weight's largest code times it passes `dtype`'s range writes infinities (the weight's
-    bytes are read only when even FP8's largest value would overflow)."""
-    info = infos[m.tensor("weight_scale")]
-    value = read_f32_scalar(info.path, info)
-    problem = global_scale_problem(value)
+    """The per-tensor scale, rounded to `dtype` as the dequantizer rounds it, multiplies every value: NaN, infinite,
+    not positive, rounding to 0, or carrying the weight's largest code past `dtype`'s range writes garbage that looks
+    fixed (the weight's bytes are read only when a code could overflow). The writer asks the same function."""
+    info, weight = infos[m.tensor("weight_scale")], infos[m.tensor("weight")]
+    problem = scale_values.fp8_problem(read_f32_scalar(info.path, info), dtype, lambda: set(read_bytes(weight.path, weight)))
     if problem:
-        raise BadInput(f"{_at(info, where)}: FP8 weight scale {problem}, so every dequantized value would be wrong; {BROKEN_EXPORT}")
-    if FP8_MAX * value <= DTYPE_MAX[dtype]:
-        return
-    weight = infos[m.tensor("weight")]
-    codes = set(read_bytes(weight.path, weight))
-    peak = max((e4m3_value(c & 0x7F) for c in codes if c & 0x7F != 0x7F), default=0.0) * value
-    if peak > DTYPE_MAX[dtype]:
-        raise BadInput(f"{_at(info, where)}: FP8 weight scale {value:.3g} makes dequantized values reach {peak:.3g}, past {dtype}'s "
-                       f"largest finite value {DTYPE_MAX[dtype]:.3g}; {BROKEN_EXPORT}")
+        raise BadInput(fp8_scale_error(_at(info, where), problem))
 
 
-def _check_pre_quant_scale(m: StoredModule, infos: dict[str, TensorInfo], where: str) -> None:
-    """One float scale per input column of the logical weight."""
+def fp8_scale_error(at: str, problem: scale_values.ScaleProblem) -> str:
+    """The one line for an unusable FP8 weight scale (plan time and the writer)."""
+    wrong = ", so every dequantized value would be wrong" if problem.kind == "invalid" else ""
+    return f"{at}: FP8 weight scale {problem.text}{wrong}; {BROKEN_EXPORT}"
+
+
+def _check_pre_quant_scale(m: StoredModule, infos: dict[str, TensorInfo], where: str, dtype: str, divisor: bool) -> None:
+    """One positive finite float scale per input column of the logical weight, whose product with the layer's largest
+    dequantized weight rounds to neither 0 nor infinity in `dtype` (ModelOpt clamps its AWQ scales to [1e-4, 1e4])."""
     info = infos[m.tensor("pre_quant_scale")]
     columns = m.logical_shape[1]
     if info.dtype not in PRE_QUANT_SCALE_DTYPES or info.shape != (columns,):
         raise BadInput(f"{_at(info, where)}: {info.dtype} {list(info.shape)} is not a pre_quant_scale for {m.name} "
                        f"(expected one F32/BF16/F16 value per input column: [{columns}]); {BROKEN_EXPORT}")
-    # ModelOpt's AWQ scales are clamped to [1e-4, 1e4] and normalised by a positive factor. NaN / inf are left to
-    # the writer's guard on the folded values (it names the dequantized weight), zero and negative fold silently
-    bad = next(((i, v) for i, v in enumerate(_floats(read_bytes(info.path, info), info.dtype)) if v <= 0), None)
-    if bad is not None:
-        raise BadInput(f"{_at(info, where)}: column {bad[0]} is {bad[1]} (every pre_quant_scale must be positive; folding it "
-                       f"would erase or negate that input channel); {BROKEN_EXPORT}")
+    blocks, scale_2 = infos[m.tensor("weight_scale")], infos[m.tensor("weight_scale_2")]
+    peak = scale_values.nvfp4_peak(read_bytes(blocks.path, blocks), read_f32_scalar(scale_2.path, scale_2), divisor, dtype)
+    problem = scale_values.pre_quant_scale_problem(np.array(_floats(read_bytes(info.path, info), info.dtype)), peak, dtype)
+    if problem:
+        raise BadInput(f"{_at(info, where)}: {problem.text}; {BROKEN_EXPORT}")
 
 
 def _floats(raw: bytes | bytearray, dtype: str) -> list[float]:

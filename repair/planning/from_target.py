@@ -21,6 +21,9 @@ from repair.targets.precision import runtime_precision
 from repair.targets.profiles import Target
 
 FIXED_BY_DEQUANTIZING = (Kind.CONFIG_CONTRADICTION, Kind.LOAD_ERROR, Kind.RUNTIME_SCHEME)  # config vs storage, or a scheme the runtime cannot build
+# the stored tensors show another algorithm than the one declared (or lack the activation scale it needs): the
+# dequantizer reads what is stored (NVFP4, W4A16_NVFP4, NVFP4_AWQ with its scale folded, FP8), so BF16 settles it
+STORED_ALGORITHM = (Kind.ALGORITHM_MISMATCH, Kind.MISSING_INPUT_SCALE)
 
 
 def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
@@ -35,11 +38,13 @@ def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
         chosen = _contradicted(ckpt, target, {m.name for m in modules}, family.fused_layers)
         return Recipe(dequantize=complete(chosen, layers), from_target=target.spec)
     precision = runtime_precision(specs, fmt.read_declaration(ckpt), target, family)
-    chosen = []
+    chosen = list(_contradicted(ckpt, target, {m.name for m in modules}, {}, STORED_ALGORITHM))
     for m in modules:
         spec = specs.get(m.name)
         linear = spec is not None and spec.is_linear and spec.role != "embed"
         built = precision.get(m.name, "bf16")
+        if m.name in chosen:
+            continue
         if m.name in family.bf16_handshake and m.name in specs:
             chosen.append(m.name)
         elif m.is_quantized and built == "bf16":
@@ -49,12 +54,13 @@ def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
     return Recipe(dequantize=complete(tuple(chosen), layers), from_target=target.spec)
 
 
-def _contradicted(ckpt: Checkpoint, target: Target, names: set[str], fused: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+def _contradicted(ckpt: Checkpoint, target: Target, names: set[str], fused: dict[str, tuple[str, ...]],
+                  kinds: tuple[Kind, ...] = FIXED_BY_DEQUANTIZING + STORED_ALGORITHM) -> tuple[str, ...]:
     """Modules doctor finds stored against the config (no loader profile: its checks are the whole truth we have).
     Dequantizing one makes it BF16 and excluded, which settles either side of the disagreement. A fused layer whose
     shards disagree (its subject is the runtime name, e.g. `...qkv_proj`) is settled by dequantizing its shards."""
     findings = diagnose(ckpt, target).findings
-    chosen = {f.subject for f in findings if f.code in FIXED_BY_DEQUANTIZING and f.subject in names}
+    chosen = {f.subject for f in findings if f.code in kinds and f.subject in names}
     for f in findings:
         parent, _, layer = f.subject.rpartition(".")
         if f.code == Kind.FUSED_SHARDS and layer in fused:

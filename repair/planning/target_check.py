@@ -1,40 +1,98 @@
 """`fix --target T` promises an output that `doctor --strict` passes for T; refuse, before writing, what it cannot.
 
-A broken or missing scale (NaN / infinite / zero weight scale, bad block scales, a missing input_scale, a broken
-KV-cache scale) of a layer the output keeps as stored computes garbage in T, and no target's repair clears it:
-that needs the original model (--original with a take_original or requantize rule) or a fresh export. Modules
-the plan changes are exempt (a dequantize checks their scales itself), and so are KV-cache scales the plan drops.
+The derived recipe settles a finding by changing its module (dequantize: the layer becomes BF16 and excluded,
+which settles an algorithm the tensors contradict, a layout the runtime cannot build, a missing activation scale),
+by dropping KV-cache scales nothing declares, or by dropping the quantization config. What no target's repair
+settles is refused here: a broken or missing scale of a layer the output keeps (NaN / infinite / zero weight
+scale, bad block scales, fused siblings' different global scales, a broken input or KV-cache scale), which needs
+the original model (--original with a take_original or requantize rule) or a fresh export; a module the
+architecture expects but the checkpoint lacks; and config entries the plan does not edit (an exclusion that
+matches nothing, two quantized_layers maps that disagree). The writer checks doctor on the output again.
 """
 
 from __future__ import annotations
 
+from repair import arch
 from repair.doctor.diagnose import diagnose
 from repair.doctor.findings import Finding, Kind, Severity
-from repair.errors import BadInput
+from repair.doctor.missing import missing_modules
+from repair.errors import BadInput, UsageError
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
 from repair.planning.recipe import Action, Recipe
 from repair.targets.profiles import resolve
 
 STORED_DEFECTS = frozenset({Kind.GLOBAL_SCALE, Kind.FP8_SCALE, Kind.BLOCK_SCALES, Kind.SCALE_OVERFLOW, Kind.MISSING_WEIGHT_SCALE,
-                            Kind.MISSING_SCALE_2, Kind.SCALE_SHAPE, Kind.INPUT_SCALE, Kind.MISSING_INPUT_SCALE, Kind.KV_CACHE_SCALES})
+                            Kind.MISSING_SCALE_2, Kind.SCALE_SHAPE, Kind.INPUT_SCALE, Kind.KV_CACHE_SCALES, Kind.SIBLINGS_SCALE_2,
+                            Kind.MISSING_MODULE, Kind.PRE_QUANT_SCALE})
+CONFIG_FINDINGS = frozenset({Kind.QUANT_CONFIG, Kind.NOT_BF16, Kind.UNUSED_EXCLUSION, Kind.CONFIGS_DISAGREE})  # gone with the config
+ADVICE = {Kind.UNUSED_EXCLUSION: "remove the entries that match nothing from the config's exclusion lists",
+          Kind.CONFIGS_DISAGREE: "make the two config files' quantized_layers agree",
+          Kind.MISSING_MODULE: "re-download or re-export the checkpoint (or take the module from the original model)"}
+DEFAULT_ADVICE = ("re-download or re-export the checkpoint, or repair those modules with a recipe (--original to take or "
+                  "requantize them)")
 
 
-def refuse_stored_defects(ckpt: Checkpoint, recipe: Recipe, declaration: Declaration, actions: dict[str, Action]) -> None:
-    """One line naming the first stored defect `recipe` (derived from a target) leaves in a kept layer."""
+def refuse_unrepairable(ckpt: Checkpoint, recipe: Recipe, declaration: Declaration, actions: dict[str, Action]) -> None:
+    """One line naming the first finding doctor --strict reports for the recipe's target that its plan leaves."""
     if not recipe.from_target:
         return
-    changed = tuple(n + "." for n, a in actions.items() if a != Action.KEEP)
-    kv_dropped = recipe.drop_quantization or declaration.kv_cache is None
+    _refuse_dropped_expected(ckpt, recipe.from_target, {n for n, a in actions.items() if a == Action.DROP})
+    changed = {n for n, a in actions.items() if a != Action.KEEP}
+    fused = arch.architecture(ckpt.config).fused_layers
     left = [f for f in diagnose(ckpt, resolve(recipe.from_target)).findings
-            if f.code in STORED_DEFECTS and f.severity in (Severity.ERROR, Severity.WARNING)
-            and not (f.subject + ".").startswith(changed) and not (f.code == Kind.KV_CACHE_SCALES and kv_dropped)]
+            if f.severity in (Severity.ERROR, Severity.WARNING) and not _settled(f, changed, recipe, declaration, fused)]
     if left:
         raise cannot_repair(ckpt.root, recipe.from_target, left)
 
 
+def _refuse_dropped_expected(ckpt: Checkpoint, target: str, dropped: set[str]) -> None:
+    """A drop rule whose output would lack a module the architecture expects (doctor: missing-module)."""
+    if not dropped:
+        return
+    specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
+    family = arch.architecture(ckpt.config).name
+    names = ckpt.infos()
+    before = missing_modules(names, specs, family)
+    after = missing_modules((t for t in names if t.rpartition(".")[0] not in dropped), specs, family)
+    lost = [n for n in after if n not in before]
+    if lost:
+        raise UsageError(f"{ckpt.root}: the drop rule removes {lost[0]}, but {after[lost[0]]}, so the output would lack "
+                         f"it and not pass doctor --strict for --target {target}; nothing was written; leave it out of the drop rule")
+
+
+def _settled(f: Finding, changed: set[str], recipe: Recipe, declaration: Declaration, fused: dict[str, tuple[str, ...]]) -> bool:
+    """Whether the plan (its changed modules and config edits) takes finding `f` away."""
+    if f.code == Kind.MISSING_MODULE:
+        return False
+    if f.code in CONFIG_FINDINGS or f.code == Kind.KV_CACHE_SCALES:
+        if recipe.drop_quantization or (f.code == Kind.KV_CACHE_SCALES and declaration.kv_cache is None):
+            return True  # the config (and its KV-cache scales) go, or undeclared KV scales are dropped
+        if f.code == Kind.CONFIGS_DISAGREE:  # the plan aligns exclusion lists it rewrites, never quantized_layers maps
+            return declaration.layer_algos is None or declaration.hf_layer_algos is None or \
+                declaration.layer_algos.as_dict() == declaration.hf_layer_algos.as_dict()
+        if f.code in CONFIG_FINDINGS:
+            return False
+    if f.code == Kind.FUSED_SHARDS:  # settled by dequantizing its shards (subject: parent.fused_name)
+        parent, _, layer = f.subject.rpartition(".")
+        return any(f"{parent}.{shard}" in changed for shard in fused.get(layer, ())) or _covered(f.subject, changed)
+    members = f.subject.split(", ") if f.code == Kind.SIBLINGS_SCALE_2 else [f.subject]
+    return all(_covered(m, changed) for m in members)
+
+
+def _covered(subject: str, changed: set[str]) -> bool:
+    """`subject` (a module or one of its tensors) belongs to a module the plan changes."""
+    name = subject
+    while name:
+        if name in changed:
+            return True
+        name = name.rpartition(".")[0]
+    return False
+
+
 def cannot_repair(root: object, target: str, left: list[Finding]) -> BadInput:
-    """The one line for stored defects a --target repair leaves (planning, and the writer's check of its output)."""
+    """The one line for findings a --target repair leaves (planning, and the writer's check of its output)."""
+    advice = ADVICE.get(left[0].code, DEFAULT_ADVICE)
     return BadInput(f"{root}: --target {target} cannot repair {len(left)} finding(s) doctor --strict reports for it "
                     f"([{left[0].code}] {left[0].message.split('; ')[0]}, ...), so its output would not pass; nothing was written; "
-                    "re-download or re-export the checkpoint, or repair those modules with a recipe (--original to take or requantize them)")
+                    f"{advice}")

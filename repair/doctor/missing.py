@@ -1,0 +1,88 @@
+"""Modules the architecture expects but the checkpoint lacks (issue 25.7).
+
+The loader simulation walks the stored tensors, so a module that is not stored at all was never looked at.
+vLLM skips its "weights were not initialized from checkpoint" check for quantized models, so a missing layer
+runs on uninitialised memory, silently; an unquantized model stops loading instead. Two sources of truth:
+
+- an architecture row with a loader profile (`arch.expected_modules`) names every module the model defines;
+- any other family: decoder layers are stacks (`<prefix>.layers.N.<rest>`). A module `<rest>` is expected in
+  layer N when layer N stores a sibling in the same block (`mlp`, `self_attn`, ...) and the other layers that
+  store that sibling also store `<rest>`, all but at most one in eight. Hybrid and MoE families differ between
+  layers by whole blocks or by many layers (DeepSeek's dense first layers, Qwen3.5's linear-attention layers,
+  Gemma 4's full-attention layers without v_proj), which this rule leaves alone. A layer of which nothing is
+  stored, between stored ones, is missing whole.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Iterable
+
+from repair.arch import ModuleSpec
+from repair.doctor.findings import Finding, Kind, Severity
+
+LAYER = re.compile(r"(.*?\b(?:layers|h|blocks))\.(\d{1,6})\.(.+)", re.DOTALL)  # fullmatch: linear on any name
+MOST_PATTERNS = 64  # a block whose modules show more distinct layer patterns than this is too irregular to judge
+CONSEQUENCE = ("vLLM skips its missing-weights check for a quantized checkpoint, so the layer runs on uninitialised "
+               "memory, silently (an unquantized one stops: 'ValueError: Following weights were not initialized from "
+               "checkpoint'); re-download or re-export the checkpoint, or take the module from the original model")
+
+
+def missing_modules(tensors: Iterable[str], specs: dict[str, ModuleSpec], family: str) -> dict[str, str]:
+    """Expected module (or tensor) name -> why it is expected, for every one no stored tensor provides."""
+    names = set(tensors)
+    if specs:
+        present = names | {t.rpartition(".")[0] for t in names}
+        return {s: f"{family} defines it (its expected modules, from config.json)" for s in sorted(specs) if s not in present}
+    return _layer_gaps({t.rpartition(".")[0] for t in names})
+
+
+def missing_findings(tensors: Iterable[str], specs: dict[str, ModuleSpec], family: str) -> list[Finding]:
+    return [Finding(Severity.ERROR, Kind.MISSING_MODULE, name, f"{name}: not stored, but {why}; {CONSEQUENCE}")
+            for name, why in missing_modules(tensors, specs, family).items()]
+
+
+def _layer_gaps(modules: set[str]) -> dict[str, str]:
+    """Modules missing from a few decoder layers of a stack that its other layers all store (see the docstring)."""
+    layers_of: dict[tuple[str, str], set[int]] = defaultdict(set)  # (stack, module within the layer) -> layer numbers
+    stacks: dict[str, set[int]] = defaultdict(set)
+    for name in modules:
+        match = LAYER.fullmatch(name)
+        if match:
+            layers_of[(match[1], match[3])].add(int(match[2]))
+            stacks[match[1]].add(int(match[2]))
+    out = _whole_layers(stacks)
+    classes: dict[tuple[str, str, frozenset[int]], list[str]] = defaultdict(list)  # (stack, block, layers) -> modules
+    for (stack, rest), layers in layers_of.items():
+        classes[(stack, rest.split(".")[0], frozenset(layers))].append(rest)
+    blocks: dict[tuple[str, str], list[frozenset[int]]] = defaultdict(list)
+    for stack, block, layers in classes:
+        blocks[(stack, block)].append(layers)
+    for (stack, block), patterns in blocks.items():
+        if len(patterns) > MOST_PATTERNS:
+            continue
+        for have in patterns:  # layers storing some module of the block
+            for want in patterns:  # layers storing another one
+                gap, both = have - want, have & want
+                if not gap or not both or len(gap) > max(1, len(both) // 8):
+                    continue
+                sibling = min(classes[(stack, block, have)])
+                for rest in classes[(stack, block, want)]:
+                    for layer in sorted(gap):
+                        out.setdefault(f"{stack}.{layer}.{rest}",
+                                       f"the other {len(both)} layer(s) of {stack} that store {block} modules like {sibling} store it")
+    return dict(sorted(out.items()))
+
+
+def _whole_layers(stacks: dict[str, set[int]]) -> dict[str, str]:
+    """Decoder layers of which nothing is stored while layers before and after them are (layers count from 0 up)."""
+    out = {}
+    for stack, present in stacks.items():
+        first, last = min(present), max(present)
+        if last - first + 1 - len(present) > MOST_PATTERNS:
+            continue  # sparse numbering on purpose, not a lost layer
+        for layer in range(first, last):
+            if layer not in present:
+                out[f"{stack}.{layer}"] = f"{stack}.{first}-{last} around it are stored and a stack of layers has no holes"
+    return out
