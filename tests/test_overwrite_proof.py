@@ -139,3 +139,18 @@ def test_a_dead_runs_real_temp_folder_is_still_removed(src, tmp_path):
     (stale / "half.safetensors").write_bytes(b"\0" * 10)
     assert run_cli("fix", src, "-o", tmp_path / "out", "--quiet") == 0
     assert not stale.exists()
+
+
+def test_a_report_listing_a_very_deep_name_is_refused_in_bounded_time(capsys, src, tmp_path):
+    """The proof's subfolder rule took every prefix of every listed name: a 40 KB name of 20,000 `a/` cost 11 s
+    and 400 MB (quadratic); a report near its 256 MB limit would never finish. Listed names no file has are ignored."""
+    import time
+
+    out = tmp_path / "x"
+    out.mkdir()
+    deep = "a/" * 200_000 + "x"
+    (out / "repair_report.json").write_text(json.dumps({"tool": {"name": "ckpt-repair"}, "outputs": [{"name": deep, "sha256": "0" * 64}]}))
+    (out / "data.csv").write_text("d\n")
+    start = time.monotonic()
+    assert "data.csv" in refused(capsys, src, out)
+    assert time.monotonic() - start < 10

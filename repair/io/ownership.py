@@ -42,7 +42,7 @@ def prove_ours(folder: Path, *, hash_files: bool = True) -> Proof:
     if not entries:
         return Proof(())
     listed = _listed(folder, entries)
-    parents = {"/".join(n.split("/")[:i]) for n in listed for i in range(1, n.count("/") + 1)}
+    parents = _parents(n for n, mode, *_ in entries if stat.S_ISREG(mode) and n in listed)
     for name, mode, *_ in sorted(entries, key=lambda e: stat.S_ISDIR(e[1])):  # a foreign file before the folder holding it
         ok = (stat.S_ISREG(mode) and (name in listed or name == REPORT_NAME)) or (stat.S_ISDIR(mode) and name in parents)
         if not ok:
@@ -69,6 +69,19 @@ def still_proven(folder: Path, proof: Proof) -> bool:
         return not folder.is_symlink() and folder.is_dir() and tuple(_walk(folder)) == proof.entries
     except OSError:
         return False
+
+
+def _parents(names) -> set[str]:
+    """Every folder above the given files (names found on disk, never the report's: a listed name of 10^5
+    levels would cost quadratic time); each folder is added once, so the cost is linear in the walk."""
+    parents: set[str] = set()
+    for name in names:
+        while "/" in name:
+            name = name.rsplit("/", 1)[0]
+            if name in parents:
+                break
+            parents.add(name)
+    return parents
 
 
 def _foreign(folder: Path, name: str, why: str) -> OutputError:
