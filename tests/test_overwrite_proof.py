@@ -154,3 +154,17 @@ def test_a_report_listing_a_very_deep_name_is_refused_in_bounded_time(capsys, sr
     start = time.monotonic()
     assert "data.csv" in refused(capsys, src, out)
     assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("name", [MARKER, f"{MARKER}.new"])
+def test_a_run_marker_left_in_an_earlier_output_is_ours_but_a_file_of_that_name_is_not(capsys, src, earlier, tmp_path, name):
+    """A kill inside mark() leaves the swapped-out OUT with a staged marker and nothing proved it ours, so no run
+    ever removed it (a whole output's worth of disk); older versions killed just after publishing left a marker in
+    OUT. A marker holds {pid, host} only: a file of that name holding anything else is the user's."""
+    out = tmp_path / "out"
+    shutil.copytree(earlier, out)
+    (out / name).write_text("my notes\n")
+    assert name in refused(capsys, src, out)
+    dead_marker(out) if name == MARKER else (out / name).write_text(json.dumps({"pid": 999999, "host": "h"}))
+    assert run_cli("fix", src, "-o", out, "--quiet", "--overwrite") == 0
+    assert tree(out) == tree(earlier)

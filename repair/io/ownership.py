@@ -2,8 +2,8 @@
 
 Provably ours: a real folder whose every file is listed in its repair_report.json (`outputs`, by
 relative name, with sha256), whose every subfolder leads to a listed file, and which holds nothing
-else (no symlink, no FIFO, no file the report does not name); an empty folder holds nothing to
-lose. The report is the anchor: it cannot list itself. Proving it costs one read of the old folder
+else (no symlink, no FIFO, no file the report does not name, but a run marker of ours that a kill
+left); an empty folder holds nothing to lose. The report is the anchor: it cannot list itself. Proving it costs one read of the old folder
 (every listed file is hashed once, when the run starts); at the swap the folder is matched against
 that proof by stat alone (inode, size, mtime and ctime of every entry), so nothing is read twice.
 """
@@ -18,10 +18,13 @@ from pathlib import Path
 
 from repair.errors import OutputError
 from repair.io.hashing import sha256_file
+from repair.io.staging import MARKER
 
 REPORT_NAME = "repair_report.json"  # what every ckpt-repair output holds (repair.execute.report writes it)
 REPORT_LIMIT = 256 << 20
 _HEX = frozenset("0123456789abcdef")
+MARKERS = (MARKER, f"{MARKER}.new")  # our run marker, whole or staged: a kill can leave either in a folder of ours
+MARKER_LIMIT = 4096
 
 Entry = tuple[str, int, int, int, int, int, int]  # (relative name, mode, dev, ino, size, mtime_ns, ctime_ns)
 
@@ -44,7 +47,8 @@ def prove_ours(folder: Path, *, hash_files: bool = True) -> Proof:
     listed = _listed(folder, entries)
     parents = _parents(n for n, mode, *_ in entries if stat.S_ISREG(mode) and n in listed)
     for name, mode, *_ in sorted(entries, key=lambda e: stat.S_ISDIR(e[1])):  # a foreign file before the folder holding it
-        ok = (stat.S_ISREG(mode) and (name in listed or name == REPORT_NAME)) or (stat.S_ISDIR(mode) and name in parents)
+        ok = (stat.S_ISREG(mode) and (name in listed or name == REPORT_NAME or _is_marker(folder, name, mode))) or \
+            (stat.S_ISDIR(mode) and name in parents)
         if not ok:
             raise _foreign(folder, name, "is not listed in its repair_report.json")
     if hash_files:
@@ -82,6 +86,21 @@ def _parents(names) -> set[str]:
                 break
             parents.add(name)
     return parents
+
+
+def _is_marker(folder: Path, name: str, mode: int) -> bool:
+    """A run marker of ours left in the folder, nothing else: a kill between writing the swapped-out OUT's staged
+    marker and renaming it in left one (and older versions, killed just after publishing, a whole one in OUT);
+    such a folder was never removed. Holds `{"pid", "host"}` only, or nothing (killed before its one write)."""
+    if name not in MARKERS or not stat.S_ISREG(mode):
+        return False
+    try:
+        with open(folder / name, "rb", opener=lambda path, flags: os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)) as fh:
+            text = fh.read(MARKER_LIMIT + 1)
+        owner = json.loads(text) if text else {"pid": 0, "host": ""}
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(owner, dict) and owner.keys() == {"pid", "host"} and type(owner["pid"]) is int and isinstance(owner["host"], str)
 
 
 def _foreign(folder: Path, name: str, why: str) -> OutputError:
