@@ -168,3 +168,44 @@ def test_a_run_marker_left_in_an_earlier_output_is_ours_but_a_file_of_that_name_
     dead_marker(out) if name == MARKER else (out / name).write_text(json.dumps({"pid": 999999, "host": "h"}))
     assert run_cli("fix", src, "-o", out, "--quiet", "--overwrite") == 0
     assert tree(out) == tree(earlier)
+
+
+@pytest.mark.parametrize("swap", ["fifo", "link to /dev/zero"])
+def test_a_listed_file_swapped_for_a_fifo_or_a_device_link_while_proving_is_refused_without_hanging(earlier, tmp_path, monkeypatch, swap):
+    """Between the walk and the hashing, a listed shard becomes a FIFO (open blocked for ever) or a link to
+    /dev/zero (read for ever): the proof opens each file once, without following a link or waiting on a FIFO,
+    and hashes it only if it is still the file the walk saw."""
+    import os
+    import threading
+
+    import repair.io.ownership as ownership
+    from repair.errors import OutputError
+
+    out = tmp_path / "out"
+    shutil.copytree(earlier, out)
+    shard = next(out.glob("*.safetensors"))
+    real_walk = ownership._walk
+
+    def walk_then_swap(folder):
+        entries = real_walk(folder)
+        shard.unlink()
+        os.mkfifo(shard) if swap == "fifo" else shard.symlink_to("/dev/zero")
+        return entries
+
+    monkeypatch.setattr(ownership, "_walk", walk_then_swap)
+    result = {}
+
+    def prove():
+        try:
+            ownership.prove_ours(out)
+        except OutputError as err:
+            result["err"] = str(err)
+
+    worker = threading.Thread(target=prove, daemon=True)
+    worker.start()
+    worker.join(20)
+    if worker.is_alive() and swap == "fifo":
+        with open(shard, "wb"):  # let the blocked open return, so the thread ends
+            pass
+    assert not worker.is_alive(), "the proof hangs"
+    assert shard.name in result["err"] and "changed" in result["err"], result

@@ -10,6 +10,8 @@ that proof by stat alone (inode, size, mtime and ctime of every entry), so nothi
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import stat
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repair.errors import OutputError
-from repair.io.hashing import sha256_file
+from repair.io.hashing import hash_range
 from repair.io.staging import MARKER
 
 REPORT_NAME = "repair_report.json"  # what every ckpt-repair output holds (repair.execute.report writes it)
@@ -54,7 +56,7 @@ def prove_ours(folder: Path, *, hash_files: bool = True) -> Proof:
     if hash_files:
         for entry in entries:
             name = entry[0]
-            if name in listed and (sha256_file(folder / name) != listed[name] or _entry(folder, name) != entry):
+            if name in listed and (_sha256_of(folder, entry) != listed[name] or _entry(folder, name) != entry):
                 raise _foreign(folder, name, "changed since ckpt-repair wrote it (its sha256 differs from repair_report.json)")
     return Proof(tuple(entries))
 
@@ -103,6 +105,28 @@ def _is_marker(folder: Path, name: str, mode: int) -> bool:
     return isinstance(owner, dict) and owner.keys() == {"pid", "host"} and type(owner["pid"]) is int and isinstance(owner["host"], str)
 
 
+def _sha256_of(folder: Path, entry: Entry) -> str | None:
+    """sha256 of the file the walk saw, read through one handle opened without following a link or waiting on a
+    FIFO; None when the path is no longer that file (swapped for a FIFO, open() waited for ever)."""
+    try:
+        fd = os.open(folder / entry[0], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOENT, errno.ENXIO):
+            return None
+        raise
+    try:
+        st = os.fstat(fd)
+        if _identity(entry[0], st) != entry:
+            return None
+        digest = hashlib.sha256()
+        hash_range(fd, digest, 0, st.st_size)
+        return digest.hexdigest()
+    except EOFError:  # it got shorter while it was hashed
+        return None
+    finally:
+        os.close(fd)
+
+
 def _foreign(folder: Path, name: str, why: str) -> OutputError:
     return OutputError(f"{folder}: --overwrite only replaces an earlier ckpt-repair output, and {name} {why}; "
                        "it was left alone: move that file away, or choose another folder")
@@ -143,5 +167,8 @@ def _walk(folder: Path) -> list[Entry]:
 
 
 def _entry(folder: Path, name: str) -> Entry:
-    st = os.stat(folder / name, follow_symlinks=False)
+    return _identity(name, os.stat(folder / name, follow_symlinks=False))
+
+
+def _identity(name: str, st: os.stat_result) -> Entry:
     return (name, st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
