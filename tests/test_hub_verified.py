@@ -121,3 +121,29 @@ def test_fix_never_removes_a_local_src_named_like_a_dead_work_folder(hub, broken
     before = tree(src)
     run(capsys, "fix", src, "-o", tmp_path / "out", "--original", "alice/orig", "--quiet")
     assert src.is_dir() and tree(src) == before, "SRC was removed"
+
+
+@pytest.mark.parametrize("name,field,value", [
+    (SHARDS[1], "lfs.oid", 5), (SHARDS[1], "lfs.oid", ["x"]), (SHARDS[1], "lfs.oid", "ab" * 31), ("config.json", "oid", 7),
+    ("config.json", "oid", "z" * 40), (SHARDS[1], "size", "abc"), (SHARDS[1], "size", None), (SHARDS[1], "size", 10**30),
+    (SHARDS[1], "size", -5), (SHARDS[1], "size", True), (SHARDS[1], "size", 1 << 44)])
+def test_a_listing_whose_hash_or_size_is_not_one_is_refused_in_one_line(hub, broken, capsys, tmp_path, monkeypatch, name, field, value):
+    """What the listing says of a file is read from the network: an oid that is not hex of the right length, or a
+    size that is not a count of bytes, ended in a traceback (`int.lower`, `int('abc')`, an OverflowError)."""
+    import tools.hub_server.routes_read as routes
+
+    hub.add_repo(SRC, broken)
+    real = routes.file_json
+
+    def lying(h, repo, sha, path, entry, expand):
+        out = real(h, repo, sha, path, entry, expand)
+        if path == name:
+            *parents, key = field.split(".")
+            (out[parents[0]] if parents else out)[key] = value
+        return out
+
+    monkeypatch.setattr(routes, "file_json", lying)
+    code, _, err = run(capsys, "fix", SRC, "-o", tmp_path / "out", "--quiet")
+    line = one_line(err)
+    assert code == 2 and name in line, line
+    assert not (tmp_path / "out").exists()

@@ -85,6 +85,13 @@ elif point == "just_exchanged":     # --overwrite: the exchange done, nothing af
             die()
         return done
     out_mod._rename2 = rename2
+elif point == "marking_old_out":    # --overwrite: the swapped-out OUT's marker staged, not yet renamed in
+    import repair.io.output as out_mod
+    import json, socket
+    def mark(folder):  # mark()'s first step (write MARKER.new), and the kill before it is renamed in
+        (folder / (st.MARKER + ".new")).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+        die()
+    out_mod.mark = mark
 elif point == "old_out_marked":     # --overwrite: the swapped-out OUT marked, not yet deleted
     import repair.io.output as out_mod
     out_mod.mark = then_die(out_mod.mark)
@@ -226,8 +233,8 @@ def other(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return out, tree(out)
 
 
-@pytest.mark.parametrize("point,at_out", [("unmarked_before_swap", "old"), ("just_exchanged", "new"), ("old_out_marked", "new"),
-                                          ("deleting_old_out", "new")])
+@pytest.mark.parametrize("point,at_out", [("unmarked_before_swap", "old"), ("just_exchanged", "new"), ("marking_old_out", "new"),
+                                          ("old_out_marked", "new"), ("deleting_old_out", "new")])
 def test_sigkill_at_each_step_of_overwrite_leaves_one_whole_out_and_a_folder_the_next_run_removes(point, at_out, src, reference, other, tmp_path):
     """Issue 25, 10b: at every instant OUT is the old or the new output, whole (no marker in it), and the other is in a
     `.out.partial-<pid>-*` folder that is marked or provably ours by its report; the next run removes it."""

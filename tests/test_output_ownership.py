@@ -195,3 +195,27 @@ def test_out_spelled_as_the_current_or_parent_folder_is_refused_by_name(capsys, 
     code, _, err = run_captured(capsys, "fix", src, "-o", spelling, "--overwrite", "--quiet")
     assert code == 2 and one_line(err) and "name the folder to write" in err, err
     assert tree(work) == before
+
+
+def test_overwrite_without_an_atomic_exchange_checks_what_it_moved_away(capsys, monkeypatch, src, earlier, tmp_path):
+    """Where renameat2 cannot exchange (another OS, a file system without RENAME_EXCHANGE), OUT is renamed aside,
+    then the new one in. A folder that replaced OUT between the last check and that rename was deleted as ours."""
+    import repair.io.output as output
+
+    out = tmp_path / "out"
+    shutil.copytree(earlier, out)
+    real_rename2, real_proven, mine = output._rename2, output.still_proven, {}
+    monkeypatch.setattr(output, "_rename2", lambda a, b, flags: False if flags == output._RENAME_EXCHANGE else real_rename2(a, b, flags))
+
+    def proven_then_replaced(folder, proof):
+        ok = real_proven(folder, proof)
+        if folder == out and "tree" not in mine:
+            shutil.rmtree(out)
+            mine["tree"] = users_folder(out)
+        return ok
+
+    monkeypatch.setattr(output, "still_proven", proven_then_replaced)
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--quiet", "--overwrite")
+    assert code == 2 and one_line(err) and "not a ckpt-repair output" in err, err
+    assert tree(out) == mine["tree"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]

@@ -139,3 +139,73 @@ def test_a_dead_runs_real_temp_folder_is_still_removed(src, tmp_path):
     (stale / "half.safetensors").write_bytes(b"\0" * 10)
     assert run_cli("fix", src, "-o", tmp_path / "out", "--quiet") == 0
     assert not stale.exists()
+
+
+def test_a_report_listing_a_very_deep_name_is_refused_in_bounded_time(capsys, src, tmp_path):
+    """The proof's subfolder rule took every prefix of every listed name: a 40 KB name of 20,000 `a/` cost 11 s
+    and 400 MB (quadratic); a report near its 256 MB limit would never finish. Listed names no file has are ignored."""
+    import time
+
+    out = tmp_path / "x"
+    out.mkdir()
+    deep = "a/" * 200_000 + "x"
+    (out / "repair_report.json").write_text(json.dumps({"tool": {"name": "ckpt-repair"}, "outputs": [{"name": deep, "sha256": "0" * 64}]}))
+    (out / "data.csv").write_text("d\n")
+    start = time.monotonic()
+    assert "data.csv" in refused(capsys, src, out)
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("name", [MARKER, f"{MARKER}.new"])
+def test_a_run_marker_left_in_an_earlier_output_is_ours_but_a_file_of_that_name_is_not(capsys, src, earlier, tmp_path, name):
+    """A kill inside mark() leaves the swapped-out OUT with a staged marker and nothing proved it ours, so no run
+    ever removed it (a whole output's worth of disk); older versions killed just after publishing left a marker in
+    OUT. A marker holds {pid, host} only: a file of that name holding anything else is the user's."""
+    out = tmp_path / "out"
+    shutil.copytree(earlier, out)
+    (out / name).write_text("my notes\n")
+    assert name in refused(capsys, src, out)
+    dead_marker(out) if name == MARKER else (out / name).write_text(json.dumps({"pid": 999999, "host": "h"}))
+    assert run_cli("fix", src, "-o", out, "--quiet", "--overwrite") == 0
+    assert tree(out) == tree(earlier)
+
+
+@pytest.mark.parametrize("swap", ["fifo", "link to /dev/zero"])
+def test_a_listed_file_swapped_for_a_fifo_or_a_device_link_while_proving_is_refused_without_hanging(earlier, tmp_path, monkeypatch, swap):
+    """Between the walk and the hashing, a listed shard becomes a FIFO (open blocked for ever) or a link to
+    /dev/zero (read for ever): the proof opens each file once, without following a link or waiting on a FIFO,
+    and hashes it only if it is still the file the walk saw."""
+    import os
+    import threading
+
+    import repair.io.ownership as ownership
+    from repair.errors import OutputError
+
+    out = tmp_path / "out"
+    shutil.copytree(earlier, out)
+    shard = next(out.glob("*.safetensors"))
+    real_walk = ownership._walk
+
+    def walk_then_swap(folder):
+        entries = real_walk(folder)
+        shard.unlink()
+        os.mkfifo(shard) if swap == "fifo" else shard.symlink_to("/dev/zero")
+        return entries
+
+    monkeypatch.setattr(ownership, "_walk", walk_then_swap)
+    result = {}
+
+    def prove():
+        try:
+            ownership.prove_ours(out)
+        except OutputError as err:
+            result["err"] = str(err)
+
+    worker = threading.Thread(target=prove, daemon=True)
+    worker.start()
+    worker.join(20)
+    if worker.is_alive() and swap == "fifo":
+        with open(shard, "wb"):  # let the blocked open return, so the thread ends
+            pass
+    assert not worker.is_alive(), "the proof hangs"
+    assert shard.name in result["err"] and "changed" in result["err"], result

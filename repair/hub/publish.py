@@ -15,8 +15,7 @@ from typing import Callable
 from repair.errors import OutputError, RepairError
 from repair.hub import client
 from repair.hub.errors import hub_call
-from repair.hub.remote import RemoteFile, RemoteRepo
-from repair.hub.spec import check_remote_name
+from repair.hub.remote import RemoteFile, RemoteRepo, listed_file
 from repair.io.parse import parse_json, read_text
 from repair.execute.report import REPORT_NAME
 
@@ -60,12 +59,7 @@ def look(dst: str, src: RemoteRepo, work: Path) -> Fork:
 def _tree(entries, label: str) -> dict[str, RemoteFile]:
     from huggingface_hub.hf_api import RepoFile
 
-    out = {}
-    for e in entries:
-        if isinstance(e, RepoFile):
-            name = check_remote_name(e.path, label)
-            out[name] = RemoteFile(name, int(e.size), e.blob_id, e.lfs.sha256 if e.lfs else None)
-    return out
+    return {f.name: f for f in (listed_file(e, label) for e in entries if isinstance(e, RepoFile))}
 
 
 def _read_report(dst: str, head: str, work: Path) -> dict | None:

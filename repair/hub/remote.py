@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from repair.errors import BadInput
 from repair.hub import client
 from repair.hub.errors import hub_call
 from repair.hub.spec import HubSpec, check_remote_name
+
+MAX_FILE_BYTES = 1 << 42  # 4 TiB: no checkpoint file is larger, and its sparse mirror must fit (ext4 stops below 16 TiB)
+_HEX = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True)
@@ -58,9 +62,23 @@ def resolve(spec: HubSpec) -> RemoteRepo:
 
     files = {}
     for entry in entries:
-        if not isinstance(entry, RepoFile):  # folders
-            continue
-        name = check_remote_name(entry.path, label)
-        lfs = getattr(entry, "lfs", None)
-        files[name] = RemoteFile(name, int(entry.size), getattr(entry, "blob_id", None), lfs.sha256 if lfs else None)
+        if isinstance(entry, RepoFile):  # not a folder
+            remote = listed_file(entry, label)
+            files[remote.name] = remote
     return RemoteRepo(spec.repo, spec.revision, sha, files)
+
+
+def listed_file(entry, label: str) -> RemoteFile:
+    """One file of a listing (a huggingface_hub RepoFile), its name, size and hashes checked: all read from the
+    network, where a size `"abc"` or an oid `5` ended in a traceback."""
+    name = check_remote_name(entry.path, label)
+    lfs = getattr(entry, "lfs", None)
+    size, blob_id, sha256 = entry.size, getattr(entry, "blob_id", None), lfs.sha256 if lfs else None
+    if type(size) is not int or not 0 <= size <= MAX_FILE_BYTES:
+        raise BadInput(f"{label}/{name}: the Hub's listing gives it a size of {size!r}, not a count of bytes; "
+                       "nothing was read (is HF_ENDPOINT a Hub?)")
+    for kind, value, digits in (("LFS sha256", sha256, 64), ("git blob id", blob_id, 40)):
+        if value is not None and not (isinstance(value, str) and len(value) == digits and set(value.lower()) <= _HEX):
+            raise BadInput(f"{label}/{name}: the Hub's listing gives it a {kind} of {value!r}, not {digits} hex digits; "
+                           "nothing was read (is HF_ENDPOINT a Hub?)")
+    return RemoteFile(name, size, blob_id, sha256)

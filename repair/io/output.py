@@ -7,7 +7,8 @@ only with --overwrite, by an atomic exchange, and only when it is provably an ea
 output (repair/io/ownership.py: proven once, by hash, when the run starts; matched by stat at the
 swap, before and after it); anything else is swapped straight back and the run fails with one line.
 A SIGKILL at any step leaves the old or the new OUT at OUT, and the other in `.OUT.partial-<pid>-*`,
-provably ours by its report or its marker, which the next run removes. Runs of this tool into one
+provably ours by its report or its marker, which the next run removes (without an atomic exchange,
+a kill between its two renames leaves no OUT, and both outputs there). Runs of this tool into one
 OUT exclude each other with flock on a hidden `.OUT.lock` beside it, removed when the run ends; a
 killed run's lock file holds no lock (the kernel drops it) and the next run takes it over.
 """
@@ -132,6 +133,9 @@ def _move_into_place(tmp: Path, out: Path, overwrite: bool, proof: Proof | None)
         return tmp
     old = Path(tempfile.mkdtemp(prefix=f"{hidden_stem(out)}{PARTIAL_TAG}{os.getpid()}-", dir=out.parent))
     os.rename(out, old)  # no atomic exchange here: onto the empty folder; a kill before the next line leaves no OUT
+    if not still_proven(old, proof):  # OUT changed between the check and the rename: put it back
+        os.rename(old, out)
+        raise replaced
     os.rename(tmp, out)
     return old
 
