@@ -58,8 +58,12 @@ def execute(
 
 def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dict | None, sections: Sections, after) -> dict:
     """Write and check every file inside the temp folder; return the report."""
-    with _progress(plan, progress) as bar:
-        hashes = _write_all(plan, tmp, bar)
+    try:
+        with _progress(plan, progress) as bar:
+            hashes = _write_all(plan, tmp, bar)
+    except EOFError:  # an input got shorter while it was read: say which
+        check_inputs(plan)
+        raise
     _self_check(plan, tmp, out, hashes)  # before anything (doctor after) reads the written files
     if after is not None:
         with own_output(tmp, out):

@@ -73,7 +73,7 @@ def _build(src: Path, manifest: Manifest, ranks: list[dict[str, TensorInfo]], pi
     files = [pins.get(r.files[RANK_FILE][0]) for r in manifest.ranks]
     for shard in manifest.shards:
         _parent(tmp, shard["name"])
-        hashes[shard["name"]] = _write_shard(tmp / shard["name"], shard, manifest.tensors, ranks, files)
+        hashes[shard["name"]] = _write_shard(tmp / shard["name"], shard, manifest.tensors, ranks, pins, files)
     for name in manifest.files:
         hashes[name] = copy_file_hashed(pins.get(manifest.ranks[0].files[name][0]), _parent(tmp, name))
     if manifest.index:
@@ -102,7 +102,7 @@ def _header(shard: dict, tensors: dict) -> bytes:
     return encode_header([OutTensor(n, tensors[n]["dtype"], tuple(tensors[n]["shape"])) for n in shard["tensors"]], shard["metadata"])
 
 
-def _write_shard(path: Path, shard: dict, tensors: dict, ranks: list[dict[str, TensorInfo]], files: list[PinnedFile]) -> str:
+def _write_shard(path: Path, shard: dict, tensors: dict, ranks: list[dict[str, TensorInfo]], pins: Pins, files: list[PinnedFile]) -> str:
     """Stream one standard shard: header, then each tensor rebuilt from the ranks; returns the sha256 of
     the bytes written (hashed from the buffers they were written from)."""
     out = HashedOutput(path)
@@ -117,6 +117,7 @@ def _write_shard(path: Path, shard: dict, tensors: dict, ranks: list[dict[str, T
                 raise BadInput(f"{name}: the ranks' slices do not add up to {entry['shape']}; the manifest and rank files disagree")
     except EOFError:
         out.abort()
+        pins.check("SRC")  # names the file that got shorter
         raise BadInput(f"{path.name}: a rank file ended while it was read; it was truncated, re-run `fix --tp`") from None
     except BaseException:
         out.abort()

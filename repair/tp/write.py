@@ -54,7 +54,11 @@ def write_tp(tpp: TpPlan, out: Path, *, overwrite: bool = False, progress: bool 
     plan = tpp.plan
 
     def build(tmp: Path) -> TpResult:
-        rank_hashes = _write_ranks(tpp, tmp, progress)
+        try:
+            rank_hashes = _write_ranks(tpp, tmp, progress)
+        except EOFError:  # an input got shorter while it was read: say which
+            check_inputs(plan)
+            raise
         manifest = _manifest(tpp, rank_hashes)
         outputs = {f"{rank_folder(r)}/{n}": {"source": None, "output": h} for r, files in rank_hashes.items() for n, h in files.items()}
         outputs[MANIFEST] = {"source": None, "output": write_json(tmp / MANIFEST, manifest)}
