@@ -117,3 +117,19 @@ def test_a_change_after_the_last_read_of_another_file_still_refuses(tmp_path):
     plan = make_plan(open_checkpoint(src), Recipe())
     (src / "generation_config.json").write_text('{"bos_token_id": 7}')
     assert_refused_unpublished(plan, tmp_path / "out", "generation_config.json")
+
+
+def test_original_replaced_after_planning_is_refused(broken_export, original_model, tmp_path):
+    """--original is pinned like SRC: even a byte-identical copy renamed over it is another file."""
+    import shutil
+
+    from repair import api
+
+    original = shutil.copytree(original_model, tmp_path / "orig")
+    plan = api.plan(broken_export, original=original)
+    shard = next(original.glob("*.safetensors"))
+    shutil.copyfile(shard, tmp_path / "copy")
+    os.replace(tmp_path / "copy", shard)
+    with pytest.raises(BadInput, match=f"--original was replaced while it was being read: .*{shard.name}; nothing was published"):
+        api.run(plan, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

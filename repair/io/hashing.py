@@ -98,15 +98,30 @@ class Hasher:
 
 
 class SourceDigest:
-    """sha256 of an input file over the bytes read, fed in file order from the copy's own buffers. Bytes the
-    copy does not read (the header, changed tensors) are read through the pinned handle as they are passed;
-    a copy that goes back in the file makes it hash the whole file again at the end, through the same handle."""
+    """sha256 of an input file over the bytes read, computed in its own thread (beside the output's, so two
+    cores hash at once). Copied chunks are fed in file order, read back from the output they were copied
+    into (the bytes read are the bytes written); bytes the copy does not read (the header, changed tensors)
+    are read through the pinned handle as they are passed. A copy that goes back in the file makes it hash
+    the whole file again at the end, through the same handle."""
 
     def __init__(self, pinned: PinnedFile):
         self.pinned, self._digest, self._at, self._ordered = pinned, hashlib.sha256(), 0, True
+        self._hasher = Hasher()
+        self._buffer = bytearray(0)  # the read-back buffer, used by this digest's thread only
 
-    def feed_at(self, offset: int) -> Feed:
-        return lambda view: self._update(offset, view)
+    def copied(self, offset: int, out_fd: int, at: int, n: int) -> None:
+        """Bytes [offset, offset + n) of the input, now at [at, at + n) of the output `out_fd` (open until `hexdigest`)."""
+        self._hasher.submit(lambda: self._read_back(out_fd, at, n), (lambda view: self._update(offset, view),))
+
+    def read(self, offset: int, data) -> None:
+        """Bytes of the input at `offset` the writer read into a buffer (not changed afterwards)."""
+        view = memoryview(data).cast("B")
+        self._hasher.submit(lambda: view, (lambda v: self._update(offset, v),))
+
+    def _read_back(self, fd: int, at: int, n: int) -> memoryview:
+        if len(self._buffer) < n:
+            self._buffer = bytearray(CHUNK)
+        return read_exact(fd, memoryview(self._buffer)[:n], at)
 
     def _update(self, offset: int, view: memoryview) -> None:
         if self._ordered and offset >= self._at:
@@ -122,11 +137,29 @@ class SourceDigest:
             self._at = end
 
     def hexdigest(self) -> str:
-        """Call after the hasher is drained."""
+        """Waits for the copied chunks, then hashes what is left of the file."""
+        self._hasher.drain()
         if not self._ordered:
             self._digest, self._at, self._ordered = hashlib.sha256(), 0, True
         self._fill(self.pinned.size)
         return self._digest.hexdigest()
+
+    def abort(self) -> None:
+        try:
+            self._hasher.drain()
+        except BaseException:
+            pass
+
+
+def read_exact(fd: int, view: memoryview, at: int) -> memoryview:
+    """Fill `view` from `fd` at `at` (our own output, read back: it cannot be shorter unless we are wrong)."""
+    done = 0
+    while done < view.nbytes:
+        got = os.preadv(fd, [view[done:]], at + done)
+        if got == 0:
+            raise EOFError(f"fd {fd}: ended {view.nbytes - done} bytes early")
+        done += got
+    return view
 
 
 class HashedOutput:
@@ -147,26 +180,30 @@ class HashedOutput:
         self._hasher = Hasher()
         self._readback = bytearray(CHUNK)  # used by the hashing thread only
 
-    def write(self, data, *also: Feed) -> None:
+    def write(self, data) -> None:
         """Append `data` (not changed afterwards: it is hashed while later chunks are written)."""
         view = memoryview(data).cast("B")
         for start in range(0, view.nbytes, CHUNK):
             piece = view[start:start + CHUNK]
-            self._hasher.submit(lambda piece=piece: piece, (self.digest.update, *also))
+            self._hasher.submit(lambda piece=piece: piece, (self.digest.update,))
             write_all(self.fd, piece)
             self._advance(piece.nbytes)
 
     def copy(self, src: PinnedFile, offset: int, length: int, source: SourceDigest | None = None) -> None:
         """Append `length` bytes of `src` from `offset`, then hash them as written (read back)."""
+        source = source if source is not None and source.pinned is src else None
         while length:
-            n = min(length, CHUNK)
-            also = (source.feed_at(offset),) if source is not None and source.pinned is src else ()
-            if not self._kernel_copy(src, offset, n):
-                self.write(src.read(offset, n), *also)  # the kernel cannot copy here (another file system...)
-            else:
-                at = self.written
-                self._hasher.submit(lambda at=at, n=n: self._read_back(at, n), (self.digest.update, *also))
+            n, at = min(length, CHUNK), self.written
+            if self._kernel_copy(src, offset, n):
+                self._hasher.submit(lambda at=at, n=n: self._read_back(at, n), (self.digest.update,))
                 self._advance(n)
+                if source is not None:
+                    source.copied(offset, self.fd, at, n)
+            else:  # the kernel cannot copy here (another file system...): through a buffer
+                data = src.read(offset, n)
+                self.write(data)
+                if source is not None:
+                    source.read(offset, data)
             offset += n
             length -= n
 
@@ -185,14 +222,7 @@ class HashedOutput:
         return True
 
     def _read_back(self, at: int, n: int) -> memoryview:
-        view = memoryview(self._readback)[:n]
-        done = 0
-        while done < n:
-            got = os.preadv(self.fd, [view[done:]], at + done)
-            if got == 0:
-                raise EOFError(f"{self.path}: our own output ended early")
-            done += got
-        return view
+        return read_exact(self.fd, memoryview(self._readback)[:n], at)
 
     def _advance(self, n: int) -> None:
         start_writeback(self.fd, self.written, n)

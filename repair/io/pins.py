@@ -10,7 +10,9 @@ run), never a module-level cache; its files are closed when it is collected.
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
 import stat
 import weakref
 from dataclasses import dataclass
@@ -76,17 +78,28 @@ class PinnedFile:
         return self.content
 
     def changed(self) -> str | None:
-        """Why this file is no longer the one pinned (its handle's or its path's identity differs), or None."""
-        if Identity.of(os.fstat(self.fd)) != self.identity:
-            return "changed while it was being read"
+        """Why this file is no longer the one pinned, or None: its path names another file, or the open
+        file's identity (or the path's) differs from the one recorded."""
         try:
             now = Identity.of(os.stat(self.path))
         except OSError:
             return "was removed or replaced while it was being read"
-        return None if now == self.identity else "was replaced while it was being read"
+        if (now.dev, now.ino) != (self.identity.dev, self.identity.ino):
+            return "was replaced while it was being read"
+        if now != self.identity or Identity.of(os.fstat(self.fd)) != self.identity:
+            return "changed while it was being read"
+        return None
 
     def close(self) -> None:
         self._closer()
+
+
+def _more_descriptors() -> bool:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft >= hard:
+        return False
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return True
 
 
 class Pins:
@@ -99,7 +112,13 @@ class Pins:
         path = Path(path)
         found = self._files.get(path)
         if found is None:
-            found = self._files[path] = PinnedFile(path)
+            try:
+                found = PinnedFile(path)
+            except OSError as exc:  # a folder of thousands of files past a 1024-descriptor soft limit: raise it to the hard one
+                if exc.errno != errno.EMFILE or not _more_descriptors():
+                    raise
+                found = PinnedFile(path)
+            self._files[path] = found
         return found
 
     def get(self, path: Path) -> PinnedFile | None:

@@ -76,14 +76,20 @@ class ShardWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
+        if exc_type is not None:  # the source's thread reads the output back: it stops before the output closes
+            if self._source is not None:
+                self._source.abort()
             self._out.abort()
             return
+        try:
+            if self._source is not None:
+                self.source_digest = self._source.hexdigest()
+        except BaseException:
+            self._out.abort()
+            raise
         self._out.close()
         if self._pending:
             raise InternalError(WRITER, f"{self.path}: tensors never written: {[t.name for t in self._pending]}")
-        if self._source is not None:
-            self.source_digest = self._source.hexdigest()
 
     def _next(self, name: str) -> OutTensor:
         expected = self._pending.pop() if self._pending else None

@@ -83,7 +83,7 @@ def main() -> None:
     parser.add_argument("--only", choices=("31b", "multi"))
     args = parser.parse_args()
     results = {"load_start": os.getloadavg()}
-    with tempfile.TemporaryDirectory(prefix="ckpt-onepass-", dir=REPO.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix="ckpt-onepass-") as tmp:
         work = Path(tmp)
         cases = {"31b": lambda: inputs.build_31b(work / "a31b"), "multi": lambda: inputs.build_multishard(work / "multi", args.gb)}
         for case, build in cases.items():
