@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import hashlib
+import mmap
 import os
 import queue
 import sys
@@ -24,7 +25,7 @@ from typing import Callable
 
 from repair.io.pins import PinnedFile
 
-CHUNK = 4 << 20  # bytes per copy / hash / write step
+CHUNK = 16 << 20  # bytes per copy / hash / write step (measured: 16 MiB costs less CPU than 4)
 DEPTH = 2  # chunks waiting to be hashed, per output file
 Feed = Callable[[memoryview], None]
 
@@ -68,10 +69,10 @@ class Hasher:
         self._thread = threading.Thread(target=self._run, name="sha256", daemon=True)
         self._thread.start()
 
-    def submit(self, bytes_of: Callable[[], memoryview], feeds: tuple[Feed, ...]) -> None:
-        """Feed `bytes_of()` (called in the hashing thread) to every feed, after the jobs before it."""
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run `job` (it feeds a digest) in the hashing thread, after the jobs before it."""
         self._raise()
-        self._jobs.put((bytes_of, feeds))
+        self._jobs.put(job)
 
     def drain(self) -> None:
         """Wait until every job is hashed and stop the thread; raises a feed's error."""
@@ -88,11 +89,8 @@ class Hasher:
         while (job := self._jobs.get()) is not None:
             if self._error is not None:
                 continue  # keep taking jobs: the writer never blocks on a full queue
-            bytes_of, feeds = job
             try:
-                view = bytes_of()
-                for feed in feeds:
-                    feed(view)
+                job()
             except BaseException as exc:  # re-raised in the writer's thread
                 self._error = exc
 
@@ -107,21 +105,15 @@ class SourceDigest:
     def __init__(self, pinned: PinnedFile):
         self.pinned, self._digest, self._at, self._ordered = pinned, hashlib.sha256(), 0, True
         self._hasher = Hasher()
-        self._buffer = bytearray(0)  # the read-back buffer, used by this digest's thread only
 
     def copied(self, offset: int, out_fd: int, at: int, n: int) -> None:
         """Bytes [offset, offset + n) of the input, now at [at, at + n) of the output `out_fd` (open until `hexdigest`)."""
-        self._hasher.submit(lambda: self._read_back(out_fd, at, n), (lambda view: self._update(offset, view),))
+        self._hasher.submit(lambda: hash_written(out_fd, at, n, lambda view: self._update(offset, view)))
 
     def read(self, offset: int, data) -> None:
         """Bytes of the input at `offset` the writer read into a buffer (not changed afterwards)."""
         view = memoryview(data).cast("B")
-        self._hasher.submit(lambda: view, (lambda v: self._update(offset, v),))
-
-    def _read_back(self, fd: int, at: int, n: int) -> memoryview:
-        if len(self._buffer) < n:
-            self._buffer = bytearray(CHUNK)
-        return read_exact(fd, memoryview(self._buffer)[:n], at)
+        self._hasher.submit(lambda: self._update(offset, view))
 
     def _update(self, offset: int, view: memoryview) -> None:
         if self._ordered and offset >= self._at:
@@ -151,15 +143,14 @@ class SourceDigest:
             pass
 
 
-def read_exact(fd: int, view: memoryview, at: int) -> memoryview:
-    """Fill `view` from `fd` at `at` (our own output, read back: it cannot be shorter unless we are wrong)."""
-    done = 0
-    while done < view.nbytes:
-        got = os.preadv(fd, [view[done:]], at + done)
-        if got == 0:
-            raise EOFError(f"fd {fd}: ended {view.nbytes - done} bytes early")
-        done += got
-    return view
+def hash_written(fd: int, at: int, n: int, feed: Feed) -> None:
+    """Feed bytes [at, at + n) of our own output as written, through a read-only mapping of its page cache
+    (no copy: measured cheaper than pread). Only our own temp files are mapped: an input truncated while
+    mapped would kill the process with SIGBUS, so inputs are always read with pread."""
+    base = at - at % mmap.ALLOCATIONGRANULARITY
+    with mmap.mmap(fd, at + n - base, offset=base, access=mmap.ACCESS_READ) as window, memoryview(window) as view:
+        with view[at - base:] as part:
+            feed(part)
 
 
 class HashedOutput:
@@ -178,14 +169,13 @@ class HashedOutput:
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         self.written = 0
         self._hasher = Hasher()
-        self._readback = bytearray(CHUNK)  # used by the hashing thread only
 
     def write(self, data) -> None:
         """Append `data` (not changed afterwards: it is hashed while later chunks are written)."""
         view = memoryview(data).cast("B")
         for start in range(0, view.nbytes, CHUNK):
             piece = view[start:start + CHUNK]
-            self._hasher.submit(lambda piece=piece: piece, (self.digest.update,))
+            self._hasher.submit(lambda piece=piece: self.digest.update(piece))
             write_all(self.fd, piece)
             self._advance(piece.nbytes)
 
@@ -195,7 +185,7 @@ class HashedOutput:
         while length:
             n, at = min(length, CHUNK), self.written
             if self._kernel_copy(src, offset, n):
-                self._hasher.submit(lambda at=at, n=n: self._read_back(at, n), (self.digest.update,))
+                self._hasher.submit(lambda at=at, n=n: hash_written(self.fd, at, n, self.digest.update))
                 self._advance(n)
                 if source is not None:
                     source.copied(offset, self.fd, at, n)
@@ -220,9 +210,6 @@ class HashedOutput:
                 raise
             return False
         return True
-
-    def _read_back(self, at: int, n: int) -> memoryview:
-        return read_exact(self.fd, memoryview(self._readback)[:n], at)
 
     def _advance(self, n: int) -> None:
         start_writeback(self.fd, self.written, n)
