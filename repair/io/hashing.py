@@ -26,7 +26,8 @@ from typing import Callable
 from repair.io.pins import PinnedFile
 
 CHUNK = 16 << 20  # bytes per copy / hash / write step (measured: 16 MiB costs less CPU than 4)
-DEPTH = 2  # chunks waiting to be hashed, per output file
+AHEAD = 16  # chunks the writer may copy ahead of the hashing (256 MiB: the page cache holds them)
+HELD = 2 * CHUNK  # bytes of written buffers (computed tensors) kept alive until hashed, per output file
 Feed = Callable[[memoryview], None]
 
 _SYNC_FILE_RANGE: list = []  # [libc sync_file_range or None], resolved on first use
@@ -60,22 +61,32 @@ def write_all(fd: int, data: memoryview) -> None:
 
 
 class Hasher:
-    """One thread feeding digests, job after job in submission order. At most `depth` jobs wait, so
-    the bytes held for hashing are bounded; an error in a feed is raised by the next `submit` or `drain`."""
+    """One thread feeding digests, job after job in submission order. The writer may run `AHEAD` chunks
+    ahead of it (copied chunks hold no memory: they are hashed from the page cache, so the copy and its
+    writeback are not held back by hashing), but buffers it holds for hashing stay under `HELD` bytes.
+    An error in a job is raised by the next `submit` or by `drain`."""
 
-    def __init__(self, depth: int = DEPTH):
-        self._jobs: queue.Queue = queue.Queue(maxsize=depth)
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._error: BaseException | None = None
+        self._pending, self._held = 0, 0
+        self._room = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="sha256", daemon=True)
         self._thread.start()
 
-    def submit(self, job: Callable[[], None]) -> None:
-        """Run `job` (it feeds a digest) in the hashing thread, after the jobs before it."""
-        self._raise()
-        self._jobs.put(job)
+    def submit(self, job: Callable[[], None], held: int = 0) -> None:
+        """Run `job` (it feeds a digest) in the hashing thread, after the jobs before it; `held`: the bytes
+        of the buffer it keeps alive until then."""
+        with self._room:
+            while self._error is None and (self._pending >= AHEAD or (held and self._held and self._held + held > HELD)):
+                self._room.wait()
+            self._raise()
+            self._pending += 1
+            self._held += held
+        self._jobs.put((job, held))
 
     def drain(self) -> None:
-        """Wait until every job is hashed and stop the thread; raises a feed's error."""
+        """Wait until every job is hashed and stop the thread; raises a job's error."""
         if self._thread.is_alive():
             self._jobs.put(None)
             self._thread.join()
@@ -86,13 +97,18 @@ class Hasher:
             raise self._error
 
     def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            if self._error is not None:
-                continue  # keep taking jobs: the writer never blocks on a full queue
+        while (item := self._jobs.get()) is not None:
+            job, held = item
             try:
-                job()
+                if self._error is None:
+                    job()
             except BaseException as exc:  # re-raised in the writer's thread
                 self._error = exc
+            finally:
+                with self._room:
+                    self._pending -= 1
+                    self._held -= held
+                    self._room.notify_all()
 
 
 class SourceDigest:
@@ -113,7 +129,7 @@ class SourceDigest:
     def read(self, offset: int, data) -> None:
         """Bytes of the input at `offset` the writer read into a buffer (not changed afterwards)."""
         view = memoryview(data).cast("B")
-        self._hasher.submit(lambda: self._update(offset, view))
+        self._hasher.submit(lambda: self._update(offset, view), view.nbytes)
 
     def _update(self, offset: int, view: memoryview) -> None:
         if self._ordered and offset >= self._at:
@@ -175,7 +191,7 @@ class HashedOutput:
         view = memoryview(data).cast("B")
         for start in range(0, view.nbytes, CHUNK):
             piece = view[start:start + CHUNK]
-            self._hasher.submit(lambda piece=piece: self.digest.update(piece))
+            self._hasher.submit(lambda piece=piece: self.digest.update(piece), piece.nbytes)
             write_all(self.fd, piece)
             self._advance(piece.nbytes)
 
