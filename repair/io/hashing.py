@@ -26,7 +26,7 @@ from typing import Callable
 from repair.io.pins import PinnedFile
 
 CHUNK = 16 << 20  # bytes per copy / hash / write step (measured: 16 MiB costs less CPU than 4)
-AHEAD = 16  # chunks the writer may copy ahead of the hashing (256 MiB: the page cache holds them)
+AHEAD = 4096  # chunks the writer may copy ahead of the hashing (64 GiB: they are in the page cache, not in memory of ours)
 HELD = 2 * CHUNK  # bytes of written buffers (computed tensors) kept alive until hashed, per output file
 Feed = Callable[[memoryview], None]
 
