@@ -104,8 +104,8 @@ def test_self_check_catches_a_shard_that_lost_bytes(sources, tmp_path, monkeypat
 def test_self_check_catches_a_header_that_differs_from_the_plan(sources, tmp_path, monkeypatch, capsys):
     real = ex.ShardWriter.__init__
 
-    def wrong_metadata(self, path, tensors, metadata):
-        real(self, path, tensors, {"format": "np"})
+    def wrong_metadata(self, path, tensors, metadata, source=None):
+        real(self, path, tensors, {"format": "np"}, source)
 
     monkeypatch.setattr(ex.ShardWriter, "__init__", wrong_metadata)
     assert_refused(sources["single"], tmp_path / "out", capsys, "model.safetensors: written header does not match the plan")

@@ -179,7 +179,7 @@ def test_memory_is_bounded_by_a_slice_not_the_model(realistic, tmp_path):
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     model = (fixed / "model.safetensors").stat().st_size
-    bound = largest_slice + 2 * CHUNK  # one rank's slice, plus the sha256 helper's two read chunks
+    bound = largest_slice + 2 * CHUNK  # one rank's slice, plus slack (outputs are hashed through mappings, not buffers)
     assert bound < model / 3 and peak < bound, f"peak {peak / 1e6:.1f} MB, bound {bound / 1e6:.1f} MB, model {model / 1e6:.1f} MB"
 
 

@@ -12,7 +12,6 @@ are written, so memory holds at most one module's tensors.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,7 +19,7 @@ import numpy as np
 from repair.codec import awq, dequant_table, float_bits, fp8_table, scale_values
 from repair.errors import BadInput
 from repair.formats.nvfp4_packed import BROKEN_EXPORT
-from repair.io.ranges import read_bytes
+from repair.io.ranges import read_tensor
 from repair.io.safetensors import ShardHeader, TensorInfo
 from repair.planning.dequantize import fp8_scale_error
 from repair.planning.model import Cast, Computed, Dequantize, Requantize
@@ -51,7 +50,7 @@ class Computer:
         from repair.io import tensors
 
         shard, info = self._sources[source][name]
-        return tensors.from_bytes(read_bytes(Path(shard.path), info), info)
+        return tensors.from_bytes(read_tensor(shard, info), info)
 
     def bytes_of(self, step: Computed) -> memoryview:
         if isinstance(step, Dequantize) and self._numpy_dequantizes(step):
@@ -145,7 +144,7 @@ class Computer:
 
     def _array(self, name: str, source: str, dtype: np.dtype) -> np.ndarray:
         shard, info = self._sources[source][name]
-        return np.frombuffer(read_bytes(Path(shard.path), info), dtype=dtype).reshape(info.shape)
+        return np.frombuffer(read_tensor(shard, info), dtype=dtype).reshape(info.shape)
 
     def _requantized(self, step: Requantize) -> dict[str, torch.Tensor]:
         """Quantize the original weight with the fused group's shared global scale (max over members)."""

@@ -20,7 +20,8 @@ from repair.errors import BadInput, InternalError
 from repair.execute.compute import Computer, Located
 from repair.io.atomic import WRITTEN, build_atomically, check_files, check_header, defect, own_output, write_json
 from repair.io.dtypes import nbytes
-from repair.io.hashing import copy_file_hashed, sha256_file
+from repair.io.hashing import copy_file_hashed, sha256_file, sha256_pinned
+from repair.io.ranges import source_of
 from repair.io.shard_writer import OutTensor, ShardWriter
 from repair.io.staging import PARTIAL_TAG, remove_stale_partials
 from repair.planning.model import Copy, Plan, ShardOp, ShardStep
@@ -57,8 +58,12 @@ def execute(
 
 def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dict | None, sections: Sections, after) -> dict:
     """Write and check every file inside the temp folder; return the report."""
-    with _progress(plan, progress) as bar:
-        hashes = _write_all(plan, tmp, bar)
+    try:
+        with _progress(plan, progress) as bar:
+            hashes = _write_all(plan, tmp, bar)
+    except EOFError:  # an input got shorter while it was read: say which
+        check_inputs(plan)
+        raise
     _self_check(plan, tmp, out, hashes)  # before anything (doctor after) reads the written files
     if after is not None:
         with own_output(tmp, out):
@@ -66,6 +71,7 @@ def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dic
         refuse_unclean(plan, sections.doctor, tmp, out)
     report = build_report(plan, hashes, options or {}, sections)
     write_json(tmp / REPORT_NAME, report)
+    check_inputs(plan)  # last: whatever changed while it was read, nothing is published
     return report
 
 
@@ -95,40 +101,55 @@ def _progress(plan: Plan, enabled: bool | None) -> tqdm:
 
 
 def _write_all(plan: Plan, tmp: Path, bar: tqdm) -> dict[str, dict[str, str]]:
-    """Write every output file; return {file: {"source": sha256, "output": sha256}}."""
-    root = plan.source.root
+    """Write every output file; return {file: {"source": sha256, "output": sha256}}: each input's over the
+    bytes read through its pinned handle, each output's over the bytes written, from the same buffers."""
+    src = plan.source
+    shards = {s.path.name: source_of(s) for s in src.shards}  # the pinned handles (a shard's path may be a Hub mirror's)
     hashes: dict[str, dict[str, str]] = {}
-    # Whole-shard copies (kernel copy + sha256 thread each) start at once, two at a time, beside the
-    # rewrites: the cores stay busy hashing while the main thread imports torch and computes.
+    # Whole-shard copies (read once, hashed and written from the same buffers) start at once, two at a time,
+    # beside the rewrites: the cores stay busy hashing while the main thread imports torch and computes.
     with ThreadPoolExecutor(2) as copier:
-        copies = {s.name: copier.submit(copy_file_hashed, root / s.name, tmp / s.name) for s in plan.shards if s.op == ShardOp.COPY_FILE}
+        copies = {s.name: copier.submit(copy_file_hashed, shards[s.name], tmp / s.name) for s in plan.shards if s.op == ShardOp.COPY_FILE}
         try:
             for step in plan.shards:
-                src = root / step.name
                 if step.op == ShardOp.COPY_FILE:
                     digest = copies[step.name].result()
                     hashes[step.name] = {"source": digest, "output": digest}
                 else:
-                    with ThreadPoolExecutor(1) as pool:  # hash the source on the other core while rewriting
-                        source_sha = pool.submit(sha256_file, src)
-                        hashes[step.name] = {"output": _rewrite(plan, step, tmp / step.name), "source": source_sha.result()}
-                bar.update((root / step.name).stat().st_size)
+                    hashes[step.name] = _rewrite(plan, step, tmp / step.name)
+                bar.update(shards[step.name].size)
         except BaseException:
             for pending in copies.values():
                 pending.cancel()  # copies not started yet are dropped; running ones finish before the temp folder goes
             raise
     for name in plan.copied_files:
         (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        digest = copy_file_hashed(root / name, tmp / name)
+        digest = copy_file_hashed(src.input(name), tmp / name)
         hashes[name] = {"source": digest, "output": digest}
     for name, content in plan.json_files.items():
-        source = root / name
-        hashes[name] = {"source": sha256_file(source) if source.exists() else None, "output": write_json(tmp / name, content)}
+        hashes[name] = {"source": input_sha256(src, name), "output": write_json(tmp / name, content)}
     return hashes
 
 
-def _rewrite(plan: Plan, step: ShardStep, dst: Path) -> str:
-    """Stream one changed shard: copy untouched tensors' bytes, compute the changed ones.
+def input_sha256(ckpt, name: str) -> str | None:
+    """sha256 of an input file as it was read (a config or index: the bytes parsed at plan time); None if absent."""
+    pinned = ckpt.pins.get(ckpt.root / name)
+    if pinned is not None:
+        return sha256_pinned(pinned)
+    path = ckpt.root / name
+    return sha256_file(path) if path.exists() else None
+
+
+def check_inputs(plan) -> None:
+    """Every pinned input still the file that was read (io/pins.py): else exit 2, and nothing is published."""
+    plan.source.pins.check("SRC")
+    if plan.original is not None:
+        plan.original.pins.check("--original")
+
+
+def _rewrite(plan: Plan, step: ShardStep, dst: Path, hash_source: bool = True) -> dict[str, str | None]:
+    """Stream one changed shard: copy untouched tensors' bytes, compute the changed ones; the source's and
+    the output's sha256, the source's from the same reads (its other bytes are read as the copy passes them).
 
     torch (~1.4 s to import) is imported at the first computed tensor that needs it, not before:
     copies already written are hashed by the writer's thread meanwhile instead of after.
@@ -136,14 +157,15 @@ def _rewrite(plan: Plan, step: ShardStep, dst: Path) -> str:
     located = located_inputs(plan)
     computer = computer_for(plan, located)
     header = [OutTensor(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
-    with ShardWriter(dst, header, step.metadata) as writer:
+    home = next(source_of(s) for s in plan.source.shards if s.path.name == step.name) if hash_source else None
+    with ShardWriter(dst, header, step.metadata, source=home) as writer:
         for t in step.tensors:
             if isinstance(t, Copy):
                 shard, info = located[t.source][t.inputs[0]]
-                writer.copy(t.out.name, shard.path, info)
+                writer.copy(t.out.name, source_of(shard), info)
             else:
                 writer.write(t.out.name, computer.bytes_of(t))
-    return writer.digest.hexdigest()
+    return {"output": writer.digest.hexdigest(), "source": writer.source_digest}
 
 
 def located_inputs(plan: Plan) -> dict[str, Located]:
@@ -181,6 +203,6 @@ def write_rewritten_shard(plan: Plan, step: ShardStep, dst: Path) -> str:
     For publishers that upload file by file instead of writing an output folder (repair/hub): the
     plan's source must hold every shard this step reads.
     """
-    digest = _rewrite(plan, step, dst)
+    digest = _rewrite(plan, step, dst, hash_source=False)["output"]
     check_header(dst.parent, dst.parent, dst.name, _expected(step), step.metadata)
     return digest

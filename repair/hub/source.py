@@ -113,7 +113,7 @@ def open_remote(repo: RemoteRepo, work: Path, *, scales: bool = True) -> Checkpo
     source = RemoteSource(repo, folder, client.file_system())
     client.map_threads(lambda name: _header_file(source, name), shards)
     with relabeled(folder, repo.label):
-        base = open_checkpoint(folder)
+        base = open_checkpoint(folder, pin=False)  # the mirror is filled in later (fetch_tensors, fetch_shard): read by path
     if scales:
         fetch_tensors(source, base, lambda t: split_name(t.name)[1] in SCALE_LEAVES)
         codes = _fp8_codes_read(base)

@@ -8,13 +8,14 @@ folder) is reported here, before any plan is made.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 from repair.errors import BadInput
 from repair.io.names import check_name, regular_file
 from repair.io.parse import parse_json, read_text
+from repair.io.pins import PinnedFile, Pins
 from repair.io.safetensors import ShardHeader, TensorInfo, read_header
 
 CONFIG = "config.json"
@@ -34,6 +35,7 @@ class Checkpoint:
     config: dict | None
     hf_quant_config: dict | None
     other_files: tuple[str, ...]  # relative paths copied through unchanged (tokenizer, card, ...)
+    pins: Pins = field(default_factory=Pins, repr=False)  # every file above, opened once (empty: read by path, e.g. a Hub mirror)
 
     def shard_name(self, shard: ShardHeader) -> str:
         return shard.path.name
@@ -54,13 +56,22 @@ class Checkpoint:
     def _infos(self) -> dict[str, TensorInfo]:
         return {name: info for name, (_, info) in self._located.items()}
 
+    def input(self, name: str) -> PinnedFile:
+        """The handle a file of this checkpoint is read through: the one pinned at open, else opened now."""
+        path = self.root / name
+        return self.pins.get(path) or PinnedFile(path)
+
     @property
     def total_bytes(self) -> int:
         return sum(s.size for s in self.shards)
 
 
-def open_checkpoint(path: Path) -> Checkpoint:
-    """Read a local checkpoint folder's headers and configs, validating its structure."""
+def open_checkpoint(path: Path, *, pin: bool = True) -> Checkpoint:
+    """Read a local checkpoint folder's headers and configs, validating its structure.
+
+    With `pin`, every file is opened once here and read through that handle from then on (io/pins.py);
+    a folder our own run is still filling in (a Hub mirror) is opened with `pin=False`.
+    """
     root = Path(path)
     if not root.is_dir():
         raise BadInput(f"{root}: not a folder; give the checkpoint's folder (or a Hub repo id)")
@@ -68,27 +79,40 @@ def open_checkpoint(path: Path) -> Checkpoint:
     shard_names = sorted(f for f in files if f.endswith(".safetensors") and "/" not in f)
     if not shard_names:
         _refuse_without_safetensors(root, files)
-    index_name, index = _read_index(root, files)
-    shards = tuple(read_header(root / name) for name in _indexed_shards(root, shard_names, index))
+    pins = Pins()
+    pinned = (lambda name: _pinned(pins, root / name)) if pin else (lambda name: None)
+    index_name, index = _read_index(root, files, pinned)
+    shards = tuple(read_header(root / name, pinned(name)) for name in _indexed_shards(root, shard_names, index))
     _check_unique(root, shards)
     if index is not None:
         _check_index(root, index_name, index, shards)
     used = set(s.path.name for s in shards) | {CONFIG, HF_QUANT_CONFIG} | ({index_name} if index_name else set())
+    other_files = tuple(f for f in files if f not in used)  # subfolders' .safetensors too: copied, never repaired
+    for name in other_files:
+        pinned(name)
     return Checkpoint(
         root=root,
         shards=shards,
         index_name=index_name,
         index=index,
-        config=read_json(root / CONFIG) if CONFIG in files else None,
-        hf_quant_config=read_json(root / HF_QUANT_CONFIG) if HF_QUANT_CONFIG in files else None,
-        other_files=tuple(f for f in files if f not in used),  # subfolders' .safetensors too: copied, never repaired
+        config=read_json(root / CONFIG, pinned(CONFIG)) if CONFIG in files else None,
+        hf_quant_config=read_json(root / HF_QUANT_CONFIG, pinned(HF_QUANT_CONFIG)) if HF_QUANT_CONFIG in files else None,
+        other_files=other_files,
+        pins=pins,
     )
 
 
-def read_json(path: Path) -> dict:
-    """A small JSON object file, or BadInput naming the file and the defect."""
+def _pinned(pins: Pins, path: Path):
+    try:
+        return pins.pin(path)
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read ({exc.strerror}); check the path and permissions") from None
+
+
+def read_json(path: Path, pinned: PinnedFile | None = None) -> dict:
+    """A small JSON object file (read through `pinned` when given), or BadInput naming the file and the defect."""
     fix = "fix or re-download it"
-    value = parse_json(read_text(path, fix), path, fix)
+    value = parse_json(pinned.read_all() if pinned is not None else read_text(path, fix), path, fix)
     if not isinstance(value, dict):
         raise BadInput(f"{path}: expected a JSON object, found {type(value).__name__}; {fix}")
     return value
@@ -137,13 +161,13 @@ def _refuse_without_safetensors(root: Path, files: list[str]) -> None:
     raise BadInput(f"{root}: no .safetensors files found; give a safetensors checkpoint folder")
 
 
-def _read_index(root: Path, files: list[str]) -> tuple[str | None, dict | None]:
+def _read_index(root: Path, files: list[str], pinned) -> tuple[str | None, dict | None]:
     names = [f for f in files if f.endswith(INDEX_SUFFIX) and "/" not in f]
     if not names:
         return None, None
     if len(names) > 1:
         raise BadInput(f"{root}: several index files ({', '.join(names)}); keep the one that matches the shards")
-    index = read_json(root / names[0])
+    index = read_json(root / names[0], pinned(names[0]))
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise BadInput(f"{root / names[0]}: missing or invalid 'weight_map'; fix or re-download the index")

@@ -1,4 +1,10 @@
-"""Copying and sha256 of whole files and byte ranges: the kernel copies, other threads hash from the page cache.
+"""Writing files hashed in one pass: every input byte is read once, and every output byte hashed as written.
+
+The sha256 a report records for a written file is computed over exactly the bytes written, and an
+input's over exactly the bytes read: the report cannot disagree with the files, whatever happens to the
+input meanwhile. Hashing runs in a second thread (hashlib releases the GIL on large buffers) while the
+writer copies the next chunk, and writeback is started behind the writes (sync_file_range), so the
+final fsync finds clean pages and the disk works while the CPU hashes.
 
 Only commands that write or fetch bytes import this module: header-only commands (`inspect`, `doctor`)
 read headers through repair.io.safetensors, which does not import it, so they never load OpenSSL or ctypes.
@@ -11,12 +17,18 @@ import errno
 import hashlib
 import mmap
 import os
+import queue
 import sys
 import threading
 from pathlib import Path
+from typing import Callable
 
-CHUNK = 16 << 20
+from repair.io.pins import PinnedFile
 
+CHUNK = 16 << 20  # bytes per copy / hash / write step (measured: 16 MiB costs less CPU than 4)
+AHEAD = 4096  # chunks the writer may copy ahead of the hashing (64 GiB: they are in the page cache, not in memory of ours)
+HELD = 2 * CHUNK  # bytes of written buffers (computed tensors) kept alive until hashed, per output file
+Feed = Callable[[memoryview], None]
 
 _SYNC_FILE_RANGE: list = []  # [libc sync_file_range or None], resolved on first use
 
@@ -35,28 +47,11 @@ def _sync_file_range():
 
 
 def start_writeback(fd: int, offset: int, length: int) -> None:
-    """Ask the kernel to start writing a just-written range to disk, without waiting (Linux
-    sync_file_range WRITE; a no-op elsewhere). The fsync before publishing then finds most pages
-    already clean instead of writing the whole output at the end."""
+    """Ask the kernel to start writing a just-written range to disk, without waiting for it (Linux
+    sync_file_range WRITE; a no-op elsewhere). The fsync before publishing then finds most pages clean."""
     fn = _sync_file_range()
     if fn is not None and length > 0:
         fn(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE; errors only cost the head start
-
-
-def copy_hashed(src_fd: int, dst_fd: int, offset: int, length: int, digest: hashlib._Hash | None = None) -> None:
-    """Append `length` bytes of `src_fd` from `offset` to `dst_fd`, feeding them to `digest`."""
-    buffer = bytearray(min(CHUNK, max(length, 1)))
-    view = memoryview(buffer)
-    while length:
-        got = os.preadv(src_fd, [view[: min(length, CHUNK)]], offset)
-        if got == 0:
-            raise EOFError(f"source ended {length} bytes early")
-        chunk = view[:got]
-        if digest is not None:
-            digest.update(chunk)
-        write_all(dst_fd, chunk)
-        offset += got
-        length -= got
 
 
 def write_all(fd: int, data: memoryview) -> None:
@@ -65,137 +60,223 @@ def write_all(fd: int, data: memoryview) -> None:
         data = data[done:]
 
 
-def copy_file_hashed(src: Path, dst: Path) -> str:
-    """Copy a whole file and return its sha256.
+class Hasher:
+    """One thread feeding digests, job after job in submission order. The writer may run `AHEAD` chunks
+    ahead of it (copied chunks hold no memory: they are hashed from the page cache, so the copy and its
+    writeback are not held back by hashing), but buffers it holds for hashing stay under `HELD` bytes.
+    An error in a job is raised by the next `submit` or by `drain`."""
 
-    The kernel copies (copy_file_range: no user-space round trip, reflinks where the file
-    system can) while a second thread hashes the source from the page cache; both release the
-    GIL, so on two cores this costs about max(copy, hash) instead of their sum.
-    """
-    result: dict[str, object] = {}
-    hasher = threading.Thread(target=lambda: result.update(sha=_sha256_or_error(src)), daemon=True)
-    hasher.start()
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
-        kernel_copy(fin.fileno(), fout.fileno(), os.fstat(fin.fileno()).st_size, writeback=True)
-    hasher.join()
-    if isinstance(result.get("sha"), BaseException):
-        raise result["sha"]
-    return result["sha"]
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._pending, self._held = 0, 0
+        self._room = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="sha256", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Callable[[], None], held: int = 0) -> None:
+        """Run `job` (it feeds a digest) in the hashing thread, after the jobs before it; `held`: the bytes
+        of the buffer it keeps alive until then."""
+        with self._room:
+            while self._error is None and (self._pending >= AHEAD or (held and self._held and self._held + held > HELD)):
+                self._room.wait()
+            self._raise()
+            self._pending += 1
+            self._held += held
+        self._jobs.put((job, held))
+
+    def drain(self) -> None:
+        """Wait until every job is hashed and stop the thread; raises a job's error."""
+        if self._thread.is_alive():
+            self._jobs.put(None)
+            self._thread.join()
+        self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            job, held = item
+            try:
+                if self._error is None:
+                    job()
+            except BaseException as exc:  # re-raised in the writer's thread
+                self._error = exc
+            finally:
+                with self._room:
+                    self._pending -= 1
+                    self._held -= held
+                    self._room.notify_all()
 
 
-def _sha256_or_error(path: Path):
-    try:
-        return sha256_file(path)
-    except BaseException as exc:  # re-raised in the copying thread
-        return exc
+class SourceDigest:
+    """sha256 of an input file over the bytes read, computed in its own thread (beside the output's, so two
+    cores hash at once). Copied chunks are fed in file order, read back from the output they were copied
+    into (the bytes read are the bytes written); bytes the copy does not read (the header, changed tensors)
+    are read through the pinned handle as they are passed. A copy that goes back in the file makes it hash
+    the whole file again at the end, through the same handle."""
+
+    def __init__(self, pinned: PinnedFile):
+        self.pinned, self._digest, self._at, self._ordered = pinned, hashlib.sha256(), 0, True
+        self._hasher = Hasher()
+
+    def copied(self, offset: int, out_fd: int, at: int, n: int) -> None:
+        """Bytes [offset, offset + n) of the input, now at [at, at + n) of the output `out_fd` (open until `hexdigest`)."""
+        self._hasher.submit(lambda: hash_written(out_fd, at, n, lambda view: self._update(offset, view)))
+
+    def read(self, offset: int, data) -> None:
+        """Bytes of the input at `offset` the writer read into a buffer (not changed afterwards)."""
+        view = memoryview(data).cast("B")
+        self._hasher.submit(lambda: self._update(offset, view), view.nbytes)
+
+    def _update(self, offset: int, view: memoryview) -> None:
+        if self._ordered and offset >= self._at:
+            self._fill(offset)
+            self._digest.update(view)
+            self._at = offset + view.nbytes
+        else:
+            self._ordered = False
+
+    def _fill(self, end: int) -> None:
+        if end > self._at:
+            hash_pinned(self.pinned, self._digest, self._at, end)
+            self._at = end
+
+    def hexdigest(self) -> str:
+        """Waits for the copied chunks, then hashes what is left of the file."""
+        self._hasher.drain()
+        if not self._ordered:
+            self._digest, self._at, self._ordered = hashlib.sha256(), 0, True
+        self._fill(self.pinned.size)
+        return self._digest.hexdigest()
+
+    def abort(self) -> None:
+        try:
+            self._hasher.drain()
+        except BaseException:
+            pass
 
 
-COPY_PIECE = 32 << 20  # bytes per copy_file_range call (then writeback starts, and hashing may follow)
+def hash_written(fd: int, at: int, n: int, feed: Feed) -> None:
+    """Feed bytes [at, at + n) of our own output as written, through a read-only mapping of its page cache
+    (no copy: measured cheaper than pread). Only our own temp files are mapped: an input truncated while
+    mapped would kill the process with SIGBUS, so inputs are always read with pread."""
+    base = at - at % mmap.ALLOCATIONGRANULARITY
+    with mmap.mmap(fd, at + n - base, offset=base, access=mmap.ACCESS_READ) as window, memoryview(window) as view:
+        with view[at - base:] as part:
+            feed(part)
 
 
-def kernel_copy(src_fd: int, dst_fd: int, length: int, start: int = 0, writeback: bool = False, on_piece=None) -> None:
-    """Append `length` bytes of `src_fd` from `start` at `dst_fd`'s position: copy_file_range until
-    done, falling back to read/write where the kernel refuses (EXDEV, ENOSYS...)."""
-    done = 0
-    try:
-        while done < length:
-            sent = os.copy_file_range(src_fd, dst_fd, min(length - done, COPY_PIECE), start + done)
-            if sent == 0:
-                raise EOFError(f"source ended {length - done} bytes early")
-            done += sent
-            if writeback:
-                start_writeback(dst_fd, done - sent, sent)  # whole-file copies: dst offsets equal src offsets
-            if on_piece is not None:
-                on_piece(sent)  # e.g. HashFollower.advance: hashing follows the copy piece by piece
-    except OSError as exc:
-        if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF):
-            raise
-        copy_hashed(src_fd, dst_fd, start + done, length - done)  # os.write continues at dst's position
-        if on_piece is not None:
-            on_piece(length - done)
+class HashedOutput:
+    """A file being written, hashed over exactly the bytes written.
 
-
-class HashFollower:
-    """sha256 of a file while it is being appended to, computed in a second thread.
-
-    The writer calls `advance(n)` after each append; the thread reads the new bytes back (from
-    the page cache, just written) and hashes them, so the writer can let the kernel copy
-    (copy_file_range) and never touch the bytes itself. `finish()` waits and returns the digest.
+    Computed bytes are hashed from the buffer they are written from. Copied bytes go kernel to kernel
+    (copy_file_range: read once, never through Python) and are hashed as they now are in the output,
+    read back from the page cache by the hashing thread: the bytes hashed are the bytes written, and,
+    for a source being hashed too (`SourceDigest`), the bytes read. Measured against reading into a
+    buffer, hashing it and writing it, this costs about half the CPU (BENCHMARKS.md, "One pass").
     """
 
     def __init__(self, path: Path):
+        self.path = Path(path)
         self.digest = hashlib.sha256()
-        self._fd = os.open(path, os.O_RDONLY)
-        self._written, self._hashed, self._state = 0, 0, "open"  # open | finishing | cancelled
-        self._error: BaseException | None = None
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name=f"sha256 {Path(path).name}", daemon=True)
-        self._thread.start()
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self.written = 0
+        self._hasher = Hasher()
 
-    def advance(self, nbytes: int) -> None:
-        with self._cond:
-            self._written += nbytes
-            if self._written - self._hashed >= CHUNK:
-                self._cond.notify()
+    def write(self, data) -> None:
+        """Append `data` (not changed afterwards: it is hashed while later chunks are written)."""
+        view = memoryview(data).cast("B")
+        for start in range(0, view.nbytes, CHUNK):
+            piece = view[start:start + CHUNK]
+            self._hasher.submit(lambda piece=piece: self.digest.update(piece), piece.nbytes)
+            write_all(self.fd, piece)
+            self._advance(piece.nbytes)
 
-    def finish(self) -> hashlib._Hash:
-        self._stop("finishing")
-        if self._error is not None:
-            raise self._error
-        return self.digest
+    def copy(self, src: PinnedFile, offset: int, length: int, source: SourceDigest | None = None) -> None:
+        """Append `length` bytes of `src` from `offset`, then hash them as written (read back)."""
+        source = source if source is not None and source.pinned is src else None
+        while length:
+            n, at = min(length, CHUNK), self.written
+            if self._kernel_copy(src, offset, n):
+                self._hasher.submit(lambda at=at, n=n: hash_written(self.fd, at, n, self.digest.update))
+                self._advance(n)
+                if source is not None:
+                    source.copied(offset, self.fd, at, n)
+            else:  # the kernel cannot copy here (another file system...): through a buffer
+                data = src.read(offset, n)
+                self.write(data)
+                if source is not None:
+                    source.read(offset, data)
+            offset += n
+            length -= n
 
-    def cancel(self) -> None:
-        self._stop("cancelled")
-
-    def _stop(self, state: str) -> None:
-        with self._cond:
-            self._state = state
-            self._cond.notify()
-        self._thread.join()
-
-    def _run(self) -> None:
+    def _kernel_copy(self, src: PinnedFile, offset: int, n: int) -> bool:
+        done = 0
         try:
-            while True:
-                with self._cond:
-                    while self._state == "open" and self._written - self._hashed < CHUNK:
-                        self._cond.wait()
-                    if self._state == "cancelled":
-                        return
-                    target, last = self._written, self._state == "finishing"
-                while self._hashed < target:
-                    stop = min(target, self._hashed + CHUNK)
-                    hash_range(self._fd, self.digest, self._hashed, stop)
-                    start_writeback(self._fd, self._hashed, stop - self._hashed)
-                    self._hashed = stop
-                if last:
-                    return
-        except BaseException as exc:  # re-raised by finish() in the writer's thread
-            self._error = exc
+            while done < n:
+                sent = os.copy_file_range(src.fd, self.fd, n - done, offset + done)
+                if sent == 0:
+                    raise EOFError(f"{src.path}: ended {n - done} bytes early")
+                done += sent
+        except OSError as exc:
+            if done or exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF):
+                raise
+            return False
+        return True
+
+    def _advance(self, n: int) -> None:
+        start_writeback(self.fd, self.written, n)
+        self.written += n
+
+    def close(self) -> str:
+        """Wait for the hashing, close the file; the sha256 of every byte written."""
+        try:
+            self._hasher.drain()
         finally:
-            os.close(self._fd)
+            os.close(self.fd)
+        return self.digest.hexdigest()
+
+    def abort(self) -> None:
+        try:
+            self.close()
+        except BaseException:
+            pass
 
 
-def sha256_file(path: Path) -> str:
+def copy_file_hashed(src: PinnedFile, dst: Path) -> str:
+    """Copy a pinned input file whole; the sha256 of the bytes read, which are the bytes written."""
+    out = HashedOutput(dst)
+    try:
+        out.copy(src, 0, src.size)
+    except BaseException:
+        out.abort()
+        raise
+    return out.close()
+
+
+def sha256_pinned(pinned: PinnedFile) -> str:
+    """sha256 of an input over the bytes read through its pinned handle: the bytes kept when it was read
+    whole (a config: the bytes parsed), else read now (no mapping: a file truncated meanwhile raises
+    EOFError, where a mapped read would kill the process with SIGBUS)."""
+    if pinned.content is not None:
+        return hashlib.sha256(pinned.content).hexdigest()
     digest = hashlib.sha256()
-    with open(path, "rb", buffering=0) as fh:
-        hash_range(fh.fileno(), digest, 0, os.fstat(fh.fileno()).st_size)
+    hash_pinned(pinned, digest, 0, pinned.size)
     return digest.hexdigest()
 
 
-def hash_range(fd: int, digest: hashlib._Hash, start: int, end: int) -> None:
-    """Feed bytes [start, end) of `fd` to `digest` through 16 MiB read-only mappings of the page cache.
-
-    Measured 1.76 GB/s against 1.24-1.47 GB/s for pread into a buffer (the copy costs a pass). The
-    length is checked before each window: a file that got shorter raises EOFError (one truncated
-    between that check and the read would raise SIGBUS; the input must not change during a run).
-    """
-    granule = mmap.ALLOCATIONGRANULARITY
+def hash_pinned(pinned: PinnedFile, digest, start: int, end: int) -> None:
+    buffer = bytearray(min(CHUNK, max(end - start, 1)))
     while start < end:
-        base = start - start % granule
-        stop = min(end, base + CHUNK)
-        if os.fstat(fd).st_size < stop:
-            raise EOFError(f"file ended {end - os.fstat(fd).st_size} bytes early")
-        with mmap.mmap(fd, stop - base, offset=base, access=mmap.ACCESS_READ) as window:
-            with memoryview(window) as view:
-                digest.update(view[start - base:])
-        start = stop
+        view = memoryview(buffer)[:min(CHUNK, end - start)]
+        pinned.read_into(start, view)
+        digest.update(view)
+        start += view.nbytes
+
+
+def sha256_file(path: Path) -> str:
+    """sha256 of a file by path: our own output (written JSON) or a download, never a pinned input."""
+    return sha256_pinned(PinnedFile(path))

@@ -1,4 +1,8 @@
-"""Reading tensors' bytes by byte range (pread): one tensor, or many small ones from few files."""
+"""Reading tensors' bytes by byte range (pread): one tensor, or many small ones from few files.
+
+A shard opened by `open_checkpoint` carries its pinned handle (io/pins.py): `source_of` gives it, so
+the executor never reopens a path; a shard without one (a Hub mirror, our own output) is opened here.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from repair.errors import BadInput
+from repair.io.pins import PinnedFile
 
 if TYPE_CHECKING:
-    from repair.io.safetensors import TensorInfo
+    from repair.io.safetensors import ShardHeader, TensorInfo
+
+
+def source_of(shard: ShardHeader) -> PinnedFile:
+    """The handle every byte of `shard` is read through: the one pinned at plan time, else opened now."""
+    return shard.file if shard.file is not None else PinnedFile(shard.path)
+
+
+def read_tensor(shard: ShardHeader, info: TensorInfo) -> bytearray:
+    """One tensor's bytes, through the shard's pinned handle."""
+    try:
+        return source_of(shard).read(info.start, info.nbytes)
+    except EOFError:
+        raise BadInput(f"{shard.path}: {info.name}: file ended while reading; it is truncated, re-download it") from None
 
 
 def read_bytes(path: Path, info: TensorInfo) -> bytearray:

@@ -17,6 +17,7 @@ from repair.errors import BadInput, short
 from repair.io.dtypes import ITEMSIZE, nbytes
 from repair.io.parse import parse_json
 from repair.io.names import file_type_problem
+from repair.io.pins import PinnedFile
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
 MAX_NDIM = 64  # far above any real tensor; bounds the work of multiplying a hostile shape out
@@ -47,6 +48,7 @@ class ShardHeader:
     header_len: int
     tensors: tuple[TensorInfo, ...]
     metadata: dict[str, str] | None = field(default=None, compare=False)
+    file: PinnedFile | None = field(default=None, compare=False, repr=False)  # the handle opened at plan time (io/pins.py)
 
     @property
     def data_start(self) -> int:
@@ -60,33 +62,54 @@ class ShardHeader:
         return {t.name: t for t in self.tensors}
 
 
-def read_header(path: Path) -> ShardHeader:
-    """Parse and validate a safetensors header, reading only the header bytes."""
+def read_header(path: Path, pinned: PinnedFile | None = None) -> ShardHeader:
+    """Parse and validate a safetensors header, reading only the header bytes (through `pinned` when given)."""
     path = Path(path)
+    if pinned is not None:
+        header = _header_of(path, pinned.size, pinned.read_into)
+        return ShardHeader(header.path, header.header_len, header.tensors, header.metadata, pinned)
     why = file_type_problem(path)  # stat before open: opening a FIFO would block forever
     if why and why != "is missing":
         raise BadInput(f"{path}: {why}; give a safetensors file")
     try:
         with open(path, "rb") as fh:
-            file_size = os.fstat(fh.fileno()).st_size
-            prefix = fh.read(8)
-            if len(prefix) < 8:
-                raise BadInput(f"{path}: file is {file_size} bytes, too short to be safetensors; re-download it")
-            (header_len,) = struct.unpack("<Q", prefix)
-            if header_len > MAX_HEADER_BYTES:
-                raise BadInput(
-                    f"{path}: header length {header_len} is over the {MAX_HEADER_BYTES}-byte limit; "
-                    "the file is corrupt or not safetensors, re-download it"
-                )
-            if 8 + header_len > file_size:
-                raise BadInput(
-                    f"{path}: header length {header_len} runs past the end of the {file_size}-byte file; "
-                    "the file is truncated or not safetensors, re-download it"
-                )
-            raw = fh.read(header_len)
+            return _header_of(path, os.fstat(fh.fileno()).st_size, lambda at, view: fh.readinto(view))
     except OSError as exc:
         raise BadInput(f"{path}: cannot read ({exc.strerror}); check the path and permissions") from None
-    return parse_header(path, raw, file_size)
+
+
+def _header_of(path: Path, file_size: int, read_into) -> ShardHeader:
+    prefix = bytearray(8)
+    if file_size < 8:
+        raise BadInput(f"{path}: file is {file_size} bytes, too short to be safetensors; re-download it")
+    _read(read_into, 0, prefix, path)
+    (header_len,) = struct.unpack("<Q", prefix)
+    if header_len > MAX_HEADER_BYTES:
+        raise BadInput(
+            f"{path}: header length {header_len} is over the {MAX_HEADER_BYTES}-byte limit; "
+            "the file is corrupt or not safetensors, re-download it"
+        )
+    if 8 + header_len > file_size:
+        raise BadInput(
+            f"{path}: header length {header_len} runs past the end of the {file_size}-byte file; "
+            "the file is truncated or not safetensors, re-download it"
+        )
+    raw = bytearray(header_len)
+    _read(read_into, 8, raw, path)
+    return parse_header(path, bytes(raw), file_size)
+
+
+def _read(read_into, offset: int, buffer: bytearray, path: Path) -> None:
+    """Exactly len(buffer) bytes at `offset` (sequential readers ignore the offset: they read in order)."""
+    view, done = memoryview(buffer), 0
+    try:
+        while done < len(buffer):
+            got = read_into(offset + done, view[done:])
+            if not got:
+                raise EOFError
+            done += got
+    except EOFError:
+        raise BadInput(f"{path}: file ended inside its header; it is truncated, re-download it") from None
 
 
 def parse_header(path: Path, raw: bytes, file_size: int) -> ShardHeader:

@@ -1,7 +1,6 @@
 """Writing safetensors files: the header computed first, then each tensor's bytes streamed in order.
 
-No file is ever held in memory, and untouched tensors are copied as raw bytes (kernel to kernel),
-never decoded. Reading and validating headers is repair.io.safetensors.
+No file is ever held in memory, and untouched tensors are copied as raw bytes, never decoded. Reading and validating headers is repair.io.safetensors.
 """
 
 from __future__ import annotations
@@ -14,7 +13,8 @@ from typing import Iterable, Union
 
 from repair.errors import BadInput, InternalError
 from repair.io.dtypes import nbytes
-from repair.io.hashing import HashFollower, kernel_copy, write_all
+from repair.io.hashing import HashedOutput, SourceDigest
+from repair.io.pins import PinnedFile
 from repair.io.safetensors import TensorInfo
 
 WRITER = "the shard writer's check of the planned header"
@@ -57,35 +57,39 @@ Bytes = Union[bytes, bytearray, memoryview]
 class ShardWriter:
     """Write one safetensors file: header first, then each tensor's bytes streamed in order.
 
-    Everything written is hashed on the way by a second thread (HashFollower) reading it back from
-    the page cache, so copied tensors can go kernel to kernel; `digest` is complete after exit.
+    Every byte written is hashed from the buffer it was written from (io/hashing.HashedOutput): a
+    copied tensor is read once, through the input's pinned handle. `source`, when given, is the input
+    shard this one replaces: its sha256 is computed from the same reads (`source_digest` after exit).
     """
 
-    def __init__(self, path: Path, tensors: list[OutTensor], metadata: dict[str, str] | None):
+    def __init__(self, path: Path, tensors: list[OutTensor], metadata: dict[str, str] | None, source: PinnedFile | None = None):
         self.path = Path(path)
         self._pending = list(reversed(tensors))
         header = encode_header(tensors, metadata)
-        self._fh = open(self.path, "wb", buffering=0)
-        self._hasher = HashFollower(self.path)
-        self.digest = self._hasher.digest
-        self._emit(header)
+        self._out = HashedOutput(self.path)
+        self.digest = self._out.digest
+        self._source = SourceDigest(source) if source is not None else None
+        self.source_digest: str | None = None
+        self._out.write(header)
 
     def __enter__(self) -> "ShardWriter":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self._fh.close()
-        if exc_type is None:
-            self._hasher.finish()
-        else:
-            self._hasher.cancel()
-        if exc_type is None and self._pending:
+        if exc_type is not None:  # the source's thread reads the output back: it stops before the output closes
+            if self._source is not None:
+                self._source.abort()
+            self._out.abort()
+            return
+        try:
+            if self._source is not None:
+                self.source_digest = self._source.hexdigest()
+        except BaseException:
+            self._out.abort()
+            raise
+        self._out.close()
+        if self._pending:
             raise InternalError(WRITER, f"{self.path}: tensors never written: {[t.name for t in self._pending]}")
-
-    def _emit(self, data: Bytes) -> None:
-        view = memoryview(data).cast("B")
-        write_all(self._fh.fileno(), view)
-        self._hasher.advance(view.nbytes)
 
     def _next(self, name: str) -> OutTensor:
         expected = self._pending.pop() if self._pending else None
@@ -94,20 +98,19 @@ class ShardWriter:
         return expected
 
     def write(self, name: str, data: Bytes) -> None:
-        """Write a tensor's bytes; the length must match its header entry."""
+        """Write a tensor's bytes; the length must match its header entry. `data` must not change afterwards."""
         expected = self._next(name)
         view = memoryview(data).cast("B")
         if view.nbytes != expected.nbytes:
             raise InternalError(WRITER, f"{self.path}: {name}: {view.nbytes} bytes, header says {expected.nbytes}")
-        self._emit(view)
+        self._out.write(view)
 
-    def copy(self, name: str, src: Path, info: TensorInfo) -> None:
-        """Copy a tensor's stored bytes from `src` without decoding them."""
+    def copy(self, name: str, src: PinnedFile, info: TensorInfo) -> None:
+        """Copy a tensor's stored bytes from the input's handle without decoding them."""
         expected = self._next(name)
         if info.nbytes != expected.nbytes:
             raise InternalError(WRITER, f"{self.path}: {name}: source has {info.nbytes} bytes, header says {expected.nbytes}")
-        with open(src, "rb") as source:
-            try:
-                kernel_copy(source.fileno(), self._fh.fileno(), info.nbytes, info.start, on_piece=self._hasher.advance)
-            except EOFError:
-                raise BadInput(f"{src}: {name}: file ended while copying; it is truncated, re-download it") from None
+        try:
+            self._out.copy(src, info.start, info.nbytes, self._source)
+        except EOFError:
+            raise BadInput(f"{src.path}: {name}: file ended while copying; it is truncated, re-download it") from None

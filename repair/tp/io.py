@@ -7,10 +7,10 @@ other slice is one read per outer row into a buffer the size of the slice, never
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from repair.errors import BadInput
 from repair.io.dtypes import ITEMSIZE, nbytes
+from repair.io.pins import PinnedFile
 from repair.io.safetensors import TensorInfo
 
 
@@ -23,20 +23,21 @@ def pread_exact(fd: int, offset: int, view: memoryview, where: str) -> None:
         done += got
 
 
-def read_slice(path: Path, info: TensorInfo, dim: int, start: int, end: int) -> bytearray:
-    """Elements [start, end) of `dim`: one read when the slice is contiguous, else one read per outer row."""
+def read_slice(src: PinnedFile, info: TensorInfo, dim: int, start: int, end: int) -> bytearray:
+    """Elements [start, end) of `dim`, through the input's pinned handle: one read when the slice is
+    contiguous, else one read per outer row."""
     shape = info.shape
     outer = prod(shape[:dim])
     inner = prod(shape[dim + 1:]) * ITEMSIZE[info.dtype]
     width, row = (end - start) * inner, shape[dim] * inner
     out = bytearray(outer * width)
     view = memoryview(out)
-    with open(path, "rb") as fh:
-        if outer == 1 or width == row:
-            pread_exact(fh.fileno(), info.start + start * inner, view, f"{path}: {info.name}")
-        else:
-            for o in range(outer):
-                pread_exact(fh.fileno(), info.start + o * row + start * inner, view[o * width:(o + 1) * width], f"{path}: {info.name}")
+    where = f"{src.path}: {info.name}"
+    if outer == 1 or width == row:
+        pread_exact(src.fd, info.start + start * inner, view, where)
+    else:
+        for o in range(outer):
+            pread_exact(src.fd, info.start + o * row + start * inner, view[o * width:(o + 1) * width], where)
     return out
 
 

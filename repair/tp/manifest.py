@@ -18,6 +18,7 @@ from repair.io.checkpoint import read_json
 from repair.io.dtypes import ITEMSIZE, nbytes
 from repair.io.output import REPORT_NAME
 from repair.io.names import file_type_problem, inside, name_problem, regular_file
+from repair.io.pins import Pins
 from repair.io.safetensors import parse_header
 
 MANIFEST = "tp_manifest.json"
@@ -58,13 +59,14 @@ class _Bad(Exception):
     """A defect at a key path; read_manifest turns it into one BadInput line."""
 
 
-def read_manifest(src: Path) -> Manifest:
-    """The manifest at SRC, checked end to end, or BadInput naming the key that is wrong."""
+def read_manifest(src: Path, pins: Pins | None = None) -> Manifest:
+    """The manifest at SRC, checked end to end, or BadInput naming the key that is wrong. With `pins`, it is
+    read through a handle pinned there (unshard: its sha256 is then of the bytes parsed)."""
     path = src / MANIFEST
     if file_type_problem(path) == "is missing":
         raise BadInput(f"{src}: no {MANIFEST}; give the folder `ckpt-repair fix --tp N` wrote")
     regular_file(path)  # stat first: reading a FIFO would block forever
-    raw = read_json(path)
+    raw = read_json(path, pins.pin(path) if pins is not None else None)
     if raw.get("format") != FORMAT or raw.get("version") != 1:
         raise BadInput(f"{path}: not a version-1 {FORMAT} manifest; this tool cannot unshard it")
     try:

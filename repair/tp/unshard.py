@@ -11,17 +11,16 @@ manifest. Only repair_report.json differs from the non-TP `fix` output: it recor
 
 from __future__ import annotations
 
-import hashlib
 import struct
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from repair.errors import BadInput
 from repair.io.atomic import build_atomically, check_files, check_header, write_json
 from repair.io.dtypes import nbytes
-from repair.io.hashing import copy_file_hashed, copy_hashed, sha256_file, write_all
+from repair.io.hashing import HashedOutput, copy_file_hashed, sha256_pinned
 from repair.io.names import file_type_problem, regular_file
+from repair.io.pins import PinnedFile, Pins
 from repair.io.safetensors import TensorInfo, read_header
 from repair.io.shard_writer import OutTensor, encode_header
 from repair.execute.report import REPORT_NAME, unshard_report
@@ -41,41 +40,51 @@ class UnshardResult:
 def unshard(src: Path, out: Path, *, overwrite: bool = False) -> UnshardResult:
     """Reassemble `fix --tp` output at SRC into a standard checkpoint at OUT, atomically."""
     src, out = Path(src), Path(out)
-    manifest = read_manifest(src)
-    ranks = _check_ranks(manifest)
-    return build_atomically(src, out, overwrite, lambda tmp: _build(src, manifest, ranks, tmp, out))
+    pins = Pins()  # the manifest and every rank file, opened once: every byte is read through these handles
+    manifest = read_manifest(src, pins)
+    ranks = _check_ranks(manifest, pins)
+    return build_atomically(src, out, overwrite, lambda tmp: _build(src, manifest, ranks, pins, tmp, out))
 
 
-def _check_ranks(manifest: Manifest) -> list[dict[str, TensorInfo]]:
-    """Every rank file a regular file with the sha256 the manifest records; returns each rank's tensor infos."""
+def _check_ranks(manifest: Manifest, pins: Pins) -> list[dict[str, TensorInfo]]:
+    """Every rank file a regular file with the sha256 the manifest records, pinned; returns each rank's tensor infos."""
     infos = []
     for rank in manifest.ranks:
         for path, digest in rank.files.values():
             if file_type_problem(path) == "is missing":
                 raise BadInput(f"{path}: missing; the tp output is incomplete, re-run `fix --tp`")
             regular_file(path, "re-run `fix --tp`")  # stat first: hashing a FIFO would block forever
-            if sha256_file(path) != digest:
+            if _sha256(pins.pin(path)) != digest:
                 raise BadInput(f"{path}: sha256 differs from {MANIFEST}; the file was changed or damaged, re-run `fix --tp`")
-        infos.append(read_header(rank.files[RANK_FILE][0]).by_name())
+        path = rank.files[RANK_FILE][0]
+        infos.append(read_header(path, pins.get(path)).by_name())
     return infos
 
 
-def _build(src: Path, manifest: Manifest, ranks: list[dict[str, TensorInfo]], tmp: Path, out: Path) -> UnshardResult:
+def _sha256(pinned: PinnedFile) -> str:
+    try:
+        return sha256_pinned(pinned)
+    except EOFError:
+        raise BadInput(f"{pinned.path}: file ended while reading; it was truncated, re-run `fix --tp`") from None
+
+
+def _build(src: Path, manifest: Manifest, ranks: list[dict[str, TensorInfo]], pins: Pins, tmp: Path, out: Path) -> UnshardResult:
     hashes: dict[str, str] = {}
-    with ExitStack() as stack:
-        fds = [stack.enter_context(open(r.files[RANK_FILE][0], "rb")).fileno() for r in manifest.ranks]
-        for shard in manifest.shards:
-            _parent(tmp, shard["name"])
-            hashes[shard["name"]] = _write_shard(tmp / shard["name"], shard, manifest.tensors, ranks, fds)
+    files = [pins.get(r.files[RANK_FILE][0]) for r in manifest.ranks]
+    for shard in manifest.shards:
+        _parent(tmp, shard["name"])
+        hashes[shard["name"]] = _write_shard(tmp / shard["name"], shard, manifest.tensors, ranks, pins, files)
     for name in manifest.files:
-        hashes[name] = copy_file_hashed(manifest.ranks[0].files[name][0], _parent(tmp, name))
+        hashes[name] = copy_file_hashed(pins.get(manifest.ranks[0].files[name][0]), _parent(tmp, name))
     if manifest.index:
         name, text = manifest.index
-        _parent(tmp, name).write_bytes(text.encode("utf-8"))
-        hashes[name] = sha256_file(tmp / name)
-    report = unshard_report(src, sha256_file(manifest.path), manifest.tp, manifest.source, hashes)
+        index = HashedOutput(_parent(tmp, name))
+        index.write(text.encode("utf-8"))
+        hashes[name] = index.close()
+    report = unshard_report(src, sha256_pinned(pins.get(manifest.path)), manifest.tp, manifest.source, hashes)
     write_json(tmp / REPORT_NAME, report)
     _self_check(tmp, out, manifest, set(hashes) | {REPORT_NAME})
+    pins.check("SRC")  # last: a rank file or the manifest changed while it was read, and nothing is published
     return UnshardResult(out, report)
 
 
@@ -93,37 +102,27 @@ def _header(shard: dict, tensors: dict) -> bytes:
     return encode_header([OutTensor(n, tensors[n]["dtype"], tuple(tensors[n]["shape"])) for n in shard["tensors"]], shard["metadata"])
 
 
-def _write_shard(path: Path, shard: dict, tensors: dict, ranks: list[dict[str, TensorInfo]], fds: list[int]) -> str:
-    """Stream one standard shard: header, then each tensor rebuilt from the ranks; returns its sha256."""
-    digest = hashlib.sha256()
-    with open(path, "wb", buffering=0) as fh:
-        out = _Sink(fh.fileno(), digest)
-        out.append(_header(shard, tensors))
+def _write_shard(path: Path, shard: dict, tensors: dict, ranks: list[dict[str, TensorInfo]], pins: Pins, files: list[PinnedFile]) -> str:
+    """Stream one standard shard: header, then each tensor rebuilt from the ranks; returns the sha256 of
+    the bytes written (hashed from the buffers they were written from)."""
+    out = HashedOutput(path)
+    try:
+        out.write(_header(shard, tensors))
         for name in shard["tensors"]:
             entry = tensors[name]
             parts = [_rank_info(ranks[r], name, entry, r) for r in range(len(ranks))]
             before = out.written
-            _concat(out, entry, parts, fds)
+            _concat(out, entry, parts, files)
             if out.written - before != nbytes(entry["dtype"], tuple(entry["shape"])):
                 raise BadInput(f"{name}: the ranks' slices do not add up to {entry['shape']}; the manifest and rank files disagree")
-    return digest.hexdigest()
-
-
-class _Sink:
-    """An output file being appended to, hashed on the way."""
-
-    def __init__(self, fd: int, digest):
-        self.fd, self.digest, self.written = fd, digest, 0
-
-    def append(self, data) -> None:
-        view = memoryview(data).cast("B")
-        self.digest.update(view)
-        write_all(self.fd, view)
-        self.written += view.nbytes
-
-    def copy(self, src_fd: int, offset: int, length: int) -> None:
-        copy_hashed(src_fd, self.fd, offset, length, self.digest)
-        self.written += length
+    except EOFError:
+        out.abort()
+        pins.check("SRC")  # names the file that got shorter
+        raise BadInput(f"{path.name}: a rank file ended while it was read; it was truncated, re-run `fix --tp`") from None
+    except BaseException:
+        out.abort()
+        raise
+    return out.close()
 
 
 def _rank_info(infos: dict[str, TensorInfo], name: str, entry: dict, rank: int) -> TensorInfo:
@@ -135,21 +134,21 @@ def _rank_info(infos: dict[str, TensorInfo], name: str, entry: dict, rank: int) 
     return info
 
 
-def _concat(out: _Sink, entry: dict, parts: list[TensorInfo], fds: list[int]) -> None:
+def _concat(out: HashedOutput, entry: dict, parts: list[TensorInfo], files: list[PinnedFile]) -> None:
     """Write the full tensor: rank 0's copy when replicated, else the ranks' slices joined along `dim`."""
     dim = entry["dim"]
     if nbytes(entry["dtype"], tuple(entry["shape"])) == 0:
         return  # nothing to join (and an empty tensor's other dims may be huge: no loop over them)
     if dim is None:
-        out.copy(fds[0], parts[0].start, parts[0].nbytes)
+        out.copy(files[0], parts[0].start, parts[0].nbytes)
         return
     shape = entry["shape"]
     outer = 1
     for d in shape[:dim]:
         outer *= d
     if outer == 1:
-        for fd, info in zip(fds, parts):
-            out.copy(fd, info.start, info.nbytes)
+        for file, info in zip(files, parts):
+            out.copy(file, info.start, info.nbytes)
         return
     widths = [info.nbytes // outer for info in parts]  # each rank's bytes per outer row
     row = sum(widths)
@@ -158,13 +157,13 @@ def _concat(out: _Sink, entry: dict, parts: list[TensorInfo], fds: list[int]) ->
         k = min(step, outer - o0)
         buf = bytearray(k * row)
         col = 0
-        for fd, info, w in zip(fds, parts, widths):
+        for file, info, w in zip(files, parts, widths):
             part = bytearray(k * w)
-            pread_exact(fd, info.start + o0 * w, memoryview(part), info.name)
+            pread_exact(file.fd, info.start + o0 * w, memoryview(part), info.name)
             for i in range(k):
                 buf[i * row + col: i * row + col + w] = part[i * w:(i + 1) * w]
             col += w
-        out.append(buf)
+        out.write(buf)
 
 
 def _self_check(tmp: Path, out: Path, manifest: Manifest, expected: set[str]) -> None:

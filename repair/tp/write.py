@@ -20,13 +20,13 @@ from tqdm import tqdm
 
 from repair.errors import BadInput, InternalError
 from repair.execute.compute import NUMPY_ONLY
-from repair.execute.writer import computer_for, global_scale_is_divisor, located_inputs
+from repair.execute.writer import check_inputs, computer_for, global_scale_is_divisor, input_sha256, located_inputs
 from repair.io.atomic import build_atomically, check_files, check_header, check_output, json_text, write_json
 from repair.io.dtypes import nbytes
-from repair.io.hashing import copy_file_hashed, sha256_file
+from repair.io.hashing import copy_file_hashed, sha256_pinned
 from repair.io.names import path_text
-from repair.io.ranges import read_bytes
-from repair.io.safetensors import TensorInfo, read_header
+from repair.io.ranges import read_tensor, source_of
+from repair.io.safetensors import TensorInfo
 from repair.io.shard_writer import OutTensor, ShardWriter, encode_header
 from repair.execute.report import REPORT_NAME, Sections, TpRecord, build_report, input_sections, recipe_options
 from repair.planning.model import Copy, Dequantize, Plan, Requantize, ShardOp
@@ -54,15 +54,20 @@ def write_tp(tpp: TpPlan, out: Path, *, overwrite: bool = False, progress: bool 
     plan = tpp.plan
 
     def build(tmp: Path) -> TpResult:
-        rank_hashes = _write_ranks(tpp, tmp, progress)
+        try:
+            rank_hashes = _write_ranks(tpp, tmp, progress)
+        except EOFError:  # an input got shorter while it was read: say which
+            check_inputs(plan)
+            raise
         manifest = _manifest(tpp, rank_hashes)
         outputs = {f"{rank_folder(r)}/{n}": {"source": None, "output": h} for r, files in rank_hashes.items() for n, h in files.items()}
         outputs[MANIFEST] = {"source": None, "output": write_json(tmp / MANIFEST, manifest)}
-        sources = tuple((n, sha256_file(plan.source.root / n)) for n in _source_files(plan))
+        sources = tuple((n, _source_sha256(plan, n)) for n in _source_files(plan))
         split = replace(sections, tp=TpRecord(tpp.tp, tpp.source, MANIFEST), source_files=sources)
         report = build_report(plan, outputs, {**(options or {}), "tp": tpp.tp}, split)
         write_json(tmp / REPORT_NAME, report)
         _self_check(tpp, tmp, out, set(outputs) | {REPORT_NAME})
+        check_inputs(plan)  # last: whatever changed while it was read, nothing is published
         return TpResult(out, manifest, report)
 
     return build_atomically(plan.source.root, out, overwrite, build, original=_original_root(plan))
@@ -76,6 +81,12 @@ def _original_root(plan) -> Path | None:
 def _source_files(plan) -> list[str]:
     names = [s.name for s in plan.shards] + list(plan.copied_files) + [n for n in plan.json_files if (plan.source.root / n).exists()]
     return sorted(set(names))
+
+
+def _source_sha256(plan, name: str) -> str:
+    """An input's sha256 through its pinned handle (a config or index: of the bytes parsed at plan time)."""
+    shard = next((s for s in plan.source.shards if s.path.name == name), None)
+    return sha256_pinned(source_of(shard)) if shard is not None else input_sha256(plan.source, name)
 
 
 def _index_name(plan) -> str | None:
@@ -118,7 +129,7 @@ def _small_files(plan, folder: Path) -> dict[str, str]:
     for name in plan.copied_files:
         if name != index:
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            hashes[name] = copy_file_hashed(plan.source.root / name, folder / name)
+            hashes[name] = copy_file_hashed(plan.source.input(name), folder / name)
     for name, content in plan.json_files.items():
         if name != index:
             hashes[name] = write_json(folder / name, content)
@@ -143,14 +154,14 @@ class _Slicer:
         if isinstance(step, Copy) and t.spec.dim is None:
             shard, info = self.located[source][step.inputs[0]]
             for w in writers:
-                w.copy(name, shard.path, info)
+                w.copy(name, source_of(shard), info)
             return
         whole = self.computer.tensor(step) if _made_whole(step) else None  # the others are sliced before they are made
         for rank, w in enumerate(writers):
             rng = _range(t, rank, tp)
             if isinstance(step, Copy) and rng is not None and contiguous(t.step.out.shape, t.spec.dim):
                 shard, info = self.located[source][step.inputs[0]]
-                w.copy(name, shard.path, sub_range(info, t.spec.dim, *rng.stored))  # streamed: no buffer at all
+                w.copy(name, source_of(shard), sub_range(info, t.spec.dim, *rng.stored))  # streamed: no buffer at all
             else:
                 w.write(name, self._rank_bytes(t, rng, source, whole))
 
@@ -164,7 +175,7 @@ class _Slicer:
         if isinstance(step, Dequantize):
             return tensors.to_bytes(self._dequantized(step, source, dim, rng))
         shard, info = self.located[source][step.inputs[0]]
-        data = read_slice(shard.path, info, dim, *rng.stored) if rng else _read_all(shard.path, info)
+        data = read_slice(source_of(shard), info, dim, *rng.stored) if rng else read_tensor(shard, info)
         if isinstance(step, Copy):
             return data
         part = _as_tensor(data, info.dtype, t.rank_shape(rng) if rng else info.shape)
@@ -180,12 +191,12 @@ class _Slicer:
         lo, hi = rng.logical if rng else (0, rows)  # replicated: every row
         if dim == 1:
             a0, b0 = lo - lo % BLOCK, -(-hi // BLOCK) * BLOCK
-            p = _as_tensor(read_slice(ps.path, packed, 1, a0 // 2, b0 // 2), "U8", (rows, (b0 - a0) // 2))
-            s = _as_tensor(read_slice(ss.path, scale, 1, a0 // BLOCK, b0 // BLOCK), scale.dtype, (rows, (b0 - a0) // BLOCK))
+            p = _as_tensor(read_slice(source_of(ps), packed, 1, a0 // 2, b0 // 2), "U8", (rows, (b0 - a0) // 2))
+            s = _as_tensor(read_slice(source_of(ss), scale, 1, a0 // BLOCK, b0 // BLOCK), scale.dtype, (rows, (b0 - a0) // BLOCK))
         else:
-            p = _as_tensor(read_slice(ps.path, packed, 0, lo, hi), "U8", (hi - lo, packed.shape[1]))
-            s = _as_tensor(read_slice(ss.path, scale, 0, lo, hi), scale.dtype, (hi - lo, scale.shape[1]))
-        g = _as_tensor(bytearray(_read_all(gs.path, scale_2)), scale_2.dtype, scale_2.shape)
+            p = _as_tensor(read_slice(source_of(ps), packed, 0, lo, hi), "U8", (hi - lo, packed.shape[1]))
+            s = _as_tensor(read_slice(source_of(ss), scale, 0, lo, hi), scale.dtype, (hi - lo, scale.shape[1]))
+        g = _as_tensor(read_tensor(gs, scale_2), scale_2.dtype, scale_2.shape)
         out = nvfp4.dequantize(p, s, g, tensors.TORCH_DTYPE[step.out.dtype], divisor=self.divisor)
         return out[:, lo - a0: hi - a0] if dim == 1 else out
 
@@ -194,10 +205,6 @@ def _made_whole(step) -> bool:
     """Requantized tensors, and dequantized FP8 / NVFP4_AWQ weights (one module's tensor, on numpy), are made whole
     by the plan's Computer and then sliced; plain NVFP4 is dequantized slice by slice."""
     return isinstance(step, Requantize) or (isinstance(step, Dequantize) and step.algorithm in NUMPY_ONLY)
-
-
-def _read_all(path: Path, info: TensorInfo) -> bytearray:
-    return read_bytes(path, info)
 
 
 def _as_tensor(data: bytearray, dtype: str, shape):
@@ -223,10 +230,8 @@ def _shard_entry(plan, step) -> dict:
     """A standard shard: its tensors in order and metadata; a copied shard whose header is not canonical keeps it verbatim."""
     entry = {"name": step.name, "metadata": step.metadata, "tensors": [t.out.name for t in step.tensors]}
     if step.op == ShardOp.COPY_FILE:
-        path = plan.source.root / step.name
-        header = read_header(path)
-        with open(path, "rb") as fh:
-            raw = fh.read(header.data_start)
+        shard = next(s for s in plan.source.shards if s.path.name == step.name)
+        raw = bytes(source_of(shard).read(0, shard.data_start))  # the header as pinned at plan time
         canonical = encode_header([OutTensor(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors], step.metadata)
         if raw != canonical:
             entry["header"] = raw[8:].decode("utf-8")
@@ -237,8 +242,8 @@ def _index_entry(plan) -> dict | None:
     name = _index_name(plan)
     if name is None:
         return None
-    text = (json_text(plan.json_files[name]) if name in plan.json_files
-            else (plan.source.root / name).read_text(encoding="utf-8"))
+    pinned = None if name in plan.json_files else plan.source.input(name)
+    text = json_text(plan.json_files[name]) if pinned is None else bytes(pinned.read(0, pinned.size)).decode("utf-8")
     return {"name": name, "text": text}
 
 

@@ -41,7 +41,7 @@ def main() -> None:
     wrap(ex, "execute", "execute", first="execute starts")
     wrap(ex, "copy_file_hashed", "whole-shard copies (copy + sha256)")
     wrap(ex, "_rewrite", "rewritten shards (copy, compute, output sha256; torch import if needed)")
-    wrap(hashing.HashFollower, "finish", "  of which: waiting for the output's sha256")
+    wrap(hashing.HashedOutput, "close", "  of which: waiting for the output's sha256")
     wrap(ex, "_self_check", "self-check of written headers")
     wrap(repair.doctor.diagnose, "diagnose", "doctor before/after (report)")
     wrap(atomic, "fsync_tree", "fsync of the output")
