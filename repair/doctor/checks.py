@@ -6,10 +6,10 @@ from repair.arch import Architecture, ModuleSpec
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
-from repair.io.ranges import RangeReader
 from repair.formats.modules import StoredModule
 from repair.formats.nvfp4_packed import SHARED_GLOBAL_SCALE
-from repair.formats.nvfp4_health import block_scale_stats, global_scale_problem, overflow_problem, read_f32_scalar
+from repair.formats.nvfp4_health import global_scale_problem, overflow_problem, read_f32_scalar
+from repair.doctor.scales import ScaleValues
 
 
 
@@ -75,12 +75,14 @@ def fused_findings(declaration: Declaration, modules: dict[str, StoredModule], f
     return findings
 
 
-def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precision: dict[str, str], divisor: bool = False) -> list[Finding]:
-    """Scale counts, shapes and values of every packed module, and fused siblings' shared scale."""
+def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precision: dict[str, str], divisor: bool = False,
+                    values: ScaleValues | None = None) -> list[Finding]:
+    """Scale counts, shapes and values of every packed module, and fused siblings' shared scale (the scale bytes come
+    from `values`: what doctor decided to read, see doctor/scales.py)."""
     located = ckpt.locate()
     findings = []
     scale_2: dict[str, float] = {}
-    with RangeReader() as read:
+    with values or ScaleValues(ckpt, modules, divisor) as read:
         for m in sorted((m for m in modules.values() if m.is_quantized), key=lambda m: m.name):
             health = _fp8_health if m.precision == "fp8" else _module_health
             findings += health(m, located, precision, scale_2, read, divisor)
@@ -101,17 +103,17 @@ def _module_health(m: StoredModule, located, precision, scale_2, read, divisor: 
     if scale_name is None:
         out.append(Finding(Severity.ERROR, Kind.MISSING_WEIGHT_SCALE, m.name, f"{m.name}: packed weight without weight_scale; it cannot be dequantized (use --original)"))
         return out
-    shard, scale = located[scale_name]
+    scale = located[scale_name][1]
     stats = None
     if scale.shape != (logical_out, logical_in // 16) or scale.dtype != "F8_E4M3":
         out.append(Finding(Severity.ERROR, Kind.SCALE_SHAPE, scale_name,
                            f"{scale_name}: {scale.dtype} {list(scale.shape)}, expected F8_E4M3 {[logical_out, logical_in // 16]}"))
-    else:
-        stats = block_scale_stats(shard.path, scale, read)
+    elif (stats := read.blocks(scale_name)) is not None:
+        of = "" if stats.count == scale.nbytes else f" in a sample of {stats.count} of {scale.nbytes} (doctor --deep counts them all)"
         if stats.nan or stats.negative:
-            out.append(Finding(Severity.ERROR, Kind.BLOCK_SCALES, scale_name, f"{scale_name}: {stats.nan} NaN and {stats.negative} negative block scales"))
+            out.append(Finding(Severity.ERROR, Kind.BLOCK_SCALES, scale_name, f"{scale_name}: {stats.nan} NaN and {stats.negative} negative block scales{of}"))
         if stats.zero:
-            out.append(Finding(Severity.WARNING, Kind.BLOCK_SCALES, scale_name, f"{scale_name}: {stats.zero} zero block scales (those blocks dequantize to 0)"))
+            out.append(Finding(Severity.WARNING, Kind.BLOCK_SCALES, scale_name, f"{scale_name}: {stats.zero} zero block scales{of} (those blocks dequantize to 0)"))
     name2 = m.tensor("weight_scale_2")
     if name2 is None:
         out.append(Finding(Severity.ERROR, Kind.MISSING_SCALE_2, m.name, f"{m.name}: packed weight without weight_scale_2"))
@@ -121,7 +123,7 @@ def _module_health(m: StoredModule, located, precision, scale_2, read, divisor: 
             out.append(Finding(Severity.ERROR, Kind.GLOBAL_SCALE, name2, f"{name2} {problem}"))
         else:
             scale_2[m.name] = value
-            overflow = overflow_problem(stats, value, divisor, "BF16") if stats else None
+            overflow = overflow_problem(stats, value, divisor, "BF16") if stats else None  # read whole when it may overflow
             if overflow:
                 out.append(Finding(Severity.ERROR, Kind.SCALE_OVERFLOW, name2, f"{name2}: {overflow}; the layer computes infinities"))
     name_in = m.tensor("input_scale")

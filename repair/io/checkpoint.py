@@ -8,14 +8,18 @@ folder) is reported here, before any plan is made.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from repair.errors import BadInput
 from repair.io.names import check_name, regular_file
 from repair.io.parse import parse_json, read_text
 from repair.io.safetensors import ShardHeader, TensorInfo, read_header
+
+if TYPE_CHECKING:
+    from repair.io.byte_source import ByteSource
 
 CONFIG = "config.json"
 HF_QUANT_CONFIG = "hf_quant_config.json"
@@ -34,6 +38,7 @@ class Checkpoint:
     config: dict | None
     hf_quant_config: dict | None
     other_files: tuple[str, ...]  # relative paths copied through unchanged (tokenizer, card, ...)
+    byte_source: ByteSource | None = field(default=None, repr=False)  # None: the shard files hold every byte (see io/byte_source.py)
 
     def shard_name(self, shard: ShardHeader) -> str:
         return shard.path.name
