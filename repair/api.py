@@ -27,7 +27,12 @@ def plan(src: str | Path | Checkpoint, recipe: Recipe | str | Path = DEFAULT, *,
     resolved = resolve_recipe(ckpt, recipe if isinstance(recipe, Recipe) else load_recipe(Path(recipe)))
     if orig is not None:
         resolved = resolved.using_original()
-    return make_plan(ckpt, resolved, orig)
+    made = make_plan(ckpt, resolved, orig)
+    infos = ckpt.infos()
+    changed = [infos[t.name] for c in made.changes for t in c.before if t.name in infos and t.dtype != "U8"]
+    if ckpt.byte_source is not None and ckpt.byte_source.store(changed):
+        made = make_plan(ckpt, resolved, orig)  # a Hub repo: the plan-time checks again, on the changed modules' scale bytes
+    return made
 
 
 def resolve_recipe(ckpt: Checkpoint, recipe: Recipe) -> Recipe:

@@ -48,7 +48,7 @@ class ByteSource(Protocol):
     def tensors(self, infos: list[TensorInfo]) -> Iterator[tuple[TensorInfo, bytes]]:
         """Each tensor's bytes, shards in parallel with a bound, in no particular order; nothing is stored."""
 
-    def store(self, names: list[str]) -> bool:
+    def store(self, infos: list[TensorInfo]) -> bool:
         """Fetch these tensors' bytes into the local files (the scales a plan-time check reads); True if any was."""
 
 
@@ -66,7 +66,7 @@ class LocalFiles:
     def tensors(self, infos: list[TensorInfo]) -> Iterator[tuple[TensorInfo, bytes]]:
         return parallel_tensors(infos, self._read_shard, WORKERS)
 
-    def store(self, names: list[str]) -> bool:
+    def store(self, infos: list[TensorInfo]) -> bool:
         return False
 
     def _read_shard(self, path: Path, infos: list[TensorInfo], emit: Emit) -> None:
