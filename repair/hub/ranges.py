@@ -110,24 +110,25 @@ class RemoteBytes:
     def __init__(self, ranges: RangeClient, names: Callable[[Path], str | None]):
         self.client, self._name = ranges, names  # names: a local stand-in's path -> its file name in the repo
         self.transfer = ranges.transfer
-        self._held: dict[Path, list[tuple[int, int]]] = {}
-        self._whole: set[Path] = set()
+        self._held: dict[str, list[tuple[int, int]]] = {}
+        self._whole: set[str] = set()
         self._lock = threading.Lock()
 
     def hold(self, path: Path, ranges: list[tuple[int, int]], whole: bool = False) -> None:
-        """Record that `path` now holds these ranges (or, `whole`, every byte)."""
+        """Record that `path` now holds these ranges (or, `whole`, every byte). Kept by file name: one source's
+        stand-ins are the repo's top-level shards, one folder (whatever links its path went through)."""
+        key = Path(path).name
         with self._lock:
             if whole:
-                self._whole.add(Path(path))
-            self._held[Path(path)] = coalesce(self._held.get(Path(path), []) + list(ranges), 0)
+                self._whole.add(key)
+            self._held[key] = coalesce(self._held.get(key, []) + list(ranges), 0)
 
     def holds(self, path: Path, start: int, end: int) -> bool:
-        if Path(path) in self._whole:
-            return True
-        return any(s <= start and end <= e for s, e in self._held.get(Path(path), []))
+        key = Path(path).name
+        return key in self._whole or any(s <= start and end <= e for s, e in self._held.get(key, []))
 
     def held(self, path: Path) -> list[tuple[int, int]]:
-        return list(self._held.get(Path(path), []))
+        return list(self._held.get(Path(path).name, []))
 
     def tensors(self, infos: list[TensorInfo]) -> Iterator[tuple[TensorInfo, bytes]]:
         return parallel_tensors(infos, self._read_shard, client.WORKERS)

@@ -8,8 +8,9 @@ So a shard's scalars are one run right after its header, and its block scales on
 
 `blocks`: "all" writes every block-scale byte (healthy codes 0x30-0x7E); "sample" only the pages doctor's
 default sample reads (the first and last 4 KiB of each tensor: a stand-in that keeps 41.6 GB off the disk; the
-rest are holes, so --deep on it counts zeros); "none" leaves them holes. The exclusions are the real
-hf_quant_config.json (tests/data/real/deepseek-r1-fp4, ModelOpt 0.23: only that file declares the quantization).
+rest are holes, so --deep on it counts zeros); "none" leaves them holes. hf_quant_config.json is the real one
+(tests/data/real/deepseek-r1-fp4, ModelOpt 0.23: only that file declares the quantization); `exclusions`
+"0.23" keeps its 489 exact names, "summarized" writes the same set with prefix wildcards as newer ModelOpt does.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ PROJ = ("gate_proj", "up_proj", "down_proj")
 REAL = Path(__file__).resolve().parents[2] / "tests" / "data" / "real" / "deepseek-r1-fp4"
 PAGE = 4096
 _CODES = bytes(range(0x30, 0x7F))  # healthy float8_e4m3fn block scales, 0.75 ... 448
+SUMMARIZED = ["lm_head", "model.embed_tokens", "model.norm"] + [f"model.layers.*.{m}" for m in (
+    "input_layernorm", "post_attention_layernorm", "self_attn.kv_a_proj_with_mqa", "self_attn.q_b_proj", "self_attn.kv_a_layernorm",
+    "self_attn.kv_b_proj", "mlp.gate")]
 _ORDER = {"F32": 0, "BF16": 1, "F8_E4M3": 2, "U8": 3}  # safetensors: larger alignment first, then the name
 
 
@@ -70,7 +74,8 @@ def tensors(layers: int = 61, experts: int = 256, dense: int = 3) -> list[tuple[
     return out + [("model.norm.weight", "BF16", (HIDDEN,)), ("lm_head.weight", "BF16", (VOCAB, HIDDEN))]
 
 
-def write(folder: Path, layers: int = 61, experts: int = 256, dense: int = 3, shards: int = 163, blocks: str = "sample") -> Path:
+def write(folder: Path, layers: int = 61, experts: int = 256, dense: int = 3, shards: int = 163, blocks: str = "sample",
+          exclusions: str = "summarized") -> Path:
     """Write the checkpoint into `folder` (which must not exist); returns it."""
     from repair.io.dtypes import nbytes
 
@@ -85,7 +90,7 @@ def write(folder: Path, layers: int = 61, experts: int = 256, dense: int = 3, sh
             _write_shard(folder / shard, sorted(part, key=lambda t: (_ORDER[t[1]], t[0])), nbytes, blocks)
             weight_map.update({name: shard for name, _, _ in part})
         (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-        _write_configs(folder, layers, experts, dense)
+        _write_configs(folder, layers, experts, dense, exclusions)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -121,7 +126,7 @@ def _block_bytes(offset: int, size: int, blocks: str) -> list[tuple[int, bytes]]
     return [(offset, (_CODES * (head // len(_CODES) + 1))[:head])] + ([(offset + size - tail, _CODES[-1:] * tail)] if tail else [])
 
 
-def _write_configs(folder: Path, layers: int, experts: int, dense: int) -> None:
+def _write_configs(folder: Path, layers: int, experts: int, dense: int, exclusions: str) -> None:
     config = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": HIDDEN,
               "intermediate_size": DENSE_FF, "moe_intermediate_size": EXPERT_FF, "n_routed_experts": experts, "n_shared_experts": 1,
               "num_hidden_layers": layers, "num_nextn_predict_layers": 1, "first_k_dense_replace": dense,
@@ -129,9 +134,12 @@ def _write_configs(folder: Path, layers: int, experts: int, dense: int) -> None:
               "qk_rope_head_dim": ROPE, "qk_nope_head_dim": NOPE, "v_head_dim": V_HEAD, "vocab_size": VOCAB, "torch_dtype": "bfloat16"}
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     hf = json.loads((REAL / "hf_quant_config.json").read_text())
-    exclude = hf["quantization"]["exclude_modules"]
-    hf["quantization"]["exclude_modules"] = [e for e in exclude if not e.startswith("model.layers.") or _layer_of(e) < layers] + \
-        ([f"model.layers.{layers}*"] if layers != 61 else [])
+    if exclusions == "summarized":  # the same set as ModelOpt >= 0.3x writes it: prefix wildcards, not 489 names
+        hf["quantization"]["exclude_modules"] = SUMMARIZED + [f"model.layers.{layers}*"]
+    else:
+        exclude = hf["quantization"]["exclude_modules"]
+        hf["quantization"]["exclude_modules"] = [e for e in exclude if not e.startswith("model.layers.") or _layer_of(e) < layers] + \
+            ([f"model.layers.{layers}*"] if layers != 61 else [])
     (folder / "hf_quant_config.json").write_text(json.dumps(hf, indent=4))
 
 
