@@ -103,3 +103,40 @@ def test_a_plan_on_a_hub_repo_reads_the_block_scales_of_what_it_changes(hub, tmp
     assert local[0] == remote[0] == 2 and "1 NaN and 0 negative block scales" in remote[2]
     fetched = [r for r in ranged(hub, SHARDS[1]) if r[1] > FIRST_READ]
     assert fetched and all(e - s <= 1024 * 16384 // 16 for s, e in fetched)  # that module's block scales, no more
+
+
+def test_a_range_whose_connection_breaks_is_resumed_where_it_stopped(monkeypatch):
+    """A reset mid-range (huggingface_hub's backoff retries only a request that fails to start) is asked again from
+    the first byte not yet received: the bytes arrive once each, in order."""
+    import contextlib
+
+    import huggingface_hub.utils as hf_utils
+    from huggingface_hub.utils import _http
+
+    from repair.hub.ranges import RangeClient
+
+    data = bytes(range(256)) * 40
+    asked = []
+
+    class Answer:
+        history, status_code = [], 206
+
+        def __init__(self, start: int, end: int):
+            self.start, self.end, self.headers = start, end, {"Content-Range": f"bytes {start}-{end}/{len(data)}"}
+
+        def iter_bytes(self, _size):
+            yield data[self.start:self.start + 1000]
+            if len(asked) == 1:
+                raise _http._DEFAULT_RETRY_ON_EXCEPTIONS[0]("reset")
+            yield data[self.start + 1000:self.end + 1]
+
+    @contextlib.contextmanager
+    def answer(method, url, headers):
+        start, end = (int(x) for x in headers["Range"].removeprefix("bytes=").split("-"))
+        asked.append((start, end))
+        yield Answer(start, end)
+
+    monkeypatch.setattr(hf_utils, "http_stream_backoff", answer)
+    monkeypatch.setattr(hf_utils, "hf_raise_for_status", lambda response: None)
+    got = RangeClient("alice/x", "0" * 40, "alice/x@0").read("model.safetensors", 100, 5000)
+    assert got == data[100:5000] and asked == [(100, 4999), (1100, 4999)]

@@ -218,14 +218,16 @@ def only_sparse_r1(out: Path, repeats: int = 3) -> None:
     started = time.time()
     m: dict = {"load_start": measure.load(), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)), "repeats": repeats,
                "command": ".venv/bin/python tools/benchmark.py --only sparse-r1"}
+    saved = Path(tempfile.gettempdir()) / "ckpt-bench-sparse-r1.json"  # the raw figures, after each part
     try:
         m["runs"] = sparse_r1_bench.local_and_hub(work, repeats)
+        saved.write_text(json.dumps(m, indent=1, default=str))
         shutil.rmtree(work / "r1", ignore_errors=True)
         m["deep"] = sparse_r1_bench.deep(work, repeats)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     m["load_end"], m["minutes"] = measure.load(), (time.time() - started) / 60
-    (Path(tempfile.gettempdir()) / "ckpt-bench-sparse-r1.json").write_text(json.dumps(m, indent=1, default=str))
+    saved.write_text(json.dumps(m, indent=1, default=str))
     lines = sparse_r1_report.section(m)
     out.write_text(sparse_r1_report.splice(out.read_text() if out.exists() else "# Benchmarks\n", lines))
     print("\n".join(lines))

@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+from repair.io.safetensors import read_header
 from tools.bench import sparse_r1
 from tools.bench.hub_latency import SlowHub, add_sparse_repo, served
 from tools.bench.measure import PY, REPO
@@ -86,11 +87,9 @@ def deep(work: Path, repeats: int) -> dict:
     src = sparse_r1.write(work / "slice", layers=SLICE_LAYERS, shards=-(-163 * SLICE_LAYERS // 61), blocks="all")
     regions = []
     for shard in sorted(src.glob("*.safetensors")):
-        header = json.loads(shard.read_bytes()[8: 8 + int.from_bytes(shard.read_bytes()[:8], "little")])
-        spans = [v["data_offsets"] for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F8_E4M3"]
+        spans = [(t.start, t.end) for t in read_header(shard).tensors if t.dtype == "F8_E4M3"]  # one run, as the writer lays it out
         if spans:
-            base = 8 + int.from_bytes(shard.read_bytes()[:8], "little")
-            regions.append((shard, base + min(s for s, _ in spans), max(e for _, e in spans) - min(s for s, _ in spans)))
+            regions.append((shard, min(s for s, _ in spans), max(e for _, e in spans) - min(s for s, _ in spans)))
     script = "\n".join(f"dd if={p} iflag=skip_bytes,count_bytes skip={s} count={n} bs=4M status=none > /dev/null" for p, s, n in regions)
     (work / "cat.sh").write_text(script)
     total = sum(n for _, _, n in regions)

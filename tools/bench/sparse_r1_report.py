@@ -17,7 +17,8 @@ def section(m: dict) -> list[str]:
            "4 KiB of each block-scale tensor hold bytes (the pages doctor's sample reads), everything else is a hole. Shards are laid "
            "out as safetensors' writer lays them out (float32 first, then BF16, float8, uint8). Hub: tools/hub_server with 30 ms "
            "added per request, and each shard GET answered by a redirect that is then followed (as the Hub sends LFS files to its "
-           "CDN): both count. Bytes read = the process's rchar (every byte its read calls returned, sockets included).", "",
+           "CDN): both count. read MB = the process's rchar (bytes its read/pread calls returned: files; the Hub's bytes are "
+           "in served MB). CPU s = user + system: with other sessions on the 2 cores, wall time here is mostly waiting.", "",
            "| command | target | median s | all runs s | CPU s | read MB | max RSS MB | requests (shards + other) | served MB | temp peak MB | |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, v in a.items():
