@@ -19,15 +19,23 @@ from repair.planning.model import Plan
 from repair.planning.recipe import DEFAULT, Recipe, load_recipe
 from repair.targets.profiles import resolve
 
+WEIGHTS = ("weight", "weight_packed")  # a changed module's tensors a plan-time check does not read (its scales it does)
+
 
 def plan(src: str | Path | Checkpoint, recipe: Recipe | str | Path = DEFAULT, *, original: str | Path | Checkpoint | None = None) -> Plan:
-    """Plan a repair from headers only. `recipe` is a Recipe, a recipe file, a built-in name or a report."""
+    """Plan a repair from headers (and, for a Hub repo, the scales of the modules it changes, which its checks read).
+    `recipe` is a Recipe, a recipe file, a built-in name or a report."""
     ckpt = src if isinstance(src, Checkpoint) else open_checkpoint(Path(src))
     orig = None if original is None else original if isinstance(original, Checkpoint) else open_checkpoint(Path(original))
     resolved = resolve_recipe(ckpt, recipe if isinstance(recipe, Recipe) else load_recipe(Path(recipe)))
     if orig is not None:
         resolved = resolved.using_original()
-    return make_plan(ckpt, resolved, orig)
+    made = make_plan(ckpt, resolved, orig)
+    infos = ckpt.infos()
+    scales = [infos[t.name] for c in made.changes for t in c.before if t.name in infos and t.name.rpartition(".")[2] not in WEIGHTS]
+    if ckpt.byte_source is not None and ckpt.byte_source.store(scales):
+        made = make_plan(ckpt, resolved, orig)  # a Hub repo: the plan-time checks again, on the changed modules' scale bytes
+    return made
 
 
 def resolve_recipe(ckpt: Checkpoint, recipe: Recipe) -> Recipe:

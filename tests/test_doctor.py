@@ -213,7 +213,7 @@ def test_bad_block_scales(capsys, healthy, tmp_path):
         s[0, 0], s[0, 1], s[0, 2] = 0x7F, 0xB8, 0x00  # NaN, negative, zero
         state["model.layers.0.mlp.down_proj.weight_scale"] = s.view(torch.float8_e4m3fn)
 
-    code, report = doctor_json(capsys, mutate(healthy, tmp_path / "b", tensors=corrupt))
+    code, report = doctor_json(capsys, mutate(healthy, tmp_path / "b", tensors=corrupt), "--deep")  # every byte counted
     msgs = [f["message"] for f in report["findings"] if f["code"] == "block-scales"]
     assert code == 1 and any("1 NaN and 1 negative" in m for m in msgs) and any("1 zero" in m for m in msgs)
 

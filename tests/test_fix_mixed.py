@@ -285,6 +285,6 @@ def test_fix_target_diagnoses_the_input_once(tmp_path, monkeypatch):
     src = write_mixed(tmp_path / "src")
     seen = []
     real = diagnose_module._diagnose
-    monkeypatch.setattr(diagnose_module, "_diagnose", lambda ckpt, target, tp: seen.append(ckpt.root) or real(ckpt, target, tp))
+    monkeypatch.setattr(diagnose_module, "_diagnose", lambda ckpt, target, tp, *how: seen.append(ckpt.root) or real(ckpt, target, tp, *how))
     api.run(api.plan(src, Recipe(name="t", target="vllm==0.32.0")), tmp_path / "out")
     assert seen[0] == src and len(seen) == 2 and seen[1].name.startswith(".out.partial-")  # the output, before it is published

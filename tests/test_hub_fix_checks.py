@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 from repair.cli import main
 from repair.demo.examples import write_assistant
 from repair.hub.access import grants_of
-from repair.hub.source import SCALE_LEAVES
+from repair.hub.source import FIRST_READ, SCALE_LEAVES
 from repair.io.safetensors import read_header
 from repair.io.staging import MARKER
 from tests.hub_workflow_helpers import (  # noqa: F401 - fixtures
@@ -107,7 +107,8 @@ def planning_pieces(folder: Path) -> dict[str, tuple[set[int], set[int]]]:
     for path in folder.glob("*.safetensors"):
         header = read_header(path)
         scales = [t for t in header.tensors if t.name.endswith(SCALE_LEAVES)]  # doctor reads input scales too
-        out[path.name] = ({0, 8} | {t.start for t in scales}, {8, header.data_start} | {t.end for t in scales})
+        first = min(path.stat().st_size, FIRST_READ)  # a shard's first read: its header and what follows, up to this
+        out[path.name] = ({0, 8} | {t.start for t in scales}, {8, header.data_start, first} | {t.end for t in scales})
     return out
 
 

@@ -16,7 +16,10 @@ from tests.hub_workflow_helpers import (  # noqa: F401 - fixtures
 
 
 # ----------------------------------------------------------------------------- fork-and-fix
-def test_fork_and_fix_downloads_only_changed_shards_and_equals_a_local_fix(hub, broken, local_fix, capsys):
+def test_fork_and_fix_downloads_only_changed_shards_and_equals_a_local_fix(hub, broken, local_fix, capsys, monkeypatch):
+    import repair.hub.source as source
+
+    monkeypatch.setattr(source, "FIRST_READ", 16)  # these shards are smaller than a first read: make it a prefix
     sha = hub.add_repo(SRC, broken)
     hub.clear_log()
     code, out, err = run(capsys, "hub", "fix", SRC, "--to", "alice/fixed", "--json")

@@ -164,8 +164,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, one round: a smoke check (< 2 min)")
     parser.add_argument("--out", type=Path, default=None, help="default: BENCHMARKS.md (--quick: /tmp/BENCHMARKS.quick.md)")
     parser.add_argument("--render", type=Path, metavar="JSON", help="only rewrite --out from a run's saved figures (/tmp/ckpt-bench-last.json)")
-    parser.add_argument("--only", choices=["many-tensors"], help="run one case and rewrite only its section of --out")
+    parser.add_argument("--only", choices=["many-tensors", "sparse-r1"], help="run one case and rewrite only its section of --out")
     args = parser.parse_args()
+    if args.only == "sparse-r1":
+        return only_sparse_r1(args.out or REPO / "BENCHMARKS.md")
     if args.only:
         return only_many_tensors(args.out or REPO / "BENCHMARKS.md")
     args.out = args.out or (Path(tempfile.gettempdir()) / "BENCHMARKS.quick.md" if args.quick else REPO / "BENCHMARKS.md")
@@ -205,6 +207,30 @@ def only_many_tensors(out: Path) -> None:
     section = many_tensors_section(r["many_tensors"])
     out.write_text(splice_many_tensors(out.read_text() if out.exists() else "# Benchmarks\n", section))
     print("\n".join(section))
+
+
+def only_sparse_r1(out: Path, repeats: int = 3) -> None:
+    """#27.6: the sparse DeepSeek-R1 (412 GB apparent, ~0.4 GB on disk) local and through the Hub server, and --deep
+    on a slice with real block scales (3.6 GB on disk); section 8 of --out. Everything is removed afterwards."""
+    from tools.bench import sparse_r1_bench, sparse_r1_report
+
+    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-r1-", dir="/tmp"))
+    started = time.time()
+    m: dict = {"load_start": measure.load(), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)), "repeats": repeats,
+               "command": ".venv/bin/python tools/benchmark.py --only sparse-r1"}
+    saved = Path(tempfile.gettempdir()) / "ckpt-bench-sparse-r1.json"  # the raw figures, after each part
+    try:
+        m["runs"] = sparse_r1_bench.local_and_hub(work, repeats)
+        saved.write_text(json.dumps(m, indent=1, default=str))
+        shutil.rmtree(work / "r1", ignore_errors=True)
+        m["deep"] = sparse_r1_bench.deep(work, repeats)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    m["load_end"], m["minutes"] = measure.load(), (time.time() - started) / 60
+    saved.write_text(json.dumps(m, indent=1, default=str))
+    lines = sparse_r1_report.section(m)
+    out.write_text(sparse_r1_report.splice(out.read_text() if out.exists() else "# Benchmarks\n", lines))
+    print("\n".join(lines))
 
 
 def write(out: Path, r: dict) -> None:

@@ -15,13 +15,21 @@ import click
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel degree to simulate.")
 @click.option("--strict", is_flag=True, help="Warnings count as problems too (exit 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def doctor(src: Path, target_spec: str | None, tp: int, strict: bool, as_json: bool) -> None:
+@click.option("--deep", is_flag=True, help="Read every NVFP4 block scale (default: scalars and a sample of each block-scale tensor).")
+def doctor(src: Path, target_spec: str | None, tp: int, strict: bool, as_json: bool, deep: bool) -> None:
     """Predict what TARGET does with SRC: exit 0 healthy, 1 problems, 2 bad input."""
     from repair.doctor.diagnose import diagnose
     from repair.doctor.text import diagnosis_json, diagnosis_text
     from repair.cli.sources import open_source  # a local folder, or a Hub repo id (headers + scale bytes)
     from repair.targets.profiles import resolve
 
-    result = diagnose(open_source(src), resolve(target_spec), tp)
+    result = diagnose(open_source(src), resolve(target_spec), tp, deep=deep, progress=_bar if deep else None)
     click.echo(json.dumps(diagnosis_json(result, strict), indent=2) if as_json else diagnosis_text(result, strict))
     sys.exit(result.exit_code(strict))
+
+
+def _bar(total: int):
+    """--deep's progress: bytes of block scales, rate and time left (on a terminal only)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, desc="block scales", leave=False, disable=not sys.stderr.isatty())

@@ -119,6 +119,18 @@ def nvfp4_problem(block_codes: bytes | bytearray, scale_2: float, divisor: bool,
     return None
 
 
+_ALL_POSITIVE = bytes(range(1, 0x7F))  # every positive, non-NaN float8_e4m3fn block-scale code
+
+
+def nvfp4_codes_needed(scale_2: float, divisor: bool, out_dtype: str) -> bool:
+    """Whether nvfp4_problem could find a problem in some set of block scales with this global scale, so the block
+    scales must be read whole to know: the largest code may overflow, or the smallest round to 0 (both monotone in the
+    code, so a stored subset can only fail where these do)."""
+    if invalid(scale_2):
+        return False
+    return bool(nvfp4_problem(_ALL_POSITIVE, scale_2, divisor, out_dtype) or nvfp4_problem(b"\x01", scale_2, divisor, out_dtype))
+
+
 def nvfp4_peak(block_codes: bytes | bytearray, scale_2: float, divisor: bool, out_dtype: str) -> float:
     """The largest magnitude an NVFP4 weight dequantizes to in `out_dtype` (0.0 when no block scale is positive)."""
     codes = _present(block_codes)

@@ -9,10 +9,10 @@ from repair.codec import float_bits, scale_values
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
-from repair.io.ranges import RangeReader
 from repair.formats.modules import StoredModule
 from repair.formats.nvfp4_packed import SHARED_GLOBAL_SCALE
-from repair.formats.nvfp4_health import block_scale_stats, global_scale_problem, read_f32_scalar
+from repair.formats.nvfp4_health import global_scale_problem, read_f32_scalar
+from repair.doctor.scales import ScaleValues
 
 FLOAT_BITS = {"F32": np.uint32, "BF16": np.uint16, "F16": np.uint16}  # a pre_quant_scale's dtypes, as bit patterns
 
@@ -79,12 +79,14 @@ def fused_findings(declaration: Declaration, modules: dict[str, StoredModule], f
     return findings
 
 
-def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precision: dict[str, str], divisor: bool = False) -> list[Finding]:
-    """Scale counts, shapes and values of every packed module, and fused siblings' shared scale."""
+def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precision: dict[str, str], divisor: bool = False,
+                    values: ScaleValues | None = None) -> list[Finding]:
+    """Scale counts, shapes and values of every packed module, and fused siblings' shared scale (the scale bytes come
+    from `values`: what doctor decided to read, see doctor/scales.py)."""
     located = ckpt.locate()
     findings = []
     scale_2: dict[str, float] = {}
-    with RangeReader() as read:
+    with values or ScaleValues(ckpt, modules, divisor) as read:
         for m in sorted((m for m in modules.values() if m.is_quantized), key=lambda m: m.name):
             health = _fp8_health if m.precision == "fp8" else _module_health
             findings += health(m, located, precision, scale_2, read, divisor)
@@ -105,17 +107,17 @@ def _module_health(m: StoredModule, located, precision, scale_2, read, divisor: 
     if scale_name is None:
         out.append(Finding(Severity.ERROR, Kind.MISSING_WEIGHT_SCALE, m.name, f"{m.name}: packed weight without weight_scale; it cannot be dequantized (use --original)"))
         return out
-    shard, scale = located[scale_name]
+    scale = located[scale_name][1]
     stats = None
     if scale.shape != (logical_out, logical_in // 16) or scale.dtype != "F8_E4M3":
         out.append(Finding(Severity.ERROR, Kind.SCALE_SHAPE, scale_name,
                            f"{scale_name}: {scale.dtype} {list(scale.shape)}, expected F8_E4M3 {[logical_out, logical_in // 16]}"))
-    else:
-        stats = block_scale_stats(shard.path, scale, read)
+    elif (stats := read.blocks(scale_name)) is not None:
+        of = "" if stats.count == scale.nbytes else f" in a sample of {stats.count} of {scale.nbytes} (doctor --deep counts them all)"
         if stats.nan or stats.negative:
-            out.append(Finding(Severity.ERROR, Kind.BLOCK_SCALES, scale_name, f"{scale_name}: {stats.nan} NaN and {stats.negative} negative block scales"))
+            out.append(Finding(Severity.ERROR, Kind.BLOCK_SCALES, scale_name, f"{scale_name}: {stats.nan} NaN and {stats.negative} negative block scales{of}"))
         if stats.zero:
-            out.append(Finding(Severity.WARNING, Kind.BLOCK_SCALES, scale_name, f"{scale_name}: {stats.zero} zero block scales (those blocks dequantize to 0)"))
+            out.append(Finding(Severity.WARNING, Kind.BLOCK_SCALES, scale_name, f"{scale_name}: {stats.zero} zero block scales{of} (those blocks dequantize to 0)"))
     name2 = m.tensor("weight_scale_2")
     if name2 is None:
         out.append(Finding(Severity.ERROR, Kind.MISSING_SCALE_2, m.name, f"{m.name}: packed weight without weight_scale_2"))
@@ -141,8 +143,9 @@ def _module_health(m: StoredModule, located, precision, scale_2, read, divisor: 
 
 def _product_findings(m: StoredModule, name2: str, stats, value: float, divisor: bool, located, read) -> list[Finding]:
     """What the dequantizer multiplies by (block scale x weight_scale_2, and an AWQ layer's pre_quant_scale folded into
-    the weight), rounded to BF16: codec/scale_values.py, the function fix's plan and writer ask too."""
-    if stats is None:
+    the weight), rounded to BF16: codec/scale_values.py, the function fix's plan and writer ask too. Only block scales
+    read whole are kept (doctor/scales.py reads a module whole where scale_values.nvfp4_codes_needed says so)."""
+    if stats is None or not stats.raw:
         return []
     problem = scale_values.nvfp4_problem(stats.raw, value, divisor, "BF16")
     if problem:

@@ -2,7 +2,7 @@
 
 Findings are errors (will not load, or loads wrong values) or warnings (loads, but against the
 model's intended precision or with inconsistent metadata). Everything here reads headers, the
-config files and a few scale bytes; torch is never imported.
+config files and the scale bytes doctor/scales.py decides on; torch is never imported.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from repair.doctor.declared import (algorithm_findings, float8_findings, fused_a
                                     kv_scale_health, layer_map_findings, runtime_refusal_findings)
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.missing import missing_findings
+from repair.doctor.scales import Progress, ScaleValues
 from repair.doctor.schemes import predicted_schemes, scheme_findings
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule, stored_bits
@@ -25,21 +26,23 @@ from repair.targets.profiles import Target
 __all__ = ["Diagnosis", "Finding", "diagnose"]
 
 
-_last: list[tuple[Checkpoint, str, int, Diagnosis]] = []  # the newest diagnosis (it holds its checkpoint, so `is` is exact)
+_last: list[tuple[Checkpoint, tuple, Diagnosis]] = []  # the newest diagnosis (it holds its checkpoint, so `is` is exact)
 
 
-def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1) -> Diagnosis:
-    """What `target` does with `ckpt` at `tp`. `fix --target` asks three times of one checkpoint (the derived recipe,
-    the plan's stored-defect check, the report's 'before'), and a diagnosis reads every block scale: asked again of
-    the same Checkpoint object, the same answer is returned."""
-    if _last and _last[0][0] is ckpt and _last[0][1:3] == (target.spec, tp):
-        return _last[0][3]
-    found = _diagnose(ckpt, target, tp)
-    _last[:] = [(ckpt, target.spec, tp, found)]
+def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1, *, deep: bool = False, progress: Progress | None = None) -> Diagnosis:
+    """What `target` does with `ckpt` at `tp`; `deep` reads every NVFP4 block scale (see doctor/scales.py for what
+    is read without it; `progress` makes the bar of a deep scan). `fix --target` asks three times of one checkpoint (the derived recipe, the plan's
+    stored-defect check, the report's 'before'): asked again of the same Checkpoint object, the same answer is
+    returned."""
+    key = (target.spec, tp, deep)
+    if _last and _last[0][0] is ckpt and _last[0][1] == key:
+        return _last[0][2]
+    found = _diagnose(ckpt, target, tp, deep, progress)
+    _last[:] = [(ckpt, key, found)]
     return found
 
 
-def _diagnose(ckpt: Checkpoint, target: Target, tp: int) -> Diagnosis:
+def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: Progress | None) -> Diagnosis:
     infos = ckpt.infos()
     fmt = formats.detect(ckpt)
     modules = {m.name: m for m in fmt.group_modules(infos)}
@@ -78,15 +81,17 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int) -> Diagnosis:
         findings += fused_findings(declaration, modules, family) + fused_algorithm_findings(declaration, modules, family)
     findings += float8_findings(modules, infos) + missing_findings(infos, specs, family.name)
     said = {f.subject for f in mismatched}  # a layer declared NVFP4 stored without input_scale: said once, as a mismatch
-    findings += [f for f in health_findings(ckpt, modules, built, fmt.GLOBAL_SCALE_IS_DIVISOR)
-                 if not (f.code == Kind.MISSING_INPUT_SCALE and f.subject in said)]
+    with ScaleValues(ckpt, modules, fmt.GLOBAL_SCALE_IS_DIVISOR, deep, progress) as values:
+        findings += [f for f in health_findings(ckpt, modules, built, fmt.GLOBAL_SCALE_IS_DIVISOR, values)
+                     if not (f.code == Kind.MISSING_INPUT_SCALE and f.subject in said)]
     if not specs:
         precision = predicted_schemes(modules, declaration, family, target)
         findings += scheme_findings(modules, precision, declaration, family, target)
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
     simulated = target.profile.runtime == "vllm" and bool(specs)
-    return Diagnosis(target, tp, tuple(findings), first, precision, bits, architecture_name(ckpt.config), simulated, tuple(notes))
+    return Diagnosis(target, tp, tuple(findings), first, precision, bits, architecture_name(ckpt.config), simulated, tuple(notes),
+                     values.report())
 
 
 def architecture_name(config: dict | None) -> str:

@@ -15,6 +15,7 @@ def diagnosis_json(d: Diagnosis, strict: bool = False) -> dict:
         "bits_per_parameter": round(d.bits_per_parameter, 4),
         "architecture": d.architecture,
         "checked": checked(d),
+        "scale_checks": d.scales.as_dict() if d.scales else None,
         "runtime_stops_at": [{"rank": o.rank, "tensor": o.tensor, "error": o.error} for o in d.first_errors],
         "findings": [
             {"severity": f.severity, "code": f.code, "subject": f.subject, "message": f.message,
@@ -43,6 +44,8 @@ def diagnosis_text(d: Diagnosis, strict: bool = False) -> str:
     if len(set(d.runtime_precision.values()) - {"bf16"}) > 1:
         lines.append(f"layers built as: {scheme_counts(d.runtime_precision)}")
     lines.append(checked(d))
+    if d.scales and d.scales.line():  # block scales sampled, scanned or not read, and how to scan them
+        lines.append(d.scales.line())
     if not errors and not (strict and warnings):
         verdict = "healthy for this target" if d.simulated or d.target.profile.runtime != "vllm" else "no problems found by these checks"
         lines.append(verdict + (" (warnings ignored; --strict counts them)" if warnings else ""))

@@ -24,14 +24,18 @@ _CATEGORY = bytes(3 if b & 0x7F == 0x7F else 0 if b & 0x7F == 0 else 2 if b & 0x
 DTYPE_MAX = {"BF16": 3.3895313892515355e38, "F16": 65504.0, "F32": 3.4028234663852886e38}  # largest finite values
 E2M1_MAX = 6.0  # the largest FP4 magnitude
 FP8_MAX = 448.0  # the largest float8_e4m3fn value
+SAMPLE_BYTES = 64  # per window of a block-scale sample (see sample_windows)
 
 
 @dataclass(frozen=True)
 class BlockScaleStats:
+    """NaN, negative and zero fp8 block scales among `count` read (a sample, or every one when `count` is the tensor's)."""
+
     nan: int
     negative: int
     zero: int
-    raw: bytes = field(repr=False, compare=False)
+    count: int = 0
+    raw: bytes = field(default=b"", repr=False, compare=False)  # kept only while the largest code may still be asked
 
     def largest(self) -> float:
         """The largest positive, non-NaN block scale (0.0 when there is none); asked only when it matters."""
@@ -45,9 +49,25 @@ def read_f32_scalar(path: Path, info: TensorInfo, read: Reader = read_bytes) -> 
 
 def block_scale_stats(path: Path, info: TensorInfo, read: Reader = read_bytes) -> BlockScaleStats:
     """Count NaN, negative and zero fp8 block scales (ModelOpt writes 1.0 for all-zero blocks, never 0)."""
-    raw = bytes(read(path, info))
+    return stats_of(bytes(read(path, info)))
+
+
+def stats_of(raw: bytes, keep: bool = True) -> BlockScaleStats:
+    """The counts of one run of fp8 codes. Healthy codes are 0x01-0x7E: ASCII without NUL and DEL, which three
+    C-speed passes (isascii, two memchr) rule out before anything is counted byte by byte."""
+    if raw.isascii() and 0 not in raw and 0x7F not in raw:
+        return BlockScaleStats(0, 0, 0, len(raw), raw if keep else b"")
     data = raw.translate(_CATEGORY)
-    return BlockScaleStats(nan=data.count(3), negative=data.count(2), zero=data.count(0), raw=raw)
+    return BlockScaleStats(data.count(3), data.count(2), data.count(0), len(raw), raw if keep else b"")
+
+
+def sample_windows(info: TensorInfo, width: int = SAMPLE_BYTES) -> list[tuple[int, int]]:
+    """The byte ranges a sample of `info` reads: its first and its last `width` bytes (all of it when that is less).
+    A tensor of NaN or zeros shows in either; a tail of zeros (a download cut short into a preallocated file) in
+    the last."""
+    if info.nbytes <= 2 * width:
+        return [(info.start, info.end)]
+    return [(info.start, info.start + width), (info.end - width, info.end)]
 
 
 def e4m3_value(code: int) -> float:
@@ -62,15 +82,21 @@ def e4m3_value(code: int) -> float:
 def overflow_problem(blocks: BlockScaleStats, global_scale: float, divisor: bool, out_dtype: str) -> str | None:
     """Why the dequantized weight would hold infinities in `out_dtype` (value = fp4 * block * scale_2, or / the
     compressed-tensors global scale): the largest magnitude it can reach, against the dtype's limit."""
-    scaled = (lambda block: block / global_scale) if divisor else (lambda block: block * global_scale)
-    if E2M1_MAX * scaled(FP8_MAX) <= DTYPE_MAX[out_dtype]:
+    if not may_overflow(global_scale, divisor, out_dtype):
         return None  # not even the largest possible block scale overflows: the block scales need no look
-    with_scale = scaled(blocks.largest())
+    with_scale = blocks.largest() / global_scale if divisor else blocks.largest() * global_scale
     peak = E2M1_MAX * with_scale
     if peak <= DTYPE_MAX[out_dtype] and with_scale <= DTYPE_MAX["F32"]:
         return None
     return (f"{'block scale / global scale' if divisor else 'block scale x global scale'} reaches {with_scale:.3g}, "
             f"so dequantized values reach {peak:.3g}, past {out_dtype}'s largest finite value {DTYPE_MAX[out_dtype]:.3g}")
+
+
+def may_overflow(global_scale: float, divisor: bool, out_dtype: str = "BF16") -> bool:
+    """Whether some block scale could make this global scale's values pass `out_dtype`'s range: only then do the
+    block scales' values matter to overflow_problem (a NaN global scale is its own finding)."""
+    with_largest = FP8_MAX / global_scale if divisor else FP8_MAX * global_scale
+    return not E2M1_MAX * with_largest <= DTYPE_MAX[out_dtype]
 
 
 def global_scale_problem(value: float) -> str | None:

@@ -11,7 +11,6 @@ import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 WORKERS = 8
@@ -42,26 +41,6 @@ def download(repo: str, sha: str, name: str, *, local_dir: Path | None = None) -
     if local_dir is not None:
         return Path(hf_hub_download(repo, name, revision=sha, endpoint=endpoint(), local_dir=local_dir))
     return Path(hf_hub_download(repo, name, revision=sha, endpoint=endpoint(), cache_dir=cache_dir()))
-
-
-def file_system():
-    """huggingface_hub's HfFileSystem for ranged reads; share one per source (it caches repo lookups)."""
-    from huggingface_hub import HfFileSystem
-
-    return HfFileSystem(endpoint=endpoint(), skip_instance_cache=True)
-
-
-def read_ranges(fs, repo: str, sha: str, name: str, ranges: Iterable[tuple[int, int]]) -> list[bytes]:
-    """Exactly the byte ranges [start, end) of one file at the pinned commit: one HTTP Range request each."""
-    out = []
-    with fs.open(f"{repo}/{name}", "rb", revision=sha, cache_type="none", block_size=1 << 20) as fh:
-        for start, end in ranges:
-            fh.seek(start)
-            data = fh.read(end - start)
-            if len(data) != end - start:
-                raise EOFError(f"{name}: {len(data)} of {end - start} bytes at offset {start}")
-            out.append(data)
-    return out
 
 
 def map_threads(fn, items: list) -> list:

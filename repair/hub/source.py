@@ -3,9 +3,11 @@
 `resolve` (repair.hub.remote) pins the revision to a commit sha and lists the files at that sha;
 everything after uses the sha. `open_remote` builds a mirror folder: the small JSON files
 (config.json, hf_quant_config.json, the index) downloaded, and each top-level shard as a *sparse*
-file of its real size holding only its header (and, with `scales`, the NVFP4 scale tensors that
-planning and doctor read) — so `open_checkpoint` validates it exactly as it validates a local
-folder. The returned Checkpoint's root is the label `owner/name@sha`; its shard paths point into
+file of its real size holding only its first bytes (the header, and what else one speculative read of
+FIRST_READ bytes brought) and, with `scales`, the per-tensor scalars doctor checks (global, input, FP8 weight
+and KV scales) — so `open_checkpoint` validates it exactly as it validates a local folder. Block scales
+are fetched only where a plan changes their module (`RemoteBytes.store`, from `api.plan`) or `doctor
+--deep` streams them (never stored); see repair/hub/ranges.py for how ranges are read. The returned Checkpoint's root is the label `owner/name@sha`; its shard paths point into
 the mirror. Bytes outside the fetched ranges are holes: only `fetch_shard` (whole file) makes a
 shard readable beyond them, and `localize` downloads a full local copy for `fix -o OUT`.
 """
@@ -26,8 +28,9 @@ from typing import Callable
 from repair.codec.dequant_table import OUT_DTYPES
 from repair.codec.scale_values import fp8_codes_needed
 from repair.errors import BadInput, OutputError, RepairError
-from repair.hub import client
+from repair.hub import client, ranges
 from repair.hub.errors import hub_call
+from repair.hub.ranges import RangeClient, RemoteBytes
 from repair.hub.remote import RemoteRepo, resolve
 from repair.hub.spec import hub_spec, local_path
 from repair.hub.verify import verified
@@ -43,19 +46,25 @@ SMALL_LIMIT = 64 << 20  # config and index files above this are refused rather t
 # names, NVFP4_AWQ's pre_quant_scale, the KV cache's k_scale / v_scale. A value not listed reads as zeros.
 SCALE_LEAVES = ("weight_scale", "weight_scale_2", "input_scale", "weight_global_scale", "input_global_scale",
                 "pre_quant_scale", "k_scale", "v_scale")
-COALESCE_GAP = 4 << 10
+COALESCE_GAP = ranges.GAP
+FIRST_READ = 256 << 10  # a shard's first read: its header (DeepSeek-R1's are ~125 KB) and, as safetensors lays a
+# shard out (float32 tensors first), its scalars; a longer header costs one more read
 WORK_PREFIX = "ckpt-repair-hub-"
 
 
 @dataclass(eq=False)
 class RemoteSource:
-    """What backs a remote Checkpoint: the pinned repo, its mirror folder and the byte ranges fetched."""
+    """What backs a remote Checkpoint: the pinned repo, its mirror folder and what the mirror holds."""
 
     repo: RemoteRepo
     folder: Path
-    fs: object = field(default=None, repr=False)  # huggingface_hub.HfFileSystem, shared by all ranged reads
-    fetched: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    bytes: RemoteBytes = field(repr=False)  # the ranges each stand-in holds; every other byte on request
     complete: set[str] = field(default_factory=set)  # shards downloaded whole into the mirror
+
+    @property
+    def fetched(self) -> dict[str, list[tuple[int, int]]]:
+        """Per shard name, the byte ranges its stand-in holds."""
+        return {p.name: self.bytes.held(p) for p in self.folder.glob("*.safetensors")}
 
 
 _REMOTE: "weakref.WeakKeyDictionary[Checkpoint, RemoteSource]" = weakref.WeakKeyDictionary()
@@ -110,20 +119,26 @@ def open_remote(repo: RemoteRepo, work: Path, *, scales: bool = True) -> Checkpo
     small = [n for n in (CONFIG, HF_QUANT_CONFIG) if n in repo.files] + [n for n in repo.visible() if n.endswith(INDEX_SUFFIX) and "/" not in n]
     for name in small:
         _download_small(repo, name, folder)
-    source = RemoteSource(repo, folder, client.file_system())
+    source = RemoteSource(repo, folder, RemoteBytes(RangeClient(repo.repo, repo.sha, repo.label), lambda path: path.name))
     client.map_threads(lambda name: _header_file(source, name), shards)
     with relabeled(folder, repo.label):
         base = open_checkpoint(folder, pin=False)  # the mirror is filled in later (fetch_tensors, fetch_shard): read by path
     if scales:
-        fetch_tensors(source, base, lambda t: split_name(t.name)[1] in SCALE_LEAVES)
+        fetch_tensors(source, base, _scalar)
         codes = _fp8_codes_read(base)
         if codes:
             fetch_tensors(source, base, lambda t: t.name in codes)
     used = {s.path.name for s in base.shards} | {CONFIG, HF_QUANT_CONFIG} | ({base.index_name} if base.index_name else set())
     other = tuple(n for n in repo.visible() if n not in used and not n.endswith(".safetensors"))
-    ckpt = replace(base, root=Path(repo.label), other_files=other)
+    ckpt = replace(base, root=Path(repo.label), other_files=other, byte_source=source.bytes)
     _REMOTE[ckpt] = source
     return ckpt
+
+
+def _scalar(t: TensorInfo) -> bool:
+    """A per-tensor scale doctor reads by default (not a block-scale tensor or NVFP4_AWQ's per-column vector)."""
+    leaf = split_name(t.name)[1]
+    return leaf in SCALE_LEAVES and leaf != "pre_quant_scale" and not (leaf == "weight_scale" and t.dtype == "F8_E4M3")
 
 
 def _fp8_codes_read(ckpt: Checkpoint) -> set[str]:
@@ -157,57 +172,31 @@ def _download_small(repo: RemoteRepo, name: str, folder: Path) -> Path:
 
 
 def _header_file(source: RemoteSource, name: str) -> None:
-    """A sparse stand-in for one shard: the real size, the real header bytes (two ranged reads: the
-    length prefix, then exactly the header), holes elsewhere."""
+    """A sparse stand-in for one shard: the real size, its first FIRST_READ bytes (one ranged read; a second one
+    for the rest of a longer header), holes elsewhere."""
     repo = source.repo
     size = repo.files[name].size
     path = local_path(source.folder, name, repo.label)
     data = b""
     with hub_call(f"{repo.label}/{name}"):
         if size:
-            [data] = client.read_ranges(source.fs, repo.repo, repo.sha, name, [(0, min(size, 8))])
-        if len(data) == 8:
-            (length,) = struct.unpack("<Q", data)
-            if 0 < length <= MAX_HEADER_BYTES and 8 + length <= size:
-                [rest] = client.read_ranges(source.fs, repo.repo, repo.sha, name, [(8, 8 + length)])
-                data += rest
+            data = source.bytes.client.read(name, 0, min(size, FIRST_READ))
+        if len(data) >= 8:
+            (length,) = struct.unpack("<Q", data[:8])
+            if len(data) < 8 + length <= min(size, 8 + MAX_HEADER_BYTES):
+                data += source.bytes.client.read(name, len(data), 8 + length)
     with open(path, "wb") as fh:  # read_header then applies exactly the local checks to these bytes
         fh.write(data)
         fh.truncate(size)
+    source.bytes.hold(path, [(0, len(data))])
 
 
 def fetch_tensors(source: RemoteSource, ckpt: Checkpoint, wanted: Callable[[TensorInfo], bool]) -> int:
     """Fetch the bytes of the wanted tensors into the mirror's sparse files (ranged reads); bytes fetched."""
-    jobs = []
-    for shard in ckpt.shards:
-        name = shard.path.name
-        if name in source.complete:
-            continue
-        ranges = _coalesce([(t.start, t.end) for t in shard.tensors if t.nbytes and wanted(t)])
-        if ranges:
-            jobs.append((name, shard.path, ranges))
-
-    def fetch(job) -> int:
-        name, path, ranges = job
-        with hub_call(f"{source.repo.label}/{name}"):
-            pieces = client.read_ranges(source.fs, source.repo.repo, source.repo.sha, name, ranges)
-        with open(path, "r+b") as fh:
-            for (start, _), data in zip(ranges, pieces):
-                os.pwrite(fh.fileno(), data, start)
-        source.fetched.setdefault(name, []).extend(ranges)
-        return sum(len(p) for p in pieces)
-
-    return sum(client.map_threads(fetch, jobs))
-
-
-def _coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for start, end in sorted(ranges):
-        if out and start - out[-1][1] <= COALESCE_GAP:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out
+    before = source.bytes.transfer.bytes
+    source.bytes.store([t for shard in ckpt.shards if shard.path.name not in source.complete for t in shard.tensors
+                        if t.nbytes and wanted(t)], COALESCE_GAP)
+    return source.bytes.transfer.bytes - before
 
 
 def fetch_shard(source: RemoteSource, name: str, staging: Path) -> Path:
@@ -219,6 +208,7 @@ def fetch_shard(source: RemoteSource, name: str, staging: Path) -> Path:
         got = client.download(repo.repo, repo.sha, name, local_dir=staging)
     os.replace(verified(repo, name, got), target)
     source.complete.add(name)
+    source.bytes.hold(target, [], whole=True)
     return target
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -19,6 +19,7 @@ from repair.execute.writer import write_rewritten_shard
 from repair.io.atomic import own_output, write_json
 from repair.hub import client, publish
 from repair.hub.errors import hub_call
+from repair.hub.ranges import RemoteBytes
 from repair.hub.source import SCALE_LEAVES, SMALL_LIMIT, RemoteSource, fetch_shard, relabeled
 from repair.hub.spec import local_path
 from repair.hub.verify import verified
@@ -147,7 +148,11 @@ def after_checkpoint(plan: Plan, source: RemoteSource, work: Path, label: str) -
         elif (source.folder / name).exists():
             shutil.copyfile(source.folder / name, after / name)
     with relabeled(after, label), own_output(after, label):
-        return open_checkpoint(after)
+        ckpt = open_checkpoint(after)
+    held = RemoteBytes(source.bytes.client, lambda path: path.name)  # rewritten: their scales; linked: what the mirror held
+    for step in plan.shards:
+        held.hold(after / step.name, source.bytes.held(source.folder / step.name), whole=step.op == ShardOp.REWRITE)
+    return replace(ckpt, byte_source=held)
 
 
 def link_unchanged(plan: Plan, source: RemoteSource, work: Path) -> None:

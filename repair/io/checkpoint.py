@@ -11,12 +11,16 @@ import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from repair.errors import BadInput
 from repair.io.names import check_name, regular_file
 from repair.io.parse import parse_json, read_text
 from repair.io.pins import PinnedFile, Pins
 from repair.io.safetensors import ShardHeader, TensorInfo, read_header
+
+if TYPE_CHECKING:
+    from repair.io.byte_source import ByteSource
 
 CONFIG = "config.json"
 HF_QUANT_CONFIG = "hf_quant_config.json"
@@ -36,6 +40,7 @@ class Checkpoint:
     hf_quant_config: dict | None
     other_files: tuple[str, ...]  # relative paths copied through unchanged (tokenizer, card, ...)
     pins: Pins = field(default_factory=Pins, repr=False)  # every file above, opened once (empty: read by path, e.g. a Hub mirror)
+    byte_source: ByteSource | None = field(default=None, repr=False)  # None: the shard files hold every byte (see io/byte_source.py)
 
     def shard_name(self, shard: ShardHeader) -> str:
         return shard.path.name

@@ -1,0 +1,161 @@
+"""The scale bytes doctor's health checks read, decided and read before the checks run.
+
+- Per-tensor scalars (weight_scale_2, input_scale, FP8 weight scales): one pread each, through one open file per
+  shard. A Hub repo's mirror already holds them (fetched, coalesced, when it was opened).
+- NVFP4 block scales, by default, a sample of each tensor: its first and last 64 bytes (`sample_windows`), read
+  only where the bytes are on disk. That catches a tensor of NaN, negatives or zeros, and a zeroed tail (a
+  download cut short into a preallocated file), for one or two page reads per tensor. A single bad block inside
+  a tensor needs `--deep`. On the Hub every window would be a request of its own, so no sample is read there
+  (and a Hub file cannot be half-downloaded: its sha256 is the Hub's).
+- Block scales read whole: all of them under `--deep` (shards in parallel, a progress bar in bytes with its time
+  estimate), and those of a module whose global scale could make a block scale overflow or round to 0 (or an
+  NVFP4_AWQ layer's, checked against its pre_quant_scale): the value checks need every code, see codec/scale_values.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Callable
+
+from repair.codec.scale_values import nvfp4_codes_needed
+from repair.formats.modules import StoredModule
+from repair.formats.nvfp4_health import SAMPLE_BYTES, BlockScaleStats, global_scale_problem, read_f32_scalar, sample_windows, stats_of
+from repair.io.byte_source import LocalFiles
+from repair.io.checkpoint import Checkpoint
+from repair.io.ranges import RangeReader
+from repair.io.safetensors import TensorInfo
+
+SAMPLED, SCANNED, NOT_READ = "sampled", "scanned", "not read"
+Progress = Callable[[int], AbstractContextManager]  # total bytes -> a bar with update(n) (the CLI passes tqdm)
+
+
+@dataclass(frozen=True)
+class ScaleScan:
+    """Which scale values doctor read, and what that cost (its JSON `scale_checks`)."""
+
+    block_scales: str  # SAMPLED, SCANNED or NOT_READ: how the NVFP4 block scales were checked
+    tensors: int  # NVFP4 block-scale tensors with a checkable dtype and shape
+    sampled: int  # of which a sample was read
+    read_whole: int  # of which every byte was read
+    total_bytes: int  # the block-scale tensors' bytes
+    bytes_read: int  # of which read
+    source: str  # "disk", or "the Hub"
+    requests: int  # HTTP requests the block-scale reads cost (Hub only)
+    scalars: int  # per-tensor scalars read (global, input and FP8 weight scales)
+    sample_bytes: int = SAMPLE_BYTES  # per sample window: the first and the last this many bytes of each tensor
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str | None:
+        """The one line the text report gives about block scales (None: the checkpoint has none)."""
+        if not self.tensors:
+            return None
+        total = _size(self.total_bytes)
+        if self.block_scales == SCANNED:
+            cost = f", {self.requests:,} request(s)" if self.requests else ""
+            return f"block scales scanned: every byte of {self.tensors:,} tensor(s), {total}{cost}"
+        if self.block_scales == SAMPLED:
+            how = f"sampled the first and last {self.sample_bytes} bytes of each of {self.sampled:,} tensor(s)"
+        else:
+            how = "on the Hub each sample would cost a request"
+        whole = f"; {self.read_whole:,} read whole for the value checks" if self.read_whole else ""
+        return f"block scales were not scanned ({how}{whole}); run with --deep to scan all {total}"
+
+
+class ScaleValues:
+    """Scalar reads (called like a RangeReader) and the block-scale statistics, by tensor name, read up front."""
+
+    def __init__(self, ckpt: Checkpoint, modules: dict[str, StoredModule], divisor: bool, deep: bool = False,
+                 progress: Progress | None = None):
+        self._read = RangeReader()
+        self._scalars = 0
+        self._stats: dict[str, BlockScaleStats] = {}
+        source = ckpt.byte_source or LocalFiles()
+        blocks = _block_scales(ckpt, modules)
+        suspects = {s.name for m, s in blocks if self._needs_codes(ckpt, m, divisor)}
+        whole = [s for _, s in blocks if deep or s.name in suspects]
+        sampled = self._sample(source, [s for _, s in blocks if not (deep or s.name in suspects)])
+        before = source.transfer.requests
+        read = self._read_whole(source, whole, suspects, progress if deep else None)
+        self._scan = dict(block_scales=SCANNED if deep else SAMPLED if sampled or not blocks else NOT_READ, tensors=len(blocks),
+                          sampled=len(sampled), read_whole=len(whole), total_bytes=sum(s.nbytes for _, s in blocks),
+                          bytes_read=read + sum(min(i.nbytes, 2 * SAMPLE_BYTES) for i in sampled),
+                          source="disk" if ckpt.byte_source is None else source.where, requests=source.transfer.requests - before)
+
+    def __call__(self, path: Path, info: TensorInfo) -> bytes | bytearray:
+        self._scalars += 1
+        return self._read(path, info)
+
+    def blocks(self, name: str) -> BlockScaleStats | None:
+        """The statistics of a block-scale tensor (a sample's or every byte's), or None where none was read."""
+        return self._stats.get(name)
+
+    def report(self) -> ScaleScan:
+        """What was read, once the checks have asked for their scalars."""
+        return ScaleScan(**self._scan, scalars=self._scalars)
+
+    def __enter__(self) -> "ScaleValues":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._read.__exit__(*exc)
+
+    def _needs_codes(self, ckpt: Checkpoint, m: StoredModule, divisor: bool) -> bool:
+        """Whether the value checks need every block-scale code (codec/scale_values.py): a global scale with which some
+        code could overflow or round to 0, or an NVFP4_AWQ layer (its pre_quant_scale is checked against the peak)."""
+        if m.tensor("pre_quant_scale"):
+            return True
+        name = m.tensor("weight_scale_2")
+        info = ckpt.infos().get(name) if name else None
+        if info is None or info.dtype != "F32" or info.nbytes != 4:
+            return False
+        value = read_f32_scalar(info.path, info, self._read)
+        return global_scale_problem(value) is None and nvfp4_codes_needed(value, divisor, "BF16")
+
+    def _sample(self, source, infos: list[TensorInfo]) -> list[TensorInfo]:
+        """Sample each tensor whose windows are on disk; the ones sampled."""
+        done = []
+        for info in infos:
+            windows = sample_windows(info)
+            if all(source.holds(info.path, start, end) for start, end in windows):
+                raw = b"".join(bytes(self._read(info.path, _window(info, start, end))) for start, end in windows)
+                self._stats[info.name] = stats_of(raw, keep=False)
+                done.append(info)
+        return done
+
+    def _read_whole(self, source, infos: list[TensorInfo], keep: set[str], progress: Progress | None) -> int:
+        total = sum(i.nbytes for i in infos)
+        with (progress or _no_bar)(total) as bar:
+            for info, raw in source.tensors(infos):
+                self._stats[info.name] = stats_of(raw, keep=info.name in keep)
+                if bar is not None:
+                    bar.update(len(raw))
+        return total
+
+
+def _block_scales(ckpt: Checkpoint, modules: dict[str, StoredModule]) -> list[tuple[StoredModule, TensorInfo]]:
+    """Each packed NVFP4 module's block-scale tensor, where its dtype and shape let it be checked (else the health
+    check reports the shape, and reads nothing)."""
+    infos = ckpt.infos()
+    out = []
+    for m in sorted(modules.values(), key=lambda m: m.name):
+        name = m.tensor("weight_scale") if m.is_quantized and m.precision != "fp8" else None
+        info = infos.get(name) if name else None
+        if info is not None and info.dtype == "F8_E4M3" and info.shape == (m.logical_shape[0], m.logical_shape[1] // 16):
+            out.append((m, info))
+    return out
+
+
+def _no_bar(total: int) -> AbstractContextManager:
+    return nullcontext()
+
+
+def _window(info: TensorInfo, start: int, end: int) -> TensorInfo:
+    return TensorInfo(info.name, info.dtype, (end - start,), start, end, info.path)
+
+
+def _size(n: int) -> str:
+    return f"{n:,} bytes" if n < 1000 else f"{n / 1e3:.1f} KB" if n < 1e6 else f"{n / 1e6:.1f} MB" if n < 1e9 else f"{n / 1e9:.1f} GB"
