@@ -176,7 +176,7 @@ class HashedOutput:
     (copy_file_range: read once, never through Python) and are hashed as they now are in the output,
     read back from the page cache by the hashing thread: the bytes hashed are the bytes written, and,
     for a source being hashed too (`SourceDigest`), the bytes read. Measured against reading into a
-    buffer, hashing it and writing it, this costs about half the CPU (BENCHMARKS.md, "One pass").
+    buffer, hashing it and writing it, this costs less CPU (BENCHMARKS.md, "One pass").
     """
 
     def __init__(self, path: Path):
