@@ -277,6 +277,18 @@ def hash_pinned(pinned: PinnedFile, digest, start: int, end: int) -> None:
         start += view.nbytes
 
 
+def hash_fd(fd: int, digest, start: int, end: int) -> None:
+    """Feed bytes [start, end) of an open file to `digest` by pread (no mapping: a file truncated meanwhile raises
+    EOFError, where a mapped read would kill the process with SIGBUS)."""
+    buffer = bytearray(min(CHUNK, max(end - start, 1)))
+    while start < end:
+        got = os.preadv(fd, [memoryview(buffer)[:min(CHUNK, end - start)]], start)
+        if got == 0:
+            raise EOFError(f"file ended {end - start} bytes early")
+        digest.update(memoryview(buffer)[:got])
+        start += got
+
+
 def sha256_file(path: Path) -> str:
     """sha256 of a file by path: our own output (written JSON) or a download, never a pinned input."""
     return sha256_pinned(PinnedFile(path))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repair.errors import OutputError
-from repair.io.hashing import hash_range
+from repair.io.hashing import hash_fd
 from repair.io.staging import MARKER
 
 REPORT_NAME = "repair_report.json"  # what every ckpt-repair output holds (repair.execute.report writes it)
@@ -119,7 +119,7 @@ def _sha256_of(folder: Path, entry: Entry) -> str | None:
         if _identity(entry[0], st) != entry:
             return None
         digest = hashlib.sha256()
-        hash_range(fd, digest, 0, st.st_size)
+        hash_fd(fd, digest, 0, st.st_size)
         return digest.hexdigest()
     except EOFError:  # it got shorter while it was hashed
         return None
