@@ -76,7 +76,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int) -> Diagnosis:
     findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.runtime == "vllm":
         findings += fused_findings(declaration, modules, family) + fused_algorithm_findings(declaration, modules, family)
-    findings += float8_findings(modules, infos) + missing_findings(infos, specs, family.name)
+    findings += float8_findings(modules, infos) + missing_findings(infos, specs, family.name, ckpt.config)
     said = {f.subject for f in mismatched}  # a layer declared NVFP4 stored without input_scale: said once, as a mismatch
     findings += [f for f in health_findings(ckpt, modules, built, fmt.GLOBAL_SCALE_IS_DIVISOR)
                  if not (f.code == Kind.MISSING_INPUT_SCALE and f.subject in said)]
