@@ -190,3 +190,14 @@ def test_a_layer_number_in_other_digits_is_not_a_decoder_layer():
 def test_a_hostile_config_changes_nothing(config):
     names = [f"model.layers.{layer}.mlp.{m}.weight" for layer in range(16) for m in ("up_proj", "down_proj")][:-1]
     assert list(missing_modules(names, {}, "llama", config)) == ["model.layers.15.mlp.down_proj"]
+
+
+def test_the_last_decoder_layers_missing_are_named_and_a_shorter_vision_tower_is_not():
+    """Layers past the last stored one had no stored neighbour after them: dropping model.layers.60 of 61 was
+    healthy. The decoder stack is the one beside `embed_tokens`; config.json's num_hidden_layers says how deep it is."""
+    text = [f"model.language_model.layers.{layer}.mlp.{m}.weight" for layer in range(60) for m in ("up_proj", "down_proj")]
+    vision = [f"model.vision_tower.encoder.layers.{layer}.mlp.fc1.weight" for layer in range(27)]
+    names = ["model.language_model.embed_tokens.weight", *text, *vision]
+    config = {"text_config": {"num_hidden_layers": 61}, "vision_config": {"num_hidden_layers": 27}}
+    assert list(missing_modules(names, {}, "vlm", config)) == ["model.language_model.layers.60"]
+    assert missing_modules(names, {}, "vlm", {"text_config": {"num_hidden_layers": 60}}) == {}

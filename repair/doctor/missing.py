@@ -13,7 +13,8 @@ runs on uninitialised memory, silently; an unquantized model stops loading inste
   layers' kinds (`layer_types`, Nemotron-H's `hybrid_override_pattern`; layers past `num_hidden_layers` are MTP
   layers), only layers of one kind are compared. Tensors that are only KV-cache scales (compressed-tensors'
   `self_attn.k_scale`) make no module: a missing KV scale is kv-cache-scales' finding. A layer of which nothing is
-  stored, between stored ones, is missing whole.
+  stored, between stored ones, is missing whole; so are the layers past the last stored one of the stack beside
+  `embed_tokens`, up to config.json's num_hidden_layers.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ def missing_modules(tensors: Iterable[str], specs: dict[str, ModuleSpec], family
         present = names | {t.rpartition(".")[0] for t in names}
         return {s: f"{family} defines it (its expected modules, from config.json)" for s in sorted(specs) if s not in present}
     module, _, leaf = zip(*(t.rpartition(".") for t in names)) if names else ((), (), ())
-    return _layer_gaps({m for m, x in zip(module, leaf) if x not in SCALE_ONLY}, layer_kinds(config))
+    kept = {m for m, x in zip(module, leaf) if x not in SCALE_ONLY}
+    gaps = _layer_gaps(kept, layer_kinds(config))
+    return dict(sorted({**_tail_layers(kept, decoder_depth(config)), **gaps}.items()))
 
 
 def missing_findings(tensors: Iterable[str], specs: dict[str, ModuleSpec], family: str, config: dict | None = None) -> list[Finding]:
@@ -52,18 +55,38 @@ def missing_findings(tensors: Iterable[str], specs: dict[str, ModuleSpec], famil
 
 def layer_kinds(config: dict | None) -> dict[int, str]:
     """Decoder layer -> its declared kind, from config.json (hostile: anything malformed declares nothing)."""
-    text = config.get("text_config") if isinstance(config, dict) else None
-    part = text if isinstance(text, dict) else config  # a VLM's decoder layers are its text model's
-    if not isinstance(part, dict):
-        return {}
+    part = _text(config)
     out: dict[int, str] = {}
     kinds = part.get("layer_types") if isinstance(part.get("layer_types"), list) else part.get("hybrid_override_pattern")
     if isinstance(kinds, (list, str)) and len(kinds) <= MOST_LAYERS:
         out.update({i: k for i, k in enumerate(kinds) if isinstance(k, str)})
-    count = part.get("num_hidden_layers")
-    if type(count) is int and 0 < count <= MOST_LAYERS:  # layers past it: MTP layers (DeepSeek's model.layers.61)
-        out.update({i: "mtp" for i in range(count, count + 64)})
+    count = decoder_depth(config)  # layers past it: MTP layers (DeepSeek's model.layers.61)
+    out.update({i: "mtp" for i in range(count, count + 64) if count})
     return out
+
+
+def _text(config: dict | None) -> dict:
+    """The config part describing the decoder layers: a VLM's text_config, else the config (hostile: {} if not a dict)."""
+    text = config.get("text_config") if isinstance(config, dict) else None
+    part = text if isinstance(text, dict) else config
+    return part if isinstance(part, dict) else {}
+
+
+def decoder_depth(config: dict | None) -> int:
+    """config.json's num_hidden_layers (a VLM's text model's), or 0."""
+    count = _text(config).get("num_hidden_layers")
+    return count if type(count) is int and 0 < count <= MOST_LAYERS else 0
+
+
+def _tail_layers(modules: set[str], depth: int) -> dict[str, str]:
+    """Decoder layers past the last stored one: the stack beside `embed_tokens` holds num_hidden_layers layers."""
+    stored: dict[str, int] = {}
+    for name in modules:
+        match = LAYER.fullmatch(name)
+        if match and match[1].endswith(".layers") and f"{match[1][:-len('layers')]}embed_tokens" in modules:
+            stored[match[1]] = max(stored.get(match[1], -1), int(match[2]))
+    return {f"{stack}.{layer}": f"config.json declares {depth} decoder layers and {stack}.0-{last} are stored"
+            for stack, last in stored.items() if depth - last - 1 <= MOST_PATTERNS for layer in range(last + 1, depth)}
 
 
 def _layer_gaps(modules: set[str], kinds: dict[int, str]) -> dict[str, str]:
