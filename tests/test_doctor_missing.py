@@ -18,6 +18,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from repair.demo.examples import TINY, write_assistant
+from repair.doctor.missing import missing_modules
 from tests.conftest import run_captured
 from tests.mixed_helpers import write_mixed
 from tools.real_fixture import REAL_MODELS, write_real_model
@@ -131,3 +132,72 @@ def test_a_layer_of_which_nothing_is_stored_is_missing_whole(capsys, tmp_path):
         tensors = {k.replace("model.layers.1.", "model.layers.2."): fh.get_tensor(k) for k in fh.keys()}
     save_file(tensors, renamed / "model.safetensors")
     assert ("missing-module", "model.layers.1") in {(f["code"], f["subject"]) for f in findings(capsys, renamed, "bf16")[1]}
+
+
+def _stack(prefix: str, layers: int, modules_of) -> list[str]:
+    return [f"{prefix}.{layer}.{name}" for layer in range(layers) for name in modules_of(layer)]
+
+
+def test_kv_scales_on_the_attention_module_are_not_a_module_the_mtp_layer_lacks():
+    """compressed-tensors stores KV scales as `self_attn.k_scale`, a 'module' `self_attn`; DeepSeek's MTP layer 61
+    (or any layer the calibration skipped) has none. A missing KV scale is kv-cache-scales' finding, never a lost layer."""
+    def modules(layer):
+        kv = ("self_attn.k_scale", "self_attn.v_scale") if layer < 61 else ()
+        return ("self_attn.q_a_proj.weight", "self_attn.o_proj.weight", "mlp.down_proj.weight", *kv)
+    assert missing_modules(_stack("model.layers", 62, modules), {}, "deepseek_v3", {"num_hidden_layers": 61}) == {}
+
+
+def test_a_nemotron_h_mixer_with_kv_scales_on_its_two_attention_layers_is_healthy():
+    """Nemotron-H's `mixer` block is Mamba, attention or MLP by layer; KV scales on the attention mixer made the
+    Mamba mixer's in_proj/out_proj 'expected' in the attention layers."""
+    pattern = "".join("*" if layer in (10, 30) else "M-"[layer % 2] for layer in range(52))
+    def modules(layer):
+        kind = pattern[layer]
+        if kind == "M":
+            return ("norm.weight", "mixer.A_log", "mixer.D", "mixer.in_proj.weight", "mixer.out_proj.weight", "mixer.conv1d.weight")
+        if kind == "*":
+            return ("norm.weight", "mixer.q_proj.weight", "mixer.o_proj.weight", "mixer.k_scale", "mixer.v_scale")
+        return ("norm.weight", "mixer.up_proj.weight", "mixer.down_proj.weight")
+    names = _stack("backbone.layers", 52, modules)
+    assert missing_modules(names, {}, "nemotron_h", {"num_hidden_layers": 52, "hybrid_override_pattern": pattern}) == {}
+
+
+@pytest.mark.parametrize("every", [6, 10, 12])
+def test_layers_of_another_declared_type_are_not_compared(every):
+    """Gemma 4's full-attention layers store no v_proj (k_eq_v). One in ten of them is within 'one in eight' of the
+    others, so they were said to lack it; config.json's layer_types says they are another kind of layer."""
+    layers = 6 * every
+    types = ["full_attention" if layer % every == every - 1 else "sliding_attention" for layer in range(layers)]
+    def modules(layer):
+        v = () if types[layer] == "full_attention" else ("self_attn.v_proj.weight",)
+        return ("self_attn.q_proj.weight", "self_attn.k_proj.weight", *v)
+    names = _stack("model.language_model.layers", layers, modules)
+    config = {"architectures": ["Gemma4ForConditionalGeneration"], "text_config": {"num_hidden_layers": layers, "layer_types": types}}
+    assert missing_modules(names, {}, "gemma4", config) == {}
+    lost = [n for n in names if n != "model.language_model.layers.1.self_attn.v_proj.weight"]  # a sliding layer loses it
+    assert list(missing_modules(lost, {}, "gemma4", config)) == ["model.language_model.layers.1.self_attn.v_proj"]
+
+
+def test_a_layer_number_in_other_digits_is_not_a_decoder_layer():
+    """`\\d` matches any Unicode digit: `layers.٣` was read as layer 3."""
+    names = [f"model.layers.{layer}.mlp.{m}.weight" for layer in range(16) for m in ("up_proj", "down_proj")]
+    hostile = [n for n in names if n != "model.layers.3.mlp.up_proj.weight"] + ["model.layers.٣.mlp.up_proj.weight"]
+    assert list(missing_modules(hostile, {}, "llama", {})) == ["model.layers.3.mlp.up_proj"]
+
+
+@pytest.mark.parametrize("config", [{"layer_types": "full"}, {"layer_types": [None, {}, 3] * 5}, {"text_config": []},
+                                    {"hybrid_override_pattern": 5}, {"num_hidden_layers": "x"}, {"num_hidden_layers": 10**30}])
+def test_a_hostile_config_changes_nothing(config):
+    names = [f"model.layers.{layer}.mlp.{m}.weight" for layer in range(16) for m in ("up_proj", "down_proj")][:-1]
+    assert list(missing_modules(names, {}, "llama", config)) == ["model.layers.15.mlp.down_proj"]
+
+
+def test_the_last_decoder_layers_missing_are_named_and_a_shorter_vision_tower_is_not():
+    """Layers past the last stored one had no stored neighbour after them: dropping model.layers.60 of 61 was
+    healthy. The decoder stack is the one beside `embed_tokens`; config.json's num_hidden_layers says how deep it is."""
+    text = [f"model.language_model.layers.{layer}.mlp.{m}.weight" for layer in range(60) for m in ("up_proj", "down_proj")]
+    vision = [f"model.vision_tower.encoder.layers.{layer}.mlp.fc1.weight" for layer in range(27)]
+    names = ["model.language_model.embed_tokens.weight", *text, *vision]
+    config = {"text_config": {"num_hidden_layers": 61}, "vision_config": {"num_hidden_layers": 27}}
+    assert list(missing_modules(names, {}, "vlm", config)) == ["model.language_model.layers.60"]
+    assert missing_modules(names, {}, "vlm", {"text_config": {"num_hidden_layers": 60}}) == {}

@@ -126,3 +126,32 @@ def test_a_healthy_layer_whose_smallest_blocks_are_below_f16s_range_is_not_refus
     code, err = fix(capsys, src, tmp_path / "out", "--recipe", recipe, "--quiet")
     assert code == 0, err
     assert ("global-scale", f"{NVFP4}.weight_scale_2") not in doctor_codes(capsys, src, "bf16")
+
+
+NAN_PAYLOAD = np.array([0x7FC01234], dtype=np.uint32).view(np.float32)[0]
+F16_MAX = 65504.0
+BOUNDARY = {"f16-zero": 1e-8, "f16-subnormal": 6e-8, "f16-edge": F16_MAX / 448, "f16-over": F16_MAX / 448 * 1.01,
+            "bf16-under": _under_the_bound(), "f32-max": float(np.finfo(np.float32).max), "f32-tiny": float(np.finfo(np.float32).tiny),
+            "neg-zero": -0.0, "nan-payload": float(NAN_PAYLOAD), "neg-inf": float("-inf")}
+
+
+GLOBAL = {"f32-zero": 1e-45, "f16-zero": 1e-12, "f16-over": 1e3, "bf16-over": 1e36, "f32-max": float(np.finfo(np.float32).max),
+          "neg-zero": -0.0, "nan-payload": float(NAN_PAYLOAD)}
+CASES = [(FP8, "weight_scale", key, value) for key, value in BOUNDARY.items()] + \
+        [(NVFP4, "weight_scale_2", key, value) for key, value in GLOBAL.items()]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("module,leaf,key,value", CASES, ids=[f"{c[1]}-{c[2]}" for c in CASES])
+def test_dry_run_and_the_real_run_agree_on_every_boundary_scale(capsys, tmp_path, module, leaf, key, value, dtype):
+    """--dry-run accepts exactly what the real run writes, in the recipe's output dtype; what is written holds
+    neither infinities nor a layer zeroed by its scale (FP8 weight_scale, NVFP4 weight_scale_2)."""
+    src = checkpoint(tmp_path, f"{module}.{leaf}", value)
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(f'dtype = "{dtype}"\n[[rules]]\naction = "dequantize"\nmodules = ["{module}"]\n')
+    dry = fix(capsys, src, tmp_path / "dry", "--recipe", recipe, "--dry-run", "--quiet")
+    real = fix(capsys, src, tmp_path / "out", "--recipe", recipe, "--quiet")
+    assert dry[0] == real[0], (dry, real)
+    if real[0] == 0:
+        weight = load_tensors(tmp_path / "out")[f"{module}.weight"].float()
+        assert torch.isfinite(weight).all() and weight.abs().max() > 0

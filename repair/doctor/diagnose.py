@@ -79,7 +79,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.runtime == "vllm":
         findings += fused_findings(declaration, modules, family) + fused_algorithm_findings(declaration, modules, family)
-    findings += float8_findings(modules, infos) + missing_findings(infos, specs, family.name)
+    findings += float8_findings(modules, infos) + missing_findings(infos, specs, family.name, ckpt.config)
     said = {f.subject for f in mismatched}  # a layer declared NVFP4 stored without input_scale: said once, as a mismatch
     with ScaleValues(ckpt, modules, fmt.GLOBAL_SCALE_IS_DIVISOR, deep, progress) as values:
         findings += [f for f in health_findings(ckpt, modules, built, fmt.GLOBAL_SCALE_IS_DIVISOR, values)

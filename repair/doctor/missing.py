@@ -9,8 +9,12 @@ runs on uninitialised memory, silently; an unquantized model stops loading inste
   layer N when layer N stores a sibling in the same block (`mlp`, `self_attn`, ...) and the other layers that
   store that sibling also store `<rest>`, all but at most one in eight. Hybrid and MoE families differ between
   layers by whole blocks or by many layers (DeepSeek's dense first layers, Qwen3.5's linear-attention layers,
-  Gemma 4's full-attention layers without v_proj), which this rule leaves alone. A layer of which nothing is
-  stored, between stored ones, is missing whole.
+  Gemma 4's full-attention layers without v_proj), which this rule leaves alone. Where config.json declares the
+  layers' kinds (`layer_types`, Nemotron-H's `hybrid_override_pattern`; layers past `num_hidden_layers` are MTP
+  layers), only layers of one kind are compared. Tensors that are only KV-cache scales (compressed-tensors'
+  `self_attn.k_scale`) make no module: a missing KV scale is kv-cache-scales' finding. A layer of which nothing is
+  stored, between stored ones, is missing whole; so are the layers past the last stored one of the stack beside
+  `embed_tokens`, up to config.json's num_hidden_layers.
 """
 
 from __future__ import annotations
@@ -22,28 +26,70 @@ from typing import Iterable
 from repair.arch import ModuleSpec
 from repair.doctor.findings import Finding, Kind, Severity
 
-LAYER = re.compile(r"(.*?\b(?:layers|h|blocks))\.(\d{1,6})\.(.+)", re.DOTALL)  # fullmatch: linear on any name
+LAYER = re.compile(r"(.*?\b(?:layers|h|blocks))\.([0-9]{1,6})\.(.+)", re.DOTALL)  # fullmatch: linear on any name
+SCALE_ONLY = ("k_scale", "v_scale", "q_scale", "prob_scale")  # attention scales, not weights of a module
+MOST_LAYERS = 1 << 16  # a declared layer list longer than this is not read
 MOST_PATTERNS = 64  # a block whose modules show more distinct layer patterns than this is too irregular to judge
 CONSEQUENCE = ("vLLM skips its missing-weights check for a quantized checkpoint, so the layer runs on uninitialised "
                "memory, silently (an unquantized one stops: 'ValueError: Following weights were not initialized from "
                "checkpoint'); re-download or re-export the checkpoint, or take the module from the original model")
 
 
-def missing_modules(tensors: Iterable[str], specs: dict[str, ModuleSpec], family: str) -> dict[str, str]:
+def missing_modules(tensors: Iterable[str], specs: dict[str, ModuleSpec], family: str,
+                    config: dict | None = None) -> dict[str, str]:
     """Expected module (or tensor) name -> why it is expected, for every one no stored tensor provides."""
     names = set(tensors)
     if specs:
         present = names | {t.rpartition(".")[0] for t in names}
         return {s: f"{family} defines it (its expected modules, from config.json)" for s in sorted(specs) if s not in present}
-    return _layer_gaps({t.rpartition(".")[0] for t in names})
+    module, _, leaf = zip(*(t.rpartition(".") for t in names)) if names else ((), (), ())
+    kept = {m for m, x in zip(module, leaf) if x not in SCALE_ONLY}
+    gaps = _layer_gaps(kept, layer_kinds(config))
+    return dict(sorted({**_tail_layers(kept, decoder_depth(config)), **gaps}.items()))
 
 
-def missing_findings(tensors: Iterable[str], specs: dict[str, ModuleSpec], family: str) -> list[Finding]:
+def missing_findings(tensors: Iterable[str], specs: dict[str, ModuleSpec], family: str, config: dict | None = None) -> list[Finding]:
     return [Finding(Severity.ERROR, Kind.MISSING_MODULE, name, f"{name}: not stored, but {why}; {CONSEQUENCE}")
-            for name, why in missing_modules(tensors, specs, family).items()]
+            for name, why in missing_modules(tensors, specs, family, config).items()]
 
 
-def _layer_gaps(modules: set[str]) -> dict[str, str]:
+def layer_kinds(config: dict | None) -> dict[int, str]:
+    """Decoder layer -> its declared kind, from config.json (hostile: anything malformed declares nothing)."""
+    part = _text(config)
+    out: dict[int, str] = {}
+    kinds = part.get("layer_types") if isinstance(part.get("layer_types"), list) else part.get("hybrid_override_pattern")
+    if isinstance(kinds, (list, str)) and len(kinds) <= MOST_LAYERS:
+        out.update({i: k for i, k in enumerate(kinds) if isinstance(k, str)})
+    count = decoder_depth(config)  # layers past it: MTP layers (DeepSeek's model.layers.61)
+    out.update({i: "mtp" for i in range(count, count + 64) if count})
+    return out
+
+
+def _text(config: dict | None) -> dict:
+    """The config part describing the decoder layers: a VLM's text_config, else the config (hostile: {} if not a dict)."""
+    text = config.get("text_config") if isinstance(config, dict) else None
+    part = text if isinstance(text, dict) else config
+    return part if isinstance(part, dict) else {}
+
+
+def decoder_depth(config: dict | None) -> int:
+    """config.json's num_hidden_layers (a VLM's text model's), or 0."""
+    count = _text(config).get("num_hidden_layers")
+    return count if type(count) is int and 0 < count <= MOST_LAYERS else 0
+
+
+def _tail_layers(modules: set[str], depth: int) -> dict[str, str]:
+    """Decoder layers past the last stored one: the stack beside `embed_tokens` holds num_hidden_layers layers."""
+    stored: dict[str, int] = {}
+    for name in modules:
+        match = LAYER.fullmatch(name)
+        if match and match[1].endswith(".layers") and f"{match[1][:-len('layers')]}embed_tokens" in modules:
+            stored[match[1]] = max(stored.get(match[1], -1), int(match[2]))
+    return {f"{stack}.{layer}": f"config.json declares {depth} decoder layers and {stack}.0-{last} are stored"
+            for stack, last in stored.items() if depth - last - 1 <= MOST_PATTERNS for layer in range(last + 1, depth)}
+
+
+def _layer_gaps(modules: set[str], kinds: dict[int, str]) -> dict[str, str]:
     """Modules missing from a few decoder layers of a stack that its other layers all store (see the docstring)."""
     layers_of: dict[tuple[str, str], set[int]] = defaultdict(set)  # (stack, module within the layer) -> layer numbers
     stacks: dict[str, set[int]] = defaultdict(set)
@@ -53,13 +99,17 @@ def _layer_gaps(modules: set[str]) -> dict[str, str]:
             layers_of[(match[1], match[3])].add(int(match[2]))
             stacks[match[1]].add(int(match[2]))
     out = _whole_layers(stacks)
-    classes: dict[tuple[str, str, frozenset[int]], list[str]] = defaultdict(list)  # (stack, block, layers) -> modules
+    classes: dict[tuple[str, str, str, frozenset[int]], list[str]] = defaultdict(list)  # (stack, kind, block, layers)
     for (stack, rest), layers in layers_of.items():
-        classes[(stack, rest.split(".")[0], frozenset(layers))].append(rest)
-    blocks: dict[tuple[str, str], list[frozenset[int]]] = defaultdict(list)
-    for stack, block, layers in classes:
-        blocks[(stack, block)].append(layers)
-    for (stack, block), patterns in blocks.items():
+        by_kind: dict[str, set[int]] = defaultdict(set)
+        for layer in layers:
+            by_kind[kinds.get(layer, "")].add(layer)
+        for kind, some in by_kind.items():  # layers of one declared kind are compared with each other only
+            classes[(stack, kind, rest.split(".")[0], frozenset(some))].append(rest)
+    blocks: dict[tuple[str, str, str], list[frozenset[int]]] = defaultdict(list)
+    for stack, kind, block, layers in classes:
+        blocks[(stack, kind, block)].append(layers)
+    for (stack, kind, block), patterns in blocks.items():
         if len(patterns) > MOST_PATTERNS:
             continue
         for have in patterns:  # layers storing some module of the block
@@ -67,8 +117,8 @@ def _layer_gaps(modules: set[str]) -> dict[str, str]:
                 gap, both = have - want, have & want
                 if not gap or not both or len(gap) > max(1, len(both) // 8):
                     continue
-                sibling = min(classes[(stack, block, have)])
-                for rest in classes[(stack, block, want)]:
+                sibling = min(classes[(stack, kind, block, have)])
+                for rest in classes[(stack, kind, block, want)]:
                     for layer in sorted(gap):
                         out.setdefault(f"{stack}.{layer}.{rest}",
                                        f"the other {len(both)} layer(s) of {stack} that store {block} modules like {sibling} store it")

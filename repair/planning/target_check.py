@@ -53,8 +53,8 @@ def _refuse_dropped_expected(ckpt: Checkpoint, target: str, dropped: set[str]) -
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
     family = arch.architecture(ckpt.config).name
     names = ckpt.infos()
-    before = missing_modules(names, specs, family)
-    after = missing_modules((t for t in names if t.rpartition(".")[0] not in dropped), specs, family)
+    before = missing_modules(names, specs, family, ckpt.config)
+    after = missing_modules((t for t in names if t.rpartition(".")[0] not in dropped), specs, family, ckpt.config)
     lost = [n for n in after if n not in before]
     if lost:
         raise UsageError(f"{ckpt.root}: the drop rule removes {lost[0]}, but {after[lost[0]]}, so the output would lack "
