@@ -22,6 +22,8 @@ from repair.cli.main import say
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (only once the new output is complete).")
 @shared("as_json")
 @shared("quiet")
+@shared("verbose")
+@shared("jobs")
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="Write one checkpoint per tensor-parallel rank (OUT/rank-R/) and tp_manifest.json.")
 def fix(src: Path, out: Path, overwrite: bool, tp: int | None, **values) -> None:
     """Repair SRC into OUT: dequantize wrongly packed layers and fix the exclusions."""
@@ -42,7 +44,7 @@ def fix(src: Path, out: Path, overwrite: bool, tp: int | None, **values) -> None
         from repair.tp.write import fix_tp
 
         plan = plan if dry_run else localize_plan(plan)
-        say(as_json, *fix_tp(plan, out, tp, dry_run=dry_run, overwrite=overwrite, progress=progress, force=force))
+        say(as_json, *fix_tp(plan, out, tp, dry_run=dry_run, overwrite=overwrite, progress=progress, force=force, jobs=o.jobs))
         return
     if plan.is_noop:
         say(as_json, {"status": "noop", "plan": plan_as_json(plan)}, _noop_text(src, plan))
@@ -52,7 +54,7 @@ def fix(src: Path, out: Path, overwrite: bool, tp: int | None, **values) -> None
         say(as_json, {"status": "dry-run", "plan": plan_as_json(plan)}, plan_as_text(plan) + "\n(dry run: nothing written)")
         return
     plan = localize_plan(plan)  # a Hub SRC / --original is downloaded (huggingface_hub's cache) to write a local OUT
-    result = api.run(plan, out, overwrite=overwrite, progress=progress, force=force)
+    result = api.run(plan, out, overwrite=overwrite, progress=progress, force=force, jobs=o.jobs)
     say(as_json, {"status": "written", "out": str(result.out), "plan": plan_as_json(plan), "report": result.report}, _summary(plan, result))
 
 

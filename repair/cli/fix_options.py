@@ -20,7 +20,10 @@ SHARED: dict[str, tuple[tuple[str, ...], dict]] = {
     "force": (("--force",), {"is_flag": True, "help": "Use --original even if it does not reproduce the checkpoint's packed bytes."}),
     "dry_run": (("--dry-run",), {"is_flag": True, "help": "Print the plan and write nothing."}),
     "as_json": (("--json", "as_json"), {"is_flag": True, "help": "Print the plan / result as JSON."}),
-    "quiet": (("--quiet",), {"is_flag": True, "help": "No progress bar."}),
+    "quiet": (("--quiet", "-q"), {"is_flag": True, "help": "Print the summary and errors only (no plan, no progress bar)."}),
+    "verbose": (("--verbose", "-v"), {"is_flag": True, "help": "List every module of the plan, not grouped."}),
+    "jobs": (("--jobs", "-j"), {"type": click.IntRange(min=1), "default": None,
+                                "help": "Tensors to dequantize/requantize at once (default: one per core); the output is the same."}),
 }
 
 
@@ -42,6 +45,8 @@ class FixOptions:
     dry_run: bool = False
     as_json: bool = False
     quiet: bool = False
+    verbose: bool = False
+    jobs: int | None = None
 
     @classmethod
     def take(cls, values: dict) -> "FixOptions":

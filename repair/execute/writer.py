@@ -17,7 +17,8 @@ from repair.planning import check as plan_check
 from repair.planning.target_check import STORED_DEFECTS, cannot_repair
 from repair.doctor.findings import Severity
 from repair.errors import BadInput, InternalError
-from repair.execute.compute import Computer, Located
+from repair.execute.compute import Computer, Located, computed_unit, requantized_module
+from repair.execute.parallel import default_jobs, in_order, runs
 from repair.io.atomic import WRITTEN, build_atomically, check_files, check_header, defect, own_output, write_json
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file
@@ -39,26 +40,27 @@ class Result:
 
 def execute(
     plan: Plan, out: Path, *, overwrite: bool = False, progress: bool | None = None, options: dict | None = None,
-    sections: Sections = Sections(), after: Callable[[Path], object] | None = None,
+    sections: Sections = Sections(), after: Callable[[Path], object] | None = None, jobs: int | None = None,
 ) -> Result:
     """Write the planned checkpoint to `out` atomically and return its report.
 
     `sections` are the report's command-specific parts; `after(folder)`, when given, diagnoses the
     written files (doctor after) for the report. It re-opens our own output, so a defect it finds
-    there is reported as ours (`own_output`).
+    there is reported as ours (`own_output`). `jobs` computes that many tensors at once (default: every
+    core); the bytes written are the same for every value.
     """
     out = Path(out)
     plan_check.check_plan(plan)  # a Plan built or edited outside make_plan (Python API) is checked too
     original = plan.original.root if plan.original else None
-    report = build_atomically(plan.source.root, out, overwrite, lambda tmp: _build(plan, tmp, out, progress, options, sections, after),
+    report = build_atomically(plan.source.root, out, overwrite, lambda tmp: _build(plan, tmp, out, progress, options, sections, after, jobs or default_jobs()),
                               original=original, needed_bytes=lambda: _needed(plan))
     return Result(out, report)
 
 
-def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dict | None, sections: Sections, after) -> dict:
+def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dict | None, sections: Sections, after, jobs: int) -> dict:
     """Write and check every file inside the temp folder; return the report."""
     with _progress(plan, progress) as bar:
-        hashes = _write_all(plan, tmp, bar)
+        hashes = _write_all(plan, tmp, bar, jobs)
     _self_check(plan, tmp, out, hashes)  # before anything (doctor after) reads the written files
     if after is not None:
         with own_output(tmp, out):
@@ -97,7 +99,7 @@ def _progress(plan: Plan, enabled: bool | None) -> tqdm:
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="repair", disable=not show, leave=False)
 
 
-def _write_all(plan: Plan, tmp: Path, bar: tqdm) -> dict[str, dict[str, str]]:
+def _write_all(plan: Plan, tmp: Path, bar: tqdm, jobs: int) -> dict[str, dict[str, str]]:
     """Write every output file; return {file: {"source": sha256, "output": sha256}}."""
     root = plan.source.root
     hashes: dict[str, dict[str, str]] = {}
@@ -114,7 +116,7 @@ def _write_all(plan: Plan, tmp: Path, bar: tqdm) -> dict[str, dict[str, str]]:
                 else:
                     with ThreadPoolExecutor(1) as pool:  # hash the source on the other core while rewriting
                         source_sha = pool.submit(sha256_file, src)
-                        hashes[step.name] = {"output": _rewrite(plan, step, tmp / step.name), "source": source_sha.result()}
+                        hashes[step.name] = {"output": _rewrite(plan, step, tmp / step.name, jobs), "source": source_sha.result()}
                 bar.update((root / step.name).stat().st_size)
         except BaseException:
             for pending in copies.values():
@@ -130,22 +132,24 @@ def _write_all(plan: Plan, tmp: Path, bar: tqdm) -> dict[str, dict[str, str]]:
     return hashes
 
 
-def _rewrite(plan: Plan, step: ShardStep, dst: Path) -> str:
+def _rewrite(plan: Plan, step: ShardStep, dst: Path, jobs: int = 1) -> str:
     """Stream one changed shard: copy untouched tensors' bytes, compute the changed ones.
 
     torch (~1.4 s to import) is imported at the first computed tensor that needs it, not before:
-    copies already written are hashed by the writer's thread meanwhile instead of after.
+    copies already written are hashed by the writer's thread meanwhile instead of after. Computed tensors
+    are made `jobs` ahead of the writer (execute/parallel.py).
     """
     located = located_inputs(plan)
     computer = computer_for(plan, located)
     header = [OutTensor(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
     with ShardWriter(dst, header, step.metadata) as writer:
-        for t in step.tensors:
-            if isinstance(t, Copy):
-                shard, info = located[t.source][t.inputs[0]]
-                writer.copy(t.out.name, shard.path, info)
-            else:
-                writer.write(t.out.name, computer.bytes_of(t))
+        for unit, made in in_order(runs(step.tensors, requantized_module), computer.unit_bytes, computed_unit, jobs):
+            for t, data in zip(unit, made or [None] * len(unit)):
+                if data is None:
+                    shard, info = located[t.source][t.inputs[0]]
+                    writer.copy(t.out.name, shard.path, info)
+                else:
+                    writer.write(t.out.name, data)
     return writer.digest.hexdigest()
 
 
@@ -178,12 +182,12 @@ def _expected(step: ShardStep) -> list[tuple[str, str, tuple[int, ...]]]:
     return [(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
 
 
-def write_rewritten_shard(plan: Plan, step: ShardStep, dst: Path) -> str:
+def write_rewritten_shard(plan: Plan, step: ShardStep, dst: Path, jobs: int = 1) -> str:
     """One ShardOp.REWRITE step on its own, written to `dst` and re-checked like execute() checks it; its sha256.
 
     For publishers that upload file by file instead of writing an output folder (repair/hub): the
     plan's source must hold every shard this step reads.
     """
-    digest = _rewrite(plan, step, dst)
+    digest = _rewrite(plan, step, dst, jobs)
     check_header(dst.parent, dst.parent, dst.name, _expected(step), step.metadata)
     return digest

@@ -37,8 +37,9 @@ class Streamed:
     peak_bytes: int = 0
 
 
-def rewrite_and_upload(plan: Plan, source: RemoteSource, work: Path, dests: list[tuple[str, str]], say: Callable[[str], None]) -> Streamed:
-    """Every "rewrite" step of the plan, streamed (see the module docstring)."""
+def rewrite_and_upload(plan: Plan, source: RemoteSource, work: Path, dests: list[tuple[str, str]], say: Callable[[str], None],
+                       jobs: int = 1) -> Streamed:
+    """Every "rewrite" step of the plan, streamed (see the module docstring); `jobs` tensors computed at once."""
     from huggingface_hub import CommitOperationAdd
 
     steps = [s for s in plan.shards if s.op == ShardOp.REWRITE]
@@ -52,7 +53,7 @@ def rewrite_and_upload(plan: Plan, source: RemoteSource, work: Path, dests: list
             say(f"download {name} ({source.repo.files[name].size:,} bytes)")
             fetch_shard(source, name, staging)
             result.downloaded.append(name)
-        result.hashes[step.name] = {"source": _source_digest(source, step.name), "output": write_rewritten_shard(plan, step, out / step.name)}
+        result.hashes[step.name] = {"source": _source_digest(source, step.name), "output": write_rewritten_shard(plan, step, out / step.name, jobs)}
         result.peak_bytes = max(result.peak_bytes, _bytes_in(work))
         sparse_copy(out / step.name, _folder(work / "after") / step.name)
         for name in needs[step.name]:
