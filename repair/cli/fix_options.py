@@ -21,7 +21,7 @@ SHARED: dict[str, tuple[tuple[str, ...], dict]] = {
     "dry_run": (("--dry-run",), {"is_flag": True, "help": "Print the plan and write nothing."}),
     "as_json": (("--json", "as_json"), {"is_flag": True, "help": "Print the plan / result as JSON."}),
     "quiet": (("--quiet", "-q"), {"is_flag": True, "help": "Print the summary and errors only (no plan, no progress bar)."}),
-    "verbose": (("--verbose", "-v"), {"is_flag": True, "help": "List every module of the plan, not grouped."}),
+    "verbose": (("--verbose", "-v"), {"is_flag": True, "help": "List every module of the plan (default: alike changes grouped)."}),
     "jobs": (("--jobs", "-j"), {"type": click.IntRange(min=1), "default": None,
                                 "help": "Tensors to dequantize/requantize at once (default: one per core); the output is the same."}),
 }
@@ -48,10 +48,15 @@ class FixOptions:
     verbose: bool = False
     jobs: int | None = None
 
+    @property
+    def detail(self) -> str:
+        """How much text: "quiet" (the summary and errors), "verbose" (every module), else "normal"."""
+        return "quiet" if self.quiet else "verbose" if self.verbose else "normal"
+
     @classmethod
     def take(cls, values: dict) -> "FixOptions":
         """Pop the shared settings out of a command's keyword arguments."""
-        return cls(**{name: values.pop(name) for name in SHARED})
+        return cls(**{name: values.pop(name) for name in SHARED if name in values})  # a command may not declare every one
 
     def recipe(self):
         """--recipe (else the default), with --target and --requantize applied on top."""

@@ -30,7 +30,6 @@ def hub() -> None:
               help="Where to stage the changed shards (default: the system temp folder); it needs room for the largest one, twice.")
 @shared("as_json", help="Print the result as JSON.")
 @shared("quiet", help="Print the summary and errors only (no progress lines or bars).")
-@shared("verbose")
 @shared("jobs")
 def hub_fix(src: str, dst: str | None, pr: bool, private: bool, workdir: Path | None, **values) -> None:
     """Repair Hub repo SRC[@REV] into fork DST and/or a pull request on SRC, in one commit each.

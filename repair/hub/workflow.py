@@ -104,7 +104,7 @@ def _run(o: HubFix, spec, dst: str | None, work: Path, say) -> dict:
 def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, fid, title, work, say, summary) -> dict:
     repo = source.repo
     plan = _with_original(plan, source)
-    sections = input_sections(plan, o.force)  # doctor before, and the same verification of --original `fix` runs
+    sections = input_sections(plan, o.force, jobs=o.jobs or default_jobs())  # doctor before, and the same verification of --original `fix` runs
     target, before = sections.doctor.target, sections.doctor.before
     if fork is not None:
         fork = publish.create(fork, repo, work, private=o.private, say=say)

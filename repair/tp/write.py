@@ -275,16 +275,18 @@ def _self_check(tpp: TpPlan, tmp: Path, out: Path, expected: set[str]) -> None:
 
 
 def fix_tp(plan, out: Path, tp: int, *, dry_run: bool = False, overwrite: bool = False, progress: bool | None = None,
-           force: bool = False, jobs: int | None = None) -> tuple[dict, str]:
+           force: bool = False, jobs: int | None = None, detail: str = "normal") -> tuple[dict, str]:
     """`fix --tp N`: refuse an impossible degree before anything is written, then write; returns (json, text)."""
     tpp = plan_tp(plan, tp)
     check_output(plan.source.root, out, overwrite, _original_root(plan))
     info = {"degree": tp, "parallel_plan": tpp.source, "styles": tpp.counts()}
-    text = plan_as_text(plan) + "\n" + summary_text(tpp)
+    text = plan_as_text(plan, detail == "verbose") + "\n" + summary_text(tpp)
     if dry_run:
         return {"status": "dry-run", "plan": plan_as_json(plan), "tp": info}, text + "\n(dry run: nothing written)"
     # doctor on the input at this degree (the output is per-rank: `unshard` it to doctor the result)
-    sections = input_sections(plan, force, tp)
+    jobs = jobs or default_jobs()
+    sections = input_sections(plan, force, tp, jobs)
     result = write_tp(tpp, out, overwrite=overwrite, progress=progress, options=recipe_options(plan), sections=sections, jobs=jobs)
-    text += f"\nwrote {result.out}: {rank_folder(0)} .. {rank_folder(tp - 1)}, manifest {result.out / MANIFEST}"
+    wrote = f"wrote {result.out}: {rank_folder(0)} .. {rank_folder(tp - 1)}, manifest {result.out / MANIFEST}"
+    text = wrote if detail == "quiet" else f"{wrote}\n{text}"  # the summary first, as `fix` prints it
     return {"status": "written", "out": str(result.out), "plan": plan_as_json(plan), "tp": info}, text
