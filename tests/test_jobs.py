@@ -106,3 +106,16 @@ def test_default_jobs_is_the_cores_this_process_may_use():
     import os
 
     assert default_jobs() == len(os.sched_getaffinity(0))
+
+
+def test_a_failed_write_stops_the_compute_threads_before_the_error_is_reported(broken_export, tmp_path, monkeypatch):
+    from repair.errors import BadInput
+    from repair.execute import writer
+
+    def fail(self, name, data):
+        raise BadInput(f"{name}: no space left")
+
+    monkeypatch.setattr(writer.ShardWriter, "write", fail)
+    assert run_cli("fix", broken_export, "-o", tmp_path / "out", "--quiet", "--jobs", "3", "--target", "bf16") == 2
+    assert not [t for t in threading.enumerate() if t.name.startswith("ckpt-repair-compute")]
+    assert not (tmp_path / "out").exists()

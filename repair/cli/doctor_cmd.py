@@ -25,6 +25,6 @@ def doctor(src: Path, target_spec: str | None, tp: int, strict: bool, as_json: b
     from repair.targets.profiles import resolve
 
     result = diagnose(open_source(src), resolve(target_spec), tp)
-    detail = "verbose" if verbose else "quiet" if quiet else "normal"
+    detail = "quiet" if quiet else "verbose" if verbose else "normal"
     click.echo(json.dumps(diagnosis_json(result, strict), indent=2) if as_json else diagnosis_text(result, strict, detail))
     sys.exit(result.exit_code(strict))

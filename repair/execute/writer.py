@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import closing
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,8 +143,9 @@ def _rewrite(plan: Plan, step: ShardStep, dst: Path, jobs: int = 1) -> str:
     located = located_inputs(plan)
     computer = computer_for(plan, located)
     header = [OutTensor(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
-    with ShardWriter(dst, header, step.metadata) as writer:
-        for unit, made in in_order(runs(step.tensors, requantized_module), computer.unit_bytes, computed_unit, jobs):
+    units = in_order(runs(step.tensors, requantized_module), computer.unit_bytes, computed_unit, jobs)
+    with ShardWriter(dst, header, step.metadata) as writer, closing(units):  # a failed write stops the computing at once
+        for unit, made in units:
             for t, data in zip(unit, made or [None] * len(unit)):
                 if data is None:
                     shard, info = located[t.source][t.inputs[0]]

@@ -12,7 +12,7 @@ at most `jobs` computed tensors (execute/parallel.py); copies go by byte range, 
 from __future__ import annotations
 
 import os
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -101,8 +101,9 @@ def _write_ranks(tpp: TpPlan, tmp: Path, progress: bool | None, jobs: int = 1) -
             header = [OutTensor(t.step.out.name, t.step.out.dtype, t.rank_shape(_range(t, rank, tp))) for t in tpp.tensors]
             meta = {**first_meta, "format": first_meta.get("format", "pt"), "tp_rank": str(rank), "tp_size": str(tp)}
             writers.append(stack.enter_context(ShardWriter(folder / RANK_FILE, header, meta)))
-        units = runs(tpp.tensors, lambda t: requantized_module(t.step))
-        for unit, made in in_order(units, slicer.parts, lambda u: any(map(slicer.needs_bytes, u)), jobs):
+        units = in_order(runs(tpp.tensors, lambda t: requantized_module(t.step)), slicer.parts, lambda u: any(map(slicer.needs_bytes, u)), jobs)
+        stack.enter_context(closing(units))  # a failed write stops the computing at once
+        for unit, made in units:
             for t, parts in zip(unit, made or [None] * len(unit)):
                 slicer.write(t, writers, parts)
                 bar.update(nbytes(t.step.out.dtype, t.step.out.shape))
