@@ -61,3 +61,9 @@ def test_scale():
     start = time.perf_counter()
     patterns = compact(names)
     assert len(patterns) == 3 and time.perf_counter() - start < 5
+
+
+def test_backslashes_of_re_patterns_stay_single():
+    names = [f"re:(.*\\.)?model\\.layers\\.{i}\\.mlp\\.gate$" for i in range(3, 92)]
+    assert compact(names) == ["re:(.*\\.)?model\\.layers\\.{3..91}\\.mlp\\.gate$"]
+    assert sorted(_back(compact(["a\\", "b\\{", "c\\\\", "d\\x"]))) == ["a\\", "b\\{", "c\\\\", "d\\x"]

@@ -3,7 +3,7 @@
 A name splits into text and numbers. A number is a digit run (ASCII) of at most 18 digits without a
 leading zero; any other digits stay text, so each name comes back exactly. Names with the same text
 whose numbers form a product of sets become one pattern, each set written as runs (`{0..3,7,9,10}`).
-`\\`, `{` and `}` in a name are escaped with `\\`, so `expand(pattern)` gives back exactly the names
+`{` and `}` in a name (and a `\\` before them or another `\\`) are escaped with `\\`, so `expand(pattern)` gives back exactly the names
 that made it (names are data: they may hold anything). Natural order sorts `layers.3` before `layers.10`.
 """
 
@@ -14,7 +14,7 @@ from itertools import product
 from typing import Iterable
 
 _NUMBER = re.compile(r"(?<![0-9])(0|[1-9][0-9]{0,17})(?![0-9])")
-_SPECIAL = re.compile(r"([\\{}])")
+_SPECIAL = re.compile(r"\\(?=[\\{}]|\Z)|[{}]")  # a brace, or a backslash that an escape could be read into
 MAX_FIELDS = 16  # names with more numbers than this are kept whole (bounds the work on hostile names)
 
 
@@ -52,7 +52,7 @@ def expand(pattern: str) -> list[str]:
     text, i = [], 0
     while i < len(pattern):
         c = pattern[i]
-        if c == "\\" and i + 1 < len(pattern):
+        if c == "\\" and pattern[i + 1:i + 2] in ("\\", "{", "}"):
             text.append(pattern[i + 1])
             i += 2
         elif c == "{":
@@ -113,4 +113,5 @@ def _join(texts: tuple[str, ...], fields: list[str], escape: bool) -> str:
 
 
 def _escape(text: str) -> str:
-    return _SPECIAL.sub(r"\\\1", text)
+    """Braces, and backslashes before a brace, a backslash or the end, get a backslash (`re:a\\.b` stays readable)."""
+    return _SPECIAL.sub(lambda m: "\\" + m.group(0), text)
