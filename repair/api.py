@@ -11,6 +11,7 @@ from pathlib import Path
 
 from repair.doctor.diagnose import diagnose
 from repair.execute.report import input_sections, recipe_options
+from repair.execute.parallel import default_jobs
 from repair.execute.writer import Result, execute
 from repair.io.checkpoint import Checkpoint, open_checkpoint
 from repair.planning.build import make_plan
@@ -48,12 +49,15 @@ def resolve_recipe(ckpt: Checkpoint, recipe: Recipe) -> Recipe:
                    drop_quantization=recipe.drop_quantization or derived.drop_quantization)
 
 
-def run(plan: Plan, out: str | Path, *, overwrite: bool = False, progress: bool = False, force: bool = False) -> Result:
+def run(plan: Plan, out: str | Path, *, overwrite: bool = False, progress: bool = False, force: bool = False,
+        jobs: int | None = None) -> Result:
     """Write the planned checkpoint to `out` (atomically) and return the report.
 
     With an original model, it is first verified against the checkpoint (refused unless `force`).
     The report records doctor before and after for the recipe's target (else the newest known).
+    `jobs` tensors are computed at once (default: one per core); the output is the same for every value.
     """
-    sections = input_sections(plan, force)
+    jobs = jobs or default_jobs()
+    sections = input_sections(plan, force, jobs=jobs)
     return execute(plan, Path(out), overwrite=overwrite, progress=progress, options=recipe_options(plan), sections=sections,
-                   after=lambda folder: diagnose(open_checkpoint(folder), sections.doctor.target))
+                   after=lambda folder: diagnose(open_checkpoint(folder), sections.doctor.target), jobs=jobs)

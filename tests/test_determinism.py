@@ -125,8 +125,8 @@ def test_shard_writer_refuses_bytes_that_do_not_fit_the_planned_header(sources, 
 def test_self_check_catches_a_stray_file(sources, tmp_path, monkeypatch, capsys):
     real = ex._write_all
 
-    def with_stray(plan, tmp, bar):
-        hashes = real(plan, tmp, bar)
+    def with_stray(plan, tmp, bar, *rest):
+        hashes = real(plan, tmp, bar, *rest)
         (tmp / "stray.bin").write_bytes(b"?")
         return hashes
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools.bench import inputs, measure, peers  # noqa: E402
+from tools.bench import inputs, jobs, measure, peers  # noqa: E402
 from tools.bench.measure import CLI, PY, REPO, alternate, fresh, timed  # noqa: E402
 from tools.bench.report import render  # noqa: E402
 
@@ -164,10 +164,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, one round: a smoke check (< 2 min)")
     parser.add_argument("--out", type=Path, default=None, help="default: BENCHMARKS.md (--quick: /tmp/BENCHMARKS.quick.md)")
     parser.add_argument("--render", type=Path, metavar="JSON", help="only rewrite --out from a run's saved figures (/tmp/ckpt-bench-last.json)")
-    parser.add_argument("--only", choices=["many-tensors", "sparse-r1"], help="run one case and rewrite only its section of --out")
+    parser.add_argument("--only", choices=["many-tensors", "sparse-r1", "jobs"], help="run one case and rewrite only its section of --out")
     args = parser.parse_args()
     if args.only == "sparse-r1":
         return only_sparse_r1(args.out or REPO / "BENCHMARKS.md")
+    if args.only == "jobs":
+        return only_jobs(args.out or REPO / "BENCHMARKS.md", args.quick)
     if args.only:
         return only_many_tensors(args.out or REPO / "BENCHMARKS.md")
     args.out = args.out or (Path(tempfile.gettempdir()) / "BENCHMARKS.quick.md" if args.quick else REPO / "BENCHMARKS.md")
@@ -188,6 +190,7 @@ def main() -> None:
         r["codec"] = codec_bench(2048 if args.quick else 8192, 1 if args.quick else 5)
         bench_inspect(work, 3 if args.quick else 11, r)
         bench_many_tensors(work, 1 if args.quick else 3, r)
+        jobs.bench_jobs(work, args.quick, 1 if args.quick else 5, r)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     r["load_end"], r["minutes"] = measure.load(), (time.time() - started) / 60
@@ -231,6 +234,19 @@ def only_sparse_r1(out: Path, repeats: int = 3) -> None:
     lines = sparse_r1_report.section(m)
     out.write_text(sparse_r1_report.splice(out.read_text() if out.exists() else "# Benchmarks\n", lines))
     print("\n".join(lines))
+
+
+def only_jobs(out: Path, quick: bool) -> None:
+    """Section 9 alone: fix --target bf16 with --jobs 1 and 2 (tools/bench/jobs.py)."""
+    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir="/tmp"))
+    r: dict = {}
+    try:
+        jobs.bench_jobs(work, quick, 1 if quick else 5, r)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    section = jobs.jobs_section(r["jobs"])
+    out.write_text(jobs.splice(out.read_text() if out.exists() else "# Benchmarks\n", section))
+    print("\n".join(section))
 
 
 def write(out: Path, r: dict) -> None:

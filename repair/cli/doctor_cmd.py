@@ -14,9 +14,11 @@ import click
 @click.option("--target", "target_spec", default=None, help="vllm==X.Y.Z (default: newest known) or bf16.")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel degree to simulate.")
 @click.option("--strict", is_flag=True, help="Warnings count as problems too (exit 1).")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON (every finding).")
 @click.option("--deep", is_flag=True, help="Read every NVFP4 block scale (default: scalars and a sample of each block-scale tensor).")
-def doctor(src: Path, target_spec: str | None, tp: int, strict: bool, as_json: bool, deep: bool) -> None:
+@click.option("--verbose", "-v", is_flag=True, help="One line per finding (default: alike findings grouped).")
+@click.option("--quiet", "-q", is_flag=True, help="The summary line and the errors only.")
+def doctor(src: Path, target_spec: str | None, tp: int, strict: bool, as_json: bool, deep: bool, verbose: bool, quiet: bool) -> None:
     """Predict what TARGET does with SRC: exit 0 healthy, 1 problems, 2 bad input."""
     from repair.doctor.diagnose import diagnose
     from repair.doctor.text import diagnosis_json, diagnosis_text
@@ -24,7 +26,8 @@ def doctor(src: Path, target_spec: str | None, tp: int, strict: bool, as_json: b
     from repair.targets.profiles import resolve
 
     result = diagnose(open_source(src), resolve(target_spec), tp, deep=deep, progress=_bar if deep else None)
-    click.echo(json.dumps(diagnosis_json(result, strict), indent=2) if as_json else diagnosis_text(result, strict))
+    detail = "quiet" if quiet else "verbose" if verbose else "normal"
+    click.echo(json.dumps(diagnosis_json(result, strict), indent=2) if as_json else diagnosis_text(result, strict, detail))
     sys.exit(result.exit_code(strict))
 
 

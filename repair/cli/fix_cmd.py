@@ -22,6 +22,8 @@ from repair.cli.main import say
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (only once the new output is complete).")
 @shared("as_json")
 @shared("quiet")
+@shared("verbose")
+@shared("jobs")
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="Write one checkpoint per tensor-parallel rank (OUT/rank-R/) and tp_manifest.json.")
 def fix(src: Path, out: Path, overwrite: bool, tp: int | None, **values) -> None:
     """Repair SRC into OUT: dequantize wrongly packed layers and fix the exclusions."""
@@ -43,18 +45,18 @@ def fix(src: Path, out: Path, overwrite: bool, tp: int | None, **values) -> None
         from repair.tp.write import fix_tp
 
         plan = plan if dry_run else localize_plan(plan)
-        say(as_json, *fix_tp(plan, out, tp, dry_run=dry_run, overwrite=overwrite, progress=progress, force=force))
+        say(as_json, *fix_tp(plan, out, tp, dry_run=dry_run, overwrite=overwrite, progress=progress, force=force, jobs=o.jobs, detail=o.detail))
         return
     if plan.is_noop:
         say(as_json, {"status": "noop", "plan": plan_as_json(plan)}, _noop_text(src, plan))
         return
     check_output(src, out, overwrite, original)
     if dry_run:
-        say(as_json, {"status": "dry-run", "plan": plan_as_json(plan)}, plan_as_text(plan) + "\n(dry run: nothing written)")
+        say(as_json, {"status": "dry-run", "plan": plan_as_json(plan)}, plan_as_text(plan, o.verbose) + "\n(dry run: nothing written)")
         return
     plan = localize_plan(plan)  # a Hub SRC / --original is downloaded (huggingface_hub's cache) to write a local OUT
-    result = api.run(plan, out, overwrite=overwrite, progress=progress, force=force)
-    say(as_json, {"status": "written", "out": str(result.out), "plan": plan_as_json(plan), "report": result.report}, _summary(plan, result))
+    result = api.run(plan, out, overwrite=overwrite, progress=progress, force=force, jobs=o.jobs)
+    say(as_json, {"status": "written", "out": str(result.out), "plan": plan_as_json(plan), "report": result.report}, _summary(plan, result, o))
 
 
 def _noop_text(src: Path, plan) -> str:
@@ -64,11 +66,15 @@ def _noop_text(src: Path, plan) -> str:
     return f"{src}: nothing to repair; it is already fixed. Nothing written."
 
 
-def _summary(plan, result) -> str:
+def _summary(plan, result, o: FixOptions) -> str:
+    """What was written, what is left and the --original check first; then, unless --quiet, the plan."""
     from repair.planning.model import ChangeAction
-    from repair.planning.text import plan_as_text
+    from repair.planning.text import plan_as_text, plan_warnings
 
-    lines = [plan_as_text(plan)]
+    lines = [f"wrote {result.out} (report: {result.out / 'repair_report.json'})"]
+    doctor = result.report["doctor"]
+    if doctor["after"]["findings"]:
+        lines.append(f"{len(doctor['after']['findings'])} finding(s) remain for {doctor['target']}; run `ckpt-repair doctor {result.out} --target {doctor['target']}`")
     original = result.report.get("original")
     if original:
         lines.append(f"original verified: {original['verified']} of {original['checked']} modules reproduce byte-for-byte"
@@ -77,8 +83,4 @@ def _summary(plan, result) -> str:
         for module in original["corrupted"]:
             fate = "taken from the original" if module in taken else "kept as stored; add it to a take_original rule to take it from the original"
             lines.append(f"  {module}: its NVFP4 copy is {original['relative_error'][module]:.0%} off the original (corrupted); {fate}")
-    lines.append(f"wrote {result.out} (report: {result.out / 'repair_report.json'})")
-    doctor = result.report["doctor"]
-    if doctor["after"]["findings"]:
-        lines.append(f"{len(doctor['after']['findings'])} finding(s) remain for {doctor['target']}; run `ckpt-repair doctor {result.out} --target {doctor['target']}`")
-    return "\n".join(lines)
+    return "\n".join(lines + (plan_warnings(plan) if o.quiet else [plan_as_text(plan, o.verbose)]))

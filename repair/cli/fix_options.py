@@ -20,7 +20,10 @@ SHARED: dict[str, tuple[tuple[str, ...], dict]] = {
     "force": (("--force",), {"is_flag": True, "help": "Use --original even if it does not reproduce the checkpoint's packed bytes."}),
     "dry_run": (("--dry-run",), {"is_flag": True, "help": "Print the plan and write nothing."}),
     "as_json": (("--json", "as_json"), {"is_flag": True, "help": "Print the plan / result as JSON."}),
-    "quiet": (("--quiet",), {"is_flag": True, "help": "No progress bar."}),
+    "quiet": (("--quiet", "-q"), {"is_flag": True, "help": "Print the summary and errors only (no plan, no progress bar)."}),
+    "verbose": (("--verbose", "-v"), {"is_flag": True, "help": "List every module of the plan (default: alike changes grouped)."}),
+    "jobs": (("--jobs", "-j"), {"type": click.IntRange(min=1), "default": None,
+                                "help": "Tensors to dequantize/requantize at once (default: one per core); the output is the same."}),
 }
 
 
@@ -42,11 +45,18 @@ class FixOptions:
     dry_run: bool = False
     as_json: bool = False
     quiet: bool = False
+    verbose: bool = False
+    jobs: int | None = None
+
+    @property
+    def detail(self) -> str:
+        """How much text: "quiet" (the summary and errors), "verbose" (every module), else "normal"."""
+        return "quiet" if self.quiet else "verbose" if self.verbose else "normal"
 
     @classmethod
     def take(cls, values: dict) -> "FixOptions":
         """Pop the shared settings out of a command's keyword arguments."""
-        return cls(**{name: values.pop(name) for name in SHARED})
+        return cls(**{name: values.pop(name) for name in SHARED if name in values})  # a command may not declare every one
 
     def recipe(self):
         """--recipe (else the default), with --target and --requantize applied on top."""

@@ -29,7 +29,8 @@ def hub() -> None:
 @click.option("--workdir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="Where to stage the changed shards (default: the system temp folder); it needs room for the largest one, twice.")
 @shared("as_json", help="Print the result as JSON.")
-@shared("quiet", help="No progress lines or bars.")
+@shared("quiet", help="Print the summary and errors only (no progress lines or bars).")
+@shared("jobs")
 def hub_fix(src: str, dst: str | None, pr: bool, private: bool, workdir: Path | None, **values) -> None:
     """Repair Hub repo SRC[@REV] into fork DST and/or a pull request on SRC, in one commit each.
 
@@ -39,7 +40,7 @@ def hub_fix(src: str, dst: str | None, pr: bool, private: bool, workdir: Path | 
 
     o = FixOptions.take(values)
     echo = (lambda line: None) if o.quiet else (lambda line: click.echo(line, err=True))  # progress: stderr
-    result = run(HubFix(src, dst, pr, private, o.dry_run, o.recipe(), o.original, o.force, workdir, o.quiet), echo)
+    result = run(HubFix(src, dst, pr, private, o.dry_run, o.recipe(), o.original, o.force, workdir, o.quiet, o.jobs), echo)
     say(o.as_json, result, _text(result))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from repair.doctor.findings import Diagnosis, Severity
+from repair.doctor.grouping import finding_lines
 from repair.doctor.schemes import scheme_counts
 
 
@@ -27,19 +28,24 @@ def diagnosis_json(d: Diagnosis, strict: bool = False) -> dict:
     }
 
 
-def diagnosis_text(d: Diagnosis, strict: bool = False) -> str:
+def diagnosis_text(d: Diagnosis, strict: bool = False, detail: str = "normal") -> str:
+    """The summary line first (counts and what to do), then the findings.
+
+    `detail`: "normal" groups findings of one kind and message (grouping.py); "verbose" prints one line per
+    finding; "quiet" prints the summary and the errors alone.
+    """
     errors = [f for f in d.findings if f.severity is Severity.ERROR]
     warnings = [f for f in d.findings if f.severity is Severity.WARNING]
-    lines = [f"target {d.target.spec} ({d.target.profile.name}), tensor parallel {d.tp}: {len(errors)} error(s), {len(warnings)} warning(s)"]
+    lines = [f"target {d.target.spec} ({d.target.profile.name}), tensor parallel {d.tp}: {len(errors)} error(s), {len(warnings)} warning(s)"
+             + _next_step(d, strict, errors, warnings)]
     for o in d.first_errors:
         where = f"rank {o.rank} would stop" if d.tp > 1 else "the runtime would stop"
         lines.append(f"{where} at {o.tensor} with:\n    {o.error}")
-    for f in errors + warnings:
-        lines.append(f"{f.severity}: [{f.code}] {f.message}")
-        if f.runtime_error:
-            ranks = f" (rank {', '.join(map(str, f.ranks))})" if d.tp > 1 else ""
-            lines.append(f"    runtime error{ranks}: {f.runtime_error}")
-    lines += [f"note: [{f.code}] {f.message}" for f in d.notes]
+    shown = errors if detail == "quiet" else errors + warnings
+    lines += finding_lines(shown, d.tp, verbose=detail == "verbose")
+    if detail == "quiet":
+        return "\n".join(lines)
+    lines += finding_lines(d.notes, d.tp, verbose=detail == "verbose", label="note")
     lines.append(f"bits per parameter: {d.bits_per_parameter:.3f}")
     if len(set(d.runtime_precision.values()) - {"bf16"}) > 1:
         lines.append(f"layers built as: {scheme_counts(d.runtime_precision)}")
@@ -50,6 +56,16 @@ def diagnosis_text(d: Diagnosis, strict: bool = False) -> str:
         verdict = "healthy for this target" if d.simulated or d.target.profile.runtime != "vllm" else "no problems found by these checks"
         lines.append(verdict + (" (warnings ignored; --strict counts them)" if warnings else ""))
     return "\n".join(lines)
+
+
+def _next_step(d: Diagnosis, strict: bool, errors: list, warnings: list) -> str:
+    """What to do, on the summary line: a person reads the first line, and may read nothing else."""
+    dry_run = f"`ckpt-repair fix SRC -o OUT --target {d.target.spec} --dry-run` shows the repair, or why there is none"
+    if errors or (strict and warnings):
+        return f"; next: {dry_run}"
+    if warnings:
+        return f"; no errors; for the warnings, {dry_run}"
+    return "; nothing to do"
 
 
 def checked(d: Diagnosis) -> str:

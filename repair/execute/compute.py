@@ -12,7 +12,9 @@ are written, so memory holds at most one module's tensors.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -22,7 +24,7 @@ from repair.formats.nvfp4_packed import BROKEN_EXPORT
 from repair.io.ranges import read_tensor
 from repair.io.safetensors import ShardHeader, TensorInfo
 from repair.planning.dequantize import fp8_scale_error
-from repair.planning.model import Cast, Computed, Dequantize, Requantize
+from repair.planning.model import Cast, Computed, Copy, Dequantize, Requantize, TensorStep
 
 if TYPE_CHECKING:
     import torch
@@ -38,13 +40,23 @@ def torch_view(bits: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(bits)).view(dtype)
 
 
+def requantized_module(step: TensorStep) -> str | None:
+    """The module whose requantized outputs this step is one of (they are one unit of work), else None."""
+    return step.module if isinstance(step, Requantize) else None
+
+
+def computed_unit(unit: Sequence[TensorStep]) -> bool:
+    """A unit whose bytes are computed (every step of a unit is of one kind), not copied."""
+    return not isinstance(unit[0], Copy)
+
+
 class Computer:
     """Computes the computed tensor steps against the checkpoint and (optionally) the original model."""
 
     def __init__(self, checkpoint: Located, original: Located | None = None, global_scale_is_divisor: bool = False):
         self._sources = {"checkpoint": checkpoint, "original": original or {}}
         self._divisor = global_scale_is_divisor  # compressed-tensors stores 1 / ModelOpt's weight_scale_2
-        self._cache: dict[str, dict[str, torch.Tensor]] = {}
+        self._local = threading.local()  # per thread: the requantized module being written (execute/parallel.py)
 
     def load(self, name: str, source: str = "checkpoint") -> torch.Tensor:
         from repair.io import tensors
@@ -61,6 +73,18 @@ class Computer:
         if isinstance(step, (Dequantize, Cast)) and result.is_floating_point():
             self._refuse_non_finite(step, int((~result.isfinite()).sum()))
         return tensors.to_bytes(result)
+
+    def unit_bytes(self, steps: Sequence[Computed]) -> list[memoryview]:
+        """The bytes of one unit of work (a tensor, or every output of one requantized module), on the calling
+        thread; its cached computation is dropped after, so a thread holds at most the unit it makes."""
+        try:
+            return [self.bytes_of(step) for step in steps]
+        finally:
+            self.forget()
+
+    def forget(self) -> None:
+        """Drop this thread's cached requantized module (its unit is made)."""
+        self._local.cache = {}
 
     def _refuse_non_finite(self, step: Dequantize | Cast, count: int) -> None:
         """The last guard against garbage that looks fixed: plan-time checks read the scales, this reads the result."""
@@ -152,7 +176,7 @@ class Computer:
 
         from repair.codec import fp8, nvfp4
 
-        cached = self._cache.get(step.module)
+        cached = getattr(self._local, "cache", {}).get(step.module)
         if cached is None:
             weights = [self.load(n, step.source) for n in step.inputs]
             if step.algorithm == "FP8":  # ModelOpt's FP8 export: the group's largest amax / 448
@@ -162,5 +186,5 @@ class Computer:
                 scale_2 = torch.stack([nvfp4.global_scale(w) for w in weights]).amax()
                 packed, scale, scale_2 = nvfp4.quantize(weights[0], scale_2)
                 cached = {"weight": packed, "weight_scale": scale, "weight_scale_2": scale_2.reshape(())}
-            self._cache = {step.module: cached}  # one module at a time
+            self._local.cache = {step.module: cached}  # one module at a time, per thread
         return cached

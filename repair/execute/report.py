@@ -80,19 +80,19 @@ def recipe_options(plan: Plan) -> dict:
     return {"recipe": plan.recipe.name, "target": plan.recipe.from_target}
 
 
-def input_sections(plan: Plan, force: bool, tp: int | None = None) -> Sections:
+def input_sections(plan: Plan, force: bool, tp: int | None = None, jobs: int = 1) -> Sections:
     """What a command records about its input before writing: the --original verification (refused
-    unless `force`) and doctor on the input for the recipe's target (else the newest known)."""
+    unless `force`; `jobs` modules at once) and doctor on the input for the recipe's target (else the newest known)."""
     target = resolve(plan.recipe.from_target)
-    return Sections(doctor=DoctorRecord(target, diagnose(plan.source, target, tp or 1), tp=tp), original=_assessed(plan, force))
+    return Sections(doctor=DoctorRecord(target, diagnose(plan.source, target, tp or 1), tp=tp), original=_assessed(plan, force, jobs))
 
 
-def _assessed(plan: Plan, force: bool) -> OriginalAssessment | None:
+def _assessed(plan: Plan, force: bool, jobs: int) -> OriginalAssessment | None:
     if plan.original is None:
         return None
     from repair.execute.verify_original import assess_original  # imports torch
 
-    return assess_original(plan, force)
+    return assess_original(plan, force, jobs)
 
 
 def build_report(plan: Plan, hashes: Hashes, options: dict, sections: Sections = Sections()) -> dict:

@@ -15,6 +15,7 @@ import torch
 
 from repair.codec import fp8, nvfp4
 from repair.execute.compute import Computer
+from repair.execute.parallel import in_order
 from repair.errors import BadInput
 from repair.planning.model import Plan
 
@@ -43,13 +44,13 @@ class OriginalAssessment:
         return f"original verified: {len(self.verified)} of {total} modules reproduce byte-for-byte"
 
 
-def assess_original(plan: Plan, force: bool = False) -> OriginalAssessment:
+def assess_original(plan: Plan, force: bool = False, jobs: int = 1) -> OriginalAssessment:
     """Verify the original against every packed module, or raise BadInput.
 
     Most packed modules must reproduce byte-for-byte (a few may not: a checkpoint module the
     exporter corrupted is what --original repairs); fewer is another model, refused unless
     `force`. A weight holding NaN or infinities is refused whenever the plan takes it, even with
-    `force`: it would be written into OUT as is.
+    `force`: it would be written into OUT as is. `jobs` modules are checked at once (execute/parallel.py).
     """
     ckpt, original = plan.source, plan.original
     computer = Computer(ckpt.locate(), original.locate())
@@ -57,17 +58,11 @@ def assess_original(plan: Plan, force: bool = False) -> OriginalAssessment:
     packed = [m for m in plan.format.group_modules(ckpt.infos()) if m.is_quantized and m.algorithm != "NVFP4_AWQ"]
     orig_infos = original.infos()
     verified, mismatched, errors, non_finite = [], [], {}, []
-    for m in packed:
-        name = f"{m.name}.weight"
-        if name not in orig_infos or orig_infos[name].shape != m.logical_shape:
-            mismatched.append(m.name)
-            continue
-        weight = computer.load(name, "original")
-        if not _float_weight(weight):
-            non_finite.append(name)
-            mismatched.append(m.name)
-            continue
-        same, errors[m.name] = (_fp8_reproduces if m.algorithm == "FP8" else _nvfp4_reproduces)(computer, m, weight)
+    for m, (same, error) in in_order(packed, lambda m: _check(computer, orig_infos, m), lambda m: True, jobs):
+        if error is not None:
+            errors[m.name] = error
+        if same is None:  # the original's weight is not float data, or not finite
+            non_finite.append(f"{m.name}.weight")
         (verified if same else mismatched).append(m.name)
     checked = {f"{m.name}.weight" for m in packed}
     non_finite += [n for n in _taken(plan) if n not in checked and not _finite(computer.load(n, "original"))]
@@ -79,6 +74,18 @@ def assess_original(plan: Plan, force: bool = False) -> OriginalAssessment:
             f"e.g. {mismatched[0]}); pass the model this checkpoint was quantized from, or --force"
         )
     return result
+
+
+def _check(computer: Computer, orig_infos: dict, m) -> tuple[bool | None, float | None]:
+    """One packed module against the original: (reproduced, relative error); (False, None) when the original has
+    no such weight or another shape, (None, None) when its weight is not finite float data. Any thread."""
+    name = f"{m.name}.weight"
+    if name not in orig_infos or orig_infos[name].shape != m.logical_shape:
+        return False, None
+    weight = computer.load(name, "original")
+    if not _float_weight(weight):
+        return None, None
+    return (_fp8_reproduces if m.algorithm == "FP8" else _nvfp4_reproduces)(computer, m, weight)
 
 
 def _nvfp4_reproduces(computer: Computer, m, weight: torch.Tensor) -> tuple[bool, float]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import closing
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,8 @@ from repair.planning import check as plan_check
 from repair.planning.target_check import cannot_repair
 from repair.doctor.findings import Severity
 from repair.errors import BadInput, InternalError
-from repair.execute.compute import Computer, Located
+from repair.execute.compute import Computer, Located, computed_unit, requantized_module
+from repair.execute.parallel import default_jobs, in_order, runs
 from repair.io.atomic import WRITTEN, build_atomically, check_files, check_header, defect, own_output, write_json
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file, sha256_pinned
@@ -40,27 +42,28 @@ class Result:
 
 def execute(
     plan: Plan, out: Path, *, overwrite: bool = False, progress: bool | None = None, options: dict | None = None,
-    sections: Sections = Sections(), after: Callable[[Path], object] | None = None,
+    sections: Sections = Sections(), after: Callable[[Path], object] | None = None, jobs: int | None = None,
 ) -> Result:
     """Write the planned checkpoint to `out` atomically and return its report.
 
     `sections` are the report's command-specific parts; `after(folder)`, when given, diagnoses the
     written files (doctor after) for the report. It re-opens our own output, so a defect it finds
-    there is reported as ours (`own_output`).
+    there is reported as ours (`own_output`). `jobs` computes that many tensors at once (default: every
+    core); the bytes written are the same for every value.
     """
     out = Path(out)
     plan_check.check_plan(plan)  # a Plan built or edited outside make_plan (Python API) is checked too
     original = plan.original.root if plan.original else None
-    report = build_atomically(plan.source.root, out, overwrite, lambda tmp: _build(plan, tmp, out, progress, options, sections, after),
+    report = build_atomically(plan.source.root, out, overwrite, lambda tmp: _build(plan, tmp, out, progress, options, sections, after, jobs or default_jobs()),
                               original=original, needed_bytes=lambda: _needed(plan))
     return Result(out, report)
 
 
-def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dict | None, sections: Sections, after) -> dict:
+def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dict | None, sections: Sections, after, jobs: int) -> dict:
     """Write and check every file inside the temp folder; return the report."""
     try:
         with _progress(plan, progress) as bar:
-            hashes = _write_all(plan, tmp, bar)
+            hashes = _write_all(plan, tmp, bar, jobs)
     except EOFError:  # an input got shorter while it was read: say which
         check_inputs(plan)
         raise
@@ -100,7 +103,7 @@ def _progress(plan: Plan, enabled: bool | None) -> tqdm:
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="repair", disable=not show, leave=False)
 
 
-def _write_all(plan: Plan, tmp: Path, bar: tqdm) -> dict[str, dict[str, str]]:
+def _write_all(plan: Plan, tmp: Path, bar: tqdm, jobs: int) -> dict[str, dict[str, str]]:
     """Write every output file; return {file: {"source": sha256, "output": sha256}}: each input's over the
     bytes read through its pinned handle, each output's over the bytes written, from the same buffers."""
     src = plan.source
@@ -116,7 +119,7 @@ def _write_all(plan: Plan, tmp: Path, bar: tqdm) -> dict[str, dict[str, str]]:
                     digest = copies[step.name].result()
                     hashes[step.name] = {"source": digest, "output": digest}
                 else:
-                    hashes[step.name] = _rewrite(plan, step, tmp / step.name)
+                    hashes[step.name] = _rewrite(plan, step, tmp / step.name, jobs=jobs)
                 bar.update(shards[step.name].size)
         except BaseException:
             for pending in copies.values():
@@ -147,24 +150,27 @@ def check_inputs(plan) -> None:
         plan.original.pins.check("--original")
 
 
-def _rewrite(plan: Plan, step: ShardStep, dst: Path, hash_source: bool = True) -> dict[str, str | None]:
+def _rewrite(plan: Plan, step: ShardStep, dst: Path, hash_source: bool = True, jobs: int = 1) -> dict[str, str | None]:
     """Stream one changed shard: copy untouched tensors' bytes, compute the changed ones; the source's and
     the output's sha256, the source's from the same reads (its other bytes are read as the copy passes them).
 
     torch (~1.4 s to import) is imported at the first computed tensor that needs it, not before:
-    copies already written are hashed by the writer's thread meanwhile instead of after.
+    copies already written are hashed by the writer's thread meanwhile instead of after. Computed tensors
+    are made `jobs` ahead of the writer (execute/parallel.py).
     """
     located = located_inputs(plan)
     computer = computer_for(plan, located)
     header = [OutTensor(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
     home = next(source_of(s) for s in plan.source.shards if s.path.name == step.name) if hash_source else None
-    with ShardWriter(dst, header, step.metadata, source=home) as writer:
-        for t in step.tensors:
-            if isinstance(t, Copy):
-                shard, info = located[t.source][t.inputs[0]]
-                writer.copy(t.out.name, source_of(shard), info)
-            else:
-                writer.write(t.out.name, computer.bytes_of(t))
+    units = in_order(runs(step.tensors, requantized_module), computer.unit_bytes, computed_unit, jobs)
+    with ShardWriter(dst, header, step.metadata, source=home) as writer, closing(units):  # a failed write stops the computing at once
+        for unit, made in units:
+            for t, data in zip(unit, made or [None] * len(unit)):
+                if data is None:
+                    shard, info = located[t.source][t.inputs[0]]
+                    writer.copy(t.out.name, source_of(shard), info)
+                else:
+                    writer.write(t.out.name, data)
     return {"output": writer.digest.hexdigest(), "source": writer.source_digest}
 
 
@@ -197,12 +203,12 @@ def _expected(step: ShardStep) -> list[tuple[str, str, tuple[int, ...]]]:
     return [(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
 
 
-def write_rewritten_shard(plan: Plan, step: ShardStep, dst: Path) -> str:
+def write_rewritten_shard(plan: Plan, step: ShardStep, dst: Path, jobs: int = 1) -> str:
     """One ShardOp.REWRITE step on its own, written to `dst` and re-checked like execute() checks it; its sha256.
 
     For publishers that upload file by file instead of writing an output folder (repair/hub): the
     plan's source must hold every shard this step reads.
     """
-    digest = _rewrite(plan, step, dst, hash_source=False)["output"]
+    digest = _rewrite(plan, step, dst, hash_source=False, jobs=jobs)["output"]
     check_header(dst.parent, dst.parent, dst.name, _expected(step), step.metadata)
     return digest

@@ -41,9 +41,10 @@ class Streamed:
     written: list[str] = field(default_factory=list)  # rewritten shards in work/out, in plan order
 
 
-def rewrite(plan: Plan, source: RemoteSource, work: Path, say: Callable[[str], None]) -> Streamed:
-    """Every "rewrite" step of the plan, streamed (see the module docstring); the written shards stay in
-    work/out until `upload` sends them, so nothing reaches a destination before the output is checked."""
+def rewrite(plan: Plan, source: RemoteSource, work: Path, say: Callable[[str], None], jobs: int = 1) -> Streamed:
+    """Every "rewrite" step of the plan, streamed (see the module docstring), `jobs` tensors computed at once; the
+    written shards stay in work/out until `upload` sends them, so nothing reaches a destination before the output
+    is checked."""
     steps = [s for s in plan.shards if s.op == ShardOp.REWRITE]
     located = plan.source.locate()
     needs = {s.name: _reads(s, located) for s in steps}
@@ -55,7 +56,7 @@ def rewrite(plan: Plan, source: RemoteSource, work: Path, say: Callable[[str], N
             say(f"download {name} ({source.repo.files[name].size:,} bytes)")
             fetch_shard(source, name, staging)
             result.downloaded.append(name)
-        result.hashes[step.name] = {"source": _source_digest(source, step.name), "output": write_rewritten_shard(plan, step, out / step.name)}
+        result.hashes[step.name] = {"source": _source_digest(source, step.name), "output": write_rewritten_shard(plan, step, out / step.name, jobs)}
         result.peak_bytes = max(result.peak_bytes, _bytes_in(work))
         sparse_copy(out / step.name, _folder(work / "after") / step.name)
         for name in needs[step.name]:

@@ -18,6 +18,7 @@ from typing import Callable
 from repair.doctor.diagnose import diagnose
 from repair.errors import RepairError, UsageError
 from repair.execute.report import REPORT_NAME, Sections, build_report, input_sections, recipe_options
+from repair.execute.parallel import default_jobs
 from repair.execute.writer import refuse_unclean
 from repair.hub import access, card, client, publish, stream
 from repair.hub.source import RemoteSource, fetch_tensors, localize, open_remote, open_source, remote_of, resolve, work_folder
@@ -47,6 +48,7 @@ class HubFix:
     force: bool = False
     workdir: Path | None = None
     quiet: bool = False
+    jobs: int | None = None  # tensors computed at once (None: one per core)
 
 
 def hub_fix(o: HubFix, say: Callable[[str], None] = lambda line: None) -> dict:
@@ -102,10 +104,10 @@ def _run(o: HubFix, spec, dst: str | None, work: Path, say) -> dict:
 def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, fid, title, work, say, summary) -> dict:
     repo = source.repo
     plan = _with_original(plan, source)
-    sections = input_sections(plan, o.force)  # doctor before, and the same verification of --original `fix` runs
+    sections = input_sections(plan, o.force, jobs=o.jobs or default_jobs())  # doctor before, and the same verification of --original `fix` runs
     target, before = sections.doctor.target, sections.doctor.before
     stream.link_unchanged(plan, source, work)
-    streamed = stream.rewrite(plan, source, work, say)
+    streamed = stream.rewrite(plan, source, work, say, o.jobs or default_jobs())
     hashes = _hashes(plan, source, work, streamed)
     after = diagnose(stream.after_checkpoint(plan, source, work, f"{repo.label} (repaired)"), target)
     sections = sections.with_after(after)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from repair.doctor.grouping import GROUP_FROM, first_text, names_text, pattern_text
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG
 from repair.planning.model import ChangeAction, ModuleChange, Plan, ShardOp
 
+LONG_PLAN = 20  # more module lines than this are grouped (the 31B assistant's --target vllm==0.22.1 has 22)
 SHARD_EMPTIED = "every tensor it held moved to another shard or was dropped"
 
 
@@ -39,23 +41,22 @@ def _kv_text(plan: Plan, kv_scales: list[str]) -> str:
     return f"KV-cache quantization: removed with it: {dropped} and the KV-cache declaration (kv_cache_quant_algo / kv_cache_scheme)"
 
 
-def plan_as_text(plan: Plan) -> str:
+def plan_as_text(plan: Plan, verbose: bool = False) -> str:
+    """The plan for people: one line per module, or (unless verbose) alike changes of many modules as one."""
     lines = [f"plan for {plan.source.root}:"]
     if plan.changes:
         lines.append(f"  {_recipe_label(plan)} changes {_counts(plan.changes)}")
     kv_scales = [c.module for c in plan.changes if c.action == ChangeAction.DROP_KV_CACHE_SCALE]
-    for c in plan.changes:
-        if c.action != ChangeAction.DROP_KV_CACHE_SCALE:
-            lines.append(f"  {c.module}: {_change_text(c)}")
+    lines += _change_lines([c for c in plan.changes if c.action != ChangeAction.DROP_KV_CACHE_SCALE], verbose)
     if plan.recipe.drop_quantization:
         lines.append("  quantization config: removed (config.json quantization_config" + (", hf_quant_config.json)" if HF_QUANT_CONFIG in plan.removed_files else ")"))
     if kv_scales:
         lines.append(f"  {_kv_text(plan, kv_scales)}")
     if plan.exclusions_added:
         files = " and ".join(n for n in (CONFIG, HF_QUANT_CONFIG) if n in plan.json_files)
-        lines.append(f"  exclusions: add {', '.join(plan.exclusions_added)} ({files})")
+        lines.append(f"  exclusions: add {names_text(plan.exclusions_added, verbose)} ({files})")
     if plan.unlisted:
-        lines.append(f"  quantized_layers: take out {', '.join(plan.unlisted)} ({CONFIG} and {HF_QUANT_CONFIG}, and {CONFIG} config_groups)")
+        lines.append(f"  quantized_layers: take out {names_text(plan.unlisted, verbose)} ({CONFIG} and {HF_QUANT_CONFIG}, and {CONFIG} config_groups)")
     if configs_aligned(plan):
         lines.append(f"  exclusions: {HF_QUANT_CONFIG} exclude_modules made equal to {CONFIG} ignore (they disagreed; vLLM reads {CONFIG})")
     rewritten = [s.name for s in plan.shards if s.op == ShardOp.REWRITE]
@@ -63,10 +64,28 @@ def plan_as_text(plan: Plan) -> str:
     removed = _removed_shards(plan)
     lines.append(f"  files: {len(rewritten)} shard(s) rewritten, {len(plan.json_files)} config file(s) rewritten, {len(copied)} copied unchanged"
                  + (f", {len(removed)} shard(s) not written ({', '.join(removed)}: {SHARD_EMPTIED})" if removed else ""))
+    return "\n".join(lines + [f"  {w}" for w in plan_warnings(plan)])
+
+
+def plan_warnings(plan: Plan) -> list[str]:
+    """What the user should know even under --quiet: files copied without being checked."""
     nested = [n for n in plan.copied_files if n.endswith(".safetensors")]
-    if nested:
-        lines.append(f"  copied byte for byte, not checked or repaired (only top-level shards are the checkpoint): {', '.join(nested)}")
-    return "\n".join(lines)
+    return [f"copied byte for byte, not checked or repaired (only top-level shards are the checkpoint): {', '.join(nested)}"] if nested else []
+
+
+def _change_lines(changes: list[ModuleChange], verbose: bool) -> list[str]:
+    """`module: what happens`, in the plan's order; in a long plan, GROUP_FROM or more modules with the same change are one line."""
+    verbose = verbose or len(changes) <= LONG_PLAN
+    alike: dict[str, list[str]] = {}
+    for c in changes:
+        alike.setdefault(_change_text(c), []).append(c.module)
+    lines = []
+    for text, modules in alike.items():
+        if verbose or len(modules) < GROUP_FROM:
+            lines += [f"  {m}: {text}" for m in modules]
+        else:
+            lines += [f"  {len(modules)} alike: {pattern_text(modules)}: {text}", f"    {first_text(modules)}"]
+    return lines
 
 
 def _recipe_label(plan: Plan) -> str:

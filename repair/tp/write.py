@@ -5,21 +5,22 @@ output, in the same order and under the same names (gate_proj and up_proj stay s
 fuses them at load); OUT/rank-R also gets the standard output's config and other small files,
 but not its index (that names shards a rank folder does not have). OUT/tp_manifest.json says how
 every tensor was split and how to rebuild the standard output (`ckpt-repair unshard`). All of it
-is built in a temp folder beside OUT and published by one rename. Memory holds one rank's slice
-of one tensor; only tensors computed from whole inputs (requantize) are held whole, one at a time.
+is built in a temp folder beside OUT and published by one rename. Memory holds the rank slices of
+at most `jobs` computed tensors (execute/parallel.py); copies go by byte range, with no buffer.
 """
 
 from __future__ import annotations
 
 import os
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tqdm import tqdm
 
 from repair.errors import BadInput, InternalError
-from repair.execute.compute import NUMPY_ONLY
+from repair.execute.compute import NUMPY_ONLY, requantized_module
+from repair.execute.parallel import default_jobs, in_order, runs
 from repair.execute.writer import check_inputs, computer_for, global_scale_is_divisor, input_sha256, located_inputs
 from repair.io.atomic import build_atomically, check_files, check_header, check_output, json_text, write_json
 from repair.io.dtypes import nbytes
@@ -49,13 +50,13 @@ class TpResult:
 
 
 def write_tp(tpp: TpPlan, out: Path, *, overwrite: bool = False, progress: bool | None = None, options: dict | None = None,
-             sections: Sections = Sections()) -> TpResult:
-    """Write the per-rank checkpoints, the manifest and the report to `out`, atomically."""
+             sections: Sections = Sections(), jobs: int | None = None) -> TpResult:
+    """Write the per-rank checkpoints, the manifest and the report to `out`, atomically; `jobs` tensors computed at once."""
     plan = tpp.plan
 
     def build(tmp: Path) -> TpResult:
         try:
-            rank_hashes = _write_ranks(tpp, tmp, progress)
+            rank_hashes = _write_ranks(tpp, tmp, progress, jobs or default_jobs())
         except EOFError:  # an input got shorter while it was read: say which
             check_inputs(plan)
             raise
@@ -94,11 +95,12 @@ def _index_name(plan) -> str | None:
     return name if name and (name in plan.json_files or name in plan.copied_files) else None
 
 
-def _write_ranks(tpp: TpPlan, tmp: Path, progress: bool | None) -> dict[int, dict[str, str]]:
-    """Every rank's tensor file (tensor by tensor, rank by rank) and small files; sha256 per file."""
+def _write_ranks(tpp: TpPlan, tmp: Path, progress: bool | None, jobs: int = 1) -> dict[int, dict[str, str]]:
+    """Every rank's tensor file (tensor by tensor, rank by rank) and small files; sha256 per file. Computed tensors
+    are made `jobs` ahead of the writers (execute/parallel.py)."""
     plan, tp = tpp.plan, tpp.tp
     first_meta = next((s.metadata for s in plan.shards if s.metadata), None) or {}
-    slicer = _Slicer(plan)
+    slicer = _Slicer(plan, tp)
     total = sum(nbytes(t.step.out.dtype, t.step.out.shape) for t in tpp.tensors)
     show = progress if progress is not None else os.isatty(2)
     hashes: dict[int, dict[str, str]] = {}
@@ -110,9 +112,12 @@ def _write_ranks(tpp: TpPlan, tmp: Path, progress: bool | None) -> dict[int, dic
             header = [OutTensor(t.step.out.name, t.step.out.dtype, t.rank_shape(_range(t, rank, tp))) for t in tpp.tensors]
             meta = {**first_meta, "format": first_meta.get("format", "pt"), "tp_rank": str(rank), "tp_size": str(tp)}
             writers.append(stack.enter_context(ShardWriter(folder / RANK_FILE, header, meta)))
-        for t in tpp.tensors:
-            slicer.write(t, writers, tp)
-            bar.update(nbytes(t.step.out.dtype, t.step.out.shape))
+        units = in_order(runs(tpp.tensors, lambda t: requantized_module(t.step)), slicer.parts, lambda u: any(map(slicer.needs_bytes, u)), jobs)
+        stack.enter_context(closing(units))  # a failed write stops the computing at once
+        for unit, made in units:
+            for t, parts in zip(unit, made or [None] * len(unit)):
+                slicer.write(t, writers, parts)
+                bar.update(nbytes(t.step.out.dtype, t.step.out.shape))
     for rank, writer in enumerate(writers):
         hashes[rank] = {RANK_FILE: writer.digest.hexdigest(), **_small_files(plan, tmp / rank_folder(rank))}
     return hashes
@@ -143,27 +148,43 @@ class _Slicer:
     global scale's meaning (multiplier or divisor) from the plan's format, as `fix` does.
     """
 
-    def __init__(self, plan: Plan):
+    def __init__(self, plan: Plan, tp: int):
+        self.tp = tp
         self.located = located_inputs(plan)
         self.computer = computer_for(plan, self.located)
         self.divisor = global_scale_is_divisor(plan)
 
-    def write(self, t: TpTensor, writers: list[ShardWriter], tp: int) -> None:
+    def needs_bytes(self, t: TpTensor) -> bool:
+        """Computed, or a copy some rank cannot take as one byte range: its bytes are made before writing."""
+        return not all(self._copied(t, _range(t, rank, self.tp)) for rank in range(self.tp))
+
+    def parts(self, unit: tuple[TpTensor, ...]) -> list[list | None]:
+        """Each tensor's bytes per rank (None: a rank copies its byte range when written); any thread."""
+        try:
+            return [self._rank_parts(t) if self.needs_bytes(t) else None for t in unit]
+        finally:
+            self.computer.forget()
+
+    def _rank_parts(self, t: TpTensor) -> list:
+        source = getattr(t.step, "source", "checkpoint")
+        whole = self.computer.tensor(t.step) if _made_whole(t.step) else None  # the others are sliced before they are made
+        ranks = [_range(t, rank, self.tp) for rank in range(self.tp)]
+        return [None if self._copied(t, rng) else self._rank_bytes(t, rng, source, whole) for rng in ranks]
+
+    def _copied(self, t: TpTensor, rng) -> bool:
+        return isinstance(t.step, Copy) and (t.spec.dim is None or (rng is not None and contiguous(t.step.out.shape, t.spec.dim)))
+
+    def write(self, t: TpTensor, writers: list[ShardWriter], parts: list | None) -> None:
+        """Write one tensor to every rank: its made bytes, else its stored bytes by range (no buffer at all)."""
         step, name = t.step, t.step.out.name
-        source = getattr(step, "source", "checkpoint")
-        if isinstance(step, Copy) and t.spec.dim is None:
-            shard, info = self.located[source][step.inputs[0]]
-            for w in writers:
-                w.copy(name, source_of(shard), info)
-            return
-        whole = self.computer.tensor(step) if _made_whole(step) else None  # the others are sliced before they are made
+        shard, info = self.located[getattr(step, "source", "checkpoint")][step.inputs[0]]
         for rank, w in enumerate(writers):
-            rng = _range(t, rank, tp)
-            if isinstance(step, Copy) and rng is not None and contiguous(t.step.out.shape, t.spec.dim):
-                shard, info = self.located[source][step.inputs[0]]
-                w.copy(name, source_of(shard), sub_range(info, t.spec.dim, *rng.stored))  # streamed: no buffer at all
+            if parts is not None and parts[rank] is not None:
+                w.write(name, parts[rank])
+            elif t.spec.dim is None:
+                w.copy(name, source_of(shard), info)
             else:
-                w.write(name, self._rank_bytes(t, rng, source, whole))
+                w.copy(name, source_of(shard), sub_range(info, t.spec.dim, *_range(t, rank, self.tp).stored))
 
     def _rank_bytes(self, t: TpTensor, rng, source: str, whole):
         from repair.io import tensors
@@ -260,16 +281,18 @@ def _self_check(tpp: TpPlan, tmp: Path, out: Path, expected: set[str]) -> None:
 
 
 def fix_tp(plan, out: Path, tp: int, *, dry_run: bool = False, overwrite: bool = False, progress: bool | None = None,
-           force: bool = False) -> tuple[dict, str]:
+           force: bool = False, jobs: int | None = None, detail: str = "normal") -> tuple[dict, str]:
     """`fix --tp N`: refuse an impossible degree before anything is written, then write; returns (json, text)."""
     tpp = plan_tp(plan, tp)
     check_output(plan.source.root, out, overwrite, _original_root(plan))
     info = {"degree": tp, "parallel_plan": tpp.source, "styles": tpp.counts()}
-    text = plan_as_text(plan) + "\n" + summary_text(tpp)
+    text = plan_as_text(plan, detail == "verbose") + "\n" + summary_text(tpp)
     if dry_run:
         return {"status": "dry-run", "plan": plan_as_json(plan), "tp": info}, text + "\n(dry run: nothing written)"
     # doctor on the input at this degree (the output is per-rank: `unshard` it to doctor the result)
-    sections = input_sections(plan, force, tp)
-    result = write_tp(tpp, out, overwrite=overwrite, progress=progress, options=recipe_options(plan), sections=sections)
-    text += f"\nwrote {result.out}: {rank_folder(0)} .. {rank_folder(tp - 1)}, manifest {result.out / MANIFEST}"
+    jobs = jobs or default_jobs()
+    sections = input_sections(plan, force, tp, jobs)
+    result = write_tp(tpp, out, overwrite=overwrite, progress=progress, options=recipe_options(plan), sections=sections, jobs=jobs)
+    wrote = f"wrote {result.out}: {rank_folder(0)} .. {rank_folder(tp - 1)}, manifest {result.out / MANIFEST}"
+    text = wrote if detail == "quiet" else f"{wrote}\n{text}"  # the summary first, as `fix` prints it
     return {"status": "written", "out": str(result.out), "plan": plan_as_json(plan), "tp": info}, text

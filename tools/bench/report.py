@@ -80,6 +80,10 @@ def render(r: dict) -> str:
     out += ["", "`inspect` and `doctor` never import torch: tests/test_doctor.py asserts it (their RSS above shows it too).", ""]
     if "many_tensors" in r:
         out += many_tensors_section(r["many_tensors"])
+    if "jobs" in r:
+        from tools.bench.jobs import jobs_section
+
+        out += jobs_section(r["jobs"])
     return "\n".join(out)
 
 
