@@ -68,20 +68,21 @@ def test_a_hanging_pattern_from_a_flag_a_recipe_or_a_report_is_refused(broken, t
     _refused(code, err, elapsed, "repair_report.json")
 
 
-def test_a_report_with_1e5_distinct_patterns_fixes_in_bounded_time(broken, tmp_path):
-    """The report of a real fix, its dequantize rule grown by 10^5 distinct `re:` patterns that match nothing."""
+def test_a_report_with_many_distinct_patterns_fixes_in_bounded_time(broken, tmp_path):
+    """The report of a real fix, its dequantize rule grown by 2 x 10^4 distinct `re:` patterns that match nothing
+    (tests/test_patterns.py matches 10^5; compiling costs ~0.3-1 ms a pattern, once, whatever the module count)."""
     first = tmp_path / "first"
     code, _, err, _ = _cli("fix", broken, "-o", first, "--quiet")
     assert code == 0, err
     report = read_json(first / "repair_report.json")
     rule = next(r for r in report["recipe"]["rules"] if r["action"] == "dequantize")
     rule["modules"] += [rf"re:model\.layers\.{i}\.mlp\.(gate|up)_proj\.x" if i % 2 else rf"re:(?:.*\.)?expert_{i}(?:\.\d+)*"
-                        for i in range(100_000)]
+                        for i in range(20_000)]
     grown = tmp_path / "grown.json"
     grown.write_text(json.dumps(report))
     code, _, err, elapsed = _cli("fix", broken, "-o", tmp_path / "again", "--recipe", grown, "--quiet", timeout=300)
     assert code == 0, err
-    assert elapsed < 120, f"{elapsed:.0f} s"  # measured ~35 s on 2 shared cores; main ran past several minutes
+    assert elapsed < 90, f"{elapsed:.0f} s"  # measured 15-40 s on 2 shared cores; main: every (module, pattern) compiled again
     first_files = {p.name: p.read_bytes() for p in first.glob("*.safetensors")}
     assert first_files == {p.name: p.read_bytes() for p in (tmp_path / "again").glob("*.safetensors")}
 
