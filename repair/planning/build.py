@@ -36,7 +36,7 @@ def assign_actions(modules: list[StoredModule], recipe: Recipe, where: str) -> d
     actions: dict[str, Action] = {}
     for action in ACTIONS:
         patterns = recipe.patterns(action)
-        hits = select(weighted, recipe.matcher(patterns, f"{where}: {action} pattern")) if patterns else []
+        hits = select(weighted, recipe.matcher(patterns, f"{where}: {action} module pattern")) if patterns else []
         derived = recipe.from_target and action in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)  # a target adds only these (may match nothing)
         if patterns and not hits and not derived and action != Action.KEEP:
             if recipe == DEFAULT:
@@ -51,7 +51,7 @@ def _by_algorithm(weighted: list[StoredModule], recipe: Recipe, action: Action, 
     """The modules the recipe's algorithm rules for `action` select: pattern and stored algorithm both match."""
     hits = []
     for rule in recipe.algorithm_rules(action):
-        found = select([m for m in weighted if m.algorithm in rule.algorithms], recipe.matcher(rule.modules, f"{where}: {action} pattern"))
+        found = select([m for m in weighted if m.algorithm in rule.algorithms], recipe.matcher(rule.modules, f"{where}: {action} module pattern"))
         if not found and action != Action.KEEP:
             raise UsageError(f"{where}: no module stored as {' or '.join(rule.algorithms)} matches {', '.join(rule.modules)} ({action}); "
                              "run `ckpt-repair inspect` to see the modules and their algorithms")

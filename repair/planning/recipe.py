@@ -142,7 +142,7 @@ def recipe_from_dict(data: dict, where: str = "recipe") -> Recipe:
     checked = []
     for i, rule in enumerate(rules):
         action, modules, algorithms = _rule(rule, f"{where}: rules[{i}]")
-        checked.append((modules, f"{where}: rules[{i}]"))
+        checked.append((modules, f"{where}: rules[{i}]: module pattern"))
         if algorithms:
             values["by_algorithm"] += (AlgorithmRule(Action(action), algorithms, modules),)
         else:
