@@ -71,10 +71,10 @@ class RegexSet:
             parsed.append((pattern, tree))
             try:
                 prefix, held = _required(tree)
-                (translated.setdefault(prefix, []) if prefix or not held else inside.setdefault(held, [])).append(_translate(tree))
+                (translated.setdefault(prefix, []) if prefix or not held else inside.setdefault(held, [])).append((_translate(tree), tree))
             except _Inexpressible:
                 python.append(_python(pattern, tree, where, error))
-        engines, inner = _programs(translated, where, error), _programs(inside, where, error)
+        engines, inner = _programs(translated, python), _programs(inside, python)
         return cls(patterns, mode, frozenset(literals), tuple(sorted({len(x) for x in literals})), engines,
                    tuple(sorted({len(x) for x in engines})), inner, tuple(sorted({len(x) for x in inner})), tuple(python), tuple(parsed))
 
@@ -147,19 +147,30 @@ def _required(tree) -> tuple[str, str]:
     return runs[0], max(runs, key=len)
 
 
-def _programs(groups: dict[str, list[str]], where: object, error: ErrorType) -> dict[str, tuple]:
-    return {key: tuple(_re2(group[i:i + CHUNK], where, error) for i in range(0, len(group), CHUNK)) for key, group in groups.items()}
+def _programs(groups: dict[str, list[tuple[str, object]]], python: list[re.Pattern]) -> dict[str, tuple]:
+    """RE2 programs of up to CHUNK patterns per group; a pattern RE2 refuses after all (its program too large)
+    joins `python`, Python's re (it passed the backtracking check)."""
+    out = {}
+    for key, group in groups.items():
+        programs = []
+        for i in range(0, len(group), CHUNK):
+            try:
+                programs.append(_re2([text for text, _ in group[i:i + CHUNK]]))
+            except re2.error:
+                for text, tree in group[i:i + CHUNK]:
+                    try:
+                        programs.append(_re2([text]))
+                    except re2.error:
+                        python.append(_compiler.compile(tree))
+        out[key] = tuple(programs)
+    return out
 
 
-def _re2(translated: list[str], where: object, error: ErrorType):
+def _re2(translated: list[str]):
     """One RE2 program for a group of translated patterns: small enough that its DFA stays in memory."""
     options = re2.Options()
     options.log_errors = False
-    try:
-        return re2._Regexp("|".join(f"(?:{t})" for t in translated).encode("ascii"), options)  # not re2.compile's cache
-    except re2.error as exc:  # e.g. past RE2's program size: our translation's limit, not the input's fault
-        raise error(f"{where}: {len(translated)} patterns are more than the linear-time matcher can hold ({str(exc)[:80]}); "
-                    "use fewer or simpler patterns") from None
+    return re2._Regexp("|".join(f"(?:{t})" for t in translated).encode("ascii"), options)  # not re2.compile's cache
 
 
 def _translate(node, flags: int | None = None) -> str:
