@@ -1,6 +1,22 @@
-"""`python -m repair`: the same entry point as the installed `ckpt-repair` script."""
+"""`python -m repair` and the installed `ckpt-repair` script (entry point `repair.__main__:run`).
 
-from repair.cli import console_main
+The CLI is imported here inside a `try`, so a Ctrl-C while it is still importing is one line and exit 130,
+never a KeyboardInterrupt traceback; only the interpreter's own start comes before this module."""
+
+import os
+import sys
+
+try:
+    from repair.cli import console_main
+except KeyboardInterrupt:
+    sys.stderr.write("interrupted; nothing was written\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+def run() -> None:
+    console_main()
+
 
 if __name__ == "__main__":
-    console_main()
+    run()

@@ -17,16 +17,29 @@ import sys
 import threading
 from typing import NoReturn
 
-from repair.cli.main import main
+INTERRUPTED = "interrupted; nothing was written"
 
 
 def console_main() -> NoReturn:
-    """Entry point of the console script: exit code 0, or the command's SystemExit code."""
+    """Entry point of the console script: exit code 0, or the command's SystemExit code.
+
+    The CLI is imported inside the `try`: a Ctrl-C while it is still importing (~0.2 s) is an interrupt like any
+    other (exit 130, one line), not a KeyboardInterrupt traceback."""
     try:
+        from repair.cli.main import main
+
         main()
     except SystemExit as stop:
         leave(exit_code(stop.code))
+    except KeyboardInterrupt:
+        interrupted_while_importing()
     leave(0)
+
+
+def interrupted_while_importing() -> NoReturn:
+    """Ctrl-C before the CLI's own handler is in place: one line and exit 130, as `main` says it later."""
+    print(INTERRUPTED, file=sys.stderr)
+    leave(130)
 
 
 def exit_code(code: object) -> int:

@@ -7,6 +7,8 @@ runs (or `--help` lists it), so a header-only command pays for its own imports a
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 
 import click
@@ -15,6 +17,9 @@ from repair.version import __version__
 from repair.cli.lazy import LazyGroup
 from repair.errors import RepairError, one_line
 from repair.io.output import PUBLISHED
+
+if os.environ.get("CKPT_REPAIR_INTERRUPT_AT_IMPORT"):  # tests: a Ctrl-C arriving while the CLI is still importing
+    os.kill(os.getpid(), signal.SIGINT)
 
 COMMANDS = {name: f"repair.cli.{name}_cmd:{name}" for name in ("demo", "doctor", "fix", "hub", "inspect", "recipes", "unshard")}
 

@@ -67,11 +67,11 @@ def fused_findings(declaration: Declaration, modules: dict[str, StoredModule], f
     findings = []
     for fused, shards in family.fused_groups(modules):
         error = declaration.format.fused_refusal(family.runtime_name(fused), tuple(family.runtime_name(s) for s in shards),
-                                                 declaration.exclusions)
+                                                 declaration.rule())
         if error is None or not declaration.quantized:
             continue
         leaf = {s: s.rpartition(".")[2] for s in shards}
-        excluded = [leaf[s] for s in shards if declaration.format.shard_excluded(family.runtime_name(s), declaration.exclusions)]
+        excluded = [leaf[s] for s in shards if declaration.rule().shard_excluded(family.runtime_name(s))]
         findings.append(Finding(Severity.ERROR, Kind.FUSED_SHARDS, fused,
                                 f"{fused}: vLLM builds {', '.join(list(leaf.values())[:-1])} and {list(leaf.values())[-1]} as one layer, but the config excludes "
                                 f"only {', '.join(excluded)}, so vLLM refuses the model while building it; exclude every "

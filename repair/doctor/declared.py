@@ -157,7 +157,7 @@ def fused_algorithm_findings(declaration: Declaration, modules: dict[str, Stored
     for fused, shards in family.fused_groups(modules):
         parent = family.runtime_name(shards[0]).rpartition(".")[0]
         runtime = f"{parent}.{fused.rpartition('.')[2]}"
-        if declaration.format.excludes(runtime, declaration.exclusions, declaration.targets):
+        if declaration.rule().excludes(runtime):
             continue
         error = declaration.layer_algos.lookup(routed_layer(runtime), family.fused_layers)[1]
         if error is None:

@@ -10,6 +10,7 @@ in one line that names the algorithm and what is supported.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from repair.errors import BadInput
@@ -78,21 +79,37 @@ def layer_map(value: object, where: object, key: str) -> tuple[tuple[str, str], 
 
 @dataclass(frozen=True)
 class LayerAlgorithms:
-    """A `quantized_layers` map, indexed for vLLM 0.32's per-layer lookup (45k layers resolve in linear time)."""
+    """A `quantized_layers` map, indexed for vLLM 0.32's per-layer lookup (45k layers resolve in linear time).
+
+    vLLM's parent-prefix step takes the first key (in file order) under `prefix.`. The keys are kept sorted, so the
+    keys under a prefix are one range (bisect), and a sparse table gives the range's first file position: memory
+    O(n log n) references, never every dotted prefix of every key (quadratic in the length of a name)."""
 
     entries: tuple[tuple[str, str], ...]  # (layer name as stored in the config, algorithm), in file order
     _direct: dict[str, str] = field(init=False, compare=False, hash=False, repr=False)
-    _children: dict[str, str] = field(init=False, compare=False, hash=False, repr=False)
+    _sorted: list[str] = field(init=False, compare=False, hash=False, repr=False)
+    _first: list[list[int]] = field(init=False, compare=False, hash=False, repr=False)  # level k: min file index of 2^k sorted keys
 
     def __post_init__(self) -> None:
-        direct = dict(self.entries)
-        children: dict[str, str] = {}  # every dotted prefix of a key -> the algorithm of the first key under it
-        for name, algo in self.entries:
-            for i, char in enumerate(name):
-                if char == ".":
-                    children.setdefault(name[:i], algo)
-        object.__setattr__(self, "_direct", direct)
-        object.__setattr__(self, "_children", children)
+        order = sorted(range(len(self.entries)), key=lambda i: self.entries[i][0])
+        levels, width = [order], 1
+        while 2 * width <= len(order):
+            below = levels[-1]
+            levels.append([min(below[i], below[i + width]) for i in range(len(order) - 2 * width + 1)])
+            width *= 2
+        object.__setattr__(self, "_direct", dict(self.entries))
+        object.__setattr__(self, "_sorted", [self.entries[i][0] for i in order])
+        object.__setattr__(self, "_first", levels)
+
+    def _under(self, prefix: str) -> str | None:
+        """The algorithm of the first key in file order that starts with `prefix.` (None: no such key)."""
+        low = bisect_left(self._sorted, prefix + ".")
+        high = bisect_left(self._sorted, prefix + "/", low)  # "/" follows "." in code order
+        if low == high:
+            return None
+        level = (high - low).bit_length() - 1
+        table = self._first[level]
+        return self.entries[min(table[low], table[high - (1 << level)])][1]
 
     def as_dict(self) -> dict[str, str]:
         return dict(self._direct)
@@ -123,12 +140,13 @@ class LayerAlgorithms:
             if found:
                 return _agreed(prefix, found)
         for candidate in candidates:
-            if candidate in self._children:
-                return self._children[candidate], None
+            found = self._under(candidate)
+            if found is not None:
+                return found, None
         if prefix.endswith(".experts"):
-            parent = prefix.rsplit(".experts", 1)[0]
-            if parent in self._children:
-                return self._children[parent], None
+            found = self._under(prefix.rsplit(".experts", 1)[0])
+            if found is not None:
+                return found, None
         shards = FUSED_FALLBACK.get(proj)
         if shards is not None:
             for candidate in candidates:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Callable, ClassVar
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Protocol
 
 from repair.formats.algorithms import LayerAlgorithms
 from repair.io.checkpoint import Checkpoint
@@ -24,6 +24,13 @@ from repair.formats.modules import StoredModule
 
 CANONICAL_ROLES = ("weight", "weight_scale", "weight_scale_2", "input_scale")
 Covers = Callable[[list[str], str], bool]  # covers(exclusions, module): does the list already exclude it
+
+
+class Rule(Protocol):
+    """A format's exclusion rule over one list, compiled once (`Format.rule`)."""
+
+    def excludes(self, prefix: str) -> bool: ...
+    def shard_excluded(self, prefix: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,15 @@ class Declaration:
     layer_algos: LayerAlgorithms | None = None  # MIXED_PRECISION: the quantized_layers vLLM reads (config.json's, else hf's)
     hf_layer_algos: LayerAlgorithms | None = None  # hf_quant_config.json's quantized_layers (doctor compares the two)
     kv_cache: str | None = None  # the KV-cache quantization declared ("FP8"), None when none is
+    _rules: dict = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)  # list -> its compiled Rule
+
+    def rule(self, exclusions: tuple[str, ...] | list[str] | None = None) -> Rule:
+        """The format's rule over `exclusions` (default: the list vLLM uses), compiled once per list and kept here."""
+        key = tuple(self.exclusions if exclusions is None else exclusions)
+        found = self._rules.get(key)
+        if found is None:
+            found = self._rules[key] = self.format.rule(key, self.targets)
+        return found
 
     @property
     def quantized(self) -> bool:
@@ -55,8 +71,7 @@ class Declaration:
 
         Under MIXED_PRECISION a layer `quantized_layers` does not resolve is unquantized too, unless an
         explicit `exclusions` list is asked about (then only that list's rule applies)."""
-        listed = self.exclusions if exclusions is None else exclusions
-        if self.format.excludes(prefix, listed, self.targets):
+        if self.rule(exclusions).excludes(prefix):
             return True
         return exclusions is None and self.layer_algos is not None and self.layer_algos.resolve(routed_layer(prefix)) is None
 
@@ -66,7 +81,7 @@ class Declaration:
         One quant_algo covers every layer not excluded; MIXED_PRECISION resolves the layer from
         `quantized_layers` in vLLM 0.32's order (`LayerAlgorithms.lookup`; `packed` is the model's
         packed_modules_mapping), after the exclusion lists, as ModelOptMixedPrecisionConfig.get_quant_method does."""
-        if not self.quantized or self.format.excludes(prefix, self.exclusions, self.targets):
+        if not self.quantized or self.rule().excludes(prefix):
             return None
         return self.quant_algo if self.layer_algos is None else self.layer_algos.resolve(routed_layer(prefix), packed)
 
@@ -99,11 +114,13 @@ class Format(ABC):
     @abstractmethod
     def read_declaration(self, ckpt: Checkpoint) -> Declaration: ...
     @abstractmethod
+    def rule(self, exclusions: tuple[str, ...] | list[str], targets: tuple[str, ...] | None) -> Rule:
+        """The format's exclusion rule as vLLM applies it (`excludes`, and `shard_excluded`, the per-shard test of a
+        fused layer's shards), compiled once for the list; `Declaration.rule` keeps it."""
+
     def excludes(self, prefix: str, exclusions: tuple[str, ...] | list[str], targets: tuple[str, ...] | None) -> bool:
-        """The format's exclusion rule as vLLM applies it to the layer at `prefix` (a runtime name)."""
-    @abstractmethod
-    def shard_excluded(self, prefix: str, exclusions: tuple[str, ...] | list[str]) -> bool:
-        """The per-shard test vLLM applies to each shard of a fused layer (before any other rule)."""
+        """The rule for one layer (compiles the list: a caller asking about many keeps `rule`)."""
+        return self.rule(exclusions, targets).excludes(prefix)
     @abstractmethod
     def exclusion_entry(self, module: str) -> str: ...
     @abstractmethod
@@ -111,14 +128,14 @@ class Format(ABC):
     @abstractmethod
     def exclusion_lists(self, config: dict | None, hf_quant: dict | None) -> list[list[str]]: ...
 
-    def fused_refusal(self, fused: str, shards: tuple[str, ...], exclusions: tuple[str, ...] | list[str]) -> str | None:
+    def fused_refusal(self, fused: str, shards: tuple[str, ...], rule: Rule) -> str | None:
         """vLLM's error text when it refuses the fused layer `fused` (runtime names throughout), else None.
 
         Both vLLM configs first test the fused name itself; only when it is not listed do they test each
         shard, and shards that disagree stop the model build."""
-        if self.shard_excluded(fused, exclusions):
+        if rule.shard_excluded(fused):
             return None
-        decided = {self.shard_excluded(s, exclusions) for s in shards}
+        decided = {rule.shard_excluded(s) for s in shards}
         return self.FUSED_REFUSAL.format(prefix=fused) if len(decided) > 1 else None
 
     def without_quantization(self, ckpt: Checkpoint) -> dict | None:

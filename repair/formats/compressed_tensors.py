@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from dataclasses import dataclass
 from typing import Iterable
 
 from repair.errors import BadInput
@@ -26,7 +27,7 @@ from repair.formats import nvfp4_packed
 from repair.formats.algorithms import kv_cache_declared
 from repair.formats.base import Covers, Declaration
 from repair.io.checkpoint import CONFIG, Checkpoint
-from repair.io.parse import regex
+from repair.io.patterns import MATCH, RegexSet
 from repair.formats.modules import split_name
 
 NAME = "compressed-tensors"
@@ -40,19 +41,53 @@ UNSUPPORTED = {
 }
 
 
-def ct_is_excluded(prefix: str, ignore: Iterable[str], targets: Iterable[str] | None = None) -> bool:
-    """True when vLLM's compressed-tensors config builds the layer at `prefix` unquantized."""
-    if any(ct_entry_matches(prefix, entry) for entry in ignore):
-        return True
+@dataclass(frozen=True)
+class Entries:
+    """An ignore or targets list compiled once: names equal to an entry, and `re:` entries under re.match."""
+
+    exact: frozenset[str]
+    regexes: RegexSet
+
+    def matches(self, prefix: str) -> bool:
+        return prefix in self.exact or self.regexes.matches(prefix)
+
+
+def entries(listed: Iterable[str], where: object = "compressed-tensors ignore/targets entry") -> Entries:
+    listed = tuple(listed)
+    return Entries(frozenset(e for e in listed if not e.startswith("re:")),
+                   RegexSet.compile([e[3:] for e in listed if e.startswith("re:")], MATCH, where))
+
+
+@dataclass(frozen=True)
+class CtRule:
+    """vLLM's compressed-tensors rule over one ignore list and the config groups' targets, compiled once."""
+
+    ignore: Entries
+    targets: Entries | None  # None: `Linear` is a target, so every linear layer is
+
+    def excludes(self, prefix: str) -> bool:
+        """An ignore entry matches, or no config-group target names the layer."""
+        return self.ignore.matches(prefix) or (self.targets is not None and not self.targets.matches(prefix))
+
+    def shard_excluded(self, prefix: str) -> bool:
+        """find_matching_patterns: an ignore entry equal to the shard's name or `re:` matching it."""
+        return self.ignore.matches(prefix)
+
+
+def ct_rule(ignore: Iterable[str], targets: Iterable[str] | None = None) -> CtRule:
     listed = list(targets) if targets is not None else ["Linear"]
-    return not any(t == "Linear" or ct_entry_matches(prefix, t) for t in listed)
+    return CtRule(entries(ignore), None if "Linear" in listed else entries(listed))
+
+
+def ct_is_excluded(prefix: str, ignore: Iterable[str], targets: Iterable[str] | None = None) -> bool:
+    """True when vLLM's compressed-tensors config builds the layer at `prefix` unquantized (compiles the lists:
+    for one question; a caller asking about many layers keeps a `ct_rule`)."""
+    return ct_rule(ignore, targets).excludes(prefix)
 
 
 def ct_entry_matches(prefix: str, entry: str) -> bool:
     """compressed-tensors' rule for one ignore or target entry: equal, or `re:` + re.match."""
-    if entry.startswith("re:"):
-        return regex(entry[3:], "compressed-tensors ignore/targets entry").match(prefix) is not None
-    return entry == prefix
+    return entries([entry]).matches(prefix)
 
 
 def read_declaration(ckpt: Checkpoint) -> Declaration:
@@ -74,9 +109,7 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
     for name, group in groups.items():
         targets += nvfp4_packed.name_list(group.get("targets", []), path, f"quantization_config.config_groups.{name}.targets")
     ignore = nvfp4_packed.name_list(quant_cfg.get("ignore", []), path, "quantization_config.ignore")
-    for entry in (*ignore, *targets):  # vLLM compiles these; a broken one is refused here, naming the file
-        if entry.startswith("re:"):
-            regex(entry[3:], f"{path}: quantization_config entry")
+    entries((*ignore, *targets), f"{path}: quantization_config entry")  # a broken or hanging `re:` entry is refused here
     return Declaration("NVFP4", ignore, None, COMPRESSED_TENSORS, tuple(targets) if groups else None,
                        kv_cache=kv_cache_declared(quant_cfg, None))
 
@@ -148,13 +181,9 @@ class CompressedTensors(nvfp4_packed.PackedNvfp4):
             return quant_cfg.get("quant_method") == NAME
         return ckpt.hf_quant_config is None and any(split_name(t.name)[1] == LEAVES["weight"] for s in ckpt.shards for t in s.tensors)
 
-    def excludes(self, prefix: str, exclusions: tuple[str, ...] | list[str], targets: tuple[str, ...] | None) -> bool:
+    def rule(self, exclusions: tuple[str, ...] | list[str], targets: tuple[str, ...] | None) -> CtRule:
         """vLLM's compressed-tensors rule: an ignore entry matches, or no config-group target names the layer."""
-        return ct_is_excluded(prefix, exclusions, targets)
-
-    def shard_excluded(self, prefix: str, exclusions: tuple[str, ...] | list[str]) -> bool:
-        """find_matching_patterns: an ignore entry equal to the shard's name or `re:` matching it."""
-        return any(ct_entry_matches(prefix, entry) for entry in exclusions)
+        return ct_rule(exclusions, targets)
 
     read_declaration = staticmethod(read_declaration)
     exclusion_entry = staticmethod(exclusion_entry)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import re
-from functools import lru_cache
+from dataclasses import dataclass
 from typing import Iterable
 
 from repair.errors import BadInput
@@ -32,21 +32,36 @@ LEAVES = {"weight": "weight", "weight_scale": "weight_scale", "weight_scale_2": 
 BROKEN_EXPORT = nvfp4_packed.BROKEN_EXPORT
 
 
-def is_excluded(prefix: str, exclusions: Iterable[str]) -> bool:
-    """True when vLLM would build the layer at `prefix` unquantized."""
+@dataclass(frozen=True)
+class ModelOptRule:
+    """vLLM's ModelOpt rule over one exclusion list, compiled once: doctor asks it for every module of a
+    45k-module checkpoint. fnmatch's translation is linear-time (each `*` an atomic group), so Python's re runs it."""
+
+    exact: frozenset[str]
+    patterns: tuple[str, ...]
+    globs: re.Pattern | None  # vLLM's fnmatch tests (a trailing `*` also tried as nothing and as `.*`), as one regex
+
+    def excludes(self, prefix: str) -> bool:
+        if prefix in self.exact or any(pattern in prefix for pattern in self.patterns):
+            return True
+        return self.globs is not None and self.globs.match(prefix) is not None
+
+    def shard_excluded(self, prefix: str) -> bool:
+        """is_layer_skipped's "exact" mode, which ModelOpt's is_layer_excluded uses for fused layers."""
+        return prefix in self.exact
+
+
+def modelopt_rule(exclusions: Iterable[str]) -> ModelOptRule:
     patterns = tuple(exclusions)
-    if prefix in patterns or any(pattern in prefix for pattern in patterns):
-        return True
-    globs = _globs(patterns)
-    return globs is not None and globs.match(prefix) is not None
-
-
-@lru_cache(maxsize=64)
-def _globs(patterns: tuple[str, ...]) -> re.Pattern | None:
-    """vLLM's fnmatch tests (a trailing `*` also tried as nothing and as `.*`) as one compiled regex:
-    doctor asks this for every module of a 45k-module checkpoint against the same list."""
     variants = [v for p in patterns for v in [p] + ([p[:-1], p[:-1] + ".*"] if p.endswith("*") else [])]
-    return re.compile("|".join(f"(?:{fnmatch.translate(v)})" for v in variants)) if variants else None
+    globs = re.compile("|".join(f"(?:{fnmatch.translate(v)})" for v in variants)) if variants else None
+    return ModelOptRule(frozenset(patterns), patterns, globs)
+
+
+def is_excluded(prefix: str, exclusions: Iterable[str]) -> bool:
+    """True when vLLM would build the layer at `prefix` unquantized (for one question: a caller asking about
+    many layers keeps a `modelopt_rule`)."""
+    return modelopt_rule(exclusions).excludes(prefix)
 
 
 def read_declaration(ckpt: Checkpoint) -> Declaration:
@@ -140,13 +155,9 @@ class ModelOptNvfp4(nvfp4_packed.PackedNvfp4):
         """The default format: any checkpoint no other format claims (plain BF16 ones included)."""
         return True
 
-    def excludes(self, prefix: str, exclusions: tuple[str, ...] | list[str], targets: tuple[str, ...] | None) -> bool:
+    def rule(self, exclusions: tuple[str, ...] | list[str], targets: tuple[str, ...] | None) -> ModelOptRule:
         """vLLM's ModelOpt rule (exact, substring, fnmatch); ModelOpt has no config-group targets."""
-        return is_excluded(prefix, exclusions)
-
-    def shard_excluded(self, prefix: str, exclusions: tuple[str, ...] | list[str]) -> bool:
-        """is_layer_skipped's "exact" mode, which ModelOpt's is_layer_excluded uses for fused layers."""
-        return prefix in exclusions
+        return modelopt_rule(exclusions)
 
     def exclusion_entry(self, module: str) -> str:
         """vLLM's ModelOpt matching takes plain names (substring and fnmatch), so the entry is the name."""

@@ -91,8 +91,16 @@ def _os_error(exc: OSError, out: Path, needed_bytes: Callable[[], int] | None) -
 
 
 def json_text(content: dict) -> str:
-    """A small JSON file's text as every output holds it: 2-space indent, key order kept, trailing newline."""
-    return json.dumps(content, indent=2, ensure_ascii=False) + "\n"
+    """A small JSON file's text as every output holds it: 2-space indent, key order kept, trailing newline.
+
+    A lone surrogate (a file name that was not UTF-8, a hostile recipe name) has no UTF-8 form: such a file is
+    written with JSON's `\\udcXX` escapes instead, which read back to the same string."""
+    text = json.dumps(content, indent=2, ensure_ascii=False) + "\n"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(content, indent=2, ensure_ascii=True) + "\n"
+    return text
 
 
 def write_json(path: Path, content: dict) -> str:

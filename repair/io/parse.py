@@ -1,8 +1,8 @@
-"""The one error path for parsing user data: JSON, TOML, UTF-8 text and regular expressions.
+"""The one error path for parsing user data: JSON, TOML and UTF-8 text (regular expressions: io/patterns.py).
 
 Each of these parsers fails in more ways than its documented error: a lone byte that is not
 UTF-8, nesting deep enough to exhaust the recursion limit (RecursionError), a number longer than
-Python's int-string limit (ValueError). Every file, recipe and pattern a user gives us is parsed
+Python's int-string limit (ValueError). Every file and recipe a user gives us is parsed
 here, so any such failure becomes one line naming the source, of the error type the caller picks
 (BadInput for a checkpoint's files, UsageError for recipes and command-line patterns), and never
 a traceback.
@@ -11,13 +11,11 @@ a traceback.
 from __future__ import annotations
 
 import json
-import re
 import tomllib
-from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from repair.errors import BadInput, RepairError, short
+from repair.errors import BadInput, RepairError
 from repair.io.names import file_type_problem
 
 ErrorType = type[RepairError]
@@ -64,19 +62,6 @@ def parse_toml(text: str, where: object, fix: str, error: ErrorType = BadInput) 
         raise error(f"{where}: TOML nested too deeply to read; {fix}") from None
     except ValueError as exc:
         raise error(f"{where}: TOML value cannot be read ({_first_clause(exc)}); {fix}") from None
-
-
-def regex(pattern: str, where: object, error: ErrorType = BadInput) -> re.Pattern:
-    """A compiled regular expression from user data, or one line saying why it is not one."""
-    try:
-        return _compiled(pattern)
-    except (re.error, RecursionError, OverflowError, ValueError) as exc:
-        raise error(f"{where}: {short(pattern)} is not a valid regular expression ({_first_clause(exc)}); fix the pattern") from None
-
-
-@lru_cache(maxsize=1024)
-def _compiled(pattern: str) -> re.Pattern:
-    return re.compile(pattern)
 
 
 def _first_clause(exc: Exception) -> str:

@@ -6,8 +6,6 @@ checked completely before the executor writes a byte.
 
 from __future__ import annotations
 
-import fnmatch
-
 from repair import arch, formats
 from repair.doctor.declared import KV_LEAVES
 from repair.errors import BadInput, UsageError
@@ -15,28 +13,21 @@ from repair.formats.base import Declaration, Format
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 from repair.io.dtypes import nbytes
 from repair.io.output import REPORT_NAME
-from repair.io.parse import regex
 from repair.io.safetensors import ShardHeader
 from repair.formats.modules import StoredModule
 from repair.planning import check as plan_check
 from repair.planning.model import ChangeAction, Copy, ModuleChange, Plan, ShardOp, ShardStep, TensorRef, TensorStep
 from repair.planning.modules import fused_group, module_change
-from repair.planning.recipe import ACTIONS, DEFAULT, Action, Recipe
+from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Recipe
 from repair.planning.target_check import refuse_unrepairable
 from repair.planning.whole_layers import Layers, refuse_split_layers
 
 __all__ = ["assign_actions", "kv_scale_drops", "make_plan", "select"]
 
 
-def select(modules: list[StoredModule], patterns: tuple[str, ...]) -> list[StoredModule]:
-    """Modules whose name matches any pattern: exact, a glob, or `re:REGEX` (full match)."""
-    return [m for m in modules if any(_matches(m.name, p) for p in patterns)]
-
-
-def _matches(name: str, pattern: str) -> bool:
-    if pattern.startswith("re:"):
-        return regex(pattern[3:], "module pattern", UsageError).fullmatch(name) is not None
-    return name == pattern or fnmatch.fnmatchcase(name, pattern)
+def select(modules: list[StoredModule], matcher: ModuleMatcher) -> list[StoredModule]:
+    """Modules whose name matches any of the matcher's patterns: exact, a glob, or `re:REGEX` (full match)."""
+    return [m for m in modules if matcher.matches(m.name)]
 
 
 def assign_actions(modules: list[StoredModule], recipe: Recipe, where: str) -> dict[str, Action]:
@@ -45,7 +36,7 @@ def assign_actions(modules: list[StoredModule], recipe: Recipe, where: str) -> d
     actions: dict[str, Action] = {}
     for action in ACTIONS:
         patterns = recipe.patterns(action)
-        hits = select(weighted, patterns)
+        hits = select(weighted, recipe.matcher(patterns, f"{where}: {action} module pattern")) if patterns else []
         derived = recipe.from_target and action in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)  # a target adds only these (may match nothing)
         if patterns and not hits and not derived and action != Action.KEEP:
             if recipe == DEFAULT:
@@ -60,7 +51,7 @@ def _by_algorithm(weighted: list[StoredModule], recipe: Recipe, action: Action, 
     """The modules the recipe's algorithm rules for `action` select: pattern and stored algorithm both match."""
     hits = []
     for rule in recipe.algorithm_rules(action):
-        found = select([m for m in weighted if m.algorithm in rule.algorithms], rule.modules)
+        found = select([m for m in weighted if m.algorithm in rule.algorithms], recipe.matcher(rule.modules, f"{where}: {action} module pattern"))
         if not found and action != Action.KEEP:
             raise UsageError(f"{where}: no module stored as {' or '.join(rule.algorithms)} matches {', '.join(rule.modules)} ({action}); "
                              "run `ckpt-repair inspect` to see the modules and their algorithms")

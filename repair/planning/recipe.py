@@ -11,6 +11,7 @@ read with the standard library: loading one never runs code.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -20,8 +21,8 @@ from pathlib import Path
 from repair.arch.gemma4_assistant import BF16_HANDSHAKE
 from repair.errors import UsageError, short
 from repair.formats.algorithms import SINGLE_ALGOS
-from repair.io.parse import parse_json, parse_toml, read_text, regex
-
+from repair.io.parse import parse_json, parse_toml, read_text
+from repair.io.patterns import FULLMATCH, RegexSet
 
 
 class Action(StrEnum):
@@ -35,6 +36,27 @@ class Action(StrEnum):
 
 
 ACTIONS = tuple(Action)  # precedence when patterns overlap: declaration order
+
+
+@dataclass(frozen=True)
+class ModuleMatcher:
+    """A rule's module patterns compiled once: exact names, globs (fnmatch, as one regex: its translation is
+    linear-time) and `re:` patterns (full match, `repair.io.patterns`)."""
+
+    exact: frozenset[str]
+    globs: re.Pattern | None
+    regexes: RegexSet
+
+    def matches(self, name: str) -> bool:
+        return name in self.exact or (self.globs is not None and self.globs.match(name) is not None) or self.regexes.matches(name)
+
+
+def module_matcher(patterns: tuple[str, ...], where: str) -> ModuleMatcher:
+    """Compile module patterns; a `re:` pattern Python refuses, or would hang on, is refused in one line."""
+    globs = [p for p in patterns if not p.startswith("re:") and any(c in p for c in "*?[")]
+    return ModuleMatcher(frozenset(p for p in patterns if not p.startswith("re:")),
+                         re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs)) if globs else None,
+                         RegexSet.compile([p[3:] for p in patterns if p.startswith("re:")], FULLMATCH, where, UsageError))
 
 
 @dataclass(frozen=True)
@@ -66,6 +88,14 @@ class Recipe:
     drop_quantization: bool = False  # write a plain checkpoint: no quantization_config, no hf_quant_config.json
     by_algorithm: tuple[AlgorithmRule, ...] = ()  # rules restricted to modules stored in given algorithms
     from_target: str | None = field(default=None, compare=False)  # set once `target` has been resolved
+    # pattern list -> its ModuleMatcher: compiled once, and shared by the recipes `replace` derives from this one
+    _matchers: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def matcher(self, patterns: tuple[str, ...], where: str = "module pattern") -> ModuleMatcher:
+        found = self._matchers.get(patterns)
+        if found is None:
+            found = self._matchers[patterns] = module_matcher(patterns, where)
+        return found
 
     def patterns(self, action: Action) -> tuple[str, ...]:
         return getattr(self, action)
@@ -94,7 +124,10 @@ DEFAULT = Recipe()
 
 
 def recipe_from_dict(data: dict, where: str = "recipe") -> Recipe:
-    """Validate a recipe mapping (from TOML or a report) and build the Recipe; errors name the key."""
+    """Validate a recipe mapping (from TOML or a report) and build the Recipe; errors name the key.
+
+    A report's `resolved_from_target` is a claim, never trusted: it is read as the recipe's `target`, so the target's
+    actions are derived again on the checkpoint at hand and its output checked like any `--target` run's."""
     if not isinstance(data, dict):
         raise UsageError(f"{where}: a recipe must be a table of keys")
     known = {"name", "description", "dtype", "drop_quantization", "target", "resolved_from_target", "rules"}
@@ -106,8 +139,10 @@ def recipe_from_dict(data: dict, where: str = "recipe") -> Recipe:
     rules = data.get("rules", [])
     if not isinstance(rules, list):
         raise UsageError(f"{where}: 'rules' must be a list of tables ([[rules]]), found {short(rules)}; write each rule as a [[rules]] table")
+    checked = []
     for i, rule in enumerate(rules):
         action, modules, algorithms = _rule(rule, f"{where}: rules[{i}]")
+        checked.append((modules, f"{where}: rules[{i}]: module pattern"))
         if algorithms:
             values["by_algorithm"] += (AlgorithmRule(Action(action), algorithms, modules),)
         else:
@@ -117,11 +152,16 @@ def recipe_from_dict(data: dict, where: str = "recipe") -> Recipe:
         if key in data:
             if not isinstance(data[key], kind):
                 raise UsageError(f"{where}: {key!r} must be a {kind.__name__}, found {data[key]!r}")
-            values["from_target" if key == "resolved_from_target" else key] = data[key]
+            values["target" if key == "resolved_from_target" else key] = data[key]
+    if "target" in data and "resolved_from_target" in data and data["target"] != data["resolved_from_target"]:
+        raise UsageError(f"{where}: 'target' {data['target']!r} and 'resolved_from_target' {data['resolved_from_target']!r} differ; keep one")
     if values.get("dtype", "BF16").upper() not in ("BF16", "F16", "F32"):
         raise UsageError(f"{where}: 'dtype' must be bf16, f16 or f32, found {values['dtype']!r}")
     values["dtype"] = values.get("dtype", "BF16").upper()
-    return Recipe(**values)
+    recipe = Recipe(**values)
+    for modules, rule_where in checked:  # each rule's patterns compiled now (a bad one names its rule), and kept
+        recipe.matcher(modules, rule_where)
+    return recipe
 
 
 def _rule(rule: object, where: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
@@ -140,8 +180,6 @@ def _rule(rule: object, where: str) -> tuple[str, tuple[str, ...], tuple[str, ..
         modules = [modules]
     if not (isinstance(modules, list) and modules and all(isinstance(m, str) and m for m in modules)):
         raise UsageError(f"{where}: 'modules' must be a non-empty list of names, globs or re: patterns")
-    for pattern in modules:
-        check_pattern(pattern, where)
     return action, tuple(modules), algorithms
 
 
@@ -156,12 +194,6 @@ def _algorithms(value: object, where: str) -> tuple[str, ...]:
         if not isinstance(name, str) or name.upper() not in SINGLE_ALGOS:
             raise UsageError(f"{where}: 'algorithm' {short(name)} is not a stored algorithm this tool knows; use one of {', '.join(SINGLE_ALGOS)}")
     return tuple(dict.fromkeys(n.upper() for n in names))
-
-
-def check_pattern(pattern: str, where: str) -> None:
-    """A module pattern's `re:` part must compile: refused with one line, not a traceback mid-plan."""
-    if pattern.startswith("re:"):
-        regex(pattern[3:], f"{where}: module pattern", UsageError)
 
 
 def load_recipe(path: Path) -> Recipe:
