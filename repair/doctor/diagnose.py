@@ -13,7 +13,8 @@ from repair.doctor.checks import config_findings, fused_findings, health_finding
 from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
                                     kv_scale_health, layer_map_findings, runtime_refusal_findings)
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
-from repair.doctor.schemes import predicted_schemes, scheme_findings
+from repair.doctor.fused import fused_storage_findings
+from repair.doctor.schemes import excluded_packed_findings, predicted_schemes, scheme_findings
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule, stored_bits
 from repair.io.checkpoint import HF_QUANT_CONFIG, Checkpoint
@@ -75,6 +76,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int) -> Diagnosis:
     findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.runtime == "vllm":
         findings += fused_findings(declaration, modules, family) + fused_algorithm_findings(declaration, modules, family)
+    findings += fused_storage_findings(declaration, modules, family, target)
     findings += float8_findings(modules, infos)
     said = {f.subject for f in mismatched}  # a layer declared NVFP4 stored without input_scale: said once, as a mismatch
     findings += [f for f in health_findings(ckpt, modules, built, fmt.GLOBAL_SCALE_IS_DIVISOR)
@@ -82,6 +84,9 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int) -> Diagnosis:
     if not specs:
         precision = predicted_schemes(modules, declaration, family, target)
         findings += scheme_findings(modules, precision, declaration, family, target)
+        excluded = excluded_packed_findings(modules, precision, declaration, family, target)
+        said = {f.subject for f in excluded}  # the same contradiction, now an error: said once
+        findings = [f for f in findings if not (f.code == Kind.CONFIG_CONTRADICTION and f.subject in said)] + excluded
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
     simulated = target.profile.runtime == "vllm" and bool(specs)
