@@ -26,6 +26,7 @@ import tempfile
 import time
 import traceback
 
+from vllm_declared import empty_torchvision
 from vllm_runtime import enable_cpu_nvfp4, nvfp4_moe_emulation_fallback, world_of_one
 from vllm_profile_configs import NoConfig, model_types, small_config
 
@@ -95,25 +96,29 @@ def renames(model_class, names: list[str]) -> dict[str, str | None]:
     return dict(sorted(out.items()))
 
 
-def build_model(vc, initialize_model):
-    """The model on the meta device; a class whose __init__ copies data (buffers filled from tensors) is built on CPU,
-    which the small config keeps to a few MB."""
-    import torch
+def build_model(folder: str, initialize_model):
+    """(model, its VllmConfig): on the meta device; a class whose __init__ copies data (buffers filled from tensors)
+    is built again on CPU, from a fresh config (layer names register once per config), a few MB at these sizes."""
+    import contextlib
 
-    try:
-        with torch.device("meta"):
-            return initialize_model(vc, model_config=vc.model_config)
-    except NotImplementedError as e:
-        if "meta tensor" not in str(e):
-            raise
-    return initialize_model(vc, model_config=vc.model_config)
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.engine.arg_utils import EngineArgs
+
+    for device in ("meta", None):
+        vc = EngineArgs(model=folder, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128, enforce_eager=True,
+                        load_format="dummy", trust_remote_code=False).create_engine_config()
+        try:
+            with world_of_one(vc), set_current_vllm_config(vc), torch.device(device) if device else contextlib.nullcontext():
+                return initialize_model(vc, model_config=vc.model_config), vc
+        except NotImplementedError as e:
+            if device is None or "meta tensor" not in str(e):
+                raise
+    raise AssertionError("unreachable")
 
 
 def profile(arch: str, names: dict[str, str]) -> dict:
-    import torch
     from vllm import ModelRegistry
-    from vllm.config import set_current_vllm_config
-    from vllm.engine.arg_utils import EngineArgs
     from vllm.model_executor.model_loader.utils import initialize_model
 
     config, source = small_config(arch, names)
@@ -124,10 +129,7 @@ def profile(arch: str, names: dict[str, str]) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump(dict(config, architectures=[arch], quantization_config=QUANTIZATION, torch_dtype="bfloat16"), f)
-        vc = EngineArgs(model=folder, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128, enforce_eager=True,
-                        load_format="dummy", trust_remote_code=False).create_engine_config()
-        with world_of_one(vc), set_current_vllm_config(vc):
-            model = build_model(vc, initialize_model)
+        model, vc = build_model(folder, initialize_model)
     packed = {k: list(v) for k, v in (getattr(model, "packed_modules_mapping", None) or {}).items()}
     return {"config": {"source": source, "model_type": config.get("model_type")},
             "quant_config": type(vc.quant_config).__name__, "modules": modules_of(model),
@@ -142,6 +144,7 @@ def main(argv: list[str]) -> int:
 
     enable_cpu_nvfp4()
     nvfp4_moe_emulation_fallback()
+    empty_torchvision()
     names = model_types()
     archs = sorted(only or _TEXT_GENERATION_MODELS)
     result = {"runtime": "vllm", "release": vllm.__version__.split("+")[0], "quantization": QUANTIZATION,

@@ -24,10 +24,13 @@ SMALL = {  # size key -> value (only keys the class's defaults hold are set)
 # Attributes vLLM's model file reads that transformers' config class does not define (published configs carry them);
 # each value is the one named in vLLM's own code path for the default case. Provenance: the vLLM 0.32 file named.
 EXTRA: dict[str, dict] = {
-    "AfmoeForCausalLM": {"score_func": "sigmoid", "route_norm": True},  # models/afmoe.py reads config.score_func
     "Glm4MoeLiteForCausalLM": {"first_k_dense_replace": 1},  # models/glm4_moe_lite.py
     "HYV3ForCausalLM": {"first_k_dense_replace": 1},  # models/hy_v3.py refuses a config without it
-    "MiniMaxM2ForCausalLM": {"rotary_dim": 8},  # models/minimax_m2.py reads config.rotary_dim
+    "MiniMaxM2ForCausalLM": {"rotary_dim": 8, "scoring_func": "sigmoid"},  # models/minimax_m2.py
+    "AfmoeForCausalLM": {"score_func": "sigmoid", "route_norm": True, "n_group": 1, "topk_group": 1},  # models/afmoe.py
+    "LongcatFlashForCausalLM": {"mla_scale_q_lora": False, "mla_scale_kv_lora": False},  # models/longcat_flash.py
+    "InklingForCausalLM": {"padded_vocab_size": 256},  # models/inkling.py
+    "Mamba2ForCausalLM": {"num_heads": 8, "n_groups": 1},  # transformers: hidden_size * expand == num_heads * head_dim
 }
 DROP = ("architectures", "auto_map", "transformers_version", "dtype", "torch_dtype", "quantization_config")
 SUB_CONFIGS = ("text_config", "language_config", "llm_config", "thinker_config")
@@ -48,7 +51,8 @@ def model_types() -> dict[str, str]:
         if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and isinstance(table, dict):
             for model_type, classes in table.items():
                 for cls in (classes if isinstance(classes, (list, tuple)) else [classes]):
-                    out.setdefault(cls, model_type)
+                    if cls not in out or model_type.endswith("_text"):  # the text model's own type (llama4_text)
+                        out[cls] = model_type
     return out
 
 
@@ -62,15 +66,23 @@ def _shrunk(cls, overrides: dict | None = None) -> dict:
             kwargs[key] = _shrunk(sub)
     if "num_hidden_layers" in kwargs and defaults.get("full_attention_interval"):
         kwargs["num_hidden_layers"] = defaults["full_attention_interval"]  # one full-attention layer among them
-    kwargs.update(overrides or {})
+    kwargs.update({k: v for k, v in (overrides or {}).items() if k in defaults})
     config = cls(**kwargs).to_dict()
-    for key in [k for k in config if k.startswith("_")] + ["output_attentions", "output_hidden_states", "return_dict"]:
-        config.pop(key, None)  # PretrainedConfig bookkeeping, which vLLM's config validation refuses as unknown kwargs
+    _drop_bookkeeping(config)
     if "num_attention_heads" in kwargs and "head_dim" not in config and "hidden_size" in kwargs and not hasattr(cls, "head_dim"):
         config["head_dim"] = kwargs["hidden_size"] // kwargs["num_attention_heads"]  # vLLM reads it where real configs hold it
     for key in DROP:
         config.pop(key, None)
     return config
+
+
+def _drop_bookkeeping(config: dict) -> None:
+    """PretrainedConfig bookkeeping (also in nested sub-config dicts), which vLLM's validation refuses as unknown kwargs."""
+    for key in [k for k in config if isinstance(k, str) and k.startswith("_")] + ["output_attentions", "output_hidden_states", "return_dict"]:
+        config.pop(key, None)
+    for value in config.values():
+        if isinstance(value, dict):
+            _drop_bookkeeping(value)
 
 
 def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str]:
@@ -86,7 +98,7 @@ def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str]:
     except KeyError:
         raise NoConfig(f"transformers has no config class for model_type {model_type!r}") from None
     try:
-        config = _shrunk(cls)
+        config = _shrunk(cls, EXTRA.get(arch))
     except Exception as e:  # noqa: BLE001 - the class refused our sizes: a reason, not a crash
         raise NoConfig(f"transformers {cls.__name__} refuses the shrunk sizes: {type(e).__name__}: {str(e)[:160]}") from None
     config["model_type"] = model_type

@@ -44,7 +44,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int) -> Diagnosis:
     fmt = formats.detect(ckpt)
     modules = {m.name: m for m in fmt.group_modules(infos)}
     declaration = fmt.read_declaration(ckpt)
-    family = arch.architecture(ckpt.config)
+    family = arch.architecture(ckpt.config, target.release)
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
     precision = runtime_precision(specs, declaration, target, family)
     findings: list[Finding] = []

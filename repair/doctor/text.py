@@ -10,6 +10,7 @@ def diagnosis_json(d: Diagnosis, strict: bool = False) -> dict:
     return {
         "target": d.target.spec,
         "profile": d.target.profile.name,
+        "release_profile": d.target.release.label if d.target.release is not None else None,
         "tp": d.tp,
         "exit_code": d.exit_code(strict),
         "bits_per_parameter": round(d.bits_per_parameter, 4),
@@ -29,7 +30,7 @@ def diagnosis_json(d: Diagnosis, strict: bool = False) -> dict:
 def diagnosis_text(d: Diagnosis, strict: bool = False) -> str:
     errors = [f for f in d.findings if f.severity is Severity.ERROR]
     warnings = [f for f in d.findings if f.severity is Severity.WARNING]
-    lines = [f"target {d.target.spec} ({d.target.profile.name}), tensor parallel {d.tp}: {len(errors)} error(s), {len(warnings)} warning(s)"]
+    lines = [f"target {d.target.spec} ({d.target.label}), tensor parallel {d.tp}: {len(errors)} error(s), {len(warnings)} warning(s)"]
     for o in d.first_errors:
         where = f"rank {o.rank} would stop" if d.tp > 1 else "the runtime would stop"
         lines.append(f"{where} at {o.tensor} with:\n    {o.error}")
