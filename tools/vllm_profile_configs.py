@@ -25,12 +25,15 @@ SMALL = {  # size key -> value (only keys the class's defaults hold are set)
 # each value is the one named in vLLM's own code path for the default case. Provenance: the vLLM 0.32 file named.
 EXTRA: dict[str, dict] = {
     "Glm4MoeLiteForCausalLM": {"first_k_dense_replace": 1},  # models/glm4_moe_lite.py
-    "HYV3ForCausalLM": {"first_k_dense_replace": 1},  # models/hy_v3.py refuses a config without it
     "MiniMaxM2ForCausalLM": {"rotary_dim": 8, "scoring_func": "sigmoid"},  # models/minimax_m2.py
     "AfmoeForCausalLM": {"score_func": "sigmoid", "route_norm": True, "n_group": 1, "topk_group": 1},  # models/afmoe.py
-    "LongcatFlashForCausalLM": {"mla_scale_q_lora": False, "mla_scale_kv_lora": False},  # models/longcat_flash.py
     "InklingForCausalLM": {"padded_vocab_size": 256},  # models/inkling.py
     "Mamba2ForCausalLM": {"num_heads": 8, "n_groups": 1},  # transformers: hidden_size * expand == num_heads * head_dim
+    "Lfm2ForCausalLM": {"block_dim": 64, "block_ff_dim": 128, "block_multiple_of": 16, "block_auto_adjust_ff_dim": False,
+                        "block_ffn_dim_multiplier": 1.0},  # models/lfm2.py reads the block_* fields of Liquid's configs
+    "LongcatFlashForCausalLM": {"mla_scale_q_lora": False, "mla_scale_kv_lora": False, "zero_expert_num": 0,
+                                "zero_expert_type": "identity"},  # models/longcat_flash.py
+    "HYV3ForCausalLM": {"first_k_dense_replace": 1, "expert_hidden_dim": 32, "route_norm": True},  # models/hy_v3.py
 }
 DROP = ("architectures", "auto_map", "transformers_version", "dtype", "torch_dtype", "quantization_config")
 SUB_CONFIGS = ("text_config", "language_config", "llm_config", "thinker_config")
