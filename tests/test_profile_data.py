@@ -63,3 +63,14 @@ def test_target_takes_the_newest_release_at_or_below(monkeypatch, asked, used, o
 def test_doctor_says_which_profile_it_used(tmp_path, capsys, correct_export):
     code, out, _ = run_captured(capsys, "doctor", "--target", "vllm==0.40.0", correct_export)
     assert f"layer rows from the {VLLM.label} profile" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("asked,used", [("0.30.0", "0.28"), ("0.31.9", "0.28"), ("0.32.0", "0.32"), ("0.35.0", "0.32")])
+def test_shipped_releases_give_their_own_rows(asked, used):
+    """GLM-4.x's router is a plain unquantized layer in 0.28 and GateLinear in 0.32: the row cites the release used."""
+    target = profiles.resolve(f"vllm=={asked}")
+    assert target.release.source == f"vllm-{used}.json"
+    row = arch.architecture({"architectures": ["Glm4MoeForCausalLM"]}, target.release)
+    role = row.unquantized_role("model.layers.1.mlp.gate", type("D", (), {"format": type("F", (), {"NAME": "modelopt-nvfp4"}),
+                                                                        "quant_algo": "NVFP4"})())
+    assert role is not None and f"vllm-{used}.json" in role.why

@@ -30,8 +30,8 @@ from vllm_declared import empty_torchvision
 from vllm_runtime import enable_cpu_nvfp4, nvfp4_moe_emulation_fallback, world_of_one
 from vllm_profile_configs import NoConfig, model_types, small_config
 
-QUANTIZATION = {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": [], "group_size": 16,
-                "kv_cache_scheme": {"dynamic": False, "num_bits": 8, "type": "float"}}
+# no KV-cache scheme: older releases' CPU attention refuses an FP8 KV cache at these head sizes, and no linear depends on it
+QUANTIZATION = {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": [], "group_size": 16}
 LAYER_NUMBER = re.compile(r"\.\d+(?=\.|$)")
 
 
@@ -87,9 +87,10 @@ def renames(model_class, names: list[str]) -> dict[str, str | None]:
     mapper = getattr(model_class, "hf_to_vllm_mapper", None)
     if mapper is None:
         return {}
+    map_name = getattr(mapper, "map_name", None) or mapper._map_name  # the public name since 0.32; _map_name before
     out = {}
     for name in names:
-        mapped = mapper.map_name(name + ".weight")
+        mapped = map_name(name + ".weight")
         mapped = mapped[: -len(".weight")] if mapped and mapped.endswith(".weight") else mapped
         if mapped != name:
             out[pattern(name)] = pattern(mapped) if mapped is not None else None
