@@ -157,3 +157,15 @@ def test_fused_layer_with_one_bf16_shard_is_an_error(tmp_path, capsys):
 
 def test_healthy_qwen3_is_clean(tmp_path, capsys):
     assert doctor(capsys, write_real_model(tmp_path / "qwen3", "qwen3-32b")) == (0, [])
+
+
+@pytest.mark.parametrize("inner", [None, "NVFP4", ["lm_head"], {"quant_algo": "NVFP4", "exclude_modules": "lm_head"},
+                                   {"quant_algo": "NVFP4", "exclude_modules": [1]}])
+def test_malformed_nested_block_is_one_line_exit_2(tmp_path, capsys, inner):
+    config = real_json(EAGLE, "config.json")
+    config["quantization_config"] = {"producer": {"name": "modelopt"}, "quantization": inner}
+    folder = write_layout(tmp_path / "draft", EAGLE, config, None)
+    for command in (("inspect",), ("doctor", "--target", TARGET)):
+        code, out, err = run_captured(capsys, *command, folder)
+        assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert "config.json" in err
