@@ -68,7 +68,7 @@ def never_quantized_roles(profile: ReleaseProfile, entry: dict) -> tuple[Unquant
     vLLM pattern itself and every checkpoint pattern its weight mapper renames to it."""
     by_layer: dict[str, list[str]] = {}
     for vllm_pattern, module in entry["modules"].items():
-        if module["state"] in NEVER_QUANTIZED:
+        if module["state"] in NEVER_QUANTIZED and not _generic(vllm_pattern):
             by_layer.setdefault(module["layer"], []).append(vllm_pattern)
     roles = []
     for layer, patterns in sorted(by_layer.items()):
@@ -77,6 +77,13 @@ def never_quantized_roles(profile: ReleaseProfile, entry: dict) -> tuple[Unquant
                                      f"{profile.label} builds {', '.join(sorted(patterns))} as {layer} without a "
                                      f"quantized method (its model code, recorded in {profile.source})"))
     return tuple(roles)
+
+
+def _generic(vllm_pattern: str) -> bool:
+    """A pattern a generic role (embedding, norm) already covers under every format: no role of its own (doctor asks
+    every role of every module, so each one costs)."""
+    example = vllm_pattern.replace("*", "0")
+    return any(not r.formats and not r.quant_algos and re.search(r.pattern, example) for r in GENERIC_ROLES)
 
 
 def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architecture:
