@@ -65,9 +65,10 @@ def test_doctor_says_which_profile_it_used(tmp_path, capsys, correct_export):
     assert f"layer rows from the {VLLM.label} profile" in out.splitlines()[0]
 
 
-@pytest.mark.parametrize("asked,used", [("0.30.0", "0.28"), ("0.31.9", "0.28"), ("0.32.0", "0.32"), ("0.35.0", "0.32")])
+@pytest.mark.parametrize("asked,used", [("0.28.5", "0.28"), ("0.29.0", "0.28"), ("0.30.0", "0.30"), ("0.31.9", "0.30"),
+                                        ("0.32.0", "0.32"), ("0.35.0", "0.32")])
 def test_shipped_releases_give_their_own_rows(asked, used):
-    """GLM-4.x's router is a plain unquantized layer in 0.28 and GateLinear in 0.32: the row cites the release used."""
+    """GLM-4.x's router is a plain unquantized layer in 0.28 and GateLinear later: the row cites the release used."""
     target = profiles.resolve(f"vllm=={asked}")
     assert target.release.source == f"vllm-{used}.json"
     row = arch.architecture({"architectures": ["Glm4MoeForCausalLM"]}, target.release)
