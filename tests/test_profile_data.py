@@ -75,3 +75,16 @@ def test_shipped_releases_give_their_own_rows(asked, used):
     role = row.unquantized_role("model.layers.1.mlp.gate", type("D", (), {"format": type("F", (), {"NAME": "modelopt-nvfp4"}),
                                                                         "quant_algo": "NVFP4"})())
     assert role is not None and f"vllm-{used}.json" in role.why
+
+
+def test_doctor_says_whether_the_profile_covered_the_architecture(tmp_path, capsys):
+    from tools.layout_fixture import write_layout
+    from tools.real_fixture import write_real_model
+
+    covered = write_real_model(tmp_path / "qwen3", "qwen3-32b")
+    draft = write_layout(tmp_path / "draft", "modelopt-eagle3-draft")
+    out = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", covered)[1]
+    assert "its layer roles and fused layers are vllm 0.32.0's own (generated profile)" in out
+    out = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", draft)[1]
+    assert ("vllm 0.32.0's generated profile does not cover it (not among its registered text-generation "
+            "architectures), so generic layer roles were used") in out

@@ -56,4 +56,15 @@ def checked(d: Diagnosis) -> str:
         return f"checked: every tensor and config file against a plain {d.target.spec} checkpoint, format health"
     if d.simulated:
         return f"checked: {d.target.spec}'s loader simulated for {d.architecture}, format health, config consistency and exclusions"
-    return f"no loader profile for {d.architecture}: checked format health, config consistency and exclusions only"
+    return f"no loader profile for {d.architecture}: checked format health, config consistency and exclusions only" + _rows(d)
+
+
+def _rows(d: Diagnosis) -> str:
+    """Whether the release's generated profile knew this architecture's layers (and if not, why it could not)."""
+    release = d.target.release
+    if release is None:
+        return ""
+    if d.architecture in release.entries:
+        return f"; its layer roles and fused layers are {release.label}'s own (generated profile)"
+    why = release.unprofiled.get(d.architecture, "not among its registered text-generation architectures")
+    return f"; {release.label}'s generated profile does not cover it ({why.splitlines()[0][:160]}), so generic layer roles were used"
