@@ -27,7 +27,8 @@ def quantization_declaration(folder: Path) -> dict | None:
     """The folder's quantization block: config.json's first, as vLLM reads it, then hf_quant_config.json's."""
     config = folder / "config.json"
     if config.exists() and "quantization_config" in json.loads(config.read_text()):
-        return json.loads(config.read_text())["quantization_config"]
+        block = json.loads(config.read_text())["quantization_config"]
+        return block.get("quantization", block)  # ModelOpt's raw {"producer", "quantization"} form (its EAGLE exporter)
     hf_quant = folder / "hf_quant_config.json"
     if hf_quant.exists():
         return json.loads(hf_quant.read_text()).get("quantization")

@@ -37,6 +37,7 @@ EXPECTED = {
                        "model.vision_tower.encoder.layers.0.mlp.up_proj.linear": "excluded"},
     "ct-laguna-moe": {"model.embed_tokens": "-", "lm_head": "-", "model.layers.1.mlp.gate": "-",
                       "model.layers.1.mlp.experts.0.gate_proj": "quantized", "model.layers.0.self_attn.g_proj": "excluded"},
+    "qwen3-32b": {"model.embed_tokens": "-", "lm_head": "excluded", "model.layers.1.self_attn.k_proj": "quantized"},
     "ct-llama-dense": {"model.embed_tokens": "-", "lm_head": "-", "model.layers.0.mlp.up_proj": "quantized",
                        "model.layers.1.self_attn.v_proj": "excluded"},
 }

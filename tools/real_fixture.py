@@ -104,6 +104,8 @@ REAL_MODELS: dict[str, RealModel] = {
     # ModelOpt 0.23.0, only hf_quant_config.json; excludes lm_head only
     "llama-3.3-70b": RealModel("llama-3.3-70b-instruct-fp4", "modelopt", "LlamaForCausalLM", _LLAMA,
                                bf16=r"^lm_head$", kv_fp8=True),
+    # ModelOpt 0.33.0 dense Qwen3 (q_norm/k_norm; vLLM fuses q/k/v and gate/up); lm_head excluded
+    "qwen3-32b": RealModel("qwen3-32b-nvfp4", "modelopt", "Qwen3ForCausalLM", _LLAMA, bf16=r"^lm_head$", kv_fp8=True),
     # ModelOpt 0.33.0 MoE: per-expert experts.N.*_proj; every router mlp.gate and lm_head excluded by name
     "qwen3-30b-a3b": RealModel("qwen3-30b-a3b-nvfp4", "modelopt", "Qwen3MoeForCausalLM",
                                # 48 decoder layers as published, so that its exclusions (every layer's router

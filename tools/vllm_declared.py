@@ -111,8 +111,17 @@ def _register_gemma4_multimodal() -> None:
     the model class (the processor is not used to build the model). Shim: an empty `torchvision` package for
     that import only, and the class registered in-process (vLLM inspects architectures in a subprocess, which
     would not see the shim)."""
+    empty_torchvision()
+    from vllm import ModelRegistry
+    from vllm.model_executor.models import gemma4_mm
+
+    ModelRegistry.register_model("Gemma4ForConditionalGeneration", gemma4_mm.Gemma4ForConditionalGeneration)
+
+
+def empty_torchvision() -> None:
+    """An empty `torchvision` package when none is installed: transformers' image processors import it at module
+    level, which stops vLLM importing model files whose text model never uses it (gemma4_mm.py, qwen3_5.py)."""
     import importlib.machinery
-    import types
 
     try:
         import torchvision  # noqa: F401
@@ -126,11 +135,7 @@ def _register_gemma4_multimodal() -> None:
             parent, _, child = name.rpartition(".")
             if parent:
                 setattr(sys.modules[parent], child, module)
-        log("shim: empty torchvision package (not installed in this venv) for transformers' Gemma4Processor import")
-    from vllm import ModelRegistry
-    from vllm.model_executor.models import gemma4_mm
-
-    ModelRegistry.register_model("Gemma4ForConditionalGeneration", gemma4_mm.Gemma4ForConditionalGeneration)
+        log("shim: empty torchvision package (not installed in this venv) for transformers' image processor imports")
 
 
 def placements(model, weights: dict) -> dict[str, dict]:

@@ -23,7 +23,7 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VLLM_VENV="${VLLM_VENV:-$REPO_ROOT/.venv-vllm}"
 PYTHON_BIN="${PYTHON:-python3}"
-VLLM_VERSION="0.32.0"
+VLLM_VERSION="${VLLM_VERSION:-0.32.0}"  # another release for tools/vllm_profile.py: VLLM_VERSION=0.28.0 VLLM_VENV=.venv-vllm-0.28
 LEGACY_VERSION="0.24.0"
 TORCH_PIN="torch==2.13.0"
 

@@ -1,21 +1,46 @@
 """Architecture knowledge: what each model family defines, looked up from config.json.
 
-ARCHITECTURES is the registry: a new family is one `Architecture` row (its own module when it brings
-expected shapes or name mappings). A config no row matches gets `GENERIC` (identity names, no profile).
+Rows come from two places. Generated rows (`arch/profiled.py`) are read from the newest shipped runtime profile
+(repair/targets/data/): every architecture the runtime's own model code could be built for, with the layers it
+never quantizes and the layers it fuses. Hand rows (ARCHITECTURES) cover what no profile records: the Gemma 4
+assistant's loader profile, MTP drafter layers, and families the profile could not build (Qwen3.5/3.6); a hand
+row's extra roles are added to the generated row of the same architecture. A config no row matches gets `GENERIC`.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from repair.arch.base import GENERIC, Architecture, LayerKind, ModuleSpec
 from repair.arch.gemma4_assistant import GEMMA4_ASSISTANT
-from repair.arch.moe_routers import DEEPSEEK_V3, LAGUNA, QWEN3_5, QWEN3_NEXT
+from repair.arch.moe_routers import DEEPSEEK_MTP, QWEN3_5
+from repair.arch.profiled import ReleaseProfile, read_profiles
 
-ARCHITECTURES: tuple[Architecture, ...] = (GEMMA4_ASSISTANT, DEEPSEEK_V3, LAGUNA, QWEN3_5, QWEN3_NEXT)
+ARCHITECTURES: tuple[Architecture, ...] = (GEMMA4_ASSISTANT, QWEN3_5)  # whole rows no profile replaces
+EXTRA_ROLES = {name: roles for roles, names in DEEPSEEK_MTP for name in names}  # architecture -> hand roles added
+PROFILES: tuple[ReleaseProfile, ...] = read_profiles()
 
 
-def architecture(config: dict | None) -> Architecture:
-    """The row covering this config.json, else GENERIC."""
-    return next((a for a in ARCHITECTURES if a.matches(config)), GENERIC)
+def newest(runtime: str = "vllm") -> ReleaseProfile | None:
+    """The newest shipped profile of a runtime (None when none ships)."""
+    found = [p for p in PROFILES if p.runtime == runtime]
+    return found[-1] if found else None
+
+
+def architecture(config: dict | None, profile: ReleaseProfile | None = None) -> Architecture:
+    """The row covering this config.json: a hand row, else the profile's generated row (default: the newest vLLM
+    release's), else GENERIC."""
+    hand = next((a for a in ARCHITECTURES if a.matches(config)), None)
+    if hand is not None:
+        return hand
+    listed = (config or {}).get("architectures")
+    name = listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else None
+    profile = profile or newest()
+    row = profile.row(name) if profile is not None and name is not None else None
+    if row is None:
+        return GENERIC
+    extra = EXTRA_ROLES.get(name, ())
+    return replace(row, unquantized_roles=row.unquantized_roles + extra) if extra else row
 
 
 def expected_modules(config: dict | None, where: str = "config.json") -> dict[str, ModuleSpec] | None:
@@ -24,4 +49,5 @@ def expected_modules(config: dict | None, where: str = "config.json") -> dict[st
     return found(config, where) if found is not None and config else None
 
 
-__all__ = ["ARCHITECTURES", "Architecture", "GENERIC", "LayerKind", "ModuleSpec", "architecture", "expected_modules"]
+__all__ = ["ARCHITECTURES", "Architecture", "GENERIC", "LayerKind", "ModuleSpec", "PROFILES", "architecture",
+           "expected_modules", "newest"]

@@ -13,9 +13,10 @@ from repair.doctor.checks import config_findings, fused_findings, health_finding
 from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
                                     kv_scale_health, layer_map_findings, runtime_refusal_findings)
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
+from repair.doctor.fused import fused_storage_findings
 from repair.doctor.missing import missing_findings
 from repair.doctor.scales import Progress, ScaleValues
-from repair.doctor.schemes import predicted_schemes, scheme_findings
+from repair.doctor.schemes import excluded_packed_findings, predicted_schemes, scheme_findings
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule, stored_bits
 from repair.io.checkpoint import HF_QUANT_CONFIG, Checkpoint
@@ -47,7 +48,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     fmt = formats.detect(ckpt)
     modules = {m.name: m for m in fmt.group_modules(infos)}
     declaration = fmt.read_declaration(ckpt)
-    family = arch.architecture(ckpt.config)
+    family = arch.architecture(ckpt.config, target.release)
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
     precision = runtime_precision(specs, declaration, target, family)
     findings: list[Finding] = []
@@ -79,6 +80,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.runtime == "vllm":
         findings += fused_findings(declaration, modules, family) + fused_algorithm_findings(declaration, modules, family)
+    findings += fused_storage_findings(declaration, modules, family, target)
     findings += float8_findings(modules, infos) + missing_findings(infos, specs, family.name, ckpt.config)
     said = {f.subject for f in mismatched}  # a layer declared NVFP4 stored without input_scale: said once, as a mismatch
     with ScaleValues(ckpt, modules, fmt.GLOBAL_SCALE_IS_DIVISOR, deep, progress) as values:
@@ -87,6 +89,9 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     if not specs:
         precision = predicted_schemes(modules, declaration, family, target)
         findings += scheme_findings(modules, precision, declaration, family, target)
+        excluded = excluded_packed_findings(modules, precision, declaration, family, target)
+        said = {f.subject for f in excluded}  # the same contradiction, now an error: said once
+        findings = [f for f in findings if not (f.code == Kind.CONFIG_CONTRADICTION and f.subject in said)] + excluded
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
     simulated = target.profile.runtime == "vllm" and bool(specs)

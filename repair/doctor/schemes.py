@@ -53,6 +53,25 @@ def scheme_findings(modules: dict[str, StoredModule], schemes: dict[str, str], d
     return findings
 
 
+def excluded_packed_findings(modules: dict[str, StoredModule], schemes: dict[str, str], declaration: Declaration,
+                             family: Architecture, target: Target) -> list[Finding]:
+    """Stored quantized layers the config excludes, under a target that follows the config: it builds them
+    unquantized (a full-precision `weight` only), so their packed weight does not fit and their scales name
+    parameters that do not exist; vLLM stops loading there (an excluded, packed EAGLE-3 lm_head, say)."""
+    if not target.profile.follows_draft_config:
+        return []
+    out = []
+    for name, scheme in schemes.items():
+        m = modules[name]
+        if scheme == "bf16" and m.is_quantized and family.declared(name, declaration) == "excluded":
+            stored = "packed NVFP4" if m.precision == "nvfp4" else m.algorithm
+            out.append(Finding(Severity.ERROR, Kind.CONFIG_CONTRADICTION, name,
+                               f"{name}: stored {stored}, but the config excludes it, so {target.spec} builds it unquantized "
+                               f"and cannot load its {stored} tensors; dequantize it (fix --target does), or take it out "
+                               "of the exclusions if it is meant to be quantized"))
+    return out
+
+
 def scheme_counts(schemes: dict[str, str]) -> str:
     """"12 nvfp4, 8 fp8, 3 bf16": how many layers the target builds in each scheme."""
     counts: dict[str, int] = {}

@@ -11,6 +11,7 @@ def diagnosis_json(d: Diagnosis, strict: bool = False) -> dict:
     return {
         "target": d.target.spec,
         "profile": d.target.profile.name,
+        "release_profile": d.target.release.label if d.target.release is not None else None,
         "tp": d.tp,
         "exit_code": d.exit_code(strict),
         "bits_per_parameter": round(d.bits_per_parameter, 4),
@@ -36,7 +37,7 @@ def diagnosis_text(d: Diagnosis, strict: bool = False, detail: str = "normal") -
     """
     errors = [f for f in d.findings if f.severity is Severity.ERROR]
     warnings = [f for f in d.findings if f.severity is Severity.WARNING]
-    lines = [f"target {d.target.spec} ({d.target.profile.name}), tensor parallel {d.tp}: {len(errors)} error(s), {len(warnings)} warning(s)"
+    lines = [f"target {d.target.spec} ({d.target.label}), tensor parallel {d.tp}: {len(errors)} error(s), {len(warnings)} warning(s)"
              + _next_step(d, strict, errors, warnings)]
     for o in d.first_errors:
         where = f"rank {o.rank} would stop" if d.tp > 1 else "the runtime would stop"
@@ -74,4 +75,15 @@ def checked(d: Diagnosis) -> str:
         return f"checked: every tensor and config file against a plain {d.target.spec} checkpoint, format health"
     if d.simulated:
         return f"checked: {d.target.spec}'s loader simulated for {d.architecture}, format health, config consistency and exclusions"
-    return f"no loader profile for {d.architecture}: checked format health, config consistency and exclusions only"
+    return f"no loader profile for {d.architecture}: checked format health, config consistency and exclusions only" + _rows(d)
+
+
+def _rows(d: Diagnosis) -> str:
+    """Whether the release's generated profile knew this architecture's layers (and if not, why it could not)."""
+    release = d.target.release
+    if release is None:
+        return ""
+    if d.architecture in release.entries:
+        return f"; its layer roles and fused layers are {release.label}'s own (generated profile)"
+    why = release.unprofiled.get(d.architecture, "not among its registered text-generation architectures")
+    return f"; {release.label}'s generated profile does not cover it ({why.splitlines()[0][:160]}), so generic layer roles were used"

@@ -44,7 +44,10 @@ def kv_cache_declared(quant_cfg: dict | None, hf_section: dict | None) -> str | 
 
     vLLM 0.32 (ModelOptQuantConfigBase.from_config) reads config.json's `quantization_config` when there is
     one, and then only its `kv_cache_scheme` object (a string, or hf_quant_config.json's `kv_cache_quant_algo`,
-    is not read); without one, hf_quant_config.json's `kv_cache_quant_algo`."""
+    is not read); without one, hf_quant_config.json's `kv_cache_quant_algo`. config.json's quantization_config in
+    ModelOpt's raw `{"producer", "quantization": {...}}` form is read like hf_quant_config.json (its `quantization`)."""
+    if quant_cfg is not None and isinstance(quant_cfg.get("quantization"), dict):
+        quant_cfg, hf_section = None, quant_cfg["quantization"]
     if quant_cfg is not None:
         scheme = quant_cfg.get("kv_cache_scheme")
         if not isinstance(scheme, dict):

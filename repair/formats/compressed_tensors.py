@@ -110,8 +110,16 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
         targets += nvfp4_packed.name_list(group.get("targets", []), path, f"quantization_config.config_groups.{name}.targets")
     ignore = nvfp4_packed.name_list(quant_cfg.get("ignore", []), path, "quantization_config.ignore")
     entries((*ignore, *targets), f"{path}: quantization_config entry")  # a broken or hanging `re:` entry is refused here
-    return Declaration("NVFP4", ignore, None, COMPRESSED_TENSORS, tuple(targets) if groups else None,
+    return Declaration(scheme_algo(groups), ignore, None, COMPRESSED_TENSORS, tuple(targets) if groups else None,
                        kv_cache=kv_cache_declared(quant_cfg, None))
+
+
+def scheme_algo(groups: dict) -> str:
+    """The ModelOpt name of the config groups' one scheme, by its real fields: `input_activations` null or absent is
+    weights-only NVFP4 (NVFP4A16, as llm-compressor writes it), for which vLLM 0.32 picks
+    CompressedTensorsW4A4Fp4(use_a16=True) and registers no input_global_scale (W4A16_NVFP4); else W4A4 (NVFP4)."""
+    weight_only = bool(groups) and all(not g.get("input_activations") for g in groups.values())
+    return "W4A16_NVFP4" if weight_only else "NVFP4"
 
 
 def _refuse_mixed_groups(groups: dict, path: object) -> None:

@@ -28,6 +28,8 @@ NVFP4_GROUP = {"input_activations": {"dynamic": False, "num_bits": 4, "type": "f
 
 
 def _says_mixed(section: object) -> bool:
+    if isinstance(section, dict) and isinstance(section.get("quantization"), dict):
+        section = section["quantization"]  # ModelOpt's raw {"producer", "quantization"} block in config.json
     return isinstance(section, dict) and isinstance(section.get("quant_algo"), str) and section["quant_algo"].upper() == MIXED
 
 

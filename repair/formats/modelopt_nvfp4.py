@@ -81,9 +81,11 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
         method = quant_cfg.get("quant_method")
         if method not in (None, "modelopt", "modelopt_fp4"):
             raise BadInput(f"{cfg_path}: quant_method {method!r} is not supported; this tool repairs ModelOpt NVFP4 checkpoints")
-        if quant_cfg.get("quant_algo") is not None:
-            algos[cfg_path] = quant_cfg["quant_algo"]
-        ignore = nvfp4_packed.name_list(quant_cfg.get("ignore", []), cfg_path, "quantization_config.ignore")
+        claims, key = config_section(quant_cfg, cfg_path)
+        if claims.get("quant_algo") is not None:
+            algos[cfg_path] = claims["quant_algo"]
+        where = "quantization_config." + ("quantization." if claims is not quant_cfg else "") + key
+        ignore = nvfp4_packed.name_list(claims.get(key, []), cfg_path, where)
     if ckpt.hf_quant_config is not None:
         section = ckpt.hf_quant_config.get("quantization")
         if not isinstance(section, dict):
@@ -105,6 +107,19 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
     return Declaration(next(iter(named.values()), None), ignore, exclude, MODELOPT_NVFP4, kv_cache=kv_cache)
 
 
+def config_section(quant_cfg: dict, where: object = CONFIG) -> tuple[dict, str]:
+    """(the object in config.json's quantization_config holding the claims, its exclusion key), as vLLM 0.32's
+    ModelOptQuantConfigBase.from_config reads it: ModelOpt's raw `{"producer", "quantization": {...}}` block (what its
+    speculative-decoding exporter writes there, the same dict as hf_quant_config.json) holds them in `quantization`,
+    under hf_quant_config.json's keys (`exclude_modules`, `kv_cache_quant_algo`); the flat form under `ignore`."""
+    if "quantization" not in quant_cfg:
+        return quant_cfg, "ignore"
+    inner = quant_cfg["quantization"]
+    if not isinstance(inner, dict):
+        raise BadInput(f"{where}: quantization_config.quantization is not an object, which vLLM refuses; fix the config")
+    return inner, "exclude_modules"
+
+
 def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]:
     """New (config.json, hf_quant_config.json) contents where both exclusion lists cover `names`, and agree.
 
@@ -119,8 +134,8 @@ def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: 
 def lists_with(config: dict | None, hf_quant: dict | None, names: list[str], covers: Covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]:
     """`with_exclusions` on config contents the caller owns (edited in place and returned)."""
     if config is not None and isinstance(config.get("quantization_config"), dict):
-        qc = config["quantization_config"]
-        qc["ignore"] = nvfp4_packed.append_missing([n for n in qc.get("ignore") or [] if n not in remove], names, covers)
+        qc, key = config_section(config["quantization_config"])
+        qc[key] = nvfp4_packed.append_missing([n for n in qc.get(key) or [] if n not in remove], names, covers)
     if hf_quant is not None:
         section = hf_quant["quantization"]
         section["exclude_modules"] = nvfp4_packed.append_missing([n for n in section.get("exclude_modules") or [] if n not in remove], names, covers)
@@ -134,7 +149,8 @@ def exclusion_lists(config: dict | None, hf_quant: dict | None) -> list[list[str
     """The exclusion lists present in (config.json, hf_quant_config.json) contents."""
     lists = []
     if config is not None and isinstance(config.get("quantization_config"), dict):
-        lists.append(list(config["quantization_config"].get("ignore") or []))
+        qc, key = config_section(config["quantization_config"])
+        lists.append(list(qc.get(key) or []))
     if hf_quant is not None:
         lists.append(list(hf_quant["quantization"].get("exclude_modules") or []))
     return lists

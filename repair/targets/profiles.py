@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from repair import arch
+from repair.arch.profiled import ReleaseProfile
 from repair.errors import UsageError
 
 
@@ -42,10 +44,31 @@ class Target:
 
     spec: str
     profile: Profile
+    release: ReleaseProfile | None = None  # the generated profile whose rows apply (newest shipped release <= the target's)
+    version: tuple[int, ...] | None = None  # the release the user asked for
 
     @property
     def wants_all_bf16(self) -> bool:
         return not self.profile.follows_draft_config
+
+    @property
+    def label(self) -> str:
+        """The profile in words, naming the generated release profile used (messages say which one applies)."""
+        if self.profile.runtime == "bf16":
+            return self.profile.name
+        if self.release is None:
+            return f"{self.profile.name}; no generated layer profile ships"
+        older = self.version is not None and self.release.release > self.version
+        return f"{self.profile.name}; layer rows from the {self.release.label} profile" + (
+            " (none ships at or below this release: the oldest one)" if older else "")
+
+
+def release_at_or_below(runtime: str, version: tuple[int, ...]) -> ReleaseProfile | None:
+    """The newest shipped generated profile of `runtime` whose release is at or below `version`; the oldest shipped
+    one when none is (its label says so), None when the runtime has none."""
+    shipped = [p for p in arch.PROFILES if p.runtime == runtime]
+    found = [p for p in shipped if p.release <= version]
+    return found[-1] if found else (shipped[0] if shipped else None)
 
 
 def resolve(spec: str | None) -> Target:
@@ -61,5 +84,5 @@ def resolve(spec: str | None) -> Target:
         if (profile.min_version is None or version >= profile.min_version) and (
             profile.max_version is None or version < profile.max_version
         ):
-            return Target(spec, profile)
+            return Target(spec, profile, release_at_or_below(profile.runtime, version), version)
     raise UsageError(f"--target {spec}: vLLM before 0.21.0 cannot load Gemma 4 assistants at all; target 0.21.0 or newer")

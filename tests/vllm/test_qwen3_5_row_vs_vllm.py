@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from repair.arch import architecture
-from repair.arch.moe_routers import QWEN3_5, QWEN3_NEXT
+from repair.arch.moe_routers import QWEN3_5
 
 from .probe import VLLM_PY, requires_vllm
 
 pytestmark = [pytest.mark.vllm, requires_vllm]
+_NVFP4 = type("Declared", (), {"format": type("Format", (), {"NAME": "modelopt-nvfp4"}), "quant_algo": "NVFP4"})()
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +59,15 @@ def assignments(cls: ast.ClassDef, attribute: str) -> list[ast.Call]:
             and any(ast.unparse(t) == f"self.{attribute}" for t in n.targets)]
 
 
-@pytest.mark.parametrize("row", [QWEN3_5, QWEN3_NEXT], ids=lambda r: r.name)
+@pytest.mark.parametrize("row", [QWEN3_5, architecture({"architectures": ["Qwen3NextForCausalLM"]})], ids=lambda r: r.name)
 def test_every_covered_class_fuses_what_the_row_says(models, row):
+    """The hand row (Qwen3.5) and the generated one (Qwen3-Next, from the vLLM 0.32 profile) against vLLM's source."""
     known = {**classes(models / "qwen3_next.py"), **classes(models / "qwen3_vl.py"), **classes(models / "qwen3_5.py")}
     for name in row.architectures:
         # a layer packed from itself (Qwen3-Next's stored in_proj_qkvz, the vision tower's qkv) is no fusion
         fused = {k: v for k, v in packed_mapping(known[name], known).items() if v != (k,)}
         assert fused == row.fused_layers, name
-        assert architecture({"architectures": [name]}) is row
+        assert architecture({"architectures": [name]}) == row
 
 
 def test_router_and_shared_expert_gate_are_built_without_the_quant_config(models):
@@ -73,7 +75,9 @@ def test_router_and_shared_expert_gate_are_built_without_the_quant_config(models
     next_classes = classes(models / "qwen3_next.py")
     assert "Qwen3NextSparseMoeBlock(" in ast.unparse(next_classes["Qwen3NextDecoderLayer"])
     assert "Qwen3NextDecoderLayer" in {ast.unparse(b) for b in classes(models / "qwen3_5.py")["Qwen3_5DecoderLayer"].bases}
-    assert QWEN3_NEXT.unquantized_roles == QWEN3_5.unquantized_roles
+    generated = architecture({"architectures": ["Qwen3NextForCausalLM"]})  # the profile saw what the source says
+    assert generated.unquantized_role("model.layers.3.mlp.gate", _NVFP4) is not None
+    assert generated.unquantized_role("model.layers.3.mlp.shared_expert_gate", _NVFP4) is not None
     block = next_classes["Qwen3NextSparseMoeBlock"]
     (gate,) = assignments(block, "gate")
     assert ast.unparse(gate.func) == "GateLinear" and "quant_config" not in {k.arg for k in gate.keywords}

@@ -1,0 +1,106 @@
+"""Architecture rows generated from a runtime release's own model code (repair/targets/data/<runtime>-<release>.json).
+
+tools/vllm_profile.py builds every architecture vLLM registers on the meta device with a quantization config
+that quantizes everything it can, and records per vLLM module-name pattern (layer numbers as `*`) whether the
+layer got a quantized method, an unquantized one, or none (built without the quant config), the class's fused
+layers (packed_modules_mapping) and what its weight-name mapper does to checkpoint names. A data file is one
+runtime release; another runtime's release (SGLang, TensorRT-LLM) is one more file of the same form. Here each
+profiled architecture becomes an `Architecture` row: its never-quantized layers are `UnquantizedRole`s matched on
+checkpoint names, its fused layers are `fused_layers`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from importlib.resources import files
+
+from repair.arch.base import Architecture
+from repair.arch.roles import GENERIC_ROLES, UnquantizedRole
+
+DATA = files("repair") / "targets" / "data"
+NEVER_QUANTIZED = ("none", "unquantized")  # the quant config was never asked, or declined, under quantize-everything
+NUMBER = re.compile(r"\.\d+(?=\.|$)")
+
+
+@dataclass(frozen=True)
+class ReleaseProfile:
+    """One runtime release's profile file, as read: its rows and what it could not profile (and why)."""
+
+    runtime: str
+    release: tuple[int, ...]
+    source: str  # the file's name, which messages cite
+    entries: dict  # architecture -> {"modules", "fused", "renames", "config"}
+    unprofiled: dict  # architecture -> why not
+
+    @property
+    def label(self) -> str:
+        return f"{self.runtime} {'.'.join(map(str, self.release))}"
+
+    def row(self, name: str) -> Architecture | None:
+        entry = self.entries.get(name)
+        return None if entry is None else generated_row(self, name, entry)
+
+
+def release_of(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
+
+
+def read_profiles() -> tuple[ReleaseProfile, ...]:
+    """Every shipped profile file, oldest release first (per runtime)."""
+    out = []
+    for item in DATA.iterdir():
+        if not item.name.endswith(".json"):
+            continue
+        doc = json.loads(item.read_text(encoding="utf-8"))
+        out.append(ReleaseProfile(doc["runtime"], release_of(doc["release"]), item.name, doc["architectures"], doc["unprofiled"]))
+    return tuple(sorted(out, key=lambda p: (p.runtime, p.release)))
+
+
+def pattern_regex(patterns: list[str]) -> str:
+    """A regex (re.search) matching checkpoint module names of these name patterns (`*` = a layer number)."""
+    return "|".join("^" + re.escape(p).replace(re.escape("*"), r"\d+") + "$" for p in sorted(patterns))
+
+
+def never_quantized_roles(profile: ReleaseProfile, entry: dict) -> tuple[UnquantizedRole, ...]:
+    """One role per layer class the release builds without a quantized method, matched on checkpoint names: the
+    vLLM pattern itself and every checkpoint pattern its weight mapper renames to it."""
+    by_layer: dict[str, list[str]] = {}
+    for vllm_pattern, module in entry["modules"].items():
+        if module["state"] in NEVER_QUANTIZED and not _generic(vllm_pattern):
+            by_layer.setdefault(module["layer"], []).append(vllm_pattern)
+    roles = []
+    for layer, patterns in sorted(by_layer.items()):
+        names = patterns + [ckpt for ckpt, mapped in entry.get("renames", {}).items() if mapped in patterns]
+        roles.append(UnquantizedRole(f"{layer} layer", pattern_regex(names),
+                                     f"{profile.label} builds {', '.join(sorted(patterns))} as {layer} without a "
+                                     f"quantized method (its model code, recorded in {profile.source})"))
+    return tuple(roles)
+
+
+def _generic(vllm_pattern: str) -> bool:
+    """A pattern a generic role (embedding, norm) already covers under every format: no role of its own (doctor asks
+    every role of every module, so each one costs)."""
+    example = vllm_pattern.replace("*", "0")
+    return any(not r.formats and not r.quant_algos and re.search(r.pattern, example) for r in GENERIC_ROLES)
+
+
+def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architecture:
+    """The row of one profiled architecture: generic roles plus the release's never-quantized layers; its fused layers."""
+    fused = {k: tuple(v) for k, v in entry.get("fused", {}).items()}
+    return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
+                        unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused)
+
+
+def module_state(entry: dict, module: str) -> str | None:
+    """What the release builds a checkpoint module as ("quantized", "unquantized", "none"), None when not recorded:
+    the module's pattern, renamed by the weight mapper, else folded into its fused layer."""
+    found = NUMBER.sub(".*", module)
+    found = entry.get("renames", {}).get(found, found)
+    if found is None:
+        return None
+    parent, _, leaf = found.rpartition(".")
+    fused = next((f for f, shards in entry.get("fused", {}).items() if leaf in shards), None)
+    candidates = (found, f"{parent}.{fused}" if fused else found)
+    return next((entry["modules"][c]["state"] for c in candidates if c in entry["modules"]), None)

@@ -1,0 +1,90 @@
+"""The shipped runtime profiles (repair/targets/data/*.json) are what the rows, --target and the docs use.
+
+The data's truth is checked against vLLM itself in the vLLM tier (tests/vllm/test_profiles_vs_vllm.py regenerates
+it); here: every profiled architecture gets its generated row, `--target vllm==X` takes the newest release at or
+below X and says which, and docs/runtime_profiles.md is the report of exactly this data.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from repair import arch
+from repair.arch.profiled import NEVER_QUANTIZED, module_state
+from repair.targets import profiles
+from tests.conftest import run_captured
+from tools import profile_report
+
+VLLM = arch.newest("vllm")
+
+
+def test_docs_report_is_regenerated_with_the_data():
+    assert profile_report.DOC.read_text() == profile_report.render(), "run: python -m tools.profile_report"
+
+
+def test_coverage_numbers_are_the_datas():
+    text = profile_report.DOC.read_text()
+    assert f"profiled: **{len(VLLM.entries)} of {len(VLLM.entries) + len(VLLM.unprofiled)}**" in text
+    assert set(VLLM.entries).isdisjoint(VLLM.unprofiled) and all(VLLM.unprofiled.values())
+
+
+@pytest.mark.parametrize("name", sorted(VLLM.entries))
+def test_every_profiled_architecture_gets_its_generated_row(name):
+    entry = VLLM.entries[name]
+    row = arch.architecture({"architectures": [name]})
+    if row in arch.ARCHITECTURES:
+        pytest.skip(f"{name}: a hand row ({row.name}) keeps knowledge no profile records")
+    assert row.fused_layers == {k: tuple(v) for k, v in entry["fused"].items()}
+    never = [p for p, m in entry["modules"].items() if m["state"] in NEVER_QUANTIZED]
+    for pattern in never:
+        module = pattern.replace("*", "3")
+        assert any(re.search(role.pattern, module) for role in row.unquantized_roles), (name, pattern)
+        assert module_state(entry, module) in NEVER_QUANTIZED
+
+
+def fake(label: str):
+    return replace(VLLM, release=tuple(int(p) for p in label.split(".")))
+
+
+@pytest.mark.parametrize("asked,used,older", [("0.30.0", "0.28.0", False), ("0.24.1", "0.24.0", False),
+                                              ("0.33", "0.32.0", False), ("0.32.0", "0.32.0", False),
+                                              ("0.22.0", "0.24.0", True)])
+def test_target_takes_the_newest_release_at_or_below(monkeypatch, asked, used, older):
+    monkeypatch.setattr(arch, "PROFILES", tuple(fake(v) for v in ("0.24.0", "0.28.0", "0.32.0")))
+    target = profiles.resolve(f"vllm=={asked}")
+    assert target.release.label == f"vllm {used}"
+    assert target.label.endswith(f"layer rows from the vllm {used} profile" + (
+        " (none ships at or below this release: the oldest one)" if older else ""))
+
+
+def test_doctor_says_which_profile_it_used(tmp_path, capsys, correct_export):
+    code, out, _ = run_captured(capsys, "doctor", "--target", "vllm==0.40.0", correct_export)
+    assert f"layer rows from the {VLLM.label} profile" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("asked,used", [("0.28.5", "0.28"), ("0.29.0", "0.28"), ("0.30.0", "0.30"), ("0.31.9", "0.30"),
+                                        ("0.32.0", "0.32"), ("0.35.0", "0.32")])
+def test_shipped_releases_give_their_own_rows(asked, used):
+    """GLM-4.x's router is a plain unquantized layer in 0.28 and GateLinear later: the row cites the release used."""
+    target = profiles.resolve(f"vllm=={asked}")
+    assert target.release.source == f"vllm-{used}.json"
+    row = arch.architecture({"architectures": ["Glm4MoeForCausalLM"]}, target.release)
+    role = row.unquantized_role("model.layers.1.mlp.gate", type("D", (), {"format": type("F", (), {"NAME": "modelopt-nvfp4"}),
+                                                                        "quant_algo": "NVFP4"})())
+    assert role is not None and f"vllm-{used}.json" in role.why
+
+
+def test_doctor_says_whether_the_profile_covered_the_architecture(tmp_path, capsys):
+    from tools.layout_fixture import write_layout
+    from tools.real_fixture import write_real_model
+
+    covered = write_real_model(tmp_path / "qwen3", "qwen3-32b")
+    draft = write_layout(tmp_path / "draft", "modelopt-eagle3-draft")
+    out = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", covered)[1]
+    assert "its layer roles and fused layers are vllm 0.32.0's own (generated profile)" in out
+    out = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", draft)[1]
+    assert ("vllm 0.32.0's generated profile does not cover it (not among its registered text-generation "
+            "architectures), so generic layer roles were used") in out

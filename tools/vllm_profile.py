@@ -1,0 +1,169 @@
+#!/usr/bin/env python
+"""Profile vLLM's registered architectures from vLLM's own model code: what each layer is built as (run in .venv-vllm).
+
+    vllm_profile.py OUT.json [--only ARCH ...]
+
+For every architecture of vLLM's text-generation registry, a small config (tools/vllm_profile_configs.py) is
+written to a temp folder with a ModelOpt NVFP4 `quantization_config` that excludes nothing, vLLM reads it as
+`vllm serve` does (`EngineArgs(...).create_engine_config()`), and the architecture's model class is built on the
+meta device (`initialize_model`, which also hands the class's `packed_modules_mapping` and `hf_to_vllm_mapper` to
+the quant config). Every module holding a 2-D weight is recorded under its name pattern (layer numbers -> `*`):
+  "quantized"   its quant_method is a quantized one (the quant config quantizes it);
+  "unquantized" an Unquantized* method (the quant config was asked and declined: embeddings, ...);
+  "none"        no quant_method: built without the quant config (quant_config=None, or a plain torch Linear).
+Also: the class's packed_modules_mapping (fused layers) and what its hf_to_vllm_mapper does to each checkpoint
+weight name transformers' own model class gives the config (name patterns). The output is data for
+repair/targets/data/ (tools/vllm_profile_write.py formats it). Imports nothing from ``repair``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+import traceback
+
+from vllm_declared import empty_torchvision
+from vllm_runtime import enable_cpu_nvfp4, nvfp4_moe_emulation_fallback, world_of_one
+from vllm_profile_configs import NoConfig, model_types, small_config
+
+# no KV-cache scheme: older releases' CPU attention refuses an FP8 KV cache at these head sizes, and no linear depends on it
+QUANTIZATION = {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": [], "group_size": 16}
+LAYER_NUMBER = re.compile(r"\.\d+(?=\.|$)")
+
+
+def log(msg: str) -> None:
+    print(f"[vllm_profile] {msg}", file=sys.stderr, flush=True)
+
+
+def pattern(name: str) -> str:
+    return LAYER_NUMBER.sub(".*", name)
+
+
+def state_of(module) -> str:
+    method = getattr(module, "quant_method", None)
+    if method is None:
+        return "none"
+    return "unquantized" if type(method).__name__.startswith("Unquantized") else "quantized"
+
+
+def modules_of(model) -> dict[str, dict]:
+    """Weight-bearing module pattern -> {"state", "layer"} (states that differ across layers are all kept)."""
+    out: dict[str, dict] = {}
+    for name, module in model.named_modules():
+        weight = module._parameters.get("weight") if hasattr(module, "_parameters") else None
+        fused_moe = hasattr(module, "w13_weight")
+        if not fused_moe and (weight is None or weight.dim() != 2):
+            continue
+        entry = out.setdefault(pattern(name), {"states": [], "layer": type(module).__name__})
+        state = state_of(module)
+        if state not in entry["states"]:
+            entry["states"].append(state)
+    return {k: {"state": "|".join(sorted(v["states"])), "layer": v["layer"]} for k, v in sorted(out.items())}
+
+
+def checkpoint_names(arch: str, config: dict) -> list[str]:
+    """Module names transformers' own class for this config has (its state_dict's 2-D weights), on meta."""
+    import torch
+    import transformers
+
+    cls = getattr(transformers, arch, None)
+    if cls is None:
+        return []
+    try:
+        with torch.device("meta"):
+            model = cls(cls.config_class(**{k: v for k, v in config.items() if k != "model_type"}))
+    except Exception as e:  # noqa: BLE001 - names are a bonus; the vLLM build is the profile
+        log(f"{arch}: transformers build failed ({type(e).__name__}: {str(e)[:120]})")
+        return []
+    return sorted({n.rpartition(".")[0] for n, t in model.state_dict().items() if n.endswith(".weight") and t.dim() == 2})
+
+
+def renames(model_class, names: list[str]) -> dict[str, str | None]:
+    """Checkpoint module pattern -> the vLLM name pattern hf_to_vllm_mapper gives it (None: dropped), where it differs."""
+    mapper = getattr(model_class, "hf_to_vllm_mapper", None)
+    if mapper is None:
+        return {}
+    map_name = getattr(mapper, "map_name", None) or mapper._map_name  # the public name since 0.32; _map_name before
+    out = {}
+    for name in names:
+        mapped = map_name(name + ".weight")
+        mapped = mapped[: -len(".weight")] if mapped and mapped.endswith(".weight") else mapped
+        if mapped != name:
+            out[pattern(name)] = pattern(mapped) if mapped is not None else None
+    return dict(sorted(out.items()))
+
+
+def build_model(folder: str, initialize_model):
+    """(model, its VllmConfig): on the meta device; a class whose __init__ copies data (buffers filled from tensors)
+    is built again on CPU, from a fresh config (layer names register once per config), a few MB at these sizes."""
+    import contextlib
+
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.engine.arg_utils import EngineArgs
+
+    for device in ("meta", None):
+        vc = EngineArgs(model=folder, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128, enforce_eager=True,
+                        load_format="dummy", trust_remote_code=False).create_engine_config()
+        try:
+            with world_of_one(vc), set_current_vllm_config(vc), torch.device(device) if device else contextlib.nullcontext():
+                return initialize_model(vc, model_config=vc.model_config), vc
+        except NotImplementedError as e:
+            if device is None or "meta tensor" not in str(e):
+                raise
+    raise AssertionError("unreachable")
+
+
+def profile(arch: str, names: dict[str, str]) -> dict:
+    from vllm import ModelRegistry
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    config, source = small_config(arch, names)
+    model_class = ModelRegistry._try_load_model_cls(arch)
+    if model_class is None:
+        raise NoConfig("vLLM cannot import its model class here (a GPU-only or missing dependency)")
+    ModelRegistry.register_model(arch, model_class)  # in-process: no inspection subprocess per architecture
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(dict(config, architectures=[arch], quantization_config=QUANTIZATION, torch_dtype="bfloat16"), f)
+        model, vc = build_model(folder, initialize_model)
+    packed = {k: list(v) for k, v in (getattr(model, "packed_modules_mapping", None) or {}).items()}
+    return {"config": {"source": source, "model_type": config.get("model_type")},
+            "quant_config": type(vc.quant_config).__name__, "modules": modules_of(model),
+            "fused": {k: v for k, v in sorted(packed.items()) if v != [k]},
+            "renames": renames(type(model), checkpoint_names(arch, config))}
+
+
+def main(argv: list[str]) -> int:
+    out_path, only = argv[0], argv[argv.index("--only") + 1:] if "--only" in argv else None
+    import vllm
+    from vllm.model_executor.models.registry import _TEXT_GENERATION_MODELS
+
+    enable_cpu_nvfp4()
+    nvfp4_moe_emulation_fallback()
+    empty_torchvision()
+    names = model_types()
+    archs = sorted(only or _TEXT_GENERATION_MODELS)
+    result = {"runtime": "vllm", "release": vllm.__version__.split("+")[0], "quantization": QUANTIZATION,
+              "registered": len(_TEXT_GENERATION_MODELS), "architectures": {}, "unprofiled": {}}
+    for arch in archs:
+        t0 = time.perf_counter()
+        try:
+            result["architectures"][arch] = profile(arch, names)
+        except NoConfig as e:
+            result["unprofiled"][arch] = str(e)
+        except Exception as e:  # noqa: BLE001 - vLLM refused to build it: recorded as the reason
+            traceback.print_exc(file=sys.stderr)
+            result["unprofiled"][arch] = f"vLLM cannot build it from the small config: {type(e).__name__}: {str(e)[:200]}"
+        log(f"{arch}: {'ok' if arch in result['architectures'] else result['unprofiled'][arch][:100]} ({time.perf_counter() - t0:.1f} s)")
+    with open(out_path, "w") as f:
+        json.dump(result, f, indent=1, sort_keys=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,109 @@
+"""Small configs for vLLM's registered architectures, from transformers' own config classes (run in .venv-vllm).
+
+`small_config(arch)` returns (config dict, provenance) or raises `NoConfig` with the reason. The config class is
+the one transformers registers for the architecture's model_type (its auto-model mappings name the class); its
+defaults are shrunk by overriding only the size keys the class has (hidden sizes, layer and head counts, experts),
+passed to the class's own __init__ so derived fields (layer_types, head_dim) are recomputed by transformers.
+Imports nothing from the repo's ``repair`` package.
+"""
+
+from __future__ import annotations
+
+SMALL = {  # size key -> value (only keys the class's defaults hold are set)
+    "hidden_size": 64, "intermediate_size": 128, "ffn_hidden_size": 128, "num_hidden_layers": 2, "num_layers": 2,
+    "n_layer": 2, "n_layers": 2, "num_attention_heads": 4, "n_head": 4, "n_heads": 4, "num_key_value_heads": 2,
+    "num_kv_heads": 2, "multi_query_group_num": 2, "head_dim": 16, "kv_channels": 16, "vocab_size": 256,
+    "padded_vocab_size": 256, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+    "num_experts": 4, "n_routed_experts": 4, "num_local_experts": 4, "moe_num_experts": 4, "num_experts_per_tok": 2,
+    "moe_topk": 2, "moe_k": 2, "n_shared_experts": 1, "first_k_dense_replace": 1, "decoder_sparse_step": 1,
+    "n_group": 1, "topk_group": 1, "max_position_embeddings": 512, "n_positions": 512, "seq_length": 512,
+    "q_lora_rank": 32, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 16, "v_head_dim": 16,
+    "sliding_window": 64, "num_nextn_predict_layers": 1, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16, "linear_value_head_dim": 16, "global_head_dim": 16,
+}
+# Attributes vLLM's model file reads that transformers' config class does not define (published configs carry them);
+# each value is the one named in vLLM's own code path for the default case. Provenance: the vLLM 0.32 file named.
+EXTRA: dict[str, dict] = {
+    "Glm4MoeLiteForCausalLM": {"first_k_dense_replace": 1},  # models/glm4_moe_lite.py
+    "MiniMaxM2ForCausalLM": {"rotary_dim": 8, "scoring_func": "sigmoid"},  # models/minimax_m2.py
+    "AfmoeForCausalLM": {"score_func": "sigmoid", "route_norm": True, "n_group": 1, "topk_group": 1},  # models/afmoe.py
+    "InklingForCausalLM": {"padded_vocab_size": 256},  # models/inkling.py
+    "Mamba2ForCausalLM": {"num_heads": 8, "n_groups": 1},  # transformers: hidden_size * expand == num_heads * head_dim
+    "Lfm2ForCausalLM": {"block_dim": 64, "block_ff_dim": 128, "block_multiple_of": 16, "block_auto_adjust_ff_dim": False,
+                        "block_ffn_dim_multiplier": 1.0},  # models/lfm2.py reads the block_* fields of Liquid's configs
+    "LongcatFlashForCausalLM": {"mla_scale_q_lora": False, "mla_scale_kv_lora": False, "zero_expert_num": 0,
+                                "zero_expert_type": "identity"},  # models/longcat_flash.py
+    "HYV3ForCausalLM": {"first_k_dense_replace": 1, "expert_hidden_dim": 32, "route_norm": True},  # models/hy_v3.py
+}
+DROP = ("architectures", "auto_map", "transformers_version", "dtype", "torch_dtype", "quantization_config")
+SUB_CONFIGS = ("text_config", "language_config", "llm_config", "thinker_config")
+
+
+class NoConfig(Exception):
+    """The architecture has no config we can build (the message says why)."""
+
+
+def model_types() -> dict[str, str]:
+    """transformers' class name -> model_type, from every auto-model mapping it ships."""
+    from transformers.models.auto import modeling_auto
+
+    out: dict[str, str] = {}
+    first = ["MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"]  # a *ForCausalLM class is its text model's (llama4_text, not llama4)
+    for name in first + sorted(dir(modeling_auto)):
+        table = getattr(modeling_auto, name)
+        if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and isinstance(table, dict):
+            for model_type, classes in table.items():
+                for cls in (classes if isinstance(classes, (list, tuple)) else [classes]):
+                    if cls not in out or model_type.endswith("_text"):  # the text model's own type (llama4_text)
+                        out[cls] = model_type
+    return out
+
+
+def _shrunk(cls, overrides: dict | None = None) -> dict:
+    defaults = cls().to_dict()
+    kwargs = {k: v for k, v in SMALL.items() if k in defaults and (defaults[k] is None or isinstance(defaults[k], int))
+              and not (defaults[k] is None and k in ("q_lora_rank", "sliding_window", "num_nextn_predict_layers"))}
+    for key in SUB_CONFIGS:
+        sub = getattr(cls, "sub_configs", {}).get(key)
+        if sub is not None:
+            kwargs[key] = _shrunk(sub)
+    if "num_hidden_layers" in kwargs and defaults.get("full_attention_interval"):
+        kwargs["num_hidden_layers"] = defaults["full_attention_interval"]  # one full-attention layer among them
+    kwargs.update({k: v for k, v in (overrides or {}).items() if k in defaults})
+    config = cls(**kwargs).to_dict()
+    _drop_bookkeeping(config)
+    if "num_attention_heads" in kwargs and "head_dim" not in config and "hidden_size" in kwargs and not hasattr(cls, "head_dim"):
+        config["head_dim"] = kwargs["hidden_size"] // kwargs["num_attention_heads"]  # vLLM reads it where real configs hold it
+    for key in DROP:
+        config.pop(key, None)
+    return config
+
+
+def _drop_bookkeeping(config: dict) -> None:
+    """PretrainedConfig bookkeeping (also in nested sub-config dicts), which vLLM's validation refuses as unknown kwargs."""
+    for key in [k for k in config if isinstance(k, str) and k.startswith("_")] + ["output_attentions", "output_hidden_states", "return_dict"]:
+        config.pop(key, None)
+    for value in config.values():
+        if isinstance(value, dict):
+            _drop_bookkeeping(value)
+
+
+def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str]:
+    """(config.json contents without architectures, where it came from) for a registered architecture."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    model_type = names.get(arch)
+    if model_type is None:
+        raise NoConfig("transformers ships no model class of this name (its config comes with remote code or vLLM)")
+    try:
+        cls = CONFIG_MAPPING[model_type]
+    except KeyError:
+        raise NoConfig(f"transformers has no config class for model_type {model_type!r}") from None
+    try:
+        config = _shrunk(cls, EXTRA.get(arch))
+    except Exception as e:  # noqa: BLE001 - the class refused our sizes: a reason, not a crash
+        raise NoConfig(f"transformers {cls.__name__} refuses the shrunk sizes: {type(e).__name__}: {str(e)[:160]}") from None
+    config["model_type"] = model_type
+    config.update(EXTRA.get(arch, {}))
+    return config, f"transformers {transformers.__version__} {cls.__name__}, shrunk (tools/vllm_profile_configs.py SMALL)"
