@@ -16,7 +16,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/ckpt-repair demo
 
 test: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -m "not vllm"
+	$(VENV)/bin/python -m pytest -m "not vllm and not web"
 
 test-vllm: $(VENV)/.installed
 	VLLM_VENV=$(abspath $(VLLM_VENV)) bash tools/vllm_env.sh

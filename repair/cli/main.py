@@ -16,7 +16,7 @@ from repair.cli.lazy import LazyGroup
 from repair.errors import RepairError, one_line
 from repair.io.output import PUBLISHED
 
-COMMANDS = {name: f"repair.cli.{name}_cmd:{name}" for name in ("demo", "doctor", "fix", "hub", "inspect", "recipes", "unshard")}
+COMMANDS = {name: f"repair.cli.{name}_cmd:{name}" for name in ("demo", "doctor", "fix", "hub", "inspect", "recipes", "serve", "unshard")}
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
