@@ -10,7 +10,7 @@ from __future__ import annotations
 from repair import api
 from repair.doctor.diagnose import diagnose
 from repair.doctor.findings import Severity
-from repair.doctor.inspection import inspect_checkpoint
+from repair.doctor.inspection import Inspection, inspect_checkpoint
 from repair.doctor.text import diagnosis_json, diagnosis_text
 from repair.errors import RepairError
 from repair.hub.source import open_source
@@ -26,14 +26,16 @@ def analyze(request: dict) -> dict:
     ckpt = open_source(request["source"])
     target, tp = resolve(request.get("target")), int(request.get("tp") or 1)
     result = diagnose(ckpt, target, tp)
+    seen = inspect_checkpoint(ckpt)
     answer = {
         "source": str(ckpt.root),
         "doctor_text": diagnosis_text(result),
         "exit_code": result.exit_code(),
         "stops": diagnosis_json(result)["runtime_stops_at"],
         "findings": {str(s): [f"[{f.code}] {f.message}" for f in result.findings if f.severity is s] for s in Severity},
-        "modules": module_rows(ckpt, result.runtime_precision),
+        "modules": module_rows(seen, result.runtime_precision),
         "plan_text": None, "plan_error": None, "noop": False, "bytes": None,
+        "quantized": bool(seen.declaration.quant_algo) or any(v.module.is_quantized for v in seen.modules),
     }
     try:
         plan = api.plan(ckpt, recipe_for(request.get("recipe"), request.get("target")))
@@ -44,10 +46,10 @@ def analyze(request: dict) -> dict:
     return answer
 
 
-def module_rows(ckpt, schemes: dict[str, str]) -> list[list[str]]:
+def module_rows(seen: Inspection, schemes: dict[str, str]) -> list[list[str]]:
     """One row per linear module: name, stored precision, stored vs expected shape, declared, scheme built."""
     rows = []
-    for v in inspect_checkpoint(ckpt).modules:
+    for v in seen.modules:
         if not v.module.tensor("weight") or len(v.module.logical_shape) != 2:
             continue
         expected = list(v.expected_shape) if v.expected_shape is not None else None

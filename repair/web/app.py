@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -65,15 +66,16 @@ def build(server: Server) -> gr.Blocks:
         report = gr.File(label="repair_report.json", elem_id="report", interactive=False)
         gr.Markdown(f"<small id='tool-version'>{render.TOOL}</small>")
 
-        @one_line_errors(lambda line: (render.error(line), "", "", "", [], "", "", None))
+        @one_line_errors(lambda line: (render.error(line, time.time_ns()), "", "", "", [], "", "", None))
         def on_check(repo_text, local_name, target_spec, degree, recipe_name, profile: gr.OAuthProfile | None,
                      oauth: gr.OAuthToken | None):
             who = server.login.identify(profile, oauth)
             degree = int(degree or 1)
             request = {"source": source_of(server, repo_text, local_name), "target": target_spec, "tp": degree, "recipe": recipe_name}
             answer = run_doctor(server, who, request)
-            kept = {**request, "local": bool(local_name), "bytes": answer["bytes"], "plan_error": answer["plan_error"], "noop": answer["noop"]}
-            return ("", render.verdict(answer, target_spec, degree), answer["doctor_text"], render.findings(answer), answer["modules"],
+            kept = {**request, "local": bool(local_name), "bytes": answer["bytes"], "plan_error": answer["plan_error"], "noop": answer["noop"],
+                    "quantized": answer["quantized"]}
+            return ("", render.verdict(answer, target_spec, degree, time.time_ns()), answer["doctor_text"], render.findings(answer), answer["modules"],
                     answer["plan_text"] or "", render.transfer(answer), kept)
         check.click(on_check, [repo, local, target, tp, recipe], [error, verdict, doctor, findings, modules, plan, transfer, analysis],
                     concurrency_limit=4)

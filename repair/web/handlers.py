@@ -20,6 +20,7 @@ from repair.hub.spec import REPO_ID
 from repair.io.names import inside, name_problem
 from repair.web.choices import cli_options
 from repair.web.jobs import JobTable
+from repair.web.render import NOT_QUANTIZED
 from repair.web.worker import token_env
 from repair.web.session import Identity, Login
 
@@ -105,6 +106,8 @@ def fix_request(analysis: dict | None, mode: str, fork: str, private: bool, who:
         raise UsageError("check a repo first: the fix is planned from what the check found")
     if analysis.get("local"):
         raise UsageError("a local folder cannot be published from the page; run `ckpt-repair fix` on it")
+    if not analysis.get("quantized", True):
+        raise UsageError(NOT_QUANTIZED)
     if analysis.get("plan_error") or analysis.get("noop"):
         raise UsageError(analysis.get("plan_error") or "nothing to repair: the fix would change nothing")
     request = {k: analysis[k] for k in ("source", "target", "recipe", "bytes")}

@@ -8,6 +8,8 @@ import html
 from repair.version import __version__
 
 TOOL = f"ckpt-repair {__version__}"
+NOT_QUANTIZED = ("this model is not quantized (no quantization declared, every weight stored unquantized): "
+                 "ckpt-repair repairs quantized checkpoints, so there is nothing to repair")
 
 
 def esc(text: object) -> str:
@@ -15,20 +17,22 @@ def esc(text: object) -> str:
     return html.escape(str(text), quote=True).replace("`", "&#96;").replace("*", "&#42;").replace("_", "&#95;").replace("[", "&#91;")
 
 
-def error(line: str) -> str:
-    return f"<div class='ckpt-error'>error: {esc(line)}</div>"
+def error(line: str, answered: int | None = None) -> str:
+    """One error line; `answered` (a time stamp) tells an answer to a new Check from the one before."""
+    stamp = f" data-answered='{answered}'" if answered is not None else ""
+    return f"<div class='ckpt-error'{stamp}>error: {esc(line)}</div>"
 
 
-def verdict(answer: dict, target: str, tp: int) -> str:
+def verdict(answer: dict, target: str, tp: int, answered: int = 0) -> str:
     where = f"{esc(target)}, tensor parallel {tp}"
     if answer["stops"]:
         stops = "".join(f"<li>{'rank ' + str(s['rank']) + ' ' if tp > 1 else ''}stops at <code>{esc(s['tensor'])}</code> with: "
                         f"<code>{esc(s['error'])}</code></li>" for s in answer["stops"])
-        return f"<div id='verdict-text' data-loads='no'><b>Fails to load</b> on {where}:<ul>{stops}</ul></div>"
+        return f"<div id='verdict-text' data-answered='{answered}' data-loads='no'><b>Fails to load</b> on {where}:<ul>{stops}</ul></div>"
     errors = len(answer["findings"].get("error", []))
     if answer["exit_code"]:
-        return f"<div id='verdict-text' data-loads='no'><b>Problems</b> on {where}: {errors} error(s); see the findings.</div>"
-    return f"<div id='verdict-text' data-loads='yes'><b>Loads</b> on {where}: doctor found no error.</div>"
+        return f"<div id='verdict-text' data-answered='{answered}' data-loads='no'><b>Problems</b> on {where}: {errors} error(s); see the findings.</div>"
+    return f"<div id='verdict-text' data-answered='{answered}' data-loads='yes'><b>Loads</b> on {where}: doctor found no error.</div>"
 
 
 def findings(answer: dict) -> str:
@@ -42,6 +46,8 @@ def findings(answer: dict) -> str:
 def transfer(answer: dict) -> str:
     if answer.get("plan_error"):
         return error(answer["plan_error"])
+    if not answer.get("quantized", True):
+        return error(NOT_QUANTIZED)
     if answer.get("noop"):
         return "Nothing to repair for this choice: the fix would change nothing."
     b = answer["bytes"]

@@ -131,3 +131,34 @@ def browser_session(playwright_driver, tmp_path):
     yield open_session
     for context in opened:
         context.close()
+
+
+@pytest.fixture(scope="session")
+def repos(hub, tmp_path_factory) -> dict[str, str]:
+    """Small repos on the session's Hub, by role: the broken tiny assistant, a BF16 model (not quantized), a
+    private repo of another account, and a model whose only defect is in its config (the fix commits JSON only)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from repair.demo.examples import TINY, write_assistant
+
+    base = tmp_path_factory.mktemp("repos")
+    tiny = write_assistant(base / "tiny", TINY, shards=[["pre_projection"], ["post_projection"]])
+    hub.add_repo("alice/tiny-assistant", tiny)
+    hub.add_repo("carol/secret-assistant", tiny, private=True)
+    plain = base / "plain"
+    plain.mkdir()
+    (plain / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    save_file({"model.layers.0.mlp.down_proj.weight": torch.zeros(64, 128, dtype=torch.bfloat16)}, str(plain / "model.safetensors"))
+    hub.add_repo("alice/plain-bf16", plain)
+    config_only = write_assistant(base / "config-only", TINY, broken=False)  # handshake layers BF16, but declared quantized:
+    for name, key in (("config.json", None), ("hf_quant_config.json", "quantization")):
+        value = json.loads((config_only / name).read_text())
+        section = value[key] if key else value["quantization_config"]
+        listed = "exclude_modules" if key else "ignore"
+        section[listed] = [m for m in section[listed] if "projection" not in m]
+        (config_only / name).write_text(json.dumps(value, indent=2))
+    hub.add_repo("alice/config-only", config_only)
+    return {"tiny": "alice/tiny-assistant", "private": "carol/secret-assistant", "plain": "alice/plain-bf16", "config_only": "alice/config-only"}

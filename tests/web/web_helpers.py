@@ -44,8 +44,10 @@ def check(page, repo: str, target: str | None = None) -> None:
     if target:
         page.locator("#target input").fill(target)
         page.keyboard.press("Enter")
+    answered = "[...document.querySelectorAll('#verdict-text, #error .ckpt-error')].map(e => e.dataset.answered).join()"
+    before = page.evaluate(answered)
     page.locator("#check").click()
-    page.locator("#verdict-text, #error .ckpt-error").first.wait_for()
+    page.wait_for_function(f"(before) => {{ const now = {answered}; return now && now !== before; }}", arg=before)
 
 
 def doctor_text(page) -> str:
