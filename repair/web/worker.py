@@ -60,12 +60,12 @@ def fix(request: dict, folder: Path) -> None:
     try:
         result = run_fix(request, folder, status)
     except RepairError as err:
-        status.update(state="failed", error=str(err), phase="failed")
+        status.update(state="failed", error=str(err), phase="failed", ended=time.time())
         return
     except Exception as exc:  # noqa: BLE001 - the page shows one line, never a traceback
-        status.update(state="failed", phase="failed", error=unexpected(exc))
+        status.update(state="failed", phase="failed", error=unexpected(exc), ended=time.time())
         return
-    status.update(state="done", phase="done", result=result)
+    status.update(state="done", phase="done", result=result, ended=time.time())
 
 
 def unexpected(exc: BaseException) -> str:

@@ -162,3 +162,17 @@ def repos(hub, tmp_path_factory) -> dict[str, str]:
         (config_only / name).write_text(json.dumps(value, indent=2))
     hub.add_repo("alice/config-only", config_only)
     return {"tiny": "alice/tiny-assistant", "private": "carol/secret-assistant", "plain": "alice/plain-bf16", "config_only": "alice/config-only"}
+
+
+@pytest.fixture(scope="session")
+def big_repo(hub, tmp_path_factory):
+    """The broken Gemma 4 31B-shape assistant (tests/test_hub_fix_31b.py): a 512 MB embedding shard that never changes."""
+    from repair.demo.examples import GEMMA4_31B, assistant_config, write_assistant
+    from tests.hub_workflow_helpers import CARD
+    from tests.test_hub_fix_31b import _weights_31b
+
+    src = write_assistant(tmp_path_factory.mktemp("big") / "src", GEMMA4_31B, shards=[["model.layers"], ["pre_projection", "post_projection"]],
+                          weights=_weights_31b(assistant_config(GEMMA4_31B)))
+    (src / "README.md").write_text(CARD)
+    hub.add_repo("alice/gemma-31b-assistant", src)
+    return "alice/gemma-31b-assistant"

@@ -6,26 +6,11 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from huggingface_hub import HfApi
 
 from tests.web.web_helpers import Steps, check, cli, doctor_text, fix, open_page, sign_in
 
 TARGET = "vllm==0.21.0"  # drafter layers built BF16: the packed projections stop the loader
-
-
-@pytest.fixture(scope="session")
-def big_repo(hub, tmp_path_factory):
-    """The broken Gemma 4 31B-shape assistant (tests/test_hub_fix_31b.py): a 512 MB embedding shard that never changes."""
-    from repair.demo.examples import GEMMA4_31B, assistant_config, write_assistant
-    from tests.hub_workflow_helpers import CARD
-    from tests.test_hub_fix_31b import _weights_31b
-
-    src = write_assistant(tmp_path_factory.mktemp("big") / "src", GEMMA4_31B, shards=[["model.layers"], ["pre_projection", "post_projection"]],
-                          weights=_weights_31b(assistant_config(GEMMA4_31B)))
-    (src / "README.md").write_text(CARD)
-    hub.add_repo("alice/gemma-31b-assistant", src)
-    return "alice/gemma-31b-assistant"
 
 
 def tree(api: HfApi, repo: str, revision: str) -> dict:
