@@ -38,7 +38,7 @@ def build(server: Server) -> gr.Blocks:
             repo = gr.Textbox(label="Hub repo id (owner/name or owner/name@revision)", elem_id="repo", scale=3)
             folders = _local_folders(server.root)
             local = gr.Dropdown(label=f"or a local folder under {server.root}", choices=[""] + folders, value="", visible=server.root is not None,
-                                elem_id="local")
+                                allow_custom_value=True, elem_id="local")  # a typed name: the handler checks it
         with gr.Row():
             targets = choices.targets()
             target = gr.Dropdown(label="Runtime and release", choices=targets, value=targets[0], elem_id="target")
@@ -109,11 +109,13 @@ def build(server: Server) -> gr.Blocks:
 
 
 def _local_folders(root: Path | None) -> list[str]:
-    """Checkpoint folders (holding a config.json) up to two levels under the root, as names relative to it."""
+    """Checkpoint folders (holding a config.json) up to two levels under the root, as names relative to it; never
+    one a link leads outside the root, nor a hidden one."""
     if root is None:
         return []
-    found = [p.parent.relative_to(root).as_posix() for pattern in ("*/config.json", "*/*/config.json") for p in root.glob(pattern)]
-    return sorted(n for n in found if not any(part.startswith(".") for part in n.split("/")))
+    found = [p.parent for pattern in ("*/config.json", "*/*/config.json") for p in root.glob(pattern)]
+    names = [p.relative_to(root).as_posix() for p in found if p.resolve().is_relative_to(root.resolve())]
+    return sorted(n for n in names if not any(part.startswith(".") for part in n.split("/")))
 
 
 def make_server(root: Path | None = None, state: Path | None = None, *, workers: int = 1, max_queued: int = 8) -> Server:

@@ -51,6 +51,7 @@ class App:
 
     def __init__(self, folder: Path, env: dict, *extra: str):
         self.folder, self.port = folder, free_port()
+        folder.mkdir(parents=True, exist_ok=True)
         self.url = f"http://127.0.0.1:{self.port}"
         self.state = folder / "state"
         self.log = folder / "serve.log"
