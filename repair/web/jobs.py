@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from repair.io import staging
 from repair.web.worker import STATUS, token_env
 
 ACTIVE = ("queued", "running")
+KEEP_FINISHED_S = 24 * 3600  # a finished job's page (and report) stays this long, then its folder goes
 
 
 @dataclass
@@ -40,6 +42,7 @@ class Job:
     proc: subprocess.Popen | None = field(default=None, repr=False)
     created: float = field(default_factory=time.time)
     ended: str | None = None  # how the server saw the worker end, when the worker could not say
+    finished: float | None = None
 
 
 class JobTable:
@@ -98,8 +101,7 @@ class JobTable:
                 return None
             ahead = sum(1 for j in self.jobs.values() if j.state == "queued" and j.created < job.created)
             status = read_status(job.folder)
-            status.update(id=job.id, state=job.state if job.state != "running" or status.get("state") != "done" else "running",
-                          ahead=ahead if job.state == "queued" else 0, request=job.request)
+            status.update(id=job.id, state=job.state, ahead=ahead if job.state == "queued" else 0, request=job.request)
             if job.ended:
                 status["error"] = job.ended
             return status
@@ -109,6 +111,9 @@ class JobTable:
             for job in self.jobs.values():
                 if job.state == "running" and job.proc is not None and job.proc.poll() is not None:
                     self._reap(job)
+            for job in [j for j in self.jobs.values() if j.finished and time.time() - j.finished > KEEP_FINISHED_S]:
+                shutil.rmtree(job.folder, ignore_errors=True)
+                del self.jobs[job.id]
             running = sum(1 for j in self.jobs.values() if j.state == "running")
             for job in sorted((j for j in self.jobs.values() if j.state == "queued"), key=lambda j: j.created):
                 if running >= self.workers:
@@ -136,6 +141,7 @@ class JobTable:
         else:
             job.state = "killed"
             job.ended = killed_line(code, status)
+        job.finished = time.time()
         for leftover in job.folder.glob(f".{STATUS}.*"):
             leftover.unlink(missing_ok=True)
         staging.remove_stale(job.folder, WORK_PREFIX)

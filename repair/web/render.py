@@ -32,7 +32,9 @@ def verdict(answer: dict, target: str, tp: int, answered: int = 0) -> str:
     errors = len(answer["findings"].get("error", []))
     if answer["exit_code"]:
         return f"<div id='verdict-text' data-answered='{answered}' data-loads='no'><b>Problems</b> on {where}: {errors} error(s); see the findings.</div>"
-    return f"<div id='verdict-text' data-answered='{answered}' data-loads='yes'><b>Loads</b> on {where}: doctor found no error.</div>"
+    warnings = len(answer["findings"].get("warning", []))
+    also = f"; {warnings} warning(s) below, which the plan repairs" if warnings and not answer.get("noop") else ""
+    return f"<div id='verdict-text' data-answered='{answered}' data-loads='yes'><b>Loads</b> on {where}: doctor found no error{also}.</div>"
 
 
 def findings(answer: dict) -> str:

@@ -8,10 +8,10 @@ import base64
 import json
 
 from tests.web.conftest import CHROMIUM, FLAGS
-from tests.web.web_helpers import TIMEOUT, check, fix, sign_in
+from tests.web.web_helpers import TIMEOUT, Steps, check, fix, sign_in
 
 
-def test_the_token_is_in_no_page_response_log_or_file(app, hub, repos, playwright_driver, tmp_path):
+def test_the_token_is_in_no_page_response_log_or_file(app, hub, repos, playwright_driver, tmp_path, screens):
     token = hub.token
     assert token in app.env["HF_TOKEN"]  # the server holds it: it is the machine's login
     har = tmp_path / "session.har"
@@ -20,10 +20,14 @@ def test_the_token_is_in_no_page_response_log_or_file(app, hub, repos, playwrigh
     page = context.new_page()
     page.set_default_timeout(TIMEOUT)
     page.goto(app.url)
+    steps = Steps(page, screens, "token")
     sign_in(page)
-    check(page, repos["tiny"], "vllm==0.25.0")
+    steps.shot("signed-in")
+    check(page, repos["tiny"], "vllm==0.21.0")
+    steps.shot("verdict")
     fix(page, "pr")
     page.locator("#pr-link").wait_for()
+    steps.shot("pull-request")
     page.locator("#report a, #report button").first.wait_for()
     with page.expect_download() as download:
         page.locator("#report a").first.click()
