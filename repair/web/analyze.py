@@ -21,6 +21,10 @@ from repair.targets.profiles import resolve
 from repair.web.choices import recipe_for
 
 
+MAX_ROWS = 2000  # a DeepSeek-sized model has ~60k linear modules: the page shows the first ones, `inspect` lists all
+MAX_FINDINGS = 200
+
+
 def analyze(request: dict) -> dict:
     """{verdict, doctor_text, exit_code, stops, findings, modules, plan_text, plan_error, bytes} for one source."""
     ckpt = open_source(request["source"])
@@ -32,7 +36,7 @@ def analyze(request: dict) -> dict:
         "doctor_text": diagnosis_text(result),
         "exit_code": result.exit_code(),
         "stops": diagnosis_json(result)["runtime_stops_at"],
-        "findings": {str(s): [f"[{f.code}] {f.message}" for f in result.findings if f.severity is s] for s in Severity},
+        "findings": {str(s): _first([f"[{f.code}] {f.message}" for f in result.findings if f.severity is s]) for s in Severity},
         "modules": module_rows(seen, result.runtime_precision),
         "plan_text": None, "plan_error": None, "noop": False, "bytes": None,
         "quantized": bool(seen.declaration.quant_algo) or any(v.module.is_quantized for v in seen.modules),
@@ -57,7 +61,13 @@ def module_rows(seen: Inspection, schemes: dict[str, str]) -> list[list[str]]:
         rows.append([v.module.name, v.module.precision, _shape(v.module.logical_shape),
                      _shape(expected) if expected else "?", v.declared, v.algorithm or "-",
                      schemes.get(v.module.name, "-"), "" if shape_ok else "shape mismatch"])
+    if len(rows) > MAX_ROWS:
+        rows = rows[:MAX_ROWS] + [[f"... and {len(rows) - MAX_ROWS:,} more modules: `ckpt-repair inspect` lists every one", *[""] * 7]]
     return rows
+
+
+def _first(items: list[str]) -> list[str]:
+    return items if len(items) <= MAX_FINDINGS else items[:MAX_FINDINGS] + [f"... and {len(items) - MAX_FINDINGS:,} more: doctor's text above counts them all"]
 
 
 def transfer_bytes(plan: Plan) -> dict:

@@ -42,7 +42,7 @@ def build(server: Server) -> gr.Blocks:
         with gr.Row():
             targets = choices.targets()
             target = gr.Dropdown(label="Runtime and release", choices=targets, value=targets[0], elem_id="target")
-            tp = gr.Number(label="Tensor-parallel degree", value=1, precision=0, minimum=1, elem_id="tp")
+            tp = gr.Number(label="Tensor-parallel degree", value=1, precision=0, elem_id="tp")  # range: the handler
             recipe = gr.Dropdown(label="Repair", choices=choices.recipes(), value=choices.FOR_TARGET, elem_id="recipe")
         check = gr.Button("Check", variant="primary", elem_id="check")
         error = gr.HTML(elem_id="error")
@@ -70,7 +70,7 @@ def build(server: Server) -> gr.Blocks:
         def on_check(repo_text, local_name, target_spec, degree, recipe_name, profile: gr.OAuthProfile | None,
                      oauth: gr.OAuthToken | None):
             who = server.login.identify(profile, oauth)
-            degree = int(degree or 1)
+            degree = handlers.tp_degree(degree)
             request = {"source": source_of(server, repo_text, local_name), "target": target_spec, "tp": degree, "recipe": recipe_name}
             answer = run_doctor(server, who, request)
             kept = {**request, "local": bool(local_name), "bytes": answer["bytes"], "plan_error": answer["plan_error"], "noop": answer["noop"],

@@ -26,6 +26,7 @@ from repair.web.session import Identity, Login
 
 SIGN_IN = "sign in with Hugging Face (the button at the top) with an account that may read it"
 DOCTOR_TIMEOUT = 600
+MAX_TP = 256  # doctor simulates every rank: a page open to anyone bounds the work one click may ask for
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,16 @@ def source_of(server: Server, repo: str, local: str | None) -> str:
     if at and (not revision or revision.strip() != revision or re.search(r"[\x00-\x1f\x7f]", revision)):
         raise UsageError(f"{text}: empty or malformed revision after '@'; give a branch, tag or commit sha")
     return text
+
+
+def tp_degree(value) -> int:
+    try:
+        degree = 1 if value is None else int(value)
+    except (TypeError, ValueError, OverflowError):
+        degree = 0
+    if not 1 <= degree <= MAX_TP:
+        raise UsageError(f"tensor-parallel degree {value!r}: give a whole number from 1 to {MAX_TP}")
+    return degree
 
 
 def worker_line(server: Server, line: str) -> str:

@@ -115,3 +115,10 @@ def test_the_space_readme_deploys_this_app_with_oauth():
     assert {"read-repos", "gated-repos", "write-discussions"} <= set(scopes) and {"contribute-repos", "manage-repos"} & set(scopes)
     assert ".[web]" in (space / "requirements.txt").read_text().split()
     assert Path(REPO / "repair" / "web" / "app.py").read_text().count("def main(") == 1
+
+
+def test_a_tensor_parallel_degree_out_of_range_is_one_line(app, repos):
+    client = Client(app.url, verbose=False)
+    for degree in (0, -2, 100_000_000):
+        error = html.unescape(client.predict(repos["tiny"], "", "vllm==0.32.0", degree, FOR_TARGET, api_name="/on_check")[0])
+        assert f"error: tensor-parallel degree {degree}: give a whole number from 1 to 256" in error, error
