@@ -20,6 +20,7 @@ from repair.web import choices, handlers, render
 from repair.web.handlers import Server, fix_request, one_line_errors, run_doctor, source_of
 from repair.web.jobs import JobTable
 from repair.web.session import Login, local_login
+from repair.web.spares import Spares
 
 CSS = ".ckpt-error{color:#b00020;font-weight:600}#verdict-text[data-loads=yes]{color:#0a7d28}#verdict-text[data-loads=no]{color:#b00020}"
 SET_URL = "(job) => { if (job) { const u = new URL(window.location); u.searchParams.set('job', job); window.history.replaceState(null, '', u); } return job; }"
@@ -126,7 +127,8 @@ def make_server(root: Path | None = None, state: Path | None = None, *, workers:
     parent.mkdir(parents=True, exist_ok=True)
     staging.remove_stale(parent, "ckpt-repair-web-")
     folder = staging.new_marked(parent, "ckpt-repair-web-")
-    return Server(login, JobTable(folder, workers=workers, max_queued=max_queued).start(), root.resolve() if root else None)
+    jobs = JobTable(folder, workers=workers, max_queued=max_queued).start()
+    return Server(login, jobs, Spares(jobs.state / "cwd", jobs.env), root.resolve() if root else None)
 
 
 def serve(server: Server, host: str, port: int | None, *, block: bool = True) -> gr.Blocks:
@@ -147,6 +149,7 @@ def main() -> None:
 
 
 def close(server: Server) -> None:
+    server.spares.close()
     server.jobs.close()
     shutil.rmtree(server.jobs.state, ignore_errors=True)
 

@@ -10,7 +10,6 @@ import functools
 import json
 import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from repair.io.names import inside, name_problem
 from repair.web.choices import cli_options
 from repair.web.jobs import JobTable
 from repair.web.render import NOT_QUANTIZED
-from repair.web.worker import token_env
+from repair.web.spares import Spares
 from repair.web.session import Identity, Login
 
 SIGN_IN = "sign in with Hugging Face (the button at the top) with an account that may read it"
@@ -35,6 +34,7 @@ class Server:
 
     login: Login
     jobs: JobTable
+    spares: Spares
     root: Path | None = None
 
 
@@ -95,15 +95,17 @@ def worker_line(server: Server, line: str) -> str:
 
 def run_doctor(server: Server, who: Identity, request: dict) -> dict:
     """doctor + inspect + plan in a worker with the caller's token; the worker's one line on failure."""
+    proc = server.spares.take()
     try:
-        done = subprocess.run([sys.executable, "-m", "repair.web.worker", "doctor"], input=json.dumps(request), capture_output=True,
-                              text=True, cwd=server.jobs.state / "cwd", env=token_env(server.jobs.env, who.token), timeout=DOCTOR_TIMEOUT)
+        out, _ = proc.communicate(json.dumps({**request, "token": who.token}), timeout=DOCTOR_TIMEOUT)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
         raise UsageError(f"{request['source']}: doctor took longer than {DOCTOR_TIMEOUT} s; try again later") from None
     try:
-        answer = json.loads(done.stdout)
+        answer = json.loads(out)
     except ValueError:
-        raise UsageError(f"{request['source']}: the worker ended without an answer (status {done.returncode}); try again") from None
+        raise UsageError(f"{request['source']}: the worker ended without an answer (status {proc.returncode}); try again") from None
     if not answer.get("ok"):
         raise UsageError(worker_line(server, answer.get("error") or "the worker failed without saying why"))
     return answer

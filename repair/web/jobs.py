@@ -2,7 +2,7 @@
 unguessable id, and the page polls the job's status. One job per user at a time; a bounded queue whose
 page says how many jobs are ahead; a user sees only their own jobs.
 
-The token goes to the worker as its HF_TOKEN and is kept in memory only until the worker starts. Each job
+The token goes to the worker on its stdin and is kept in memory only until the worker starts. Each job
 has a folder under the server's state folder: status.json (written by the worker), the fetched
 repair_report.json, and while it runs the worker's `ckpt-repair-hub-<pid>-*` work folder, which a
 worker that was killed leaves behind and `reap` removes (repair.io.staging's marker and pid rule).
@@ -25,7 +25,7 @@ from pathlib import Path
 from repair.errors import UsageError
 from repair.hub.source import WORK_PREFIX
 from repair.io import staging
-from repair.web.worker import STATUS, token_env
+from repair.web.worker import STATUS
 
 ACTIVE = ("queued", "running")
 KEEP_FINISHED_S = 24 * 3600  # a finished job's page (and report) stays this long, then its folder goes
@@ -123,9 +123,9 @@ class JobTable:
 
     def _start(self, job: Job) -> None:
         job.proc = subprocess.Popen([sys.executable, "-m", "repair.web.worker", "fix", str(job.folder)], stdin=subprocess.PIPE,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.state / "cwd", env=token_env(self.env, job.token))
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.state / "cwd", env=self.env)
         job.state = "running"
-        payload, job.token = json.dumps(job.request), None
+        payload, job.token = json.dumps({**job.request, "token": job.token}), None
         try:
             job.proc.stdin.write(payload.encode())
             job.proc.stdin.close()
@@ -168,8 +168,8 @@ def read_status(folder: Path) -> dict:
 
 
 def worker_env() -> dict:
-    """The workers' environment: the server's own (token_env replaces any token in it with the user's)."""
-    env = dict(os.environ)
+    """The workers' environment: the server's without its own token (each worker gets its user's on stdin)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
     return env

@@ -1,9 +1,10 @@
 """The web app's worker process: `python -m repair.web.worker doctor|fix JOBDIR`, one per request or job.
 
 The server never runs library work with a user's token in its own process: a worker gets the request
-(JSON) on stdin and the user's token as its own HF_TOKEN (`token_env`: so huggingface_hub, and the
-error scrubber, find it and nothing else), runs the library, and answers on stdout (doctor) or in
-JOBDIR/status.json (fix). Every failure the library reports as one line comes back as that line;
+(JSON, with the user's token) on stdin, makes the token its own HF_TOKEN before huggingface_hub is
+imported (`use_token`: so huggingface_hub, and the error scrubber, find it and nothing else), runs the
+library, and answers on stdout (doctor) or in JOBDIR/status.json (fix). Its imports come first, so the
+server can start a doctor worker before anyone asks (handlers.Spares). Every failure the library reports as one line comes back as that line;
 anything else becomes one line that names the bug as ours, never a traceback.
 """
 
@@ -25,13 +26,26 @@ from repair.web.progress import phase_of
 STATUS = "status.json"
 
 
-def token_env(env: dict, token: str | None) -> dict:
-    """A worker's environment: `env` with the user's token as HF_TOKEN, or, signed out, no token at all (never
-    a login saved on the server's machine, nor a Space's own HF_TOKEN secret)."""
-    env = {k: v for k, v in env.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_DISABLE_IMPLICIT_TOKEN")}
+def use_token(token: str | None) -> None:
+    """The user's token as this process's HF_TOKEN or, signed out, no token at all: never a login saved on the
+    server's machine, nor a Space's own HF_TOKEN secret. Before huggingface_hub reads its settings at import."""
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_DISABLE_IMPLICIT_TOKEN"):
+        os.environ.pop(name, None)
     if token:
-        return {**env, "HF_TOKEN": token}
-    return {**env, "HF_TOKEN_PATH": os.devnull, "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1"}
+        os.environ["HF_TOKEN"] = token
+    else:
+        os.environ.update(HF_TOKEN_PATH=os.devnull, HF_HUB_DISABLE_IMPLICIT_TOKEN="1")
+    if "huggingface_hub" in sys.modules:  # imported early after all: its settings are read again
+        from huggingface_hub import constants
+
+        constants.HF_TOKEN_PATH = os.environ.get("HF_TOKEN_PATH", constants.HF_TOKEN_PATH)
+        constants.HF_HUB_DISABLE_IMPLICIT_TOKEN = not token
+
+
+def read_request() -> dict:
+    request = json.loads(sys.stdin.read() or "{}")
+    use_token(request.pop("token", None))
+    return request
 
 
 class Status:
@@ -74,7 +88,7 @@ def unexpected(exc: BaseException) -> str:
 
 
 def main(argv: list[str]) -> int:
-    request = json.loads(sys.stdin.read() or "{}")
+    request = read_request()
     if argv[:1] == ["doctor"]:
         try:
             answer = {"ok": True, **analyze(request)}

@@ -122,3 +122,11 @@ def test_a_tensor_parallel_degree_out_of_range_is_one_line(app, repos):
     for degree in (0, -2, 100_000_000):
         error = html.unescape(client.predict(repos["tiny"], "", "vllm==0.32.0", degree, FOR_TARGET, api_name="/on_check")[0])
         assert f"error: tensor-parallel degree {degree}: give a whole number from 1 to 256" in error, error
+
+
+def test_a_spare_worker_has_not_imported_the_hub_client_before_its_token_arrives():
+    """Workers are started ahead (repair.web.spares) with no token; huggingface_hub reads its token settings at
+    import, so it must not be imported until the request (and the user's token) has been read."""
+    code = "import sys, repair.web.worker; print('huggingface_hub' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr

@@ -3,8 +3,8 @@ doctor through the CLI on the same Hub repo, alternated, and the server's memory
 
 The repo is the broken 31B-shape assistant (split modules, a 512 MB embedding shard) on tools.hub_server
 (127.0.0.1). "page" is one Check through gradio_client: the server runs doctor, inspect and the plan in
-a worker process; "CLI" is `ckpt-repair doctor`. Memory is VmRSS from /proc: the server process alone,
-and its worker processes (the fix runs there) separately.
+a worker process; "CLI" is `ckpt-repair doctor`. Memory is VmRSS from /proc: the server process alone, and its
+largest worker process (the fix runs there; a spare doctor worker waits beside it) separately.
 """
 
 from __future__ import annotations
@@ -30,10 +30,14 @@ def rss_mb(pid: int) -> float:
 
 
 def children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
+    """Child processes started by any thread of `pid` (the job table starts workers from its own thread)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
 
 
 def run(repeats: int = 5) -> dict:
@@ -148,7 +152,7 @@ def section(r: dict) -> list[str]:
         "|---|---|",
         f"| idle, after start ({r['start_s']:.1f} s to answer) | {r['idle_mb']:.0f} |",
         f"| during a fix (a PR, {r['fix_s']:.1f} s through the browser): the server process | {r['server_peak_mb']:.0f} |",
-        f"| during that fix: its worker process (the fix runs there) | {r['worker_peak_mb']:.0f} |",
+        f"| during that fix: its largest worker process (the fix runs there) | {r['worker_peak_mb']:.0f} |",
         f"| idle after the fix | {r['idle_after_mb']:.0f} |",
     ]
 
