@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.web.web_helpers import Steps, check, error_text, fix, job_error, open_page, sign_in
+from tests.web.web_helpers import Steps, check, current_job, error_text, fix, job_ended, job_error, job_files, open_page, sign_in
 
 TARGET = "vllm==0.32.0"
 
@@ -47,7 +47,7 @@ def test_not_quantized_no_write_rights_and_the_hub_dropping_mid_job(app, hub, re
 
     check(page, repos["tiny"], TARGET)
     fix(page, "fork", fork="bob/tiny-fixed")  # alice may not create repos under bob
-    page.locator("#job", has_text="failed").wait_for()
+    first = job_ended(page, current_job(page), "failed")
     line = job_error(page)
     steps.shot("no-write-rights")
     assert_one_line(line)
@@ -57,9 +57,10 @@ def test_not_quantized_no_write_rights_and_the_hub_dropping_mid_job(app, hub, re
     assert "0 bytes" in page.locator("#transfer").inner_text()  # a config-only fix: the commit is the only upload
     hub.fail_uploads_after(0, times=1)  # the connection drops as the commit is sent
     fix(page, "pr")
-    page.locator("#job", has_text="failed").wait_for()
+    job_ended(page, first, "failed")
     line = job_error(page)
     steps.shot("hub-dropped")
     assert_one_line(line)
     assert "nothing was committed" in line and ("connection" in line or "cannot reach" in line), line
     assert not [d for d in hub.discussions(repos["config_only"]) if d["is_pull_request"]]
+    assert job_files(app, page) == ["status.json"]  # a failed job leaves no temporary file

@@ -8,7 +8,7 @@ import base64
 import json
 
 from tests.web.conftest import CHROMIUM, FLAGS
-from tests.web.web_helpers import TIMEOUT, Steps, check, fix, sign_in
+from tests.web.web_helpers import TIMEOUT, Steps, check, fix, job_files, sign_in
 
 
 def test_the_token_is_in_no_page_response_log_or_file(app, hub, repos, playwright_driver, tmp_path, screens):
@@ -32,6 +32,7 @@ def test_the_token_is_in_no_page_response_log_or_file(app, hub, repos, playwrigh
     with page.expect_download() as download:
         page.locator("#report a").first.click()
     report = download.value.path().read_text()
+    assert job_files(app, page) == ["repair_report.json", "status.json"]  # a finished job leaves no temporary file
     assert json.loads(report)["tool"]["name"] == "ckpt-repair"
     context.close()
 

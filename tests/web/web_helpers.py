@@ -74,3 +74,23 @@ def job_error(page) -> str:
 
 def cli(env: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "repair", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def job_files(app, page) -> list[str]:
+    """What the finished job of this page left in its folder on the server."""
+    page.wait_for_url("**job=*")
+    job = page.url.split("job=")[1]
+    folder = next(app.state.glob(f"*/jobs/{job}"))
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+
+
+def current_job(page) -> str | None:
+    return page.evaluate("new URL(location).searchParams.get('job')")
+
+
+def job_ended(page, before: str | None, state: str) -> str:
+    """Wait for a job newer than `before` (the page's address names it) to reach `state`; its id."""
+    page.wait_for_function("(before) => { const j = new URL(location).searchParams.get('job'); return j && j !== before; }", arg=before)
+    job = current_job(page)
+    page.locator("#job", has_text=job).filter(has_text=f": {state}").wait_for()
+    return job
