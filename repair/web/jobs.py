@@ -101,7 +101,9 @@ class JobTable:
                 return None
             ahead = sum(1 for j in self.jobs.values() if j.state == "queued" and j.created < job.created)
             status = read_status(job.folder)
-            status.update(id=job.id, state=job.state, ahead=ahead if job.state == "queued" else 0, request=job.request)
+            said = status.get("state")  # the worker's last word is news before the server has reaped it
+            state = said if job.state == "running" and said in ("done", "failed") else job.state
+            status.update(id=job.id, state=state, ahead=ahead if state == "queued" else 0, request=job.request)
             if job.ended:
                 status["error"] = job.ended
             return status

@@ -68,7 +68,8 @@ def job(status: dict | None) -> str:
         lines.append(f"- {phase}: {done:,} of {total:,} bytes")
     if status.get("error"):
         lines.append(error(status["error"]))
-    lines.append("You may close this page: the job goes on, and this page's address shows it again.")
+    if state in ("queued", "running"):
+        lines.append("You may close this page: the job goes on, and this page's address shows it again.")
     return "\n\n".join(lines)
 
 
