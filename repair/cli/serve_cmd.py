@@ -25,16 +25,12 @@ def serve(host: str, port: int, root: Path | None, expose_root: bool, workers: i
     if root is not None and not _loopback(host) and not expose_root:
         raise UsageError(f"--root with --host {host}: local folders are offered only on 127.0.0.1; add --expose-root to offer them anyway")
     try:
-        from repair.web.app import close, make_server, serve as run
+        from repair.web.app import make_server, run_until_stopped
     except ImportError as err:
         raise UsageError(f"`serve` needs the web extra ({err.name} is missing): pip install 'ckpt-repair[web]'") from None
     server = make_server(root, state, workers=workers, max_queued=max_queued)
-    try:
-        demo = run(server, host, port or None, block=False)
-        click.echo(f"ckpt-repair: serving on {demo.local_url} (Ctrl-C stops it; running jobs are stopped and cleaned up)", err=True)
-        demo.block_thread()
-    finally:
-        close(server)
+    run_until_stopped(server, host, port or None, lambda url: click.echo(
+        f"ckpt-repair: serving on {url} (Ctrl-C stops it; running jobs are stopped and cleaned up)", err=True))
 
 
 def _loopback(host: str) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -131,21 +132,34 @@ def make_server(root: Path | None = None, state: Path | None = None, *, workers:
     return Server(login, jobs, Spares(jobs.state / "cwd", jobs.env), root.resolve() if root else None)
 
 
-def serve(server: Server, host: str, port: int | None, *, block: bool = True) -> gr.Blocks:
+def serve(server: Server, host: str, port: int | None) -> gr.Blocks:
+    """The page, served in gradio's threads (the caller blocks, see run_until_stopped)."""
     demo = build(server)
     demo.queue(max_size=64, default_concurrency_limit=8)
-    demo.launch(server_name=host, server_port=port, css=CSS, show_error=False, quiet=True, prevent_thread_lock=not block,
+    demo.launch(server_name=host, server_port=port, css=CSS, show_error=False, quiet=True, prevent_thread_lock=True,
                 ssr_mode=False, footer_links=[])
     return demo
 
 
-def main() -> None:
-    """The Space's entry point: host and port from gradio's own environment variables."""
-    server = make_server()
+def run_until_stopped(server: Server, host: str, port: int | None, announce=lambda url: None) -> None:
+    """Serve until Ctrl-C or SIGTERM (a Space or a service manager stopping it): then running workers are
+    stopped and the state folder is removed, as after Ctrl-C."""
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
-        serve(server, os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"), int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+        demo = serve(server, host, port)
+        announce(demo.local_url)
+        demo.block_thread()  # returns on KeyboardInterrupt
     finally:
         close(server)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    """The Space's entry point: host and port from gradio's own environment variables."""
+    run_until_stopped(make_server(), os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"), int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
 
 
 def close(server: Server) -> None:

@@ -49,7 +49,7 @@ def free_port() -> int:
 class App:
     """`ckpt-repair serve` in a subprocess, its output in a log file."""
 
-    def __init__(self, folder: Path, env: dict, *extra: str):
+    def __init__(self, folder: Path, env: dict, *extra: str, command: list[str] | None = None, cwd: Path = REPO):
         self.folder, self.port = folder, free_port()
         folder.mkdir(parents=True, exist_ok=True)
         self.url = f"http://127.0.0.1:{self.port}"
@@ -57,8 +57,8 @@ class App:
         self.log = folder / "serve.log"
         self.env = env
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "repair", "serve", "--port", str(self.port), "--state", str(self.state), *extra],
-                                         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+            command = command or [sys.executable, "-m", "repair", "serve", "--port", str(self.port), "--state", str(self.state), *extra]
+            self.proc = subprocess.Popen(command, cwd=cwd, env={**env, "GRADIO_SERVER_PORT": str(self.port)}, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

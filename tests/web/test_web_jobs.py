@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import sys
 import time
 
 import pytest
 
-from tests.web.conftest import App, hub_env
+from tests.web.conftest import REPO, App, hub_env
 from tests.web.oidc_provider import Provider
 from tests.web.web_helpers import Steps, check, fix, open_page, sign_in
 
@@ -99,3 +101,25 @@ def test_closing_the_tab_does_not_stop_the_job_and_a_killed_worker_leaves_nothin
     assert sorted(p.name for p in folder.iterdir()) == ["status.json"]
     assert not hub.discussions(big_repo) or all(d["title"] for d in hub.discussions(big_repo))
     assert "gemma-killed" not in {r.path for r in hub.requests if r.method == "POST" and "/commit/" in r.path}
+
+
+def test_the_space_layout_serves_the_page_with_oauth(hub, repos, tmp_path, browser_session):
+    """The project laid out as the README's deploy says (space/* at the top, repair/ beside it, nothing installed),
+    run as a Space runs it (`python app.py`, SYSTEM=spaces, the OAuth variables): sign in, and a Check works."""
+    layout = tmp_path / "space-repo"
+    shutil.copytree(REPO / "repair", layout / "repair", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "recipes", layout / "recipes")
+    for name in ("README.md", "app.py", "requirements.txt"):
+        shutil.copy(REPO / "space" / name, layout / name)
+    with Provider({"alice": hub.token}) as provider:
+        env = {**hub_env(hub, tmp_path / "home"), **provider.env(), "GRADIO_SERVER_NAME": "127.0.0.1", "PYTHONPATH": "",
+               "TMPDIR": str(tmp_path)}
+        app = App(tmp_path / "app", env, command=[sys.executable, "app.py"], cwd=layout)
+        try:
+            page = open_page(browser_session("space"), app.url)
+            oauth_sign_in(page, "alice")
+            check(page, repos["tiny"], TARGET)
+            assert page.locator("#doctor textarea").input_value().startswith(f"target {TARGET}")
+        finally:
+            app.stop()
+    assert not list(tmp_path.glob("ckpt-repair-web-*")), "the Space's state folder outlived it"
