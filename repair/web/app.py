@@ -99,6 +99,8 @@ def build(server: Server) -> gr.Blocks:
             if status is None:
                 line = "no such job for you: it belongs to another account, or the server has restarted; sign in as its owner"
                 return render.error(line), "", None
+            if status.get("error"):
+                status["error"] = handlers.worker_line(server, status["error"])
             done = status.get("result") or {}
             path = server.jobs.state / "jobs" / status["id"] / done["report_file"] if done.get("report_file") else None
             return render.job(status), render.result(status), str(path) if path else None
