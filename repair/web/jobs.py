@@ -124,8 +124,13 @@ class JobTable:
                 running += 1
 
     def _start(self, job: Job) -> None:
-        job.proc = subprocess.Popen([sys.executable, "-m", "repair.web.worker", "fix", str(job.folder)], stdin=subprocess.PIPE,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.state / "cwd", env=self.env)
+        try:
+            job.proc = subprocess.Popen([sys.executable, "-m", "repair.web.worker", "fix", str(job.folder)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.state / "cwd", env=self.env)
+        except OSError as exc:  # no memory or no process slot: this job fails in one line, the others go on
+            job.state, job.token, job.finished = "failed", None, time.time()
+            job.ended = f"the worker process could not start ({exc.strerror or exc}); nothing was done; start the fix again later"
+            return
         job.state = "running"
         payload, job.token = json.dumps({**job.request, "token": job.token}), None
         try:
@@ -150,7 +155,10 @@ class JobTable:
 
     def _loop(self) -> None:
         while not self._stop.wait(0.3):
-            self.tick()
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - the scheduler must outlive one bad tick (a full disk...); the next tries again
+                continue
 
 
 def killed_line(code: int, status: dict) -> str:

@@ -132,3 +132,19 @@ def test_a_spare_worker_has_not_imported_the_hub_client_before_its_token_arrives
     code = "import sys, repair.web.worker; print('huggingface_hub' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_a_worker_that_cannot_start_fails_its_job_in_one_line(tmp_path, monkeypatch):
+    import subprocess as sp
+
+    jobs = JobTable(tmp_path, workers=1, max_queued=2, env=dict(os.environ))
+
+    def no_process(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(sp, "Popen", no_process)
+    job = jobs.submit("alice", {"source": "alice/x"}, "hf_alice")
+    seen = jobs.view(job.id, "alice")
+    assert seen["state"] == "failed" and seen["error"].startswith("the worker process could not start (Cannot allocate memory)")
+    assert jobs.submit("alice", {"source": "alice/x"}, "hf_alice").state == "failed"  # the user may try again at once
+    jobs.close()
