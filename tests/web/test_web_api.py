@@ -148,3 +148,19 @@ def test_a_worker_that_cannot_start_fails_its_job_in_one_line(tmp_path, monkeypa
     assert seen["state"] == "failed" and seen["error"].startswith("the worker process could not start (Cannot allocate memory)")
     assert jobs.submit("alice", {"source": "alice/x"}, "hf_alice").state == "failed"  # the user may try again at once
     jobs.close()
+
+
+def test_the_module_table_and_findings_stay_bounded_on_a_deepseek_sized_model():
+    from types import SimpleNamespace
+
+    from repair.web.analyze import MAX_FINDINGS, MAX_ROWS, _first, module_rows
+
+    def view(i):
+        module = SimpleNamespace(name=f"model.layers.{i}.mlp.experts.0.up_proj", precision="nvfp4", logical_shape=(8, 16),
+                                 tensor=lambda role: object())
+        return SimpleNamespace(module=module, expected_shape=None, declared="quantized", algorithm="NVFP4")
+
+    rows = module_rows(SimpleNamespace(modules=[view(i) for i in range(MAX_ROWS + 500)]), {})
+    assert len(rows) == MAX_ROWS + 1 and rows[-1][0].startswith("... and 500 more modules")
+    listed = _first([f"finding {i}" for i in range(MAX_FINDINGS + 7)])
+    assert len(listed) == MAX_FINDINGS + 1 and listed[-1].startswith("... and 7 more")

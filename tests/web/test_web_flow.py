@@ -43,6 +43,9 @@ def test_pull_request_from_the_page_equals_hub_fix_pr(app, hub, big_repo, browse
     url = link.get_attribute("href")
     assert url == f"{hub.endpoint}/{big_repo}/discussions/1"
     assert "Doctor after" in page.locator("#result").inner_text()
+    planned = re.search(r"A fix downloads ([\d,]+) bytes", page.locator("#transfer").inner_text())[1]
+    assert f"download: {planned} of {planned} bytes" in page.locator("#job").inner_text()  # progress in bytes, by phase
+    assert re.search(r"upload: ([\d,]+) of \1 bytes", page.locator("#job").inner_text())
 
     api = HfApi(endpoint=hub.endpoint, token=hub.token)
     api.change_discussion_status(big_repo, 1, "closed")  # so `hub fix --pr` opens its own instead of pointing at ours
