@@ -68,6 +68,10 @@ def test_two_users_run_jobs_at_once_and_each_sees_only_their_own(space, hub, rep
     Steps(pages["bob"], screens, "two-users-bob").shot("alices-job")
     assert "no such job for you" in pages["bob"].locator("#job").inner_text()
     assert "tiny-by-alice" not in pages["bob"].content()
+    for token in (BOB_TOKEN, hub.token):  # the OAuth tokens reached workers only: not the log, not a file, not a page
+        assert token not in space.log.read_text(errors="replace")
+        assert not [p for p in space.folder.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
+        assert all(token not in page.content() for page in pages.values())
 
 
 def test_closing_the_tab_does_not_stop_the_job_and_a_killed_worker_leaves_nothing(app, hub, big_repo, browser_session, screens):
