@@ -46,8 +46,10 @@ def test_not_quantized_no_write_rights_and_the_hub_dropping_mid_job(app, hub, re
     assert "not quantized" in line
 
     check(page, repos["tiny"], TARGET)
+    before = current_job(page)  # read before the click: the address names the new job right after it
     fix(page, "fork", fork="bob/tiny-fixed")  # alice may not create repos under bob
-    first = job_ended(page, current_job(page), "failed")
+    steps.shot("fork-asked")
+    first = job_ended(page, before, "failed")
     line = job_error(page)
     steps.shot("no-write-rights")
     assert_one_line(line)

@@ -3,6 +3,7 @@ command line the page is compared with."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,5 +93,7 @@ def job_ended(page, before: str | None, state: str) -> str:
     """Wait for a job newer than `before` (the page's address names it) to reach `state`; its id."""
     page.wait_for_function("(before) => { const j = new URL(location).searchParams.get('job'); return j && j !== before; }", arg=before)
     job = current_job(page)
-    page.locator("#job", has_text=job).filter(has_text=f": {state}").wait_for()
+    ended = page.locator("#job", has_text=job).filter(has_text=re.compile(r": (done|failed|killed)\b"))
+    ended.wait_for()
+    assert f": {state}" in ended.inner_text(), ended.inner_text()  # says which state and why when it is another
     return job
