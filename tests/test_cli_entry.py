@@ -95,7 +95,7 @@ def test_help_lists_every_command_with_its_short_help(capsys):
     assert code == 0
     listed = dict(line.split(None, 1) for line in out.split("Commands:\n", 1)[1].strip().splitlines())
     commands = {name: cli.get_command(None, name) for name in cli.list_commands(None)}
-    assert set(listed) == {"demo", "doctor", "fix", "hub", "inspect", "recipes", "unshard"} == set(commands)
+    assert set(listed) == {"demo", "doctor", "fix", "hub", "inspect", "recipes", "serve", "unshard"} == set(commands)
     for name, command in commands.items():  # click shortens a long help to fit, ending it with "..."
         assert command.get_short_help_str(limit=1000).startswith(listed[name].strip().removesuffix("...")), name
 

@@ -32,6 +32,7 @@ LAYERS = (
     ("api",),  # the facade over plan and execute: the Hub workflow and the CLI run through it
     ("hub",),
     ("demo",),
+    ("web",),  # the web front door (the Space's app): wires widgets to the library; only `ckpt-repair serve` imports it
     ("cli", "__main__"),
     ("",),  # repair/__init__.py: `repair.plan` / `repair.run`, above everything
 )

@@ -164,12 +164,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, one round: a smoke check (< 2 min)")
     parser.add_argument("--out", type=Path, default=None, help="default: BENCHMARKS.md (--quick: /tmp/BENCHMARKS.quick.md)")
     parser.add_argument("--render", type=Path, metavar="JSON", help="only rewrite --out from a run's saved figures (/tmp/ckpt-bench-last.json)")
-    parser.add_argument("--only", choices=["many-tensors", "sparse-r1", "jobs"], help="run one case and rewrite only its section of --out")
+    parser.add_argument("--only", choices=["many-tensors", "sparse-r1", "jobs", "web"], help="run one case and rewrite only its "
+                        "section of --out (web: with .venv-web's python, `make test-web` builds it)")
     args = parser.parse_args()
     if args.only == "sparse-r1":
         return only_sparse_r1(args.out or REPO / "BENCHMARKS.md")
     if args.only == "jobs":
         return only_jobs(args.out or REPO / "BENCHMARKS.md", args.quick)
+    if args.only == "web":
+        from tools.bench import web
+
+        return web.main(args.out or REPO / "BENCHMARKS.md")
     if args.only:
         return only_many_tensors(args.out or REPO / "BENCHMARKS.md")
     args.out = args.out or (Path(tempfile.gettempdir()) / "BENCHMARKS.quick.md" if args.quick else REPO / "BENCHMARKS.md")

@@ -21,7 +21,7 @@ from repair.io.output import PUBLISHED
 if os.environ.get("CKPT_REPAIR_INTERRUPT_AT_IMPORT"):  # tests: a Ctrl-C arriving while the CLI is still importing
     os.kill(os.getpid(), signal.SIGINT)
 
-COMMANDS = {name: f"repair.cli.{name}_cmd:{name}" for name in ("demo", "doctor", "fix", "hub", "inspect", "recipes", "unshard")}
+COMMANDS = {name: f"repair.cli.{name}_cmd:{name}" for name in ("demo", "doctor", "fix", "hub", "inspect", "recipes", "serve", "unshard")}
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})

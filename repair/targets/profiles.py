@@ -86,3 +86,11 @@ def resolve(spec: str | None) -> Target:
         ):
             return Target(spec, profile, release_at_or_below(profile.runtime, version), version)
     raise UsageError(f"--target {spec}: vLLM before 0.21.0 cannot load Gemma 4 assistants at all; target 0.21.0 or newer")
+
+
+def target_choices() -> tuple[str, ...]:
+    """Every target a chooser should offer, newest first: the newest known vLLM release, the first
+    release of each older profile, then bf16 (the web page asks this; it never lists releases itself)."""
+    firsts = sorted((p.min_version for p in PROFILES if p.min_version), reverse=True)
+    releases = [NEWEST_KNOWN] + [f"vllm=={'.'.join(map(str, v))}" for v in firsts]
+    return tuple(dict.fromkeys(releases)) + (BF16.name,)

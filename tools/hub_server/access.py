@@ -28,6 +28,12 @@ def namespace(repo_id: str) -> str:
     return repo_id.split("/", 1)[0]
 
 
+def may_see_private(h, repo_id: str) -> bool:
+    """A private repo is visible to the accounts of its namespace: its user, or the organization's members."""
+    user = h.grant().user
+    return namespace(repo_id) == user or (user == h.hub.user and namespace(repo_id) in h.hub.orgs)
+
+
 def require(h, repo_id: str, level: str, *, creating: bool = False) -> str:
     """The token's user, when it may `level` ("write": change content or settings, "propose": open a
     pull request or discussion) on `repo_id`; else the Hub's 403."""

@@ -33,7 +33,7 @@ def load_repo(h, repo_id: str, *, write: str | None = None) -> dict:
     repo = h.store.get(repo_id)
     if repo is None:
         raise repo_not_found(repo_id)
-    if repo["private"] and h.auth_state() != "ok":
+    if repo["private"] and (h.auth_state() != "ok" or not access.may_see_private(h, repo_id)):
         raise repo_not_found(repo_id, status=401)
     if write:
         access.require(h, repo_id, write)

@@ -95,12 +95,13 @@ class LocalHub:
             (self._conns.add if alive else self._conns.discard)(conn)
 
     # ------------------------------------------------------------ tokens
-    def add_token(self, token: str, *, role: str = "write") -> None:
-        """Another token of the user, with a classic role: "write" or "read" (see access.py)."""
+    def add_token(self, token: str, *, role: str = "write", user: str | None = None) -> None:
+        """Another token, with a classic role: "write" or "read" (see access.py); of the user, or of another
+        account `user` (which sees its own namespace's private repos, not the user's)."""
         if role not in ("write", "read"):
             raise ValueError(f"role must be 'write' or 'read', not {role!r}")
         with self._lock:
-            self._grants[token] = access.Grant(self.user, role)
+            self._grants[token] = access.Grant(user or self.user, role)
 
     def grant_for(self, token: str) -> "access.Grant | None":
         with self._lock:

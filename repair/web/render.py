@@ -1,0 +1,93 @@
+"""The library's answers as the page's text: the verdict, findings by severity, the bytes a fix moves,
+a job's status and its result. Text only: nothing here decides anything about a checkpoint."""
+
+from __future__ import annotations
+
+import html
+
+from repair.version import __version__
+
+TOOL = f"ckpt-repair {__version__}"
+NOT_QUANTIZED = ("this model is not quantized (no quantization declared, every weight stored unquantized): "
+                 "ckpt-repair repairs quantized checkpoints, so there is nothing to repair")
+
+
+def esc(text: object) -> str:
+    """Text from a checkpoint, a server or a user, safe inside Markdown/HTML."""
+    return html.escape(str(text), quote=True).replace("`", "&#96;").replace("*", "&#42;").replace("_", "&#95;").replace("[", "&#91;")
+
+
+def error(line: str, answered: int | None = None) -> str:
+    """One error line; `answered` (a time stamp) tells an answer to a new Check from the one before."""
+    stamp = f" data-answered='{answered}'" if answered is not None else ""
+    return f"<div class='ckpt-error'{stamp}>error: {esc(line)}</div>"
+
+
+def verdict(answer: dict, target: str, tp: int, answered: int = 0) -> str:
+    where = f"{esc(target)}, tensor parallel {tp}"
+    if answer["stops"]:
+        stops = "".join(f"<li>{'rank ' + str(s['rank']) + ' ' if tp > 1 else ''}stops at <code>{esc(s['tensor'])}</code> with: "
+                        f"<code>{esc(s['error'])}</code></li>" for s in answer["stops"])
+        return f"<div id='verdict-text' data-answered='{answered}' data-loads='no'><b>Fails to load</b> on {where}:<ul>{stops}</ul></div>"
+    errors = len(answer["findings"].get("error", []))
+    if answer["exit_code"]:
+        return f"<div id='verdict-text' data-answered='{answered}' data-loads='no'><b>Problems</b> on {where}: {errors} error(s); see the findings.</div>"
+    warnings = len(answer["findings"].get("warning", []))
+    also = f"; {warnings} warning(s) below, which the plan repairs" if warnings and not answer.get("noop") else ""
+    return f"<div id='verdict-text' data-answered='{answered}' data-loads='yes'><b>Loads</b> on {where}: doctor found no error{also}.</div>"
+
+
+def findings(answer: dict) -> str:
+    parts = []
+    for severity, items in answer["findings"].items():
+        if items:
+            parts.append(f"**{severity}s ({len(items)})**\n" + "\n".join(f"- {esc(i)}" for i in items))
+    return "\n\n".join(parts) or "No findings."
+
+
+def transfer(answer: dict) -> str:
+    if answer.get("plan_error"):
+        return error(answer["plan_error"])
+    if not answer.get("quantized", True):
+        return error(NOT_QUANTIZED)
+    if answer.get("noop"):
+        return "Nothing to repair for this choice: the fix would change nothing."
+    b = answer["bytes"]
+    return (f"A fix downloads <b>{b['download']:,} bytes</b> ({esc(', '.join(b['download_files'])) or 'no shard'}) and uploads "
+            f"about <b>{b['upload']:,} bytes</b> of tensors ({esc(', '.join(b['upload_files']))}); every other file stays on the Hub.")
+
+
+def job(status: dict | None) -> str:
+    if status is None:
+        return ""
+    state = status.get("state", "queued")
+    lines = [f"**Job `{esc(status['id'])}`: {esc(state)}**" + (f" ({status['ahead']} job(s) ahead of yours)" if state == "queued" else "")]
+    if state == "running":
+        lines.append(f"Phase: {esc(status.get('phase', ''))}")
+    for phase, (done, total) in (status.get("progress") or {}).items():
+        lines.append(f"- {phase}: {done:,} of {total:,} bytes")
+    if status.get("error"):
+        lines.append(error(status["error"]))
+    if state in ("queued", "running"):
+        lines.append("You may close this page: the job goes on, and this page's address shows it again.")
+    return "\n\n".join(lines)
+
+
+def result(status: dict | None) -> str:
+    if not status or status.get("state") != "done" or not status.get("result"):
+        return ""
+    r = status["result"]
+    lines = [f"<b>Done</b> by {TOOL}."]
+    if r.get("status") in ("noop", "up-to-date"):
+        lines.append("Nothing to do: " + ("the source needs no repair." if r["status"] == "noop" else "the fork or an open pull request already has this fix."))
+    if r.get("pr"):
+        lines.append(f"Pull request: <a id='pr-link' href='{esc(r['pr']['url'])}' target='_blank'>{esc(r['pr']['url'])}</a>"
+                     + (" (already open)" if r["pr"].get("existing") else ""))
+    if r.get("fork") and r["fork"].get("url"):
+        lines.append(f"Fork commit: <a id='fork-link' href='{esc(r['fork']['url'])}' target='_blank'>{esc(r['fork']['url'])}</a>")
+    after = r.get("doctor_after")
+    if after:
+        found = after.get("findings", [])
+        lines.append(f"Doctor after, for {esc(after.get('target'))}: {len(found)} finding(s)"
+                     + "".join(f"<br>{esc(f.get('severity'))}: {esc(f.get('message'))}" for f in found))
+    return "".join(f"<p>{line}</p>" for line in lines)

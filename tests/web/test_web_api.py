@@ -1,0 +1,166 @@
+"""The page's API through gradio_client, and the parts under it: the choices the library knows, doctor equal
+to the CLI's at TP 2, local folders only under --root, sign-in before a fix, the bounded queue and one job
+per user, and the Space's README front matter."""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+
+from repair.targets.profiles import target_choices
+from repair.web.choices import FOR_TARGET
+from repair.web.jobs import JobTable
+from tests.web.conftest import REPO, App, hub_env
+from tests.web.web_helpers import cli
+
+
+def _component(client: Client, elem_id: str) -> dict:
+    return next(c["props"] for c in client.config["components"] if c.get("props", {}).get("elem_id") == elem_id)
+
+
+def test_the_page_offers_the_targets_the_library_knows_newest_first(app):
+    client = Client(app.url, verbose=False)
+    offered = [value for _, value in _component(client, "target")["choices"]]
+    assert offered == list(target_choices())
+    assert _component(client, "target")["value"] == target_choices()[0]
+
+
+def test_doctor_through_the_api_equals_the_cli_at_tp_2(app, repos):
+    client = Client(app.url, verbose=False)
+    out = client.predict(repos["tiny"], "", "vllm==0.21.0", 2, FOR_TARGET, api_name="/on_check")
+    error, verdict, doctor = out[0], out[1], out[2]
+    assert error == ""
+    assert doctor == cli(app.env, "doctor", repos["tiny"], "--target", "vllm==0.21.0", "--tp", "2").stdout.rstrip("\n")
+    assert "rank 1 would stop" in doctor and "rank 1 stops at" in verdict
+
+
+def test_a_fix_needs_a_signed_in_user(app, repos):
+    client = Client(app.url, verbose=False)
+    out = client.predict(None, "pr", "", False, api_name="/on_fix")
+    assert "sign in with Hugging Face first" in out[0]
+
+
+@pytest.fixture(scope="module")
+def rooted(hub, tmp_path_factory):
+    """A local server offering the folders under ROOT (a checkpoint inside; one outside; a link leading out)."""
+    from repair.demo.examples import TINY, write_assistant
+
+    base = tmp_path_factory.mktemp("rooted")
+    root = base / "root"
+    write_assistant(root / "models" / "tiny", TINY)
+    write_assistant(base / "outside" / "tiny", TINY)
+    (root / "escape").symlink_to(base / "outside")
+    app = App(base / "app", hub_env(hub, base / "home", hub.token), "--root", str(root))
+    yield app, root
+    app.stop()
+
+
+def test_local_folders_only_under_the_root(rooted):
+    app, root = rooted
+    client = Client(app.url, verbose=False)
+    assert [v for _, v in _component(client, "local")["choices"]] == ["", "models/tiny"]
+    out = client.predict("", "models/tiny", "vllm==0.21.0", 1, FOR_TARGET, api_name="/on_check")
+    assert out[0] == "" and out[2] == cli(app.env, "doctor", str(root / "models" / "tiny"), "--target", "vllm==0.21.0").stdout.rstrip("\n")
+    for name, says in (("../outside/tiny", "'..' component"), (str(root / "models" / "tiny"), "absolute path"),
+                       ("escape/tiny", "outside"), ("models/none", "no such folder")):
+        error = html.unescape(client.predict("", name, "vllm==0.21.0", 1, FOR_TARGET, api_name="/on_check")[0])
+        assert "ckpt-error" in error and says in error, (name, error)
+
+
+def test_local_folders_are_not_offered_without_a_root(app):
+    client = Client(app.url, verbose=False)
+    error = client.predict("", "models/tiny", "vllm==0.21.0", 1, FOR_TARGET, api_name="/on_check")[0]
+    assert "local folders are not offered by this server" in error
+
+
+def test_root_beyond_loopback_needs_expose_root(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "repair", "serve", "--host", "0.0.0.0", "--root", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"error: --root with --host 0.0.0.0: local folders are offered only on 127.0.0.1; "
+                                                 "add --expose-root to offer them anyway"]
+
+
+def test_one_job_per_user_and_a_bounded_queue_that_says_how_many_are_ahead(tmp_path):
+    jobs = JobTable(tmp_path, workers=0, max_queued=2, env=dict(os.environ))  # no worker slot: every job waits
+    first = jobs.submit("alice", {"source": "alice/x"}, "hf_alice")
+    second = jobs.submit("bob", {"source": "alice/x"}, "hf_bob")
+    assert jobs.view(first.id, "alice")["ahead"] == 0 and jobs.view(second.id, "bob")["ahead"] == 1
+    assert jobs.view(first.id, "bob") is None and jobs.view(first.id, None) is None  # nobody else sees it
+    from repair.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^you already have a job queued \([0-9a-f]{16}\); wait for it to finish"):
+        jobs.submit("alice", {"source": "alice/y"}, "hf_alice")
+    with pytest.raises(UsageError, match=r"^the queue is full \(2 jobs waiting\); try again in a few minutes$"):
+        jobs.submit("carol", {"source": "alice/x"}, "hf_carol")
+    assert "hf_" not in repr(first) and "hf_alice" not in str(jobs.view(first.id, "alice"))
+    jobs.close()
+
+
+def test_the_space_readme_deploys_this_app_with_oauth():
+    space = REPO / "space"
+    front = re.match(r"---\n(.*?)\n---\n", (space / "README.md").read_text(), re.S)[1]
+    fields = dict(re.findall(r"^(\w+): *(.*)$", front, re.M))
+    scopes = re.findall(r"^  - (\S+)$", front, re.M)
+    pinned = re.search(r'"gradio\[oauth\]==([\d.]+)"', (REPO / "pyproject.toml").read_text())[1]
+    assert fields["sdk"] == "gradio" and fields["sdk_version"] == pinned and fields["hf_oauth"] == "true"
+    assert (space / fields["app_file"]).is_file() and "from repair.web.app import main" in (space / fields["app_file"]).read_text()
+    assert {"read-repos", "gated-repos", "write-discussions"} <= set(scopes) and {"contribute-repos", "manage-repos"} & set(scopes)
+    wanted = re.search(r"dependencies = \[(.*?)\]", (REPO / "pyproject.toml").read_text(), re.S)[1]
+    listed = [line for line in (space / "requirements.txt").read_text().splitlines() if line and not line.startswith("#")]
+    assert listed == re.findall(r'"([^"]+)"', wanted)  # a Space installs these before it copies the project
+    assert Path(REPO / "repair" / "web" / "app.py").read_text().count("def main(") == 1
+
+
+def test_a_tensor_parallel_degree_out_of_range_is_one_line(app, repos):
+    client = Client(app.url, verbose=False)
+    for degree in (0, -2, 100_000_000):
+        error = html.unescape(client.predict(repos["tiny"], "", "vllm==0.32.0", degree, FOR_TARGET, api_name="/on_check")[0])
+        assert f"error: tensor-parallel degree {degree}: give a whole number from 1 to 256" in error, error
+
+
+def test_a_spare_worker_has_not_imported_the_hub_client_before_its_token_arrives():
+    """Workers are started ahead (repair.web.spares) with no token; huggingface_hub reads its token settings at
+    import, so it must not be imported until the request (and the user's token) has been read."""
+    code = "import sys, repair.web.worker; print('huggingface_hub' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr
+
+
+def test_a_worker_that_cannot_start_fails_its_job_in_one_line(tmp_path, monkeypatch):
+    import subprocess as sp
+
+    jobs = JobTable(tmp_path, workers=1, max_queued=2, env=dict(os.environ))
+
+    def no_process(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(sp, "Popen", no_process)
+    job = jobs.submit("alice", {"source": "alice/x"}, "hf_alice")
+    seen = jobs.view(job.id, "alice")
+    assert seen["state"] == "failed" and seen["error"].startswith("the worker process could not start (Cannot allocate memory)")
+    assert jobs.submit("alice", {"source": "alice/x"}, "hf_alice").state == "failed"  # the user may try again at once
+    jobs.close()
+
+
+def test_the_module_table_and_findings_stay_bounded_on_a_deepseek_sized_model():
+    from types import SimpleNamespace
+
+    from repair.web.analyze import MAX_FINDINGS, MAX_ROWS, _first, module_rows
+
+    def view(i):
+        module = SimpleNamespace(name=f"model.layers.{i}.mlp.experts.0.up_proj", precision="nvfp4", logical_shape=(8, 16),
+                                 tensor=lambda role: object())
+        return SimpleNamespace(module=module, expected_shape=None, declared="quantized", algorithm="NVFP4")
+
+    rows = module_rows(SimpleNamespace(modules=[view(i) for i in range(MAX_ROWS + 500)]), {})
+    assert len(rows) == MAX_ROWS + 1 and rows[-1][0].startswith("... and 500 more modules")
+    listed = _first([f"finding {i}" for i in range(MAX_FINDINGS + 7)])
+    assert len(listed) == MAX_FINDINGS + 1 and listed[-1].startswith("... and 7 more")
