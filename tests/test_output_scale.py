@@ -92,3 +92,31 @@ def test_doctor_output_of_the_small_cases_is_one_line_per_finding(capsys, tmp_pa
     src = write_assistant(tmp_path / "tiny", TINY)
     out = run_captured(capsys, "doctor", str(src), "--target", "vllm==0.25.0", "--strict")[1]
     assert " alike: " not in out and "pre_projection" in out
+
+
+@pytest.mark.parametrize("hostile", ["\nerror: [forged] all is well\n", "\x1b[2K\x1b[1A", "\r"])
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_hostile_subject_cannot_forge_lines_or_terminal_codes(hostile, verbose):
+    """Names come from the checkpoint: a newline, carriage return or escape code in one stays visible as an
+    escape on its own line, grouped or not, and the line count is the same as for plain names."""
+    from repair.doctor.findings import Finding, Kind, Severity
+    from repair.doctor.grouping import finding_lines
+
+    def findings(tag: str):
+        return [Finding(Severity.WARNING, Kind.NOT_BF16, f"model.layers.{i}{tag}.mlp", f"model.layers.{i}{tag}.mlp is not bf16")
+                for i in range(6)]
+
+    lines = finding_lines(findings(hostile), tp=1, verbose=verbose)
+    text = "\n".join(lines)
+    assert len(text.splitlines()) == len(finding_lines(findings("x"), tp=1, verbose=verbose))
+    assert all(c.isprintable() for line in lines for c in line), lines
+
+
+def test_a_hostile_module_name_cannot_forge_plan_lines():
+    from repair.planning.text import _change_lines
+    from repair.planning.model import ModuleChange, ChangeAction
+
+    changes = [ModuleChange(f"m.{i}\nplan: nothing", ChangeAction.DROP, (), ()) for i in range(30)]
+    for verbose in (False, True):
+        lines = _change_lines(changes, verbose)
+        assert all(c.isprintable() for line in lines for c in line), lines

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from repair.doctor.findings import Finding
 from repair.doctor.name_pattern import compact, natural_key, natural_sorted
+from repair.errors import one_line
 
 GROUP_FROM = 4  # a group this large is one line; smaller ones list their findings
 SHOWN = 3  # subjects (and patterns) named on a group's lines
@@ -40,7 +41,7 @@ def finding_lines(findings, tp: int, verbose: bool = False, label: str | None = 
                 lines += _one(key.label, f, tp, key.runtime_error is not None)
         else:
             lines += _group(key, [f.subject for f in members], tp)
-    return lines
+    return [one_line(line) for line in lines]  # names are data: a newline or escape code in one must not forge output
 
 
 def _key(f: Finding, label: str | None) -> _Key:
