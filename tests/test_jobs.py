@@ -119,3 +119,29 @@ def test_a_failed_write_stops_the_compute_threads_before_the_error_is_reported(b
     assert run_cli("fix", broken_export, "-o", tmp_path / "out", "--quiet", "--jobs", "3", "--target", "bf16") == 2
     assert not [t for t in threading.enumerate() if t.name.startswith("ckpt-repair-compute")]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_huge_jobs_is_refused_with_one_line(broken_export, tmp_path, capsys):
+    """A careless `--jobs 1000000` would start a thread per computed tensor and hold every result
+    (memory bounded by the checkpoint, not by the tensors in flight): refused, exit 2, nothing written."""
+    assert run_cli("fix", broken_export, "-o", tmp_path / "out", "--jobs", "1000000") == 2
+    err = capsys.readouterr().err
+    assert "--jobs" in err and "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_in_order_holds_at_most_max_jobs_results_whatever_jobs_it_is_given():
+    from repair.execute.parallel import MAX_JOBS
+
+    alive, peak, threads, lock = [0], [0], set(), threading.Lock()
+
+    def make(n: int) -> int:
+        with lock:
+            alive[0] += 1
+            peak[0] = max(peak[0], alive[0])
+            threads.add(threading.current_thread().name)
+        return n
+
+    for _, made in in_order(range(MAX_JOBS * 3), make, lambda n: True, jobs=10**6):
+        with lock:
+            alive[0] -= 1
+    assert peak[0] <= MAX_JOBS and len(threads) <= MAX_JOBS

@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Iterator, TypeVar
 
 Unit = TypeVar("Unit")
 Made = TypeVar("Made")
+MAX_JOBS = 256  # beyond this, threads and held results cost memory and buy nothing on any machine we know
 
 
 def default_jobs() -> int:
@@ -35,6 +36,7 @@ def in_order(units: Iterable[Unit], make: Callable[[Unit], Made], computed: Call
     units run on a pool `jobs` ahead of the one the caller holds; an error (or Ctrl-C) in the
     caller cancels what has not started and waits for what has (each at most one tensor's work).
     """
+    jobs = min(jobs, MAX_JOBS)  # each job holds a result: a huge value must not hold the whole checkpoint
     if jobs <= 1:
         for unit in units:
             yield unit, make(unit) if computed(unit) else None
