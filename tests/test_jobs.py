@@ -132,16 +132,8 @@ def test_a_huge_jobs_is_refused_with_one_line(broken_export, tmp_path, capsys):
 def test_in_order_holds_at_most_max_jobs_results_whatever_jobs_it_is_given():
     from repair.execute.parallel import MAX_JOBS
 
-    alive, peak, threads, lock = [0], [0], set(), threading.Lock()
-
-    def make(n: int) -> int:
-        with lock:
-            alive[0] += 1
-            peak[0] = max(peak[0], alive[0])
-            threads.add(threading.current_thread().name)
-        return n
-
-    for _, made in in_order(range(MAX_JOBS * 3), make, lambda n: True, jobs=10**6):
-        with lock:
-            alive[0] -= 1
+    held, peak, threads = [0], [0], set()
+    for _ in in_order(range(MAX_JOBS * 3), lambda n: (held.append(n), threads.add(threading.current_thread().name)),
+                      lambda n: True, jobs=10**6):
+        peak[0] = max(peak[0], len(held) - 1 - _[0])  # made minus handed back
     assert peak[0] <= MAX_JOBS and len(threads) <= MAX_JOBS
