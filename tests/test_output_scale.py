@@ -55,7 +55,7 @@ def test_doctor_groups_alike_findings_into_few_lines(glm, capsys):
     routers = [line for line in lines if "model.layers.{3..91}.mlp.gate:" in line]
     assert len(routers) == 1 and routers[0].startswith("error: [config-contradiction] 89 alike: "), out
     assert "model.layers.3.mlp.gate, model.layers.4.mlp.gate, model.layers.5.mlp.gate, ..." in out  # natural order
-    assert lines[0].startswith("target ") and "next: `ckpt-repair fix SRC -o OUT --target" in lines[0]
+    assert lines[0].startswith("target ") and f"next: `ckpt-repair fix {glm} -o OUT --target" in lines[0]
 
 
 def test_json_and_verbose_list_every_finding(glm, capsys):
@@ -120,3 +120,32 @@ def test_a_hostile_module_name_cannot_forge_plan_lines():
     for verbose in (False, True):
         lines = _change_lines(changes, verbose)
         assert all(c.isprintable() for line in lines for c in line), lines
+
+
+def _command(line: str) -> list[str]:
+    import shlex
+
+    return shlex.split(line.split("`")[1])
+
+
+def test_the_summarys_next_command_runs_as_written_for_a_path_with_spaces(glm, tmp_path, capsys):
+    """The first line's suggested command names this SRC, quoted for the shell, and this --tp."""
+    src = tmp_path / "my model's copy"
+    src.symlink_to(glm)
+    code, out, _ = run_captured(capsys, "doctor", str(src), "--tp", "2")
+    words = _command(out.splitlines()[0])
+    assert code == 1 and words[:3] == ["ckpt-repair", "fix", str(src)], out
+    assert words[words.index("--tp") + 1] == "2" and "--dry-run" in words
+
+
+def test_fix_summary_names_out_quoted_for_the_shell(tmp_path):
+    from types import SimpleNamespace
+
+    from repair.cli.fix_cmd import _summary
+    from repair.cli.fix_options import FixOptions
+
+    out = tmp_path / "out dir; rm -rf ~"
+    report = {"doctor": {"target": "vllm==0.32.0", "after": {"findings": [{"code": "x"}]}}}
+    text = _summary(SimpleNamespace(copied_files=()), SimpleNamespace(out=out, report=report), FixOptions(quiet=True))
+    line = next(line for line in text.splitlines() if "remain" in line)
+    assert _command(line) == ["ckpt-repair", "doctor", str(out), "--target", "vllm==0.32.0"]
