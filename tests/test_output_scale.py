@@ -149,3 +149,13 @@ def test_fix_summary_names_out_quoted_for_the_shell(tmp_path):
     text = _summary(SimpleNamespace(copied_files=()), SimpleNamespace(out=out, report=report), FixOptions(quiet=True))
     line = next(line for line in text.splitlines() if "remain" in line)
     assert _command(line) == ["ckpt-repair", "doctor", str(out), "--target", "vllm==0.32.0"]
+
+
+@pytest.mark.parametrize("count", [2, 30])
+def test_inline_name_lists_escape_control_characters(count):
+    """Exclusions and quantized_layers entries come from the config: listed inline, they stay one line."""
+    from repair.doctor.grouping import names_text
+
+    for verbose in (False, True):
+        text = names_text([f"m.{i}\n\x1b[1A" for i in range(count)], verbose)
+        assert all(c.isprintable() for c in text), text

@@ -86,8 +86,8 @@ def names_text(names, verbose: bool = False) -> str:
     """A list of names inline: all of them when few (or verbose), else their count and compact patterns."""
     names = list(names)
     if verbose or len(names) < GROUP_FROM:
-        return ", ".join(names)
-    return f"{len(names)} entries: {pattern_text(names)} (--verbose lists them)"
+        return one_line(", ".join(names))  # names from a config: no forged lines
+    return one_line(f"{len(names)} entries: {pattern_text(names)} (--verbose lists them)")
 
 
 def _ranks(ranks: tuple[int, ...], tp: int) -> str:
