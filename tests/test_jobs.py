@@ -119,3 +119,30 @@ def test_a_failed_write_stops_the_compute_threads_before_the_error_is_reported(b
     assert run_cli("fix", broken_export, "-o", tmp_path / "out", "--quiet", "--jobs", "3", "--target", "bf16") == 2
     assert not [t for t in threading.enumerate() if t.name.startswith("ckpt-repair-compute")]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_huge_jobs_is_refused_with_one_line(broken_export, tmp_path, capsys):
+    """A careless `--jobs 1000000` would start a thread per computed tensor and hold every result
+    (memory bounded by the checkpoint, not by the tensors in flight): refused, exit 2, nothing written."""
+    assert run_cli("fix", broken_export, "-o", tmp_path / "out", "--jobs", "1000000") == 2
+    err = capsys.readouterr().err
+    assert "--jobs" in err and "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_in_order_holds_at_most_max_jobs_results_whatever_jobs_it_is_given():
+    from repair.execute.parallel import MAX_JOBS
+
+    held, peak, threads = [0], [0], set()
+    for _ in in_order(range(MAX_JOBS * 3), lambda n: (held.append(n), threads.add(threading.current_thread().name)),
+                      lambda n: True, jobs=10**6):
+        peak[0] = max(peak[0], len(held) - 1 - _[0])  # made minus handed back
+    assert peak[0] <= MAX_JOBS and len(threads) <= MAX_JOBS
+
+
+def test_in_order_is_linear_in_the_copies_between_computed_units():
+    """A shard of 30k tensors with two computed ones: the window fills with copies; counting what it holds
+    must not rescan them on every step (it did: 30k units took about 12 s, 180k would take minutes)."""
+    start = time.perf_counter()
+    got = list(in_order(range(30_000), lambda n: -n, lambda n: n in (0, 29_999), jobs=2))
+    assert time.perf_counter() - start < 3.0
+    assert got == [(n, -n if n in (0, 29_999) else None) for n in range(30_000)]

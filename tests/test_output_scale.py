@@ -55,7 +55,7 @@ def test_doctor_groups_alike_findings_into_few_lines(glm, capsys):
     routers = [line for line in lines if "model.layers.{3..91}.mlp.gate:" in line]
     assert len(routers) == 1 and routers[0].startswith("error: [config-contradiction] 89 alike: "), out
     assert "model.layers.3.mlp.gate, model.layers.4.mlp.gate, model.layers.5.mlp.gate, ..." in out  # natural order
-    assert lines[0].startswith("target ") and "next: `ckpt-repair fix SRC -o OUT --target" in lines[0]
+    assert lines[0].startswith("target ") and f"next: `ckpt-repair fix {glm} -o OUT --target" in lines[0]
 
 
 def test_json_and_verbose_list_every_finding(glm, capsys):
@@ -92,3 +92,70 @@ def test_doctor_output_of_the_small_cases_is_one_line_per_finding(capsys, tmp_pa
     src = write_assistant(tmp_path / "tiny", TINY)
     out = run_captured(capsys, "doctor", str(src), "--target", "vllm==0.25.0", "--strict")[1]
     assert " alike: " not in out and "pre_projection" in out
+
+
+@pytest.mark.parametrize("hostile", ["\nerror: [forged] all is well\n", "\x1b[2K\x1b[1A", "\r"])
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_hostile_subject_cannot_forge_lines_or_terminal_codes(hostile, verbose):
+    """Names come from the checkpoint: a newline, carriage return or escape code in one stays visible as an
+    escape on its own line, grouped or not, and the line count is the same as for plain names."""
+    from repair.doctor.findings import Finding, Kind, Severity
+    from repair.doctor.grouping import finding_lines
+
+    def findings(tag: str):
+        return [Finding(Severity.WARNING, Kind.NOT_BF16, f"model.layers.{i}{tag}.mlp", f"model.layers.{i}{tag}.mlp is not bf16")
+                for i in range(6)]
+
+    lines = finding_lines(findings(hostile), tp=1, verbose=verbose)
+    text = "\n".join(lines)
+    assert len(text.splitlines()) == len(finding_lines(findings("x"), tp=1, verbose=verbose))
+    assert all(c.isprintable() for line in lines for c in line), lines
+
+
+def test_a_hostile_module_name_cannot_forge_plan_lines():
+    from repair.planning.text import _change_lines
+    from repair.planning.model import ModuleChange, ChangeAction
+
+    changes = [ModuleChange(f"m.{i}\nplan: nothing", ChangeAction.DROP, (), ()) for i in range(30)]
+    for verbose in (False, True):
+        lines = _change_lines(changes, verbose)
+        assert all(c.isprintable() for line in lines for c in line), lines
+
+
+def _command(line: str) -> list[str]:
+    import shlex
+
+    return shlex.split(line.split("`")[1])
+
+
+def test_the_summarys_next_command_runs_as_written_for_a_path_with_spaces(glm, tmp_path, capsys):
+    """The first line's suggested command names this SRC, quoted for the shell, and this --tp."""
+    src = tmp_path / "my model's copy"
+    src.symlink_to(glm)
+    code, out, _ = run_captured(capsys, "doctor", str(src), "--tp", "2")
+    words = _command(out.splitlines()[0])
+    assert code == 1 and words[:3] == ["ckpt-repair", "fix", str(src)], out
+    assert words[words.index("--tp") + 1] == "2" and "--dry-run" in words
+
+
+def test_fix_summary_names_out_quoted_for_the_shell(tmp_path):
+    from types import SimpleNamespace
+
+    from repair.cli.fix_cmd import _summary
+    from repair.cli.fix_options import FixOptions
+
+    out = tmp_path / "out dir; rm -rf ~"
+    report = {"doctor": {"target": "vllm==0.32.0", "after": {"findings": [{"code": "x"}]}}}
+    text = _summary(SimpleNamespace(copied_files=()), SimpleNamespace(out=out, report=report), FixOptions(quiet=True))
+    line = next(line for line in text.splitlines() if "remain" in line)
+    assert _command(line) == ["ckpt-repair", "doctor", str(out), "--target", "vllm==0.32.0"]
+
+
+@pytest.mark.parametrize("count", [2, 30])
+def test_inline_name_lists_escape_control_characters(count):
+    """Exclusions and quantized_layers entries come from the config: listed inline, they stay one line."""
+    from repair.doctor.grouping import names_text
+
+    for verbose in (False, True):
+        text = names_text([f"m.{i}\n\x1b[1A" for i in range(count)], verbose)
+        assert all(c.isprintable() for c in text), text

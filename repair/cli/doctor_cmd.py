@@ -27,7 +27,7 @@ def doctor(src: Path, target_spec: str | None, tp: int, strict: bool, as_json: b
 
     result = diagnose(open_source(src), resolve(target_spec), tp, deep=deep, progress=_bar if deep else None)
     detail = "quiet" if quiet else "verbose" if verbose else "normal"
-    click.echo(json.dumps(diagnosis_json(result, strict), indent=2) if as_json else diagnosis_text(result, strict, detail))
+    click.echo(json.dumps(diagnosis_json(result, strict), indent=2) if as_json else diagnosis_text(result, strict, detail, str(src)))
     sys.exit(result.exit_code(strict))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -74,7 +75,7 @@ def _summary(plan, result, o: FixOptions) -> str:
     lines = [f"wrote {result.out} (report: {result.out / 'repair_report.json'})"]
     doctor = result.report["doctor"]
     if doctor["after"]["findings"]:
-        lines.append(f"{len(doctor['after']['findings'])} finding(s) remain for {doctor['target']}; run `ckpt-repair doctor {result.out} --target {doctor['target']}`")
+        lines.append(f"{len(doctor['after']['findings'])} finding(s) remain for {doctor['target']}; run `ckpt-repair doctor {shlex.quote(str(result.out))} --target {shlex.quote(doctor['target'])}`")
     original = result.report.get("original")
     if original:
         lines.append(f"original verified: {original['verified']} of {original['checked']} modules reproduce byte-for-byte"

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from repair.execute.parallel import MAX_JOBS
+
 SHARED: dict[str, tuple[tuple[str, ...], dict]] = {
     "target_spec": (("--target", "target_spec"), {"default": None, "help": "Fix for vllm==X.Y.Z or bf16 (default: the handshake repair)."}),
     "recipe_path": (("--recipe", "recipe_path"), {"default": None, "help": "A recipe file, a built-in recipe name, or an earlier repair_report.json."}),
@@ -22,7 +24,7 @@ SHARED: dict[str, tuple[tuple[str, ...], dict]] = {
     "as_json": (("--json", "as_json"), {"is_flag": True, "help": "Print the plan / result as JSON."}),
     "quiet": (("--quiet", "-q"), {"is_flag": True, "help": "Print the summary and errors only (no plan, no progress bar)."}),
     "verbose": (("--verbose", "-v"), {"is_flag": True, "help": "List every module of the plan (default: alike changes grouped)."}),
-    "jobs": (("--jobs", "-j"), {"type": click.IntRange(min=1), "default": None,
+    "jobs": (("--jobs", "-j"), {"type": click.IntRange(min=1, max=MAX_JOBS), "default": None,
                                 "help": "Tensors to dequantize/requantize at once (default: one per core); the output is the same."}),
 }
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from repair.doctor.findings import Finding
 from repair.doctor.name_pattern import compact, natural_key, natural_sorted
+from repair.errors import one_line
 
 GROUP_FROM = 4  # a group this large is one line; smaller ones list their findings
 SHOWN = 3  # subjects (and patterns) named on a group's lines
@@ -40,7 +41,7 @@ def finding_lines(findings, tp: int, verbose: bool = False, label: str | None = 
                 lines += _one(key.label, f, tp, key.runtime_error is not None)
         else:
             lines += _group(key, [f.subject for f in members], tp)
-    return lines
+    return [one_line(line) for line in lines]  # names are data: a newline or escape code in one must not forge output
 
 
 def _key(f: Finding, label: str | None) -> _Key:
@@ -85,8 +86,8 @@ def names_text(names, verbose: bool = False) -> str:
     """A list of names inline: all of them when few (or verbose), else their count and compact patterns."""
     names = list(names)
     if verbose or len(names) < GROUP_FROM:
-        return ", ".join(names)
-    return f"{len(names)} entries: {pattern_text(names)} (--verbose lists them)"
+        return one_line(", ".join(names))  # names from a config: no forged lines
+    return one_line(f"{len(names)} entries: {pattern_text(names)} (--verbose lists them)")
 
 
 def _ranks(ranks: tuple[int, ...], tp: int) -> str:

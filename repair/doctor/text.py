@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shlex
+
 from repair.doctor.findings import Diagnosis, Severity
 from repair.doctor.grouping import finding_lines
 from repair.doctor.schemes import scheme_counts
+from repair.errors import one_line
 
 
 def diagnosis_json(d: Diagnosis, strict: bool = False) -> dict:
@@ -29,16 +32,16 @@ def diagnosis_json(d: Diagnosis, strict: bool = False) -> dict:
     }
 
 
-def diagnosis_text(d: Diagnosis, strict: bool = False, detail: str = "normal") -> str:
+def diagnosis_text(d: Diagnosis, strict: bool = False, detail: str = "normal", source: str = "SRC") -> str:
     """The summary line first (counts and what to do), then the findings.
 
     `detail`: "normal" groups findings of one kind and message (grouping.py); "verbose" prints one line per
-    finding; "quiet" prints the summary and the errors alone.
+    finding; "quiet" prints the summary and the errors alone. `source`: SRC as the user named it, for the next command.
     """
     errors = [f for f in d.findings if f.severity is Severity.ERROR]
     warnings = [f for f in d.findings if f.severity is Severity.WARNING]
     lines = [f"target {d.target.spec} ({d.target.label}), tensor parallel {d.tp}: {len(errors)} error(s), {len(warnings)} warning(s)"
-             + _next_step(d, strict, errors, warnings)]
+             + _next_step(d, strict, errors, warnings, source)]
     for o in d.first_errors:
         where = f"rank {o.rank} would stop" if d.tp > 1 else "the runtime would stop"
         lines.append(f"{where} at {o.tensor} with:\n    {o.error}")
@@ -59,9 +62,12 @@ def diagnosis_text(d: Diagnosis, strict: bool = False, detail: str = "normal") -
     return "\n".join(lines)
 
 
-def _next_step(d: Diagnosis, strict: bool, errors: list, warnings: list) -> str:
-    """What to do, on the summary line: a person reads the first line, and may read nothing else."""
-    dry_run = f"`ckpt-repair fix SRC -o OUT --target {d.target.spec} --dry-run` shows the repair, or why there is none"
+def _next_step(d: Diagnosis, strict: bool, errors: list, warnings: list, source: str) -> str:
+    """What to do, on the summary line: a person reads the first line, and may read nothing else.
+    The command runs as written (SRC quoted for the shell; OUT is the user's to choose)."""
+    tp = f" --tp {d.tp}" if d.tp > 1 else ""
+    command = f"ckpt-repair fix {shlex.quote(source)} -o OUT --target {shlex.quote(d.target.spec)}{tp} --dry-run"
+    dry_run = f"`{one_line(command)}` shows the repair, or why there is none"
     if errors or (strict and warnings):
         return f"; next: {dry_run}"
     if warnings:

@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Iterator, TypeVar
 
 Unit = TypeVar("Unit")
 Made = TypeVar("Made")
+MAX_JOBS = 256  # beyond this, threads and held results cost memory and buy nothing on any machine we know
 
 
 def default_jobs() -> int:
@@ -35,32 +36,41 @@ def in_order(units: Iterable[Unit], make: Callable[[Unit], Made], computed: Call
     units run on a pool `jobs` ahead of the one the caller holds; an error (or Ctrl-C) in the
     caller cancels what has not started and waits for what has (each at most one tensor's work).
     """
+    jobs = min(jobs, MAX_JOBS)  # each job holds a result: a huge value must not hold the whole checkpoint
     if jobs <= 1:
         for unit in units:
             yield unit, make(unit) if computed(unit) else None
         return
     pool = ThreadPoolExecutor(jobs, thread_name_prefix="ckpt-repair-compute")
-    window: deque[tuple[Unit, Future | None]] = deque()
+    window = _Window()
     try:
-        pending = iter(units)
-        for unit in pending:
-            window.append((unit, pool.submit(make, unit) if computed(unit) else None))
-            if _held(window) >= jobs:
-                yield from _drain(window, until=jobs - 1)
-        yield from _drain(window, until=0)
+        for unit in units:
+            window.add(unit, pool.submit(make, unit) if computed(unit) else None)
+            if window.held >= jobs:
+                yield from window.drain(until=jobs - 1)
+        yield from window.drain(until=0)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _held(window: deque) -> int:
-    return sum(1 for _, future in window if future is not None)
+class _Window:
+    """Units handed to the pool and not yet back, in order, with a count of the computed ones
+    (kept, not recounted: a shard's copies between two computed tensors may number thousands)."""
 
+    def __init__(self) -> None:
+        self.units: deque[tuple[object, Future | None]] = deque()
+        self.held = 0
 
-def _drain(window: deque, until: int) -> Iterator[tuple[Unit, Made | None]]:
-    """Hand back units from the front until at most `until` computed ones remain in the window."""
-    while window and (_held(window) > until or window[0][1] is None):
-        unit, future = window.popleft()
-        yield unit, future.result() if future is not None else None
+    def add(self, unit, future: Future | None) -> None:
+        self.units.append((unit, future))
+        self.held += future is not None
+
+    def drain(self, until: int) -> Iterator[tuple]:
+        """Hand back units from the front until at most `until` computed ones remain."""
+        while self.units and (self.held > until or self.units[0][1] is None):
+            unit, future = self.units.popleft()
+            self.held -= future is not None
+            yield unit, future.result() if future is not None else None
 
 
 def runs(items: Iterable[Unit], key: Callable[[Unit], object]) -> list[tuple[Unit, ...]]:

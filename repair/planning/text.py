@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from repair.doctor.grouping import GROUP_FROM, first_text, names_text, pattern_text
+from repair.errors import one_line
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG
 from repair.planning.model import ChangeAction, ModuleChange, Plan, ShardOp
 
@@ -85,7 +86,7 @@ def _change_lines(changes: list[ModuleChange], verbose: bool) -> list[str]:
             lines += [f"  {m}: {text}" for m in modules]
         else:
             lines += [f"  {len(modules)} alike: {pattern_text(modules)}: {text}", f"    {first_text(modules)}"]
-    return lines
+    return [one_line(line) for line in lines]  # module names come from the checkpoint: no forged lines
 
 
 def _recipe_label(plan: Plan) -> str:
