@@ -35,8 +35,8 @@ def inspect_modules(capsys, folder: Path) -> tuple[dict, dict]:
     return doc["declaration"], {m["name"]: m["declared"] for m in doc["modules"]}
 
 
-def doctor(capsys, folder: Path) -> tuple[int, list[dict]]:
-    code, out, err = run_captured(capsys, "doctor", "--target", TARGET, "--json", folder)
+def doctor(capsys, folder: Path, *flags: str) -> tuple[int, list[dict]]:
+    code, out, err = run_captured(capsys, "doctor", "--target", TARGET, "--json", *flags, folder)
     assert code in (0, 1), err
     return code, json.loads(out)["findings"]
 
@@ -70,7 +70,12 @@ def test_fix_target_keeps_the_draft_and_its_kv_cache_scales(tmp_path, capsys):
     folder = write_layout(tmp_path / "draft", EAGLE)
     code, out, err = run_captured(capsys, "fix", "--target", TARGET, "--json", "--quiet", "-o", tmp_path / "out", folder)
     assert code == 0, err
-    assert json.loads(out)["status"] == "noop"  # nothing dropped: the declared FP8 KV cache keeps its scales
+    report = json.loads((tmp_path / "out" / "repair_report.json").read_text())
+    # the one change: the exclusion of the unstored embed_tokens (doctor --strict's only warning) leaves the config;
+    # nothing is dropped: the declared FP8 KV cache keeps its scales
+    assert (json.loads(out)["status"], report["changes"], report["exclusions_removed"]) == ("written", [], ["model.embed_tokens"])
+    assert {"layers.0.self_attn.k_proj.k_scale", "layers.0.self_attn.v_proj.v_scale"} <= set(load_tensors(tmp_path / "out"))
+    assert doctor(capsys, tmp_path / "out", "--strict") == (0, [])
 
 
 def test_nested_exclusions_are_rewritten_in_place(tmp_path, capsys):
@@ -83,8 +88,8 @@ def test_nested_exclusions_are_rewritten_in_place(tmp_path, capsys):
     tensors = load_tensors(tmp_path / "out")
     assert tensors["lm_head.weight"].dtype == torch.bfloat16
     assert {"layers.0.self_attn.k_proj.k_scale", "layers.0.self_attn.v_proj.v_scale"} <= set(tensors)
-    code, findings = doctor(capsys, tmp_path / "out")
-    assert (code, brief(findings)) == (0, [DRAFT_EMBED_WARNING])
+    code, findings = doctor(capsys, tmp_path / "out", "--strict")
+    assert (code, brief(findings)) == (0, [])  # the unstored embed_tokens' exclusion went too: --target's promise
 
 
 # --- 2. GLM-4.x MoE routers ------------------------------------------------------------------------------------

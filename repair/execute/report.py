@@ -105,6 +105,7 @@ def build_report(plan: Plan, hashes: Hashes, options: dict, sections: Sections =
         "source": {"path": path_text(plan.source.root), "files": _source_files(hashes, sections)},
         "changes": [c.as_dict() for c in plan.changes],
         "exclusions_added": list(plan.exclusions_added),
+        "exclusions_removed": list(plan.exclusions_removed),
         "removed": list(plan.removed_files),  # source files with no counterpart in the output (emptied shards, a dropped config)
         "outputs": [{"name": n, "sha256": h["output"]} for n, h in sorted(hashes.items())],
     }

@@ -164,6 +164,15 @@ def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: 
     return config, ckpt.hf_quant_config
 
 
+def without_entries(config: dict | None, hf_quant: dict | None, entries: frozenset[str]) -> tuple[dict | None, dict | None]:
+    """config.json contents with the `ignore` entries `entries` (exact strings) taken out (see modelopt_nvfp4)."""
+    config = copy.deepcopy(config)
+    qc = config.get("quantization_config") if config is not None else None
+    if isinstance(qc, dict) and isinstance(qc.get("ignore"), list):
+        qc["ignore"] = [x for x in qc["ignore"] if x not in entries]
+    return config, hf_quant
+
+
 def exclusion_lists(config: dict | None, hf_quant: dict | None) -> list[list[str]]:
     """The exclusion list present in config.json contents (the only one compressed-tensors reads)."""
     if config is not None and isinstance(config.get("quantization_config"), dict):
@@ -197,6 +206,7 @@ class CompressedTensors(nvfp4_packed.PackedNvfp4):
     exclusion_entry = staticmethod(exclusion_entry)
     with_exclusions = staticmethod(with_exclusions)
     exclusion_lists = staticmethod(exclusion_lists)
+    without_entries = staticmethod(without_entries)
 
 
 COMPRESSED_TENSORS = CompressedTensors()

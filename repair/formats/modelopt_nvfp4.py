@@ -145,6 +145,20 @@ def lists_with(config: dict | None, hf_quant: dict | None, names: list[str], cov
     return config, hf_quant
 
 
+def without_entries(config: dict | None, hf_quant: dict | None, entries: frozenset[str]) -> tuple[dict | None, dict | None]:
+    """(config.json, hf_quant_config.json) contents with the exclusion entries `entries` (exact strings) taken out of
+    both lists: `fix --target` removes the entries that match no module (doctor: unused-exclusion)."""
+    config, hf_quant = copy.deepcopy(config), copy.deepcopy(hf_quant)
+    if config is not None and isinstance(config.get("quantization_config"), dict):
+        qc, key = config_section(config["quantization_config"])
+        if isinstance(qc.get(key), list):
+            qc[key] = [x for x in qc[key] if x not in entries]
+    section = hf_quant.get("quantization") if hf_quant is not None else None
+    if isinstance(section, dict) and isinstance(section.get("exclude_modules"), list):
+        section["exclude_modules"] = [x for x in section["exclude_modules"] if x not in entries]
+    return config, hf_quant
+
+
 def exclusion_lists(config: dict | None, hf_quant: dict | None) -> list[list[str]]:
     """The exclusion lists present in (config.json, hf_quant_config.json) contents."""
     lists = []
@@ -182,6 +196,7 @@ class ModelOptNvfp4(nvfp4_packed.PackedNvfp4):
     read_declaration = staticmethod(read_declaration)
     with_exclusions = staticmethod(with_exclusions)
     exclusion_lists = staticmethod(exclusion_lists)
+    without_entries = staticmethod(without_entries)
 
 
 MODELOPT_NVFP4 = ModelOptNvfp4()

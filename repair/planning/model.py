@@ -144,6 +144,7 @@ class Plan:
     original: Checkpoint | None = None
     format: Format = MODELOPT_NVFP4  # the source's format (a registered formats.Format)
     unlisted: tuple[str, ...] = ()  # layers taken out of a per-layer map (MIXED_PRECISION quantized_layers)
+    exclusions_removed: tuple[str, ...] = ()  # entries that matched no module, taken out under --target
 
     @property
     def is_noop(self) -> bool:

@@ -46,6 +46,15 @@ def refuse_unrepairable(ckpt: Checkpoint, recipe: Recipe, declaration: Declarati
         raise cannot_repair(ckpt.root, recipe.from_target, left)
 
 
+def unused_exclusions(ckpt: Checkpoint, recipe: Recipe) -> frozenset[str]:
+    """The exclusion entries doctor finds matching no module (unused-exclusion), which `--target` takes out of the
+    config: harmless to the runtime, but doctor --strict, which the target promises, counts them (a real ModelOpt
+    export lists e.g. an EAGLE draft's unstored `model.embed_tokens`, DeepSeek-R1 61 layers it does not have)."""
+    if not recipe.from_target or recipe.drop_quantization:
+        return frozenset()
+    return frozenset(f.subject for f in diagnose(ckpt, resolve(recipe.from_target)).findings if f.code == Kind.UNUSED_EXCLUSION)
+
+
 def _refuse_dropped_expected(ckpt: Checkpoint, target: str, dropped: set[str]) -> None:
     """A drop rule whose output would lack a module the architecture expects (doctor: missing-module)."""
     if not dropped:
@@ -71,6 +80,8 @@ def _settled(f: Finding, changed: set[str], recipe: Recipe, declaration: Declara
         if f.code == Kind.CONFIGS_DISAGREE:  # the plan aligns exclusion lists it rewrites, never quantized_layers maps
             return declaration.layer_algos is None or declaration.hf_layer_algos is None or \
                 declaration.layer_algos.as_dict() == declaration.hf_layer_algos.as_dict()
+        if f.code == Kind.UNUSED_EXCLUSION:  # the plan takes such entries out (unused_exclusions)
+            return True
         if f.code in CONFIG_FINDINGS:
             return False
     if f.code == Kind.FUSED_SHARDS:  # settled by dequantizing its shards (subject: parent.fused_name)

@@ -17,6 +17,7 @@ def plan_as_json(plan: Plan) -> dict:
         "format": plan.format.NAME,
         "changes": [c.as_dict() for c in plan.changes],
         "exclusions_added": list(plan.exclusions_added),
+        "exclusions_removed": list(plan.exclusions_removed),
         "quantized_layers_removed": list(plan.unlisted),
         "configs_aligned": configs_aligned(plan),
         "files": [{"name": s.name, "op": s.op} for s in plan.shards]
@@ -56,6 +57,9 @@ def plan_as_text(plan: Plan, verbose: bool = False) -> str:
     if plan.exclusions_added:
         files = " and ".join(n for n in (CONFIG, HF_QUANT_CONFIG) if n in plan.json_files)
         lines.append(f"  exclusions: add {names_text(plan.exclusions_added, verbose)} ({files})")
+    if plan.exclusions_removed:
+        files = " and ".join(n for n in (CONFIG, HF_QUANT_CONFIG) if n in plan.json_files)
+        lines.append(f"  exclusions: remove {names_text(plan.exclusions_removed, verbose)}, which match no module ({files})")
     if plan.unlisted:
         lines.append(f"  quantized_layers: take out {names_text(plan.unlisted, verbose)} ({CONFIG} and {HF_QUANT_CONFIG}, and {CONFIG} config_groups)")
     if configs_aligned(plan):
