@@ -33,7 +33,7 @@ def analyze(request: dict) -> dict:
     seen = inspect_checkpoint(ckpt)
     answer = {
         "source": str(ckpt.root),
-        "doctor_text": diagnosis_text(result),
+        "doctor_text": diagnosis_text(result, source=str(request["source"])),  # its suggested command names what was asked for, as the CLI's
         "exit_code": result.exit_code(),
         "stops": diagnosis_json(result)["runtime_stops_at"],
         "findings": {str(s): _first([f"[{f.code}] {f.message}" for f in result.findings if f.severity is s]) for s in Severity},
