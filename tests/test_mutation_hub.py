@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,27 @@ class HubTrigger(Trigger):
     def install(self, monkeypatch) -> None:
         super().install(monkeypatch)
         monkeypatch.setattr(client, "download", self._wrap(client.download))
+
+
+class Window(HubTrigger):
+    """Counts moments like HubTrigger and records those at which `name`'s copy in the mirror is the whole download
+    (not the stand-in holding its header, not yet let go): a hub fix's rewrite reads it then."""
+
+    def __init__(self, name: str, places):
+        super().__init__(0, None)
+        self.name, self.places, self.whole, self.stand_in = name, places, [], None
+
+    def _wrap(self, real):
+        counted = super()._wrap(real)
+
+        def probing(*args, **kwargs):
+            found = self.places(self.name)
+            inode = found[0].stat().st_ino if found else None
+            self.stand_in = self.stand_in or inode
+            if inode and inode != self.stand_in:  # the download has replaced the header-only stand-in
+                self.whole.append(self.count + 1)
+            return counted(*args, **kwargs)
+        return probing
 
 
 def run(capsys, args: list, k: int = 0, action=None, trigger: Trigger | None = None) -> tuple[int, str, Trigger]:
@@ -97,10 +119,13 @@ def revision(hub, pinned: str) -> str:
     return SRC if hub.head(SRC) == pinned else f"{SRC}@{pinned}"
 
 
-def schedule(name: str, reads: int, files: list[str]):
+def schedule(name: str, reads: int, files: list[str], window: list[int] | None = None):
+    """(run, kind, file, moment) for each run; a shard's moment drawn from `window` when given."""
     rng = random.Random(f"{SEED}/{name}")
     for i, kind in enumerate(k for k in KINDS for _ in range(RUNS_PER_KIND)):
-        yield i, kind, "config.json" if kind in ("config", "remote") else rng.choice(files), rng.randint(1, reads)
+        shard = kind not in ("config", "remote")
+        k = rng.choice(window) if shard and window else rng.randint(1, reads)
+        yield i, kind, rng.choice(files) if shard else "config.json", k
 
 
 def test_hub_fix_with_src_changed_at_a_random_moment(hub, broken, capsys, tmp_path):
@@ -109,12 +134,13 @@ def test_hub_fix_with_src_changed_at_a_random_moment(hub, broken, capsys, tmp_pa
     work = tmp_path / "work"
     work.mkdir()
     places = lambda name: sorted(work.glob(f"ckpt-repair-hub-*/src/*/*/{name}"))  # noqa: E731 - the run's mirror
-    code, err, counted = run(capsys, ["hub", "fix", SRC, "--to", "alice/clean", "--workdir", work, "--quiet"])
+    counted = Window(SHARDS[1], places)  # the shards a fork's rewrite downloads: SHARDS[1:], read one after the other
+    code, err, _ = run(capsys, ["hub", "fix", SRC, "--to", "alice/clean", "--workdir", work, "--quiet"], trigger=counted)
     assert code == 0, err
     reference, reads = hub.repo_files("alice/clean"), counted.count
-    assert reads > 5
+    assert reads > 5 and counted.whole
     outcomes = []
-    for i, kind, name, k in schedule("hub fix", reads, SHARDS[1:]):  # the shards a fork's rewrite downloads
+    for i, kind, name, k in schedule("hub fix", reads, SHARDS[1:2], counted.whole):
         case = f"hub fix: {kind} {name} at read {k} of {reads} (seed {SEED})"
         fork, head = f"alice/fixed-{i}", hub.head(SRC)
         code, err, _ = run(capsys, ["hub", "fix", revision(hub, pinned), "--to", fork, "--workdir", work, "--quiet"], k,
@@ -165,3 +191,26 @@ def test_a_cached_copy_changed_after_its_check_is_never_used(hub, broken, capsys
     code, err, _ = run(capsys, ["fix", SRC, "-o", tmp_path / "out", "--quiet"], trigger=trigger)
     assert trigger.fired and code == 2 and SHARDS[1] in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["rewrite", "replace", "config"])
+def test_hub_fix_refuses_an_original_changed_while_it_runs(hub, broken_export, original_model, capsys, tmp_path, kind):
+    """`hub fix --original` pinned the local original but never checked it: changed after it was read (here: as the
+    output is checked), the fork was made and committed with exit 0. Now: exit 2 naming it, no fork."""
+    import repair.hub.workflow as workflow
+
+    hub.add_repo(SRC, broken_export)
+    orig = tmp_path / "orig"
+    shutil.copytree(original_model, orig)
+    name = "config.json" if kind == "config" else sorted(p.name for p in orig.glob("*.safetensors"))[0]
+    real = workflow._refuse_unclean
+
+    def then_change(*args):
+        mutate(kind, orig / name)
+        return real(*args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(workflow, "_refuse_unclean", then_change)
+        code, _, err = run_captured(capsys, "hub", "fix", SRC, "--to", "alice/fixed", "--original", orig, "--quiet")
+    assert code == 2 and name in err and "--original" in err and len(err.strip().splitlines()) == 1, err
+    assert hub.store.get("alice/fixed") is None

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from repair.errors import BadInput
-from repair.execute.writer import write_rewritten_shard
+from repair.execute.writer import check_inputs, write_rewritten_shard
 from repair.io.atomic import own_output, write_json
 from repair.hub import client, publish
 from repair.hub.errors import hub_call
@@ -24,7 +24,7 @@ from repair.hub.spec import local_path
 from repair.hub.verify import verified
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint, open_checkpoint
 from repair.io.hashing import sha256_pinned
-from repair.io.pins import PinnedFile, Pins
+from repair.io.pins import PinnedFile, Pins, changed_input
 from repair.io.safetensors import read_header
 from repair.formats.modules import split_name
 from repair.planning.model import Plan, ShardOp, ShardStep
@@ -56,7 +56,11 @@ def rewrite(plan: Plan, source: RemoteSource, work: Path, say: Callable[[str], N
             say(f"download {name} ({source.repo.files[name].size:,} bytes)")
             fetch_shard(source, name, staging, pins)
             result.downloaded.append(name)
-        digest = write_rewritten_shard(pinned_plan(plan), step, out / step.name, jobs)
+        try:
+            digest = write_rewritten_shard(pinned_plan(plan), step, out / step.name, jobs)
+        except EOFError:  # an input got shorter while it was read: say which, as `fix` does
+            check_inputs(plan)
+            raise
         result.hashes[step.name] = {"source": _source_digest(source, step.name, pins), "output": digest}
         result.peak_bytes = max(result.peak_bytes, _bytes_in(work))
         sparse_copy(out / step.name, _folder(work / "after") / step.name)
@@ -88,8 +92,7 @@ def _upload(op_class, name: str, path: Path, dests, result: Streamed, say, pinne
         say(f"upload {name} -> {repo}" + (" (pull request)" if kind == "pr" else ""))
         lfs = publish.preupload(repo, op, pr=kind == "pr") and lfs
         if pinned is not None and (op.upload_info.sha256.hex() != str(sha256).lower() or pinned.changed()):
-            raise BadInput(f"SRC changed while it was being read: {path}; nothing was published; make sure nothing "
-                           "writes to it, then run again")  # uploaded, not committed: the fork commit never names it
+            raise changed_input(path)  # uploaded, not committed: the fork's commit never names it
         result.ops[kind].append(op)
     if lfs:  # the commit names LFS files by sha256 only: the local copy can go now
         path.unlink(missing_ok=True)

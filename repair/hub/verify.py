@@ -17,7 +17,7 @@ from pathlib import Path
 
 from repair.errors import BadInput
 from repair.hub.remote import RemoteRepo
-from repair.io.pins import PinnedFile, Pins
+from repair.io.pins import PinnedFile, Pins, changed_input
 
 CHUNK = 16 << 20
 SMALL = 64 << 20  # a regular (non-LFS) file is hashed from its bytes read whole, kept for its readers
@@ -33,6 +33,15 @@ def verified(repo: RemoteRepo, name: str, path: Path, cache: Path | None = None,
         raise BadInput(f"{repo.label}/{name}: the Hub's listing gives no hash for this file, so its download cannot be "
                        "verified; nothing was written (is HF_ENDPOINT a Hub?)")
     pinned = pins.pin(path) if pins is not None else PinnedFile(path)
+    try:
+        return _checked(repo, name, pinned, cache)
+    except EOFError:  # it got shorter while it was hashed: another program is writing to it
+        pinned.close()
+        raise changed_input(path) from None
+
+
+def _checked(repo: RemoteRepo, name: str, pinned: PinnedFile, cache: Path | None) -> PinnedFile:
+    remote, path = repo.files[name], pinned.path
     if remote.sha256:
         kind, want = "LFS sha256", remote.sha256
         got = _digest(pinned, hashlib.sha256()) if pinned.size == remote.size else f"{pinned.size:,} bytes"

@@ -148,4 +148,9 @@ class Pins:
 
 def _refuse(role: str, why: str | None, path: Path) -> None:
     if why is not None:
-        raise BadInput(f"{role} {why}: {path}; nothing was published; make sure nothing writes to it, then run again")
+        raise changed_input(path, why, role)
+
+
+def changed_input(path: Path, why: str = "changed while it was being read", role: str = "SRC") -> BadInput:
+    """The one line for an input that is not the file it was when pinned."""
+    return BadInput(f"{role} {why}: {path}; nothing was published; make sure nothing writes to it, then run again")
