@@ -66,12 +66,12 @@ class Trigger:
             monkeypatch.setattr(os, name, self._wrap(getattr(os, name)))
 
     def _wrap(self, real):
-        def counted(*args):
+        def counted(*args, **kwargs):
             self.count += 1
             if self.count == self.k and not self.fired:
                 self.fired = True
                 self.action()
-            return real(*args)
+            return real(*args, **kwargs)
         return counted
 
 

@@ -35,6 +35,7 @@ from repair.hub.remote import RemoteRepo, resolve
 from repair.hub.spec import hub_spec, local_path
 from repair.hub.verify import verified
 from repair.io import staging
+from repair.io.pins import Pins
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, INDEX_SUFFIX, PICKLE_SUFFIXES, Checkpoint, open_checkpoint
 from repair.io.safetensors import MAX_HEADER_BYTES, TensorInfo
 from repair.formats.modules import split_name
@@ -117,12 +118,13 @@ def open_remote(repo: RemoteRepo, work: Path, *, scales: bool = True) -> Checkpo
     if not shards:
         _refuse_without_safetensors(repo)
     small = [n for n in (CONFIG, HF_QUANT_CONFIG) if n in repo.files] + [n for n in repo.visible() if n.endswith(INDEX_SUFFIX) and "/" not in n]
+    pins = Pins()  # the small files, verified through the handles they are read by (hub/verify.py)
     for name in small:
-        _download_small(repo, name, folder)
+        _download_small(repo, name, folder, pins)
     source = RemoteSource(repo, folder, RemoteBytes(RangeClient(repo.repo, repo.sha, repo.label), lambda path: path.name))
     client.map_threads(lambda name: _header_file(source, name), shards)
     with relabeled(folder, repo.label):
-        base = open_checkpoint(folder, pin=False)  # the mirror is filled in later (fetch_tensors, fetch_shard): read by path
+        base = open_checkpoint(folder, pin=False, pins=pins)  # shards are filled in later (fetch_tensors, fetch_shard): by path
     if scales:
         fetch_tensors(source, base, _scalar)
         codes = _fp8_codes_read(base)
@@ -161,14 +163,15 @@ def _refuse_without_safetensors(repo: RemoteRepo) -> None:
     raise BadInput(f"{repo.label}: no .safetensors files at the top of the repo; give a safetensors checkpoint repo")
 
 
-def _download_small(repo: RemoteRepo, name: str, folder: Path) -> Path:
+def _download_small(repo: RemoteRepo, name: str, folder: Path, pins: Pins) -> None:
     size = repo.files[name].size
     if size > SMALL_LIMIT:
         raise BadInput(f"{repo.label}/{name}: {size:,} bytes is far too large for a config or index file; the repo is broken")
     local_path(folder, name, repo.label)
+    path = Path(folder) / name  # as open_checkpoint names it: it reads the file through the handle pinned here
     with hub_call(f"{repo.label}/{name}", missing="listed at the pinned commit but not downloadable; re-run"):
-        got = client.download(repo.repo, repo.sha, name, local_dir=folder)
-    return verified(repo, name, got)
+        client.download(repo.repo, repo.sha, name, local_dir=folder)
+    verified(repo, name, path, pins=pins)
 
 
 def _header_file(source: RemoteSource, name: str) -> None:
@@ -199,14 +202,16 @@ def fetch_tensors(source: RemoteSource, ckpt: Checkpoint, wanted: Callable[[Tens
     return source.bytes.transfer.bytes - before
 
 
-def fetch_shard(source: RemoteSource, name: str, staging: Path) -> Path:
-    """Download one shard whole, check it against the Hub's listing (repair.hub.verify), and put it in place of its
-    sparse stand-in (so the Checkpoint's paths now read real bytes). Returns the mirror path."""
+def fetch_shard(source: RemoteSource, name: str, staging: Path, pins: Pins) -> Path:
+    """Download one shard whole, put it in place of its sparse stand-in, and check it against the Hub's listing
+    (repair.hub.verify) through the handle it is pinned by in `pins` (the remote Checkpoint's): every byte a
+    rewrite reads comes through that handle. Returns the mirror path."""
     repo = source.repo
     target = local_path(source.folder, name, repo.label)
     with hub_call(f"{repo.label}/{name}", missing="listed at the pinned commit but not downloadable; re-run"):
         got = client.download(repo.repo, repo.sha, name, local_dir=staging)
-    os.replace(verified(repo, name, got), target)
+    os.replace(got, target)
+    verified(repo, name, source.folder / name, pins=pins)  # as the Checkpoint's shard names it
     source.complete.add(name)
     source.bytes.hold(target, [], whole=True)
     return target
@@ -221,13 +226,14 @@ def localize(ckpt: Checkpoint | None) -> Checkpoint | None:
     repo = source.repo
     names = [s.path.name for s in ckpt.shards] + [n for n in (CONFIG, HF_QUANT_CONFIG, ckpt.index_name) if n and n in repo.files]
     names += list(ckpt.other_files)
-    root = None
+    root, pins = None, Pins()
     for name in names:
         with hub_call(f"{repo.label}/{name}", missing="listed at the pinned commit but not downloadable; re-run"):
             path = client.download(repo.repo, repo.sha, name)
-        verified(repo, name, path, client.cache_dir())  # every byte that builds OUT, checked (one read of the download)
+        # every byte that builds OUT, checked through the handle it is then read by (one read of the download)
+        verified(repo, name, path, client.cache_dir(), pins)
         root = path.parents[len(PurePosixPath(name).parts) - 1]
-    return open_checkpoint(root)
+    return open_checkpoint(root, pins=pins)
 
 
 class relabeled:

@@ -8,14 +8,13 @@ rewrite's inputs: the shards that do not change are never downloaded.
 from __future__ import annotations
 
 import os
-import shutil
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from repair.errors import BadInput
-from repair.execute.writer import write_rewritten_shard
+from repair.execute.writer import check_inputs, write_rewritten_shard
 from repair.io.atomic import own_output, write_json
 from repair.hub import client, publish
 from repair.hub.errors import hub_call
@@ -24,7 +23,8 @@ from repair.hub.source import SCALE_LEAVES, SMALL_LIMIT, RemoteSource, fetch_sha
 from repair.hub.spec import local_path
 from repair.hub.verify import verified
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint, open_checkpoint
-from repair.io.hashing import sha256_file
+from repair.io.hashing import sha256_pinned
+from repair.io.pins import PinnedFile, Pins, changed_input
 from repair.io.safetensors import read_header
 from repair.formats.modules import split_name
 from repair.planning.model import Plan, ShardOp, ShardStep
@@ -50,18 +50,24 @@ def rewrite(plan: Plan, source: RemoteSource, work: Path, say: Callable[[str], N
     needs = {s.name: _reads(s, located) for s in steps}
     left = Counter(n for names in needs.values() for n in names)
     out, staging = _folder(work / "out"), _folder(work / "dl")
-    result = Streamed()
+    result, pins = Streamed(), plan.source.pins
     for step in steps:
         for name in sorted(needs[step.name] - source.complete):
             say(f"download {name} ({source.repo.files[name].size:,} bytes)")
-            fetch_shard(source, name, staging)
+            fetch_shard(source, name, staging, pins)
             result.downloaded.append(name)
-        result.hashes[step.name] = {"source": _source_digest(source, step.name), "output": write_rewritten_shard(plan, step, out / step.name, jobs)}
+        try:
+            digest = write_rewritten_shard(pinned_plan(plan), step, out / step.name, jobs)
+        except EOFError:  # an input got shorter while it was read: say which, as `fix` does
+            check_inputs(plan)
+            raise
+        result.hashes[step.name] = {"source": _source_digest(source, step.name, pins), "output": digest}
         result.peak_bytes = max(result.peak_bytes, _bytes_in(work))
         sparse_copy(out / step.name, _folder(work / "after") / step.name)
         for name in needs[step.name]:
             left[name] -= 1
-            if not left[name]:
+            if not left[name]:  # every byte read: its pin checked, then let go (a change meanwhile is exit 2)
+                pins.release(source.folder / name)
                 (source.folder / name).unlink(missing_ok=True)
         result.written.append(step.name)
     return result
@@ -76,12 +82,17 @@ def upload(result: Streamed, work: Path, dests: list[tuple[str, str]], say: Call
         _upload(CommitOperationAdd, name, work / "out" / name, dests, result, say)
 
 
-def _upload(op_class, name: str, path: Path, dests, result: Streamed, say) -> None:
+def _upload(op_class, name: str, path: Path, dests, result: Streamed, say, pinned: PinnedFile | None = None,
+            sha256: str | None = None) -> None:
+    """`pinned`: an input, uploaded from the file its check read (a file object over that open file: the path may
+    name another by now), and refused unless the bytes huggingface_hub hashed are the verified ones (`sha256`)."""
     lfs = True
     for kind, repo in dests:
-        op = op_class(name, str(path))
+        op = op_class(name, open(os.dup(pinned.fd), "rb") if pinned else str(path))
         say(f"upload {name} -> {repo}" + (" (pull request)" if kind == "pr" else ""))
         lfs = publish.preupload(repo, op, pr=kind == "pr") and lfs
+        if pinned is not None and (op.upload_info.sha256.hex() != str(sha256).lower() or pinned.changed()):
+            raise changed_input(path)  # uploaded, not committed: the fork's commit never names it
         result.ops[kind].append(op)
     if lfs:  # the commit names LFS files by sha256 only: the local copy can go now
         path.unlink(missing_ok=True)
@@ -97,14 +108,17 @@ def upload_unchanged(source: RemoteSource, names: list[str], work: Path, fork: s
     for name in names:
         repo = source.repo
         with hub_call(f"{repo.label}/{name}", missing="listed at the pinned commit but not downloadable; re-run"):
-            path = verified(repo, name, client.download(repo.repo, repo.sha, name, local_dir=staging))
+            path = client.download(repo.repo, repo.sha, name, local_dir=staging)
+        pinned = verified(repo, name, path)
         result.downloaded.append(name)
         if not repo.files[name].is_lfs:
-            ops.append(CommitOperationAdd(name, path.read_bytes()))
+            ops.append(CommitOperationAdd(name, pinned_bytes(pinned)))
+            pinned.close()
             path.unlink()
             continue
         sink = Streamed(ops={"fork": []})
-        _upload(CommitOperationAdd, name, path, [("fork", fork)], sink, say)
+        _upload(CommitOperationAdd, name, path, [("fork", fork)], sink, say, pinned, repo.files[name].sha256)
+        pinned.close()
         ops += sink.ops["fork"]
     return ops
 
@@ -118,9 +132,16 @@ def _reads(step: ShardStep, located: dict) -> set[str]:
     return names | {step.name}
 
 
-def _source_digest(source: RemoteSource, name: str) -> str:
+def pinned_plan(plan: Plan) -> Plan:
+    """The plan with each downloaded shard read through the handle its check read it by (io/pins.py)."""
+    pins = plan.source.pins
+    shards = tuple(replace(s, file=pins.get(s.path) or s.file) for s in plan.source.shards)
+    return replace(plan, source=replace(plan.source, shards=shards))
+
+
+def _source_digest(source: RemoteSource, name: str, pins) -> str:
     remote = source.repo.files[name]
-    return remote.sha256 if remote.sha256 else sha256_file(source.folder / name)
+    return remote.sha256 if remote.sha256 else sha256_pinned(pins.get(source.folder / name))
 
 
 def sparse_copy(full: Path, dst: Path) -> None:
@@ -146,8 +167,8 @@ def after_checkpoint(plan: Plan, source: RemoteSource, work: Path, label: str) -
             continue
         if name in plan.json_files:
             write_json(after / name, plan.json_files[name])
-        elif (source.folder / name).exists():
-            shutil.copyfile(source.folder / name, after / name)
+        elif plan.source.pins.get(source.folder / name) is not None:  # the bytes planned from, not the path's now
+            (after / name).write_bytes(pinned_bytes(plan.source.pins.get(source.folder / name)))
     with relabeled(after, label), own_output(after, label):
         ckpt = open_checkpoint(after)
     held = RemoteBytes(source.bytes.client, lambda path: path.name)  # rewritten: their scales; linked: what the mirror held
@@ -181,19 +202,27 @@ def _link_stub(source: RemoteSource, name: str, dst: Path) -> None:
         fout.truncate(header.size)
 
 
-def small_file(source: RemoteSource, name: str, work: Path) -> Path:
-    """A small file of the source at the pinned commit (already in the mirror, or downloaded now)."""
-    mirrored = source.folder / name
-    if name in (CONFIG, HF_QUANT_CONFIG) or name.endswith(".index.json"):
-        if mirrored.is_file():
-            return mirrored
+def pinned_bytes(pinned: PinnedFile) -> bytes:
+    """A small file's bytes as its check read them (kept), else read through its handle."""
+    return pinned.content if pinned.content is not None else pinned.read_all()
+
+
+def small_file(source: RemoteSource, name: str, work: Path, pins: Pins) -> bytes:
+    """The bytes of a small file of the source at the pinned commit, as verified (in the mirror, or downloaded now)."""
+    mirrored = pins.get(source.folder / name)
+    if mirrored is not None:
+        return pinned_bytes(mirrored)
     repo = source.repo
     if repo.files[name].size > SMALL_LIMIT:
         raise BadInput(f"{repo.label}/{name}: {repo.files[name].size:,} bytes is too large for a non-LFS file; the repo is broken")
     local_path(work / "small", name, repo.label)
     with hub_call(f"{repo.label}/{name}", missing="listed at the pinned commit but not downloadable; re-run"):
         path = client.download(repo.repo, repo.sha, name, local_dir=work / "small")
-    return verified(repo, name, path)
+    pinned = verified(repo, name, path)
+    try:
+        return pinned_bytes(pinned)
+    finally:
+        pinned.close()
 
 
 def _folder(path: Path) -> Path:

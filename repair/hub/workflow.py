@@ -19,7 +19,7 @@ from repair.doctor.diagnose import diagnose
 from repair.errors import RepairError, UsageError
 from repair.execute.report import REPORT_NAME, Sections, build_report, input_sections, recipe_options
 from repair.execute.parallel import default_jobs
-from repair.execute.writer import refuse_unclean
+from repair.execute.writer import check_inputs, refuse_unclean
 from repair.hub import access, card, client, publish, stream
 from repair.hub.source import RemoteSource, fetch_tensors, localize, open_remote, open_source, remote_of, resolve, work_folder
 from repair.hub.spec import hub_spec, repo_id
@@ -29,7 +29,6 @@ from repair.io.atomic import json_text, write_json
 from repair.io.output import PUBLISHED
 from repair import api
 from repair.doctor.text import diagnosis_text
-from repair.io.hashing import sha256_file
 from repair.planning.build import make_plan
 from repair.planning.text import plan_as_json, plan_as_text
 
@@ -115,6 +114,7 @@ def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, 
     facts = _facts(plan, repo, fid, target, before, after, summary)
     text = card.section(facts)
     readme = _fork_readme(source, work, fork.repo, text, plan) if fork is not None else None
+    check_inputs(plan)  # every input read is still the file verified and planned from: else exit 2, nothing made
     if fork is not None:  # only now, after every check of the output: a refusal never leaves a new fork behind
         fork = publish.create(fork, repo, work, private=o.private, say=say)
         say(f"fork: {fork.repo} ({fork.created or 'exists'}; head {fork.head})")
@@ -129,6 +129,7 @@ def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, 
         written = {op.path_in_repo for op in ops}
         copies, deletes, uploads = publish.reconcile(fork, repo, written, set(plan.removed_files))
         ops += copies + deletes + stream.upload_unchanged(source, uploads, work, fork.repo, streamed, say)
+        check_inputs(plan)
         info = publish.commit(fork.repo, ops, title=title, description=card.pr_description(text), parent=fork.head, pr=False)
         PUBLISHED.append(f"{fork.repo}@{info.oid}")  # an interrupt from here on must not say nothing was written
         say(f"committed {len(ops)} change(s) to {fork.repo} in one commit: {info.commit_url}")
@@ -137,6 +138,7 @@ def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, 
     if want_pr:
         ops = streamed.ops["pr"] + json_ops() + [_add(REPORT_NAME, _report(plan, hashes, options, sections))]
         ops += [_delete(n) for n in plan.removed_files]
+        check_inputs(plan)
         info = publish.commit(repo.repo, ops, title=title, description=card.pr_description(text), parent=repo.sha, pr=True)
         say(f"pull request: {info.pr_url}")
         result["pr"] = {"url": info.pr_url, "existing": False, "parent": repo.sha, "commit": info.oid}
@@ -169,20 +171,20 @@ def _hashes(plan: Plan, source: RemoteSource, work: Path, streamed: stream.Strea
     hashes = dict(streamed.hashes)
     for step in plan.shards:
         if step.op == ShardOp.COPY_FILE:
-            digest = _digest(source, step.name, work)
+            digest = _digest(plan, source, step.name, work)
             hashes[step.name] = {"source": digest, "output": digest}
     for name in plan.copied_files:
-        digest = _digest(source, name, work)
+        digest = _digest(plan, source, name, work)
         hashes[name] = {"source": digest, "output": digest}
     for name, content in plan.json_files.items():
-        old = source.folder / name
-        hashes[name] = {"source": sha256_file(old) if old.is_file() else None, "output": _json_digest(work, name, content)}
+        old = plan.source.pins.get(source.folder / name)  # the bytes planned from, as verified
+        hashes[name] = {"source": _sha(stream.pinned_bytes(old)) if old else None, "output": _json_digest(work, name, content)}
     return hashes
 
 
-def _digest(source: RemoteSource, name: str, work: Path) -> str:
+def _digest(plan: Plan, source: RemoteSource, name: str, work: Path) -> str:
     remote = source.repo.files[name]
-    return remote.sha256 if remote.is_lfs else sha256_file(stream.small_file(source, name, work))
+    return remote.sha256 if remote.is_lfs else _sha(stream.small_file(source, name, work, plan.source.pins))
 
 
 def _json_digest(work: Path, name: str, content: dict) -> str:
@@ -210,7 +212,7 @@ def _facts(plan: Plan, repo, fid: str, target, before, after, summary) -> card.R
 
 
 def _fork_readme(source: RemoteSource, work: Path, dst: str, text: str, plan: Plan) -> bytes:
-    old = stream.small_file(source, README, work).read_text(encoding="utf-8", errors="replace") if README in source.repo.files else None
+    old = stream.small_file(source, README, work, plan.source.pins).decode("utf-8", "replace") if README in source.repo.files else None
     quantized = not plan.recipe.drop_quantization
     return card.fork_card(old, source_repo=source.repo.repo, title=dst, text=text, quantized=quantized).encode("utf-8")
 

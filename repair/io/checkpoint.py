@@ -71,11 +71,12 @@ class Checkpoint:
         return sum(s.size for s in self.shards)
 
 
-def open_checkpoint(path: Path, *, pin: bool = True) -> Checkpoint:
+def open_checkpoint(path: Path, *, pin: bool = True, pins: Pins | None = None) -> Checkpoint:
     """Read a local checkpoint folder's headers and configs, validating its structure.
 
     With `pin`, every file is opened once here and read through that handle from then on (io/pins.py);
-    a folder our own run is still filling in (a Hub mirror) is opened with `pin=False`.
+    a folder our own run is still filling in (a Hub mirror) is opened with `pin=False`. `pins`: files already
+    pinned (verified downloads), read through those handles; with `pin=False`, the others are read by path.
     """
     root = Path(path)
     if not root.is_dir():
@@ -84,8 +85,8 @@ def open_checkpoint(path: Path, *, pin: bool = True) -> Checkpoint:
     shard_names = sorted(f for f in files if f.endswith(".safetensors") and "/" not in f)
     if not shard_names:
         _refuse_without_safetensors(root, files)
-    pins = Pins()
-    pinned = (lambda name: _pinned(pins, root / name)) if pin else (lambda name: None)
+    pins = pins if pins is not None else Pins()
+    pinned = (lambda name: _pinned(pins, root / name)) if pin else (lambda name: pins.get(root / name))
     index_name, index = _read_index(root, files, pinned)
     shards = tuple(read_header(root / name, pinned(name)) for name in _indexed_shards(root, shard_names, index))
     _check_unique(root, shards)
@@ -117,7 +118,7 @@ def _pinned(pins: Pins, path: Path):
 def read_json(path: Path, pinned: PinnedFile | None = None) -> dict:
     """A small JSON object file (read through `pinned` when given), or BadInput naming the file and the defect."""
     fix = "fix or re-download it"
-    value = parse_json(pinned.read_all() if pinned is not None else read_text(path, fix), path, fix)
+    value = parse_json((pinned.content or pinned.read_all()) if pinned is not None else read_text(path, fix), path, fix)
     if not isinstance(value, dict):
         raise BadInput(f"{path}: expected a JSON object, found {type(value).__name__}; {fix}")
     return value

@@ -130,10 +130,27 @@ class Pins:
     def check(self, role: str = "SRC") -> None:
         """Every pinned file still the one read, or BadInput naming the first that is not: nothing may be published."""
         for path, pinned in self._files.items():
+            _refuse(role, pinned.changed(), path)
+
+    def release(self, path: Path, role: str = "SRC") -> None:
+        """Forget one file once its bytes are all read (a download about to be deleted): checked first, so a
+        change while it was read is still caught; then closed."""
+        pinned = self._files.pop(Path(path), None)
+        if pinned is not None:
             why = pinned.changed()
-            if why is not None:
-                raise BadInput(f"{role} {why}: {path}; nothing was published; make sure nothing writes to it, then run again")
+            pinned.close()
+            _refuse(role, why, path)
 
     def close(self) -> None:
         for pinned in self._files.values():
             pinned.close()
+
+
+def _refuse(role: str, why: str | None, path: Path) -> None:
+    if why is not None:
+        raise changed_input(path, why, role)
+
+
+def changed_input(path: Path, why: str = "changed while it was being read", role: str = "SRC") -> BadInput:
+    """The one line for an input that is not the file it was when pinned."""
+    return BadInput(f"{role} {why}: {path}; nothing was published; make sure nothing writes to it, then run again")
