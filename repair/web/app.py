@@ -20,7 +20,7 @@ from repair.io import staging
 from repair.web import choices, handlers, render
 from repair.web.handlers import Server, fix_request, one_line_errors, run_doctor, source_of
 from repair.web.jobs import JobTable
-from repair.web.session import Login, local_login
+from repair.web.session import Login, default_host, local_login, on_space
 from repair.web.spares import Spares
 
 CSS = ".ckpt-error{color:#b00020;font-weight:600}#verdict-text[data-loads=yes]{color:#0a7d28}#verdict-text[data-loads=no]{color:#b00020}"
@@ -124,8 +124,7 @@ def _local_folders(root: Path | None) -> list[str]:
 
 def make_server(root: Path | None = None, state: Path | None = None, *, workers: int = 1, max_queued: int = 8) -> Server:
     """The server's shared parts: the login, a state folder (marked, removed at exit) and the job table."""
-    space = bool(os.environ.get("SYSTEM") == "spaces" and os.environ.get("SPACE_ID"))
-    login = Login(True) if space else local_login()
+    login = Login(True) if on_space() else local_login()
     parent = Path(state) if state is not None else Path(tempfile.gettempdir())
     parent.mkdir(parents=True, exist_ok=True)
     staging.remove_stale(parent, "ckpt-repair-web-")
@@ -161,7 +160,7 @@ def _interrupt(signum, frame) -> None:
 
 def main() -> None:
     """The Space's entry point: host and port from gradio's own environment variables."""
-    run_until_stopped(make_server(), os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"), int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    run_until_stopped(make_server(), default_host(), int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
 
 
 def close(server: Server) -> None:

@@ -88,6 +88,30 @@ def test_root_beyond_loopback_needs_expose_root(tmp_path):
                                                  "add --expose-root to offer them anyway"]
 
 
+def test_the_machines_login_is_lent_only_on_loopback(tmp_path):
+    """Off a Space the page signs everyone in as this machine's Hub account (doctor reads its private repos,
+    a fix publishes as it): on 0.0.0.0 that is anyone on the network, so serve refuses without the flag."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SYSTEM", "SPACE_ID")}
+    done = subprocess.run([sys.executable, "-m", "repair", "serve", "--host", "0.0.0.0", "--state", str(tmp_path)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["error: --host 0.0.0.0: off a Space the page signs everyone who reaches it in as this "
+                                                 "machine's Hugging Face account (its private repos, publishing as it), so only on "
+                                                 "127.0.0.1; add --expose-login to serve it anyway"]
+    assert not any(tmp_path.iterdir())  # refused before anything started
+
+
+def test_the_space_entry_point_listens_beyond_loopback_only_on_a_space(monkeypatch):
+    from repair.web.session import default_host
+
+    monkeypatch.delenv("GRADIO_SERVER_NAME", raising=False)
+    monkeypatch.delenv("SYSTEM", raising=False)
+    assert default_host() == "127.0.0.1"  # `python app.py` on a laptop: the machine's login stays local
+    monkeypatch.setenv("SYSTEM", "spaces")
+    monkeypatch.setenv("SPACE_ID", "someone/ckpt-repair")
+    assert default_host() == "0.0.0.0"
+
+
 def test_one_job_per_user_and_a_bounded_queue_that_says_how_many_are_ahead(tmp_path):
     jobs = JobTable(tmp_path, workers=0, max_queued=2, env=dict(os.environ))  # no worker slot: every job waits
     first = jobs.submit("alice", {"source": "alice/x"}, "hf_alice")
