@@ -188,3 +188,27 @@ def test_the_module_table_and_findings_stay_bounded_on_a_deepseek_sized_model():
     assert len(rows) == MAX_ROWS + 1 and rows[-1][0].startswith("... and 500 more modules")
     listed = _first([f"finding {i}" for i in range(MAX_FINDINGS + 7)])
     assert len(listed) == MAX_FINDINGS + 1 and listed[-1].startswith("... and 7 more")
+
+
+@pytest.mark.parametrize("text", ["alice/model@" + "x" * 1_000_000, "a" * 1_000_000, "alice/" + "b" * 1_000_000])
+def test_a_huge_repo_id_is_refused_in_one_short_line(text):
+    """Anyone may paste a megabyte: it is refused before a worker or the Hub sees it, and the line does not echo it."""
+    from types import SimpleNamespace
+
+    from repair.errors import UsageError
+    from repair.web.handlers import source_of
+
+    with pytest.raises(UsageError) as refused:
+        source_of(SimpleNamespace(root=None), text, "")
+    assert len(str(refused.value)) < 300 and "\n" not in str(refused.value)
+
+
+def test_a_huge_fork_name_is_refused_in_one_short_line():
+    from repair.errors import UsageError
+    from repair.web.handlers import fix_request
+    from repair.web.session import Identity
+
+    analysis = {"source": "alice/model", "target": None, "recipe": None, "bytes": {}, "quantized": True}
+    with pytest.raises(UsageError) as refused:
+        fix_request(analysis, "fork", "bob/" + "c" * 1_000_000, False, Identity("bob", "hf_x"))
+    assert len(str(refused.value)) < 300
