@@ -16,6 +16,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from repair.errors import OutputError
 from repair.io import staging
 from repair.web import choices, handlers, render
 from repair.web.handlers import Server, fix_request, one_line_errors, run_doctor, source_of
@@ -126,9 +127,13 @@ def make_server(root: Path | None = None, state: Path | None = None, *, workers:
     """The server's shared parts: the login, a state folder (marked, removed at exit) and the job table."""
     login = Login(True) if on_space() else local_login()
     parent = Path(state) if state is not None else Path(tempfile.gettempdir())
-    parent.mkdir(parents=True, exist_ok=True)
-    staging.remove_stale(parent, "ckpt-repair-web-")
-    folder = staging.new_marked(parent, "ckpt-repair-web-")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        staging.remove_stale(parent, "ckpt-repair-web-")
+        folder = staging.new_marked(parent, "ckpt-repair-web-")
+    except OSError as exc:
+        raise OutputError(f"{parent}: cannot make the server's state folder here ({exc.strerror or exc}); give a writable "
+                          "folder as --state") from None
     jobs = JobTable(folder, workers=workers, max_queued=max_queued).start()
     return Server(login, jobs, Spares(jobs.state / "cwd", jobs.env), root.resolve() if root else None)
 

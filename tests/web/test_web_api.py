@@ -212,3 +212,11 @@ def test_a_huge_fork_name_is_refused_in_one_short_line():
     with pytest.raises(UsageError) as refused:
         fix_request(analysis, "fork", "bob/" + "c" * 1_000_000, False, Identity("bob", "hf_x"))
     assert len(str(refused.value)) < 300
+
+
+def test_a_state_folder_that_cannot_be_made_is_one_line_not_a_traceback():
+    done = subprocess.run([sys.executable, "-m", "repair", "serve", "--state", "/proc/no-such-folder/state", "--port", "0"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: /proc/no-such-folder/state: cannot make the server's state folder"), lines
