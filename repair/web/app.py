@@ -16,7 +16,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from repair.errors import OutputError
+from repair.errors import OutputError, UsageError
 from repair.io import staging
 from repair.web import choices, handlers, render
 from repair.web.handlers import Server, fix_request, one_line_errors, run_doctor, source_of
@@ -142,8 +142,12 @@ def serve(server: Server, host: str, port: int | None) -> gr.Blocks:
     """The page, served in gradio's threads (the caller blocks, see run_until_stopped)."""
     demo = build(server)
     demo.queue(max_size=64, default_concurrency_limit=8)
-    demo.launch(server_name=host, server_port=port, css=CSS, show_error=False, quiet=True, prevent_thread_lock=True,
-                ssr_mode=False, footer_links=[])
+    try:
+        demo.launch(server_name=host, server_port=port, css=CSS, show_error=False, quiet=True, prevent_thread_lock=True,
+                    ssr_mode=False, footer_links=[])
+    except OSError:  # gradio's own text names its launch() parameter and an environment variable
+        raise UsageError(f"{host}:{port}: cannot listen there (the port is taken, or the address is not this machine's); "
+                         "choose another --port (0: any free one) or --host") from None
     return demo
 
 

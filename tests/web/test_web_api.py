@@ -220,3 +220,19 @@ def test_a_state_folder_that_cannot_be_made_is_one_line_not_a_traceback():
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: /proc/no-such-folder/state: cannot make the server's state folder"), lines
+
+
+def test_a_busy_port_is_one_line_not_a_traceback(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "repair", "serve", "--port", str(port), "--state", str(tmp_path)], cwd=REPO,
+                              capture_output=True, text=True, timeout=90)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (f"error: 127.0.0.1:{port}: cannot listen there (the port is taken, or the address is "
+                                                    "not this machine's); choose another --port (0: any free one) or --host")
+    assert not any(tmp_path.iterdir())  # the state folder went with the server
