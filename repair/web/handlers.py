@@ -61,7 +61,7 @@ def source_of(server: Server, repo: str, local: str | None) -> str:
     if local:
         if server.root is None:
             raise UsageError("local folders are not offered by this server (start it with --root DIR)")
-        why = name_problem(local)
+        why = name_problem(local) or ("names a hidden folder" if any(p.startswith(".") for p in local.split("/")) else None)
         if why:
             raise UsageError(f"local folder {local!r} {why}; choose one the list offers")
         path = inside(server.root, local, server.root, "choose a folder under the root")

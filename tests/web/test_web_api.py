@@ -236,3 +236,16 @@ def test_a_busy_port_is_one_line_not_a_traceback(tmp_path):
     assert done.stderr.strip().splitlines()[-1] == (f"error: 127.0.0.1:{port}: cannot listen there (the port is taken, or the address is "
                                                     "not this machine's); choose another --port (0: any free one) or --host")
     assert not any(tmp_path.iterdir())  # the state folder went with the server
+
+
+def test_a_typed_hidden_folder_under_the_root_is_refused_as_the_list_leaves_it_out(tmp_path):
+    """The list never offers `.ssh`, `.cache/...` or `x/.git`; typing the name (allow_custom_value) must not reach it either."""
+    from types import SimpleNamespace
+
+    from repair.errors import UsageError
+    from repair.web.handlers import source_of
+
+    for name in (".cache/hub", "models/.secret"):
+        (tmp_path / name).mkdir(parents=True)
+        with pytest.raises(UsageError, match="hidden"):
+            source_of(SimpleNamespace(root=tmp_path), "", name)
