@@ -14,16 +14,21 @@ import click
 @click.option("--root", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="Offer the checkpoint folders under ROOT (and nothing outside it) as sources.")
 @click.option("--expose-root", is_flag=True, help="Offer --root even when listening beyond 127.0.0.1 (anyone who reaches the page reads it).")
+@click.option("--expose-login", is_flag=True, help="Serve beyond 127.0.0.1 off a Space, where the page signs everyone in as this machine's Hub account.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Fix jobs run at the same time.")
 @click.option("--queue", "max_queued", type=click.IntRange(min=1), default=8, show_default=True, help="Fix jobs that may wait.")
 @click.option("--state", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Where jobs keep their status and work folders (default: the system temp folder).")
-def serve(host: str, port: int, root: Path | None, expose_root: bool, workers: int, max_queued: int, state: Path | None) -> None:
+def serve(host: str, port: int, root: Path | None, expose_root: bool, expose_login: bool, workers: int, max_queued: int, state: Path | None) -> None:
     """Serve the web page: paste a repo id, see the verdict, open a pull request or create a fixed fork."""
     from repair.errors import UsageError
+    from repair.web.session import on_space
 
     if root is not None and not _loopback(host) and not expose_root:
         raise UsageError(f"--root with --host {host}: local folders are offered only on 127.0.0.1; add --expose-root to offer them anyway")
+    if not _loopback(host) and not expose_login and not on_space():
+        raise UsageError(f"--host {host}: off a Space the page signs everyone who reaches it in as this machine's Hugging Face "
+                         "account (its private repos, publishing as it), so only on 127.0.0.1; add --expose-login to serve it anyway")
     try:
         from repair.web.app import make_server, run_until_stopped
     except ImportError as err:

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import gradio as gr
 
+from repair.errors import OutputError, UsageError
 from repair.io import staging
 from repair.web import choices, handlers, render
 from repair.web.handlers import Server, fix_request, one_line_errors, run_doctor, source_of
 from repair.web.jobs import JobTable
-from repair.web.session import Login, local_login
+from repair.web.session import Login, default_host, local_login, on_space
 from repair.web.spares import Spares
 
 CSS = ".ckpt-error{color:#b00020;font-weight:600}#verdict-text[data-loads=yes]{color:#0a7d28}#verdict-text[data-loads=no]{color:#b00020}"
@@ -124,12 +125,15 @@ def _local_folders(root: Path | None) -> list[str]:
 
 def make_server(root: Path | None = None, state: Path | None = None, *, workers: int = 1, max_queued: int = 8) -> Server:
     """The server's shared parts: the login, a state folder (marked, removed at exit) and the job table."""
-    space = bool(os.environ.get("SYSTEM") == "spaces" and os.environ.get("SPACE_ID"))
-    login = Login(True) if space else local_login()
+    login = Login(True) if on_space() else local_login()
     parent = Path(state) if state is not None else Path(tempfile.gettempdir())
-    parent.mkdir(parents=True, exist_ok=True)
-    staging.remove_stale(parent, "ckpt-repair-web-")
-    folder = staging.new_marked(parent, "ckpt-repair-web-")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        staging.remove_stale(parent, "ckpt-repair-web-")
+        folder = staging.new_marked(parent, "ckpt-repair-web-")
+    except OSError as exc:
+        raise OutputError(f"{parent}: cannot make the server's state folder here ({exc.strerror or exc}); give a writable "
+                          "folder as --state") from None
     jobs = JobTable(folder, workers=workers, max_queued=max_queued).start()
     return Server(login, jobs, Spares(jobs.state / "cwd", jobs.env), root.resolve() if root else None)
 
@@ -138,8 +142,12 @@ def serve(server: Server, host: str, port: int | None) -> gr.Blocks:
     """The page, served in gradio's threads (the caller blocks, see run_until_stopped)."""
     demo = build(server)
     demo.queue(max_size=64, default_concurrency_limit=8)
-    demo.launch(server_name=host, server_port=port, css=CSS, show_error=False, quiet=True, prevent_thread_lock=True,
-                ssr_mode=False, footer_links=[])
+    try:
+        demo.launch(server_name=host, server_port=port, css=CSS, show_error=False, quiet=True, prevent_thread_lock=True,
+                    ssr_mode=False, footer_links=[])
+    except OSError:  # gradio's own text names its launch() parameter and an environment variable
+        raise UsageError(f"{host}:{port}: cannot listen there (the port is taken, or the address is not this machine's); "
+                         "choose another --port (0: any free one) or --host") from None
     return demo
 
 
@@ -161,7 +169,7 @@ def _interrupt(signum, frame) -> None:
 
 def main() -> None:
     """The Space's entry point: host and port from gradio's own environment variables."""
-    run_until_stopped(make_server(), os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"), int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    run_until_stopped(make_server(), default_host(), int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
 
 
 def close(server: Server) -> None:

@@ -25,6 +25,7 @@ from repair.web.session import Identity, Login
 
 SIGN_IN = "sign in with Hugging Face (the button at the top) with an account that may read it"
 DOCTOR_TIMEOUT = 600
+MAX_ID_CHARS = 300  # owner/name is at most 193 characters; the rest is room for @revision
 MAX_TP = 256  # doctor simulates every rank: a page open to anyone bounds the work one click may ask for
 
 
@@ -60,14 +61,14 @@ def source_of(server: Server, repo: str, local: str | None) -> str:
     if local:
         if server.root is None:
             raise UsageError("local folders are not offered by this server (start it with --root DIR)")
-        why = name_problem(local)
+        why = name_problem(local) or ("names a hidden folder" if any(p.startswith(".") for p in local.split("/")) else None)
         if why:
             raise UsageError(f"local folder {local!r} {why}; choose one the list offers")
         path = inside(server.root, local, server.root, "choose a folder under the root")
         if not path.is_dir():
             raise UsageError(f"{local}: no such folder under {server.root}")
         return str(path)
-    text = (repo or "").strip()
+    text = _short((repo or "").strip(), "the Hub repo id", "owner/name or owner/name@revision")
     name, at, revision = text.partition("@")
     if not text:
         raise UsageError("give a Hub repo id, owner/name or owner/name@revision")
@@ -75,6 +76,13 @@ def source_of(server: Server, repo: str, local: str | None) -> str:
         raise UsageError(f"{text!r} is not a Hub repo id: expected owner/name or owner/name@revision (a branch, tag or commit)")
     if at and (not revision or revision.strip() != revision or re.search(r"[\x00-\x1f\x7f]", revision)):
         raise UsageError(f"{text}: empty or malformed revision after '@'; give a branch, tag or commit sha")
+    return text
+
+
+def _short(text: str, what: str, expected: str) -> str:
+    """`text`, refused without echoing it when no valid name is that long (anyone may paste a megabyte)."""
+    if len(text) > MAX_ID_CHARS:
+        raise UsageError(f"{what} is {len(text):,} characters long: expected {expected}, at most {MAX_ID_CHARS} characters")
     return text
 
 
@@ -125,7 +133,7 @@ def fix_request(analysis: dict | None, mode: str, fork: str, private: bool, who:
         raise UsageError(analysis.get("plan_error") or "nothing to repair: the fix would change nothing")
     request = {k: analysis[k] for k in ("source", "target", "recipe", "bytes")}
     if mode == "fork":
-        name = (fork or "").strip() or f"{who.user}/{analysis['source'].split('@')[0].split('/')[1]}-fixed"
+        name = _short((fork or "").strip(), "the fork name", "owner/name") or f"{who.user}/{analysis['source'].split('@')[0].split('/')[1]}-fixed"
         if not REPO_ID.fullmatch(name) or "--" in name or ".." in name:
             raise UsageError(f"fork name {name!r}: expected owner/name (your account or an organization you may write to)")
         request.update(mode="fork", fork=name, private=bool(private))

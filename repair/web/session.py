@@ -5,6 +5,7 @@ and leaves the server only on a worker's stdin."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from repair.errors import RepairError
@@ -37,6 +38,17 @@ class Login:
         if self.space:
             return Identity(profile.username, oauth.token if oauth is not None else None)
         return Identity(self.local.user, self.local.token)  # the local mock's profile is this account
+
+
+def on_space() -> bool:
+    """Running as a Hugging Face Space (people sign in by OAuth), not on someone's machine."""
+    return bool(os.environ.get("SYSTEM") == "spaces" and os.environ.get("SPACE_ID"))
+
+
+def default_host() -> str:
+    """Where the app file listens: everywhere on a Space (its proxy is the way in); elsewhere only on
+    127.0.0.1, since off a Space the page lends the machine's login to whoever reaches it."""
+    return os.environ.get("GRADIO_SERVER_NAME") or ("0.0.0.0" if on_space() else "127.0.0.1")
 
 
 def local_login() -> Login:

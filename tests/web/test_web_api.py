@@ -88,6 +88,30 @@ def test_root_beyond_loopback_needs_expose_root(tmp_path):
                                                  "add --expose-root to offer them anyway"]
 
 
+def test_the_machines_login_is_lent_only_on_loopback(tmp_path):
+    """Off a Space the page signs everyone in as this machine's Hub account (doctor reads its private repos,
+    a fix publishes as it): on 0.0.0.0 that is anyone on the network, so serve refuses without the flag."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SYSTEM", "SPACE_ID")}
+    done = subprocess.run([sys.executable, "-m", "repair", "serve", "--host", "0.0.0.0", "--state", str(tmp_path)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["error: --host 0.0.0.0: off a Space the page signs everyone who reaches it in as this "
+                                                 "machine's Hugging Face account (its private repos, publishing as it), so only on "
+                                                 "127.0.0.1; add --expose-login to serve it anyway"]
+    assert not any(tmp_path.iterdir())  # refused before anything started
+
+
+def test_the_space_entry_point_listens_beyond_loopback_only_on_a_space(monkeypatch):
+    from repair.web.session import default_host
+
+    monkeypatch.delenv("GRADIO_SERVER_NAME", raising=False)
+    monkeypatch.delenv("SYSTEM", raising=False)
+    assert default_host() == "127.0.0.1"  # `python app.py` on a laptop: the machine's login stays local
+    monkeypatch.setenv("SYSTEM", "spaces")
+    monkeypatch.setenv("SPACE_ID", "someone/ckpt-repair")
+    assert default_host() == "0.0.0.0"
+
+
 def test_one_job_per_user_and_a_bounded_queue_that_says_how_many_are_ahead(tmp_path):
     jobs = JobTable(tmp_path, workers=0, max_queued=2, env=dict(os.environ))  # no worker slot: every job waits
     first = jobs.submit("alice", {"source": "alice/x"}, "hf_alice")
@@ -164,3 +188,64 @@ def test_the_module_table_and_findings_stay_bounded_on_a_deepseek_sized_model():
     assert len(rows) == MAX_ROWS + 1 and rows[-1][0].startswith("... and 500 more modules")
     listed = _first([f"finding {i}" for i in range(MAX_FINDINGS + 7)])
     assert len(listed) == MAX_FINDINGS + 1 and listed[-1].startswith("... and 7 more")
+
+
+@pytest.mark.parametrize("text", ["alice/model@" + "x" * 1_000_000, "a" * 1_000_000, "alice/" + "b" * 1_000_000])
+def test_a_huge_repo_id_is_refused_in_one_short_line(text):
+    """Anyone may paste a megabyte: it is refused before a worker or the Hub sees it, and the line does not echo it."""
+    from types import SimpleNamespace
+
+    from repair.errors import UsageError
+    from repair.web.handlers import source_of
+
+    with pytest.raises(UsageError) as refused:
+        source_of(SimpleNamespace(root=None), text, "")
+    assert len(str(refused.value)) < 300 and "\n" not in str(refused.value)
+
+
+def test_a_huge_fork_name_is_refused_in_one_short_line():
+    from repair.errors import UsageError
+    from repair.web.handlers import fix_request
+    from repair.web.session import Identity
+
+    analysis = {"source": "alice/model", "target": None, "recipe": None, "bytes": {}, "quantized": True}
+    with pytest.raises(UsageError) as refused:
+        fix_request(analysis, "fork", "bob/" + "c" * 1_000_000, False, Identity("bob", "hf_x"))
+    assert len(str(refused.value)) < 300
+
+
+def test_a_state_folder_that_cannot_be_made_is_one_line_not_a_traceback():
+    done = subprocess.run([sys.executable, "-m", "repair", "serve", "--state", "/proc/no-such-folder/state", "--port", "0"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: /proc/no-such-folder/state: cannot make the server's state folder"), lines
+
+
+def test_a_busy_port_is_one_line_not_a_traceback(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "repair", "serve", "--port", str(port), "--state", str(tmp_path)], cwd=REPO,
+                              capture_output=True, text=True, timeout=90)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (f"error: 127.0.0.1:{port}: cannot listen there (the port is taken, or the address is "
+                                                    "not this machine's); choose another --port (0: any free one) or --host")
+    assert not any(tmp_path.iterdir())  # the state folder went with the server
+
+
+def test_a_typed_hidden_folder_under_the_root_is_refused_as_the_list_leaves_it_out(tmp_path):
+    """The list never offers `.ssh`, `.cache/...` or `x/.git`; typing the name (allow_custom_value) must not reach it either."""
+    from types import SimpleNamespace
+
+    from repair.errors import UsageError
+    from repair.web.handlers import source_of
+
+    for name in (".cache/hub", "models/.secret"):
+        (tmp_path / name).mkdir(parents=True)
+        with pytest.raises(UsageError, match="hidden"):
+            source_of(SimpleNamespace(root=tmp_path), "", name)
