@@ -20,7 +20,7 @@ from repair.errors import OutputError, UsageError
 from repair.io import staging
 from repair.web import choices, handlers, render
 from repair.web.handlers import Server, fix_request, one_line_errors, run_doctor, source_of
-from repair.web.jobs import JobTable
+from repair.web.jobs import KEEP_FINISHED_S, JobTable
 from repair.web.session import Login, default_host, local_login, on_space
 from repair.web.spares import Spares
 
@@ -31,7 +31,8 @@ SET_URL = "(job) => { if (job) { const u = new URL(window.location); u.searchPar
 def build(server: Server) -> gr.Blocks:
     signed_in_note = server.login.problem or ("Sign in to open a pull request or create a fork as yourself." if server.login.space
                                               else f"Local server: fixes run as {server.login.local.user} (this machine's login).")
-    with gr.Blocks(title="ckpt-repair", analytics_enabled=False) as demo:
+    # gradio copies each report download into its cache: those copies go with their job (and all at a restart)
+    with gr.Blocks(title="ckpt-repair", analytics_enabled=False, delete_cache=(3600, KEEP_FINISHED_S)) as demo:
         gr.Markdown(f"# {render.TOOL}\nPaste a Hub model repo: see what the runtime will do with it, then get a fixed fork or a pull request.")
         with gr.Row():
             if server.login.space or server.login.local.signed_in:
