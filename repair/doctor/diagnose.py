@@ -15,6 +15,7 @@ from repair.doctor.declared import (algorithm_findings, float8_findings, fused_a
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.fused import fused_storage_findings
 from repair.doctor.missing import missing_findings
+from repair.doctor.module_loads import module_load_findings
 from repair.doctor.scales import Progress, ScaleValues
 from repair.doctor.schemes import excluded_packed_findings, predicted_schemes, scheme_findings
 from repair.formats.base import Declaration
@@ -49,6 +50,10 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     modules = {m.name: m for m in fmt.group_modules(infos)}
     declaration = fmt.read_declaration(ckpt)
     family = arch.architecture(ckpt.config, target.release)
+    rules = target.profile.rules  # a data-file release: its own matchers answer the config's questions
+    building = rules.building(architecture_name(ckpt.config), family.fused_layers) if rules is not None else None
+    if rules is not None:
+        declaration = rules.bind(declaration, building)
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
     precision = runtime_precision(specs, declaration, target, family)
     findings: list[Finding] = []
@@ -92,6 +97,9 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         excluded = excluded_packed_findings(modules, precision, declaration, family, target)
         said = {f.subject for f in excluded}  # the same contradiction, now an error: said once
         findings = [f for f in findings if not (f.code == Kind.CONFIG_CONTRADICTION and f.subject in said)] + excluded
+    if rules is not None and rules.loaders.get("model") == "copy_weight":  # a module-driven loader (its data says so)
+        loads, precision = module_load_findings(ckpt, modules, declaration, building, target, tp, family)
+        findings += loads
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
     simulated = target.profile.runtime == "vllm" and bool(specs)

@@ -18,6 +18,7 @@ from repair.formats.algorithms import LayerAlgorithms
 from repair.io.patterns import MATCH, RegexSet
 from repair.targets.sglang_match import (Building, ExcludedGlobs, SglangCtRule, SglangModelOptRule, SkippedList,
                                          resolve_layer)
+from repair.targets import trtllm_match
 
 ExclusionMatcher = Callable[[tuple[str, ...], "tuple[str, ...] | None", Building], object]
 LayerMatcher = Callable[[LayerAlgorithms, str, Building], "tuple[str | None, str | None]"]
@@ -54,11 +55,13 @@ EXCLUSION_MATCHERS: dict[str, ExclusionMatcher] = {
     "sglang_modelopt_dotted": _sglang_modelopt(dotted=True, experts_or=True),  # 0.5.11+: _module_path_match
     "sglang_ct_contains": _sglang_ct(suffix=False),  # check_contains=True: case-insensitive substring
     "sglang_ct_suffix": _sglang_ct(suffix=True),  # exact or dotted suffix, never a parent
+    **trtllm_match.EXCLUSION_MATCHERS,  # TensorRT-LLM's, in their own module
 }
 LAYER_MATCHERS: dict[str, LayerMatcher] = {
     "sglang_layers_exact": _sglang_layers(aliases=False),  # 0.5.10/0.5.11: the prefix itself
     "sglang_layers_aliases": _sglang_layers(aliases=True),  # 0.5.23: lm_head, language_model. swaps
     "none": _unsupported,
+    **trtllm_match.LAYER_MATCHERS,
 }
 
 
