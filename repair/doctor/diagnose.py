@@ -15,7 +15,7 @@ from repair.doctor.declared import (algorithm_findings, float8_findings, fused_a
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.fused import fused_storage_findings
 from repair.doctor.missing import missing_findings
-from repair.doctor.module_loads import module_load_findings
+from repair.doctor.module_loads import REPLACED_BY_LOADS, module_load_findings
 from repair.doctor.scales import Progress, ScaleValues
 from repair.doctor.schemes import excluded_packed_findings, predicted_schemes, scheme_findings
 from repair.formats.base import Declaration
@@ -99,7 +99,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         findings = [f for f in findings if not (f.code == Kind.CONFIG_CONTRADICTION and f.subject in said)] + excluded
     if rules is not None and rules.loaders.get("model") == "copy_weight":  # a module-driven loader (its data says so)
         loads, precision = module_load_findings(ckpt, modules, declaration, building, target, tp, family)
-        findings += loads
+        findings = [f for f in findings if f.code not in REPLACED_BY_LOADS] + loads
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
     simulated = target.profile.runtime == "vllm" and bool(specs)

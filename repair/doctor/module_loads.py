@@ -23,8 +23,11 @@ from repair.targets import copy_weight
 from repair.targets.precision import built
 from repair.targets.profiles import Target
 from repair.targets.sglang_match import Building
+from repair.targets.trtllm_match import trtllm_building
 
 SCALE_ROLES = ("weight_scale", "weight_scale_2", "input_scale")
+# the generic checks' account of fused layers (worded for vLLM's fused loaders); this loader's own replaces them
+REPLACED_BY_LOADS = frozenset({Kind.FUSED_SHARDS, Kind.SIBLINGS_SCALE_2})
 
 
 @dataclass(frozen=True)
@@ -42,10 +45,11 @@ def module_load_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], dec
                          building: Building, target: Target, tp: int, family) -> tuple[list[Finding], dict[str, str]]:
     """(findings, the scheme the release builds each stored linear as) for a module-driven release."""
     loaders, rules = target.profile.rules.loaders, target.profile.rules
+    building = trtllm_building(building)
     linears = {n: m for n, m in modules.items() if m.tensor("weight") and len(m.logical_shape) >= 2}
     layers = _layers(linears, declaration, building, ckpt.config or {}, target, family)
     schemes = {s: layer.scheme for layer in layers for s in layer.shards if s}
-    findings: list[Finding] = []
+    findings: list[Finding] = _absent_mtp_layers(_mtp_layers(ckpt.config or {}), linears, building, loaders, rules.label)
     for layer in layers:
         findings += _layer_findings(layer, linears, ckpt, loaders, target, tp, rules.label)
     return findings, schemes
@@ -57,6 +61,24 @@ def _mtp_layers(config: dict) -> dict[str, int]:
     if not isinstance(n, int) or not isinstance(k, int) or isinstance(k, bool):
         return {}
     return {f"model.layers.{n + i}": i for i in range(max(0, min(k, 64)))}
+
+
+def _absent_mtp_layers(mtp: dict[str, int], linears, building: Building, loaders, label: str) -> list[Finding]:
+    """MTP layers the config declares but the checkpoint does not store: with MTP speculative decoding on, the release
+    builds them and the fused qkv loader finds no shard (TensorRT#4667: GLM-4.6 NVFP4 on 1.2.0rc5 serves only without
+    MTP). A warning: the model loads without MTP."""
+    out = []
+    for owner in mtp:
+        if any(n.startswith(owner + ".") for n in linears):
+            continue
+        layer = f"{owner}.self_attn.qkv_proj" if "qkv_proj" in building.fusions else owner
+        error = loaders["fused_missing_weight"]
+        out.append(Finding(Severity.WARNING, Kind.MISSING_MODULE, owner,
+                           f"{owner}: the config declares this MTP layer (num_nextn_predict_layers) but the checkpoint stores "
+                           f"none of it; with MTP speculative decoding {label} builds it and its loader stops "
+                           f"({loaders['log'].format(module=layer, error=error)}); serve without MTP, or add the MTP layer "
+                           "from the original model", error, ()))
+    return out
 
 
 def _layers(linears: dict[str, StoredModule], declaration: Declaration, building: Building, config: dict,
@@ -116,12 +138,14 @@ def _layer_findings(layer: Layer, linears, ckpt, loaders, target: Target, tp: in
                         f"({loaders['log'].format(module=layer.name, error=loaders['fused_missing_weight'])})",
                         loaders["fused_missing_weight"], tuple(range(tp)))]
     out = []
-    if layer.scheme == "bf16" and any(m.is_quantized for m in stored) and _reads_scales(layer.name, loaders):
+    if _reads_scales(layer.name, loaders):  # a model's own loader (DeepSeek's MLA fused_a), not copy_weight
+        if layer.scheme != "bf16":
+            return []
         error = loaders["bf16_reads_scales"]["error"]
         return [Finding(Severity.ERROR, Kind.LOAD_ERROR, m.name,
-                        f"{m.name}: stored {m.precision}, but {label} builds {layer.name} unquantized ({layer.why} excludes "
-                        f"it) and its model loader still reads the layer's weight_scale, so loading stops (TensorRT-LLM#16196)",
-                        error, tuple(range(tp))) for m in stored if m.is_quantized]
+                        f"{m.name}: stored {m.precision}, but {label} builds it unquantized ({layer.why} excludes it) and "
+                        "its model loader still reads the layer's weight_scale, so loading stops (TensorRT-LLM#16196)",
+                        error, tuple(range(tp))) for m in stored if m.precision == "fp8"]
     if layer.scheme in ("nvfp4", "w4a16_nvfp4") and all(m.precision == "nvfp4" for m in stored):
         out += _scale_findings(layer, stored, ckpt, loaders, tp, label)
     if out:

@@ -13,12 +13,22 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from repair.formats.algorithms import LayerAlgorithms
 from repair.io.patterns import FULLMATCH, RegexSet
 from repair.targets.sglang_match import Building
 
 REGEX_PREFIX = "re:"
+# _load_weights_impl's params_map and apply_quant_config_exclude_modules' candidates: the only layers TensorRT-LLM's
+# generic loader fuses from checkpoint shards (a model's own fusions, DeepSeek's MLA fused_a, load in model code)
+FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def trtllm_building(building: Building) -> Building:
+    """The model's fusions that TensorRT-LLM's generic loader makes (qkv_proj, gate_up_proj where the model has them)."""
+    fusions = {leaf: shards for leaf, shards in building.fusions.items() if FUSED.get(leaf) == tuple(shards)}
+    return Building(MappingProxyType(fusions), building.packed, False)
 
 
 @dataclass(frozen=True)
@@ -86,9 +96,9 @@ class TrtllmRule:
 
     def excludes(self, prefix: str) -> bool:
         layer, kind = self.building.built_layer(prefix)
-        if kind != "fused":
-            return self.exclusions.excludes(layer)
         leaf = layer.rpartition(".")[2]
+        if kind != "fused" and leaf not in self.building.fusions:  # asked with a shard, or with the fused name itself
+            return self.exclusions.excludes(layer)
         names = [layer] + ([layer[: -len(leaf)] + s for s in self.building.fusions[leaf]] if self.any_shard else [])
         return any(self.exclusions.excludes(n) for n in names)
 
@@ -102,7 +112,7 @@ class TrtllmRule:
 def trtllm_rule(matching: Matching, any_shard: bool):
     """The registry entry (repair/targets/matchers.py) for one matching version and fused policy."""
     def build(entries: tuple[str, ...], targets, building: Building) -> TrtllmRule:
-        return TrtllmRule(TrtllmExclusions.compile(tuple(entries), matching), building, any_shard)
+        return TrtllmRule(TrtllmExclusions.compile(tuple(entries), matching), trtllm_building(building), any_shard)
     return build
 
 
@@ -110,6 +120,7 @@ def layerwise(layers: LayerAlgorithms, name: str, building: Building) -> tuple[s
     """apply_layerwise_quant_config: a MoE takes the first key (file order) containing its name; a fused gate_up the
     first containing `<parent>.gate_proj` or `<parent>.gate_up_proj`; a fused qkv the first containing
     `<parent>.q_proj`; any other linear an exact key. No key: the global MIXED_PRECISION config, i.e. unquantized."""
+    building = trtllm_building(building)
     layer, kind = building.built_layer(name)
     parent, _, leaf = layer.rpartition(".")
     if kind == "moe":
