@@ -27,7 +27,9 @@ from repair.targets.trtllm_match import trtllm_building
 
 SCALE_ROLES = ("weight_scale", "weight_scale_2", "input_scale")
 # the generic checks' account of fused layers (worded for vLLM's fused loaders); this loader's own replaces them
-REPLACED_BY_LOADS = frozenset({Kind.FUSED_SHARDS, Kind.SIBLINGS_SCALE_2})
+# (and the missing activation scale, which this loader turns into its own error, or quantizes dynamically)
+REPLACED_BY_LOADS = frozenset({Kind.FUSED_SHARDS, Kind.SIBLINGS_SCALE_2, Kind.MISSING_INPUT_SCALE})
+EXPERT = re.compile(r"\.experts\.\d+\.")  # a MoE's experts load through its own method, not NVFP4LinearMethod
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,8 @@ def _absent_mtp_layers(mtp: dict[str, int], linears, building: Building, loaders
     builds them and the fused qkv loader finds no shard (TensorRT#4667: GLM-4.6 NVFP4 on 1.2.0rc5 serves only without
     MTP). A warning: the model loads without MTP."""
     out = []
+    if not any(n.startswith("model.layers.") for n in linears):
+        return out  # the checkpoint names its layers another way (DeepSeek-V4: layers.N, mtp.N): not this rule's layout
     for owner in mtp:
         if any(n.startswith(owner + ".") for n in linears):
             continue
@@ -146,7 +150,7 @@ def _layer_findings(layer: Layer, linears, ckpt, loaders, target: Target, tp: in
                         f"{m.name}: stored {m.precision}, but {label} builds it unquantized ({layer.why} excludes it) and "
                         "its model loader still reads the layer's weight_scale, so loading stops (TensorRT-LLM#16196)",
                         error, tuple(range(tp))) for m in stored if m.precision == "fp8"]
-    if layer.scheme in ("nvfp4", "w4a16_nvfp4") and all(m.precision == "nvfp4" for m in stored):
+    if layer.scheme in ("nvfp4", "w4a16_nvfp4") and all(m.precision == "nvfp4" for m in stored) and not EXPERT.search(layer.name):
         out += _scale_findings(layer, stored, ckpt, loaders, tp, label)
     if out:
         return out
@@ -210,17 +214,18 @@ def _scale_findings(layer: Layer, stored: list[StoredModule], ckpt, loaders, tp:
     """NVFP4LinearMethod.load_weight_scales: fused shards must carry equal input_scale and weight_scale_2; no
     input_scale at all fails where the release computes alpha from it unconditionally."""
     nvfp4 = loaders["nvfp4"]
+    kind = Kind.FUSED_SHARDS if layer.leaf else Kind.LOAD_ERROR  # a fused layer's shards settle it (fix dequantizes them)
     located = ckpt.locate()
     for role, error in (("input_scale", nvfp4["input_scale_differs"]), ("weight_scale_2", nvfp4["weight_scale_2_differs"])):
         names = [t for m in stored if (t := m.tensor(role))]
         raw = {n: (located[n][1].dtype, bytes(read_bytes(located[n][0].path, located[n][1]))) for n in names}
         if len(set(raw.values())) > 1:
-            return [Finding(Severity.ERROR, Kind.LOAD_ERROR, layer.name,
+            return [Finding(Severity.ERROR, kind, layer.name,
                             f"{layer.name}: {label} builds it as one NVFP4 layer and asserts its shards share {role}, but "
                             f"{', '.join(names)} differ (vLLM takes the max instead); requantize the shards with one {role}",
                             error, tuple(range(tp)))]
     if nvfp4["missing_input_scale"] != "dynamic" and layer.scheme == "nvfp4" and not any(m.tensor("input_scale") for m in stored):
-        return [Finding(Severity.ERROR, Kind.LOAD_ERROR, layer.name,
+        return [Finding(Severity.ERROR, kind, layer.name,
                         f"{layer.name}: built NVFP4 by {label}, whose load_weight_scales computes alpha from input_scale, "
                         "but no shard stores one, so loading stops", nvfp4["missing_input_scale"], tuple(range(tp)))]
     return []

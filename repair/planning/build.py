@@ -21,6 +21,7 @@ from repair.planning.modules import fused_group, module_change
 from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Recipe
 from repair.planning.target_check import refuse_unrepairable, unused_exclusions
 from repair.planning.whole_layers import Layers, refuse_split_layers
+from repair.targets.profiles import resolve
 
 __all__ = ["assign_actions", "kv_scale_drops", "make_plan", "select"]
 
@@ -153,7 +154,8 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
         return ckpt.config, ckpt.hf_quant_config, ()
     family = arch.architecture(ckpt.config)
     covers = family.exclusion_matcher(declaration)
-    bf16 = sorted({family.exclusion_name(n) for n, a in actions.items() if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)})
+    bf16 = _runtime_names(recipe, family, sorted({family.exclusion_name(n) for n, a in actions.items()
+                                                  if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)}))
     packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
     if not bf16 and not packed and not (len(lists) == 2 and set(lists[0]) != set(lists[1])):
@@ -168,6 +170,18 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     if declaration.layer_algos is not None:  # per-layer map: a layer leaves quantized_layers; only what the lists gained is "added"
         added = tuple(dict.fromkeys(x for entries in after for x in entries if not any(x in before for before in lists)))
     return config, hf_quant, added
+
+
+def _runtime_names(recipe: Recipe, family, names: list[str]) -> list[str]:
+    """The entries that exclude `names` for the recipe's target: a release that asks a fused layer only by its own
+    name (its data's fused policy `fused_name_only`, TensorRT-LLM 1.0) is given the fused name instead of its shards."""
+    rules = resolve(recipe.from_target).profile.rules if recipe.from_target else None
+    if rules is None or rules.fused.get("policy") != "fused_name_only":
+        return names
+    groups = [(fused, members) for fused, members in family.fused_groups(names)
+              if len(members) == len(family.fused_layers[fused.rpartition(".")[2]])]
+    taken = {m for _, members in groups for m in members}
+    return sorted([n for n in names if n not in taken] + [fused for fused, _ in groups])
 
 
 def _redeclared(declaration: Declaration, packed: list[str], modules: dict[str, StoredModule], runtime_name) -> list[str]:
