@@ -164,3 +164,24 @@ def test_shipped_data_names_registered_rules_and_its_provenance():
         for path, commit in doc["source"]["files"].items():
             if not commit.startswith("unpinned"):
                 assert commit.rsplit("@", 1)[-1] in provenance, (name, path)
+
+
+def test_eagle3_draft_follows_its_own_config(capsys, tmp_path):
+    """EAGLE-3 one-model (tensorrt_llm/_torch/models/modeling_speculative.py @ 00679c66, eagle3_model_arch "llama3"):
+    the draft's config is ModelConfig.from_pretrained(<the draft's folder>): its own quantization config; only
+    kv_cache_quant_algo comes from the target. ModelOpt's own EAGLE-3 export (tests/data/real/modelopt-eagle3-draft):
+    its layers NVFP4 and its excluded lm_head BF16, as its config says; the same draft dequantized (no quantization
+    config at all) is clean too: nothing of the target's method is inherited (SGLang inherits it, sglang PR #28196)."""
+    from tools.layout_fixture import write_layout
+    src = share_sibling_input_scales(write_layout(tmp_path / "draft", "modelopt-eagle3-draft"))
+    for release in RELEASES:
+        _, report = doctor_json(capsys, src, f"trtllm=={release}")
+        assert [f["code"] for f in findings(report)] == ["unused-exclusion"]  # model.embed_tokens: not stored in a draft
+        assert report["schemes"]["lm_head"] == "bf16" and report["schemes"]["layers.0.self_attn.q_proj"] == "nvfp4"
+    from tests.conftest import run_captured
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "bf16", "--target", "bf16", "--quiet")
+    assert code == 0, err
+    for release in RELEASES:
+        code, report = doctor_json(capsys, tmp_path / "bf16", f"trtllm=={release}", "--strict")
+        assert (code, findings(report)) == (0, [])
+        assert set(report["schemes"].values()) == {"bf16"}

@@ -134,8 +134,9 @@ def _split(layer: str, loaders) -> tuple[int, int]:
 
 def _layer_findings(layer: Layer, linears, ckpt, loaders, target: Target, tp: int, label: str) -> list[Finding]:
     stored = [linears[s] for s in layer.shards if s]
-    if layer.leaf and len(stored) < len(layer.shards):
-        missing = [layer.name.rpartition(".")[0] + "." + s for s, n in zip(building_shards(layer), layer.shards) if not n]
+    stored_leaves = {n.rpartition(".")[2] for n in linears}
+    missing = [layer.name.rpartition(".")[0] + "." + s for s, n in zip(building_shards(layer), layer.shards) if not n]
+    if missing and all(m.rpartition(".")[2] in stored_leaves for m in missing):  # the model has those shards elsewhere
         return [Finding(Severity.ERROR, Kind.LOAD_ERROR, layer.name,
                         f"{layer.name}: {label} builds it from {', '.join(building_shards(layer))}, but {', '.join(missing)} "
                         f"{'is' if len(missing) == 1 else 'are'} not stored, so its fused loader's assertion stops loading "
