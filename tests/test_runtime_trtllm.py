@@ -185,3 +185,38 @@ def test_eagle3_draft_follows_its_own_config(capsys, tmp_path):
         code, report = doctor_json(capsys, tmp_path / "bf16", f"trtllm=={release}", "--strict")
         assert (code, findings(report)) == (0, [])
         assert set(report["schemes"].values()) == {"bf16"}
+
+
+def test_mixed_precision_layerwise_assignment():
+    """apply_layerwise_quant_config (tensorrt_llm/_torch/models/modeling_utils.py @ cb4c622c): a MoE takes the first
+    quantized_layers key (file order) that contains its name, a fused qkv the first key containing `<parent>.q_proj`
+    (k/v keys are never asked: shards that disagree are no error, unlike vLLM and SGLang), a fused gate_up the first
+    containing `<parent>.gate_proj` or `<parent>.gate_up_proj`, any other linear an exact key; no key: unquantized.
+    DeepSeek-V4-Flash's real map (`layers.N.ffn.experts`) and a qkv whose shards the map gives different algorithms."""
+    from repair.formats.algorithms import LayerAlgorithms
+    from repair.targets.matchers import layer_matcher
+    real = json.loads((REAL / "deepseek-v4-flash-nvfp4" / "hf_quant_config.json").read_text())["quantization"]["quantized_layers"]
+    layers = LayerAlgorithms(tuple((k, v["quant_algo"]) for k, v in real.items()) + (
+        ("model.layers.0.self_attn.k_proj", "NVFP4"), ("model.layers.0.self_attn.q_proj", "FP8"),
+        ("model.layers.0.mlp.up_proj", "NVFP4"), ("model.layers.0.mlp.down_proj", "FP8")))
+    lookup = layer_matcher(profiles.resolve("trtllm==1.3.0").profile.rules.matchers["quantized_layers"])
+    asked = {name: lookup(layers, name, LLAMA)[0] for name in (
+        "layers.7.ffn.experts.3.w1", "layers.7.ffn.shared_experts.w1", "model.layers.0.self_attn.k_proj",
+        "model.layers.0.self_attn.qkv_proj", "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.down_proj",
+        "model.layers.0.self_attn.o_proj")}
+    assert asked == {"layers.7.ffn.experts.3.w1": "NVFP4", "layers.7.ffn.shared_experts.w1": None,
+                     "model.layers.0.self_attn.k_proj": "FP8", "model.layers.0.self_attn.qkv_proj": "FP8",
+                     "model.layers.0.mlp.gate_proj": None, "model.layers.0.mlp.down_proj": "FP8",
+                     "model.layers.0.self_attn.o_proj": None}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_modelopt_mixed_precision_export_loads_including_nvfp4_awq(capsys, mixed_export, release):
+    """ModelOpt's own MIXED_PRECISION export (FP8, NVFP4, W4A16_NVFP4 and an NVFP4_AWQ layer): clean for every
+    release. NVFP4LinearMethod loads an NVFP4_AWQ layer's pre_quant_scale (linear.py @ 00bbf71e), where vLLM 0.32
+    has no linear method for it and builds the layer unquantized (doctor's runtime-scheme error for vllm==0.32.0)."""
+    code, report = doctor_json(capsys, mixed_export, f"trtllm=={release}", "--strict")
+    assert (code, findings(report)) == (0, [])
+    _, vllm = doctor_json(capsys, mixed_export, "vllm==0.32.0")
+    (awq,) = findings(vllm, "runtime-scheme")
+    assert report["schemes"][awq["subject"]] == "nvfp4"

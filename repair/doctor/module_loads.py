@@ -20,7 +20,6 @@ from repair.formats.modules import StoredModule
 from repair.io.ranges import read_bytes
 from repair.io.checkpoint import Checkpoint
 from repair.targets import copy_weight
-from repair.targets.precision import built
 from repair.targets.profiles import Target
 from repair.targets.sglang_match import Building
 from repair.targets.trtllm_match import trtllm_building
@@ -98,7 +97,7 @@ def _layers(linears: dict[str, StoredModule], declaration: Declaration, building
         parent, _, leaf = layer.rpartition(".")
         fused = building.fusions.get(leaf) if building.built_layer(names[0])[1] == "fused" else None
         shards = tuple(n if n in linears else "" for n in (f"{parent}.{s}" for s in fused)) if fused else tuple(names)
-        scheme, why = _scheme(layer, names, linears, declaration, family), "the config"
+        scheme, why = _scheme(layer, names, linears, declaration, family, target.profile.rules.loaders["schemes"]), "the config"
         owner = next((p for p in mtp if layer.startswith(p + ".")), None)
         if owner is not None and rule is not None and hasattr(rule, "exclusions"):
             if rule.exclusions.excludes(owner):
@@ -109,12 +108,13 @@ def _layers(linears: dict[str, StoredModule], declaration: Declaration, building
     return out
 
 
-def _scheme(layer: str, names: list[str], linears, declaration: Declaration, family) -> str:
+def _scheme(layer: str, names: list[str], linears, declaration: Declaration, family, schemes) -> str:
     """What the release builds: never-quantized roles (embeddings, routers) BF16; lm_head quantized only when it is
-    not excluded and the checkpoint stores its scale or the per-layer map lists it; else the bound declaration."""
+    not excluded and the checkpoint stores its scale or the per-layer map lists it; else the bound declaration's
+    algorithm, as the release builds it (`loaders.schemes`: NVFP4_AWQ is NVFP4 with a pre_quant_scale here)."""
     if not declaration.quantized or family.unquantized_role(names[0], declaration) is not None:
         return "bf16"
-    algo = built(declaration.algorithm(layer))
+    algo = schemes.get(declaration.algorithm(layer) or "", "bf16")
     if layer == "lm_head" and not linears[names[0]].tensor("weight_scale") and (
             declaration.layer_algos is None or declaration.layer_algos.entry("lm_head") is None):
         return "bf16"

@@ -123,6 +123,7 @@ def layerwise(layers: LayerAlgorithms, name: str, building: Building) -> tuple[s
     building = trtllm_building(building)
     layer, kind = building.built_layer(name)
     parent, _, leaf = layer.rpartition(".")
+    kind = "fused" if leaf in building.fusions else kind  # asked with the fused name itself
     if kind == "moe":
         wanted: tuple[str, ...] = (layer,)
     elif kind == "fused" and "gate_proj" in building.fusions.get(leaf, ()):
