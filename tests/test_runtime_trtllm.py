@@ -220,3 +220,22 @@ def test_modelopt_mixed_precision_export_loads_including_nvfp4_awq(capsys, mixed
     _, vllm = doctor_json(capsys, mixed_export, "vllm==0.32.0")
     (awq,) = findings(vllm, "runtime-scheme")
     assert report["schemes"][awq["subject"]] == "nvfp4"
+
+
+def test_hostile_entries_are_one_line_or_plain_globs(capsys, qwen3, tmp_path):
+    """An exclusion list is hostile input: a `re:` entry Python's backtracking would hang on is refused in one line
+    (exit 2) where the release compiles `re:` entries (1.3+: re.fullmatch); before, it is an fnmatch glob like any
+    other (linear-time translation), so it only matches nothing. Thousands of `*` and `[` are globs too."""
+    src = tmp_path / "h"
+    src.mkdir()
+    for f in qwen3.iterdir():
+        (src / f.name).write_bytes(f.read_bytes())
+    edit_json(src / "hf_quant_config.json", lambda d: d["quantization"]["exclude_modules"].extend(
+        ["re:(a+)+$", "*" * 5000 + "x", "[" * 3000]))
+    from tests.conftest import run_captured
+    for release in ("1.0.0", "1.1.0"):
+        _, report = doctor_json(capsys, src, f"trtllm=={release}")
+        assert {f["code"] for f in findings(report)} == {"unused-exclusion"}
+    for release in ("1.3.0", "1.4.0"):
+        code, out, err = run_captured(capsys, "doctor", src, "--target", f"trtllm=={release}")
+        assert code == 2 and out == "" and err.count("\n") == 1 and "'(a+)+$' would backtrack catastrophically" in err

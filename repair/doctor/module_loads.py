@@ -51,8 +51,9 @@ def module_load_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], dec
     layers = _layers(linears, declaration, building, ckpt.config or {}, target, family)
     schemes = {s: layer.scheme for layer in layers for s in layer.shards if s}
     findings: list[Finding] = _absent_mtp_layers(_mtp_layers(ckpt.config or {}), linears, building, loaders, rules.label)
+    leaves = {n.rpartition(".")[2] for n in linears}  # the shard names the model stores somewhere
     for layer in layers:
-        findings += _layer_findings(layer, linears, ckpt, loaders, target, tp, rules.label)
+        findings += _layer_findings(layer, linears, leaves, ckpt, loaders, target, tp, rules.label)
     return findings, schemes
 
 
@@ -132,11 +133,10 @@ def _split(layer: str, loaders) -> tuple[int, int]:
     return (1, 1) if row else (0, 0)
 
 
-def _layer_findings(layer: Layer, linears, ckpt, loaders, target: Target, tp: int, label: str) -> list[Finding]:
+def _layer_findings(layer: Layer, linears, leaves: set[str], ckpt, loaders, target: Target, tp: int, label: str) -> list[Finding]:
     stored = [linears[s] for s in layer.shards if s]
-    stored_leaves = {n.rpartition(".")[2] for n in linears}
     missing = [layer.name.rpartition(".")[0] + "." + s for s, n in zip(building_shards(layer), layer.shards) if not n]
-    if missing and all(m.rpartition(".")[2] in stored_leaves for m in missing):  # the model has those shards elsewhere
+    if missing and all(m.rpartition(".")[2] in leaves for m in missing):  # the model has those shards elsewhere
         return [Finding(Severity.ERROR, Kind.LOAD_ERROR, layer.name,
                         f"{layer.name}: {label} builds it from {', '.join(building_shards(layer))}, but {', '.join(missing)} "
                         f"{'is' if len(missing) == 1 else 'are'} not stored, so its fused loader's assertion stops loading "
