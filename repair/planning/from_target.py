@@ -30,7 +30,7 @@ def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
     fmt = formats.detect(ckpt)
     modules = [m for m in fmt.group_modules(ckpt.infos()) if m.tensor("weight")]
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
-    if target.profile.runtime == "bf16" or (target.wants_all_bf16 and specs):
+    if not target.profile.allows_quant_config or (target.wants_all_bf16 and specs):
         return Recipe(dequantize=tuple(m.name for m in modules if m.is_quantized), drop_quantization=True, from_target=target.spec)
     family = arch.architecture(ckpt.config, target.release)
     layers = Layers({m.name: m for m in fmt.group_modules(ckpt.infos())}, family.fused_layers)
