@@ -73,6 +73,13 @@ def fused_findings(declaration: Declaration, modules: dict[str, StoredModule], f
             continue
         leaf = {s: s.rpartition(".")[2] for s in shards}
         excluded = [leaf[s] for s in shards if declaration.rule().shard_excluded(family.runtime_name(s))]
+        if len(excluded) in (0, len(shards)):  # not a mix: the runtime cannot build the fused layer the config describes
+            findings.append(Finding(Severity.ERROR, Kind.FUSED_SHARDS, fused,
+                                    f"{fused}: {who} builds {', '.join(leaf.values())} as one layer, and the config "
+                                    f"{'lists every shard' if excluded else 'lists no shard'} but says nothing {who} can "
+                                    "apply to the fused layer, so it refuses the model while building it; name the layer "
+                                    "in the config", error))
+            continue
         findings.append(Finding(Severity.ERROR, Kind.FUSED_SHARDS, fused,
                                 f"{fused}: {who} builds {', '.join(list(leaf.values())[:-1])} and {list(leaf.values())[-1]} as one layer, but the config excludes "
                                 f"only {', '.join(excluded)}, so {who} refuses the model while building it; exclude every "

@@ -117,10 +117,11 @@ def runtime_refusal_findings(declaration: Declaration, target: Target) -> list[F
     error = target.profile.refused.get(declaration.quant_algo or "")
     if error is None or not target.profile.follows_draft_config:
         return []
+    raised = error.split(":")[0].endswith("Error")  # the runtime's exception, else what it does instead (data's words)
+    what = f"which {target.spec} refuses while reading the config" if raised else f"and {error}"
     return [Finding(Severity.ERROR, Kind.QUANT_CONFIG, "hf_quant_config.json",
-                    f"the config declares quant_algo {declaration.quant_algo}, which {target.spec} refuses while reading the "
-                    f"config; dequantize the model (fix --target bf16) to serve it with {target.profile.speaker.split()[0]}",
-                    error if error.split(":")[0].endswith("Error") else None)]
+                    f"the config declares quant_algo {declaration.quant_algo}, {what}; dequantize the model (fix --target "
+                    f"bf16) to serve it with {target.profile.speaker.split()[0]}", error if raised else None)]
 
 
 def float8_findings(modules: dict[str, StoredModule], infos: dict[str, TensorInfo]) -> list[Finding]:

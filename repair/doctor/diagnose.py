@@ -93,7 +93,10 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         precision = predicted_schemes(modules, declaration, family, target)
         findings += scheme_findings(modules, precision, declaration, family, target)
         excluded = excluded_packed_findings(modules, precision, declaration, family, target)
-        loads, first = table_loads(modules, precision, ckpt, target, family, tp, fmt.RUNTIME_LEAVES) if target.profile.rules else ([], first)
+        refused = target.profile.refused.get(declaration.quant_algo or "")  # the config is refused before any layer is built
+        loads, first = table_loads(modules, precision, ckpt, target, family, tp, fmt.RUNTIME_LEAVES) \
+            if target.profile.rules and not refused else ([], first)
+        first = _build_stops(findings, tp) if target.profile.rules and _build_stops(findings, tp) else first
         excluded = [f for f in excluded if f.subject not in {g.subject for g in loads}]  # the loader's outcome says more
         said = {f.subject for f in excluded + loads}  # the same contradiction, now an error: said once
         findings = [f for f in findings if not (f.code == Kind.CONFIG_CONTRADICTION and f.subject in said)] + excluded + loads
@@ -146,6 +149,13 @@ def _degree_findings(specs, precision, config, tp: int) -> list[Finding]:
     works = tp_rules.degrees_text(tp_rules.valid_degrees(built)) if found else ""
     return [Finding(Severity.ERROR, Kind.TP_IMPOSSIBLE, p.tensor, f"{p.tensor}: {p.rule}, so tensor parallel {tp} is impossible; "
                     f"degrees that work: {works}", p.runtime_error, tuple(range(tp))) for p in found]
+
+
+def _build_stops(findings: list[Finding], tp: int) -> tuple[vllm_loader.Outcome, ...]:
+    """Where every rank stops when the runtime refuses the model while reading the config or building a layer (before
+    any weight loads): the first such error."""
+    refused = [f for f in findings if f.code in (Kind.QUANT_CONFIG, Kind.FUSED_SHARDS) and f.severity is Severity.ERROR and f.runtime_error]
+    return tuple(vllm_loader.Outcome(refused[0].subject, r, "error", refused[0].runtime_error) for r in range(tp)) if refused else ()
 
 
 def _first_error_per_rank(outcomes: list[vllm_loader.Outcome]) -> tuple[vllm_loader.Outcome, ...]:

@@ -20,7 +20,9 @@ from repair.planning.whole_layers import Layers, complete
 from repair.targets.precision import runtime_precision
 from repair.targets.profiles import Target
 
-FIXED_BY_DEQUANTIZING = (Kind.CONFIG_CONTRADICTION, Kind.LOAD_ERROR, Kind.RUNTIME_SCHEME)  # config vs storage, or a scheme the runtime cannot build
+# config vs storage, a scheme the runtime cannot build, or a layer a runtime loads silently wrong (zero-padded, cast)
+# or drops tensors of: dequantizing makes it BF16 and excluded, and writes no scales
+FIXED_BY_DEQUANTIZING = (Kind.CONFIG_CONTRADICTION, Kind.LOAD_ERROR, Kind.RUNTIME_SCHEME, Kind.SILENT_GARBAGE, Kind.IGNORED_TENSORS)
 # the stored tensors show another algorithm than the one declared (or lack the activation scale it needs): the
 # dequantizer reads what is stored (NVFP4, W4A16_NVFP4, NVFP4_AWQ with its scale folded, FP8), so BF16 settles it
 STORED_ALGORITHM = (Kind.ALGORITHM_MISMATCH, Kind.MISSING_INPUT_SCALE)

@@ -56,8 +56,9 @@ class RuntimeRules:
 
     def building(self, architecture: str, fusions: Mapping[str, tuple[str, ...]] | None) -> Building:
         """How this release builds `architecture`: the model's fusions (the layer rows'), its class's packed mapping."""
-        named = {self.fusion_names.get(k, k): tuple(v) for k, v in (fusions or LLAMA_FUSIONS).items()}
-        return Building(MappingProxyType(named), MappingProxyType(dict(self.packed.get(architecture, {}))), self.fallback_fused)
+        packed = dict(self.packed.get(architecture, {}))
+        named = {self.fusion_names.get(k, k): tuple(v) for k, v in (fusions or LLAMA_FUSIONS).items()} | packed
+        return Building(MappingProxyType(named), MappingProxyType(packed), self.fallback_fused)
 
     def bind(self, declaration: Declaration, building: Building, config: dict | None) -> Declaration:
         """The declaration whose exclusion and per-layer questions this release's matchers answer; layers of an
