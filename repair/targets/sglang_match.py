@@ -133,6 +133,14 @@ class SglangModelOptRule:
         """is_layer_skipped's test of one shard name (the list names it), as the fused-layer check asks it."""
         return self.skipped.listed(prefix)
 
+    def names(self, prefix: str) -> bool:
+        """Whether the entries name this checkpoint module the way SGLang applies them: a fused layer's shard only
+        through is_layer_skipped's per-shard test (no wildcards), an expert through its FusedMoE's globs."""
+        layer, kind = self.building.built_layer(prefix)
+        if kind == "fused":
+            return self.skipped.listed(prefix)
+        return self.skipped.listed(prefix) or self.excluded(prefix) or (kind == "moe" and self.excluded(layer))
+
     def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
         """The error SGLang raises building the layer the shards are fused into, or None."""
         return self._decide(shards[0] if shards else fused)[1]
@@ -191,6 +199,9 @@ class SglangCtRule:
         return self._decide(prefix)[0]
 
     def shard_excluded(self, prefix: str) -> bool:
+        return self._listed(prefix)
+
+    def names(self, prefix: str) -> bool:
         return self._listed(prefix)
 
     def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
