@@ -25,9 +25,14 @@ from repair.targets.sglang_match import Building
 from repair.targets.trtllm_match import trtllm_building
 
 SCALE_ROLES = ("weight_scale", "weight_scale_2", "input_scale")
-# the generic checks' account of fused layers (worded for vLLM's fused loaders); this loader's own replaces them
-# (and the missing activation scale, which this loader turns into its own error, or quantizes dynamically)
-REPLACED_BY_LOADS = frozenset({Kind.FUSED_SHARDS, Kind.SIBLINGS_SCALE_2, Kind.MISSING_INPUT_SCALE})
+# the generic checks' account of fused layers and of the schemes built (worded for vLLM's loaders and its linear
+# methods); this loader's own replaces them (and the missing activation scale, its own error or dynamic quantization)
+REPLACED_BY_LOADS = frozenset({Kind.FUSED_SHARDS, Kind.SIBLINGS_SCALE_2, Kind.MISSING_INPUT_SCALE, Kind.RUNTIME_SCHEME})
+
+
+def replaced_by_loads(f: Finding) -> bool:
+    """A generic finding this loader's account replaces (an excluded packed layer's error is its copy_weight error)."""
+    return f.code in REPLACED_BY_LOADS or (f.code == Kind.CONFIG_CONTRADICTION and f.severity == Severity.ERROR)
 EXPERT = re.compile(r"\.experts\.\d+\.")  # a MoE's experts load through its own method, not NVFP4LinearMethod
 
 
@@ -42,11 +47,18 @@ class Layer:
     why: str  # how the release decided the scheme, for messages
 
 
+def module_driven(target: Target) -> bool:
+    """The release's data says its loader is module-driven (`loaders.model: copy_weight`)."""
+    return target.profile.rules is not None and target.profile.rules.loaders.get("model") == "copy_weight"
+
+
 def module_load_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], declaration: Declaration,
-                         building: Building, target: Target, tp: int, family) -> tuple[list[Finding], dict[str, str]]:
+                         target: Target, tp: int, family) -> tuple[list[Finding], dict[str, str]]:
     """(findings, the scheme the release builds each stored linear as) for a module-driven release."""
     loaders, rules = target.profile.rules.loaders, target.profile.rules
-    building = trtllm_building(building)
+    listed = (ckpt.config or {}).get("architectures")
+    architecture = listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else ""
+    building = trtllm_building(rules.building(architecture, family.fused_layers))
     linears = {n: m for n, m in modules.items() if m.tensor("weight") and len(m.logical_shape) >= 2}
     layers = _layers(linears, declaration, building, ckpt.config or {}, target, family)
     schemes = {s: layer.scheme for layer in layers for s in layer.shards if s}

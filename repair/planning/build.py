@@ -153,8 +153,9 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     if not declaration.quantized:
         return ckpt.config, ckpt.hf_quant_config, ()
     family = arch.architecture(ckpt.config)
-    covers = family.exclusion_matcher(declaration)
-    bf16 = _runtime_names(recipe, family, sorted({family.exclusion_name(n) for n, a in actions.items()
+    target = resolve(recipe.from_target) if recipe.from_target else None  # its own rules say what a list covers
+    covers = family.exclusion_matcher(target.bind(declaration, family, ckpt.config) if target else declaration)
+    bf16 = _runtime_names(target, family, sorted({family.exclusion_name(n) for n, a in actions.items()
                                                   if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)}))
     packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
@@ -172,10 +173,10 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     return config, hf_quant, added
 
 
-def _runtime_names(recipe: Recipe, family, names: list[str]) -> list[str]:
+def _runtime_names(target, family, names: list[str]) -> list[str]:
     """The entries that exclude `names` for the recipe's target: a release that asks a fused layer only by its own
     name (its data's fused policy `fused_name_only`, TensorRT-LLM 1.0) is given the fused name instead of its shards."""
-    rules = resolve(recipe.from_target).profile.rules if recipe.from_target else None
+    rules = target.profile.rules if target is not None else None
     if rules is None or rules.fused.get("policy") != "fused_name_only":
         return names
     groups = [(fused, members) for fused, members in family.fused_groups(names)
