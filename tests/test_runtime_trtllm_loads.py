@@ -151,3 +151,8 @@ def test_fix_of_a_bf16_shard_in_a_quantized_fused_layer_is_clean(capsys, qwen3, 
     code, report = doctor_json(capsys, src, f"trtllm=={release}")
     assert code == 1 and findings(report, "load-error")
     fixed_is_clean(capsys, src, tmp_path / "out", f"trtllm=={release}")
+
+
+def test_a_hostile_tensor_parallel_degree_is_one_finding_not_a_billion_ranks(capsys, qwen3):
+    code, report = doctor_json(capsys, qwen3, "trtllm==1.2.0", "--tp", "1000000000")
+    assert code == 1 and [f["code"] for f in findings(report)] == ["tp-impossible"]

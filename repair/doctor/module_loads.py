@@ -20,6 +20,7 @@ from repair.formats.modules import StoredModule
 from repair.io.ranges import read_bytes
 from repair.io.checkpoint import Checkpoint
 from repair.targets import copy_weight
+from repair.targets.tp_rules import MAX_DEGREE
 from repair.targets.profiles import Target
 from repair.targets.sglang_match import Building
 from repair.targets.trtllm_match import trtllm_building
@@ -56,16 +57,19 @@ def module_load_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], dec
                          target: Target, tp: int, family) -> tuple[list[Finding], dict[str, str]]:
     """(findings, the scheme the release builds each stored linear as) for a module-driven release."""
     loaders, rules = target.profile.rules.loaders, target.profile.rules
+    if tp > MAX_DEGREE:  # each rank is simulated: a hostile --tp must not make doctor loop (or list) a billion ranks
+        return [Finding(Severity.ERROR, Kind.TP_IMPOSSIBLE, "--tp", f"tensor parallel {tp}: doctor simulates at most "
+                        f"{MAX_DEGREE} ranks of {rules.speaker}'s loader; give a degree the model's layers can be split over")], {}
     listed = (ckpt.config or {}).get("architectures")
     architecture = listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else ""
     building = trtllm_building(rules.building(architecture, family.fused_layers))
     linears = {n: m for n, m in modules.items() if m.tensor("weight") and len(m.logical_shape) >= 2}
     layers = _layers(linears, declaration, building, ckpt.config or {}, target, family)
     schemes = {s: layer.scheme for layer in layers for s in layer.shards if s}
-    findings: list[Finding] = _absent_mtp_layers(_mtp_layers(ckpt.config or {}), linears, building, loaders, rules.label)
+    findings: list[Finding] = _absent_mtp_layers(_mtp_layers(ckpt.config or {}), linears, building, loaders, rules.speaker)
     leaves = {n.rpartition(".")[2] for n in linears}  # the shard names the model stores somewhere
     for layer in layers:
-        findings += _layer_findings(layer, linears, leaves, ckpt, loaders, target, tp, rules.label)
+        findings += _layer_findings(layer, linears, leaves, ckpt, loaders, target, tp, rules.speaker)
     return findings, schemes
 
 
