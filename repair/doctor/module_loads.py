@@ -115,6 +115,9 @@ def _layers(linears: dict[str, StoredModule], declaration: Declaration, building
         fused = building.fusions.get(leaf) if building.built_layer(names[0])[1] == "fused" else None
         shards = tuple(n if n in linears else "" for n in (f"{parent}.{s}" for s in fused)) if fused else tuple(names)
         scheme, why = _scheme(layer, names, linears, declaration, family, target.profile.rules.loaders["schemes"]), "the config"
+        excluded = [n for n in shards if n and fused and hasattr(rule, "exclusions") and rule.exclusions.excludes(n)]
+        if excluded and scheme == "bf16" and not rule.exclusions.excludes(layer):
+            why = f"the exclusion of {excluded[0]}: one excluded shard makes the whole fused layer BF16"
         owner = next((p for p in mtp if layer.startswith(p + ".")), None)
         if owner is not None and rule is not None and hasattr(rule, "exclusions"):
             if rule.exclusions.excludes(owner):
