@@ -20,6 +20,7 @@ from repair.io.patterns import FULLMATCH, RegexSet
 from repair.targets.sglang_match import Building
 
 REGEX_PREFIX = "re:"
+GLOB = re.compile(r"[*?\[]")  # fnmatch's metacharacters: an entry without one matches exactly itself
 # _load_weights_impl's params_map and apply_quant_config_exclude_modules' candidates: the only layers TensorRT-LLM's
 # generic loader fuses from checkpoint shards (a model's own fusions, DeepSeek's MLA fused_a, load in model code)
 FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
@@ -56,6 +57,7 @@ class TrtllmExclusions:
     one module name (candidates: the name, and its dotted ancestors when the release walks them)."""
 
     matching: Matching
+    literals: frozenset[str]  # entries without a glob character: one set lookup (as the source's own fast path)
     globs: re.Pattern | None
     regexes: RegexSet | None
     parents: re.Pattern | None  # `X.*` entries' X, where the release also matches the parent
@@ -65,7 +67,8 @@ class TrtllmExclusions:
         plain = [e for e in entries if not (matching.regexes and e.startswith(REGEX_PREFIX))]
         regexes = [e[len(REGEX_PREFIX):] for e in entries if matching.regexes and e.startswith(REGEX_PREFIX)]
         parents = [e[:-2] for e in plain if e.endswith(".*")] if matching.dotstar_parent else []
-        return cls(matching, _globs(plain),
+        literals = frozenset(e for e in plain if not GLOB.search(e))
+        return cls(matching, literals, _globs([e for e in plain if e not in literals]),
                    RegexSet.compile(regexes, FULLMATCH, "exclusion entry (TensorRT-LLM re: pattern)") if regexes else None,
                    _globs(parents))
 
@@ -79,7 +82,7 @@ class TrtllmExclusions:
             candidate = candidate.rsplit(".", 1)[0]
 
     def _matches(self, candidate: str) -> bool:
-        return bool((self.globs is not None and self.globs.match(candidate)) or
+        return bool(candidate in self.literals or (self.globs is not None and self.globs.match(candidate)) or
                     (self.regexes is not None and self.regexes.matches(candidate)) or
                     (self.parents is not None and self.parents.match(candidate)))
 
