@@ -156,3 +156,21 @@ def test_fix_of_a_bf16_shard_in_a_quantized_fused_layer_is_clean(capsys, qwen3, 
 def test_a_hostile_tensor_parallel_degree_is_one_finding_not_a_billion_ranks(capsys, qwen3):
     code, report = doctor_json(capsys, qwen3, "trtllm==1.2.0", "--tp", "1000000000")
     assert code == 1 and [f["code"] for f in findings(report)] == ["tp-impossible"]
+
+
+def test_laguna_regex_ignore_entries_are_silently_unmatched_before_pr_13844(capsys, tmp_path):
+    """Laguna-M.1-NVFP4's real compressed-tensors block (tests/data/real/laguna-m.1-nvfp4): its `ignore` keeps the
+    attention BF16 with `re:` entries. Before PR #13844 (fnmatchcase, modeling_utils.py @ 01ea6d79) they match no
+    module, so TensorRT-LLM builds the stored-BF16 attention NVFP4 and copy_weight fails (the Laguna porting
+    write-up's "silently mis-quantizes"); from 1.3 (re.fullmatch) it loads. fix --target trtllm==1.1.0 writes the
+    modules' plain names into `ignore` (a `re:` entry would match nothing there) and the output is clean."""
+    src = write_real_model(tmp_path / "laguna", "ct-laguna-moe")
+    code, old = doctor_json(capsys, src, "trtllm==1.1.0")
+    errors = findings(old, "load-error")
+    assert code == 1 and errors and all(".self_attn." in f["subject"] for f in errors)
+    assert {f["runtime_error"].split(" (")[0] for f in errors} == {"RuntimeError: The size of tensor a"}
+    code, new = doctor_json(capsys, src, "trtllm==1.3.0", "--strict")
+    assert (code, findings(new)) == (0, [])
+    fixed_is_clean(capsys, src, tmp_path / "out", "trtllm==1.1.0")
+    ignore = __import__("json").loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]["ignore"]
+    assert "model.layers.0.self_attn.o_proj" in ignore

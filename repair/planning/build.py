@@ -163,6 +163,9 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
         return ckpt.config, ckpt.hf_quant_config, ()  # nothing to declare or align: a MIXED_PRECISION export gains no empty list
     added = tuple(fmt.exclusion_entry(n) for n in bf16 if not all(covers(x, n) for x in lists))
     config, hf_quant = fmt.with_exclusions(ckpt, bf16, covers, remove=_redeclared(declaration, packed, modules, family.runtime_name))
+    if target is not None and target.profile.rules and target.profile.rules.matchers.get("entries") == "plain":
+        plain = {fmt.exclusion_entry(n): n for n in bf16}  # a release whose matcher has no `re:` (TensorRT-LLM < 1.3)
+        config, added = _plain_entries(config, plain), tuple(plain.get(a, a) for a in added)
     after = fmt.exclusion_lists(config, hf_quant)
     for name in packed:
         for exclusions in after:
@@ -171,6 +174,14 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     if declaration.layer_algos is not None:  # per-layer map: a layer leaves quantized_layers; only what the lists gained is "added"
         added = tuple(dict.fromkeys(x for entries in after for x in entries if not any(x in before for before in lists)))
     return config, hf_quant, added
+
+
+def _plain_entries(config: dict | None, plain: dict[str, str]) -> dict | None:
+    """config.json's `ignore` with the format's pattern entries written as the module names they stand for."""
+    qc = (config or {}).get("quantization_config")
+    if isinstance(qc, dict) and isinstance(qc.get("ignore"), list):
+        qc["ignore"] = [plain.get(e, e) for e in qc["ignore"]]
+    return config
 
 
 def _runtime_names(target, family, names: list[str]) -> list[str]:
