@@ -90,6 +90,8 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     with ScaleValues(ckpt, modules, fmt.GLOBAL_SCALE_IS_DIVISOR, deep, progress) as values:
         findings += [f for f in health_findings(ckpt, modules, built, fmt.GLOBAL_SCALE_IS_DIVISOR, values)
                      if not (f.code == Kind.MISSING_INPUT_SCALE and f.subject in said)]
+        # a module-driven loader (TensorRT-LLM's copy_weight): its own account, from its data (scalars read as above)
+        module_loads = module_load_findings(ckpt, modules, declaration, target, tp, family, values) if module_driven(target) else None
     if not specs or (target.profile.allows_quant_config and not simulated):
         precision = predicted_schemes(modules, declaration, family, target)
         findings += scheme_findings(modules, precision, declaration, family, target)
@@ -101,8 +103,8 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         excluded = [f for f in excluded if f.subject not in {g.subject for g in loads}]  # the loader's outcome says more
         said = {f.subject for f in excluded + loads}  # the same contradiction, now an error: said once
         findings = [f for f in findings if not (f.code == Kind.CONFIG_CONTRADICTION and f.subject in said)] + excluded + loads
-    if module_driven(target):  # a module-driven loader (TensorRT-LLM's copy_weight): its own account, from its data
-        loads, precision = module_load_findings(ckpt, modules, declaration, target, tp, family)
+    if module_loads is not None:
+        loads, precision = module_loads
         findings = [f for f in findings if not replaced_by_loads(f)] + loads
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule
-from repair.io.ranges import read_bytes
 from repair.io.checkpoint import Checkpoint
 from repair.targets import copy_weight
 from repair.targets.tp_rules import MAX_DEGREE
@@ -54,8 +53,9 @@ def module_driven(target: Target) -> bool:
 
 
 def module_load_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], declaration: Declaration,
-                         target: Target, tp: int, family) -> tuple[list[Finding], dict[str, str]]:
-    """(findings, the scheme the release builds each stored linear as) for a module-driven release."""
+                         target: Target, tp: int, family, read) -> tuple[list[Finding], dict[str, str]]:
+    """(findings, the scheme the release builds each stored linear as) for a module-driven release; `read(path, info)`
+    gives a stored scalar's bytes (doctor's ScaleValues: local files or the Hub's mirror)."""
     loaders, rules = target.profile.rules.loaders, target.profile.rules
     if tp > MAX_DEGREE:  # each rank is simulated: a hostile --tp must not make doctor loop (or list) a billion ranks
         return [Finding(Severity.ERROR, Kind.TP_IMPOSSIBLE, "--tp", f"tensor parallel {tp}: doctor simulates at most "
@@ -69,7 +69,7 @@ def module_load_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], dec
     findings: list[Finding] = _absent_mtp_layers(_mtp_layers(ckpt.config or {}), linears, building, loaders, rules.speaker)
     leaves = {n.rpartition(".")[2] for n in linears}  # the shard names the model stores somewhere
     for layer in layers:
-        findings += _layer_findings(layer, linears, leaves, ckpt, loaders, target, tp, rules.speaker)
+        findings += _layer_findings(layer, linears, leaves, ckpt, loaders, tp, rules.speaker, read)
     return findings, schemes
 
 
@@ -152,7 +152,7 @@ def _split(layer: str, loaders) -> tuple[int, int]:
     return (1, 1) if row else (0, 0)
 
 
-def _layer_findings(layer: Layer, linears, leaves: set[str], ckpt, loaders, target: Target, tp: int, label: str) -> list[Finding]:
+def _layer_findings(layer: Layer, linears, leaves: set[str], ckpt, loaders, tp: int, label: str, read) -> list[Finding]:
     stored = [linears[s] for s in layer.shards if s]
     missing = [layer.name.rpartition(".")[0] + "." + s for s, n in zip(building_shards(layer), layer.shards) if not n]
     if missing and all(m.rpartition(".")[2] in leaves for m in missing):  # the model has those shards elsewhere
@@ -171,7 +171,7 @@ def _layer_findings(layer: Layer, linears, leaves: set[str], ckpt, loaders, targ
                         "its model loader still reads the layer's weight_scale, so loading stops (TensorRT-LLM#16196)",
                         error, tuple(range(tp))) for m in stored if m.precision == "fp8"]
     if layer.scheme in ("nvfp4", "w4a16_nvfp4") and all(m.precision == "nvfp4" for m in stored) and not EXPERT.search(layer.name):
-        out += _scale_findings(layer, stored, ckpt, loaders, tp, label)
+        out += _scale_findings(layer, stored, ckpt, loaders, tp, label, read)
     if out:
         return out
     errors = _copy_errors(layer, stored, loaders, tp)
@@ -230,7 +230,7 @@ def _copy_errors(layer: Layer, stored: list[StoredModule], loaders, tp: int) -> 
     return errors
 
 
-def _scale_findings(layer: Layer, stored: list[StoredModule], ckpt, loaders, tp: int, label: str) -> list[Finding]:
+def _scale_findings(layer: Layer, stored: list[StoredModule], ckpt, loaders, tp: int, label: str, read) -> list[Finding]:
     """NVFP4LinearMethod.load_weight_scales: fused shards must carry equal input_scale and weight_scale_2; no
     input_scale at all fails where the release computes alpha from it unconditionally."""
     nvfp4 = loaders["nvfp4"]
@@ -238,7 +238,7 @@ def _scale_findings(layer: Layer, stored: list[StoredModule], ckpt, loaders, tp:
     located = ckpt.locate()
     for role, error in (("input_scale", nvfp4["input_scale_differs"]), ("weight_scale_2", nvfp4["weight_scale_2_differs"])):
         names = [t for m in stored if (t := m.tensor(role))]
-        raw = {n: (located[n][1].dtype, bytes(read_bytes(located[n][0].path, located[n][1]))) for n in names}
+        raw = {n: (located[n][1].dtype, bytes(read(located[n][0].path, located[n][1]))) for n in names}
         if len(set(raw.values())) > 1:
             return [Finding(Severity.ERROR, kind, layer.name,
                             f"{layer.name}: {label} builds it as one NVFP4 layer and asserts its shards share {role}, but "
@@ -250,7 +250,3 @@ def _scale_findings(layer: Layer, stored: list[StoredModule], ckpt, loaders, tp:
                         "but no shard stores one, so loading stops", nvfp4["missing_input_scale"], tuple(range(tp)))]
     return []
 
-
-def rule_summary(target: Target) -> str:
-    """One line naming the release's exclusion rule (for notes)."""
-    return re.sub(r"_", " ", target.profile.rules.matchers["modelopt"])
