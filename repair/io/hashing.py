@@ -28,7 +28,6 @@ from repair.io.pins import PinnedFile
 CHUNK = 16 << 20  # bytes per copy / hash / write step (measured: 16 MiB costs less CPU than 4)
 AHEAD = 4096  # chunks the writer may copy ahead of the hashing (64 GiB: they are in the page cache, not in memory of ours)
 HELD = 2 * CHUNK  # bytes of written buffers (computed tensors) kept alive until hashed, per output file
-Feed = Callable[[memoryview], None]
 
 _SYNC_FILE_RANGE: list = []  # [libc sync_file_range or None], resolved on first use
 
@@ -122,9 +121,9 @@ class SourceDigest:
         self.pinned, self._digest, self._at, self._ordered = pinned, hashlib.sha256(), 0, True
         self._hasher = Hasher()
 
-    def copied(self, offset: int, out_fd: int, at: int, n: int) -> None:
-        """Bytes [offset, offset + n) of the input, now at [at, at + n) of the output `out_fd` (open until `hexdigest`)."""
-        self._hasher.submit(lambda: hash_written(out_fd, at, n, lambda view: self._update(offset, view)))
+    def copied(self, offset: int, written: memoryview) -> None:
+        """Bytes [offset, offset + len(written)) of the input, as the copy wrote them (`written_view`)."""
+        self._hasher.submit(lambda: self._update(offset, written))
 
     def read(self, offset: int, data) -> None:
         """Bytes of the input at `offset` the writer read into a buffer (not changed afterwards)."""
@@ -159,14 +158,14 @@ class SourceDigest:
             pass
 
 
-def hash_written(fd: int, at: int, n: int, feed: Feed) -> None:
-    """Feed bytes [at, at + n) of our own output as written, through a read-only mapping of its page cache
-    (no copy: measured cheaper than pread). Only our own temp files are mapped: an input truncated while
-    mapped would kill the process with SIGBUS, so inputs are always read with pread."""
+def written_view(fd: int, at: int, n: int) -> memoryview:
+    """Bytes [at, at + n) of our own output as written, through a read-only mapping of its page cache (no
+    copy: measured cheaper than pread). One mapping feeds both digests of a copied chunk, the output's and
+    the source's, so its pages are mapped once; it is unmapped when the last job holding it is done. Only
+    our own temp files are mapped: an input truncated while mapped would kill the process with SIGBUS, so
+    inputs are always read with pread."""
     base = at - at % mmap.ALLOCATIONGRANULARITY
-    with mmap.mmap(fd, at + n - base, offset=base, access=mmap.ACCESS_READ) as window, memoryview(window) as view:
-        with view[at - base:] as part:
-            feed(part)
+    return memoryview(mmap.mmap(fd, at + n - base, offset=base, access=mmap.ACCESS_READ))[at - base:]
 
 
 class HashedOutput:
@@ -201,10 +200,11 @@ class HashedOutput:
         while length:
             n, at = min(length, CHUNK), self.written
             if self._kernel_copy(src, offset, n):
-                self._hasher.submit(lambda at=at, n=n: hash_written(self.fd, at, n, self.digest.update))
+                written = written_view(self.fd, at, n)
+                self._hasher.submit(lambda written=written: self.digest.update(written))
                 self._advance(n)
                 if source is not None:
-                    source.copied(offset, self.fd, at, n)
+                    source.copied(offset, written)
             else:  # the kernel cannot copy here (another file system...): through a buffer
                 data = src.read(offset, n)
                 self.write(data)
