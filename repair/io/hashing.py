@@ -2,9 +2,8 @@
 
 The sha256 a report records for a written file is computed over exactly the bytes written, and an
 input's over exactly the bytes read: the report cannot disagree with the files, whatever happens to the
-input meanwhile. Hashing runs in a second thread (hashlib releases the GIL on large buffers) while the
-writer copies the next chunk, and writeback is started behind the writes (sync_file_range), so the
-final fsync finds clean pages and the disk works while the CPU hashes.
+input meanwhile. Hashing runs in a second thread (hashlib releases the GIL) while the writer copies the next
+chunk, and writeback starts behind the writes (sync_file_range): the final fsync finds clean pages.
 
 Only commands that write or fetch bytes import this module: header-only commands (`inspect`, `doctor`)
 read headers through repair.io.safetensors, which does not import it, so they never load OpenSSL or ctypes.
@@ -53,10 +52,11 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
         fn(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE; errors only cost the head start
 
 
-def write_all(fd: int, data: memoryview) -> None:
+def write_all(fd: int, data: memoryview, at: int) -> None:
+    """All of `data` at offset `at` (pwrite: the file position is never used, so threads may write at once)."""
     while data:
-        done = os.write(fd, data)
-        data = data[done:]
+        done = os.pwrite(fd, data, at)
+        data, at = data[done:], at + done
 
 
 class Hasher:
@@ -185,14 +185,20 @@ class HashedOutput:
         self.written = 0
         self._hasher = Hasher()
 
-    def write(self, data) -> None:
-        """Append `data` (not changed afterwards: it is hashed while later chunks are written)."""
+    def write(self, data, placed: bool = False) -> None:
+        """Append `data` (not changed afterwards: it is hashed while later chunks are written); placed: `place` wrote it."""
         view = memoryview(data).cast("B")
         for start in range(0, view.nbytes, CHUNK):
             piece = view[start:start + CHUNK]
             self._hasher.submit(lambda piece=piece: self.digest.update(piece), piece.nbytes)
-            write_all(self.fd, piece)
+            if not placed:
+                write_all(self.fd, piece, self.written)
             self._advance(piece.nbytes)
+
+    def place(self, data, at: int) -> None:
+        """Write `data` at `at` ahead of the appending, from any thread (each `--jobs` worker copies its own result
+        into the page cache); `write(data, placed=True)` hashes it when the appending reaches `at`."""
+        write_all(self.fd, memoryview(data).cast("B"), at)
 
     def copy(self, src: PinnedFile, offset: int, length: int, source: SourceDigest | None = None) -> None:
         """Append `length` bytes of `src` from `offset`, then hash them as written (read back)."""
@@ -217,7 +223,7 @@ class HashedOutput:
         done = 0
         try:
             while done < n:
-                sent = os.copy_file_range(src.fd, self.fd, n - done, offset + done)
+                sent = os.copy_file_range(src.fd, self.fd, n - done, offset + done, self.written + done)
                 if sent == 0:
                     raise EOFError(f"{src.path}: ended {n - done} bytes early")
                 done += sent
