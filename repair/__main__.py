@@ -6,6 +6,10 @@ never a KeyboardInterrupt traceback; only the interpreter's own start comes befo
 import os
 import sys
 
+# numpy's OpenBLAS starts a pool of threads at import that spin for a while: ~0.05 s of CPU per command
+# (measured, BENCHMARKS.md "One pass"), and no command multiplies matrices with numpy. A user's own value wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 try:
     from repair.cli import console_main
 except KeyboardInterrupt:

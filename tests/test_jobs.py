@@ -146,3 +146,22 @@ def test_in_order_is_linear_in_the_copies_between_computed_units():
     got = list(in_order(range(30_000), lambda n: -n, lambda n: n in (0, 29_999), jobs=2))
     assert time.perf_counter() - start < 3.0
     assert got == [(n, -n if n in (0, 29_999) else None) for n in range(30_000)]
+
+
+def test_workers_write_their_own_results_into_the_file(monkeypatch, tmp_path):
+    """With `--jobs 2` each computed tensor is written into the output by the worker that made it (at its offset,
+    fixed by the header), not by the one thread that writes in order: that thread copying every result into the
+    page cache set the pace (BENCHMARKS.md §9). The writer still hashes them in order: bytes as with one job."""
+    from repair.io.hashing import HashedOutput
+
+    writers, place = [], HashedOutput.place
+
+    def recorded(self, data, at):
+        writers.append(threading.current_thread().name)
+        return place(self, data, at)
+    monkeypatch.setattr(HashedOutput, "place", recorded)
+    src = write_assistant(tmp_path / "src", TINY)
+    trees = _outputs(src, tmp_path, "--target", "bf16", jobs=(2,))
+    assert len(writers) >= 8 and all(name.startswith("ckpt-repair-compute") for name in writers)
+    writers.clear()
+    assert _outputs(src, tmp_path, "--target", "bf16", jobs=(1,)) == trees and writers and "MainThread" in set(writers)

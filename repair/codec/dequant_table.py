@@ -115,4 +115,5 @@ def _fresh_pages(shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
     took 0.46 s instead of 0.13 s (BENCHMARKS.md). mmap pages are plain 4 KiB ones.
     """
     size = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    return np.frombuffer(mmap.mmap(-1, max(size, 1)), dtype=dtype, count=int(np.prod(shape))).reshape(shape)
+    pages = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # private: a shared one is shmem, slower to fault in
+    return np.frombuffer(pages, dtype=dtype, count=int(np.prod(shape))).reshape(shape)

@@ -162,16 +162,27 @@ def _rewrite(plan: Plan, step: ShardStep, dst: Path, hash_source: bool = True, j
     computer = computer_for(plan, located)
     header = [OutTensor(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
     home = next(source_of(s) for s in plan.source.shards if s.path.name == step.name) if hash_source else None
-    units = in_order(runs(step.tensors, requantized_module), computer.unit_bytes, computed_unit, jobs)
-    with ShardWriter(dst, header, step.metadata, source=home) as writer, closing(units):  # a failed write stops the computing at once
-        for unit, made in units:
-            for t, data in zip(unit, made or [None] * len(unit)):
-                if data is None:
-                    shard, info = located[t.source][t.inputs[0]]
-                    writer.copy(t.out.name, source_of(shard), info)
-                else:
-                    writer.write(t.out.name, data)
+    with ShardWriter(dst, header, step.metadata, source=home) as writer:
+        def made_and_placed(unit):  # on a worker: the result goes into the file there, not on the one writing thread
+            made = computer.unit_bytes(unit)
+            for t, data in zip(unit, made):
+                writer.place(t.out.name, data)
+            return made
+        units = in_order(runs(step.tensors, requantized_module), made_and_placed, computed_unit, jobs)
+        with closing(units):  # a failed write stops the computing (and placing) before the file is closed
+            _write_units(writer, units, located)
     return {"output": writer.digest.hexdigest(), "source": writer.source_digest}
+
+
+def _write_units(writer: ShardWriter, units, located: dict[str, Located]) -> None:
+    """Each unit in order: copied tensors copied, computed ones (placed already) hashed in turn."""
+    for unit, made in units:
+        for t, data in zip(unit, made or [None] * len(unit)):
+            if data is None:
+                shard, info = located[t.source][t.inputs[0]]
+                writer.copy(t.out.name, source_of(shard), info)
+            else:
+                writer.write(t.out.name, data)
 
 
 def located_inputs(plan: Plan) -> dict[str, Located]:

@@ -2,9 +2,8 @@
 
 The sha256 a report records for a written file is computed over exactly the bytes written, and an
 input's over exactly the bytes read: the report cannot disagree with the files, whatever happens to the
-input meanwhile. Hashing runs in a second thread (hashlib releases the GIL on large buffers) while the
-writer copies the next chunk, and writeback is started behind the writes (sync_file_range), so the
-final fsync finds clean pages and the disk works while the CPU hashes.
+input meanwhile. Hashing runs in a second thread (hashlib releases the GIL) while the writer copies the next
+chunk, and writeback starts behind the writes (sync_file_range): the final fsync finds clean pages.
 
 Only commands that write or fetch bytes import this module: header-only commands (`inspect`, `doctor`)
 read headers through repair.io.safetensors, which does not import it, so they never load OpenSSL or ctypes.
@@ -28,7 +27,6 @@ from repair.io.pins import PinnedFile
 CHUNK = 16 << 20  # bytes per copy / hash / write step (measured: 16 MiB costs less CPU than 4)
 AHEAD = 4096  # chunks the writer may copy ahead of the hashing (64 GiB: they are in the page cache, not in memory of ours)
 HELD = 2 * CHUNK  # bytes of written buffers (computed tensors) kept alive until hashed, per output file
-Feed = Callable[[memoryview], None]
 
 _SYNC_FILE_RANGE: list = []  # [libc sync_file_range or None], resolved on first use
 
@@ -54,10 +52,11 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
         fn(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE; errors only cost the head start
 
 
-def write_all(fd: int, data: memoryview) -> None:
+def write_all(fd: int, data: memoryview, at: int) -> None:
+    """All of `data` at offset `at` (pwrite: the file position is never used, so threads may write at once)."""
     while data:
-        done = os.write(fd, data)
-        data = data[done:]
+        done = os.pwrite(fd, data, at)
+        data, at = data[done:], at + done
 
 
 class Hasher:
@@ -122,9 +121,9 @@ class SourceDigest:
         self.pinned, self._digest, self._at, self._ordered = pinned, hashlib.sha256(), 0, True
         self._hasher = Hasher()
 
-    def copied(self, offset: int, out_fd: int, at: int, n: int) -> None:
-        """Bytes [offset, offset + n) of the input, now at [at, at + n) of the output `out_fd` (open until `hexdigest`)."""
-        self._hasher.submit(lambda: hash_written(out_fd, at, n, lambda view: self._update(offset, view)))
+    def copied(self, offset: int, written: memoryview) -> None:
+        """Bytes [offset, offset + len(written)) of the input, as the copy wrote them (`written_view`)."""
+        self._hasher.submit(lambda: self._update(offset, written))
 
     def read(self, offset: int, data) -> None:
         """Bytes of the input at `offset` the writer read into a buffer (not changed afterwards)."""
@@ -159,14 +158,14 @@ class SourceDigest:
             pass
 
 
-def hash_written(fd: int, at: int, n: int, feed: Feed) -> None:
-    """Feed bytes [at, at + n) of our own output as written, through a read-only mapping of its page cache
-    (no copy: measured cheaper than pread). Only our own temp files are mapped: an input truncated while
-    mapped would kill the process with SIGBUS, so inputs are always read with pread."""
+def written_view(fd: int, at: int, n: int) -> memoryview:
+    """Bytes [at, at + n) of our own output as written, through a read-only mapping of its page cache (no
+    copy: measured cheaper than pread). One mapping feeds both digests of a copied chunk, the output's and
+    the source's, so its pages are mapped once; it is unmapped when the last job holding it is done. Only
+    our own temp files are mapped: an input truncated while mapped would kill the process with SIGBUS, so
+    inputs are always read with pread."""
     base = at - at % mmap.ALLOCATIONGRANULARITY
-    with mmap.mmap(fd, at + n - base, offset=base, access=mmap.ACCESS_READ) as window, memoryview(window) as view:
-        with view[at - base:] as part:
-            feed(part)
+    return memoryview(mmap.mmap(fd, at + n - base, offset=base, access=mmap.ACCESS_READ))[at - base:]
 
 
 class HashedOutput:
@@ -186,14 +185,20 @@ class HashedOutput:
         self.written = 0
         self._hasher = Hasher()
 
-    def write(self, data) -> None:
-        """Append `data` (not changed afterwards: it is hashed while later chunks are written)."""
+    def write(self, data, placed: bool = False) -> None:
+        """Append `data` (not changed afterwards: it is hashed while later chunks are written); placed: `place` wrote it."""
         view = memoryview(data).cast("B")
         for start in range(0, view.nbytes, CHUNK):
             piece = view[start:start + CHUNK]
             self._hasher.submit(lambda piece=piece: self.digest.update(piece), piece.nbytes)
-            write_all(self.fd, piece)
+            if not placed:
+                write_all(self.fd, piece, self.written)
             self._advance(piece.nbytes)
+
+    def place(self, data, at: int) -> None:
+        """Write `data` at `at` ahead of the appending, from any thread (each `--jobs` worker copies its own result
+        into the page cache); `write(data, placed=True)` hashes it when the appending reaches `at`."""
+        write_all(self.fd, memoryview(data).cast("B"), at)
 
     def copy(self, src: PinnedFile, offset: int, length: int, source: SourceDigest | None = None) -> None:
         """Append `length` bytes of `src` from `offset`, then hash them as written (read back)."""
@@ -201,10 +206,11 @@ class HashedOutput:
         while length:
             n, at = min(length, CHUNK), self.written
             if self._kernel_copy(src, offset, n):
-                self._hasher.submit(lambda at=at, n=n: hash_written(self.fd, at, n, self.digest.update))
+                written = written_view(self.fd, at, n)
+                self._hasher.submit(lambda written=written: self.digest.update(written))
                 self._advance(n)
                 if source is not None:
-                    source.copied(offset, self.fd, at, n)
+                    source.copied(offset, written)
             else:  # the kernel cannot copy here (another file system...): through a buffer
                 data = src.read(offset, n)
                 self.write(data)
@@ -217,7 +223,7 @@ class HashedOutput:
         done = 0
         try:
             while done < n:
-                sent = os.copy_file_range(src.fd, self.fd, n - done, offset + done)
+                sent = os.copy_file_range(src.fd, self.fd, n - done, offset + done, self.written + done)
                 if sent == 0:
                     raise EOFError(f"{src.path}: ended {n - done} bytes early")
                 done += sent

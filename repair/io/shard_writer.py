@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import struct
+from itertools import accumulate
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Union
@@ -66,6 +67,9 @@ class ShardWriter:
         self.path = Path(path)
         self._pending = list(reversed(tensors))
         header = encode_header(tensors, metadata)
+        starts = accumulate((t.nbytes for t in tensors), initial=len(header))
+        self._places = {t.name: (at, t.nbytes) for t, at in zip(tensors, starts)}  # name -> (offset in the file, bytes)
+        self._placed: dict[str, object] = {}  # name -> the bytes `place` wrote there
         self._out = HashedOutput(self.path)
         self.digest = self._out.digest
         self._source = SourceDigest(source) if source is not None else None
@@ -98,12 +102,22 @@ class ShardWriter:
         return expected
 
     def write(self, name: str, data: Bytes) -> None:
-        """Write a tensor's bytes; the length must match its header entry. `data` must not change afterwards."""
+        """Write a tensor's bytes (or account for the ones `place` wrote: the same object); the length must match
+        its header entry. `data` must not change afterwards."""
         expected = self._next(name)
         view = memoryview(data).cast("B")
         if view.nbytes != expected.nbytes:
             raise InternalError(WRITER, f"{self.path}: {name}: {view.nbytes} bytes, header says {expected.nbytes}")
-        self._out.write(view)
+        self._out.write(view, placed=self._placed.pop(name, None) is data)
+
+    def place(self, name: str, data: Bytes) -> None:
+        """Write a computed tensor's bytes at its offset now, from any thread, before `write(name, data)` takes its
+        turn in order and hashes them: `--jobs` workers copy their results into the page cache in parallel."""
+        (at, size), view = self._places.get(name, (None, None)), memoryview(data).cast("B")
+        if view.nbytes != size:
+            raise InternalError(WRITER, f"{self.path}: {name}: {view.nbytes} bytes placed, header says {size}")
+        self._out.place(view, at)
+        self._placed[name] = data
 
     def copy(self, name: str, src: PinnedFile, info: TensorInfo) -> None:
         """Copy a tensor's stored bytes from the input's handle without decoding them."""

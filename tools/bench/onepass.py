@@ -4,7 +4,9 @@
 
 Contenders alternate round by round (order rotating), each writing a fresh folder after an untimed
 `sync`: the floor `cp -r SRC DST && sync DST/* DST` (the copy made durable, as `fix` makes its output),
-bare `cp -r`, this checkout's `fix` and OTHER's `fix` (same interpreter, each importing its own code).
+the same with the sha256 of every output file, and of every input and output file (two processes at
+once: the report records both), bare `cp -r`, this checkout's `fix` and OTHER's `fix` (same
+interpreter, each importing its own code).
 Wall and CPU (user + system of the process and its children, from wait4) are medians. The last run
 of each `fix` is kept and compared file by file: every tensor and config file must be byte-identical.
 """
@@ -45,8 +47,11 @@ def contenders(src: Path, work: Path, other: Path) -> dict[str, tuple[str, Path,
 
     def fix(side: Path, name: str):
         return f"PYTHONPATH={side} {PY} -m repair fix {src} -o {work / name} --quiet", side, name
+    sha = "openssl dgst -sha256 -r"  # OpenSSL's SHA-256 (SHA-NI here), as hashlib's; coreutils' sha256sum is ~4x slower
     return {
         "cp -r + sync": (f"cp -r {src} {cp} && sync {cp}/* {cp}", REPO, "cp"),
+        "cp -r + sha256 out + sync": (f"cp -r {src} {cp} && {sha} {cp}/* > /dev/null && sync {cp}/* {cp}", REPO, "cp"),
+        "cp -r + sha256 in & out + sync": (f"cp -r {src} {cp} && ({sha} {src}/* > /dev/null & {sha} {cp}/* > /dev/null; wait) && sync {cp}/* {cp}", REPO, "cp"),
         "bare cp -r": (f"cp -r {src} {cp}", REPO, "cp"),
         "fix (this)": fix(REPO, "this"),
         "fix (other)": fix(other, "other"),
@@ -92,7 +97,9 @@ def main() -> None:
             src = build()
             got = measure(src, work, args.other.resolve(), args.repeats)
             floor, this, other = got["cp -r + sync"], got["fix (this)"], got["fix (other)"]
+            hashed = got["cp -r + sha256 in & out + sync"]
             got["ratios"] = {"wall / floor": this["wall"] / floor["wall"], "cpu / floor": this["cpu"] / floor["cpu"],
+                             "wall / hashing floor": this["wall"] / hashed["wall"], "cpu / hashing floor": this["cpu"] / hashed["cpu"],
                              "wall this / other": this["wall"] / other["wall"], "cpu this / other": this["cpu"] / other["cpu"],
                              "wall / bare cp": this["wall"] / got["bare cp -r"]["wall"]}
             got["size_gb"] = inputs.size_bytes(src) / 1e9
