@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "repair" / "targets" / "data"
 DOC = ROOT / "docs" / "runtime_profiles.md"
 NO_TRANSFORMERS = "transformers ships no model class"
-GPU_ONLY = ("not supported on CPU", "sparse MLA backend", "triton", "dummy base class")
+GPU_ONLY = ("not supported on CPU", "sparse MLA backend", "triton", "dummy base class", "cutlass")
 
 
 def category(reason: str) -> str:
