@@ -47,7 +47,10 @@ EXTRA: dict[str, dict] = {
                              "mamba_head_dim": 16, "n_groups": 1, "ssm_state_size": 16},
     "KimiLinearForCausalLM": {"num_experts_per_token": 2, "linear_head_dim": 16, "linear_num_heads": 4,
                               "num_attention_heads": 4, "num_key_value_heads": 4},  # models/kimi_linear.py
-    "Qwen4ExpForCausalLM": {"output_gate_type": "sigmoid"},  # models/qwen4_exp: silu | swish | sigmoid
+    "Qwen4ExpForCausalLM": {"output_gate_type": "sigmoid"},
+    # the MTP layer count published Qwen3.5 / Qwen3-Next configs carry (vLLM's config/speculative.py reads it)
+    "Qwen3_5ForCausalLM": {"mtp_num_hidden_layers": 1}, "Qwen3_5MoeForCausalLM": {"mtp_num_hidden_layers": 1},
+    "Qwen3NextForCausalLM": {"num_nextn_predict_layers": 1},  # models/qwen4_exp: silu | swish | sigmoid
     # vllm/models/inkling/nvidia/model.py reads these fields of the published config
     "InklingForCausalLM": {"padded_vocab_size": 256, "use_embed_norm": False, "dense_mlp_idx": 0,
                            "use_global_scale": False, "sconv_kernel_size": 4,
