@@ -88,3 +88,25 @@ def test_doctor_says_whether_the_profile_covered_the_architecture(tmp_path, caps
     out = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", draft)[1]
     assert ("vllm 0.32.0's generated profile does not cover it (not among its registered text-generation "
             "architectures), so generic layer roles were used") in out
+
+
+@pytest.mark.parametrize("name,checkpoint,fmt,never", [
+    # DeepSeekMTP builds eh_proj as a plain nn.Linear: no quant method under any format (models/deepseek_mtp.py)
+    ("DeepseekV3ForCausalLM", "model.layers.61.eh_proj", "compressed-tensors", True),
+    ("Glm4MoeForCausalLM", "model.layers.92.eh_proj", "modelopt-nvfp4", True),
+    # Qwen3.5 / Qwen3-Next's drafter loads `mtp.fc` into model.fc and forces it unquantized for modelopt_fp4 only
+    ("Qwen3_5ForCausalLM", "mtp.fc", "modelopt-nvfp4", True), ("Qwen3NextForCausalLM", "mtp.fc", "modelopt-nvfp4", True),
+    ("Qwen3_5MoeForCausalLM", "mtp.fc", "compressed-tensors", False),
+    ("Qwen3_5ForCausalLM", "mtp.layers.0.mlp.down_proj", "modelopt-nvfp4", False),
+])
+def test_mtp_drafter_layers_come_from_the_profile(name, checkpoint, fmt, never):
+    """The drafter vLLM builds for speculative_config method "mtp" is profiled with its model (issue 26.3): its
+    never-quantized layers are roles of the generated row, on the checkpoint's names (no hand row)."""
+    entry = VLLM.entries[name]
+    assert entry["mtp"]["modules"], entry["mtp"]
+    row = arch.architecture({"architectures": [name]})
+    assert row not in arch.ARCHITECTURES, row.name
+    covered = [r for r in row.unquantized_roles if r.covers(checkpoint, fmt, "NVFP4" if "nvfp4" in fmt else None)]
+    assert bool(covered) == never, [r.name for r in covered]
+    if fmt == "modelopt-nvfp4":  # what the profile's own (NVFP4) build recorded
+        assert (module_state(entry, checkpoint) in NEVER_QUANTIZED) == never

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "repair" / "targets" / "data"
 DOC = ROOT / "docs" / "runtime_profiles.md"
 NO_TRANSFORMERS = "transformers ships no model class"
-GPU_ONLY = ("not supported on CPU", "sparse MLA backend", "triton", "dummy base class")
+GPU_ONLY = ("not supported on CPU", "sparse MLA backend", "triton", "dummy base class", "cutlass")
 
 
 def category(reason: str) -> str:
@@ -34,7 +34,9 @@ def section(doc: dict, name: str) -> list[str]:
              f"- registered text-generation architectures: {doc['registered']}",
              f"- profiled: **{len(archs)} of {doc['registered']}**; of the {with_config} whose config class ships with "
              f"transformers: **{len(archs)} of {with_config} ({100 * len(archs) // max(with_config, 1)}%)**",
-             f"- quantization config used: `{json.dumps(doc['quantization'], sort_keys=True)}`", "",
+             f"- quantization config used: `{json.dumps(doc['quantization'], sort_keys=True)}`",
+             "- MTP drafters: " + (", ".join(f"`{a}` ({e['mtp'].get('architecture') or 'not built: ' + e['mtp']['unbuilt'][:60]})"
+                                             for a, e in sorted(archs.items()) if "mtp" in e) or "none"), "",
              "Profiled: " + ", ".join(f"`{a}`" for a in sorted(archs)) + ".", "", "Not profiled, and why:", ""]
     by_category: dict[str, list[str]] = {}
     for arch, reason in sorted(missing.items()):
@@ -54,7 +56,12 @@ def render() -> str:
             "whether vLLM built the layer quantized, unquantized or with no quant method, the fused layers",
             "(`packed_modules_mapping`) and the weight-name mapping (`hf_to_vllm_mapper`). `inspect`, `doctor` and `fix`",
             "read the rows (`repair/arch/profiled.py`); an architecture without a profile gets the generic row, and",
-            "`doctor` says it has no loader profile and what it checked.", ""]
+            "`doctor` says it has no loader profile and what it checked. Where the config has MTP layers, the drafter",
+            "vLLM builds for `speculative_config={\"method\": \"mtp\"}` (DeepSeekMTP, Qwen3_5MTP, ...) is profiled with it",
+            "(`mtp`); a layer vLLM's NVFP4 method cannot build (in features not a multiple of 16) is excluded and named",
+            "(`nvfp4_refused`). The vLLM tier writes a tiny ModelOpt NVFP4 export of every profiled architecture and",
+            "checks `inspect`, `doctor` and `fix` against vLLM's own loader on it (tests/vllm/test_generated_archs_vs_vllm.py).",
+            ""]
     body, rules = [], []
     for path in sorted(DATA.glob("*.json")):
         doc = json.loads(path.read_text())

@@ -97,9 +97,11 @@ def renames(model_class, names: list[str]) -> dict[str, str | None]:
     return dict(sorted(out.items()))
 
 
-def build_model(folder: str, initialize_model):
-    """(model, its VllmConfig): on the meta device; a class whose __init__ copies data (buffers filled from tensors)
-    is built again on CPU, from a fresh config (layer names register once per config), a few MB at these sizes."""
+def build_model(folder: str, initialize_model, drafter: bool = False):
+    """(model, its VllmConfig): on the meta device (no prefix caching: on CPU vLLM turns it off for MLA models after
+    its hybrid hook sized the mamba blocks for it, and then refuses its own config); a class whose __init__ copies data (buffers filled from tensors)
+    is built again on CPU, from a fresh config (layer names register once per config), a few MB at these sizes.
+    `drafter`: the MTP draft model vLLM builds for `speculative_config={"method": "mtp"}` on this checkpoint instead."""
     import contextlib
 
     import torch
@@ -108,11 +110,15 @@ def build_model(folder: str, initialize_model):
 
     for device in ("meta", None):
         vc = EngineArgs(model=folder, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128, enforce_eager=True,
-                        load_format="dummy", trust_remote_code=False).create_engine_config()
+                        load_format="dummy", trust_remote_code=False,
+                        enable_prefix_caching=False,
+                        speculative_config={"method": "mtp", "num_speculative_tokens": 1} if drafter else None
+                        ).create_engine_config()
+        model_config = vc.speculative_config.draft_model_config if drafter else vc.model_config
         try:
             with world_of_one(vc), set_current_vllm_config(vc), torch.device(device) if device else contextlib.nullcontext():
-                return initialize_model(vc, model_config=vc.model_config), vc
-        except NotImplementedError as e:
+                return initialize_model(vc, model_config=model_config), vc
+        except (NotImplementedError, RuntimeError) as e:  # e.g. "Tensor.item() cannot be called on meta tensors"
             if device is None or "meta tensor" not in str(e):
                 raise
     raise AssertionError("unreachable")
@@ -127,15 +133,102 @@ def profile(arch: str, names: dict[str, str]) -> dict:
     if model_class is None:
         raise NoConfig("vLLM cannot import its model class here (a GPU-only or missing dependency)")
     ModelRegistry.register_model(arch, model_class)  # in-process: no inspection subprocess per architecture
-    with tempfile.TemporaryDirectory() as folder:
-        with open(os.path.join(folder, "config.json"), "w") as f:
-            json.dump(dict(config, architectures=[arch], quantization_config=QUANTIZATION, torch_dtype="bfloat16"), f)
-        model, vc = build_model(folder, initialize_model)
+    refused: list[str] = []
+    while True:
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "config.json"), "w") as f:
+                json.dump(dict(config, architectures=[arch], quantization_config=dict(QUANTIZATION, ignore=refused),
+                               torch_dtype="bfloat16"), f)
+            try:
+                model, vc = build_model(folder, initialize_model)
+                mtp = mtp_drafter(folder, initialize_model) if has_mtp(config) else {}
+                break
+            except ValueError as e:
+                layer = refused_layer(e)
+                if layer is None or layer in refused:
+                    raise
+                refused.append(layer)
     packed = {k: list(v) for k, v in (getattr(model, "packed_modules_mapping", None) or {}).items()}
-    return {"config": {"source": source, "model_type": config.get("model_type")},
+    extra = {"nvfp4_refused": refused} if refused else {}
+    return {"config": {"source": source, "model_type": config.get("model_type")}, **extra,
             "quant_config": type(vc.quant_config).__name__, "modules": modules_of(model),
             "fused": {k: v for k, v in sorted(packed.items()) if v != [k]},
-            "renames": renames(type(model), checkpoint_names(arch, config))}
+            "renames": renames(type(model), checkpoint_names(arch, config)), **mtp}
+
+
+def has_mtp(config: dict) -> bool:
+    text = config.get("text_config") or {}
+    return any(c.get(k) for c in (config, text) for k in ("num_nextn_predict_layers", "mtp_num_hidden_layers"))
+
+
+def mtp_drafter(folder: str, initialize_model) -> dict:
+    """{"mtp": {"architecture", "modules", "renames"}}: vLLM's MTP drafter for this config (DeepSeekMTP, Qwen3_5MTP,
+    Glm4MoeMTP, ...), its layers' states as for the main model; renames: the checkpoint names its hf_to_vllm_mapper
+    maps onto its modules (a mapper prefix read backwards, kept only when mapping it forwards gives the module).
+    A drafter vLLM cannot build here is recorded with the reason instead of its modules."""
+    try:
+        model, vc = build_model(folder, initialize_model, drafter=True)
+    except Exception as e:  # noqa: BLE001 - recorded: the main model's profile stands without it
+        return {"mtp": {"unbuilt": f"{type(e).__name__}: {str(e)[:200]}"}}
+    return {"mtp": {"architecture": vc.speculative_config.draft_model_config.architectures[0],
+                    "modules": modules_of(model), "renames": drafter_renames(model)}}
+
+
+def drafter_renames(model) -> dict[str, str]:
+    """Checkpoint module pattern -> the drafter's module pattern, where vLLM's own load_weights puts a published MTP
+    name elsewhere (Qwen3.5 / Qwen3-Next: `mtp.fc` -> `model.fc`): each module's name and its `mtp.` form are fed
+    alone, as meta tensors, through the drafter's load_weights with recording weight loaders (tools/vllm_declared.py)."""
+    from vllm_declared import placements
+
+    out = {}
+    for name, module in model.named_modules():
+        weight = getattr(module, "_parameters", {}).get("weight")
+        if weight is None or weight.dim() != 2 or not name.startswith("model."):
+            continue
+        candidate = "mtp." + name[len("model."):]
+        try:
+            placed = placements(model, {candidate: (candidate + ".weight", list(weight.shape), str(weight.dtype)[6:])})
+        except Exception:  # noqa: BLE001 - this loader does not take the name: no rename
+            continue
+        if placed.get(candidate, {}).get("vllm_module") == name:
+            out[pattern(candidate)] = pattern(name)
+    return dict(sorted(out.items()))
+
+
+def refused_layer(error: ValueError) -> str | None:
+    """The name pattern of the layer whose shape vLLM's NVFP4 method refuses (in features not a multiple of 16: a
+    4-wide Gemma 3n AltUp linear), from the innermost frame building one; None for any other error. Every NVFP4
+    export vLLM loads must exclude it, so the profile excludes it too (recorded as `nvfp4_refused`)."""
+    if "not multiple of 16" not in str(error):
+        return None
+    found, tb = None, error.__traceback__
+    while tb is not None:
+        prefix = tb.tb_frame.f_locals.get("prefix")
+        found = prefix if isinstance(prefix, str) and prefix else found
+        tb = tb.tb_next
+    return None if found is None else pattern(found)
+
+
+def register_drafters() -> None:
+    """Every MTP drafter class vLLM registers, registered in-process: vLLM would inspect each in a subprocess, where
+    the torchvision shim is absent (Qwen3_5MTP's module imports the image processor) and which costs ~20 s each."""
+    from vllm import ModelRegistry
+
+    for arch in ModelRegistry.get_supported_archs():
+        if "MTP" in arch or "NextN" in arch:
+            try:  # a drafter whose module needs a GPU-only import stays unregistered (its build fails with the reason)
+                ModelRegistry.register_model(arch, ModelRegistry._try_load_model_cls(arch))
+            except (TypeError, ValueError):
+                pass
+
+
+def no_triton_allocator() -> None:
+    """Shim: the CPU build's triton has no set_allocator, which linear-attention layers call at construction
+    (vllm/triton_utils/allocation.py) to give kernels scratch memory; no layer's quant method depends on it."""
+    from vllm.triton_utils import triton
+
+    if not hasattr(triton, "set_allocator"):
+        triton.set_allocator = lambda alloc_fn: None
 
 
 def main(argv: list[str]) -> int:
@@ -146,6 +239,8 @@ def main(argv: list[str]) -> int:
     enable_cpu_nvfp4()
     nvfp4_moe_emulation_fallback()
     empty_torchvision()
+    no_triton_allocator()
+    register_drafters()
     names = model_types()
     archs = sorted(only or _TEXT_GENERATION_MODELS)
     result = {"runtime": "vllm", "release": vllm.__version__.split("+")[0], "quantization": QUANTIZATION,

@@ -27,13 +27,37 @@ EXTRA: dict[str, dict] = {
     "Glm4MoeLiteForCausalLM": {"first_k_dense_replace": 1},  # models/glm4_moe_lite.py
     "MiniMaxM2ForCausalLM": {"rotary_dim": 8, "scoring_func": "sigmoid"},  # models/minimax_m2.py
     "AfmoeForCausalLM": {"score_func": "sigmoid", "route_norm": True, "n_group": 1, "topk_group": 1},  # models/afmoe.py
-    "InklingForCausalLM": {"padded_vocab_size": 256},  # models/inkling.py
     "Mamba2ForCausalLM": {"num_heads": 8, "n_groups": 1},  # transformers: hidden_size * expand == num_heads * head_dim
     "Lfm2ForCausalLM": {"block_dim": 64, "block_ff_dim": 128, "block_multiple_of": 16, "block_auto_adjust_ff_dim": False,
                         "block_ffn_dim_multiplier": 1.0},  # models/lfm2.py reads the block_* fields of Liquid's configs
     "LongcatFlashForCausalLM": {"mla_scale_q_lora": False, "mla_scale_kv_lora": False, "zero_expert_num": 0,
                                 "zero_expert_type": "identity"},  # models/longcat_flash.py
     "HYV3ForCausalLM": {"first_k_dense_replace": 1, "expert_hidden_dim": 32, "route_norm": True},  # models/hy_v3.py
+    # models/dbrx.py reads attn_config.rope_theta (published DBRX configs hold it there; transformers 5 moved it)
+    "DbrxForCausalLM": {"d_model": 64, "attn_config": {"kv_n_heads": 2, "clip_qkv": 8, "rope_theta": 500000},
+                        "ffn_config": {"ffn_hidden_size": 128, "moe_num_experts": 4, "moe_top_k": 2}},
+    "Lfm2MoeForCausalLM": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},  # models/lfm2_moe.py
+    # models/mimo_v2.py reads the published config's hybrid_layer_pattern (1 = sliding-window layer) and SWA sizes
+    "MiMoV2FlashForCausalLM": {"hybrid_layer_pattern": [0, 1], "moe_layer_freq": [0, 1], "swa_num_attention_heads": 4,
+                               "swa_num_key_value_heads": 2, "swa_head_dim": 16, "sliding_window_size": 64,
+                               "layernorm_epsilon": 1e-6, "attention_bias": False},
+    # Nemotron-H 8B/47B's layer kinds (mamba, attention, MLP: their hybrid_override_pattern has no MoE "E"); vLLM
+    # builds the relu2 non-gated MoE of Nemotron 3 only on CUDA/ROCm/XPU (fused_moe/config.py), so those rows are absent
+    "NemotronHForCausalLM": {"layers_block_type": ["linear_attention", "full_attention", "mlp"], "mamba_num_heads": 8,
+                             "mamba_head_dim": 16, "n_groups": 1, "ssm_state_size": 16},
+    "KimiLinearForCausalLM": {"num_experts_per_token": 2, "linear_head_dim": 16, "linear_num_heads": 4,
+                              "num_attention_heads": 4, "num_key_value_heads": 4},  # models/kimi_linear.py
+    "Qwen4ExpForCausalLM": {"output_gate_type": "sigmoid"},
+    # the MTP layer count published Qwen3.5 / Qwen3-Next configs carry (vLLM's config/speculative.py reads it)
+    "Qwen3_5ForCausalLM": {"mtp_num_hidden_layers": 1}, "Qwen3_5MoeForCausalLM": {"mtp_num_hidden_layers": 1},
+    "Qwen3NextForCausalLM": {"num_nextn_predict_layers": 1},  # models/qwen4_exp: silu | swish | sigmoid
+    # vllm/models/inkling/nvidia/model.py reads these fields of the published config
+    "InklingForCausalLM": {"padded_vocab_size": 256, "use_embed_norm": False, "dense_mlp_idx": 0,
+                           "use_global_scale": False, "sconv_kernel_size": 4,
+                           "logits_mup_width_multiplier": 1.0, "final_logit_softcapping": None, "local_layer_ids": [0],
+                           "q_bias": False, "o_bias": False, "gate_activation": "sigmoid", "norm_after_topk": True,
+                           "inference_moe_w13_interleaved": True, "use_gate_bias": True},  # moe.py asserts these
+    "Zamba2ForCausalLM": {"head_dim": 32, "attention_head_dim": 32},  # models/zamba2.py: head_dim * heads == 2 * hidden_size
 }
 DROP = ("architectures", "auto_map", "transformers_version", "dtype", "torch_dtype", "quantization_config")
 SUB_CONFIGS = ("text_config", "language_config", "llm_config", "thinker_config")
@@ -69,6 +93,7 @@ def _shrunk(cls, overrides: dict | None = None) -> dict:
             kwargs[key] = _shrunk(sub)
     if "num_hidden_layers" in kwargs and defaults.get("full_attention_interval"):
         kwargs["num_hidden_layers"] = defaults["full_attention_interval"]  # one full-attention layer among them
+    kwargs.update(_per_layer_lists(defaults, kwargs, overrides or {}))
     kwargs.update({k: v for k, v in (overrides or {}).items() if k in defaults})
     config = cls(**kwargs).to_dict()
     _drop_bookkeeping(config)
@@ -77,6 +102,25 @@ def _shrunk(cls, overrides: dict | None = None) -> dict:
     for key in DROP:
         config.pop(key, None)
     return config
+
+
+def _per_layer_lists(defaults: dict, kwargs: dict, overrides: dict) -> dict:
+    """The class's per-layer lists (layer_types, mlp_layer_types, layers_block_type, ...: one entry per default layer)
+    cut to the layers that show each kind once, in order, and the layer count set to match (a class validates its
+    lists' length against num_hidden_layers; a 2-layer model would otherwise hold only its first two kinds)."""
+    count_key = next((k for k in ("num_hidden_layers", "num_layers", "n_layers") if isinstance(defaults.get(k), int)), None)
+    if count_key is None or count_key not in kwargs:
+        return {}
+    n = defaults[count_key]
+    lists = {k: v for k, v in defaults.items() if isinstance(v, list) and len(v) == n and n > 2 and k not in overrides
+             and all(isinstance(x, (str, int, float)) for x in v)}
+    keep: set[int] = {0, 1}
+    for values in lists.values():
+        keep |= {values.index(x) for x in dict.fromkeys(values)}
+    rows = sorted(keep)
+    if not lists:
+        return {}
+    return {count_key: len(rows), **{k: [v[i] for i in rows] for k, v in lists.items()}}
 
 
 def _drop_bookkeeping(config: dict) -> None:
@@ -105,5 +149,7 @@ def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str]:
     except Exception as e:  # noqa: BLE001 - the class refused our sizes: a reason, not a crash
         raise NoConfig(f"transformers {cls.__name__} refuses the shrunk sizes: {type(e).__name__}: {str(e)[:160]}") from None
     config["model_type"] = model_type
-    config.update(EXTRA.get(arch, {}))
+    for key, value in EXTRA.get(arch, {}).items():  # "sub.key": a field of a sub-config (text_config)
+        parent, _, child = key.rpartition(".")
+        (config.setdefault(parent, {}) if parent else config)[child] = value
     return config, f"transformers {transformers.__version__} {cls.__name__}, shrunk (tools/vllm_profile_configs.py SMALL)"

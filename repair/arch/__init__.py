@@ -3,21 +3,17 @@
 Rows come from two places. Generated rows (`arch/profiled.py`) are read from the newest shipped runtime profile
 (repair/targets/data/): every architecture the runtime's own model code could be built for, with the layers it
 never quantizes and the layers it fuses. Hand rows (ARCHITECTURES) cover what no profile records: the Gemma 4
-assistant's loader profile, MTP drafter layers, and families the profile could not build (Qwen3.5/3.6); a hand
-row's extra roles are added to the generated row of the same architecture. A config no row matches gets `GENERIC`.
+assistant's loader profile and the multimodal Qwen3.5/3.6 classes (MTP drafters' layers are in the profiles). A config no row matches gets `GENERIC`.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from repair.arch.base import GENERIC, Architecture, LayerKind, ModuleSpec
 from repair.arch.gemma4_assistant import GEMMA4_ASSISTANT
-from repair.arch.moe_routers import DEEPSEEK_MTP, QWEN3_5
+from repair.arch.moe_routers import QWEN3_5
 from repair.arch.profiled import ReleaseProfile, read_profiles
 
 ARCHITECTURES: tuple[Architecture, ...] = (GEMMA4_ASSISTANT, QWEN3_5)  # whole rows no profile replaces
-EXTRA_ROLES = {name: roles for roles, names in DEEPSEEK_MTP for name in names}  # architecture -> hand roles added
 PROFILES: tuple[ReleaseProfile, ...] = read_profiles()
 
 
@@ -37,10 +33,7 @@ def architecture(config: dict | None, profile: ReleaseProfile | None = None) -> 
     name = listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else None
     profile = profile or newest()
     row = profile.row(name) if profile is not None and name is not None else None
-    if row is None:
-        return GENERIC
-    extra = EXTRA_ROLES.get(name, ())
-    return replace(row, unquantized_roles=row.unquantized_roles + extra) if extra else row
+    return GENERIC if row is None else row
 
 
 def expected_modules(config: dict | None, where: str = "config.json") -> dict[str, ModuleSpec] | None:

@@ -1,9 +1,8 @@
 """Hand knowledge no generated profile covers yet (repair/arch/profiled.py covers routers and fused layers).
 
-- MTP drafter layers: the profile builds each architecture's main model; DeepSeek's MTP layer (`eh_proj`) is
-  built by vLLM's DeepSeekMTP drafter, which the profile does not build.
-- Qwen3.5 / Qwen3.6: vLLM 0.32's qwen3_5.py cannot be imported on this CPU host (its multimodal processor needs
-  torchvision), so the profile records it as unprofiled; this row says what its source says
+- Qwen3.5 / Qwen3.6 multimodal classes (*ForConditionalGeneration, the published checkpoints' architecture): the
+  profile covers vLLM's text-generation registry, where only the text-only Qwen3_5(Moe)ForCausalLM are (their rows,
+  MTP drafter included, are generated); this row says what vLLM's source says for the multimodal ones
   (tests/vllm/test_qwen3_5_row_vs_vllm.py reads that source to check it).
 """
 
@@ -11,12 +10,6 @@ from __future__ import annotations
 
 from repair.arch.base import Architecture
 from repair.arch.roles import GENERIC_ROLES, UnquantizedRole
-
-DEEPSEEK_MTP_EH_PROJ = UnquantizedRole("MTP input projection", r"(^|\.)eh_proj$",
-                                       "vLLM's DeepSeekMultiTokenPredictorLayer builds eh_proj as a plain torch nn.Linear "
-                                       "(models/deepseek_mtp.py), which no quantization config sees")
-# (roles, architectures they are added to): vLLM 0.32 models/deepseek_mtp.py (DeepSeekMTP) serves both
-DEEPSEEK_MTP = (((DEEPSEEK_MTP_EH_PROJ,), ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")),)
 
 QWEN_NEXT_ROLES = (
     *GENERIC_ROLES,
@@ -33,8 +26,7 @@ QWEN_NEXT_ROLES = (
 """The MoE block (and MTP drafter) Qwen3-Next and Qwen3.5 / Qwen3.6 share in vLLM 0.32."""
 
 QWEN3_5 = Architecture(
-    "Qwen3.5 / Qwen3.6", architectures=("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
-                                        "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"),
+    "Qwen3.5 / Qwen3.6", architectures=("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"),
     unquantized_roles=QWEN_NEXT_ROLES,
     # Qwen3_5ForCausalLMBase / Qwen3_5ForConditionalGeneration.packed_modules_mapping: Llama's plus the gated-delta-net pairs
     fused_layers={"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj"),

@@ -21,6 +21,7 @@ from repair.arch.roles import GENERIC_ROLES, UnquantizedRole
 
 DATA = files("repair") / "targets" / "data"
 NEVER_QUANTIZED = ("none", "unquantized")  # the quant config was never asked, or declined, under quantize-everything
+NVFP4_ONLY = {"formats": ("modelopt-nvfp4",), "quant_algos": ("NVFP4", "W4A16_NVFP4", "NVFP4_AWQ")}  # vLLM's modelopt_fp4
 NUMBER = re.compile(r"\.\d+(?=\.|$)")
 
 
@@ -67,18 +68,30 @@ def pattern_regex(patterns: list[str]) -> str:
 
 def never_quantized_roles(profile: ReleaseProfile, entry: dict) -> tuple[UnquantizedRole, ...]:
     """One role per layer class the release builds without a quantized method, matched on checkpoint names: the
-    vLLM pattern itself and every checkpoint pattern its weight mapper renames to it."""
-    by_layer: dict[str, list[str]] = {}
-    for vllm_pattern, module in entry["modules"].items():
+    vLLM pattern itself and every checkpoint pattern its weight mapper renames to it. A drafter-only layer the NVFP4
+    config declined (state "unquantized", e.g. Qwen3.5's mtp.fc, forced unquantized for modelopt_fp4 only) holds
+    under the profiled NVFP4 config only; one built with no quant method at all ("none": DeepSeek's eh_proj) always."""
+    by_layer: dict[tuple[str, bool], list[str]] = {}
+    modules, renames = with_drafter(entry)
+    for vllm_pattern, module in modules.items():
         if module["state"] in NEVER_QUANTIZED and not _generic(vllm_pattern):
-            by_layer.setdefault(module["layer"], []).append(vllm_pattern)
+            nvfp4_only = vllm_pattern not in entry["modules"] and module["state"] == "unquantized"
+            by_layer.setdefault((module["layer"], nvfp4_only), []).append(vllm_pattern)
     roles = []
-    for layer, patterns in sorted(by_layer.items()):
-        names = patterns + [ckpt for ckpt, mapped in entry.get("renames", {}).items() if mapped in patterns]
+    for (layer, nvfp4_only), patterns in sorted(by_layer.items()):
+        names = patterns + [ckpt for ckpt, mapped in renames.items() if mapped in patterns]
         roles.append(UnquantizedRole(f"{layer} layer", pattern_regex(names),
                                      f"{profile.label} builds {', '.join(sorted(patterns))} as {layer} without a "
-                                     f"quantized method (its model code, recorded in {profile.source})"))
+                                     f"quantized method (its model code, recorded in {profile.source})",
+                                     **(NVFP4_ONLY if nvfp4_only else {})))
     return tuple(roles)
+
+
+def with_drafter(entry: dict) -> tuple[dict, dict]:
+    """(modules, renames) of the main model plus its MTP drafter's (the `mtp` block: DeepSeekMTP's eh_proj, Qwen3.5's
+    mtp.fc); where both name a pattern, the main model's entry stands."""
+    drafter = entry.get("mtp", {})
+    return ({**drafter.get("modules", {}), **entry["modules"]}, {**drafter.get("renames", {}), **entry.get("renames", {})})
 
 
 def _generic(vllm_pattern: str) -> bool:
@@ -98,11 +111,12 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
 def module_state(entry: dict, module: str) -> str | None:
     """What the release builds a checkpoint module as ("quantized", "unquantized", "none"), None when not recorded:
     the module's pattern, renamed by the weight mapper, else folded into its fused layer."""
+    modules, renames = with_drafter(entry)
     found = NUMBER.sub(".*", module)
-    found = entry.get("renames", {}).get(found, found)
+    found = renames.get(found, found)
     if found is None:
         return None
     parent, _, leaf = found.rpartition(".")
     fused = next((f for f, shards in entry.get("fused", {}).items() if leaf in shards), None)
     candidates = (found, f"{parent}.{fused}" if fused else found)
-    return next((entry["modules"][c]["state"] for c in candidates if c in entry["modules"]), None)
+    return next((modules[c]["state"] for c in candidates if c in modules), None)

@@ -1,0 +1,208 @@
+#!/usr/bin/env python
+"""A tiny NVFP4 export per profiled architecture, and what vLLM does with it (run in .venv-vllm).
+
+    vllm_arch_check.py ROOT ARCH [ARCH ...]
+
+For each ARCH, one JSON line on stdout, in the order given:
+
+    {"arch": ARCH, "ok": true, "healthy": DIR, "broken": DIR, "broken_module": "...", "broken_kind": "router" | "excluded",
+     "declared": {checkpoint module: vLLM builds it quantized (bool)}, "healthy_load": LOAD, "broken_load": LOAD}
+    {"arch": ARCH, "ok": false, "why": "..."}                    (no checkpoint could be written for it)
+LOAD = {"ok": bool, "error_type": ..., "error": ...}: vLLM's own loader on CPU (tools/vllm_load.py's path, weights
+tracked), the real weights of the folder. When the healthy export does not load, "bf16_load" says whether vLLM loads
+transformers' own BF16 checkpoint of the same model (if not, its names are not vLLM's: nothing about quantization).
+
+The checkpoint: the profile's small config (tools/vllm_profile_configs.py); the tensor names and shapes are what
+transformers' own model class for it writes with ``save_pretrained`` (per-expert names where transformers reverts
+its fused experts, tied lm_head dropped), i.e. the names a ModelOpt export of that model has. Which module is stored
+NVFP4 (ModelOpt's leaves: packed uint8 ``weight``, FP8 ``weight_scale`` per 16, FP32 ``weight_scale_2`` and
+``input_scale``) is vLLM's own decision under an exclude-nothing ModelOpt config (tools/vllm_declared.py's
+``decide``); every other module it places is listed in hf_quant_config.json's ``exclude_modules`` (embeddings aside),
+as ModelOpt writes it. The broken copy stores one more module packed that vLLM builds unquantized: a router vLLM
+builds without a quant config (left out of the exclusions, as a quantize-all-linears export does), else a quantized
+linear listed as excluded while still stored packed (the Gemma 4 assistant's case). Imports nothing from ``repair``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import re
+import shutil
+import sys
+import traceback
+
+import vllm_declared
+from vllm_declared import decide, setup
+from vllm_load import load
+from vllm_profile import QUANTIZATION, no_triton_allocator
+from vllm_profile_configs import model_types, small_config
+from vllm_runtime import Loader, emit, reported
+
+PRODUCER = {"name": "modelopt", "version": "0.33.0"}  # the hf_quant_config.json form of tests/data/real's exports
+EMBEDDING = "Embedding"  # vLLM's embedding layer classes (VocabParallelEmbedding, ...): ModelOpt lists none
+LM_HEAD = "lm_head"  # ModelOpt's default config never quantizes it (`*lm_head*` disabled) and always excludes it
+
+
+def log(msg: str) -> None:
+    print(f"[vllm_arch_check] {msg}", file=sys.stderr, flush=True)
+
+
+def build_on_meta_else_cpu(vc, model_config):
+    """tools/vllm_declared.py's meta-device build; a class whose __init__ copies data (buffers filled from tensors:
+    Apertus, Bloom) is built on CPU instead (a few MB here), its layer names first unregistered from the config."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    try:
+        return meta_build(vc, model_config)
+    except (NotImplementedError, RuntimeError) as e:
+        if "meta tensor" not in str(e):
+            raise
+    vc.compilation_config.static_forward_context.clear()
+    with set_current_vllm_config(vc):
+        return initialize_model(vc, model_config=model_config)
+
+
+def bf16_export(arch: str, config: dict, folder: str) -> dict:
+    """transformers' model class for `config`, saved (tiny, BF16): (name -> tensor of its checkpoint, the names of
+    its modules that are not nn.Linear: ModelOpt quantizes linears (and experts, which save as per-expert names that
+    are no module of transformers' class), not GPT-2's Conv1D or embeddings)."""
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+
+    cls = getattr(transformers, arch, None)
+    if cls is None:
+        raise LookupError("transformers has no model class of this name to write its checkpoint names")
+    torch.manual_seed(0)
+    model = cls(cls.config_class(**{k: v for k, v in config.items() if k != "model_type"})).to(torch.bfloat16)
+    model.save_pretrained(folder, safe_serialization=True)
+    tensors: dict = {}
+    for file in sorted(f for f in os.listdir(folder) if f.endswith(".safetensors")):
+        tensors.update(load_file(os.path.join(folder, file)))
+    not_linear = {n for n, m in model.named_modules() if not isinstance(m, torch.nn.Linear)}
+    return tensors, not_linear
+
+
+def nvfp4_leaves(module: str, weight) -> dict:
+    """ModelOpt's NVFP4 leaves for a [out, in] weight (values are irrelevant to loading; shapes and dtypes are not).
+    One scale_2 / input_scale value everywhere, so fused siblings agree as ModelOpt makes them."""
+    import torch
+
+    out_f, in_f = weight.shape
+    gen = torch.Generator().manual_seed(len(module))
+    return {f"{module}.weight": torch.randint(0, 256, (out_f, in_f // 2), dtype=torch.uint8, generator=gen),
+            f"{module}.weight_scale": torch.ones(out_f, in_f // 16).to(torch.float8_e4m3fn),
+            f"{module}.weight_scale_2": torch.tensor(0.01, dtype=torch.float32),
+            f"{module}.input_scale": torch.tensor(0.02, dtype=torch.float32)}
+
+
+def write_export(folder: str, config: dict, tensors: dict, packed: set[str], excluded: list[str]) -> str:
+    from safetensors.torch import save_file
+
+    os.makedirs(folder)
+    out = {}
+    for name, t in tensors.items():
+        module, _, leaf = name.rpartition(".")
+        out.update(nvfp4_leaves(module, t) if leaf == "weight" and module in packed else {name: t.contiguous()})
+    save_file(out, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    quant = {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16, "exclude_modules": sorted(set(excluded))}
+    with open(os.path.join(folder, "hf_quant_config.json"), "w") as f:
+        json.dump({"producer": PRODUCER, "quantization": quant}, f, indent=1)
+    return folder
+
+
+def broken_choice(placed: dict, tensors: dict, quantized: set[str]) -> tuple[str, str] | None:
+    """(module, kind) to store packed where vLLM builds it unquantized: a layer vLLM builds unquantized even when the
+    quant config excludes nothing (a router built with quant_config=None), else
+    a quantized linear that is not one shard of a fused layer (its exclusion then stands alone)."""
+    def two_d(m):
+        w = tensors.get(f"{m}.weight")
+        return w is not None and w.dim() == 2 and w.shape[1] % 16 == 0
+
+    routers = [m for m, v in placed.items() if not v["quantized"] and two_d(m) and EMBEDDING not in v["layer"]]
+    if routers:
+        return sorted(routers, key=lambda m: (m == LM_HEAD, m))[0], "router"
+    alone = [m for m in quantized if placed[m]["vllm_module"].rpartition(".")[2] == m.rpartition(".")[2]]
+    return (sorted(alone or quantized)[0], "excluded") if (alone or quantized) else None
+
+
+def check(arch: str, root: str, names: dict, loader: Loader) -> dict:
+    config, _ = small_config(arch, names)
+    config = dict(config, architectures=[arch], torch_dtype="bfloat16")
+    if isinstance(config.get("pad_token_id"), int) and config["pad_token_id"] >= config.get("vocab_size", 1 << 30):
+        config["pad_token_id"] = None  # the class default names a token of the full vocabulary
+    if config.get("num_nextn_predict_layers"):
+        config["num_nextn_predict_layers"] = 0  # transformers' class writes no MTP layer (vLLM then wants them)
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", arch):  # a class name: it names a folder this tool removes
+        raise ValueError(f"not an architecture name: {arch!r}")
+    base = os.path.join(root, arch)
+    shutil.rmtree(base, ignore_errors=True)
+    probe = os.path.join(base, "bf16")
+    tensors, not_linear = bf16_export(arch, config, probe)
+    with open(os.path.join(probe, "config.json"), "w") as f:  # the profile's own config, asked to quantize everything
+        json.dump(dict(config, quantization_config=QUANTIZATION), f)
+    placed = decide(probe)["modules"]
+    quantized = {m for m, v in placed.items() if v["quantized"] and tensors[f"{m}.weight"].dim() == 2 and m != LM_HEAD
+                 and m not in not_linear}
+    excluded = [m for m, v in placed.items() if m not in quantized and EMBEDDING not in v["layer"]] + [LM_HEAD]
+    healthy = write_export(os.path.join(base, "healthy"), config, tensors, quantized, excluded)
+    declared = {m: v["quantized"] for m, v in decide(healthy)["modules"].items()}
+    choice = broken_choice(placed, tensors, quantized)
+    line = {"arch": arch, "ok": True, "healthy": healthy, "declared": declared,
+            "healthy_load": outcome(healthy, loader)}
+    if not line["healthy_load"]["ok"]:  # does vLLM load transformers' own BF16 export of it at all?
+        os.remove(os.path.join(probe, "config.json"))
+        with open(os.path.join(probe, "config.json"), "w") as f:
+            json.dump(config, f)
+        line["bf16_load"] = outcome(probe, loader)
+    shutil.rmtree(probe)
+    if choice is not None:
+        module, kind = choice
+        still = [m for m in excluded if m != module] + ([module] if kind == "excluded" else [])
+        broken = write_export(os.path.join(base, "broken"), config, tensors, quantized | {module}, still)
+        line.update(broken=broken, broken_module=module, broken_kind=kind, broken_load=outcome(broken, loader))
+    return line
+
+
+def outcome(folder: str, loader: Loader) -> dict:
+    result = reported(folder, lambda: load(folder, loader), False, log)
+    return {k: result.get(k) for k in ("ok", "error_type", "error")}
+
+
+meta_build, vllm_declared.build = vllm_declared.build, build_on_meta_else_cpu  # decide() builds through it
+
+
+def main(argv: list[str]) -> int:
+    root, archs = argv[0], argv[1:]
+    try:
+        setup()
+        no_triton_allocator()
+        loader = Loader(False)
+        names = model_types()
+    except Exception:
+        traceback.print_exc(file=sys.stderr)
+        return 3
+    from vllm import ModelRegistry
+
+    for arch in archs:
+        model_class = ModelRegistry._try_load_model_cls(arch)
+        if model_class is not None:
+            ModelRegistry.register_model(arch, model_class)  # in-process: no inspection subprocess per architecture
+        try:
+            line = check(arch, root, names, loader)
+        except Exception as e:  # noqa: BLE001 - no checkpoint for it: the reason is the result
+            traceback.print_exc(file=sys.stderr)
+            line = {"arch": arch, "ok": False, "why": f"{type(e).__name__}: {str(e)[:300]}"}
+        gc.collect()
+        log(f"{arch}: {'ok' if line['ok'] else line['why'][:120]}")
+        emit(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
