@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Protocol
+from typing import Callable, ClassVar, Iterable, Protocol
 
 from repair.formats.algorithms import LayerAlgorithms
 from repair.io.checkpoint import Checkpoint
@@ -31,6 +31,7 @@ class Rule(Protocol):
 
     def excludes(self, prefix: str) -> bool: ...
     def shard_excluded(self, prefix: str) -> bool: ...
+    def used_entries(self, prefixes: Iterable[str]) -> frozenset[str]: ...  # entries excluding one of them on their own
 
 
 @dataclass(frozen=True)
