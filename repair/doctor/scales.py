@@ -19,9 +19,9 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Callable
 
-from repair.codec.scale_values import nvfp4_codes_needed
+from repair.codec.scale_values import nvfp4_codes_needed_many
 from repair.formats.modules import StoredModule
-from repair.formats.nvfp4_health import SAMPLE_BYTES, BlockScaleStats, global_scale_problem, read_f32_scalar, sample_windows, stats_of
+from repair.formats.nvfp4_health import SAMPLE_BYTES, BlockScaleStats, read_f32_scalar, sample_windows, stats_of
 from repair.io.byte_source import LocalFiles
 from repair.io.checkpoint import Checkpoint
 from repair.io.ranges import RangeReader
@@ -74,8 +74,9 @@ class ScaleValues:
         self._scalars = 0
         self._stats: dict[str, BlockScaleStats] = {}
         source = ckpt.byte_source or LocalFiles()
+        self._read.prefetch(i for i in ckpt.infos().values() if i.dtype == "F32" and i.nbytes == 4)  # the scalars, a run each
         blocks = _block_scales(ckpt, modules)
-        suspects = {s.name for m, s in blocks if self._needs_codes(ckpt, m, divisor)}
+        suspects = self._needing_codes(ckpt, blocks, divisor)
         whole = [s for _, s in blocks if deep or s.name in suspects]
         sampled = self._sample(source, [s for _, s in blocks if not (deep or s.name in suspects)])
         before = source.transfer.requests
@@ -103,17 +104,21 @@ class ScaleValues:
     def __exit__(self, *exc) -> None:
         self._read.__exit__(*exc)
 
-    def _needs_codes(self, ckpt: Checkpoint, m: StoredModule, divisor: bool) -> bool:
-        """Whether the value checks need every block-scale code (codec/scale_values.py): a global scale with which some
-        code could overflow or round to 0, or an NVFP4_AWQ layer (its pre_quant_scale is checked against the peak)."""
-        if m.tensor("pre_quant_scale"):
-            return True
-        name = m.tensor("weight_scale_2")
-        info = ckpt.infos().get(name) if name else None
-        if info is None or info.dtype != "F32" or info.nbytes != 4:
-            return False
-        value = read_f32_scalar(info.path, info, self._read)
-        return global_scale_problem(value) is None and nvfp4_codes_needed(value, divisor, "BF16")
+    def _needing_codes(self, ckpt: Checkpoint, blocks: list[tuple[StoredModule, TensorInfo]], divisor: bool) -> set[str]:
+        """The block-scale tensors the value checks need every code of (codec/scale_values.py): an NVFP4_AWQ layer's
+        (its pre_quant_scale is checked against the peak), and those whose global scale could make some code overflow
+        or round to 0, decided for every module at once."""
+        infos = ckpt.infos()
+        out, asked = set(), []
+        for m, s in blocks:
+            name = m.tensor("weight_scale_2")
+            info = infos.get(name) if name else None
+            if m.tensor("pre_quant_scale"):
+                out.add(s.name)
+            elif info is not None and info.dtype == "F32" and info.nbytes == 4:
+                asked.append((s.name, read_f32_scalar(info.path, info, self._read)))
+        needed = nvfp4_codes_needed_many([value for _, value in asked], divisor, "BF16")
+        return out | {name for (name, _), need in zip(asked, needed) if need}
 
     def _sample(self, source, infos: list[TensorInfo]) -> list[TensorInfo]:
         """Sample each tensor whose windows are on disk; the ones sampled."""
@@ -121,7 +126,7 @@ class ScaleValues:
         for info in infos:
             windows = sample_windows(info)
             if all(source.holds(info.path, start, end) for start, end in windows):
-                raw = b"".join(bytes(self._read(info.path, _window(info, start, end))) for start, end in windows)
+                raw = b"".join(self._read.span(info.path, start, end, info.name) for start, end in windows)
                 self._stats[info.name] = stats_of(raw, keep=False)
                 done.append(info)
         return done
@@ -151,10 +156,6 @@ def _block_scales(ckpt: Checkpoint, modules: dict[str, StoredModule]) -> list[tu
 
 def _no_bar(total: int) -> AbstractContextManager:
     return nullcontext()
-
-
-def _window(info: TensorInfo, start: int, end: int) -> TensorInfo:
-    return TensorInfo(info.name, info.dtype, (end - start,), start, end, info.path)
 
 
 def _size(n: int) -> str:

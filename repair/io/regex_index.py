@@ -73,6 +73,15 @@ class PatternIndex:
         text = name.encode()
         return any(s.Match(text) for s, _ in self.sets) or any(self._test(i)(name) for i in self.python)
 
+    def matching(self, name: str) -> set[int]:
+        """The owners with an alternative matching `name`."""
+        if not re2_exact(name):
+            return {a.owner for i, a in enumerate(self.alternatives) if self._test(i)(name)}
+        text = name.encode()
+        found = {owners[j] for s, owners in self.sets for j in s.Match(text)}
+        found.update(self.alternatives[i].owner for i in self.python if self._test(i)(name))
+        return found
+
     def used(self, names: Iterable[str]) -> frozenset[int]:
         """The owners with an alternative matching at least one of `names`: one pass of each set over each name."""
         found: set[int] = set()
@@ -139,6 +148,12 @@ def substring(owner: int, text: str) -> Alternative:
     return Alternative(owner, SEARCH, literal, partial(_holds, text))
 
 
+def searched(owner: int, pattern: str) -> Alternative:
+    """re.search(pattern, name), for a pattern of our own (no backtracking check: ours are simple)."""
+    compiled = re.compile(pattern)
+    return Alternative(owner, SEARCH, _re2_of(_parser.parse(pattern)), lambda: _test(compiled, compiled.search))
+
+
 def glob(owner: int, pattern: str) -> Alternative:
     """fnmatch.fnmatchcase(name, pattern), which is re.match of fnmatch.translate(pattern). Python writes each
     `*fixed` piece inside the pattern as an atomic group `(?>.*?fixed)`; `fixed` has no `*`, so its first
@@ -159,8 +174,9 @@ def _holds(text: str) -> Test:
     return lambda name: text in name
 
 
-def _test(compiled: re.Pattern) -> Test:
-    return lambda name: compiled.match(name) is not None
+def _test(compiled: re.Pattern, run=None) -> Test:
+    run = run or compiled.match
+    return lambda name: run(name) is not None
 
 
 def _plain_groups(tree):
