@@ -92,3 +92,14 @@ def test_the_unused_exclusion_scan_is_one_pass_over_the_names_whatever_the_list_
         work[count] = (sum(s.passes for s, _ in sets), sum(s.bytes for s, _ in sets))
     # two automata (the entries' substrings, searched; the wildcard's fnmatch, anchored), each one pass per name
     assert work[10] == work[2000] == (2 * len(names), 2 * sum(len(n) for n in names))
+
+
+def test_an_entry_too_long_for_re2_is_decided_by_python_alike():
+    """A megabyte-long entry would take RE2 minutes to compile: past LONGEST it is Python's test alone."""
+    long_name = "model." + "x" * 3000 + ".mlp"
+    entries = ["x" * 2000, "model.*" + "x" * 2000 + "*", "y" * 5000, "*" + "?" * 4000 + "*"]
+    rule = modelopt_rule(entries)
+    assert {rule.index.alternatives[i].owner for i in rule.index.python} == {0, 1, 2, 3}
+    names = [long_name, "lm_head"]
+    assert rule.used_entries(names) == {e for e in entries if any(vllm_modelopt_excludes(n, e) for n in names)} == {entries[0], entries[1]}
+    assert rule.excludes(long_name) and not rule.excludes("lm_head")

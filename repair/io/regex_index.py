@@ -30,6 +30,7 @@ from repair.io.patterns import FULLMATCH, MATCH, Inexpressible, RegexSet, re2_ex
 SEARCH = "search"  # re.search: literal substrings (an RE2 set that is unanchored shares one leading `.*` among them)
 SET_SIZE = 256  # anchored alternatives per RE2 set (each holds its own automaton thread in every DFA state)
 SET_MEMORY = 256 << 20  # an RE2 set's memory bound (its DFA's state cache; filled only as the names need states)
+LONGEST = 1024  # a longer pattern goes to Python's re alone: RE2 compiles a megabyte-long one for minutes, logging
 Test = Callable[[str], bool]
 _ANCHORS = {SEARCH: re2._Anchor.UNANCHORED, MATCH: re2._Anchor.ANCHOR_START, FULLMATCH: re2._Anchor.ANCHOR_BOTH}
 
@@ -144,7 +145,7 @@ def _literal(text: str, mode: str) -> Test:
 
 def substring(owner: int, text: str) -> Alternative:
     """`text in name`: RE2's literal of it, searched."""
-    literal = "".join(f"\\x{{{ord(c):x}}}" for c in text).encode("ascii")
+    literal = "".join(f"\\x{{{ord(c):x}}}" for c in text).encode("ascii") if len(text) <= LONGEST else None
     return Alternative(owner, SEARCH, literal, partial(_holds, text))
 
 
@@ -160,14 +161,17 @@ def glob(owner: int, pattern: str) -> Alternative:
     occurrence is as good as any later one (a `*` follows it) and the group matches what a plain one does: RE2,
     which has no atomic groups, gets plain ones."""
     regex = fnmatch.translate(pattern)
-    return Alternative(owner, MATCH, _re2_of(_plain_groups(_parser.parse(regex))), lambda: _test(re.compile(regex)))
+    tree = _plain_groups(_parser.parse(regex)) if len(regex) <= LONGEST else None
+    return Alternative(owner, MATCH, _re2_of(tree), lambda: _test(re.compile(regex)))
 
 
 def _re2_of(tree) -> bytes | None:
+    """RE2's syntax for Python's parse tree, None where RE2 should not take it (inexpressible, or too long)."""
     try:
-        return re2_syntax(tree).encode("ascii")
+        syntax = re2_syntax(tree).encode("ascii") if tree is not None else None
     except Inexpressible:
         return None
+    return syntax if syntax is not None and len(syntax) <= 8 * LONGEST else None
 
 
 def _holds(text: str) -> Test:
