@@ -50,10 +50,10 @@ class Declaration:
 
     def rule(self, exclusions: tuple[str, ...] | list[str] | None = None) -> Rule:
         """The format's rule over `exclusions` (default: the list vLLM uses), compiled once per list and kept here."""
-        key = tuple(self.exclusions if exclusions is None else exclusions)
+        key = None if exclusions is None else tuple(exclusions)  # None: no 489-entry tuple to build and hash per call
         found = self._rules.get(key)
         if found is None:
-            found = self._rules[key] = self.format.rule(key, self.targets)
+            found = self._rules[key] = self.format.rule(tuple(self.exclusions) if key is None else key, self.targets)
         return found
 
     @property
