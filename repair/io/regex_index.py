@@ -29,7 +29,7 @@ from repair.io.patterns import FULLMATCH, MATCH, Inexpressible, RegexSet, re2_ex
 
 SEARCH = "search"  # re.search: literal substrings (an RE2 set that is unanchored shares one leading `.*` among them)
 SET_SIZE = 256  # anchored alternatives per RE2 set (each holds its own automaton thread in every DFA state)
-SET_MEMORY = 256 << 20  # an RE2 set's memory bound (its DFA's state cache; filled only as the names need states)
+SET_MEMORY = 64 << 20  # an RE2 set's memory bound (its DFA's state cache; filled only as the names need states)
 LONGEST = 1024  # a longer pattern goes to Python's re alone: RE2 compiles a megabyte-long one for minutes, logging
 Test = Callable[[str], bool]
 _ANCHORS = {SEARCH: re2._Anchor.UNANCHORED, MATCH: re2._Anchor.ANCHOR_START, FULLMATCH: re2._Anchor.ANCHOR_BOTH}
