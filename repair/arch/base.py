@@ -10,10 +10,12 @@ without a row gets `GENERIC`: identity names and no loader profile.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
-from repair.arch.roles import GENERIC_ROLES, LLAMA_FUSED, UnquantizedRole
+from repair.arch.roles import GENERIC_ROLES, LLAMA_FUSED, UnquantizedRole, role_index
 from repair.formats.base import Covers, Declaration
+from repair.io.regex_index import PatternIndex
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,14 @@ class Architecture:
 
     def unquantized_role(self, module: str, declaration: Declaration) -> UnquantizedRole | None:
         """The role under which vLLM builds this checkpoint module unquantized whatever the config says, or None."""
-        return next((r for r in self.unquantized_roles if r.covers(module, declaration.format.NAME, declaration.quant_algo)), None)
+        hits = self.roles_index.matching(module)  # one RE2 pass for every role's pattern; most modules have none
+        return next((r for i, r in enumerate(self.unquantized_roles)
+                     if i in hits and r.applies(declaration.format.NAME, declaration.quant_algo)), None) if hits else None
+
+    @cached_property
+    def roles_index(self) -> PatternIndex:
+        """The roles' patterns (re.search), compiled together on first use."""
+        return role_index(self.unquantized_roles)
 
     def declared(self, module: str, declaration: Declaration) -> str:
         """What the config declares for a weight-bearing layer, read as vLLM reads it: "quantized", "excluded",

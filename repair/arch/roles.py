@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from repair.io.regex_index import PatternIndex, searched
+
 
 @dataclass(frozen=True)
 class UnquantizedRole:
@@ -23,9 +25,17 @@ class UnquantizedRole:
     formats: tuple[str, ...] = ()  # only under these formats (Format.NAME); empty: under every format
     quant_algos: tuple[str, ...] = ()  # only under these checkpoint-wide quant_algos; empty: under any
 
+    def applies(self, fmt: str, quant_algo: str | None = None) -> bool:
+        """Whether the role holds under this format and checkpoint-wide quant_algo (its pattern aside)."""
+        return (not self.formats or fmt in self.formats) and (not self.quant_algos or quant_algo in self.quant_algos)
+
     def covers(self, module: str, fmt: str, quant_algo: str | None = None) -> bool:
-        return ((not self.formats or fmt in self.formats) and (not self.quant_algos or quant_algo in self.quant_algos)
-                and re.search(self.pattern, module) is not None)
+        return self.applies(fmt, quant_algo) and re.search(self.pattern, module) is not None
+
+
+def role_index(roles: tuple[UnquantizedRole, ...]) -> PatternIndex:
+    """Every role's pattern (re.search) in one index: a module costs one pass, and most match no role."""
+    return PatternIndex.build(len(roles), [searched(i, r.pattern) for i, r in enumerate(roles)])
 
 
 EMBEDDING = UnquantizedRole("embedding", r"(^|\.)(embed_tokens|embeddings?|word_embeddings|wte)$",

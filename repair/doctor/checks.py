@@ -23,8 +23,9 @@ def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[st
     """Exclusions that match nothing, the two config files disagreeing, and modules stored against their declaration."""
     findings = []
     prefixes = {family.runtime_name(n) for n in (specs or modules)} | {"lm_head"}
+    used = declaration.used_entries(prefixes)  # one pass over the names, not entries x names (the format's rule)
     for pattern in declaration.exclusions:
-        if not any(declaration.excludes(p, [pattern]) for p in prefixes):
+        if pattern not in used:
             findings.append(Finding(Severity.WARNING, Kind.UNUSED_EXCLUSION, pattern, f"exclusion {pattern!r} matches no module of this model"))
     if declaration.ignore is not None and declaration.exclude_modules is not None and set(declaration.ignore) != set(declaration.exclude_modules):
         only_cfg = sorted(set(declaration.ignore) - set(declaration.exclude_modules))

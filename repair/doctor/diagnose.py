@@ -22,6 +22,7 @@ from repair.doctor.table_loads import table_loads
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule, stored_bits
 from repair.io.checkpoint import HF_QUANT_CONFIG, Checkpoint
+from repair.io.parse import collector_paused
 from repair.targets import tp_rules, vllm_loader
 from repair.targets.precision import runtime_precision, stored_precision
 from repair.targets.profiles import Target
@@ -40,7 +41,8 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1, *, deep: bool = Fals
     key = (target.spec, tp, deep)
     if _last and _last[0][0] is ckpt and _last[0][1] == key:
         return _last[0][2]
-    found = _diagnose(ckpt, target, tp, deep, progress)
+    with collector_paused():  # ~10 objects per module, no cycles: see io/parse.py
+        found = _diagnose(ckpt, target, tp, deep, progress)
     _last[:] = [(ckpt, key, found)]
     return found
 

@@ -14,20 +14,26 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
-from repair.codec.scale_values import nvfp4_codes_needed
+import numpy as np
+
+from repair.codec.scale_values import nvfp4_codes_needed_many
 from repair.formats.modules import StoredModule
-from repair.formats.nvfp4_health import SAMPLE_BYTES, BlockScaleStats, global_scale_problem, read_f32_scalar, sample_windows, stats_of
-from repair.io.byte_source import LocalFiles
+from repair.formats.nvfp4_health import SAMPLE_BYTES, BlockScaleStats, read_f32_scalar, sample_windows, stats_of
+from repair.errors import BadInput
+from repair.io.byte_source import LocalFiles, parallel_tensors
 from repair.io.checkpoint import Checkpoint
 from repair.io.ranges import RangeReader
 from repair.io.safetensors import TensorInfo
 
 SAMPLED, SCANNED, NOT_READ = "sampled", "scanned", "not read"
+SCAN_CHUNK = 4 << 20  # bytes a local block-scale scan reads at a time (and checks while they are in the CPU's cache)
 Progress = Callable[[int], AbstractContextManager]  # total bytes -> a bar with update(n) (the CLI passes tqdm)
 
 
@@ -74,8 +80,9 @@ class ScaleValues:
         self._scalars = 0
         self._stats: dict[str, BlockScaleStats] = {}
         source = ckpt.byte_source or LocalFiles()
+        self._read.prefetch(i for i in ckpt.infos().values() if i.dtype == "F32" and i.nbytes == 4)  # the scalars, a run each
         blocks = _block_scales(ckpt, modules)
-        suspects = {s.name for m, s in blocks if self._needs_codes(ckpt, m, divisor)}
+        suspects = self._needing_codes(ckpt, blocks, divisor)
         whole = [s for _, s in blocks if deep or s.name in suspects]
         sampled = self._sample(source, [s for _, s in blocks if not (deep or s.name in suspects)])
         before = source.transfer.requests
@@ -103,17 +110,21 @@ class ScaleValues:
     def __exit__(self, *exc) -> None:
         self._read.__exit__(*exc)
 
-    def _needs_codes(self, ckpt: Checkpoint, m: StoredModule, divisor: bool) -> bool:
-        """Whether the value checks need every block-scale code (codec/scale_values.py): a global scale with which some
-        code could overflow or round to 0, or an NVFP4_AWQ layer (its pre_quant_scale is checked against the peak)."""
-        if m.tensor("pre_quant_scale"):
-            return True
-        name = m.tensor("weight_scale_2")
-        info = ckpt.infos().get(name) if name else None
-        if info is None or info.dtype != "F32" or info.nbytes != 4:
-            return False
-        value = read_f32_scalar(info.path, info, self._read)
-        return global_scale_problem(value) is None and nvfp4_codes_needed(value, divisor, "BF16")
+    def _needing_codes(self, ckpt: Checkpoint, blocks: list[tuple[StoredModule, TensorInfo]], divisor: bool) -> set[str]:
+        """The block-scale tensors the value checks need every code of (codec/scale_values.py): an NVFP4_AWQ layer's
+        (its pre_quant_scale is checked against the peak), and those whose global scale could make some code overflow
+        or round to 0, decided for every module at once."""
+        infos = ckpt.infos()
+        out, asked = set(), []
+        for m, s in blocks:
+            name = m.tensor("weight_scale_2")
+            info = infos.get(name) if name else None
+            if m.tensor("pre_quant_scale"):
+                out.add(s.name)
+            elif info is not None and info.dtype == "F32" and info.nbytes == 4:
+                asked.append((s.name, read_f32_scalar(info.path, info, self._read)))
+        needed = nvfp4_codes_needed_many([value for _, value in asked], divisor, "BF16")
+        return out | {name for (name, _), need in zip(asked, needed) if need}
 
     def _sample(self, source, infos: list[TensorInfo]) -> list[TensorInfo]:
         """Sample each tensor whose windows are on disk; the ones sampled."""
@@ -121,18 +132,20 @@ class ScaleValues:
         for info in infos:
             windows = sample_windows(info)
             if all(source.holds(info.path, start, end) for start, end in windows):
-                raw = b"".join(bytes(self._read(info.path, _window(info, start, end))) for start, end in windows)
+                raw = b"".join(self._read.span(info.path, start, end, info.name) for start, end in windows)
                 self._stats[info.name] = stats_of(raw, keep=False)
                 done.append(info)
         return done
 
     def _read_whole(self, source, infos: list[TensorInfo], keep: set[str], progress: Progress | None) -> int:
         total = sum(i.nbytes for i in infos)
+        local = isinstance(source, LocalFiles)  # scanned where they lie, shards in parallel; else as the source streams them
         with (progress or _no_bar)(total) as bar:
-            for info, raw in source.tensors(infos):
-                self._stats[info.name] = stats_of(raw, keep=info.name in keep)
+            for info, stats in parallel_tensors(infos, partial(_scan_shard, keep), os.cpu_count() or 1) if local else \
+                    ((info, stats_of(raw, keep=info.name in keep)) for info, raw in source.tensors(infos)):
+                self._stats[info.name] = stats
                 if bar is not None:
-                    bar.update(len(raw))
+                    bar.update(info.nbytes)
         return total
 
 
@@ -149,12 +162,42 @@ def _block_scales(ckpt: Checkpoint, modules: dict[str, StoredModule]) -> list[tu
     return out
 
 
+def _scan_shard(keep: set[str], path: Path, infos: list[TensorInfo], emit) -> None:
+    """Each block-scale tensor's statistics, read in file order through one reused buffer (memory: a chunk per
+    worker, whatever the shard): a healthy chunk, every code in 0x01-0x7E, costs its copy and two numpy passes
+    while it is still in the CPU's cache; a tensor with another code is counted byte by byte (stats_of)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    buffer = bytearray(SCAN_CHUNK)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        for info in infos:
+            healthy = info.name not in keep and _healthy(fd, path, info, buffer)
+            emit(info, BlockScaleStats(0, 0, 0, info.nbytes) if healthy else stats_of(_whole(fd, path, info), keep=info.name in keep))
+    finally:
+        os.close(fd)
+
+
+def _healthy(fd: int, path: Path, info: TensorInfo, buffer: bytearray) -> bool:
+    view = memoryview(buffer)
+    for at in range(info.start, info.end, len(buffer)):
+        got = os.preadv(fd, [view[:min(len(buffer), info.end - at)]], at)
+        if got == 0:
+            raise BadInput(f"{path}: {info.name}: file ended while reading; it is truncated, re-download it")
+        codes = np.frombuffer(buffer, dtype=np.uint8, count=got)
+        if got < min(len(buffer), info.end - at) or codes.min() < 1 or codes.max() > 0x7E:
+            return False  # (a short read: _whole reads it again, to the end or to the error)
+    return True
+
+
+def _whole(fd: int, path: Path, info: TensorInfo) -> bytes:
+    data = os.pread(fd, info.nbytes, info.start)
+    if len(data) != info.nbytes:
+        raise BadInput(f"{path}: {info.name}: file ended while reading; it is truncated, re-download it")
+    return data
+
+
 def _no_bar(total: int) -> AbstractContextManager:
     return nullcontext()
-
-
-def _window(info: TensorInfo, start: int, end: int) -> TensorInfo:
-    return TensorInfo(info.name, info.dtype, (end - start,), start, end, info.path)
 
 
 def _size(n: int) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Protocol
+from typing import Callable, ClassVar, Iterable, Protocol
 
 from repair.formats.algorithms import LayerAlgorithms
 from repair.io.checkpoint import Checkpoint
@@ -31,6 +31,7 @@ class Rule(Protocol):
 
     def excludes(self, prefix: str) -> bool: ...
     def shard_excluded(self, prefix: str) -> bool: ...
+    def used_entries(self, prefixes: Iterable[str]) -> frozenset[str]: ...  # entries excluding one of them on their own
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,10 @@ class Declaration:
 
     def rule(self, exclusions: tuple[str, ...] | list[str] | None = None) -> Rule:
         """The format's rule over `exclusions` (default: the list vLLM uses), compiled once per list and kept here."""
-        key = tuple(self.exclusions if exclusions is None else exclusions)
+        key = None if exclusions is None else tuple(exclusions)  # None: no 489-entry tuple to build and hash per call
         found = self._rules.get(key)
         if found is None:
-            found = self._rules[key] = (self.matcher or self.format.rule)(key, self.targets)
+            found = self._rules[key] = (self.matcher or self.format.rule)(tuple(self.exclusions) if key is None else key, self.targets)
         return found
 
     @property
@@ -68,6 +69,13 @@ class Declaration:
         if self.ignore is not None:
             return self.ignore
         return self.exclude_modules or ()
+
+    def used_entries(self, prefixes: set[str]) -> frozenset[str]:
+        """The entries that exclude one of `prefixes` on their own: one pass over the names under the format's rule;
+        a runtime's own rule (repair/targets/matchers.py, no index) is asked entry by entry, as it reads each one."""
+        if self.matcher is None:
+            return self.rule().used_entries(prefixes)
+        return frozenset(e for e in self.exclusions if any(self.excludes(p, [e]) for p in prefixes))
 
     def excludes(self, prefix: str, exclusions: tuple[str, ...] | list[str] | None = None) -> bool:
         """True when vLLM builds the layer at `prefix` unquantized under this format's matching rules.

@@ -28,6 +28,7 @@ from repair.formats.algorithms import kv_cache_declared
 from repair.formats.base import Covers, Declaration
 from repair.io.checkpoint import CONFIG, Checkpoint
 from repair.io.patterns import MATCH, RegexSet
+from repair.io.regex_index import used_patterns
 from repair.formats.modules import split_name
 
 NAME = "compressed-tensors"
@@ -47,15 +48,22 @@ class Entries:
 
     exact: frozenset[str]
     regexes: RegexSet
+    listed: tuple[str, ...] = ()  # the entries as given
 
     def matches(self, prefix: str) -> bool:
         return prefix in self.exact or self.regexes.matches(prefix)
+
+    def used(self, prefixes: Iterable[str]) -> frozenset[str]:
+        """The entries matching at least one of `prefixes`: one pass over them."""
+        prefixes = list(prefixes)
+        matched = used_patterns(self.regexes, prefixes)
+        return frozenset(self.exact.intersection(prefixes)) | {e for e in self.listed if e.startswith("re:") and e[3:] in matched}
 
 
 def entries(listed: Iterable[str], where: object = "compressed-tensors ignore/targets entry") -> Entries:
     listed = tuple(listed)
     return Entries(frozenset(e for e in listed if not e.startswith("re:")),
-                   RegexSet.compile([e[3:] for e in listed if e.startswith("re:")], MATCH, where))
+                   RegexSet.compile([e[3:] for e in listed if e.startswith("re:")], MATCH, where), listed)
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,14 @@ class CtRule:
     def shard_excluded(self, prefix: str) -> bool:
         """find_matching_patterns: an ignore entry equal to the shard's name or `re:` matching it."""
         return self.ignore.matches(prefix)
+
+    def used_entries(self, prefixes: Iterable[str]) -> frozenset[str]:
+        """The ignore entries that exclude at least one of `prefixes` on their own: where a layer is one no target
+        names, every entry does (the rule over any list excludes it)."""
+        prefixes = list(prefixes)
+        if self.targets is not None and not all(self.targets.matches(p) for p in prefixes):
+            return frozenset(self.ignore.listed)
+        return self.ignore.used(prefixes)
 
 
 def ct_rule(ignore: Iterable[str], targets: Iterable[str] | None = None) -> CtRule:

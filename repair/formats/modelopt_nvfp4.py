@@ -16,8 +16,6 @@ layer names, which the architecture maps from the checkpoint's (repair/arch/).
 from __future__ import annotations
 
 import copy
-import fnmatch
-import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -26,6 +24,7 @@ from repair.formats import nvfp4_packed
 from repair.formats.algorithms import MIXED, kv_cache_declared, refusal, single_algo
 from repair.formats.base import Covers, Declaration
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
+from repair.io.regex_index import PatternIndex, glob, substring
 
 LEAVES = {"weight": "weight", "weight_scale": "weight_scale", "weight_scale_2": "weight_scale_2", "input_scale": "input_scale",
           "pre_quant_scale": "pre_quant_scale"}  # pre_quant_scale: NVFP4_AWQ's per-input-channel scale
@@ -35,27 +34,33 @@ BROKEN_EXPORT = nvfp4_packed.BROKEN_EXPORT
 @dataclass(frozen=True)
 class ModelOptRule:
     """vLLM's ModelOpt rule over one exclusion list, compiled once: doctor asks it for every module of a
-    45k-module checkpoint. fnmatch's translation is linear-time (each `*` an atomic group), so Python's re runs it."""
+    45k-module checkpoint. Every entry's substring and fnmatch tests are alternatives of one index of RE2 sets
+    (io/regex_index.py), so a name costs one pass whatever the list's length."""
 
     exact: frozenset[str]
     patterns: tuple[str, ...]
-    globs: re.Pattern | None  # vLLM's fnmatch tests (a trailing `*` also tried as nothing and as `.*`), as one regex
+    index: PatternIndex  # owner i: patterns[i]'s substring test and fnmatch tests (a trailing `*` also as nothing and `.*`)
 
     def excludes(self, prefix: str) -> bool:
-        if prefix in self.exact or any(pattern in prefix for pattern in self.patterns):
-            return True
-        return self.globs is not None and self.globs.match(prefix) is not None
+        return prefix in self.exact or self.index.matches(prefix)
 
     def shard_excluded(self, prefix: str) -> bool:
         """is_layer_skipped's "exact" mode, which ModelOpt's is_layer_excluded uses for fused layers."""
         return prefix in self.exact
 
+    def used_entries(self, prefixes: Iterable[str]) -> frozenset[str]:
+        """The entries that exclude at least one of `prefixes` on their own (the others match no layer)."""
+        return frozenset(self.patterns[i] for i in self.index.used(prefixes))
+
+
+_GLOB_CHARS = frozenset("*?[")  # without them fnmatch is equality, which the substring test already covers
+
 
 def modelopt_rule(exclusions: Iterable[str]) -> ModelOptRule:
     patterns = tuple(exclusions)
-    variants = [v for p in patterns for v in [p] + ([p[:-1], p[:-1] + ".*"] if p.endswith("*") else [])]
-    globs = re.compile("|".join(f"(?:{fnmatch.translate(v)})" for v in variants)) if variants else None
-    return ModelOptRule(frozenset(patterns), patterns, globs)
+    alternatives = [alt for i, p in enumerate(patterns) for alt in [substring(i, p)] + [
+        glob(i, v) for v in ([p] + ([p[:-1], p[:-1] + ".*"] if p.endswith("*") else []) if _GLOB_CHARS.intersection(p) else [])]]
+    return ModelOptRule(frozenset(patterns), patterns, PatternIndex.build(len(patterns), alternatives))
 
 
 def is_excluded(prefix: str, exclusions: Iterable[str]) -> bool:

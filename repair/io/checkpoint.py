@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from repair.errors import BadInput
 from repair.io.names import check_name, regular_file
-from repair.io.parse import parse_json, read_text
+from repair.io.parse import collector_paused, parse_json, read_text
 from repair.io.pins import PinnedFile, Pins
 from repair.io.safetensors import ShardHeader, TensorInfo, read_header
 
@@ -55,7 +55,8 @@ class Checkpoint:
 
     @cached_property
     def _located(self) -> dict[str, tuple[ShardHeader, TensorInfo]]:
-        return {t.name: (s, t) for s in self.shards for t in s.tensors}
+        with collector_paused():
+            return {t.name: (s, t) for s in self.shards for t in s.tensors}
 
     @cached_property
     def _infos(self) -> dict[str, TensorInfo]:
@@ -88,7 +89,8 @@ def open_checkpoint(path: Path, *, pin: bool = True, pins: Pins | None = None) -
     pins = pins if pins is not None else Pins()
     pinned = (lambda name: _pinned(pins, root / name)) if pin else (lambda name: pins.get(root / name))
     index_name, index = _read_index(root, files, pinned)
-    shards = tuple(read_header(root / name, pinned(name)) for name in _indexed_shards(root, shard_names, index))
+    with collector_paused():
+        shards = tuple(read_header(root / name, pinned(name)) for name in _indexed_shards(root, shard_names, index))
     _check_unique(root, shards)
     if index is not None:
         _check_index(root, index_name, index, shards)

@@ -38,7 +38,7 @@ _AT = {C.AT_BEGINNING: r"\A", C.AT_BEGINNING_STRING: r"\A", C.AT_END: r"\z", C.A
        C.AT_NON_BOUNDARY: r"\B"}  # on a non-empty ASCII name without a newline
 
 
-class _Inexpressible(Exception):
+class Inexpressible(Exception):
     """The pattern uses what RE2 cannot express exactly: Python's re matches it."""
 
 
@@ -71,8 +71,8 @@ class RegexSet:
             parsed.append((pattern, tree))
             try:
                 prefix, held = _required(tree)
-                (translated.setdefault(prefix, []) if prefix or not held else inside.setdefault(held, [])).append((_translate(tree), tree))
-            except _Inexpressible:
+                (translated.setdefault(prefix, []) if prefix or not held else inside.setdefault(held, [])).append((re2_syntax(tree), tree))
+            except Inexpressible:
                 python.append(_python(pattern, tree, where, error))
         engines, inner = _programs(translated, python), _programs(inside, python)
         return cls(patterns, mode, frozenset(literals), tuple(sorted({len(x) for x in literals})), engines,
@@ -83,7 +83,7 @@ class RegexSet:
         if self.mode == FULLMATCH and name in self.literals or \
                 self.mode == MATCH and any(name[:n] in self.literals for n in self.literal_lengths if n <= len(name)):
             return True
-        if name and name.isascii() and "\n" not in name:
+        if re2_exact(name):
             text = name.encode()
             for n in self.prefix_lengths:
                 for engine in self.engines.get(name[:n], ()) if n <= len(name) else ():
@@ -105,6 +105,11 @@ class RegexSet:
         if found is None:
             found = self._slow[pattern] = _compiler.compile(tree)
         return found
+
+
+def re2_exact(name: str) -> bool:
+    """Whether `name` is one the RE2 translation decides exactly as Python's re: non-empty ASCII without a newline."""
+    return bool(name) and name.isascii() and "\n" not in name
 
 
 def _checked(pattern: str, where: object, error: ErrorType):
@@ -173,7 +178,7 @@ def _re2(translated: list[str]):
     return re2._Regexp("|".join(f"(?:{t})" for t in translated).encode("ascii"), options)  # not re2.compile's cache
 
 
-def _translate(node, flags: int | None = None) -> str:
+def re2_syntax(node, flags: int | None = None) -> str:
     """RE2 syntax equivalent to Python's parse tree on a non-empty ASCII name without a newline."""
     flags = int(node.state.flags) if flags is None else flags
     return "".join(_translate_item(op, av, flags) for op, av in node)
@@ -189,11 +194,11 @@ def _translate_item(op, av, flags: int) -> str:
     if op in (C.MAX_REPEAT, C.MIN_REPEAT):
         low, high, body = av
         if low > 1000 or (high != C.MAXREPEAT and high > 1000):
-            raise _Inexpressible
+            raise Inexpressible
         return f"(?:{_translate_items(body, flags)}){{{low},{'' if high == C.MAXREPEAT else high}}}"
     if op == C.AT and av in _AT:
         return _AT[av]
-    raise _Inexpressible  # backreferences, lookarounds, conditionals, atomic groups, possessive repeats
+    raise Inexpressible  # backreferences, lookarounds, conditionals, atomic groups, possessive repeats
 
 
 def _translate_items(items, flags: int) -> str:
@@ -225,7 +230,7 @@ def _char_mask(op, av, flags: int) -> int:
         elif sub_op == C.CATEGORY and (sub_av, flags & _ASCII_FLAG) in _CLASS_MASKS:
             mask |= _CLASS_MASKS[sub_av, flags & _ASCII_FLAG]
         else:
-            raise _Inexpressible
+            raise Inexpressible
     return _ASCII & ~mask if negate else mask
 
 

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable, NamedTuple
 
 from repair.errors import BadInput
 from repair.io.pins import PinnedFile
 
 if TYPE_CHECKING:
     from repair.io.safetensors import ShardHeader, TensorInfo
+
+PREFETCH_GAP = 4096  # bytes between two prefetched tensors read through rather than skipped
+PREFETCH_RUN = 1 << 20  # the most one prefetch read takes
 
 
 def source_of(shard: ShardHeader) -> PinnedFile:
@@ -38,17 +41,55 @@ def read_bytes(path: Path, info: TensorInfo) -> bytearray:
 
 class RangeReader:
     """`read_bytes` for many small reads: each file is opened once, not once per tensor (doctor reads
-    two scales per packed module, ~90k reads on a DeepSeek-sized checkpoint). Closes them on exit."""
+    two scales per packed module, ~90k reads on a DeepSeek-sized checkpoint), and tensors `prefetch`ed are
+    read a run at a time and then served from memory. Closes the files on exit."""
 
     def __init__(self) -> None:
         self._files: dict[Path, int] = {}
+        self._ahead: dict[tuple[Path, int, int], bytes] = {}
 
     def __call__(self, path: Path, info: TensorInfo) -> bytes | bytearray:
+        found = self._ahead.get((path, info.start, info.nbytes))
+        if found is not None:
+            return found
+        fd = self._fd(path)
+        data = os.pread(fd, info.nbytes, info.start)  # scales are small: one call gives them whole
+        return data if len(data) == info.nbytes else _pread(fd, path, info)
+
+    def span(self, path: Path, start: int, end: int, name: str) -> bytes | bytearray:
+        """The bytes [start, end) of `path`, part of the tensor `name` (named when the file ends early)."""
+        fd = self._fd(path)
+        data = os.pread(fd, end - start, start)
+        return data if len(data) == end - start else _pread(fd, path, _Span(name, start, end))
+
+    def prefetch(self, infos: Iterable[TensorInfo], gap: int = PREFETCH_GAP) -> None:
+        """Read these small tensors ahead, one pread per run of them at most `gap` bytes apart and at most
+        PREFETCH_RUN long (a shard's scalars sit together: safetensors' writer puts float32 tensors first)."""
+        by_path: dict[Path, list[TensorInfo]] = {}
+        for info in infos:
+            by_path.setdefault(info.path, []).append(info)
+        for path, group in by_path.items():
+            group.sort(key=lambda i: i.start)
+            run = [group[0]]
+            for info in group[1:]:
+                if info.start - run[-1].end <= gap and info.end - run[0].start <= PREFETCH_RUN:
+                    run.append(info)
+                else:
+                    self._fill(path, run)
+                    run = [info]
+            self._fill(path, run)
+
+    def _fill(self, path: Path, run: list[TensorInfo]) -> None:
+        start, end = run[0].start, max(i.end for i in run)
+        data = os.pread(self._fd(path), end - start, start)
+        if len(data) == end - start:  # else (a file that ends early) each read says so when it is asked
+            self._ahead.update(((path, i.start, i.nbytes), data[i.start - start:i.end - start]) for i in run)
+
+    def _fd(self, path: Path) -> int:
         fd = self._files.get(path)
         if fd is None:
             fd = self._files[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        data = os.pread(fd, info.nbytes, info.start)  # scales are small: one call gives them whole
-        return data if len(data) == info.nbytes else _pread(fd, path, info)
+        return fd
 
     def __enter__(self) -> "RangeReader":
         return self
@@ -57,6 +98,19 @@ class RangeReader:
         for fd in self._files.values():
             os.close(fd)
         self._files.clear()
+        self._ahead.clear()
+
+
+class _Span(NamedTuple):
+    """The part of a tensor a short read names (what `_pread` needs of a TensorInfo)."""
+
+    name: str
+    start: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
 
 
 def _pread(fd: int, path: Path, info: TensorInfo) -> bytearray:
