@@ -1,0 +1,88 @@
+"""Load a checkpoint into SGLang's own model with its own `load_weights`, on CPU, and trace where each tensor went.
+
+Runs in .venv-sglang. The model is built by tools/sglang_runtime.py on the CPU (tiny checkpoints only), then
+SGLang's `model.load_weights(iter(checkpoint tensors))` runs unchanged. Every parameter's weight loader is
+wrapped (the same loader is still called, with the same arguments) to record which checkpoint tensor
+reached which parameter, recognised by object identity: SGLang hands the tensor it read to the loader.
+A parameter without a `weight_loader` attribute gets SGLang's `default_weight_loader`, which is what its
+load loops fall back to (`getattr(param, "weight_loader", default_weight_loader)`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import torch
+
+from tools import sglang_runtime as runtime
+
+
+def _digest(t: torch.Tensor) -> str:
+    flat = t.detach().contiguous().reshape(-1)
+    return hashlib.sha256(flat.view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def checkpoint_tensors(path: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    out: dict[str, torch.Tensor] = {}
+    for shard in sorted(Path(path).glob("*.safetensors")):
+        out.update(load_file(shard))
+    return out
+
+
+def _trace(model, by_id: dict[int, str], routes: dict[str, list[str]]) -> None:
+    from sglang.srt.model_loader.weight_utils import default_weight_loader
+
+    for pname, param in model.named_parameters():
+        loader = getattr(param, "weight_loader", None) or default_weight_loader
+
+        def traced(*args, _loader=loader, _pname=pname, **kwargs):
+            loaded = args[1] if len(args) > 1 else kwargs.get("loaded_weight")
+            routes.setdefault(by_id.get(id(loaded), "?"), []).append(_pname)
+            return _loader(*args, **kwargs)
+
+        if hasattr(param, "_weight_loader"):  # BasevLLMParameter: weight_loader is a read-only property
+            param._weight_loader = traced
+        else:
+            param.weight_loader = traced
+
+
+def owners(model) -> dict[str, str]:
+    """Parameter name -> the prefix of the module that owns it."""
+    out = {}
+    for prefix, module in model.named_modules():
+        for leaf, _ in module.named_parameters(recurse=False):
+            out[f"{prefix}.{leaf}" if prefix else leaf] = prefix
+    return out
+
+
+def load(path: str, digests: bool = False) -> dict:
+    """{"ok", "layers", "routes": {checkpoint tensor: [params]}, "skipped": [tensors no loader received],
+    "owners", "params" (with `digests`: shape, dtype, sha256 of every parameter after loading), or the error}."""
+    started = time.time()
+    line: dict = {"dir": path}
+    try:
+        model, quant_config = runtime.build(path, device="cpu")
+    except Exception as exc:
+        return line | {"ok": False, "stage": "build", "error_type": type(exc).__name__, "error": str(exc),
+                       "seconds": round(time.time() - started, 2)}
+    line.update(quant_config=type(quant_config).__name__, architecture=type(model).__name__,
+                layers=runtime.layers(model, quant_config), owners=owners(model))
+    tensors = checkpoint_tensors(path)
+    routes: dict[str, list[str]] = {}
+    _trace(model, {id(t): name for name, t in tensors.items()}, routes)
+    try:
+        model.load_weights(iter(tensors.items()))
+    except Exception as exc:
+        line.update(ok=False, stage="load", error_type=type(exc).__name__, error=str(exc))
+    else:
+        line["ok"] = True
+    line.update(routes=routes, skipped=sorted(set(tensors) - set(routes)))
+    if digests:
+        line["params"] = {n: {"shape": list(p.shape), "dtype": str(p.dtype).removeprefix("torch."),
+                              "sha256": _digest(p)} for n, p in model.named_parameters()}
+    line["seconds"] = round(time.time() - started, 2)
+    return line
