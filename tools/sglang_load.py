@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -59,14 +60,32 @@ def owners(model) -> dict[str, str]:
     return out
 
 
+def _one_by_one(path: str, tensors: dict[str, torch.Tensor], routes: dict[str, list[str]]) -> dict[str, str]:
+    """After a failed load: a fresh model, each tensor given to load_weights alone, so that every tensor's own
+    route and error are known (the whole load stops at the first). Tensors a model merges before loading
+    (DeepSeek's q_a_proj + kv_a_proj_with_mqa) are not loaded this way; their layer is still in "layers"."""
+    model, _ = runtime.build(path, device="cpu")
+    routes.clear()
+    _trace(model, {id(t): name for name, t in tensors.items()}, routes)
+    errors = {}
+    for name, tensor in tensors.items():
+        try:
+            model.load_weights(iter([(name, tensor)]))
+        except Exception as exc:
+            errors[name] = f"{type(exc).__name__}: {exc}"
+    return errors
+
+
 def load(path: str, digests: bool = False) -> dict:
     """{"ok", "layers", "routes": {checkpoint tensor: [params]}, "skipped": [tensors no loader received],
-    "owners", "params" (with `digests`: shape, dtype, sha256 of every parameter after loading), or the error}."""
+    "owners", "params" (with `digests`: shape, dtype, sha256 of every parameter after loading), or the error;
+    after a failed load also "errors": {tensor: "Type: message"} from loading each tensor alone}."""
     started = time.time()
     line: dict = {"dir": path}
     try:
         model, quant_config = runtime.build(path, device="cpu")
     except Exception as exc:
+        traceback.print_exc()
         return line | {"ok": False, "stage": "build", "error_type": type(exc).__name__, "error": str(exc),
                        "seconds": round(time.time() - started, 2)}
     line.update(quant_config=type(quant_config).__name__, architecture=type(model).__name__,
@@ -77,7 +96,9 @@ def load(path: str, digests: bool = False) -> dict:
     try:
         model.load_weights(iter(tensors.items()))
     except Exception as exc:
+        traceback.print_exc()
         line.update(ok=False, stage="load", error_type=type(exc).__name__, error=str(exc))
+        line["errors"] = _one_by_one(path, tensors, routes)
     else:
         line["ok"] = True
     line.update(routes=routes, skipped=sorted(set(tensors) - set(routes)))

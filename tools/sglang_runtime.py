@@ -99,19 +99,19 @@ def scheme_of(module) -> str:
 
 
 def layers(model, quant_config) -> dict[str, dict]:
-    """Every layer that chose a quant method: prefix -> {"class", "method", "scheme", "fused"}.
+    """Every layer with a weight: prefix -> {"class", "method", "scheme", "fused"}. Linear, FusedMoE, embedding and
+    lm_head layers carry the quant method their get_quant_method chose; any other module owning a `weight`
+    parameter (DeepSeek's MoEGate, norms of 2-D weights) is a plain parameter, BF16 as SGLang builds it.
 
-    "fused" lists the checkpoint shard names SGLang loads into the layer (its packed_modules_mapping, with
-    the fallback is_layer_skipped uses), so a layer's decision can be mapped back to checkpoint modules."""
-    from sglang.srt.layers.linear import LinearBase
-    from sglang.srt.layers.moe.fused_moe_triton import FusedMoE
+    "fused" lists the checkpoint shard names SGLang loads into a fused layer (the quant config's
+    packed_modules_mapping, else the fallback is_layer_skipped uses), so its decision maps back to checkpoint
+    modules whose tensors its load_weights merges before loading (DeepSeek's q_a_proj + kv_a_proj_with_mqa)."""
     from sglang.srt.layers.quantization.utils import _FALLBACK_FUSED_SHARDS
-    from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead
 
     mapping = getattr(quant_config, "packed_modules_mapping", None) or getattr(model, "packed_modules_mapping", None) or {}
     out = {}
     for prefix, module in model.named_modules():
-        if not isinstance(module, (LinearBase, FusedMoE, ParallelLMHead)):
+        if not hasattr(module, "quant_method") and "weight" not in dict(module.named_parameters(recurse=False)):
             continue
         leaf = prefix.rpartition(".")[2]
         shards = (mapping if leaf in mapping else _FALLBACK_FUSED_SHARDS).get(leaf)  # as is_layer_skipped picks

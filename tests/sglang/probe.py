@@ -53,6 +53,21 @@ def repair_json(*args) -> tuple[int, dict]:
     return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {"stderr": proc.stderr}
 
 
+def stored_layers(folder: Path) -> list[str]:
+    """Checkpoint modules with a 2-D (or wider) weight, read from the safetensors headers: the layers doctor's
+    `schemes` covers."""
+    from safetensors import safe_open
+
+    out = set()
+    for shard in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(str(shard), "pt") as f:
+            for name in f.keys():
+                module, _, leaf = name.rpartition(".")
+                if leaf in ("weight", "weight_packed") and len(f.get_slice(name).get_shape()) >= 2:
+                    out.add(module)
+    return sorted(out)
+
+
 def sglang_schemes(line: dict, stored: list[str]) -> dict[str, str]:
     """Stored layer (checkpoint module name) -> the scheme SGLang built it as; "not loaded" when no SGLang layer took it."""
     layers, owners, routes = line["layers"], line["owners"], line["routes"]
