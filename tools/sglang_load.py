@@ -78,7 +78,7 @@ def _one_by_one(path: str, tensors: dict[str, torch.Tensor], routes: dict[str, l
 
 def load(path: str, digests: bool = False) -> dict:
     """{"ok", "layers", "routes": {checkpoint tensor: [params]}, "skipped": [tensors no loader received],
-    "owners", "params" (with `digests`: shape, dtype, sha256 of every parameter after loading), or the error;
+    "owners", "params" (with `digests`: shape, dtype, sha256, all_zero of every parameter after loading), or the error;
     after a failed load also "errors": {tensor: "Type: message"} from loading each tensor alone}."""
     started = time.time()
     line: dict = {"dir": path}
@@ -104,6 +104,7 @@ def load(path: str, digests: bool = False) -> dict:
     line.update(routes=routes, skipped=sorted(set(tensors) - set(routes)))
     if digests:
         line["params"] = {n: {"shape": list(p.shape), "dtype": str(p.dtype).removeprefix("torch."),
-                              "sha256": _digest(p)} for n, p in model.named_parameters()}
+                              "sha256": _digest(p), "all_zero": not bool(p.detach().ne(0).any())}
+                          for n, p in model.named_parameters()}
     line["seconds"] = round(time.time() - started, 2)
     return line

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Ask SGLang 0.5.23 what it does with checkpoints, on CPU. Run with the .venv-sglang python (tools/sglang_env.sh).
 
-    sglang_probe.py load DIR [DIR ...] [--digests]
+    sglang_probe.py load DIR [DIR ...] [--digests] [--tp-size N --tp-rank R]
     sglang_probe.py loaders CASES.json
 
 `load`: for each DIR, one JSON line on stdout, in order (tools/sglang_load.py):
@@ -13,7 +13,8 @@
     failed lines add "stage" ("build" | "load"), "error_type" and "error" (str(exception), verbatim).
 The model is SGLang's own class for the checkpoint, built by its own constructor with the quantization config
 SGLang's loader makes (tools/sglang_runtime.py), so each layer's method is what its get_quant_method chose;
-then SGLang's own load_weights runs on the checkpoint's tensors.
+then SGLang's own load_weights runs on the checkpoint's tensors. With --tp-size/--tp-rank, every linear and
+vocab-parallel layer is built and loaded as rank R of N (tools/sglang_runtime.tensor_parallel).
 
 `loaders`: real parallel linears and their weight loaders at a stand-in TP rank (tools/sglang_loaders.py).
 
@@ -45,17 +46,20 @@ def main(argv: list[str] | None = None) -> int:
     loading = sub.add_parser("load")
     loading.add_argument("dirs", nargs="+")
     loading.add_argument("--digests", action="store_true")
+    loading.add_argument("--tp-size", type=int, default=1)
+    loading.add_argument("--tp-rank", type=int, default=0)
     sub.add_parser("loaders").add_argument("cases")
     args = parser.parse_args(argv)
     out = _private_stdout()
     try:
-        from tools import sglang_runtime  # noqa: F401  (stubs, environment)
+        from tools import sglang_runtime  # (stubs, environment)
     except Exception:
         traceback.print_exc()
         return 3
     if args.command == "load":
         from tools import sglang_load
 
+        sglang_runtime.tensor_parallel(args.tp_size, args.tp_rank)
         for d in args.dirs:
             out.write(json.dumps(sglang_load.load(d, args.digests)) + "\n")
     else:

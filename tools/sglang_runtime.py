@@ -71,18 +71,39 @@ def setup(path: str):
     return args
 
 
+def tensor_parallel(size: int, rank: int) -> None:
+    """Linear and vocab-parallel layers built from now on partition their weights as rank `rank` of `size`.
+
+    SGLang resolves a layer's TP group in `linear._resolve_linear_group`; before communication exists it uses
+    its own `_LogicalGroup(rank_in_group, world_size)`. The stand-in returns that for the TP groups, so
+    the layers' sizes and their weight loaders' narrowing are rank `rank`'s (no collective runs while loading).
+    Other parallel state (attention heads per rank, MoE) stays at one rank."""
+    from sglang.srt.layers import linear, vocab_parallel_embedding
+
+    original = getattr(linear, "_original_resolve_linear_group", linear._resolve_linear_group)
+    linear._original_resolve_linear_group = original
+
+    def resolve(parallel_group):
+        if size > 1 and parallel_group in (None, "tp", "attn_tp"):
+            return linear._LogicalGroup(rank, size)
+        return original(parallel_group)
+
+    linear._resolve_linear_group = resolve
+    vocab_parallel_embedding._resolve_linear_group = resolve
+
+
 def build(path: str, device: str = "meta"):
     """(model, quant_config): the model class SGLang picks for `path`, built by its own constructor."""
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_loader.loader import _get_quantization_config
-    from sglang.srt.model_loader.utils import get_model_architecture
+    from sglang.srt.model_loader.utils import get_model_architecture, set_default_torch_dtype
 
     setup(path)
     model_config = ModelConfig(path)
     quant_config = _get_quantization_config(model_config, LoadConfig())
     cls, _ = get_model_architecture(model_config)
-    with torch.device(device):
+    with set_default_torch_dtype(model_config.dtype), torch.device(device):  # as its loader builds a model
         model = cls(config=model_config.hf_config, quant_config=quant_config, prefix="")
     return model, quant_config
 

@@ -22,8 +22,8 @@ QWEN3_235B = dataclasses.replace(REAL_MODELS["qwen3-30b-a3b"], real="qwen3-235b-
 DEEPSEEK_PUBLISHED = {"moe_layer_freq": 1, "scoring_func": "sigmoid", "ep_size": 1, "seq_aux": True, "aux_loss_alpha": 0.001}
 
 
-def _real_model(key):
-    return lambda folder: _published_keys(write_real_model(folder, key))
+def _real_model(key, model=None):
+    return lambda folder: _published_keys(write_real_model(folder, key, model))
 
 
 def _published_keys(folder: Path) -> Path:
@@ -38,7 +38,7 @@ def _published_keys(folder: Path) -> Path:
 # fixture name -> (tests/data/real folder it is built from, builder(folder) -> folder)
 FIXTURES = {
     **{key: (model.real, _real_model(key)) for key, model in REAL_MODELS.items()},
-    "qwen3-235b-a22b": ("qwen3-235b-a22b-nvfp4", _real_model(QWEN3_235B)),
+    "qwen3-235b-a22b": ("qwen3-235b-a22b-nvfp4", _real_model("qwen3-30b-a3b", QWEN3_235B)),
     "llama-3.1-8b": ("llama-3.1-8b-instruct-fp4", lambda folder: write_llama(
         folder, "llama-3.1-8b-instruct-fp4", real_weight_map("llama-3.1-8b-instruct-fp4"))),
     "modelopt-glm4-moe": ("modelopt-glm4-moe", lambda folder: write_layout(folder, "modelopt-glm4-moe")),
