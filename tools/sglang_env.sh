@@ -38,7 +38,7 @@ STAMP="$SGLANG_VENV/.stamp-sglang-$SGLANG_VERSION-$(sha256sum "$REQUIREMENTS" | 
 # 1. venv (kept when it exists: pip below brings it to the pins)
 [ -x "$PY" ] || "$PYTHON_BIN" -m venv "$SGLANG_VENV" \
     || die "$PYTHON_BIN -m venv $SGLANG_VENV failed (is python3-venv installed? is the folder writable?)"
-PIP=("$PY" -m pip install --disable-pip-version-check -q)
+PIP=("$PY" -m pip install --disable-pip-version-check -q --no-compile)  # bytecode is written on first import
 
 # 2. pinned pure-Python deps + triton + CPU torch, in one command
 start=$(date +%s)

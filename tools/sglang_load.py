@@ -88,7 +88,9 @@ def load(path: str, digests: bool = False) -> dict:
         traceback.print_exc()
         return line | {"ok": False, "stage": "build", "error_type": type(exc).__name__, "error": str(exc),
                        "seconds": round(time.time() - started, 2)}
+    packed = getattr(quant_config, "packed_modules_mapping", None) or {}
     line.update(quant_config=type(quant_config).__name__, architecture=type(model).__name__,
+                packed={k: list(v) for k, v in packed.items() if isinstance(v, (list, tuple))},
                 layers=runtime.layers(model, quant_config), owners=owners(model))
     tensors = checkpoint_tensors(path)
     routes: dict[str, list[str]] = {}

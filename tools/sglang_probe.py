@@ -2,7 +2,7 @@
 """Ask SGLang 0.5.23 what it does with checkpoints, on CPU. Run with the .venv-sglang python (tools/sglang_env.sh).
 
     sglang_probe.py load DIR [DIR ...] [--digests] [--tp-size N --tp-rank R]
-    sglang_probe.py loaders CASES.json
+    sglang_probe.py rules CASES.json
 
 `load`: for each DIR, one JSON line on stdout, in order (tools/sglang_load.py):
     {"dir": DIR, "ok": true|false, "quant_config": "ModelOptFp4Config", "architecture": "...",
@@ -16,7 +16,8 @@ SGLang's loader makes (tools/sglang_runtime.py), so each layer's method is what 
 then SGLang's own load_weights runs on the checkpoint's tensors. With --tp-size/--tp-rank, every linear and
 vocab-parallel layer is built and loaded as rank R of N (tools/sglang_runtime.tensor_parallel).
 
-`loaders`: real parallel linears and their weight loaders at a stand-in TP rank (tools/sglang_loaders.py).
+`rules`: one line {"answers": [SGLang's decision per case], "packed_modules_mapping": {arch: mapping}}
+(tools/sglang_rules_probe.py): what a rules data file claims, asked of SGLang's own functions.
 
 SGLang's logs go to stderr (fd 1 is pointed at fd 2; the JSON lines go to a private copy of stdout). Exit 0
 when every DIR / case produced a line; 3 when SGLang itself cannot be set up.
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     loading.add_argument("--digests", action="store_true")
     loading.add_argument("--tp-size", type=int, default=1)
     loading.add_argument("--tp-rank", type=int, default=0)
-    sub.add_parser("loaders").add_argument("cases")
+    sub.add_parser("rules").add_argument("cases")
     args = parser.parse_args(argv)
     out = _private_stdout()
     try:
@@ -63,10 +64,11 @@ def main(argv: list[str] | None = None) -> int:
         for d in args.dirs:
             out.write(json.dumps(sglang_load.load(d, args.digests)) + "\n")
     else:
-        from tools import sglang_loaders
+        from tools import sglang_rules_probe
 
-        for line in sglang_loaders.run(json.loads(Path(args.cases).read_text())):
-            out.write(json.dumps(line) + "\n")
+        cases = json.loads(Path(args.cases).read_text())
+        out.write(json.dumps({"answers": sglang_rules_probe.answers(cases),
+                              "packed_modules_mapping": sglang_rules_probe.packed_mappings()}) + "\n")
     return 0
 
 
