@@ -21,6 +21,7 @@ from repair.planning.modules import fused_group, module_change
 from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Recipe
 from repair.planning.target_check import refuse_unrepairable, unused_exclusions
 from repair.planning.whole_layers import Layers, refuse_split_layers
+from repair.targets.profiles import resolve
 
 __all__ = ["assign_actions", "kv_scale_drops", "make_plan", "select"]
 
@@ -152,7 +153,8 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     if not declaration.quantized:
         return ckpt.config, ckpt.hf_quant_config, ()
     family = arch.architecture(ckpt.config)
-    covers = family.exclusion_matcher(declaration)
+    target = resolve(recipe.from_target) if recipe.from_target else None  # its own rules say what a list covers
+    covers = family.exclusion_matcher(target.bind(declaration, family, ckpt.config) if target else declaration)
     bf16 = sorted({family.exclusion_name(n) for n, a in actions.items() if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)})
     packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]

@@ -109,6 +109,9 @@ class DraftBf16:
     def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
         return None if fused.startswith(self.prefixes) else self.inner.fused_refusal(fused, shards)
 
+    def names(self, prefix: str) -> bool:
+        return self.inner.names(prefix)
+
 
 def quant_method(declaration: Declaration) -> str | None:
     """The quantization method name the runtime gives the checkpoint's config (model_config.py's detection)."""
