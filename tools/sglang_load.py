@@ -60,6 +60,22 @@ def owners(model) -> dict[str, str]:
     return out
 
 
+def _merged(layers: dict, owners: dict, routes: dict, unrouted: set[str]) -> dict[str, str]:
+    """Unrouted tensors a model merged before loading: a shard of a fused layer (its "fused" names) one of whose
+    parameters received a tensor that is no checkpoint tensor (DeepSeek concatenates q_a_proj and
+    kv_a_proj_with_mqa into fused_qkv_a_proj_with_mqa). Tensor -> that layer."""
+    fed = {owners.get(p) for p in routes.get("?", [])}
+    out = {}
+    for name in sorted(unrouted):
+        module, _, _ = name.rpartition(".")
+        parent, _, leaf = module.rpartition(".")
+        for prefix in fed:
+            layer = layers.get(prefix) or {}
+            if prefix and prefix.rpartition(".")[0] == parent and leaf in (layer.get("fused") or ()):
+                out[name] = prefix
+    return out
+
+
 def _one_by_one(path: str, tensors: dict[str, torch.Tensor], routes: dict[str, list[str]]) -> dict[str, str]:
     """After a failed load: a fresh model, each tensor given to load_weights alone, so that every tensor's own
     route and error are known (the whole load stops at the first). Tensors a model merges before loading
@@ -77,7 +93,8 @@ def _one_by_one(path: str, tensors: dict[str, torch.Tensor], routes: dict[str, l
 
 
 def load(path: str, digests: bool = False) -> dict:
-    """{"ok", "layers", "routes": {checkpoint tensor: [params]}, "skipped": [tensors no loader received],
+    """{"ok", "layers", "routes": {checkpoint tensor: [params]}, "merged": {tensor: fused layer it was merged into
+    before loading}, "skipped": [tensors no loader received, merged or not],
     "owners", "params" (with `digests`: shape, dtype, sha256, all_zero of every parameter after loading), or the error;
     after a failed load also "errors": {tensor: "Type: message"} from loading each tensor alone}."""
     started = time.time()
@@ -103,7 +120,8 @@ def load(path: str, digests: bool = False) -> dict:
         line["errors"] = _one_by_one(path, tensors, routes)
     else:
         line["ok"] = True
-    line.update(routes=routes, skipped=sorted(set(tensors) - set(routes)))
+    merged = _merged(line["layers"], line["owners"], routes, set(tensors) - set(routes))
+    line.update(routes=routes, merged=merged, skipped=sorted(set(tensors) - set(routes) - set(merged)))
     if digests:
         line["params"] = {n: {"shape": list(p.shape), "dtype": str(p.dtype).removeprefix("torch."),
                               "sha256": _digest(p), "all_zero": not bool(p.detach().ne(0).any())}
