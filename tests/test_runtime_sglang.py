@@ -134,3 +134,17 @@ def test_every_release_file_names_registered_matchers_and_its_source(release):
     doc = json.loads((Path(profiles.__file__).parent / "data" / f"sglang-{release}.json").read_text())
     assert {"runtime", "release", "source", "rules"} <= set(doc) and doc["source"]["sha256"]
     assert set(doc["rules"]["matchers"]) == {"modelopt", "compressed-tensors", "quantized_layers"}
+
+
+def test_deepseek_q_lora_rank_adds_the_mla_fused_layer_sglang_0_5_23_refuses_when_split(capsys, tmp_path):
+    """DeepseekV2ForCausalLM.__init__ adds fused_qkv_a_proj_with_mqa to the quant config's packed mapping when
+    q_lora_rank is set (0.5.23; data `packed_when_config`): R1's list excludes one shard, so SGLang refuses at build."""
+    folder = layout(tmp_path, "deepseek-r1")
+    code, report = doctor(capsys, folder)
+    wanted = ("ValueError: Detected some but not all shards of model.layers.0.self_attn.fused_qkv_a_proj_with_mqa are "
+              "quantized.")
+    assert code == 1 and any(f["code"] == "fused-shards" and wanted in json.dumps(f) for f in errors(report).values())
+    config = json.loads((folder / "config.json").read_text())
+    rules = profiles.resolve(SGLANG).profile.rules
+    assert "fused_qkv_a_proj_with_mqa" in rules.building("DeepseekV3ForCausalLM", None, config).packed
+    assert "fused_qkv_a_proj_with_mqa" not in rules.building("DeepseekV3ForCausalLM", None, {**config, "q_lora_rank": None}).packed

@@ -58,6 +58,20 @@ COMMON = {
     "errors": {"in_features_16": "ValueError: Unsupported model when in features size is not multiple of 16"},
 }
 
+# Packed mappings a model class adds in __init__ from the config: models/deepseek_v2.py DeepseekV2ForCausalLM.__init__
+# adds fused_qkv_a_proj_with_mqa when q_lora_rank is set, into the class-level dict the quant config already holds
+# (model_loader/loader.py _get_quantization_config and weight_utils.get_quant_config pass that same object; 0.5.23
+# also calls quant_config.update_packed_modules_mapping). Applies to every registered architecture that runs that
+# __init__ (not DeepseekV3ForCausalLMNextN, which has its own); the marker must be in the wheel's file.
+CONFIG_PACKED = {
+    "DeepseekV2ForCausalLM": {
+        "file": "sglang/srt/models/deepseek_v2.py",
+        "marker": 'self.packed_modules_mapping["fused_qkv_a_proj_with_mqa"] = [',
+        "when": "q_lora_rank",
+        "add": {"fused_qkv_a_proj_with_mqa": ["q_a_proj", "kv_a_proj_with_mqa"]},
+    },
+}
+
 RULES = {
     "0.5.9": {
         "matchers": {"modelopt": "sglang_modelopt_substring_experts_only", "compressed-tensors": "sglang_ct_contains",

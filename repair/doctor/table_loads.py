@@ -32,7 +32,7 @@ def table_loads(modules: dict[str, StoredModule], schemes: dict[str, str], ckpt:
     parameter names a packed layer of the checkpoint's format has (Format.RUNTIME_LEAVES)."""
     rules = target.profile.rules
     architecture = ((ckpt.config or {}).get("architectures") or [""])[0]
-    building = rules.building(architecture if isinstance(architecture, str) else "", family.fused_layers)
+    building = rules.building(architecture if isinstance(architecture, str) else "", family.fused_layers, ckpt.config)
     entry = target.release.entries.get(architecture, {}) if target.release and isinstance(architecture, str) else {}
     located = ckpt.locate()
     findings, errors = [], []

@@ -45,6 +45,8 @@ class RuntimeRules:
     fusion_names: Mapping[str, str] = field(default_factory=dict)  # layer rows' fused name -> this runtime's
     layer_classes: Mapping[str, str] = field(default_factory=dict)  # layer rows' class -> loader family in `loaders`
     row_parallel_leaves: tuple[str, ...] = ()  # leaves loaded row-parallel where no layer row says
+    packed_when: Mapping[str, Mapping[str, Mapping[str, tuple[str, ...]]]] = field(default_factory=dict)  # arch ->
+    # {config key: the mapping its model class's __init__ adds when the key is set} (DeepSeek's q_lora_rank)
 
     @property
     def label(self) -> str:
@@ -54,9 +56,15 @@ class RuntimeRules:
     def speaker(self) -> str:
         return f"{self.display} {'.'.join(map(str, self.release))}"
 
-    def building(self, architecture: str, fusions: Mapping[str, tuple[str, ...]] | None) -> Building:
-        """How this release builds `architecture`: the model's fusions (the layer rows'), its class's packed mapping."""
+    def building(self, architecture: str, fusions: Mapping[str, tuple[str, ...]] | None,
+                 config: dict | None = None) -> Building:
+        """How this release builds `architecture`: the model's fusions (the layer rows'), its class's packed mapping
+        and what the class adds to it for this config."""
         packed = dict(self.packed.get(architecture, {}))
+        text = (config or {}).get("text_config") if isinstance((config or {}).get("text_config"), dict) else {}
+        for key, added in self.packed_when.get(architecture, {}).items():
+            if (config or {}).get(key, text.get(key)) is not None:
+                packed |= added
         named = {self.fusion_names.get(k, k): tuple(v) for k, v in (fusions or LLAMA_FUSIONS).items()} | packed
         return Building(MappingProxyType(named), MappingProxyType(packed), self.fallback_fused)
 
@@ -137,11 +145,13 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
         exclusion_matcher(body["matchers"][kind])
     layer_matcher(body["matchers"]["quantized_layers"])
     packed = {a: {k: tuple(v) for k, v in m.items()} for a, m in body.get("packed_modules_mapping", {}).items()}
+    when = {a: {key: {k: tuple(v) for k, v in m.items()} for key, m in keys.items()}
+            for a, keys in body.get("packed_when_config", {}).items()}
     return RuntimeRules(doc["runtime"], tuple(int(p) for p in doc["release"].split(".")), source, body["display"], body["matchers"],
                         bool(body["follows_draft_config"]), body["layer_rows"], body["fused"], body["unknown_tensors"],
                         body["loaders"], body["draft"], body["errors"], body["refused_algorithms"],
                         bool(body["fallback_fused"]), packed, body.get("fusion_names", {}), body.get("layer_classes", {}),
-                        tuple(body.get("row_parallel_leaves", ())))
+                        tuple(body.get("row_parallel_leaves", ())), when)
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:

@@ -12,10 +12,12 @@ tests/vllm/test_profiles_vs_vllm.py for vLLM): a release's data that drifts from
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from repair.targets.matchers import EXCLUSION_MATCHERS
+from repair.targets.runtime_rules import read_rules
 from repair.targets.sglang_match import Building
 from tools.real_fixture import REAL
 
@@ -87,7 +89,13 @@ def test_packed_mappings_are_the_model_classes(sglang):
 
 
 def test_packed_mappings_are_what_the_built_models_hold(sglang_verdicts):
-    shipped = json.loads(SHIPPED.read_text())["rules"]["packed_modules_mapping"]
-    differ = {name: (shipped.get(line["architecture"], {}), line["packed"]) for name, line in sglang_verdicts.items()
-              if "packed" in line and shipped.get(line["architecture"], {}) != line["packed"]}
+    """The data's mapping for the fixture's config (its class's, plus `packed_when_config`: DeepSeek's __init__ adds
+    fused_qkv_a_proj_with_mqa when q_lora_rank is set), as doctor builds it, is what SGLang's quant config holds."""
+    rules = read_rules(json.loads(SHIPPED.read_text()), SHIPPED.name)
+
+    def data(line: dict) -> dict:
+        config = json.loads((Path(line["dir"]) / "config.json").read_text())
+        return {k: list(v) for k, v in rules.building(line["architecture"], None, config).packed.items()}
+    differ = {name: (data(line), line["packed"]) for name, line in sglang_verdicts.items()
+              if "packed" in line and data(line) != line["packed"]}
     assert not differ, f"fixture -> (data, SGLang's quant config after building the model): {differ}"
