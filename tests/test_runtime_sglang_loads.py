@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.conftest import run_captured
+from tests.test_config_forms import qwen3_with_bf16_shard
 from tests.test_runtime_sglang import SGLANG, doctor, errors, layout
 
 LAYOUTS = {  # name -> (fixture, BF16 storage pattern or None, exclusion list or None), from the reports of §5
@@ -63,10 +64,21 @@ def test_bf16_weight_in_an_nvfp4_row_parallel_layer_is_cast_silently(folders, ca
     assert found["message"].startswith("SGLang 0.5.23 casts this BF16 weight into its packed uint8 parameter")
 
 
-def test_merged_column_and_qkv_errors_per_rank_are_sglangs(folders, capsys):
+def test_merged_column_and_qkv_errors_per_rank_are_sglangs(folders, capsys, tmp_path):
+    """Qwen3's load_weights indexes params_dict[name] in its stacked branch with no check (qwen3.py, data
+    `stacked_unchecked`): the packed gate_proj's input_scale, first in load order, is a KeyError on every rank before
+    the merged loader's AssertionError; a BF16 k_proj into the packed qkv_proj with 1 KV head at TP 2 is replicated
+    (QKVParallelLinear), so each rank's k rows are a whole head, as the SGLang tier sees."""
     code, report = doctor(capsys, folders["gate_up-excluded-packed"], SGLANG, "--tp", "2")
+    key = "KeyError: 'model.layers.0.mlp.gate_up_proj.input_scale'"
     assert code == 1 and [(s["rank"], s["tensor"], s["error"]) for s in report["runtime_stops_at"]] == [
-        (0, "model.layers.0.mlp.gate_proj.weight", "AssertionError"), (1, "model.layers.0.mlp.gate_proj.weight", "AssertionError")]
+        (0, "model.layers.0.mlp.gate_proj.input_scale", key), (1, "model.layers.0.mlp.gate_proj.input_scale", key)]
+    assert errors(report)["model.layers.0.mlp.gate_proj"]["runtime_error"] == "AssertionError"
+    folder = qwen3_with_bf16_shard(tmp_path / "k", "model.layers.0.self_attn.k_proj")
+    code, kv = doctor(capsys, folder, SGLANG, "--tp", "2")
+    assert json.loads((folder / "config.json").read_text())["num_key_value_heads"] == 1
+    assert {s["error"] for s in kv["runtime_stops_at"]} == {
+        "AssertionError: param_data.shape=torch.Size([32, 32]), loaded_weight.shape=torch.Size([32, 64])"}
     assert report["schemes"]["model.layers.0.mlp.up_proj"] == "bf16"  # both shards listed: SGLang's fallback fuses them
 
 

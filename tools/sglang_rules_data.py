@@ -35,7 +35,7 @@ def _classes(tree: ast.Module) -> tuple[dict, list[str]]:
         if isinstance(node, ast.ClassDef):
             attrs = {t.id: stmt.value for stmt in node.body if isinstance(stmt, ast.Assign)
                      for t in stmt.targets if isinstance(t, ast.Name)}
-            attrs |= {stmt.name: stmt for stmt in node.body if isinstance(stmt, ast.FunctionDef) and stmt.name == "__init__"}
+            attrs |= {stmt.name: stmt for stmt in node.body if isinstance(stmt, ast.FunctionDef) and stmt.name in ("__init__", "load_weights")}
             bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
             classes[node.name] = (bases, attrs)
         elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "EntryClass" for t in node.targets):
@@ -45,7 +45,30 @@ def _classes(tree: ast.Module) -> tuple[dict, list[str]]:
     return classes, entries
 
 
-def packed_mappings(wheel: zipfile.ZipFile) -> tuple[dict[str, dict], list[str], dict[str, dict]]:
+def _unchecked_stacked(load_weights: ast.FunctionDef) -> list[str]:
+    """The stacked names (`stacked_params_mapping`'s param names) whose branch indexes params_dict[name] with no
+    `name not in params_dict` test first (Qwen3's), so a checkpoint tensor the built layer lacks is a KeyError."""
+    names = []
+    for node in ast.walk(load_weights):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "stacked_params_mapping" for t in node.targets):
+            try:
+                names = sorted({row[0] for row in ast.literal_eval(node.value)})
+            except (ValueError, TypeError, IndexError):
+                return []
+    for loop in ast.walk(load_weights):
+        if isinstance(loop, ast.For) and getattr(loop.iter, "id", None) == "stacked_params_mapping":
+            for stmt in loop.body:
+                test = getattr(stmt, "test", None)
+                if isinstance(stmt, ast.If) and isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.NotIn) \
+                        and getattr(test.comparators[0], "id", None) == "params_dict":
+                    return []
+                if any(isinstance(n, ast.Subscript) and getattr(n.value, "id", None) == "params_dict"
+                       for n in ast.walk(stmt)):
+                    return names
+    return []
+
+
+def packed_mappings(wheel: zipfile.ZipFile) -> tuple[dict[str, dict], list[str], dict[str, dict], dict[str, list]]:
     """(architecture -> its non-empty packed_modules_mapping, every registered architecture, architecture -> {config
     key: the mapping its __init__ adds when the key is set} from CONFIG_PACKED). A class name is looked
     up in its own file first (several files define a `Qwen3_5ForCausalLM`), then in the others; a value that names
@@ -95,25 +118,28 @@ def packed_mappings(wheel: zipfile.ZipFile) -> tuple[dict[str, dict], list[str],
         except ValueError:
             return None
 
-    def init_owner(cls: str, where: str, seen: frozenset = frozenset()) -> str | None:
-        """The class whose __init__ building `cls` runs."""
+    def owner(cls: str, where: str, method: str, seen: frozenset = frozenset()) -> tuple[str, ast.AST] | None:
+        """(the class whose `method` `cls` runs, its definition)."""
         place = place_of(cls, where)
         if place is None or cls in seen:
             return None
         bases, attrs = files[place][cls]
-        if "__init__" in attrs:
-            return cls
-        return next((o for b in bases if (o := init_owner(b, place, seen | {cls})) is not None), None)
+        if method in attrs:
+            return cls, attrs[method]
+        return next((o for b in bases if (o := owner(b, place, method, seen | {cls})) is not None), None)
 
-    out, when = {}, {}
+    out, when, unchecked = {}, {}, {}
     for arch, where in sorted(set(entries)):
         mapping = attribute(arch, "packed_modules_mapping", where, frozenset())
         if isinstance(mapping, dict) and mapping and all(isinstance(v, (list, tuple)) for v in mapping.values()):
             out.setdefault(arch, {k: list(v) for k, v in sorted(mapping.items())})
-        rule = CONFIG_PACKED.get(init_owner(arch, where) or "")
+        rule = CONFIG_PACKED.get((owner(arch, where, "__init__") or ("",))[0])
         if rule and rule["marker"] in wheel.read(rule["file"]).decode():
             when[arch] = {rule["when"]: rule["add"]}
-    return out, sorted({a for a, _ in entries}), when
+        loads = owner(arch, where, "load_weights")
+        if loads and (stacked := _unchecked_stacked(loads[1])):
+            unchecked[arch] = stacked
+    return out, sorted({a for a, _ in entries}), when, unchecked
 
 
 def profile(path: Path) -> dict:
@@ -123,11 +149,12 @@ def profile(path: Path) -> dict:
         for member, marker in rules["markers"].items():
             if marker not in wheel.read(member).decode():
                 raise SystemExit(f"{path.name}: {member} has no {marker!r}; the rules table no longer describes it")
-        packed, registered, packed_when = packed_mappings(wheel)
+        packed, registered, packed_when, unchecked = packed_mappings(wheel)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     body = {**COMMON, **{k: v for k, v in rules.items() if k != "markers"}}
     body["packed_modules_mapping"] = packed
     body["packed_when_config"] = packed_when
+    body["stacked_unchecked"] = unchecked  # arch -> stacked names whose loader branch raises KeyError on extra tensors
     return {"runtime": "sglang", "release": release,
             "source": {"wheel": path.name, "sha256": digest, "index": "https://pypi.org/project/sglang/",
                        "files": sorted(rules["markers"]), "registered_architectures": len(registered)},

@@ -47,6 +47,12 @@ class RuntimeRules:
     row_parallel_leaves: tuple[str, ...] = ()  # leaves loaded row-parallel where no layer row says
     packed_when: Mapping[str, Mapping[str, Mapping[str, tuple[str, ...]]]] = field(default_factory=dict)  # arch ->
     # {config key: the mapping its model class's __init__ adds when the key is set} (DeepSeek's q_lora_rank)
+    stacked_unchecked: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # arch -> stacked names whose
+    # load_weights branch indexes params_dict unchecked: a stored tensor the built layer lacks is a KeyError
+
+    def raises_on_extra(self, architecture: str, layer: str) -> bool:
+        """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
+        return any(layer.endswith(s) for s in self.stacked_unchecked.get(architecture, ()))
 
     @property
     def label(self) -> str:
@@ -151,7 +157,8 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         bool(body["follows_draft_config"]), body["layer_rows"], body["fused"], body["unknown_tensors"],
                         body["loaders"], body["draft"], body["errors"], body["refused_algorithms"],
                         bool(body["fallback_fused"]), packed, body.get("fusion_names", {}), body.get("layer_classes", {}),
-                        tuple(body.get("row_parallel_leaves", ())), when)
+                        tuple(body.get("row_parallel_leaves", ())), when,
+                        {a: tuple(v) for a, v in body.get("stacked_unchecked", {}).items()})
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:
