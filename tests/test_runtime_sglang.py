@@ -148,3 +148,20 @@ def test_deepseek_q_lora_rank_adds_the_mla_fused_layer_sglang_0_5_23_refuses_whe
     rules = profiles.resolve(SGLANG).profile.rules
     assert "fused_qkv_a_proj_with_mqa" in rules.building("DeepseekV3ForCausalLM", None, config).packed
     assert "fused_qkv_a_proj_with_mqa" not in rules.building("DeepseekV3ForCausalLM", None, {**config, "q_lora_rank": None}).packed
+
+
+def test_eagle3_nested_config_json_exclusions_are_dropped_and_fc_is_a_plain_linear(capsys, tmp_path):
+    """ModelOpt's EAGLE-3 draft: config.json's nested quantization_config gets quant_algo merged in at its top level
+    (configs/model_config.py), so from_config's flat branch drops the nested exclude_modules and lm_head is built
+    NVFP4; llama_eagle3.py builds fc as a plain torch.nn.Linear. The texts are what SGLang 0.5.23 raises (tier)."""
+    from tools.layout_fixture import write_layout
+
+    folder = tmp_path / "eagle3"
+    write_layout(folder, "modelopt-eagle3-draft")
+    code, report = doctor(capsys, folder)
+    assert code == 1 and report["schemes"]["lm_head"] == "nvfp4" and report["schemes"]["fc"] == "bf16"
+    found = errors(report)
+    assert found["lm_head"]["runtime_error"] == ("RuntimeError: The size of tensor a (32) must match the size of "
+                                                 "tensor b (64) at non-singleton dimension 1")
+    assert found["fc"]["runtime_error"] == ("AssertionError: Attempted to load weight (torch.Size([64, 64])) into "
+                                            "parameter (torch.Size([64, 128]))")

@@ -16,6 +16,9 @@ W4AFP8 = "SGLang {release} reads quant_algo MIXED_PRECISION as w4afp8 (W4A8 expe
 ONLY_FP8_NVFP4 = ("ValueError: ModelOpt currently only supports: FP8, NVFP4 quantizations in sglang. Please check the "
                   "quantization config for your model's configuration.")
 
+LM_HEAD_COPY = ("RuntimeError: The size of tensor a ({param_cols}) must match the size of tensor b ({loaded_cols}) at "
+                "non-singleton dimension 1")
+
 COMMON = {
     "display": "SGLang",  # how messages name the runtime
     "follows_draft_config": True,  # MTP/NextN from the target's config; EAGLE-3 reads its own (model_config.py)
@@ -33,7 +36,10 @@ COMMON = {
         "replicated": {"packed_into_bf16": "AssertionError: param.shape={param} param.dtype={pdtype} "
                                            "loaded_weight.shape={loaded} loaded_weight.dtype={ldtype}",
                        "bf16_into_packed": "AssertionError: target.shape={param}, loaded_weight.shape={loaded}"},
-        "lm_head": {"packed_into_bf16": "AssertionError", "bf16_into_packed": "AssertionError"},
+        # vocab_parallel_embedding.py weight_loader: narrows the vocab rows, then copy_ (a width mismatch is copy_'s)
+        "lm_head": {"packed_into_bf16": LM_HEAD_COPY, "bf16_into_packed": LM_HEAD_COPY},
+        # model_loader/weight_utils.py default_weight_loader (a plain torch.nn.Linear: `plain_layers`)
+        "plain": {"packed_into_bf16": "AssertionError: Attempted to load weight ({loaded}) into parameter ({param})"},
     },
     "draft": {  # models/*nextn*.py, *_mtp.py: the MTP/NextN draft's quant config, by the target's architecture
         "mtp": [
@@ -71,6 +77,15 @@ CONFIG_PACKED = {
         "add": {"fused_qkv_a_proj_with_mqa": ["q_a_proj", "kv_a_proj_with_mqa"]},
     },
 }
+
+# configs/model_config.py _parse_quant_hf_config: config.json's ModelOpt quantization_config in the nested form
+# ({"quantization": {...}}) gets quant_method/quant_algo merged in at its top level, so ModelOptFp4Config.from_config
+# takes its flat branch, which reads exclusions from the top level only: the nested exclude_modules are dropped.
+NESTED_CONFIG_JSON = {"methods": ["modelopt_fp4"], "file": "sglang/srt/configs/model_config.py",
+                      "marker": "quant_cfg.update(parsed_cfg)"}
+# Layers a model builds as a plain torch.nn.Linear (never quantized, whatever the lists say), by architecture
+PLAIN_LAYERS = {"LlamaForCausalLMEagle3": {"layers": ["fc"], "file": "sglang/srt/models/llama_eagle3.py",
+                                           "marker": "self.fc = torch.nn.Linear("}}
 
 RULES = {
     "0.5.9": {

@@ -40,7 +40,7 @@ def table_loads(modules: dict[str, StoredModule], schemes: dict[str, str], ckpt:
     for name, built in sorted(schemes.items()):
         m = modules[name]
         layer, kind = building.built_layer(family.runtime_name(name))
-        loader = "moe" if kind == "moe" else _loader(layer, kind, entry, rules)
+        loader = "moe" if kind == "moe" else _loader(layer, kind, entry, rules, rules.plain_layers.get(architecture, ()))
         stacked = layer if kind == "fused" and rules.raises_on_extra(architecture, layer) else None
         split = min(tp, kv) if loader == "qkv" and kv and name.endswith(("k_proj", "v_proj")) else tp
         finding, outcomes = _one(m, built, loader, target, (tp, split), (*leaves, "bias"), stacked)
@@ -53,9 +53,11 @@ def table_loads(modules: dict[str, StoredModule], schemes: dict[str, str], ckpt:
     return findings, tuple(first[r] for r in sorted(first))
 
 
-def _loader(layer: str, kind: str, entry: dict, rules) -> str:
+def _loader(layer: str, kind: str, entry: dict, rules, plain: tuple[str, ...] = ()) -> str:
     """The loader family of a built layer: its class in the layer rows, else by its name."""
     leaf = layer.rpartition(".")[2]
+    if layer.removeprefix("model.") in plain:  # built as a plain torch.nn.Linear
+        return "plain"
     recorded = entry.get("modules", {}).get(NUMBER.sub(".*", layer), {}).get("layer")
     if recorded in rules.layer_classes:
         return rules.layer_classes[recorded]
@@ -120,8 +122,9 @@ def _one(m: StoredModule, built: str, loader: str, target: Target, ranks_split: 
 
 def _filled(template: str, out: int, inn: int, packed: bool, loader: str, split: int) -> str:
     """The runtime's error text for one rank: the parameter's slice (rows split `split` ways) against the loaded one's."""
-    rows = out if loader == "replicated" else out // max(split, 1)
+    rows = out if loader in ("replicated", "plain") else out // max(split, 1)
     full, half = f"torch.Size([{rows}, {inn}])", f"torch.Size([{rows}, {inn // 2}])"
     param, loaded = (full, half) if packed else (half, full)
+    cols = (inn, inn // 2) if packed else (inn // 2, inn)
     return template.format(param=param, loaded=loaded, pdtype=DTYPE["bf16" if packed else "packed"],
-                           ldtype=DTYPE["packed" if packed else "bf16"])
+                           ldtype=DTYPE["packed" if packed else "bf16"], param_cols=cols[0], loaded_cols=cols[1])
