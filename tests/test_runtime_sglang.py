@@ -165,3 +165,12 @@ def test_eagle3_nested_config_json_exclusions_are_dropped_and_fc_is_a_plain_line
                                                  "tensor b (64) at non-singleton dimension 1")
     assert found["fc"]["runtime_error"] == ("AssertionError: Attempted to load weight (torch.Size([64, 64])) into "
                                             "parameter (torch.Size([64, 128]))")
+
+
+def test_a_target_list_is_never_read_as_its_first_target(capsys, tmp_path):
+    """`vllm==0.32.0,sglang==0.5.23` once resolved to vLLM alone (the suffix swallowed the rest), so fix said
+    "nothing to fix" for a checkpoint SGLang refuses: a list this resolver cannot read is one line and exit 2."""
+    folder = write_real_model(tmp_path / "ct", "ct-llama-dense", REAL_MODELS["ct-llama-dense"])
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--target", "vllm==0.32.0,sglang==0.5.23")
+    assert code == 2 and "nothing to fix" not in out + err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
