@@ -174,3 +174,16 @@ def test_a_target_list_is_never_read_as_its_first_target(capsys, tmp_path):
     code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--target", "vllm==0.32.0,sglang==0.5.23")
     assert code == 2 and "nothing to fix" not in out + err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_eagle3_unread_list_is_not_called_unused_and_fix_refuses_in_one_line(capsys, tmp_path):
+    """The nested list SGLang never reads still names lm_head (no false unused-exclusion, which made fix's own check
+    of its output fail with exit 3); the BF16 lm_head SGLang builds NVFP4 is no exclusion edit away: exit 2."""
+    from tools.layout_fixture import write_layout
+
+    folder = tmp_path / "eagle3"
+    write_layout(folder, "modelopt-eagle3-draft")
+    code, report = doctor(capsys, folder)
+    assert not any(f["code"] == "unused-exclusion" and f["subject"] == "lm_head" for f in report["findings"])
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--target", SGLANG)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "lm_head" in err and not (tmp_path / "out").exists()

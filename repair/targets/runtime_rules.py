@@ -88,7 +88,8 @@ class RuntimeRules:
         unread = kind == "modelopt" and quant_method(declaration) in self.nested_drops and _nested_modelopt(config)
 
         def matcher(entries, targets):
-            rule = excl(() if unread else entries, targets, building)
+            rule = excl(entries, targets, building)
+            rule = UnreadList(excl((), targets, building), rule) if unread else rule
             return DraftBf16(rule, dropped, plain) if dropped or plain else rule
 
         def lookup(algos, name):
@@ -135,6 +136,27 @@ class DraftBf16:
 
     def names(self, prefix: str) -> bool:
         return self.inner.names(prefix)
+
+
+@dataclass(frozen=True)
+class UnreadList:
+    """A list the runtime never reads (config.json's nested ModelOpt block): every layer is built as with no entries;
+    `names` still answers for the list as written, so its entries are not called unused (they name modules)."""
+
+    built: object  # the rule over no entries
+    listed: object  # the rule over the entries as written
+
+    def excludes(self, prefix: str) -> bool:
+        return self.built.excludes(prefix)
+
+    def shard_excluded(self, prefix: str) -> bool:
+        return self.built.shard_excluded(prefix)
+
+    def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
+        return self.built.fused_refusal(fused, shards)
+
+    def names(self, prefix: str) -> bool:
+        return self.listed.names(prefix)
 
 
 def quant_method(declaration: Declaration) -> str | None:
