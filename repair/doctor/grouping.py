@@ -91,4 +91,4 @@ def names_text(names, verbose: bool = False) -> str:
 
 
 def _ranks(ranks: tuple[int, ...], tp: int) -> str:
-    return f" (rank {', '.join(map(str, ranks))})" if tp > 1 else ""
+    return f" (rank {', '.join(map(str, ranks))})" if tp > 1 and ranks else ""  # none named: not one rank's error

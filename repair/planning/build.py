@@ -155,7 +155,10 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     family = arch.architecture(ckpt.config)
     target = resolve(recipe.from_target) if recipe.from_target else None  # its own rules say what a list covers
     covers = family.exclusion_matcher(target.bind(declaration, family, ckpt.config) if target else declaration)
-    bf16 = sorted({family.exclusion_name(n) for n, a in actions.items() if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)})
+    made = [n for n, a in actions.items() if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)]
+    # a fused layer's BF16 shards are declared together: exact entries for only some of them make the runtime raise
+    made += [s for n in made for s in fused_group(n, modules) if s in modules and not modules[s].is_quantized]
+    bf16 = sorted({family.exclusion_name(n) for n in made})
     packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
     if not bf16 and not packed and not (len(lists) == 2 and set(lists[0]) != set(lists[1])):

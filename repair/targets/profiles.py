@@ -120,11 +120,11 @@ def resolve(spec: str | None) -> Target:
     spec = (spec or NEWEST_KNOWN).strip()
     if spec.lower() == "bf16":
         return Target("bf16", BF16)
-    match = re.fullmatch(r"([a-z][a-z0-9_-]{0,30})\s*==\s*(\d{1,6})\.(\d{1,6})(?:\.(\d{1,6}))?[^\s,]*", spec)
+    if re.search(r"[,;]", spec):  # `a,b` must not check `a` alone and call the result healthy
+        raise UsageError(f"--target {spec[:200]!r}: give one target (several at once are not supported yet); run once per runtime")
+    # a release suffix as pip spells it (rc1, .post1, +cu128)
+    match = re.fullmatch(r"([a-z][a-z0-9_-]{0,30})\s*==\s*(\d{1,6})\.(\d{1,6})(?:\.(\d{1,6}))?[\w.+!-]*", spec)
     runtimes = sorted({p.runtime for p in DATA_PROFILES})
-    if "," in spec:  # one target here; never the first one alone with the rest swallowed as a version suffix
-        raise UsageError(f"--target {spec[:200]!r}: one target at a time (several are not read as a list here); "
-                         "run once per target")
     if not match or (match.group(1) != "vllm" and match.group(1) not in runtimes):
         known = " or ".join(f"{r}==X.Y.Z" for r in ["vllm", *runtimes])
         raise UsageError(f"--target {spec[:200]!r}: expected {known}, or bf16")

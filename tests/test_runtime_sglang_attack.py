@@ -1,0 +1,51 @@
+"""`--target sglang==X` against hostile exclusion lists and careless use (issue 28).
+
+Layouts are the real qwen3-32b fixture (tools/real_fixture.py) with one exclusion list changed; the rule each test
+names is SGLang's (repair/targets/data/sglang-*.json name the wheel files; runtimes_beyond_vllm.md §1.2).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from repair.errors import UsageError
+from repair.targets import profiles
+from tests.conftest import run_captured
+from tests.test_runtime_sglang import QKV_MIX, doctor, errors, layout
+
+
+def test_fix_never_lists_only_some_shards_of_a_fused_layer_a_glob_builds_bf16(capsys, tmp_path):
+    """`*` makes SGLang 0.5.23 build every layer BF16 (is_layer_excluded's glob); the stored NVFP4 k/v are
+    dequantized. Listing k_proj and v_proj by exact name but not the BF16 q_proj would make is_layer_skipped raise
+    its fused-shard ValueError: the output must be clean for the target (fix's own self-check, not exit 3)."""
+    folder = layout(tmp_path, "qwen3-32b", bf16=r"^model\.layers\.0\.self_attn\.q_proj$|^lm_head$", exclude=["*", "lm_head"])
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", folder, "-o", out, "--target", "sglang==0.5.23")
+    assert code == 0, err
+    code, report = doctor(capsys, out)
+    assert code == 0 and errors(report) == {}
+    assert all(e["runtime_error"] != QKV_MIX for e in report["findings"])
+
+
+@pytest.mark.parametrize("spec", ["sglang==0.5.23,vllm==0.32.0", "vllm==0.32.0,sglang==0.5.23", "sglang==0.5.23;vllm==0.32.0"])
+def test_a_list_of_targets_is_not_read_as_its_first_one(spec):
+    """Until several targets are built, `--target a,b` must not silently check `a` alone (a user asking for both
+    would read "healthy" for a runtime never checked)."""
+    with pytest.raises(UsageError, match="one target"):
+        profiles.resolve(spec)
+
+
+def test_release_suffixes_still_resolve():
+    assert profiles.resolve("sglang==0.5.23rc1").profile.rules.source == "sglang-0.5.23.json"
+    assert profiles.resolve("sglang==0.5.10.post1").profile.rules.source == "sglang-0.5.10.json"
+    assert profiles.resolve("vllm==0.32.0+cu128").version == (0, 32, 0)  # a local version, as pip spells it
+
+
+def test_a_fused_layer_refused_while_building_names_no_empty_rank(capsys, tmp_path):
+    """The fused-shard ValueError stops every rank; the text must not print `(rank )`."""
+    folder = layout(tmp_path, "qwen3-32b", bf16=r"^model\.layers\.0\.self_attn\.q_proj$|^lm_head$",
+                    exclude=["lm_head", "model.layers.0.self_attn.q_proj"])
+    code, out, _ = run_captured(capsys, "doctor", folder, "--target", "sglang==0.5.23", "--tp", "2")
+    assert code == 1 and QKV_MIX in out and "(rank )" not in out
