@@ -14,12 +14,13 @@ from tools import modelopt_export
 
 
 def pytest_collection_modifyitems(config, items):
-    """`make test` deselects vllm-marked tests and `make test-vllm` collects tests/vllm only: a vllm-marked test
-    anywhere else would silently run in neither, so it stops the run instead."""
-    vllm_dir = Path(__file__).resolve().parent / "vllm"
-    stray = [i.nodeid for i in items if i.get_closest_marker("vllm") and vllm_dir not in Path(str(i.path)).resolve().parents]
-    if stray:
-        raise pytest.UsageError(f"vllm-marked tests outside tests/vllm run in neither CI step; move them there: {stray}")
+    """`make test` deselects vllm- and sglang-marked tests, and `make test-vllm` / `make test-sglang` collect
+    tests/vllm / tests/sglang only: a tier-marked test anywhere else would silently run in neither, so it stops the run."""
+    here = Path(__file__).resolve().parent
+    for tier in ("vllm", "sglang"):
+        stray = [i.nodeid for i in items if i.get_closest_marker(tier) and here / tier not in Path(str(i.path)).resolve().parents]
+        if stray:
+            raise pytest.UsageError(f"{tier}-marked tests outside tests/{tier} run in neither CI step; move them there: {stray}")
 
 
 @pytest.fixture(scope="session")

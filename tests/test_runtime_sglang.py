@@ -134,3 +134,56 @@ def test_every_release_file_names_registered_matchers_and_its_source(release):
     doc = json.loads((Path(profiles.__file__).parent / "data" / f"sglang-{release}.json").read_text())
     assert {"runtime", "release", "source", "rules"} <= set(doc) and doc["source"]["sha256"]
     assert set(doc["rules"]["matchers"]) == {"modelopt", "compressed-tensors", "quantized_layers"}
+
+
+def test_deepseek_q_lora_rank_adds_the_mla_fused_layer_sglang_0_5_23_refuses_when_split(capsys, tmp_path):
+    """DeepseekV2ForCausalLM.__init__ adds fused_qkv_a_proj_with_mqa to the quant config's packed mapping when
+    q_lora_rank is set (0.5.23; data `packed_when_config`): R1's list excludes one shard, so SGLang refuses at build."""
+    folder = layout(tmp_path, "deepseek-r1")
+    code, report = doctor(capsys, folder)
+    wanted = ("ValueError: Detected some but not all shards of model.layers.0.self_attn.fused_qkv_a_proj_with_mqa are "
+              "quantized.")
+    assert code == 1 and any(f["code"] == "fused-shards" and wanted in json.dumps(f) for f in errors(report).values())
+    config = json.loads((folder / "config.json").read_text())
+    rules = profiles.resolve(SGLANG).profile.rules
+    assert "fused_qkv_a_proj_with_mqa" in rules.building("DeepseekV3ForCausalLM", None, config).packed
+    assert "fused_qkv_a_proj_with_mqa" not in rules.building("DeepseekV3ForCausalLM", None, {**config, "q_lora_rank": None}).packed
+
+
+def test_eagle3_nested_config_json_exclusions_are_dropped_and_fc_is_a_plain_linear(capsys, tmp_path):
+    """ModelOpt's EAGLE-3 draft: config.json's nested quantization_config gets quant_algo merged in at its top level
+    (configs/model_config.py), so from_config's flat branch drops the nested exclude_modules and lm_head is built
+    NVFP4; llama_eagle3.py builds fc as a plain torch.nn.Linear. The texts are what SGLang 0.5.23 raises (tier)."""
+    from tools.layout_fixture import write_layout
+
+    folder = tmp_path / "eagle3"
+    write_layout(folder, "modelopt-eagle3-draft")
+    code, report = doctor(capsys, folder)
+    assert code == 1 and report["schemes"]["lm_head"] == "nvfp4" and report["schemes"]["fc"] == "bf16"
+    found = errors(report)
+    assert found["lm_head"]["runtime_error"] == ("RuntimeError: The size of tensor a (32) must match the size of "
+                                                 "tensor b (64) at non-singleton dimension 1")
+    assert found["fc"]["runtime_error"] == ("AssertionError: Attempted to load weight (torch.Size([64, 64])) into "
+                                            "parameter (torch.Size([64, 128]))")
+
+
+def test_a_target_list_is_never_read_as_its_first_target(capsys, tmp_path):
+    """`vllm==0.32.0,sglang==0.5.23` once resolved to vLLM alone (the suffix swallowed the rest), so fix said
+    "nothing to fix" for a checkpoint SGLang refuses: a list this resolver cannot read is one line and exit 2."""
+    folder = write_real_model(tmp_path / "ct", "ct-llama-dense", REAL_MODELS["ct-llama-dense"])
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--target", "vllm==0.32.0,sglang==0.5.23")
+    assert code == 2 and "nothing to fix" not in out + err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_eagle3_unread_list_is_not_called_unused_and_fix_refuses_in_one_line(capsys, tmp_path):
+    """The nested list SGLang never reads still names lm_head (no false unused-exclusion, which made fix's own check
+    of its output fail with exit 3); the BF16 lm_head SGLang builds NVFP4 is no exclusion edit away: exit 2."""
+    from tools.layout_fixture import write_layout
+
+    folder = tmp_path / "eagle3"
+    write_layout(folder, "modelopt-eagle3-draft")
+    code, report = doctor(capsys, folder)
+    assert not any(f["code"] == "unused-exclusion" and f["subject"] == "lm_head" for f in report["findings"])
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--target", SGLANG)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "lm_head" in err and not (tmp_path / "out").exists()

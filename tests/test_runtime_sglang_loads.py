@@ -10,11 +10,14 @@ skipped (vllm#45102: an excluded lm_head stored with its NVFP4 scales).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
 from tests.conftest import run_captured
+from tests.test_config_forms import qwen3_with_bf16_shard
 from tests.test_runtime_sglang import SGLANG, doctor, errors, layout
 
 LAYOUTS = {  # name -> (fixture, BF16 storage pattern or None, exclusion list or None), from the reports of §5
@@ -22,7 +25,7 @@ LAYOUTS = {  # name -> (fixture, BF16 storage pattern or None, exclusion list or
     "down_proj-bf16-declared": ("qwen3-32b", r"^model\.layers\.0\.mlp\.down_proj$|^lm_head$", None),
     "gate_up-excluded-packed": ("qwen3-32b", None, ["lm_head", "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj"]),
     "q_proj-wildcard": ("qwen3-32b", r"\.self_attn\.q_proj$|^lm_head$", ["lm_head", "*.self_attn.q_proj"]),  # sglang#36596
-    "kv_a-excluded-q_a-packed": ("deepseek-r1", None, None),  # SGLang builds fused_qkv_a_proj_with_mqa BF16 (MLA case)
+    "kv_a-excluded-q_a-packed": ("deepseek-r1", None, None),  # SGLang refuses the split fused_qkv_a_proj_with_mqa
 }
 
 
@@ -61,10 +64,21 @@ def test_bf16_weight_in_an_nvfp4_row_parallel_layer_is_cast_silently(folders, ca
     assert found["message"].startswith("SGLang 0.5.23 casts this BF16 weight into its packed uint8 parameter")
 
 
-def test_merged_column_and_qkv_errors_per_rank_are_sglangs(folders, capsys):
+def test_merged_column_and_qkv_errors_per_rank_are_sglangs(folders, capsys, tmp_path):
+    """Qwen3's load_weights indexes params_dict[name] in its stacked branch with no check (qwen3.py, data
+    `stacked_unchecked`): the packed gate_proj's input_scale, first in load order, is a KeyError on every rank before
+    the merged loader's AssertionError; a BF16 k_proj into the packed qkv_proj with 1 KV head at TP 2 is replicated
+    (QKVParallelLinear), so each rank's k rows are a whole head, as the SGLang tier sees."""
     code, report = doctor(capsys, folders["gate_up-excluded-packed"], SGLANG, "--tp", "2")
+    key = "KeyError: 'model.layers.0.mlp.gate_up_proj.input_scale'"
     assert code == 1 and [(s["rank"], s["tensor"], s["error"]) for s in report["runtime_stops_at"]] == [
-        (0, "model.layers.0.mlp.gate_proj.weight", "AssertionError"), (1, "model.layers.0.mlp.gate_proj.weight", "AssertionError")]
+        (0, "model.layers.0.mlp.gate_proj.input_scale", key), (1, "model.layers.0.mlp.gate_proj.input_scale", key)]
+    assert errors(report)["model.layers.0.mlp.gate_proj"]["runtime_error"] == "AssertionError"
+    folder = qwen3_with_bf16_shard(tmp_path / "k", "model.layers.0.self_attn.k_proj")
+    code, kv = doctor(capsys, folder, SGLANG, "--tp", "2")
+    assert json.loads((folder / "config.json").read_text())["num_key_value_heads"] == 1
+    assert {s["error"] for s in kv["runtime_stops_at"]} == {
+        "AssertionError: param_data.shape=torch.Size([32, 32]), loaded_weight.shape=torch.Size([32, 64])"}
     assert report["schemes"]["model.layers.0.mlp.up_proj"] == "bf16"  # both shards listed: SGLang's fallback fuses them
 
 
@@ -75,13 +89,13 @@ def test_excluded_lm_head_with_scales_is_skipped_with_sglangs_log_line(folders, 
     assert "'Parameter lm_head.weight_scale_2 not found in params_dict', logged only" in found["message"]
 
 
-def test_mla_exclusion_of_one_shard_builds_the_fused_a_proj_bf16(folders, capsys):
-    """deepseek-r1 excludes kv_a_proj_with_mqa but not q_a_proj: vLLM refuses the fused layer; SGLang's
-    is_layer_excluded MLA case builds fused_qkv_a_proj_with_mqa BF16, so the packed q_a_proj cannot load."""
+def test_mla_exclusion_of_one_shard_is_refused_while_building_like_vllm(folders, capsys):
+    """deepseek-r1 excludes kv_a_proj_with_mqa but not q_a_proj: DeepseekV2ForCausalLM.__init__ puts
+    fused_qkv_a_proj_with_mqa in the quant config's packed mapping (q_lora_rank is set), so SGLang raises its
+    fused-shard ValueError while building (seen in the SGLang tier), as vLLM refuses the fused layer."""
     code, report = doctor(capsys, folders["kv_a-excluded-q_a-packed"])
-    assert code == 1 and report["schemes"]["model.layers.0.self_attn.q_a_proj"] == "bf16"
-    assert errors(report)["model.layers.0.self_attn.q_a_proj"]["code"] == "load-error"
-    assert not any(f["code"] == "fused-shards" for f in report["findings"])
+    fused = [f for f in report["findings"] if f["code"] == "fused-shards"]
+    assert code == 1 and fused and "fused_qkv_a_proj_with_mqa are quantized" in json.dumps(fused[0])
     code, vllm = doctor(capsys, folders["kv_a-excluded-q_a-packed"], "vllm==0.32.0")
     assert any(f["code"] == "fused-shards" for f in vllm["findings"])
 

@@ -21,7 +21,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tools.sglang_rules_table import COMMON, RULES
+from tools.sglang_rules_table import COMMON, CONFIG_PACKED, NESTED_CONFIG_JSON, PLAIN_LAYERS, RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "repair" / "targets" / "data"
@@ -29,23 +29,15 @@ MODELS = "sglang/srt/models/"
 
 
 def _classes(tree: ast.Module) -> tuple[dict, list[str]]:
-    """(class -> (base names, literal packed mapping or None), entry class names) of one model file."""
+    """(class -> (base names, {class attribute: its value's AST}), entry class names) of one model file."""
     classes, entries = {}, []
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
-            mapping = None
-            for stmt in node.body:
-                if isinstance(stmt, ast.Assign) and any(getattr(t, "id", None) == "packed_modules_mapping" for t in stmt.targets):
-                    value = stmt.value  # a literal dict, or another class's (`Qwen3_5ForCausalLM.packed_modules_mapping`)
-                    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
-                        mapping = ("same as", value.value.id)
-                        continue
-                    try:
-                        mapping = ast.literal_eval(value)
-                    except ValueError:
-                        mapping = None
+            attrs = {t.id: stmt.value for stmt in node.body if isinstance(stmt, ast.Assign)
+                     for t in stmt.targets if isinstance(t, ast.Name)}
+            attrs |= {stmt.name: stmt for stmt in node.body if isinstance(stmt, ast.FunctionDef) and stmt.name in ("__init__", "load_weights")}
             bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
-            classes[node.name] = (bases, mapping)
+            classes[node.name] = (bases, attrs)
         elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "EntryClass" for t in node.targets):
             value = node.value
             items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
@@ -53,9 +45,35 @@ def _classes(tree: ast.Module) -> tuple[dict, list[str]]:
     return classes, entries
 
 
-def packed_mappings(wheel: zipfile.ZipFile) -> tuple[dict[str, dict], list[str]]:
-    """(architecture -> its non-empty packed_modules_mapping, every registered architecture). A class name is looked
-    up in its own file first (several files define a `Qwen3_5ForCausalLM`), then in the others."""
+def _unchecked_stacked(load_weights: ast.FunctionDef) -> list[str]:
+    """The stacked names (`stacked_params_mapping`'s param names) whose branch indexes params_dict[name] with no
+    `name not in params_dict` test first (Qwen3's), so a checkpoint tensor the built layer lacks is a KeyError."""
+    names = []
+    for node in ast.walk(load_weights):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "stacked_params_mapping" for t in node.targets):
+            try:
+                names = sorted({row[0] for row in ast.literal_eval(node.value)})
+            except (ValueError, TypeError, IndexError):
+                return []
+    for loop in ast.walk(load_weights):
+        if isinstance(loop, ast.For) and getattr(loop.iter, "id", None) == "stacked_params_mapping":
+            for stmt in loop.body:
+                test = getattr(stmt, "test", None)
+                if isinstance(stmt, ast.If) and isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.NotIn) \
+                        and getattr(test.comparators[0], "id", None) == "params_dict":
+                    return []
+                if any(isinstance(n, ast.Subscript) and getattr(n.value, "id", None) == "params_dict"
+                       for n in ast.walk(stmt)):
+                    return names
+    return []
+
+
+def packed_mappings(wheel: zipfile.ZipFile) -> tuple[dict[str, dict], list[str], dict[str, dict], dict[str, list]]:
+    """(architecture -> its non-empty packed_modules_mapping, every registered architecture, architecture -> {config
+    key: the mapping its __init__ adds when the key is set} from CONFIG_PACKED). A class name is looked
+    up in its own file first (several files define a `Qwen3_5ForCausalLM`), then in the others; a value that names
+    another class's attribute (`qwen3_5.Qwen3_5ForCausalLM.packed_modules_mapping`, `**Other._PACKED_...`) is read
+    from that class."""
     files, entries = {}, []
     for name in sorted(wheel.namelist()):
         if name.startswith(MODELS) and name.endswith(".py"):
@@ -63,25 +81,65 @@ def packed_mappings(wheel: zipfile.ZipFile) -> tuple[dict[str, dict], list[str]]
             files[name] = found
             entries += [(a, name) for a in listed]
 
-    def resolve(cls: str, where: str, seen: frozenset = frozenset()) -> dict | None:
-        if (cls, where) in seen:
-            return None
-        place = where if cls in files[where] else next((f for f in files if cls in files[f]), None)
-        if place is None:
-            return None
-        bases, mapping = files[place][cls]
-        if isinstance(mapping, tuple):
-            return resolve(mapping[1], place, seen | {(cls, where)})
-        if mapping is not None:
-            return mapping
-        return next((m for b in bases if (m := resolve(b, place, seen | {(cls, where)})) is not None), None)
+    def place_of(cls: str, where: str, module: str | None = None) -> str | None:
+        if module is not None and f"{MODELS}{module}.py" in files and cls in files[f"{MODELS}{module}.py"]:
+            return f"{MODELS}{module}.py"
+        return where if cls in files[where] else next((f for f in files if cls in files[f]), None)
 
-    out = {}
+    def attribute(cls: str, attr: str, where: str, seen: frozenset, module: str | None = None):
+        """The value of `cls.attr` (through its bases), or None when it is not a literal this reader follows."""
+        place = place_of(cls, where, module)
+        if place is None or (cls, attr, place) in seen:
+            return None
+        bases, attrs = files[place][cls]
+        seen = seen | {(cls, attr, place)}
+        if attr in attrs:
+            return value(attrs[attr], place, seen)
+        return next((v for b in bases if (v := attribute(b, attr, place, seen)) is not None), None)
+
+    def value(node: ast.AST, where: str, seen: frozenset):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            return attribute(node.value.id, node.attr, where, seen)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and isinstance(node.value.value, ast.Name):
+            return attribute(node.value.attr, node.attr, where, seen, module=node.value.value.id)
+        if isinstance(node, ast.Dict):
+            out = {}
+            for key, item in zip(node.keys, node.values):
+                got = value(item, where, seen)
+                if key is None and isinstance(got, dict):
+                    out.update(got)
+                elif isinstance(key, ast.Constant) and isinstance(key.value, str) and got is not None:
+                    out[key.value] = got
+                else:
+                    return None
+            return out
+        try:
+            return ast.literal_eval(node)
+        except ValueError:
+            return None
+
+    def owner(cls: str, where: str, method: str, seen: frozenset = frozenset()) -> tuple[str, ast.AST] | None:
+        """(the class whose `method` `cls` runs, its definition)."""
+        place = place_of(cls, where)
+        if place is None or cls in seen:
+            return None
+        bases, attrs = files[place][cls]
+        if method in attrs:
+            return cls, attrs[method]
+        return next((o for b in bases if (o := owner(b, place, method, seen | {cls})) is not None), None)
+
+    out, when, unchecked = {}, {}, {}
     for arch, where in sorted(set(entries)):
-        mapping = resolve(arch, where)
-        if isinstance(mapping, dict) and mapping and all(isinstance(v, list) for v in mapping.values()):
+        mapping = attribute(arch, "packed_modules_mapping", where, frozenset())
+        if isinstance(mapping, dict) and mapping and all(isinstance(v, (list, tuple)) for v in mapping.values()):
             out.setdefault(arch, {k: list(v) for k, v in sorted(mapping.items())})
-    return out, sorted({a for a, _ in entries})
+        rule = CONFIG_PACKED.get((owner(arch, where, "__init__") or ("",))[0])
+        if rule and rule["marker"] in wheel.read(rule["file"]).decode():
+            when[arch] = {rule["when"]: rule["add"]}
+        loads = owner(arch, where, "load_weights")
+        if loads and (stacked := _unchecked_stacked(loads[1])):
+            unchecked[arch] = stacked
+    return out, sorted({a for a, _ in entries}), when, unchecked
 
 
 def profile(path: Path) -> dict:
@@ -91,10 +149,17 @@ def profile(path: Path) -> dict:
         for member, marker in rules["markers"].items():
             if marker not in wheel.read(member).decode():
                 raise SystemExit(f"{path.name}: {member} has no {marker!r}; the rules table no longer describes it")
-        packed, registered = packed_mappings(wheel)
+        packed, registered, packed_when, unchecked = packed_mappings(wheel)
+        text = {n: wheel.read(n).decode() for n in {NESTED_CONFIG_JSON["file"], *(r["file"] for r in PLAIN_LAYERS.values())}
+                if n in wheel.namelist()}
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     body = {**COMMON, **{k: v for k, v in rules.items() if k != "markers"}}
     body["packed_modules_mapping"] = packed
+    body["packed_when_config"] = packed_when
+    body["nested_config_json_drops_exclusions"] = (NESTED_CONFIG_JSON["methods"] if NESTED_CONFIG_JSON["marker"]
+                                                   in text.get(NESTED_CONFIG_JSON["file"], "") else [])
+    body["plain_layers"] = {a: r["layers"] for a, r in PLAIN_LAYERS.items() if r["marker"] in text.get(r["file"], "")}
+    body["stacked_unchecked"] = unchecked  # arch -> stacked names whose loader branch raises KeyError on extra tensors
     return {"runtime": "sglang", "release": release,
             "source": {"wheel": path.name, "sha256": digest, "index": "https://pypi.org/project/sglang/",
                        "files": sorted(rules["markers"]), "registered_architectures": len(registered)},

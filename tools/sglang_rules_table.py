@@ -16,6 +16,9 @@ W4AFP8 = "SGLang {release} reads quant_algo MIXED_PRECISION as w4afp8 (W4A8 expe
 ONLY_FP8_NVFP4 = ("ValueError: ModelOpt currently only supports: FP8, NVFP4 quantizations in sglang. Please check the "
                   "quantization config for your model's configuration.")
 
+LM_HEAD_COPY = ("RuntimeError: The size of tensor a ({param_cols}) must match the size of tensor b ({loaded_cols}) at "
+                "non-singleton dimension 1")
+
 COMMON = {
     "display": "SGLang",  # how messages name the runtime
     "follows_draft_config": True,  # MTP/NextN from the target's config; EAGLE-3 reads its own (model_config.py)
@@ -33,7 +36,10 @@ COMMON = {
         "replicated": {"packed_into_bf16": "AssertionError: param.shape={param} param.dtype={pdtype} "
                                            "loaded_weight.shape={loaded} loaded_weight.dtype={ldtype}",
                        "bf16_into_packed": "AssertionError: target.shape={param}, loaded_weight.shape={loaded}"},
-        "lm_head": {"packed_into_bf16": "AssertionError", "bf16_into_packed": "AssertionError"},
+        # vocab_parallel_embedding.py weight_loader: narrows the vocab rows, then copy_ (a width mismatch is copy_'s)
+        "lm_head": {"packed_into_bf16": LM_HEAD_COPY, "bf16_into_packed": LM_HEAD_COPY},
+        # model_loader/weight_utils.py default_weight_loader (a plain torch.nn.Linear: `plain_layers`)
+        "plain": {"packed_into_bf16": "AssertionError: Attempted to load weight ({loaded}) into parameter ({param})"},
     },
     "draft": {  # models/*nextn*.py, *_mtp.py: the MTP/NextN draft's quant config, by the target's architecture
         "mtp": [
@@ -57,6 +63,29 @@ COMMON = {
     "row_parallel_leaves": ["o_proj", "down_proj", "dense", "out_proj", "dense_4h_to_h", "wo", "w2", "c_proj", "fc2"],
     "errors": {"in_features_16": "ValueError: Unsupported model when in features size is not multiple of 16"},
 }
+
+# Packed mappings a model class adds in __init__ from the config: models/deepseek_v2.py DeepseekV2ForCausalLM.__init__
+# adds fused_qkv_a_proj_with_mqa when q_lora_rank is set, into the class-level dict the quant config already holds
+# (model_loader/loader.py _get_quantization_config and weight_utils.get_quant_config pass that same object; 0.5.23
+# also calls quant_config.update_packed_modules_mapping). Applies to every registered architecture that runs that
+# __init__ (not DeepseekV3ForCausalLMNextN, which has its own); the marker must be in the wheel's file.
+CONFIG_PACKED = {
+    "DeepseekV2ForCausalLM": {
+        "file": "sglang/srt/models/deepseek_v2.py",
+        "marker": 'self.packed_modules_mapping["fused_qkv_a_proj_with_mqa"] = [',
+        "when": "q_lora_rank",
+        "add": {"fused_qkv_a_proj_with_mqa": ["q_a_proj", "kv_a_proj_with_mqa"]},
+    },
+}
+
+# configs/model_config.py _parse_quant_hf_config: config.json's ModelOpt quantization_config in the nested form
+# ({"quantization": {...}}) gets quant_method/quant_algo merged in at its top level, so ModelOptFp4Config.from_config
+# takes its flat branch, which reads exclusions from the top level only: the nested exclude_modules are dropped.
+NESTED_CONFIG_JSON = {"methods": ["modelopt_fp4"], "file": "sglang/srt/configs/model_config.py",
+                      "marker": "quant_cfg.update(parsed_cfg)"}
+# Layers a model builds as a plain torch.nn.Linear (never quantized, whatever the lists say), by architecture
+PLAIN_LAYERS = {"LlamaForCausalLMEagle3": {"layers": ["fc"], "file": "sglang/srt/models/llama_eagle3.py",
+                                           "marker": "self.fc = torch.nn.Linear("}}
 
 RULES = {
     "0.5.9": {

@@ -32,15 +32,18 @@ def table_loads(modules: dict[str, StoredModule], schemes: dict[str, str], ckpt:
     parameter names a packed layer of the checkpoint's format has (Format.RUNTIME_LEAVES)."""
     rules = target.profile.rules
     architecture = ((ckpt.config or {}).get("architectures") or [""])[0]
-    building = rules.building(architecture if isinstance(architecture, str) else "", family.fused_layers)
+    building = rules.building(architecture if isinstance(architecture, str) else "", family.fused_layers, ckpt.config)
     entry = target.release.entries.get(architecture, {}) if target.release and isinstance(architecture, str) else {}
     located = ckpt.locate()
+    kv = _kv_heads(ckpt.config or {})  # fewer KV heads than ranks: QKVParallelLinear replicates them (k/v rows whole heads)
     findings, errors = [], []
     for name, built in sorted(schemes.items()):
         m = modules[name]
         layer, kind = building.built_layer(family.runtime_name(name))
-        loader = "moe" if kind == "moe" else _loader(layer, kind, entry, rules)
-        finding, outcomes = _one(m, built, loader, target, tp, (*leaves, "bias"))
+        loader = "moe" if kind == "moe" else _loader(layer, kind, entry, rules, rules.plain_layers.get(architecture, ()))
+        stacked = layer if kind == "fused" and rules.raises_on_extra(architecture, layer) else None
+        split = min(tp, kv) if loader == "qkv" and kv and name.endswith(("k_proj", "v_proj")) else tp
+        finding, outcomes = _one(m, built, loader, target, (tp, split), (*leaves, "bias"), stacked)
         findings += [finding] if finding else []
         errors += outcomes
     order = sorted(errors, key=lambda o: (located[o.tensor][0].path.name, o.tensor) if o.tensor in located else ("", o.tensor))
@@ -50,9 +53,11 @@ def table_loads(modules: dict[str, StoredModule], schemes: dict[str, str], ckpt:
     return findings, tuple(first[r] for r in sorted(first))
 
 
-def _loader(layer: str, kind: str, entry: dict, rules) -> str:
+def _loader(layer: str, kind: str, entry: dict, rules, plain: tuple[str, ...] = ()) -> str:
     """The loader family of a built layer: its class in the layer rows, else by its name."""
     leaf = layer.rpartition(".")[2]
+    if layer.removeprefix("model.") in plain:  # built as a plain torch.nn.Linear
+        return "plain"
     recorded = entry.get("modules", {}).get(NUMBER.sub(".*", layer), {}).get("layer")
     if recorded in rules.layer_classes:
         return rules.layer_classes[recorded]
@@ -63,14 +68,26 @@ def _loader(layer: str, kind: str, entry: dict, rules) -> str:
     return "row_parallel" if leaf in rules.row_parallel_leaves else "column_parallel"
 
 
-def _one(m: StoredModule, built: str, loader: str, target: Target, tp: int,
-         packed_params: tuple[str, ...]) -> tuple[Finding | None, list[Outcome]]:
-    rules, who, ranks = target.profile.rules, target.profile.speaker, tuple(range(tp))
+def _kv_heads(config: dict) -> int | None:
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    heads = config.get("num_key_value_heads", text.get("num_key_value_heads"))
+    return heads if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 else None
+
+
+def _one(m: StoredModule, built: str, loader: str, target: Target, ranks_split: tuple[int, int], packed_params: tuple[str, ...],
+         stacked: str | None = None) -> tuple[Finding | None, list[Outcome]]:
+    """One stored layer against the scheme built; `stacked` is the fused layer's name when its load_weights branch
+    indexes params_dict unchecked (a tensor the built layer has no parameter for raises KeyError there)."""
+    (tp, split), rules, who = ranks_split, target.profile.rules, target.profile.speaker
+    ranks = tuple(range(tp))
     packed, wants_packed = m.precision == "nvfp4", built in PACKED
     params = packed_params if wants_packed else PARAMS.get(built, PARAMS["bf16"])
     skipped = [t for t in m.tensors if t.rpartition(".")[2] not in params]
+    raised = [(t, f"KeyError: '{stacked}.{t.rpartition('.')[2]}'") for t in skipped] if stacked else []
     skip_text = (f"; it skips {', '.join(skipped)} ('{rules.unknown_tensors['text'].format(name=skipped[0])}', logged "
                  "only)" if skipped and rules.unknown_tensors["policy"] == "log_skip" else "")
+    if raised:
+        skip_text = f"; its load_weights stops on {raised[0][0]} first ({raised[0][1]}: no such parameter)"
     stored = f"{'packed NVFP4' if packed else m.precision} {list(m.stored_shape)}"
     head = f"{m.name}: stored {stored} but {target.spec} builds it {built}"
     if packed == wants_packed and (m.precision == "fp8") == (built == "fp8"):
@@ -94,18 +111,20 @@ def _one(m: StoredModule, built: str, loader: str, target: Target, tp: int,
                        f"{who} casts this BF16 weight into its packed uint8 parameter without an error ({head}; its "
                        "row-parallel loader narrows the weight to the packed width), and the block scales it needs are "
                        "never loaded; exclude it (fix --target does), or store it quantized", None, ranks), []
-    text = _filled(behaviour, out, inn, packed, loader, tp) if behaviour else None
+    text = _filled(behaviour, out, inn, packed, loader, split) if behaviour else None
     fix = "dequantize it (fix --target does)" if m.is_quantized else "exclude it (fix --target does), or store it quantized"
     return (Finding(Severity.ERROR, Kind.LOAD_ERROR, m.name,
                     f"{head}; its {loader.replace('_', '-')} loader cannot take the stored weight, so loading stops"
                     f"{skip_text}; {fix}", text, ranks),
-            [Outcome(m.tensor("weight") or m.name, r, "error", text or f"{who}'s {loader} loader refuses {stored}") for r in ranks])
+            [Outcome(m.tensor("weight") or m.name, r, "error", text or f"{who}'s {loader} loader refuses {stored}") for r in ranks]
+            + [Outcome(t, r, "error", error) for t, error in raised for r in ranks])
 
 
-def _filled(template: str, out: int, inn: int, packed: bool, loader: str, tp: int) -> str:
-    """The runtime's error text for one rank: the parameter's slice against the loaded tensor's."""
-    rows = out if loader == "replicated" else out // max(tp, 1)
+def _filled(template: str, out: int, inn: int, packed: bool, loader: str, split: int) -> str:
+    """The runtime's error text for one rank: the parameter's slice (rows split `split` ways) against the loaded one's."""
+    rows = out if loader in ("replicated", "plain") else out // max(split, 1)
     full, half = f"torch.Size([{rows}, {inn}])", f"torch.Size([{rows}, {inn // 2}])"
     param, loaded = (full, half) if packed else (half, full)
+    cols = (inn, inn // 2) if packed else (inn // 2, inn)
     return template.format(param=param, loaded=loaded, pdtype=DTYPE["bf16" if packed else "packed"],
-                           ldtype=DTYPE["packed" if packed else "bf16"])
+                           ldtype=DTYPE["packed" if packed else "bf16"], param_cols=cols[0], loaded_cols=cols[1])

@@ -83,7 +83,7 @@ class Target:
             return declaration
         listed = (config or {}).get("architectures")
         name = listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else ""
-        return rules.bind(declaration, rules.building(name, family.fused_layers), config)
+        return rules.bind(declaration, rules.building(name, family.fused_layers, config), config)
 
     @property
     def wants_all_bf16(self) -> bool:

@@ -45,6 +45,17 @@ class RuntimeRules:
     fusion_names: Mapping[str, str] = field(default_factory=dict)  # layer rows' fused name -> this runtime's
     layer_classes: Mapping[str, str] = field(default_factory=dict)  # layer rows' class -> loader family in `loaders`
     row_parallel_leaves: tuple[str, ...] = ()  # leaves loaded row-parallel where no layer row says
+    packed_when: Mapping[str, Mapping[str, Mapping[str, tuple[str, ...]]]] = field(default_factory=dict)  # arch ->
+    # {config key: the mapping its model class's __init__ adds when the key is set} (DeepSeek's q_lora_rank)
+    stacked_unchecked: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # arch -> stacked names whose
+    # load_weights branch indexes params_dict unchecked: a stored tensor the built layer lacks is a KeyError
+
+    nested_drops: tuple[str, ...] = ()  # quant methods whose exclusions in config.json's nested form are dropped
+    plain_layers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # arch -> layers built plain nn.Linear
+
+    def raises_on_extra(self, architecture: str, layer: str) -> bool:
+        """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
+        return any(layer.endswith(s) for s in self.stacked_unchecked.get(architecture, ()))
 
     @property
     def label(self) -> str:
@@ -54,9 +65,15 @@ class RuntimeRules:
     def speaker(self) -> str:
         return f"{self.display} {'.'.join(map(str, self.release))}"
 
-    def building(self, architecture: str, fusions: Mapping[str, tuple[str, ...]] | None) -> Building:
-        """How this release builds `architecture`: the model's fusions (the layer rows'), its class's packed mapping."""
+    def building(self, architecture: str, fusions: Mapping[str, tuple[str, ...]] | None,
+                 config: dict | None = None) -> Building:
+        """How this release builds `architecture`: the model's fusions (the layer rows'), its class's packed mapping
+        and what the class adds to it for this config."""
         packed = dict(self.packed.get(architecture, {}))
+        text = (config or {}).get("text_config") if isinstance((config or {}).get("text_config"), dict) else {}
+        for key, added in self.packed_when.get(architecture, {}).items():
+            if (config or {}).get(key, text.get(key)) is not None:
+                packed |= added
         named = {self.fusion_names.get(k, k): tuple(v) for k, v in (fusions or LLAMA_FUSIONS).items()} | packed
         return Building(MappingProxyType(named), MappingProxyType(packed), self.fallback_fused)
 
@@ -66,10 +83,14 @@ class RuntimeRules:
         kind = "compressed-tensors" if declaration.format.NAME == "compressed-tensors" else "modelopt"
         excl, layers = exclusion_matcher(self.matchers[kind]), layer_matcher(self.matchers["quantized_layers"])
         dropped = self.draft_bf16_prefixes(declaration, config)
+        names = (config or {}).get("architectures") if isinstance((config or {}).get("architectures"), list) else []
+        plain = frozenset(p for a in names if isinstance(a, str) for p in self.plain_layers.get(a, ()))
+        unread = kind == "modelopt" and quant_method(declaration) in self.nested_drops and _nested_modelopt(config)
 
         def matcher(entries, targets):
             rule = excl(entries, targets, building)
-            return DraftBf16(rule, dropped) if dropped else rule
+            rule = UnreadList(excl((), targets, building), rule) if unread else rule
+            return DraftBf16(rule, dropped, plain) if dropped or plain else rule
 
         def lookup(algos, name):
             return (None, None) if name.startswith(dropped) else layers(algos, name, building)
@@ -99,18 +120,43 @@ class DraftBf16:
 
     inner: object
     prefixes: tuple[str, ...]
+    plain: frozenset[str] = frozenset()  # layers the model builds as a plain nn.Linear (llama_eagle3.py's fc)
+
+    def _plain(self, prefix: str) -> bool:
+        return prefix.startswith(self.prefixes) or prefix.removeprefix("model.") in self.plain
 
     def excludes(self, prefix: str) -> bool:
-        return prefix.startswith(self.prefixes) or self.inner.excludes(prefix)
+        return self._plain(prefix) or self.inner.excludes(prefix)
 
     def shard_excluded(self, prefix: str) -> bool:
-        return prefix.startswith(self.prefixes) or self.inner.shard_excluded(prefix)
+        return self._plain(prefix) or self.inner.shard_excluded(prefix)
 
     def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
-        return None if fused.startswith(self.prefixes) else self.inner.fused_refusal(fused, shards)
+        return None if self._plain(fused) else self.inner.fused_refusal(fused, shards)
 
     def names(self, prefix: str) -> bool:
         return self.inner.names(prefix)
+
+
+@dataclass(frozen=True)
+class UnreadList:
+    """A list the runtime never reads (config.json's nested ModelOpt block): every layer is built as with no entries;
+    `names` still answers for the list as written, so its entries are not called unused (they name modules)."""
+
+    built: object  # the rule over no entries
+    listed: object  # the rule over the entries as written
+
+    def excludes(self, prefix: str) -> bool:
+        return self.built.excludes(prefix)
+
+    def shard_excluded(self, prefix: str) -> bool:
+        return self.built.shard_excluded(prefix)
+
+    def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
+        return self.built.fused_refusal(fused, shards)
+
+    def names(self, prefix: str) -> bool:
+        return self.listed.names(prefix)
 
 
 def quant_method(declaration: Declaration) -> str | None:
@@ -121,6 +167,15 @@ def quant_method(declaration: Declaration) -> str | None:
         return "compressed-tensors"
     algo = declaration.quant_algo or ""
     return "modelopt_mixed" if algo == "MIXED_PRECISION" else "modelopt_fp4" if "FP4" in algo else "modelopt_fp8"
+
+
+def _nested_modelopt(config: dict | None) -> bool:
+    """config.json's ModelOpt quantization_config in the nested form with nothing at its top level that the flat
+    branch of SGLang's from_config reads as exclusions (configs/model_config.py merges quant_algo in there)."""
+    qc = (config or {}).get("quantization_config")
+    return (isinstance(qc, dict) and isinstance(qc.get("quantization"), dict) and "quant_algo" not in qc
+            and qc.get("quant_method", "modelopt") == "modelopt"
+            and not any(k in qc for k in ("ignore", "modules_to_not_convert", "exclude_modules")))
 
 
 def _int(value) -> int | None:
@@ -137,11 +192,16 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
         exclusion_matcher(body["matchers"][kind])
     layer_matcher(body["matchers"]["quantized_layers"])
     packed = {a: {k: tuple(v) for k, v in m.items()} for a, m in body.get("packed_modules_mapping", {}).items()}
+    when = {a: {key: {k: tuple(v) for k, v in m.items()} for key, m in keys.items()}
+            for a, keys in body.get("packed_when_config", {}).items()}
     return RuntimeRules(doc["runtime"], tuple(int(p) for p in doc["release"].split(".")), source, body["display"], body["matchers"],
                         bool(body["follows_draft_config"]), body["layer_rows"], body["fused"], body["unknown_tensors"],
                         body["loaders"], body["draft"], body["errors"], body["refused_algorithms"],
                         bool(body["fallback_fused"]), packed, body.get("fusion_names", {}), body.get("layer_classes", {}),
-                        tuple(body.get("row_parallel_leaves", ())))
+                        tuple(body.get("row_parallel_leaves", ())), when,
+                        {a: tuple(v) for a, v in body.get("stacked_unchecked", {}).items()},
+                        tuple(body.get("nested_config_json_drops_exclusions", ())),
+                        {a: tuple(v) for a, v in body.get("plain_layers", {}).items()})
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:

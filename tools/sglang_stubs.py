@@ -1,0 +1,85 @@
+"""Import-time stand-ins for SGLang's GPU-only dependencies, so that its CPU-runnable parts import here.
+
+SGLang 0.5.23 imports `torchvision` (the PyPI build is CUDA-linked), `sgl_kernel` and `flashinfer` (CUDA
+kernels, not installable here) at module level in files the consumer tier needs (modelopt_quant.py,
+linear.py pull them in through configs and utils). None of their functions run on the paths the tier
+exercises: config parsing, exclusion matching, layer construction and weight loaders. `install()` appends a
+meta-path finder that answers only for those top-level names (and their submodules) and only when nothing
+earlier on `sys.meta_path` found a real module; every attribute of a stand-in is an inert placeholder class
+that fails loudly if it is ever called for a result (see `_Placeholder`). Nothing in site-packages is edited.
+(runtimes_beyond_vllm.md §4.)
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+
+STUBBED = ("torchvision", "sgl_kernel", "flashinfer", "vllm")
+
+
+class StubCalled(RuntimeError):
+    """A GPU-only function was reached: the probe's result would not be SGLang's CPU behaviour."""
+
+
+class _PlaceholderMeta(type):
+    """Attributes of a placeholder are placeholders too (`torchvision.transforms.InterpolationMode.BICUBIC`)."""
+
+    def __getattr__(cls, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _placeholder(f"{cls.__qualname__}.{name}")
+
+    def __call__(cls, *args, **kwargs):
+        if cls.__dict__.get("_subclassed"):
+            return super().__call__(*args, **kwargs)  # a class SGLang derived from a placeholder
+        if len(args) == 1 and callable(args[0]) and not kwargs:
+            return args[0]  # used as a decorator (e.g. a torch custom-op registration): leave the function as is
+        raise StubCalled(f"{cls.__qualname__} is a stand-in for a GPU-only module (tools/sglang_stubs.py)")
+
+
+class _Placeholder(metaclass=_PlaceholderMeta):
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._subclassed = True
+
+
+def _placeholder(qualname: str) -> type:
+    return _PlaceholderMeta(qualname.rpartition(".")[2], (_Placeholder,), {"__qualname__": qualname})
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = _placeholder(f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+class _StubLoader(importlib.abc.Loader):
+    def create_module(self, spec):
+        module = _StubModule(spec.name)
+        module.__path__ = []  # a package: submodules (flashinfer.jit.core) resolve through the finder too
+        return module
+
+    def exec_module(self, module) -> None:
+        module.__stub__ = True
+        # a version below every requirement: transformers' `is_torchvision_greater_or_equal` and the like
+        # parse it, and turn features that need the real package off
+        module.__version__ = "0"
+
+
+class GpuOnlyStubFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.partition(".")[0] not in STUBBED:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)
+
+
+def install() -> None:
+    """Append the finder once; real installed modules of these names (found earlier) still win."""
+    if not any(isinstance(f, GpuOnlyStubFinder) for f in sys.meta_path):
+        sys.meta_path.append(GpuOnlyStubFinder())
