@@ -85,7 +85,12 @@ RULES_FORM = [
     "- `loaders`: per layer kind (`row_parallel`, `merged_column`, `qkv`, `column_parallel`, `replicated`) and",
     "  direction (`packed_into_bf16`, `bf16_into_packed`, ...): `zero_pad`, `silent_cast`, or an error template;",
     "- `draft`: `mtp_bf16_when` (architecture -> quant methods its MTP/NextN layer drops), `mtp_prefixes`;",
-    "- `errors`: other exact error templates; `packed_modules_mapping`: architecture -> the class's mapping.", "",
+    "- `errors`: other exact error templates; `packed_modules_mapping`: architecture -> the class's mapping.",
+    "- optional: `packed_when_config` (architecture -> {config key: mapping its `__init__` adds when the key is set},",
+    "  DeepSeek's q_lora_rank), `stacked_unchecked` (architecture -> stacked layers whose load_weights branch raises",
+    "  KeyError on a tensor the built layer lacks), `nested_config_json_drops_exclusions` (quant methods whose nested",
+    "  config.json exclusions the release never reads), `plain_layers` (architecture -> layers built as a plain",
+    "  torch.nn.Linear, loaded by the `plain` loader row).", "",
     "`--target <runtime>==X.Y.Z` uses the newest file at or below X.Y.Z and says which. `tools/sglang_rules_data.py`",
     "writes the SGLang files from the wheels (rules table: `tools/sglang_rules_table.py`, re-checked against each wheel).", ""]
 
