@@ -27,20 +27,11 @@ from repair.targets.profiles import Target
 __all__ = ["Diagnosis", "Finding", "diagnose"]
 
 
-_last: list[tuple[Checkpoint, tuple, Diagnosis]] = []  # the newest diagnosis (it holds its checkpoint, so `is` is exact)
-
-
 def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1, *, deep: bool = False, progress: Progress | None = None) -> Diagnosis:
     """What `target` does with `ckpt` at `tp`; `deep` reads every NVFP4 block scale (see doctor/scales.py for what
-    is read without it; `progress` makes the bar of a deep scan). `fix --target` asks three times of one checkpoint (the derived recipe, the plan's
-    stored-defect check, the report's 'before'): asked again of the same Checkpoint object, the same answer is
-    returned."""
-    key = (target.spec, tp, deep)
-    if _last and _last[0][0] is ckpt and _last[0][1] == key:
-        return _last[0][2]
-    found = _diagnose(ckpt, target, tp, deep, progress)
-    _last[:] = [(ckpt, key, found)]
-    return found
+    is read without it; `progress` makes the bar of a deep scan). Nothing is remembered between calls: `fix` asks
+    once per target and passes the Diagnosis along (derived recipe, plan check, the report's 'before')."""
+    return _diagnose(ckpt, target, tp, deep, progress)
 
 
 def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: Progress | None) -> Diagnosis:

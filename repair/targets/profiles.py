@@ -88,6 +88,29 @@ def resolve(spec: str | None) -> Target:
     raise UsageError(f"--target {spec}: vLLM before 0.21.0 cannot load Gemma 4 assistants at all; target 0.21.0 or newer")
 
 
+def resolve_many(spec: str | None) -> tuple[Target, ...]:
+    """`--target a,b,c`: each part as `resolve` reads it, in the order given; a release named twice (`vllm==0.32`,
+    `vllm==0.32.0`) counts once. `bf16` may be one of them: the output must then also be a plain BF16 checkpoint,
+    which every runtime loads (so `fix` dequantizes everything, and the runtimes are checked on that)."""
+    text = spec or NEWEST_KNOWN
+    parts = text.split(",")
+    found: dict[tuple, Target] = {}
+    for i, part in enumerate(parts, 1):
+        if len(parts) > 1 and not part.strip():
+            raise UsageError(f"--target {text!r}: part {i} is empty; separate targets with single commas, e.g. vllm==0.32.0,bf16")
+        try:
+            target = resolve(part)
+        except UsageError as err:
+            raise UsageError(f"{err} (part {i} of --target {text!r})" if len(parts) > 1 else str(err)) from None
+        found.setdefault((target.profile.name, target.version), target)
+    return tuple(found.values())
+
+
+def specs_text(targets: tuple[Target, ...]) -> str:
+    """The targets as one `--target` value (what a report records and a command line repeats)."""
+    return ",".join(t.spec for t in targets)
+
+
 def target_choices() -> tuple[str, ...]:
     """Every target a chooser should offer, newest first: the newest known vLLM release, the first
     release of each older profile, then bf16 (the web page asks this; it never lists releases itself)."""

@@ -1,0 +1,89 @@
+"""Several targets at once (#28.3): `--target a,b,c` in doctor (side by side, worst exit code, JSON of the
+one-target objects) and in fix (one output every target passes with doctor --strict, the report lists them).
+
+The several targets here are vLLM releases and bf16, whose verdicts on the buggy Gemma 4 assistant differ:
+vLLM 0.21-0.24 build every drafter linear in BF16 (the packed layers fail to load), vLLM >= 0.25 follow the
+checkpoint's config (it loads; the packed handshake layers are warnings), bf16 wants no quantization at all.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from repair.cli import main
+from repair.demo.examples import TINY, write_assistant
+from repair.errors import UsageError
+from repair.targets.profiles import resolve_many
+
+OLD, NEW = "vllm==0.22.1", "vllm==0.32.0"
+
+
+def run(capsys, *args) -> tuple[int, str]:
+    capsys.readouterr()
+    try:
+        main(list(map(str, args)))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory) -> Path:
+    return write_assistant(tmp_path_factory.mktemp("mt") / "broken", TINY, broken=True)
+
+
+def test_resolve_many_keeps_order_and_collapses_a_release_named_twice():
+    assert [t.spec for t in resolve_many(f"{NEW}, vllm==0.32 ,{OLD},bf16,{NEW}")] == [NEW, OLD, "bf16"]
+    assert [t.spec for t in resolve_many(None)] == [NEW]
+
+
+@pytest.mark.parametrize("spec, part", [(f"{NEW},vllm=0.22", "part 2"), (f"{NEW},,bf16", "part 2"), (f"bf16,{NEW},", "part 3"),
+                                        ("vllm==0.20.0,bf16", "part 1")])
+def test_a_bad_part_names_itself_in_one_line(capsys, broken, spec, part):
+    with pytest.raises(UsageError, match=part):
+        resolve_many(spec)
+    code, out = run(capsys, "doctor", broken, "--target", spec)
+    assert code == 2 and part in out and len(out.strip().splitlines()) == 1 and "Traceback" not in out
+
+
+def test_doctor_json_with_several_targets_holds_each_one_target_object_unchanged(capsys, broken):
+    code, out = run(capsys, "doctor", broken, "--json", "--target", f"{OLD},{NEW},bf16")
+    several = json.loads(out)
+    assert code == 1 and several["exit_code"] == 1 and list(several) == ["exit_code", "targets"]
+    for spec, got in zip((OLD, NEW, "bf16"), several["targets"]):
+        alone_code, alone = run(capsys, "doctor", broken, "--json", "--target", spec)
+        assert got == json.loads(alone) and got["exit_code"] == alone_code
+    assert [t["exit_code"] for t in several["targets"]] == [1, 0, 1]
+
+
+def test_doctor_exit_code_is_the_worst_target(capsys, broken):
+    assert run(capsys, "doctor", broken, "--target", NEW)[0] == 0
+    assert run(capsys, "doctor", broken, "--target", f"{NEW},vllm==0.25.0")[0] == 0
+    assert run(capsys, "doctor", broken, "--target", f"{NEW},{OLD}")[0] == 1
+    assert run(capsys, "doctor", broken, "--target", f"{NEW},vllm==0.25.0", "--strict")[0] == 1  # the warnings count
+
+
+def test_doctor_text_is_a_summary_then_one_verdict_per_target_then_shared_findings_once(capsys, broken):
+    code, out = run(capsys, "doctor", broken, "--target", f"{OLD},{NEW}")
+    lines = out.splitlines()
+    assert code == 1 and lines[0].startswith("2 targets, tensor parallel 1: 1 clean, 1 with problems; next: ")
+    assert f"--target {OLD},{NEW} --dry-run" in lines[0]
+    assert lines[1].split()[0] == OLD and "does not load (stops at " in lines[1]
+    assert lines[2].split()[0] == NEW and "healthy" in lines[2]
+    assert out.count("RuntimeError: start (0) + length (128) exceeds dimension size (64).") >= 1
+    old_part = out[out.index(f"\n{OLD} ("):out.index(f"\n{NEW} (")]
+    assert "[load-error]" in old_part and "[load-error]" not in out[out.index(f"\n{NEW} ("):]
+    code, out = run(capsys, "doctor", broken, "--target", f"{NEW},vllm==0.25.0")
+    shared = out[out.index("\nevery target:"):out.index(f"\n{NEW} (")]
+    assert shared.count("[handshake-quantized]") == 2 and out.count("[handshake-quantized]") == 2  # said once, for both
+    assert "each target loads it" in shared
+
+
+def test_one_target_output_is_unchanged_by_the_comma_form(capsys, broken):
+    for args in (("--json",), (), ("--quiet",), ("--verbose", "--strict")):
+        assert run(capsys, "doctor", broken, "--target", OLD, *args) == run(capsys, "doctor", broken, "--target", f"{OLD},{OLD}", *args)
