@@ -87,3 +87,64 @@ def test_doctor_text_is_a_summary_then_one_verdict_per_target_then_shared_findin
 def test_one_target_output_is_unchanged_by_the_comma_form(capsys, broken):
     for args in (("--json",), (), ("--quiet",), ("--verbose", "--strict")):
         assert run(capsys, "doctor", broken, "--target", OLD, *args) == run(capsys, "doctor", broken, "--target", f"{OLD},{OLD}", *args)
+
+
+def fix_json(capsys, src, out, *args) -> tuple[int, dict | str]:
+    code, text = run(capsys, "fix", src, "-o", out, "--json", *args)
+    return code, json.loads(text) if code == 0 else text
+
+
+def dequantized(plan: dict) -> set[str]:
+    return {c["module"] for c in plan["changes"] if c["action"] == "dequantize"}
+
+
+def test_fix_for_two_targets_whose_single_fixes_differ_passes_both(capsys, broken, tmp_path):
+    """The 0.32.0 fix (the handshake layers only) still fails in 0.22.1; the two-target fix is the union of the
+    single-target plans, its output passes doctor --strict for both, and the report lists both targets."""
+    _, alone_new = fix_json(capsys, broken, tmp_path / "new", "--target", NEW)
+    _, alone_old = fix_json(capsys, broken, tmp_path / "old", "--dry-run", "--target", OLD)
+    assert dequantized(alone_new["plan"]) != dequantized(alone_old["plan"])
+    assert run(capsys, "doctor", tmp_path / "new", "--target", OLD)[0] == 1  # one target's fix is not the other's
+    code, both = fix_json(capsys, broken, tmp_path / "both", "--target", f"{NEW},{OLD}")
+    assert code == 0 and both["status"] == "written"
+    assert dequantized(both["plan"]) == dequantized(alone_new["plan"]) | dequantized(alone_old["plan"])
+    for spec in (NEW, OLD, f"{OLD},{NEW}"):
+        assert run(capsys, "doctor", tmp_path / "both", "--target", spec, "--strict")[0] == 0
+    report = json.loads((tmp_path / "both/repair_report.json").read_text())
+    assert report["options"]["target"] == f"{NEW},{OLD}" and report["recipe"]["resolved_from_target"] == f"{NEW},{OLD}"
+    records = report["doctor"]["targets"]
+    assert [r["target"] for r in records] == [NEW, OLD]
+    assert [r["before"]["exit_code"] for r in records] == [1, 1] and [r["after"]["exit_code"] for r in records] == [0, 0]
+    code, _ = fix_json(capsys, broken, tmp_path / "again", "--recipe", tmp_path / "both/repair_report.json")
+    assert code == 0 and all((tmp_path / "again" / p.name).read_bytes() == p.read_bytes() for p in (tmp_path / "both").iterdir())
+
+
+def test_fix_with_one_target_keeps_its_report_form(capsys, broken, tmp_path):
+    assert fix_json(capsys, broken, tmp_path / "one", "--target", NEW)[0] == 0
+    doctor = json.loads((tmp_path / "one/repair_report.json").read_text())["doctor"]
+    assert list(doctor) == ["target", "before", "after"] and doctor["target"] == NEW
+
+
+def test_fix_for_bf16_and_a_runtime_is_the_bf16_fix_checked_for_both(capsys, broken, tmp_path):
+    _, alone = fix_json(capsys, broken, tmp_path / "x", "--dry-run", "--target", "bf16")
+    code, both = fix_json(capsys, broken, tmp_path / "both", "--target", f"bf16,{NEW}")
+    assert code == 0 and dequantized(both["plan"]) == dequantized(alone["plan"])
+    assert run(capsys, "doctor", tmp_path / "both", "--target", f"{NEW},bf16", "--strict")[0] == 0
+
+
+def test_fix_asks_doctor_once_per_target_per_checkpoint(capsys, broken, tmp_path, monkeypatch):
+    """No module-level cache: the diagnosis is passed along (derived recipe, plan check, report's 'before')."""
+    import repair.doctor.diagnose as diagnose_module
+
+    asked: list[tuple[str, str]] = []
+    real = diagnose_module._diagnose
+
+    def counted(ckpt, target, *rest):
+        asked.append((Path(ckpt.root).name, target.spec))
+        return real(ckpt, target, *rest)
+
+    monkeypatch.setattr(diagnose_module, "_diagnose", counted)
+    assert fix_json(capsys, broken, tmp_path / "out", "--target", f"{NEW},{OLD}")[0] == 0
+    source = [spec for root, spec in asked if root == "broken"]
+    assert sorted(source) == sorted([NEW, OLD]), asked
+    assert len(asked) == 4, asked  # and once per target on the output (doctor after)

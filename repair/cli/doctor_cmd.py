@@ -21,20 +21,15 @@ import click
 def doctor(src: Path, target_spec: str | None, tp: int, strict: bool, as_json: bool, deep: bool, verbose: bool, quiet: bool) -> None:
     """Predict what TARGET does with SRC: exit 0 healthy, 1 problems, 2 bad input."""
     from repair.doctor.diagnose import diagnose
-    from repair.doctor.side_by_side import several_json, several_text, worst_exit_code
-    from repair.doctor.text import diagnosis_json, diagnosis_text
+    from repair.doctor.side_by_side import verdicts_json, verdicts_text, worst_exit_code
     from repair.cli.sources import open_source  # a local folder, or a Hub repo id (headers + scale bytes)
     from repair.targets.profiles import resolve_many
 
-    targets = resolve_many(target_spec)
     ckpt = open_source(src)
+    targets = resolve_many(target_spec)
     found = tuple(diagnose(ckpt, t, tp, deep=deep, progress=_bar if deep else None) for t in targets)
     detail = "quiet" if quiet else "verbose" if verbose else "normal"
-    if len(found) == 1:  # one target: its own form, as before there were several
-        text = json.dumps(diagnosis_json(found[0], strict), indent=2) if as_json else diagnosis_text(found[0], strict, detail, str(src))
-    else:
-        text = json.dumps(several_json(found, strict), indent=2) if as_json else several_text(found, strict, detail, str(src))
-    click.echo(text)
+    click.echo(json.dumps(verdicts_json(found, strict), indent=2) if as_json else verdicts_text(found, strict, detail, str(src)))
     sys.exit(worst_exit_code(found, strict))
 
 def _bar(total: int):

@@ -34,6 +34,11 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1, *, deep: bool = Fals
     return _diagnose(ckpt, target, tp, deep, progress)
 
 
+def diagnose_each(ckpt: Checkpoint, targets: tuple[Target, ...], tp: int = 1) -> tuple[Diagnosis, ...]:
+    """One Diagnosis per target (`--target a,b,c`), in their order."""
+    return tuple(diagnose(ckpt, t, tp) for t in targets)
+
+
 def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: Progress | None) -> Diagnosis:
     infos = ckpt.infos()
     fmt = formats.detect(ckpt)

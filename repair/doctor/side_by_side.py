@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from repair.doctor.findings import Diagnosis, Finding, Severity
 from repair.doctor.grouping import finding_lines
-from repair.doctor.text import checked, diagnosis_json, healthy
+from repair.doctor.text import checked, diagnosis_json, diagnosis_text, healthy
 from repair.errors import one_line
 
 
@@ -22,6 +22,18 @@ def worst_exit_code(diagnoses: tuple[Diagnosis, ...], strict: bool = False) -> i
 
 def several_json(diagnoses: tuple[Diagnosis, ...], strict: bool = False) -> dict:
     return {"exit_code": worst_exit_code(diagnoses, strict), "targets": [diagnosis_json(d, strict) for d in diagnoses]}
+
+
+def verdicts_json(diagnoses: tuple[Diagnosis, ...], strict: bool = False) -> dict:
+    """One target: its own object, as doctor printed it before there were several; else several_json."""
+    return diagnosis_json(diagnoses[0], strict) if len(diagnoses) == 1 else several_json(diagnoses, strict)
+
+
+def verdicts_text(diagnoses: tuple[Diagnosis, ...], strict: bool = False, detail: str = "normal", source: str = "SRC") -> str:
+    """One target: its own text, unchanged; else several_text."""
+    if len(diagnoses) == 1:
+        return diagnosis_text(diagnoses[0], strict, detail, source)
+    return several_text(diagnoses, strict, detail, source)
 
 
 def several_text(diagnoses: tuple[Diagnosis, ...], strict: bool = False, detail: str = "normal", source: str = "SRC") -> str:

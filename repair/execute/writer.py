@@ -71,7 +71,8 @@ def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dic
     if after is not None:
         with own_output(tmp, out):
             sections = sections.with_after(after(tmp))
-        refuse_unclean(plan, sections.doctor, tmp, out)
+        for record in sections.doctor:
+            refuse_unclean(plan, record, tmp, out)
     report = build_report(plan, hashes, options or {}, sections)
     write_json(tmp / REPORT_NAME, report)
     check_inputs(plan)  # last: whatever changed while it was read, nothing is published
@@ -90,7 +91,7 @@ def refuse_unclean(plan: Plan, doctor: DoctorRecord | None, tmp: Path, out: Path
     new = [f for f in left if (f.code, f.subject) not in before]
     if new:
         raise InternalError("doctor --strict on the output", f"{defect(BadInput(new[0].message), tmp, out)} ({len(new)} new finding(s))")
-    raise cannot_repair(plan.source.root, plan.recipe.from_target, left)
+    raise cannot_repair(plan.source.root, doctor.target.spec, left)
 
 
 def _needed(plan: Plan) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from repair import arch, formats
 from repair.doctor.declared import KV_LEAVES
+from repair.doctor.diagnose import Diagnosis, diagnose_each
 from repair.errors import BadInput, UsageError
 from repair.formats.base import Declaration, Format
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
@@ -21,6 +22,7 @@ from repair.planning.modules import fused_group, module_change
 from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Recipe
 from repair.planning.target_check import refuse_unrepairable, unused_exclusions
 from repair.planning.whole_layers import Layers, refuse_split_layers
+from repair.targets.profiles import resolve_many
 
 __all__ = ["assign_actions", "kv_scale_drops", "make_plan", "select"]
 
@@ -67,8 +69,11 @@ def _not_the_default_model(where: str, modules: list[StoredModule]) -> str:
             f"{', '.join(DEFAULT.dequantize)}), which this checkpoint does not have; use {instead} (see `ckpt-repair recipes`)")
 
 
-def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = None) -> Plan:
-    """Plan the repair of `ckpt` by `recipe` without reading any tensor data."""
+def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = None, before: tuple[Diagnosis, ...] | None = None) -> Plan:
+    """Plan the repair of `ckpt` by `recipe` without reading any tensor data. `before`: doctor's verdict on `ckpt` for
+    each of the recipe's targets, where the caller has it (else asked here); the plan carries it to the report."""
+    if before is None:
+        before = diagnose_each(ckpt, resolve_many(recipe.from_target)) if recipe.from_target else ()
     fmt = formats.detect(ckpt)
     modules = fmt.group_modules(ckpt.infos())
     by_name = {m.name: m for m in modules}
@@ -77,21 +82,21 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     if declaration.quantized and not recipe.drop_quantization:  # the output is built by a quantization config
         refuse_split_layers(actions, Layers(by_name, arch.architecture(ckpt.config).fused_layers), str(ckpt.root))
     _check_supported(ckpt, fmt, actions, original, recipe, by_name)
-    refuse_unrepairable(ckpt, recipe, declaration, actions)
+    refuse_unrepairable(ckpt, recipe, declaration, actions, before)
     declared = declaration.quant_algo if declaration.layer_algos is None else None
     changes = [c for name, a in sorted(actions.items()) if (c := module_change(by_name[name], a, ckpt, original, recipe, by_name, fmt, declared))]
     undeclared_kv = recipe.from_target is not None and declaration.kv_cache is None  # doctor: the runtime ignores or refuses them
     changes += kv_scale_drops(ckpt, changes) if recipe.drop_quantization or undeclared_kv else []
     shards, emptied = _shard_steps(ckpt, changes)
     config, hf_quant, added = _config_edits(ckpt, fmt, declaration, recipe, actions, by_name)
-    unused = unused_exclusions(ckpt, recipe)
+    unused = unused_exclusions(recipe, before)
     if unused:
         config, hf_quant = fmt.without_entries(config, hf_quant, unused)
     json_files = _json_files(ckpt, config, hf_quant, shards, bool(emptied))
     removed = emptied + ((HF_QUANT_CONFIG,) if recipe.drop_quantization and ckpt.hf_quant_config is not None else ())
     copied = _other_files(ckpt) + tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
     plan = Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original, fmt,
-                unlisted_layers(declaration, config, hf_quant), tuple(sorted(unused)))
+                unlisted_layers(declaration, config, hf_quant), tuple(sorted(unused)), before)
     plan_check.check_plan(plan)  # looked up on the module: tests switch it off to reach the writer's own checks
     return plan
 

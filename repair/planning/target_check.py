@@ -13,14 +13,12 @@ matches nothing, two quantized_layers maps that disagree). The writer checks doc
 from __future__ import annotations
 
 from repair import arch
-from repair.doctor.diagnose import diagnose
-from repair.doctor.findings import Finding, Kind, Severity
+from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.missing import missing_modules
 from repair.errors import BadInput, UsageError
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
 from repair.planning.recipe import Action, Recipe
-from repair.targets.profiles import resolve
 
 STORED_DEFECTS = frozenset({Kind.GLOBAL_SCALE, Kind.FP8_SCALE, Kind.BLOCK_SCALES, Kind.SCALE_OVERFLOW, Kind.MISSING_WEIGHT_SCALE,
                             Kind.MISSING_SCALE_2, Kind.SCALE_SHAPE, Kind.INPUT_SCALE, Kind.KV_CACHE_SCALES, Kind.SIBLINGS_SCALE_2,
@@ -33,26 +31,29 @@ DEFAULT_ADVICE = ("re-download or re-export the checkpoint, or repair those modu
                   "requantize them)")
 
 
-def refuse_unrepairable(ckpt: Checkpoint, recipe: Recipe, declaration: Declaration, actions: dict[str, Action]) -> None:
-    """One line naming the first finding doctor --strict reports for the recipe's target that its plan leaves."""
+def refuse_unrepairable(ckpt: Checkpoint, recipe: Recipe, declaration: Declaration, actions: dict[str, Action],
+                        before: tuple[Diagnosis, ...]) -> None:
+    """One line naming the first finding doctor --strict reports, for one of the recipe's targets (doctor's verdicts
+    on the input, `before`), that its plan leaves."""
     if not recipe.from_target:
         return
     _refuse_dropped_expected(ckpt, recipe.from_target, {n for n, a in actions.items() if a == Action.DROP})
     changed = {n for n, a in actions.items() if a != Action.KEEP}
     fused = arch.architecture(ckpt.config).fused_layers
-    left = [f for f in diagnose(ckpt, resolve(recipe.from_target)).findings
-            if f.severity in (Severity.ERROR, Severity.WARNING) and not _settled(f, changed, recipe, declaration, fused)]
-    if left:
-        raise cannot_repair(ckpt.root, recipe.from_target, left)
+    for diagnosis in before:
+        left = [f for f in diagnosis.findings
+                if f.severity in (Severity.ERROR, Severity.WARNING) and not _settled(f, changed, recipe, declaration, fused)]
+        if left:
+            raise cannot_repair(ckpt.root, diagnosis.target.spec, left)
 
 
-def unused_exclusions(ckpt: Checkpoint, recipe: Recipe) -> frozenset[str]:
+def unused_exclusions(recipe: Recipe, before: tuple[Diagnosis, ...]) -> frozenset[str]:
     """The exclusion entries doctor finds matching no module (unused-exclusion), which `--target` takes out of the
     config: harmless to the runtime, but doctor --strict, which the target promises, counts them (a real ModelOpt
     export lists e.g. an EAGLE draft's unstored `model.embed_tokens`, DeepSeek-R1 61 layers it does not have)."""
     if not recipe.from_target or recipe.drop_quantization:
         return frozenset()
-    return frozenset(f.subject for f in diagnose(ckpt, resolve(recipe.from_target)).findings if f.code == Kind.UNUSED_EXCLUSION)
+    return frozenset(f.subject for d in before for f in d.findings if f.code == Kind.UNUSED_EXCLUSION)
 
 
 def _refuse_dropped_expected(ckpt: Checkpoint, target: str, dropped: set[str]) -> None:
