@@ -55,10 +55,41 @@ def render() -> str:
             "(`packed_modules_mapping`) and the weight-name mapping (`hf_to_vllm_mapper`). `inspect`, `doctor` and `fix`",
             "read the rows (`repair/arch/profiled.py`); an architecture without a profile gets the generic row, and",
             "`doctor` says it has no loader profile and what it checked.", ""]
-    body = []
+    body, rules = [], []
     for path in sorted(DATA.glob("*.json")):
-        body += section(json.loads(path.read_text()), path.name)
-    return "\n".join(head + body)
+        doc = json.loads(path.read_text())
+        if "rules" in doc:
+            rules += rules_section(doc, path.name)
+        else:
+            body += section(doc, path.name)
+    return "\n".join(head + body + (RULES_FORM + rules if rules else []))
+
+
+RULES_FORM = [
+    "## Rules-only release files (SGLang, TensorRT-LLM): the form", "",
+    "A release of a runtime whose model classes cannot be built here is one file `repair/targets/data/<runtime>-<release>.json`:",
+    "`runtime`, `release` (X.Y.Z), `source` (`wheel` or `repo`+`commit`, `files` read, `sha256`/`index`), and `rules`:", "",
+    "- `matchers`: per config kind (`modelopt`, `compressed-tensors`, `quantized_layers`) a rule name registered in",
+    "  `repair/targets/matchers.py` (`EXCLUSION_MATCHERS`, `LAYER_MATCHERS`); each is a function of the data;",
+    "- `follows_draft_config`; `layer_rows` (the `vllm==X` profile whose layer roles and model fusions apply);",
+    "- `fused`: `policy` (`raise_on_listed_mix`, `any_shard_excluded_bf16`), `error` (template, `{prefix}`), `wildcard`;",
+    "- `fallback_fused`: the release treats qkv_proj/gate_up_proj as fused without the model's packed mapping;",
+    "- `unknown_tensors`: `policy` (`raise`, `skip`, `log_skip`) and `text`; `refused_algorithms`: quant_algo -> error;",
+    "- `loaders`: per layer kind (`row_parallel`, `merged_column`, `qkv`, `column_parallel`, `replicated`) and",
+    "  direction (`packed_into_bf16`, `bf16_into_packed`, ...): `zero_pad`, `silent_cast`, or an error template;",
+    "- `draft`: `mtp_bf16_when` (architecture -> quant methods its MTP/NextN layer drops), `mtp_prefixes`;",
+    "- `errors`: other exact error templates; `packed_modules_mapping`: architecture -> the class's mapping.", "",
+    "`--target <runtime>==X.Y.Z` uses the newest file at or below X.Y.Z and says which. `tools/sglang_rules_data.py`",
+    "writes the SGLang files from the wheels (rules table: `tools/sglang_rules_table.py`, re-checked against each wheel).", ""]
+
+
+def rules_section(doc: dict, name: str) -> list[str]:
+    rules = doc["rules"]
+    return [f"### {doc['runtime']} {doc['release']} (`repair/targets/data/{name}`, from `{doc['source'].get('wheel') or doc['source'].get('repo')}`)", "",
+            "- matchers: " + ", ".join(f"{k} `{v}`" for k, v in sorted(rules["matchers"].items())),
+            f"- fused: {rules['fused']['policy']}; unknown tensors: {rules['unknown_tensors']['policy']}; "
+            f"refuses: {', '.join(sorted(rules['refused_algorithms'])) or 'nothing'}",
+            f"- model classes with a packed mapping: {len(rules.get('packed_modules_mapping', {}))}", ""]
 
 
 if __name__ == "__main__":

@@ -54,6 +54,8 @@ def read_profiles() -> tuple[ReleaseProfile, ...]:
         if not item.name.endswith(".json"):
             continue
         doc = json.loads(item.read_text(encoding="utf-8"))
+        if "architectures" not in doc:
+            continue  # a rules-only release file (repair/targets/runtime_rules.py reads it)
         out.append(ReleaseProfile(doc["runtime"], release_of(doc["release"]), item.name, doc["architectures"], doc["unprofiled"]))
     return tuple(sorted(out, key=lambda p: (p.runtime, p.release)))
 

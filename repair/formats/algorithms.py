@@ -114,6 +114,10 @@ class LayerAlgorithms:
         table = self._first[level]
         return self.entries[min(table[low], table[high - (1 << level)])][1]
 
+    def first_under(self, prefix: str) -> str | None:
+        """The algorithm of the first key in file order under `prefix.` (runtimes' parent-prefix step)."""
+        return self._under(prefix)
+
     def as_dict(self) -> dict[str, str]:
         return dict(self._direct)
 

@@ -45,6 +45,9 @@ class Declaration:
     layer_algos: LayerAlgorithms | None = None  # MIXED_PRECISION: the quantized_layers vLLM reads (config.json's, else hf's)
     hf_layer_algos: LayerAlgorithms | None = None  # hf_quant_config.json's quantized_layers (doctor compares the two)
     kv_cache: str | None = None  # the KV-cache quantization declared ("FP8"), None when none is
+    # a target runtime's own rules (repair/targets/runtime_rules.py bind); None: the format's, as vLLM applies them
+    matcher: Callable | None = field(default=None, compare=False, hash=False, repr=False)  # (entries, targets) -> Rule
+    layer_lookup: Callable | None = field(default=None, compare=False, hash=False, repr=False)  # (algos, name) -> (algo, error)
     _rules: dict = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)  # list -> its compiled Rule
 
     def rule(self, exclusions: tuple[str, ...] | list[str] | None = None) -> Rule:
@@ -52,7 +55,7 @@ class Declaration:
         key = tuple(self.exclusions if exclusions is None else exclusions)
         found = self._rules.get(key)
         if found is None:
-            found = self._rules[key] = self.format.rule(key, self.targets)
+            found = self._rules[key] = (self.matcher or self.format.rule)(key, self.targets)
         return found
 
     @property
@@ -73,7 +76,7 @@ class Declaration:
         explicit `exclusions` list is asked about (then only that list's rule applies)."""
         if self.rule(exclusions).excludes(prefix):
             return True
-        return exclusions is None and self.layer_algos is not None and self.layer_algos.resolve(routed_layer(prefix)) is None
+        return exclusions is None and self.layer_algos is not None and self._layer_algo(prefix) is None
 
     def algorithm(self, prefix: str, packed: dict[str, tuple[str, ...]] | None = None) -> str | None:
         """The algorithm the config declares for the runtime layer `prefix` (None: unquantized or excluded).
@@ -83,7 +86,12 @@ class Declaration:
         packed_modules_mapping), after the exclusion lists, as ModelOptMixedPrecisionConfig.get_quant_method does."""
         if not self.quantized or self.rule().excludes(prefix):
             return None
-        return self.quant_algo if self.layer_algos is None else self.layer_algos.resolve(routed_layer(prefix), packed)
+        return self.quant_algo if self.layer_algos is None else self._layer_algo(prefix, packed)
+
+    def _layer_algo(self, prefix: str, packed: dict[str, tuple[str, ...]] | None = None) -> str | None:
+        if self.layer_lookup is not None:
+            return self.layer_lookup(self.layer_algos, prefix)[0]
+        return self.layer_algos.resolve(routed_layer(prefix), packed)
 
 
 def routed_layer(prefix: str) -> str:
@@ -135,6 +143,8 @@ class Format(ABC):
 
         Both vLLM configs first test the fused name itself; only when it is not listed do they test each
         shard, and shards that disagree stop the model build."""
+        if hasattr(rule, "fused_refusal"):
+            return rule.fused_refusal(fused, shards)  # a runtime's own rule knows its policy and its words
         if rule.shard_excluded(fused):
             return None
         decided = {rule.shard_excluded(s) for s in shards}

@@ -10,11 +10,14 @@ How a family's layers are built (layer kinds, TP plans) is the architecture's kn
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
 
 from repair import arch
 from repair.arch.profiled import ReleaseProfile
 from repair.errors import UsageError
+from repair.targets.runtime_rules import RuntimeRules, shipped_rules
 
 
 @dataclass(frozen=True)
@@ -26,15 +29,39 @@ class Profile:
     min_version: tuple[int, ...] | None  # inclusive
     max_version: tuple[int, ...] | None  # exclusive
     follows_draft_config: bool  # False: every linear is built BF16 whatever the config says
-    unknown_tensors: str  # "skip" (silently dropped) or "raise"
+    unknown_tensors: str  # "skip" (silently dropped), "raise", or "log_skip" (logged, and loading goes on)
     allows_quant_config: bool = True
+    simulates_loads: bool = False  # doctor runs this runtime's loader simulation (repair/targets/vllm_loader.py) and degree rules
+    knows_layer_roles: bool = False  # the generated layer roles are this runtime's own (a quantized role is an error)
+    refused: Mapping[str, str] = field(default_factory=dict)  # quant_algo -> the error reading the config gives
+    rules: RuntimeRules | None = None  # a data-file release's own matchers and behaviours (None: the format's, vLLM's)
 
 
+# vLLM 0.32 modelopt.py: ModelOptQuantConfigBase.from_config refuses a quant_algo outside QUANT_ALGOS
+VLLM_REFUSED = MappingProxyType({
+    "NVFP4_AWQ": "ValueError: ModelOpt currently only supports: ['FP8', 'FP8_PER_CHANNEL_PER_TOKEN', 'FP8_PB_WO', "
+                 "'NVFP4', 'W4A16_NVFP4', 'MXFP8', 'MIXED_PRECISION'] quantizations in vLLM. Please check the "
+                 "`hf_quant_config.json` file for your model's quant configuration."})
 PROFILES: tuple[Profile, ...] = (
-    Profile("vllm 0.21-0.24", "vllm", (0, 21, 0), (0, 25, 0), follows_draft_config=False, unknown_tensors="skip"),
-    Profile("vllm >= 0.25", "vllm", (0, 25, 0), None, follows_draft_config=True, unknown_tensors="raise"),
+    Profile("vllm 0.21-0.24", "vllm", (0, 21, 0), (0, 25, 0), follows_draft_config=False, unknown_tensors="skip",
+            simulates_loads=True, knows_layer_roles=True),
+    Profile("vllm >= 0.25", "vllm", (0, 25, 0), None, follows_draft_config=True, unknown_tensors="raise",
+            simulates_loads=True, knows_layer_roles=True, refused=VLLM_REFUSED),
 )
 BF16 = Profile("bf16", "bf16", None, None, follows_draft_config=False, unknown_tensors="raise", allows_quant_config=False)
+
+
+def rules_profiles(rules: tuple[RuntimeRules, ...]) -> tuple[Profile, ...]:
+    """One profile per shipped rules file, valid from its release up to the next one's of the same runtime."""
+    out = []
+    for r in rules:
+        later = [n.release for n in rules if n.runtime == r.runtime and n.release > r.release]
+        out.append(Profile(r.label, r.runtime, r.release, min(later) if later else None, r.follows_draft_config,
+                           r.unknown_tensors["policy"], refused=MappingProxyType(dict(r.refused_algorithms)), rules=r))
+    return tuple(out)
+
+
+DATA_PROFILES = rules_profiles(shipped_rules())
 NEWEST_KNOWN = "vllm==0.32.0"
 
 
@@ -54,8 +81,13 @@ class Target:
     @property
     def label(self) -> str:
         """The profile in words, naming the generated release profile used (messages say which one applies)."""
-        if self.profile.runtime == "bf16":
+        if not self.profile.allows_quant_config:
             return self.profile.name
+        if self.profile.rules is not None:
+            used = self.profile.rules
+            asked = "" if self.version == used.release else f" (the newest shipped at or below {'.'.join(map(str, self.version or ()))})"
+            rows = f"; layer rows from the {self.release.label} profile" if self.release else ""
+            return f"{used.label} rules from {used.source}{asked}{rows}"
         if self.release is None:
             return f"{self.profile.name}; no generated layer profile ships"
         older = self.version is not None and self.release.release > self.version
@@ -72,20 +104,37 @@ def release_at_or_below(runtime: str, version: tuple[int, ...]) -> ReleaseProfil
 
 
 def resolve(spec: str | None) -> Target:
-    """`vllm==X.Y.Z` (any release; newest known by default) or `bf16`."""
+    """`vllm==X.Y.Z` (any release; newest known by default), `<runtime>==X.Y.Z` for a runtime with shipped rules
+    files (the newest at or below X, named in the label), or `bf16`."""
     spec = (spec or NEWEST_KNOWN).strip()
     if spec.lower() == "bf16":
         return Target("bf16", BF16)
-    match = re.fullmatch(r"vllm\s*==\s*(\d+)\.(\d+)(?:\.(\d+))?\S*", spec)
-    if not match:
-        raise UsageError(f"--target {spec!r}: expected vllm==X.Y.Z or bf16")
-    version = tuple(int(p or 0) for p in match.groups())
+    match = re.fullmatch(r"([a-z][a-z0-9_-]{0,30})\s*==\s*(\d{1,6})\.(\d{1,6})(?:\.(\d{1,6}))?\S*", spec)
+    runtimes = sorted({p.runtime for p in DATA_PROFILES})
+    if not match or (match.group(1) != "vllm" and match.group(1) not in runtimes):
+        known = " or ".join(f"{r}==X.Y.Z" for r in ["vllm", *runtimes])
+        raise UsageError(f"--target {spec[:200]!r}: expected {known}, or bf16")
+    version = tuple(int(p or 0) for p in match.groups()[1:])
+    if match.group(1) != "vllm":
+        return _data_target(spec, match.group(1), version)
     for profile in PROFILES:
         if (profile.min_version is None or version >= profile.min_version) and (
             profile.max_version is None or version < profile.max_version
         ):
             return Target(spec, profile, release_at_or_below(profile.runtime, version), version)
     raise UsageError(f"--target {spec}: vLLM before 0.21.0 cannot load Gemma 4 assistants at all; target 0.21.0 or newer")
+
+
+def _data_target(spec: str, runtime: str, version: tuple[int, ...]) -> Target:
+    """The newest shipped release file of `runtime` at or below `version`; its layer rows from the profile it names."""
+    found = [p for p in DATA_PROFILES if p.runtime == runtime and p.min_version <= version]
+    if not found:
+        oldest = min(p.min_version for p in DATA_PROFILES if p.runtime == runtime)
+        raise UsageError(f"--target {spec}: the oldest {runtime} rules shipped are {'.'.join(map(str, oldest))}'s "
+                         "(older releases read exclusions another way); target that release or a newer one")
+    profile = found[-1]
+    rows = re.fullmatch(r"(\w+)==(\d+)\.(\d+)\.?(\d*)", profile.rules.layer_rows)
+    return Target(spec, profile, release_at_or_below(rows.group(1), tuple(int(p or 0) for p in rows.groups()[1:])), version)
 
 
 def resolve_many(spec: str | None) -> tuple[Target, ...]:

@@ -1,0 +1,79 @@
+"""The registry of runtime matching rules: rule name -> function. A runtime release's data file names, per config
+kind, the rule it applies (`rules.matchers` in repair/targets/data/<runtime>-<release>.json); adding a release is
+adding a file, adding a rule is adding a function here (or in its own module) and its name to these tables.
+
+Exclusion matchers (`modelopt`, `compressed-tensors` kinds) take (entries, targets, building) and return a compiled
+rule with `excludes(name)`, `shard_excluded(name)` and `fused_refusal(fused, shards)` (the runtime's error building
+that fused layer, or None); names are runtime module names, a checkpoint shard or expert answering for the layer
+the runtime builds it into (`building`: repair/targets/sglang_match.Building). Layer-map matchers
+(`quantized_layers` kind) take (layer algorithms, name, building) and return (algorithm or None, error or None).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from repair.errors import UsageError
+from repair.formats.algorithms import LayerAlgorithms
+from repair.io.patterns import MATCH, RegexSet
+from repair.targets.sglang_match import (Building, ExcludedGlobs, SglangCtRule, SglangModelOptRule, SkippedList,
+                                         resolve_layer)
+
+ExclusionMatcher = Callable[[tuple[str, ...], "tuple[str, ...] | None", Building], object]
+LayerMatcher = Callable[[LayerAlgorithms, str, Building], "tuple[str | None, str | None]"]
+KINDS = ("modelopt", "compressed-tensors", "quantized_layers")
+
+
+def _sglang_modelopt(dotted: bool, experts_or: bool) -> ExclusionMatcher:
+    def build(entries: tuple[str, ...], targets, building: Building) -> SglangModelOptRule:
+        return SglangModelOptRule(SkippedList(tuple(entries), dotted, experts_or), ExcludedGlobs.compile(tuple(entries)), building)
+    return build
+
+
+def _sglang_ct(suffix: bool) -> ExclusionMatcher:
+    def build(entries: tuple[str, ...], targets, building: Building) -> SglangCtRule:
+        regexes = RegexSet.compile([e[3:] for e in entries if e.startswith("re:")], MATCH, "compressed-tensors ignore entry")
+        return SglangCtRule(tuple(entries), suffix, building, regexes)
+    return build
+
+
+def _sglang_layers(aliases: bool) -> LayerMatcher:
+    def lookup(layers: LayerAlgorithms, name: str, building: Building):
+        return resolve_layer(layers, name, building, aliases)
+    return lookup
+
+
+def _unsupported(layers: LayerAlgorithms, name: str, building: Building):
+    return None, None  # the release has no per-layer map (the data's refusals say what it does with MIXED_PRECISION)
+
+
+EXCLUSION_MATCHERS: dict[str, ExclusionMatcher] = {
+    # is_layer_skipped substring, experts entries replace the plain match (0.5.9); + is_layer_excluded globs
+    "sglang_modelopt_substring_experts_only": _sglang_modelopt(dotted=False, experts_or=False),
+    "sglang_modelopt_substring": _sglang_modelopt(dotted=False, experts_or=True),  # 0.5.10
+    "sglang_modelopt_dotted": _sglang_modelopt(dotted=True, experts_or=True),  # 0.5.11+: _module_path_match
+    "sglang_ct_contains": _sglang_ct(suffix=False),  # check_contains=True: case-insensitive substring
+    "sglang_ct_suffix": _sglang_ct(suffix=True),  # exact or dotted suffix, never a parent
+}
+LAYER_MATCHERS: dict[str, LayerMatcher] = {
+    "sglang_layers_exact": _sglang_layers(aliases=False),  # 0.5.10/0.5.11: the prefix itself
+    "sglang_layers_aliases": _sglang_layers(aliases=True),  # 0.5.23: lm_head, language_model. swaps
+    "none": _unsupported,
+}
+
+
+def exclusion_matcher(name: str) -> ExclusionMatcher:
+    """The registered exclusion rule `name` (a data file naming an unknown one is our bug: said in one line)."""
+    try:
+        return EXCLUSION_MATCHERS[name]
+    except KeyError:
+        raise UsageError(f"runtime profile names exclusion matcher {name!r}, which is not registered "
+                         f"(known: {', '.join(sorted(EXCLUSION_MATCHERS))})") from None
+
+
+def layer_matcher(name: str) -> LayerMatcher:
+    try:
+        return LAYER_MATCHERS[name]
+    except KeyError:
+        raise UsageError(f"runtime profile names quantized_layers matcher {name!r}, which is not registered "
+                         f"(known: {', '.join(sorted(LAYER_MATCHERS))})") from None

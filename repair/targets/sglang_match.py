@@ -1,0 +1,208 @@
+"""SGLang's rules for which layers a config's lists leave unquantized, release by release, as functions of the data.
+
+Derived from the SGLang wheels on PyPI (0.5.9, 0.5.10, 0.5.11, 0.5.23; repair/targets/data/sglang-*.json name
+the files): `ModelOptQuantConfig.is_layer_excluded` and `is_layer_skipped` (layers/quantization/modelopt_quant.py,
+utils.py), `should_ignore_layer` (quantization/compressed_tensors/utils.py) and
+`ModelOptMixedPrecisionConfig._resolve_quant_algo`. A rule is asked with checkpoint-side runtime names (a shard
+`...q_proj`, one expert's `...experts.3.up_proj`) and answers for the layer SGLang builds them into: the fused
+`...qkv_proj` (asked through is_layer_skipped and is_layer_excluded) or the FusedMoE `...experts` (is_layer_excluded
+only). Where SGLang raises while building the layer, `fused_refusal` gives its text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from repair.formats.algorithms import LayerAlgorithms
+from repair.io.patterns import FULLMATCH, RegexSet
+
+FALLBACK_FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}  # utils.py, 0.5.11+
+MLA_FUSED_PARTS = frozenset({"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"})  # is_layer_excluded's special case
+SKIP_MIX = ("ValueError: Detected some but not all shards of {prefix} are quantized. All shards of fused layers "
+            "to have the same precision.")
+CT_MIX = ("ValueError: Found different quantization schemes for {shards} in {prefix}. SGLang requires all to use the "
+          "same scheme.")
+Packed = Mapping[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Building:
+    """How one SGLang release builds a model's layers: the model code's fusions (always fused, whatever the config),
+    the model class's `packed_modules_mapping` (what the quant config is told), and the release's flags."""
+
+    fusions: Packed  # layer -> shards the model code fuses (qkv_proj from q/k/v)
+    packed: Packed  # the model class's packed_modules_mapping
+    fallback: bool = False  # is_layer_skipped falls back to qkv_proj/gate_up_proj shards (0.5.11+)
+
+    def built_layer(self, name: str) -> tuple[str, str]:
+        """(the layer SGLang builds `name` into, its kind: "linear", "fused" or "moe")."""
+        cut = name.find(".experts.")
+        if cut >= 0 and name[cut + 9:].split(".", 1)[0].isdigit():
+            return name[: cut + len(".experts")], "moe"
+        parent, _, leaf = name.rpartition(".")
+        fused = next((f for f, shards in self.fusions.items() if leaf in shards), None)
+        return (f"{parent}.{fused}" if parent else fused, "fused") if fused else (name, "linear")
+
+    def shards_of(self, prefix: str) -> tuple[str, tuple[str, ...]] | None:
+        """(leaf, shard leaves) when is_layer_skipped treats `prefix` as fused (its mapping, else the fallback)."""
+        leaf = prefix.rpartition(".")[2]
+        mapping = self.packed if leaf in self.packed else (FALLBACK_FUSED if self.fallback else {})
+        return (leaf, tuple(mapping[leaf])) if leaf in mapping else None
+
+
+@dataclass(frozen=True)
+class ExcludedGlobs:
+    """is_layer_excluded: each entry as a regex (`.` escaped, `*` -> `.*`, nothing else), fullmatched against the
+    prefix, the prefix without `language_model.`, and each of their dotted parts; plus the MLA fused-name case."""
+
+    globs: RegexSet
+    mla_tails: frozenset[str]
+
+    @classmethod
+    def compile(cls, entries: tuple[str, ...]) -> "ExcludedGlobs":
+        regexes = [e.replace(".", r"\.").replace("*", ".*") for e in entries]
+        tails = frozenset(t for e in entries if (t := e.rsplit(".", 1)[-1]) in MLA_FUSED_PARTS)
+        return cls(RegexSet.compile(regexes, FULLMATCH, "exclusion entry (as SGLang turns it into a regex)"), tails)
+
+    def __call__(self, prefix: str) -> bool:
+        variants = [prefix] + ([prefix[len("language_model."):]] if prefix.startswith("language_model.") else [])
+        for v in variants:
+            if any(self.globs.matches(c) for c in [v, *v.split(".")]):
+                return True
+        return any(t in v.rsplit(".", 1)[-1] for t in self.mla_tails for v in variants)
+
+
+@dataclass(frozen=True)
+class SkippedList:
+    """is_layer_skipped: `dotted` (0.5.11+: equal, an ancestor, or a dotted run inside) or substring (<= 0.5.10);
+    `experts_or` (0.5.10+) keeps the plain match for a prefix naming experts, 0.5.9 replaces it."""
+
+    entries: tuple[str, ...]
+    dotted: bool
+    experts_or: bool
+    stripped: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stripped", frozenset(e.rstrip(".") for e in self.entries))
+
+    def listed(self, prefix: str) -> bool:
+        if not self.dotted:
+            return any(e in prefix for e in self.entries)
+        parts = prefix.rstrip(".").split(".")
+        return any(".".join(parts[i:j]) in self.stripped for i in range(len(parts)) for j in range(i + 1, len(parts) + 1))
+
+    def skipped(self, prefix: str, building: Building) -> tuple[bool, str | None]:
+        """(skipped, SGLang's error when the fused layer's listed shards disagree)."""
+        fused = building.shards_of(prefix)
+        if fused is not None:
+            leaf, shards = fused
+            states = {self.listed(prefix.replace(leaf, s)) for s in shards}
+            return (states.pop(), None) if len(states) == 1 else (False, SKIP_MIX.format(prefix=prefix))
+        found = self.listed(prefix)
+        if "gate_up_proj" in prefix:
+            both = {prefix.replace("gate_up_proj", "gate_proj"), prefix.replace("gate_up_proj", "up_proj")}
+            found = found or both <= set(self.entries)
+        elif "experts" in prefix:
+            named = any(prefix in e for e in self.entries if "experts" in e)
+            found = (found or named) if self.experts_or else named
+        return found, None
+
+
+@dataclass(frozen=True)
+class SglangModelOptRule:
+    """A Linear is BF16 when is_layer_skipped or is_layer_excluded says so; a FusedMoE only by is_layer_excluded."""
+
+    skipped: SkippedList
+    excluded: ExcludedGlobs
+    building: Building
+
+    def _decide(self, name: str) -> tuple[bool, str | None]:
+        layer, kind = self.building.built_layer(name)
+        if kind == "moe":
+            return self.excluded(layer), None
+        skipped, error = self.skipped.skipped(layer, self.building)
+        return (skipped or (error is None and self.excluded(layer))), error
+
+    def excludes(self, prefix: str) -> bool:
+        return self._decide(prefix)[0]
+
+    def shard_excluded(self, prefix: str) -> bool:
+        return self._decide(prefix)[0]
+
+    def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
+        """The error SGLang raises building `fused` (a runtime name), or None."""
+        return self.skipped.skipped(fused, self.building)[1]
+
+
+@dataclass(frozen=True)
+class SglangCtRule:
+    """should_ignore_layer: a plain entry is a case-insensitive substring (<= 0.5.11) or the name or a dotted suffix
+    (0.5.23); `re:` entries re.match. A fused layer not itself listed takes its shards' answer, which must agree."""
+
+    ignore: tuple[str, ...]
+    suffix: bool
+    building: Building
+    regexes: RegexSet
+
+    def _listed(self, name: str) -> bool:
+        if self.regexes.matches(name):
+            return True
+        plain = [e for e in self.ignore if not e.startswith("re:")]
+        if self.suffix:
+            return any(e == name or name.endswith("." + e) for e in plain)
+        return any(e.lower() in name.lower() for e in plain)
+
+    def _decide(self, name: str) -> tuple[bool, str | None]:
+        layer, kind = self.building.built_layer(name)
+        leaf = layer.rpartition(".")[2]
+        shards = self.building.packed.get(leaf)
+        if kind == "moe" or shards is None or layer in self.ignore:
+            return self._listed(layer), None
+        states = {self._listed(layer.replace(leaf, s)) for s in shards}
+        return (states.pop(), None) if len(states) == 1 else (False, CT_MIX.format(shards=list(shards), prefix=layer))
+
+    def excludes(self, prefix: str) -> bool:
+        return self._decide(prefix)[0]
+
+    def shard_excluded(self, prefix: str) -> bool:
+        return self._decide(prefix)[0]
+
+    def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
+        return self._decide(fused)[1]
+
+
+def layer_candidates(prefix: str, aliases: bool) -> tuple[str, ...]:
+    """_quantized_layer_prefix_candidates (0.5.23; before it the prefix alone)."""
+    out = [prefix]
+    if aliases:
+        if prefix.endswith(".lm_head"):
+            out.append("lm_head")
+        for old, new in (("language_model.model.", ("model.language_model.",)),
+                         ("model.language_model.", ("language_model.model.", "model.")), ("model.", ("model.language_model.",))):
+            if prefix.startswith(old):
+                out += [n + prefix[len(old):] for n in new]
+                break
+    return tuple(dict.fromkeys(out))
+
+
+def resolve_layer(layers: LayerAlgorithms, name: str, building: Building, aliases: bool) -> tuple[str | None, str | None]:
+    """(algorithm, SGLang's error) for the layer `name` is built into, in _resolve_quant_algo's order: a candidate
+    key; a packed layer's shard keys (which must agree); the first key under a candidate (file order)."""
+    prefix, _ = building.built_layer(name)
+    for c in layer_candidates(prefix, aliases):
+        if (found := layers.entry(c)) is not None:
+            return found.upper(), None
+    base, _, leaf = prefix.rpartition(".")
+    if leaf in building.packed:
+        algos = {a.upper() for b in layer_candidates(base, aliases) for s in building.packed[leaf]
+                 if (a := layers.entry(f"{b}.{s}")) is not None}
+        if len(algos) > 1:
+            return None, (f"ValueError: Mixed quant_algo within fused layer {prefix}: {algos}. All shards must use the "
+                          "same quantization.")
+        if algos:
+            return algos.pop(), None
+    for c in layer_candidates(prefix, aliases):
+        if (found := layers.first_under(c)) is not None:
+            return found.upper(), None
+    return None, None

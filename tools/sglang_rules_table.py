@@ -1,0 +1,76 @@
+"""The SGLang rules per release, as found by diffing the wheels (tools/sglang_rules_data.py writes them out).
+
+Each release row names the registry's matchers (repair/targets/matchers.py) and a marker text per source file that
+the wheel must contain, so the row is re-checked against the wheel whenever the data is regenerated.
+"""
+
+from __future__ import annotations
+
+UTILS = "sglang/srt/layers/quantization/utils.py"
+MODELOPT = "sglang/srt/layers/quantization/modelopt_quant.py"
+CT_UTILS = "sglang/srt/layers/quantization/compressed_tensors/utils.py"
+MODEL_CONFIG = "sglang/srt/configs/model_config.py"
+SKIP_MIX = ("ValueError: Detected some but not all shards of {prefix} are quantized. All shards of fused layers to "
+            "have the same precision.")
+W4AFP8 = "SGLang {release} reads quant_algo MIXED_PRECISION as w4afp8 (W4A8 experts), not as per-layer NVFP4/FP8"
+ONLY_FP8_NVFP4 = ("ValueError: ModelOpt currently only supports: FP8, NVFP4 quantizations in sglang. Please check the "
+                  "quantization config for your model's configuration.")
+
+COMMON = {
+    "follows_draft_config": True,  # MTP/NextN from the target's config; EAGLE-3 reads its own (model_config.py)
+    "layer_rows": "vllm==0.32.0",  # architecture facts (layer roles, model fusions) borrowed from this profile
+    "fused": {"policy": "raise_on_listed_mix", "error": SKIP_MIX,
+              "wildcard": "built quantized; the BF16 shard then fails its shape check"},
+    "unknown_tensors": {"policy": "log_skip", "text": "Parameter {name} not found in params_dict"},
+    "loaders": {  # layers/linear.py, parameter.py, utils/common.py pad_or_narrow_weight (CUDA path; probed on CPU)
+        "row_parallel": {"packed_into_bf16": "zero_pad", "bf16_into_packed": "silent_cast"},
+        "merged_column": {"packed_into_bf16": "AssertionError", "bf16_into_packed": "AssertionError"},
+        "qkv": {"packed_into_bf16": "AssertionError: param_data.shape={param} loaded_weight.shape={loaded}",
+                "bf16_into_packed": "AssertionError: param_data.shape={param}, loaded_weight.shape={loaded}"},
+        "column_parallel": {"short_split_dim": "RuntimeError: start ({start}) + length ({length}) exceeds dimension size ({size}).",
+                            "wrong_columns": "AssertionError: target.shape={param}, loaded_weight.shape={loaded}"},
+        "replicated": {"mismatch": "AssertionError: param.shape={param} param.dtype={pdtype} loaded_weight.shape={loaded} "
+                                   "loaded_weight.dtype={ldtype}"},
+    },
+    "draft": {  # models/*nextn*.py, *_mtp.py: the draft layer's quant config by architecture
+        "mtp_bf16_when": {"DeepseekV3ForCausalLMNextN": ["modelopt_fp4"], "Glm4MoeForCausalLMNextN": ["modelopt_fp4"],
+                          "Qwen3_5ForCausalLMMTP": ["modelopt_fp4"], "Qwen3_5MoeForCausalLMMTP": ["modelopt_fp4"]},
+        "mtp_prefixes": ["mtp.", "model.mtp."],
+    },
+    "errors": {"in_features_16": "ValueError: Unsupported model when in features size is not multiple of 16"},
+}
+
+RULES = {
+    "0.5.9": {
+        "matchers": {"modelopt": "sglang_modelopt_substring_experts_only", "compressed-tensors": "sglang_ct_contains",
+                     "quantized_layers": "none"},
+        "fallback_fused": False,
+        "refused_algorithms": {"MIXED_PRECISION": W4AFP8.format(release="0.5.9"), "NVFP4_AWQ": ONLY_FP8_NVFP4,
+                               "W4A16_NVFP4": ONLY_FP8_NVFP4},
+        "markers": {UTILS: "is_skipped = any(ignored in prefix for ignored in ignored_layers)",
+                    CT_UTILS: "check_contains=True", MODEL_CONFIG: '"quant_method": "w4afp8"'},
+    },
+    "0.5.10": {
+        "matchers": {"modelopt": "sglang_modelopt_substring", "compressed-tensors": "sglang_ct_contains",
+                     "quantized_layers": "sglang_layers_exact"},
+        "fallback_fused": False,
+        "refused_algorithms": {"MIXED_PRECISION": W4AFP8.format(release="0.5.10")},
+        "markers": {UTILS: "is_skipped = any(ignored in prefix for ignored in ignored_layers)",
+                    CT_UTILS: "check_contains=True", MODELOPT: "def _resolve_quant_algo"},
+    },
+    "0.5.11": {
+        "matchers": {"modelopt": "sglang_modelopt_dotted", "compressed-tensors": "sglang_ct_contains",
+                     "quantized_layers": "sglang_layers_exact"},
+        "fallback_fused": True,
+        "refused_algorithms": {"MIXED_PRECISION": W4AFP8.format(release="0.5.11")},
+        "markers": {UTILS: "_FALLBACK_FUSED_SHARDS", CT_UTILS: "check_contains=True", MODELOPT: "def _resolve_quant_algo"},
+    },
+    "0.5.23": {
+        "matchers": {"modelopt": "sglang_modelopt_dotted", "compressed-tensors": "sglang_ct_suffix",
+                     "quantized_layers": "sglang_layers_aliases"},
+        "fallback_fused": True,
+        "refused_algorithms": {},
+        "markers": {UTILS: "_FALLBACK_FUSED_SHARDS", CT_UTILS: 'layer_name.endswith("." + target)',
+                    MODELOPT: "def _quantized_layer_prefix_candidates"},
+    },
+}
