@@ -148,3 +148,30 @@ def test_fix_asks_doctor_once_per_target_per_checkpoint(capsys, broken, tmp_path
     source = [spec for root, spec in asked if root == "broken"]
     assert sorted(source) == sorted([NEW, OLD]), asked
     assert len(asked) == 4, asked  # and once per target on the output (doctor after)
+
+
+def test_two_targets_wanting_contradictory_things_are_refused_in_one_line_naming_both(capsys, broken, tmp_path, monkeypatch):
+    """No shipped pair of rules contradicts today (every derived change dequantizes and excludes, which no runtime
+    refuses), so the second target's rules are stood in for: on the output, vllm==0.32.0 reports the layer that only
+    vllm==0.22.1's repair dequantizes. The writer's check per target names both, exit 2, and nothing is written."""
+    import repair.doctor.diagnose as diagnose_module
+    from repair.doctor.findings import Finding, Kind, Severity
+
+    real = diagnose_module._diagnose
+
+    def stricter(ckpt, target, *rest):
+        found = real(ckpt, target, *rest)
+        if target.spec == NEW and Path(ckpt.root) != broken:  # the output, for the runtime that follows the config
+            extra = Finding(Severity.ERROR, Kind.LOAD_ERROR, "model.layers.0.mlp.down_proj",
+                            "model.layers.0.mlp.down_proj: stored bf16 but this stand-in runtime builds it nvfp4")
+            return diagnose_module.Diagnosis(**{**found.__dict__, "findings": found.findings + (extra,)})
+        return found
+
+    monkeypatch.setattr(diagnose_module, "_diagnose", stricter)
+    code, out = run(capsys, "fix", broken, "-o", tmp_path / "out", "--target", f"{NEW},{OLD}")
+    assert code == 2 and not (tmp_path / "out").exists() and "Traceback" not in out
+    (line,) = out.strip().splitlines()
+    assert f"no one output is clean for both {OLD} and {NEW}" in line
+    assert "dequantizing model.layers.0.mlp.down_proj, which vllm==0.22.1 needs" in line and "[load-error]" in line
+    monkeypatch.setattr(diagnose_module, "_diagnose", real)
+    assert run(capsys, "fix", broken, "-o", tmp_path / "out", "--target", f"{NEW},{OLD}")[0] == 0

@@ -18,6 +18,7 @@ from repair.doctor.missing import missing_modules
 from repair.errors import BadInput, UsageError
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
+from repair.planning.from_target import recipe_for_target
 from repair.planning.recipe import Action, Recipe
 
 STORED_DEFECTS = frozenset({Kind.GLOBAL_SCALE, Kind.FP8_SCALE, Kind.BLOCK_SCALES, Kind.SCALE_OVERFLOW, Kind.MISSING_WEIGHT_SCALE,
@@ -100,6 +101,28 @@ def _covered(subject: str, changed: set[str]) -> bool:
             return True
         name = name.rpartition(".")[0]
     return False
+
+
+def contradiction(ckpt: Checkpoint, before: tuple[Diagnosis, ...], target: str, new: list[Finding]) -> BadInput | None:
+    """Several targets: a finding the output has for `target` that the input had not, about a module (or the dropped
+    quantization config) that only another target's own repair changes, is the two targets wanting contradictory
+    things: one line naming both. None when no other target's change explains it (then it is our bug)."""
+    own = {d.target.spec: recipe_for_target(ckpt, d) for d in before}
+    if len(own) < 2 or target not in own:
+        return None
+    mine = own.pop(target)
+    for f in new:
+        for other, recipe in own.items():
+            changed = sorted(set(recipe.dequantize) - set(mine.dequantize))
+            module = next((m for m in changed if _covered(f.subject, {m})), None)
+            if module is None and recipe.drop_quantization and not mine.drop_quantization:
+                module = "the quantization config"
+            if module is not None:
+                change = "dropping the quantization config" if module == "the quantization config" else f"dequantizing {module}"
+                return BadInput(f"{ckpt.root}: no one output is clean for both {other} and {target}: {change}, which {other} needs, "
+                                f"leaves {target} with [{f.code}] {f.message.split('; ')[0]}; nothing was written; fix for each target "
+                                "separately (one --target each, into two outputs)")
+    return None
 
 
 def cannot_repair(root: object, target: str, left: list[Finding]) -> BadInput:
