@@ -175,3 +175,12 @@ def test_two_targets_wanting_contradictory_things_are_refused_in_one_line_naming
     assert "dequantizing model.layers.0.mlp.down_proj, which vllm==0.22.1 needs" in line and "[load-error]" in line
     monkeypatch.setattr(diagnose_module, "_diagnose", real)
     assert run(capsys, "fix", broken, "-o", tmp_path / "out", "--target", f"{NEW},{OLD}")[0] == 0
+
+
+def test_a_hostile_target_list_is_one_short_line(capsys, broken):
+    many = ",".join(f"vllm==0.{25 + i // 10}.{i % 10}" for i in range(40))
+    code, out = run(capsys, "doctor", broken, "--target", many)
+    assert code == 2 and "more than 16 different targets" in out and len(out.strip().splitlines()) == 1 and len(out) < 600
+    code, out = run(capsys, "doctor", broken, "--target", "bf16," * 5000 + "vllm==0.32.0\nx")
+    assert code == 2 and len(out.strip().splitlines()) == 1 and len(out) < 600 and "part 5001" in out
+    assert [t.spec for t in resolve_many("bf16," * 5000 + "bf16")] == ["bf16"]  # a target named many times is one
