@@ -229,10 +229,11 @@ def _nvfp4_leaves(model: RealModel, module: str, weights: dict, gen: torch.Gener
     return out
 
 
-def write_real_model(folder: Path, key: str) -> Path:
+def write_real_model(folder: Path, key: str, model: RealModel | None = None) -> Path:
     """REAL_MODELS[key] as a one-file checkpoint in `folder` (replaced): model.safetensors, config.json with
-    the real architecture (and, for compressed-tensors, the real quantization_config), hf_quant_config.json."""
-    model = REAL_MODELS[key]
+    the real architecture (and, for compressed-tensors, the real quantization_config), hf_quant_config.json.
+    `model`: a variant of it (another `bf16` storage pattern, say) written instead."""
+    model = model or REAL_MODELS[key]
     folder = Path(folder)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)

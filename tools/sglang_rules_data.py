@@ -36,8 +36,12 @@ def _classes(tree: ast.Module) -> tuple[dict, list[str]]:
             mapping = None
             for stmt in node.body:
                 if isinstance(stmt, ast.Assign) and any(getattr(t, "id", None) == "packed_modules_mapping" for t in stmt.targets):
+                    value = stmt.value  # a literal dict, or another class's (`Qwen3_5ForCausalLM.packed_modules_mapping`)
+                    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
+                        mapping = ("same as", value.value.id)
+                        continue
                     try:
-                        mapping = ast.literal_eval(stmt.value)
+                        mapping = ast.literal_eval(value)
                     except ValueError:
                         mapping = None
             bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
@@ -50,28 +54,34 @@ def _classes(tree: ast.Module) -> tuple[dict, list[str]]:
 
 
 def packed_mappings(wheel: zipfile.ZipFile) -> tuple[dict[str, dict], list[str]]:
-    """(architecture -> its non-empty packed_modules_mapping, every registered architecture)."""
-    classes, entries = {}, []
+    """(architecture -> its non-empty packed_modules_mapping, every registered architecture). A class name is looked
+    up in its own file first (several files define a `Qwen3_5ForCausalLM`), then in the others."""
+    files, entries = {}, []
     for name in sorted(wheel.namelist()):
         if name.startswith(MODELS) and name.endswith(".py"):
             found, listed = _classes(ast.parse(wheel.read(name)))
-            classes.update(found)
-            entries += listed
+            files[name] = found
+            entries += [(a, name) for a in listed]
 
-    def resolve(cls: str, seen: frozenset = frozenset()) -> dict | None:
-        if cls not in classes or cls in seen:
+    def resolve(cls: str, where: str, seen: frozenset = frozenset()) -> dict | None:
+        if (cls, where) in seen:
             return None
-        bases, mapping = classes[cls]
+        place = where if cls in files[where] else next((f for f in files if cls in files[f]), None)
+        if place is None:
+            return None
+        bases, mapping = files[place][cls]
+        if isinstance(mapping, tuple):
+            return resolve(mapping[1], place, seen | {(cls, where)})
         if mapping is not None:
             return mapping
-        return next((m for b in bases if (m := resolve(b, seen | {cls})) is not None), None)
+        return next((m for b in bases if (m := resolve(b, place, seen | {(cls, where)})) is not None), None)
 
     out = {}
-    for arch in sorted(set(entries)):
-        mapping = resolve(arch)
+    for arch, where in sorted(set(entries)):
+        mapping = resolve(arch, where)
         if isinstance(mapping, dict) and mapping and all(isinstance(v, list) for v in mapping.values()):
-            out[arch] = {k: list(v) for k, v in sorted(mapping.items())}
-    return out, sorted(set(entries))
+            out.setdefault(arch, {k: list(v) for k, v in sorted(mapping.items())})
+    return out, sorted({a for a, _ in entries})
 
 
 def profile(path: Path) -> dict:

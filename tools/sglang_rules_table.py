@@ -17,6 +17,7 @@ ONLY_FP8_NVFP4 = ("ValueError: ModelOpt currently only supports: FP8, NVFP4 quan
                   "quantization config for your model's configuration.")
 
 COMMON = {
+    "display": "SGLang",  # how messages name the runtime
     "follows_draft_config": True,  # MTP/NextN from the target's config; EAGLE-3 reads its own (model_config.py)
     "layer_rows": "vllm==0.32.0",  # architecture facts (layer roles, model fusions) borrowed from this profile
     "fused": {"policy": "raise_on_listed_mix", "error": SKIP_MIX,
@@ -27,16 +28,33 @@ COMMON = {
         "merged_column": {"packed_into_bf16": "AssertionError", "bf16_into_packed": "AssertionError"},
         "qkv": {"packed_into_bf16": "AssertionError: param_data.shape={param} loaded_weight.shape={loaded}",
                 "bf16_into_packed": "AssertionError: param_data.shape={param}, loaded_weight.shape={loaded}"},
-        "column_parallel": {"short_split_dim": "RuntimeError: start ({start}) + length ({length}) exceeds dimension size ({size}).",
-                            "wrong_columns": "AssertionError: target.shape={param}, loaded_weight.shape={loaded}"},
-        "replicated": {"mismatch": "AssertionError: param.shape={param} param.dtype={pdtype} loaded_weight.shape={loaded} "
-                                   "loaded_weight.dtype={ldtype}"},
+        "column_parallel": {"packed_into_bf16": "AssertionError: param_data.shape={param} != loaded_weight.shape={loaded}",
+                            "bf16_into_packed": "AssertionError: target.shape={param}, loaded_weight.shape={loaded}"},
+        "replicated": {"packed_into_bf16": "AssertionError: param.shape={param} param.dtype={pdtype} "
+                                           "loaded_weight.shape={loaded} loaded_weight.dtype={ldtype}",
+                       "bf16_into_packed": "AssertionError: target.shape={param}, loaded_weight.shape={loaded}"},
+        "lm_head": {"packed_into_bf16": "AssertionError", "bf16_into_packed": "AssertionError"},
     },
-    "draft": {  # models/*nextn*.py, *_mtp.py: the draft layer's quant config by architecture
-        "mtp_bf16_when": {"DeepseekV3ForCausalLMNextN": ["modelopt_fp4"], "Glm4MoeForCausalLMNextN": ["modelopt_fp4"],
-                          "Qwen3_5ForCausalLMMTP": ["modelopt_fp4"], "Qwen3_5MoeForCausalLMMTP": ["modelopt_fp4"]},
-        "mtp_prefixes": ["mtp.", "model.mtp."],
+    "draft": {  # models/*nextn*.py, *_mtp.py: the MTP/NextN draft's quant config, by the target's architecture
+        "mtp": [
+            {"architectures": ["DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV32ForCausalLM"],
+             "layers": "model.layers.{num_hidden_layers}.", "bf16_when": ["modelopt_fp4"],
+             "source": "models/deepseek_nextn.py: quant_config = None for modelopt_fp4"},
+            {"architectures": ["Glm4MoeForCausalLM"], "layers": "model.layers.{num_hidden_layers}.",
+             "bf16_when": ["modelopt_fp4"], "source": "models/glm4_moe_nextn.py: quant_config = None for modelopt_fp4"},
+            {"architectures": ["Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5ForConditionalGeneration",
+                               "Qwen3_5MoeForConditionalGeneration"], "layers": "mtp.",
+             "bf16_when": ["modelopt_fp4", "modelopt_mixed_without_mtp_keys"],
+             "source": "models/qwen3_5_mtp.py: _mtp_quant_config"},
+        ],
     },
+    # the model code's names for fused layers the layer rows name otherwise (models/deepseek_v2.py: ReplicatedLinear)
+    "fusion_names": {"fused_qkv_a_proj": "fused_qkv_a_proj_with_mqa"},
+    # the layer rows' classes -> the loader family that loads them (layers/linear.py, vocab_parallel_embedding.py)
+    "layer_classes": {"RowParallelLinear": "row_parallel", "MergedColumnParallelLinear": "merged_column",
+                      "QKVParallelLinear": "qkv", "ColumnParallelLinear": "column_parallel",
+                      "ReplicatedLinear": "replicated", "ParallelLMHead": "lm_head"},
+    "row_parallel_leaves": ["o_proj", "down_proj", "dense", "out_proj", "dense_4h_to_h", "wo", "w2", "c_proj", "fc2"],
     "errors": {"in_features_16": "ValueError: Unsupported model when in features size is not multiple of 16"},
 }
 

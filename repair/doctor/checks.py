@@ -13,6 +13,7 @@ from repair.formats.modules import StoredModule
 from repair.formats.nvfp4_packed import SHARED_GLOBAL_SCALE
 from repair.formats.nvfp4_health import global_scale_problem, read_f32_scalar
 from repair.doctor.scales import ScaleValues
+from repair.targets.profiles import Target
 
 FLOAT_BITS = {"F32": np.uint32, "BF16": np.uint16, "F16": np.uint16}  # a pre_quant_scale's dtypes, as bit patterns
 
@@ -46,11 +47,11 @@ def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[st
 
 
 def unquantized_role_findings(declaration: Declaration, modules: dict[str, StoredModule], family: Architecture,
-                              runtime: str) -> list[Finding]:
+                              own_roles: bool) -> list[Finding]:
     """Modules stored quantized in a role vLLM builds unquantized whatever the config says (a router, an embedding):
     vLLM allocates a full-precision weight there, which the packed weight does not fit and the scales have no
     parameter for. An error for a vLLM target; elsewhere (the roles are vLLM's knowledge) a warning."""
-    severity = Severity.ERROR if runtime == "vllm" else Severity.WARNING
+    severity = Severity.ERROR if own_roles else Severity.WARNING
     out = []
     for m in modules.values():
         role = family.unquantized_role(m.name, declaration) if m.is_quantized else None
@@ -62,9 +63,9 @@ def unquantized_role_findings(declaration: Declaration, modules: dict[str, Store
     return out
 
 
-def fused_findings(declaration: Declaration, modules: dict[str, StoredModule], family: Architecture) -> list[Finding]:
-    """Fused layers whose shards the config declares at different precisions: vLLM refuses to build the model."""
-    findings = []
+def fused_findings(declaration: Declaration, modules: dict[str, StoredModule], family: Architecture, target: Target) -> list[Finding]:
+    """Fused layers whose shards the config declares at different precisions: the runtime refuses to build the model."""
+    findings, who = [], target.profile.speaker
     for fused, shards in family.fused_groups(modules):
         error = declaration.format.fused_refusal(family.runtime_name(fused), tuple(family.runtime_name(s) for s in shards),
                                                  declaration.rule())
@@ -72,9 +73,16 @@ def fused_findings(declaration: Declaration, modules: dict[str, StoredModule], f
             continue
         leaf = {s: s.rpartition(".")[2] for s in shards}
         excluded = [leaf[s] for s in shards if declaration.rule().shard_excluded(family.runtime_name(s))]
+        if len(excluded) in (0, len(shards)):  # not a mix: the runtime cannot build the fused layer the config describes
+            findings.append(Finding(Severity.ERROR, Kind.FUSED_SHARDS, fused,
+                                    f"{fused}: {who} builds {', '.join(leaf.values())} as one layer, and the config "
+                                    f"{'lists every shard' if excluded else 'lists no shard'} but says nothing {who} can "
+                                    "apply to the fused layer, so it refuses the model while building it; name the layer "
+                                    "in the config", error))
+            continue
         findings.append(Finding(Severity.ERROR, Kind.FUSED_SHARDS, fused,
-                                f"{fused}: vLLM builds {', '.join(list(leaf.values())[:-1])} and {list(leaf.values())[-1]} as one layer, but the config excludes "
-                                f"only {', '.join(excluded)}, so vLLM refuses the model while building it; exclude every "
+                                f"{fused}: {who} builds {', '.join(list(leaf.values())[:-1])} and {list(leaf.values())[-1]} as one layer, but the config excludes "
+                                f"only {', '.join(excluded)}, so {who} refuses the model while building it; exclude every "
                                 "shard by its exact name and dequantize the quantized ones, or exclude none", error))
     return findings
 

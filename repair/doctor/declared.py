@@ -18,13 +18,10 @@ from repair.io.checkpoint import Checkpoint
 from repair.io.ranges import RangeReader
 from repair.io.safetensors import TensorInfo
 from repair.targets.precision import declared_algorithm
-from repair.targets.profiles import Target
+from repair.targets.profiles import VLLM_REFUSED, Target
 
 KV_LEAVES = ("k_scale", "v_scale")
-# vLLM 0.32 modelopt.py: ModelOptQuantConfigBase.from_config refuses a quant_algo outside QUANT_ALGOS
-RUNTIME_REFUSED = {"NVFP4_AWQ": "ValueError: ModelOpt currently only supports: ['FP8', 'FP8_PER_CHANNEL_PER_TOKEN', 'FP8_PB_WO', "
-                                "'NVFP4', 'W4A16_NVFP4', 'MXFP8', 'MIXED_PRECISION'] quantizations in vLLM. Please check the "
-                                "`hf_quant_config.json` file for your model's quant configuration."}
+RUNTIME_REFUSED = VLLM_REFUSED  # what vLLM >= 0.25 refuses while reading the config (the vLLM tier compares it)
 
 
 def algorithm_findings(declaration: Declaration, modules: dict[str, StoredModule], specs: dict[str, ModuleSpec],
@@ -117,12 +114,14 @@ def kv_cache_findings(declaration: Declaration, infos: dict[str, TensorInfo]) ->
 
 def runtime_refusal_findings(declaration: Declaration, target: Target) -> list[Finding]:
     """A single quant_algo the target vLLM refuses while reading the config (before building any layer)."""
-    error = RUNTIME_REFUSED.get(declaration.quant_algo or "")
-    if error is None or target.profile.runtime != "vllm" or not target.profile.follows_draft_config:
+    error = target.profile.refused.get(declaration.quant_algo or "")
+    if error is None or not target.profile.follows_draft_config:
         return []
+    raised = error.split(":")[0].endswith("Error")  # the runtime's exception, else what it does instead (data's words)
+    what = f"which {target.spec} refuses while reading the config" if raised else f"and {error}"
     return [Finding(Severity.ERROR, Kind.QUANT_CONFIG, "hf_quant_config.json",
-                    f"the config declares quant_algo {declaration.quant_algo}, which {target.spec} refuses while reading the "
-                    "config; dequantize the model (fix --target bf16) to serve it with vLLM", error)]
+                    f"the config declares quant_algo {declaration.quant_algo}, {what}; dequantize the model (fix --target "
+                    f"bf16) to serve it with {target.profile.speaker.split()[0]}", error if raised else None)]
 
 
 def float8_findings(modules: dict[str, StoredModule], infos: dict[str, TensorInfo]) -> list[Finding]:
@@ -148,25 +147,27 @@ def float8_findings(modules: dict[str, StoredModule], infos: dict[str, TensorInf
     return out
 
 
-def fused_algorithm_findings(declaration: Declaration, modules: dict[str, StoredModule], family: Architecture) -> list[Finding]:
+def fused_algorithm_findings(declaration: Declaration, modules: dict[str, StoredModule], family: Architecture,
+                             target: Target) -> list[Finding]:
     """Fused layers (qkv_proj, gate_up_proj) whose shards quantized_layers declares with different algorithms:
     vLLM 0.32 resolves the fused layer and raises while building the model (`LayerAlgorithms.lookup`)."""
     if declaration.layer_algos is None:
         return []
-    out = []
+    out, who = [], target.profile.speaker
     for fused, shards in family.fused_groups(modules):
         parent = family.runtime_name(shards[0]).rpartition(".")[0]
         runtime = f"{parent}.{fused.rpartition('.')[2]}"
         if declaration.rule().excludes(runtime):
             continue
-        error = declaration.layer_algos.lookup(routed_layer(runtime), family.fused_layers)[1]
+        error = (declaration.layer_lookup(declaration.layer_algos, runtime)[1] if declaration.layer_lookup else
+                 declaration.layer_algos.lookup(routed_layer(runtime), family.fused_layers)[1])
         if error is None:
             continue
         leaf = [s.rpartition(".")[2] for s in shards]
         algos = ", ".join(f"{s.rpartition('.')[2]} {declaration.layer_algos.resolve(family.runtime_name(s)) or '-'}" for s in shards)
         out.append(Finding(Severity.ERROR, Kind.FUSED_SHARDS, fused,
-                           f"{fused}: vLLM builds {', '.join(leaf[:-1])} and {leaf[-1]} as one layer, but quantized_layers "
-                           f"declares them with different algorithms ({algos}), so vLLM refuses the model while building "
+                           f"{fused}: {who} builds {', '.join(leaf[:-1])} and {leaf[-1]} as one layer, but quantized_layers "
+                           f"declares them with different algorithms ({algos}), so {who} refuses the model while building "
                            "it; declare (and store) every shard with one algorithm", error))
     return out
 

@@ -17,6 +17,7 @@ from repair.doctor.fused import fused_storage_findings
 from repair.doctor.missing import missing_findings
 from repair.doctor.scales import Progress, ScaleValues
 from repair.doctor.schemes import excluded_packed_findings, predicted_schemes, scheme_findings
+from repair.doctor.table_loads import table_loads
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule, stored_bits
 from repair.io.checkpoint import HF_QUANT_CONFIG, Checkpoint
@@ -43,30 +44,31 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     infos = ckpt.infos()
     fmt = formats.detect(ckpt)
     modules = {m.name: m for m in fmt.group_modules(infos)}
-    declaration = fmt.read_declaration(ckpt)
     family = arch.architecture(ckpt.config, target.release)
+    declaration = target.bind(fmt.read_declaration(ckpt), family, ckpt.config)
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
     precision = runtime_precision(specs, declaration, target, family)
     findings: list[Finding] = []
     first: tuple[vllm_loader.Outcome, ...] = ()
-    degree = _degree_findings(specs, precision, ckpt.config, tp) if target.profile.runtime == "vllm" and specs else []
+    simulated = target.profile.simulates_loads and bool(specs)
+    degree = _degree_findings(specs, precision, ckpt.config, tp) if simulated else []
     findings += degree
-    if target.profile.runtime == "vllm" and specs and not degree:  # an impossible degree fails before any weight loads
+    if simulated and not degree:  # an impossible degree fails before any weight loads
         located = ckpt.locate()
         order = sorted(infos.values(), key=lambda i: (located[i.name][0].path.name, i.name))
         outcomes = vllm_loader.simulate(order, specs, precision, target, tp, fmt.RUNTIME_LEAVES, kinds=family.layer_kinds)
         first = _first_error_per_rank(outcomes)
         findings += _load_findings(outcomes, modules, specs, precision, target, declaration)
-    if target.profile.runtime == "vllm" and not specs and not declaration.quantized:
+    if target.profile.simulates_loads and not specs and not declaration.quantized:
         stop = _unquantized_stop(ckpt, modules)
         first = (stop,) if stop else ()
         findings += _unquantized_stop_findings(stop, modules)
-    if target.profile.runtime == "bf16":
+    if not target.profile.allows_quant_config:
         findings += _bf16_findings(ckpt, modules)
     findings += _handshake_findings(modules, precision, target, family)
     findings += runtime_refusal_findings(declaration, target)
     findings += config_findings(ckpt, declaration, modules, specs, family)
-    findings += unquantized_role_findings(declaration, modules, family, target.profile.runtime)
+    findings += unquantized_role_findings(declaration, modules, family, target.profile.knows_layer_roles)
     # without a loader profile (no specs), what the target builds each stored quantized module as, for the health checks
     built = precision if specs else stored_precision([m.name for m in modules.values() if m.is_quantized], declaration, target, family)
     mismatched, notes = algorithm_findings(declaration, modules, specs, family, precision)
@@ -74,23 +76,28 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     kv_cache, kv_notes = kv_cache_findings(declaration, infos)
     notes += kv_notes
     findings += kv_cache + kv_scale_health(ckpt, declaration)
-    if target.profile.runtime == "vllm":
-        findings += fused_findings(declaration, modules, family) + fused_algorithm_findings(declaration, modules, family)
-    findings += fused_storage_findings(declaration, modules, family, target)
+    if target.profile.allows_quant_config:
+        findings += fused_findings(declaration, modules, family, target) + fused_algorithm_findings(declaration, modules, family, target)
+    if target.profile.rules is None:  # a rules file's loader table says what a shard that does not fit does (table_loads)
+        findings += fused_storage_findings(declaration, modules, family, target)
     findings += float8_findings(modules, infos) + missing_findings(infos, specs, family.name, ckpt.config)
     said = {f.subject for f in mismatched}  # a layer declared NVFP4 stored without input_scale: said once, as a mismatch
     with ScaleValues(ckpt, modules, fmt.GLOBAL_SCALE_IS_DIVISOR, deep, progress) as values:
         findings += [f for f in health_findings(ckpt, modules, built, fmt.GLOBAL_SCALE_IS_DIVISOR, values)
                      if not (f.code == Kind.MISSING_INPUT_SCALE and f.subject in said)]
-    if not specs:
+    if not specs or (target.profile.allows_quant_config and not simulated):
         precision = predicted_schemes(modules, declaration, family, target)
         findings += scheme_findings(modules, precision, declaration, family, target)
         excluded = excluded_packed_findings(modules, precision, declaration, family, target)
-        said = {f.subject for f in excluded}  # the same contradiction, now an error: said once
-        findings = [f for f in findings if not (f.code == Kind.CONFIG_CONTRADICTION and f.subject in said)] + excluded
+        refused = target.profile.refused.get(declaration.quant_algo or "")  # the config is refused before any layer is built
+        loads, first = table_loads(modules, precision, ckpt, target, family, tp, fmt.RUNTIME_LEAVES) \
+            if target.profile.rules and not refused else ([], first)
+        first = _build_stops(findings, tp) if target.profile.rules and _build_stops(findings, tp) else first
+        excluded = [f for f in excluded if f.subject not in {g.subject for g in loads}]  # the loader's outcome says more
+        said = {f.subject for f in excluded + loads}  # the same contradiction, now an error: said once
+        findings = [f for f in findings if not (f.code == Kind.CONFIG_CONTRADICTION and f.subject in said)] + excluded + loads
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
-    simulated = target.profile.runtime == "vllm" and bool(specs)
     return Diagnosis(target, tp, tuple(findings), first, precision, bits, architecture_name(ckpt.config), simulated, tuple(notes),
                      values.report())
 
@@ -138,6 +145,13 @@ def _degree_findings(specs, precision, config, tp: int) -> list[Finding]:
     works = tp_rules.degrees_text(tp_rules.valid_degrees(built)) if found else ""
     return [Finding(Severity.ERROR, Kind.TP_IMPOSSIBLE, p.tensor, f"{p.tensor}: {p.rule}, so tensor parallel {tp} is impossible; "
                     f"degrees that work: {works}", p.runtime_error, tuple(range(tp))) for p in found]
+
+
+def _build_stops(findings: list[Finding], tp: int) -> tuple[vllm_loader.Outcome, ...]:
+    """Where every rank stops when the runtime refuses the model while reading the config or building a layer (before
+    any weight loads): the first such error."""
+    refused = [f for f in findings if f.code in (Kind.QUANT_CONFIG, Kind.FUSED_SHARDS) and f.severity is Severity.ERROR and f.runtime_error]
+    return tuple(vllm_loader.Outcome(refused[0].subject, r, "error", refused[0].runtime_error) for r in range(tp)) if refused else ()
 
 
 def _first_error_per_rank(outcomes: list[vllm_loader.Outcome]) -> tuple[vllm_loader.Outcome, ...]:

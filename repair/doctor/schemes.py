@@ -21,7 +21,7 @@ from repair.targets.profiles import Target
 def predicted_schemes(modules: dict[str, StoredModule], declaration: Declaration, family: Architecture,
                       target: Target) -> dict[str, str]:
     """Stored layer (a module with a 2-D or wider weight) -> the scheme the target vLLM builds it as ("bf16" when unquantized)."""
-    if target.profile.runtime != "vllm":
+    if not target.profile.allows_quant_config:
         return {}
     out = {}
     for m in modules.values():

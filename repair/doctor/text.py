@@ -63,7 +63,7 @@ def diagnosis_text(d: Diagnosis, strict: bool = False, detail: str = "normal", s
 
 def healthy(d: Diagnosis) -> str:
     """The verdict without errors: "healthy" only where the target's loader was simulated (or it has none to simulate)."""
-    return "healthy for this target" if d.simulated or d.target.profile.runtime != "vllm" else "no problems found by these checks"
+    return "healthy for this target" if d.simulated or not d.target.profile.allows_quant_config else "no problems found by these checks"
 
 
 def _next_step(d: Diagnosis, strict: bool, errors: list, warnings: list, source: str) -> str:
@@ -81,8 +81,11 @@ def _next_step(d: Diagnosis, strict: bool, errors: list, warnings: list, source:
 
 def checked(d: Diagnosis) -> str:
     """What doctor checked: the loader simulation only where it has a loader profile for the architecture."""
-    if d.target.profile.runtime != "vllm":
+    if not d.target.profile.allows_quant_config:
         return f"checked: every tensor and config file against a plain {d.target.spec} checkpoint, format health"
+    if d.target.profile.rules is not None:
+        return (f"checked: {d.target.profile.speaker}'s own matching rules, fused-layer policy, draft rules and loaders "
+                f"({d.target.profile.rules.source}) for {d.architecture}, format health, config consistency") + _rows(d)
     if d.simulated:
         return f"checked: {d.target.spec}'s loader simulated for {d.architecture}, format health, config consistency and exclusions"
     return f"no loader profile for {d.architecture}: checked format health, config consistency and exclusions only" + _rows(d)

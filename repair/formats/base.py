@@ -74,7 +74,10 @@ class Declaration:
 
         Under MIXED_PRECISION a layer `quantized_layers` does not resolve is unquantized too, unless an
         explicit `exclusions` list is asked about (then only that list's rule applies)."""
-        if self.rule(exclusions).excludes(prefix):
+        rule = self.rule(exclusions)
+        if exclusions is not None and hasattr(rule, "names"):
+            return rule.names(prefix)  # a runtime's own rule: whether these entries name the layer as it reads them
+        if rule.excludes(prefix):
             return True
         return exclusions is None and self.layer_algos is not None and self._layer_algo(prefix) is None
 

@@ -157,7 +157,7 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     if not declaration.quantized:
         return ckpt.config, ckpt.hf_quant_config, ()
     family = arch.architecture(ckpt.config)
-    covers = family.exclusion_matcher(declaration)
+    covers, excludes_for_any = _coverage(ckpt, recipe, declaration, family)
     bf16 = sorted({family.exclusion_name(n) for n, a in actions.items() if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)})
     packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
@@ -168,11 +168,19 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     after = fmt.exclusion_lists(config, hf_quant)
     for name in packed:
         for exclusions in after:
-            if covers(exclusions, name):
+            if excludes_for_any(exclusions, name):
                 raise UsageError(f"{ckpt.root}: {name} is requantized but exclusion patterns {exclusions} still exclude it; edit the config's exclusions")
     if declaration.layer_algos is not None:  # per-layer map: a layer leaves quantized_layers; only what the lists gained is "added"
         added = tuple(dict.fromkeys(x for entries in after for x in entries if not any(x in before for before in lists)))
     return config, hf_quant, added
+
+
+def _coverage(ckpt: Checkpoint, recipe: Recipe, declaration: Declaration, family):
+    """(whether a list excludes a module for every target, for any target): each target's own rules say what a list
+    covers (several targets: an exact entry is added unless every one of them reads the list as excluding it)."""
+    targets = resolve_many(recipe.from_target) if recipe.from_target else ()
+    matchers = [family.exclusion_matcher(t.bind(declaration, family, ckpt.config)) for t in targets] or [family.exclusion_matcher(declaration)]
+    return (lambda entries, name: all(m(entries, name) for m in matchers)), (lambda entries, name: any(m(entries, name) for m in matchers))
 
 
 def _redeclared(declaration: Declaration, packed: list[str], modules: dict[str, StoredModule], runtime_name) -> list[str]:

@@ -19,7 +19,9 @@ from repair.planning.whole_layers import Layers, complete
 from repair.targets.precision import runtime_precision
 from repair.targets.profiles import specs_text
 
-FIXED_BY_DEQUANTIZING = (Kind.CONFIG_CONTRADICTION, Kind.LOAD_ERROR, Kind.RUNTIME_SCHEME)  # config vs storage, or a scheme the runtime cannot build
+# config vs storage, a scheme the runtime cannot build, or a layer a runtime loads silently wrong (zero-padded, cast)
+# or drops tensors of: dequantizing makes it BF16 and excluded, and writes no scales
+FIXED_BY_DEQUANTIZING = (Kind.CONFIG_CONTRADICTION, Kind.LOAD_ERROR, Kind.RUNTIME_SCHEME, Kind.SILENT_GARBAGE, Kind.IGNORED_TENSORS)
 # the stored tensors show another algorithm than the one declared (or lack the activation scale it needs): the
 # dequantizer reads what is stored (NVFP4, W4A16_NVFP4, NVFP4_AWQ with its scale folded, FP8), so BF16 settles it
 STORED_ALGORITHM = (Kind.ALGORITHM_MISMATCH, Kind.MISSING_INPUT_SCALE)
@@ -42,7 +44,7 @@ def recipe_for_target(ckpt: Checkpoint, diagnosis: Diagnosis) -> Recipe:
     fmt = formats.detect(ckpt)
     modules = [m for m in fmt.group_modules(ckpt.infos()) if m.tensor("weight")]
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
-    if target.profile.runtime == "bf16" or (target.wants_all_bf16 and specs):
+    if not target.profile.allows_quant_config or (target.wants_all_bf16 and specs):
         return Recipe(dequantize=tuple(m.name for m in modules if m.is_quantized), drop_quantization=True, from_target=target.spec)
     family = arch.architecture(ckpt.config, target.release)
     layers = Layers({m.name: m for m in fmt.group_modules(ckpt.infos())}, family.fused_layers)

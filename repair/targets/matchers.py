@@ -33,7 +33,10 @@ def _sglang_modelopt(dotted: bool, experts_or: bool) -> ExclusionMatcher:
 def _sglang_ct(suffix: bool) -> ExclusionMatcher:
     def build(entries: tuple[str, ...], targets, building: Building) -> SglangCtRule:
         regexes = RegexSet.compile([e[3:] for e in entries if e.startswith("re:")], MATCH, "compressed-tensors ignore entry")
-        return SglangCtRule(tuple(entries), suffix, building, regexes)
+        listed = None if targets is None else tuple(targets)
+        found = None if listed is None else RegexSet.compile([t[3:] for t in listed if t.startswith("re:")], MATCH,
+                                                             "compressed-tensors config-group target")
+        return SglangCtRule(tuple(entries), suffix, building, regexes, listed, found)
     return build
 
 

@@ -35,6 +35,7 @@ class Profile:
     knows_layer_roles: bool = False  # the generated layer roles are this runtime's own (a quantized role is an error)
     refused: Mapping[str, str] = field(default_factory=dict)  # quant_algo -> the error reading the config gives
     rules: RuntimeRules | None = None  # a data-file release's own matchers and behaviours (None: the format's, vLLM's)
+    speaker: str = "vLLM"  # how messages name the runtime
 
 
 # vLLM 0.32 modelopt.py: ModelOptQuantConfigBase.from_config refuses a quant_algo outside QUANT_ALGOS
@@ -57,7 +58,8 @@ def rules_profiles(rules: tuple[RuntimeRules, ...]) -> tuple[Profile, ...]:
     for r in rules:
         later = [n.release for n in rules if n.runtime == r.runtime and n.release > r.release]
         out.append(Profile(r.label, r.runtime, r.release, min(later) if later else None, r.follows_draft_config,
-                           r.unknown_tensors["policy"], refused=MappingProxyType(dict(r.refused_algorithms)), rules=r))
+                           r.unknown_tensors["policy"], refused=MappingProxyType(dict(r.refused_algorithms)), rules=r,
+                           speaker=r.speaker))
     return tuple(out)
 
 
@@ -73,6 +75,15 @@ class Target:
     profile: Profile
     release: ReleaseProfile | None = None  # the generated profile whose rows apply (newest shipped release <= the target's)
     version: tuple[int, ...] | None = None  # the release the user asked for
+
+    def bind(self, declaration, family, config: dict | None):
+        """The declaration as this target reads it: a rules-file release's own matchers, else unchanged (vLLM's)."""
+        rules = self.profile.rules
+        if rules is None or not declaration.quantized:
+            return declaration
+        listed = (config or {}).get("architectures")
+        name = listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else ""
+        return rules.bind(declaration, rules.building(name, family.fused_layers), config)
 
     @property
     def wants_all_bf16(self) -> bool:

@@ -30,6 +30,7 @@ class RuntimeRules:
     runtime: str
     release: tuple[int, ...]
     source: str  # the data file's name
+    display: str  # how messages name the runtime ("SGLang")
     matchers: Mapping[str, str]
     follows_draft_config: bool
     layer_rows: str  # the target spec whose generated architecture rows (layer roles, fusions) apply
@@ -41,22 +42,89 @@ class RuntimeRules:
     refused_algorithms: Mapping[str, str]
     fallback_fused: bool
     packed: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
+    fusion_names: Mapping[str, str] = field(default_factory=dict)  # layer rows' fused name -> this runtime's
+    layer_classes: Mapping[str, str] = field(default_factory=dict)  # layer rows' class -> loader family in `loaders`
+    row_parallel_leaves: tuple[str, ...] = ()  # leaves loaded row-parallel where no layer row says
 
     @property
     def label(self) -> str:
         return f"{self.runtime} {'.'.join(map(str, self.release))}"
 
+    @property
+    def speaker(self) -> str:
+        return f"{self.display} {'.'.join(map(str, self.release))}"
+
     def building(self, architecture: str, fusions: Mapping[str, tuple[str, ...]] | None) -> Building:
         """How this release builds `architecture`: the model's fusions (the layer rows'), its class's packed mapping."""
-        return Building(MappingProxyType(dict(fusions or LLAMA_FUSIONS)),
-                        MappingProxyType(dict(self.packed.get(architecture, {}))), self.fallback_fused)
+        packed = dict(self.packed.get(architecture, {}))
+        named = {self.fusion_names.get(k, k): tuple(v) for k, v in (fusions or LLAMA_FUSIONS).items()} | packed
+        return Building(MappingProxyType(named), MappingProxyType(packed), self.fallback_fused)
 
-    def bind(self, declaration: Declaration, building: Building) -> Declaration:
-        """The declaration whose exclusion and per-layer questions this release's matchers answer."""
+    def bind(self, declaration: Declaration, building: Building, config: dict | None) -> Declaration:
+        """The declaration whose exclusion and per-layer questions this release's matchers answer; layers of an
+        MTP/NextN draft whose model code drops the quant config (`draft.mtp`) are built BF16 whatever the lists say."""
         kind = "compressed-tensors" if declaration.format.NAME == "compressed-tensors" else "modelopt"
         excl, layers = exclusion_matcher(self.matchers[kind]), layer_matcher(self.matchers["quantized_layers"])
-        return replace(declaration, matcher=lambda entries, targets: excl(entries, targets, building),
-                       layer_lookup=lambda algos, name: layers(algos, name, building))
+        dropped = self.draft_bf16_prefixes(declaration, config)
+
+        def matcher(entries, targets):
+            rule = excl(entries, targets, building)
+            return DraftBf16(rule, dropped) if dropped else rule
+
+        def lookup(algos, name):
+            return (None, None) if name.startswith(dropped) else layers(algos, name, building)
+        return replace(declaration, matcher=matcher, layer_lookup=lookup)
+
+    def draft_bf16_prefixes(self, declaration: Declaration, config: dict | None) -> tuple[str, ...]:
+        """Name prefixes of the MTP/NextN layers this release builds BF16 for this checkpoint's architecture."""
+        config = config or {}
+        names = config.get("architectures") if isinstance(config.get("architectures"), list) else []
+        method = quant_method(declaration)
+        out = []
+        for rule in self.draft.get("mtp", ()):
+            if not any(a in rule["architectures"] for a in names):
+                continue
+            when = set(rule["bf16_when"])
+            mtp_keys = declaration.layer_algos is not None and any(k.startswith("mtp.") for k in declaration.layer_algos.as_dict())
+            if method in when or (method == "modelopt_mixed" and not mtp_keys and "modelopt_mixed_without_mtp_keys" in when):
+                layers = _int(config.get("num_hidden_layers") or (config.get("text_config") or {}).get("num_hidden_layers"))
+                if "{num_hidden_layers}" not in rule["layers"] or layers is not None:
+                    out.append(rule["layers"].replace("{num_hidden_layers}", str(layers)))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class DraftBf16:
+    """A rule whose answers for an MTP draft's layers are "built BF16" (the draft's model code drops the config)."""
+
+    inner: object
+    prefixes: tuple[str, ...]
+
+    def excludes(self, prefix: str) -> bool:
+        return prefix.startswith(self.prefixes) or self.inner.excludes(prefix)
+
+    def shard_excluded(self, prefix: str) -> bool:
+        return prefix.startswith(self.prefixes) or self.inner.shard_excluded(prefix)
+
+    def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
+        return None if fused.startswith(self.prefixes) else self.inner.fused_refusal(fused, shards)
+
+    def names(self, prefix: str) -> bool:
+        return self.inner.names(prefix)
+
+
+def quant_method(declaration: Declaration) -> str | None:
+    """The quantization method name the runtime gives the checkpoint's config (model_config.py's detection)."""
+    if not declaration.quantized:
+        return None
+    if declaration.format.NAME == "compressed-tensors":
+        return "compressed-tensors"
+    algo = declaration.quant_algo or ""
+    return "modelopt_mixed" if algo == "MIXED_PRECISION" else "modelopt_fp4" if "FP4" in algo else "modelopt_fp8"
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 20 else None
 
 
 def read_rules(doc: dict, source: str) -> RuntimeRules:
@@ -69,10 +137,11 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
         exclusion_matcher(body["matchers"][kind])
     layer_matcher(body["matchers"]["quantized_layers"])
     packed = {a: {k: tuple(v) for k, v in m.items()} for a, m in body.get("packed_modules_mapping", {}).items()}
-    return RuntimeRules(doc["runtime"], tuple(int(p) for p in doc["release"].split(".")), source, body["matchers"],
+    return RuntimeRules(doc["runtime"], tuple(int(p) for p in doc["release"].split(".")), source, body["display"], body["matchers"],
                         bool(body["follows_draft_config"]), body["layer_rows"], body["fused"], body["unknown_tensors"],
                         body["loaders"], body["draft"], body["errors"], body["refused_algorithms"],
-                        bool(body["fallback_fused"]), packed)
+                        bool(body["fallback_fused"]), packed, body.get("fusion_names", {}), body.get("layer_classes", {}),
+                        tuple(body.get("row_parallel_leaves", ())))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:

@@ -24,6 +24,8 @@ SKIP_MIX = ("ValueError: Detected some but not all shards of {prefix} are quanti
 CT_MIX = ("ValueError: Found different quantization schemes for {shards} in {prefix}. SGLang requires all to use the "
           "same scheme.")
 Packed = Mapping[str, tuple[str, ...]]
+LINEAR_CLASSES = ("RowParallelLinear", "ColumnParallelLinear", "MergedColumnParallelLinear", "QKVParallelLinear",
+                  "ReplicatedLinear")  # a plain target contained in the class name matches (check_contains)
 
 
 @dataclass(frozen=True)
@@ -128,22 +130,35 @@ class SglangModelOptRule:
         return self._decide(prefix)[0]
 
     def shard_excluded(self, prefix: str) -> bool:
-        return self._decide(prefix)[0]
+        """is_layer_skipped's test of one shard name (the list names it), as the fused-layer check asks it."""
+        return self.skipped.listed(prefix)
+
+    def names(self, prefix: str) -> bool:
+        """Whether the entries name this checkpoint module the way SGLang applies them: a fused layer's shard only
+        through is_layer_skipped's per-shard test (no wildcards), an expert through its FusedMoE's globs."""
+        layer, kind = self.building.built_layer(prefix)
+        if kind == "fused":
+            return self.skipped.listed(prefix)
+        return self.skipped.listed(prefix) or self.excluded(prefix) or (kind == "moe" and self.excluded(layer))
 
     def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
-        """The error SGLang raises building `fused` (a runtime name), or None."""
-        return self.skipped.skipped(fused, self.building)[1]
+        """The error SGLang raises building the layer the shards are fused into, or None."""
+        return self._decide(shards[0] if shards else fused)[1]
 
 
 @dataclass(frozen=True)
 class SglangCtRule:
     """should_ignore_layer: a plain entry is a case-insensitive substring (<= 0.5.11) or the name or a dotted suffix
-    (0.5.23); `re:` entries re.match. A fused layer not itself listed takes its shards' answer, which must agree."""
+    (0.5.23); `re:` entries re.match. A fused layer not itself listed takes its shards' answer, which must agree.
+    A layer not ignored needs a config-group target (find_matched_target: its name, its class name, or every shard),
+    else SGLang stops building the model."""
 
     ignore: tuple[str, ...]
     suffix: bool
     building: Building
     regexes: RegexSet
+    targets: tuple[str, ...] | None = None  # None: every Linear is a target
+    target_regexes: RegexSet | None = None
 
     def _listed(self, name: str) -> bool:
         if self.regexes.matches(name):
@@ -153,23 +168,44 @@ class SglangCtRule:
             return any(e == name or name.endswith("." + e) for e in plain)
         return any(e.lower() in name.lower() for e in plain)
 
+    def _targeted(self, name: str) -> bool:
+        return name in self.targets or self.target_regexes.matches(name)
+
+    def _untargeted(self, layer: str) -> str | None:
+        """find_matched_target's ValueError for a layer no target names, else None."""
+        if self.targets is None or any(not t.startswith("re:") and t in c for t in self.targets for c in LINEAR_CLASSES):
+            return None
+        if self._targeted(layer):
+            return None
+        fused = next((k for k in self.building.packed if layer.endswith(k)), None)
+        if fused is not None and all(self._targeted(layer.replace(fused, s)) for s in self.building.packed[fused]):
+            return None
+        return f"ValueError: Unable to find matching target for {layer} in the compressed-tensors config."
+
     def _decide(self, name: str) -> tuple[bool, str | None]:
         layer, kind = self.building.built_layer(name)
         leaf = layer.rpartition(".")[2]
         shards = self.building.packed.get(leaf)
         if kind == "moe" or shards is None or layer in self.ignore:
-            return self._listed(layer), None
-        states = {self._listed(layer.replace(leaf, s)) for s in shards}
-        return (states.pop(), None) if len(states) == 1 else (False, CT_MIX.format(shards=list(shards), prefix=layer))
+            ignored = self._listed(layer)
+        else:
+            states = {self._listed(layer.replace(leaf, s)) for s in shards}
+            if len(states) > 1:
+                return False, CT_MIX.format(shards=list(shards), prefix=layer)
+            ignored = states.pop()
+        return ignored, None if ignored or kind == "moe" else self._untargeted(layer)
 
     def excludes(self, prefix: str) -> bool:
         return self._decide(prefix)[0]
 
     def shard_excluded(self, prefix: str) -> bool:
-        return self._decide(prefix)[0]
+        return self._listed(prefix)
+
+    def names(self, prefix: str) -> bool:
+        return self._listed(prefix)
 
     def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
-        return self._decide(fused)[1]
+        return self._decide(shards[0] if shards else fused)[1]
 
 
 def layer_candidates(prefix: str, aliases: bool) -> tuple[str, ...]:

@@ -1,0 +1,111 @@
+"""What a runtime's weight loaders do with each stored layer, from its release file's loader table (`rules.loaders`).
+
+For a release described by data (repair/targets/data/<runtime>-<release>.json) doctor does not simulate vLLM's
+loader; it compares each stored weight with the scheme the runtime builds the layer as (doctor/schemes.py, under
+the release's own matchers) and looks up, per loader family and direction, what happens: an error template (the
+runtime's exact text, shapes filled in per rank), `zero_pad` (SGLang's row-parallel BF16 loader pads a packed
+weight half as wide with zeros: garbage on rank 0, all zeros on rank 1 at TP 2) or `silent_cast` (a BF16 weight
+narrowed into the packed parameter and cast to uint8). Tensors the built layer has no parameter for are skipped
+with the runtime's log line (`unknown_tensors`). Silent outcomes are errors: the runtime will not say.
+"""
+
+from __future__ import annotations
+
+import re
+
+from repair.arch import Architecture
+from repair.doctor.findings import Finding, Kind, Severity
+from repair.formats.modules import StoredModule
+from repair.io.checkpoint import Checkpoint
+from repair.targets.precision import PACKED
+from repair.targets.profiles import Target
+from repair.targets.vllm_loader import Outcome
+
+NUMBER = re.compile(r"\.\d+(?=\.|$)")
+PARAMS = {"bf16": ("weight", "bias"), "fp8": ("weight", "weight_scale", "input_scale", "bias")}
+DTYPE = {"bf16": "torch.bfloat16", "packed": "torch.uint8"}
+
+
+def table_loads(modules: dict[str, StoredModule], schemes: dict[str, str], ckpt: Checkpoint, target: Target,
+                family: Architecture, tp: int, leaves: dict[str, str]) -> tuple[list[Finding], tuple[Outcome, ...]]:
+    """(findings, the first error per rank in load order) for every stored layer the target builds; `leaves` are the
+    parameter names a packed layer of the checkpoint's format has (Format.RUNTIME_LEAVES)."""
+    rules = target.profile.rules
+    architecture = ((ckpt.config or {}).get("architectures") or [""])[0]
+    building = rules.building(architecture if isinstance(architecture, str) else "", family.fused_layers)
+    entry = target.release.entries.get(architecture, {}) if target.release and isinstance(architecture, str) else {}
+    located = ckpt.locate()
+    findings, errors = [], []
+    for name, built in sorted(schemes.items()):
+        m = modules[name]
+        layer, kind = building.built_layer(family.runtime_name(name))
+        loader = "moe" if kind == "moe" else _loader(layer, kind, entry, rules)
+        finding, outcomes = _one(m, built, loader, target, tp, (*leaves, "bias"))
+        findings += [finding] if finding else []
+        errors += outcomes
+    order = sorted(errors, key=lambda o: (located[o.tensor][0].path.name, o.tensor) if o.tensor in located else ("", o.tensor))
+    first: dict[int, Outcome] = {}
+    for o in order:
+        first.setdefault(o.rank, o)
+    return findings, tuple(first[r] for r in sorted(first))
+
+
+def _loader(layer: str, kind: str, entry: dict, rules) -> str:
+    """The loader family of a built layer: its class in the layer rows, else by its name."""
+    leaf = layer.rpartition(".")[2]
+    recorded = entry.get("modules", {}).get(NUMBER.sub(".*", layer), {}).get("layer")
+    if recorded in rules.layer_classes:
+        return rules.layer_classes[recorded]
+    if kind == "fused":  # another fusion (MLA's fused_qkv_a_proj_with_mqa) concatenates its shards first: no table row
+        return {"qkv_proj": "qkv", "gate_up_proj": "merged_column"}.get(leaf, "fused")
+    if leaf == "lm_head":
+        return "lm_head"
+    return "row_parallel" if leaf in rules.row_parallel_leaves else "column_parallel"
+
+
+def _one(m: StoredModule, built: str, loader: str, target: Target, tp: int,
+         packed_params: tuple[str, ...]) -> tuple[Finding | None, list[Outcome]]:
+    rules, who, ranks = target.profile.rules, target.profile.speaker, tuple(range(tp))
+    packed, wants_packed = m.precision == "nvfp4", built in PACKED
+    params = packed_params if wants_packed else PARAMS.get(built, PARAMS["bf16"])
+    skipped = [t for t in m.tensors if t.rpartition(".")[2] not in params]
+    skip_text = (f"; it skips {', '.join(skipped)} ('{rules.unknown_tensors['text'].format(name=skipped[0])}', logged "
+                 "only)" if skipped and rules.unknown_tensors["policy"] == "log_skip" else "")
+    stored = f"{'packed NVFP4' if packed else m.precision} {list(m.stored_shape)}"
+    head = f"{m.name}: stored {stored} but {target.spec} builds it {built}"
+    if packed == wants_packed and (m.precision == "fp8") == (built == "fp8"):
+        if not skip_text:
+            return None, []
+        return Finding(Severity.ERROR, Kind.IGNORED_TENSORS, m.name,
+                       f"{head} and silently drops tensors it has no parameter for{skip_text}; drop them (fix --target "
+                       "does), or declare the layer quantized if it is meant to be"), []
+    direction = "packed_into_bf16" if packed and built == "bf16" else "bf16_into_packed" if wants_packed and not packed else None
+    behaviour = rules.loaders.get(loader, {}).get(direction) if direction else None
+    out, inn = m.logical_shape[0], m.logical_shape[-1]
+    if behaviour == "zero_pad":
+        zeros = [r for r in ranks if r * (inn // tp) >= inn // 2]
+        said = (f"{who} loads this as zeros on rank {', '.join(map(str, zeros))}" if zeros else
+                f"{who} zero-pads this to [{out}, {inn}] and reads the packed bytes as BF16 values")
+        return Finding(Severity.ERROR, Kind.SILENT_GARBAGE, m.name,
+                       f"{said}, without an error ({head}; its row-parallel loader pads a weight that is too narrow){skip_text}; "
+                       "dequantize it (fix --target does), or declare it quantized", None, ranks), []
+    if behaviour == "silent_cast":
+        return Finding(Severity.ERROR, Kind.SILENT_GARBAGE, m.name,
+                       f"{who} casts this BF16 weight into its packed uint8 parameter without an error ({head}; its "
+                       "row-parallel loader narrows the weight to the packed width), and the block scales it needs are "
+                       "never loaded; exclude it (fix --target does), or store it quantized", None, ranks), []
+    text = _filled(behaviour, out, inn, packed, loader, tp) if behaviour else None
+    fix = "dequantize it (fix --target does)" if m.is_quantized else "exclude it (fix --target does), or store it quantized"
+    return (Finding(Severity.ERROR, Kind.LOAD_ERROR, m.name,
+                    f"{head}; its {loader.replace('_', '-')} loader cannot take the stored weight, so loading stops"
+                    f"{skip_text}; {fix}", text, ranks),
+            [Outcome(m.tensor("weight") or m.name, r, "error", text or f"{who}'s {loader} loader refuses {stored}") for r in ranks])
+
+
+def _filled(template: str, out: int, inn: int, packed: bool, loader: str, tp: int) -> str:
+    """The runtime's error text for one rank: the parameter's slice against the loaded tensor's."""
+    rows = out if loader == "replicated" else out // max(tp, 1)
+    full, half = f"torch.Size([{rows}, {inn}])", f"torch.Size([{rows}, {inn // 2}])"
+    param, loaded = (full, half) if packed else (half, full)
+    return template.format(param=param, loaded=loaded, pdtype=DTYPE["bf16" if packed else "packed"],
+                           ldtype=DTYPE["packed" if packed else "bf16"])
