@@ -184,3 +184,25 @@ def test_a_hostile_target_list_is_one_short_line(capsys, broken):
     code, out = run(capsys, "doctor", broken, "--target", "bf16," * 5000 + "vllm==0.32.0\nx")
     assert code == 2 and len(out.strip().splitlines()) == 1 and len(out) < 600 and "part 5001" in out
     assert [t.spec for t in resolve_many("bf16," * 5000 + "bf16")] == ["bf16"]  # a target named many times is one
+
+
+SGLANG = "sglang==0.5.23"
+
+
+def test_a_checkpoint_that_loads_in_vllm_but_not_sglang_is_fixed_for_both(capsys, tmp_path):
+    """The README's example (tests/test_readme.py runs it as written): exclusions spelled `model.pre_projection`
+    (sglang#36596). vLLM reads them as the layers; SGLang 0.5.23 builds the BF16 layers NVFP4 and stops. One fix
+    for both: exact entries added, the spellings SGLang finds unused removed, no weight rewritten."""
+    src = write_assistant(tmp_path / "prefixed", TINY, broken=False, exclusion_prefix="model.")
+    assert run(capsys, "doctor", src, "--target", NEW, "--strict")[0] == 0
+    code, out = run(capsys, "doctor", src, "--target", SGLANG)
+    assert code == 1 and "[load-error] pre_projection: stored bf16" in out
+    code, out = run(capsys, "doctor", src, "--json", "--target", f"{NEW},{SGLANG}")
+    assert code == 1 and [t["exit_code"] for t in json.loads(out)["targets"]] == [0, 1]
+    code, fixed = fix_json(capsys, src, tmp_path / "both", "--target", f"{NEW},{SGLANG}")
+    assert code == 0 and not fixed["plan"]["changes"]  # configs only: the weights were right
+    assert set(fixed["plan"]["exclusions_added"]) == {"pre_projection", "post_projection"}
+    for spec in (NEW, SGLANG, f"{NEW},{SGLANG}"):
+        assert run(capsys, "doctor", tmp_path / "both", "--target", spec, "--strict")[0] == 0, spec
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert f"ckpt-repair fix work/prefixed-assistant -o work/fixed-both --target {NEW},{SGLANG}" in readme
