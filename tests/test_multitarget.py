@@ -206,3 +206,18 @@ def test_a_checkpoint_that_loads_in_vllm_but_not_sglang_is_fixed_for_both(capsys
         assert run(capsys, "doctor", tmp_path / "both", "--target", spec, "--strict")[0] == 0, spec
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert f"ckpt-repair fix work/prefixed-assistant -o work/fixed-both --target {NEW},{SGLANG}" in readme
+
+
+def test_the_order_of_the_targets_changes_no_output_byte_but_the_report(capsys, broken, tmp_path):
+    for name, spec in (("ab", f"{OLD},{SGLANG}"), ("ba", f"{SGLANG},{OLD}")):
+        assert run(capsys, "fix", broken, "-o", tmp_path / name, "--target", spec, "--quiet")[0] == 0
+    files = sorted(p.name for p in (tmp_path / "ab").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "ba").iterdir())
+    assert all((tmp_path / "ab" / n).read_bytes() == (tmp_path / "ba" / n).read_bytes() for n in files if n != "repair_report.json")
+
+
+def test_fix_per_rank_for_two_targets_records_each_at_that_degree(capsys, broken, tmp_path):
+    assert run(capsys, "fix", broken, "-o", tmp_path / "tp", "--target", f"{NEW},{OLD}", "--tp", "2", "--quiet")[0] == 0
+    records = json.loads((tmp_path / "tp/repair_report.json").read_text())["doctor"]["targets"]
+    assert [(r["target"], r["tp"], r["before"]["tp"]) for r in records] == [(NEW, 2, 2), (OLD, 2, 2)]
+    assert sorted(p.name for p in (tmp_path / "tp").iterdir()) == ["rank-0", "rank-1", "repair_report.json", "tp_manifest.json"]
