@@ -60,6 +60,7 @@ class ExcludedGlobs:
 
     globs: RegexSet
     mla_tails: frozenset[str]
+    _seen: dict = field(default_factory=dict, compare=False, hash=False, repr=False)  # name or part -> fullmatched
 
     @classmethod
     def compile(cls, entries: tuple[str, ...]) -> "ExcludedGlobs":
@@ -70,9 +71,16 @@ class ExcludedGlobs:
     def __call__(self, prefix: str) -> bool:
         variants = [prefix] + ([prefix[len("language_model."):]] if prefix.startswith("language_model.") else [])
         for v in variants:
-            if any(self.globs.matches(c) for c in [v, *v.split(".")]):
+            if any(self._match(c) for c in [v, *v.split(".")]):
                 return True
         return any(t in v.rsplit(".", 1)[-1] for t in self.mla_tails for v in variants)
+
+    def _match(self, text: str) -> bool:
+        """One fullmatch question; a checkpoint's names repeat their parts (layers, 0, self_attn), so asked once each."""
+        found = self._seen.get(text)
+        if found is None:
+            found = self._seen[text] = self.globs.matches(text)
+        return found
 
 
 @dataclass(frozen=True)
@@ -84,14 +92,25 @@ class SkippedList:
     dotted: bool
     experts_or: bool
     stripped: frozenset[str] = field(init=False)
+    _seen: dict = field(default_factory=dict, compare=False, hash=False, repr=False)  # prefix -> listed
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stripped", frozenset(e.rstrip(".") for e in self.entries))
 
     def listed(self, prefix: str) -> bool:
+        found = self._seen.get(prefix)
+        if found is None:
+            found = self._seen[prefix] = self._listed(prefix)
+        return found
+
+    def _listed(self, prefix: str) -> bool:
         if not self.dotted:
             return any(e in prefix for e in self.entries)
-        parts = prefix.rstrip(".").split(".")
+        name = prefix.rstrip(".")
+        if len(self.stripped) <= 16:  # _module_path_match itself, entry by entry (one entry: the unused-entry question)
+            dotted = f".{name}."
+            return any(name == e or name.startswith(e + ".") or f".{e}." in dotted for e in self.stripped)
+        parts = name.split(".")  # many entries: every dotted run of the name, looked up
         return any(".".join(parts[i:j]) in self.stripped for i in range(len(parts)) for j in range(i + 1, len(parts) + 1))
 
     def skipped(self, prefix: str, building: Building) -> tuple[bool, str | None]:
