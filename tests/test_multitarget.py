@@ -221,3 +221,8 @@ def test_fix_per_rank_for_two_targets_records_each_at_that_degree(capsys, broken
     records = json.loads((tmp_path / "tp/repair_report.json").read_text())["doctor"]["targets"]
     assert [(r["target"], r["tp"], r["before"]["tp"]) for r in records] == [(NEW, 2, 2), (OLD, 2, 2)]
     assert sorted(p.name for p in (tmp_path / "tp").iterdir()) == ["rank-0", "rank-1", "repair_report.json", "tp_manifest.json"]
+
+
+def test_control_characters_in_a_target_spelling_cannot_forge_lines(capsys, broken):
+    code, out = run(capsys, "doctor", broken, "--target", f"{NEW}\x1b[2J\x08ok,bf16")
+    assert code == 1 and "\x1b" not in out and "\x08" not in out and "\\x1b[2J" in out

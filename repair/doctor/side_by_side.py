@@ -63,7 +63,7 @@ def several_text(diagnoses: tuple[Diagnosis, ...], strict: bool = False, detail:
         lines.append(f"bits per parameter: {diagnoses[0].bits_per_parameter:.3f}")
         if diagnoses[0].scales and diagnoses[0].scales.line():
             lines.append(diagnoses[0].scales.line())
-    return "\n".join(lines)
+    return "\n".join(map(one_line, lines))  # a target's spelling may hold control characters: each line stays one line
 
 
 def _verdict(d: Diagnosis, strict: bool) -> str:
