@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools.bench import inputs, jobs, measure, peers  # noqa: E402
+from tools.bench import inputs, jobs, measure, multitarget, peers  # noqa: E402
 from tools.bench.measure import CLI, PY, REPO, alternate, fresh, timed  # noqa: E402
 from tools.bench.report import render  # noqa: E402
 
@@ -164,13 +164,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, one round: a smoke check (< 2 min)")
     parser.add_argument("--out", type=Path, default=None, help="default: BENCHMARKS.md (--quick: /tmp/BENCHMARKS.quick.md)")
     parser.add_argument("--render", type=Path, metavar="JSON", help="only rewrite --out from a run's saved figures (/tmp/ckpt-bench-last.json)")
-    parser.add_argument("--only", choices=["many-tensors", "sparse-r1", "jobs", "web"], help="run one case and rewrite only its "
+    parser.add_argument("--only", choices=["many-tensors", "sparse-r1", "jobs", "web", "multitarget"], help="run one case and rewrite only its "
                         "section of --out (web: with .venv-web's python, `make test-web` builds it)")
     args = parser.parse_args()
     if args.only == "sparse-r1":
         return only_sparse_r1(args.out or REPO / "BENCHMARKS.md")
     if args.only == "jobs":
         return only_jobs(args.out or REPO / "BENCHMARKS.md", args.quick)
+    if args.only == "multitarget":
+        return multitarget.only(args.out or REPO / "BENCHMARKS.md", 3 if args.quick else 11)
     if args.only == "web":
         from tools.bench import web
 
@@ -196,6 +198,7 @@ def main() -> None:
         bench_inspect(work, 3 if args.quick else 11, r)
         bench_many_tensors(work, 1 if args.quick else 3, r)
         jobs.bench_jobs(work, args.quick, 1 if args.quick else 5, r)
+        multitarget.bench_multitarget(work, 3 if args.quick else 11, r)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     r["load_end"], r["minutes"] = measure.load(), (time.time() - started) / 60

@@ -11,7 +11,7 @@ import click
 
 @click.command()
 @click.argument("src", type=click.Path(path_type=Path))
-@click.option("--target", "target_spec", default=None, help="vllm==X.Y.Z (default: newest known) or bf16.")
+@click.option("--target", "target_spec", default=None, help="vllm==X.Y.Z (default: newest known) or bf16; several, comma-separated, side by side (exit: the worst).")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel degree to simulate.")
 @click.option("--strict", is_flag=True, help="Warnings count as problems too (exit 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON (every finding).")
@@ -21,15 +21,16 @@ import click
 def doctor(src: Path, target_spec: str | None, tp: int, strict: bool, as_json: bool, deep: bool, verbose: bool, quiet: bool) -> None:
     """Predict what TARGET does with SRC: exit 0 healthy, 1 problems, 2 bad input."""
     from repair.doctor.diagnose import diagnose
-    from repair.doctor.text import diagnosis_json, diagnosis_text
+    from repair.doctor.side_by_side import verdicts_json, verdicts_text, worst_exit_code
     from repair.cli.sources import open_source  # a local folder, or a Hub repo id (headers + scale bytes)
-    from repair.targets.profiles import resolve
+    from repair.targets.profiles import resolve_many
 
-    result = diagnose(open_source(src), resolve(target_spec), tp, deep=deep, progress=_bar if deep else None)
+    ckpt = open_source(src)
+    targets = resolve_many(target_spec)
+    found = tuple(diagnose(ckpt, t, tp, deep=deep, progress=_bar if deep else None) for t in targets)
     detail = "quiet" if quiet else "verbose" if verbose else "normal"
-    click.echo(json.dumps(diagnosis_json(result, strict), indent=2) if as_json else diagnosis_text(result, strict, detail, str(src)))
-    sys.exit(result.exit_code(strict))
-
+    click.echo(json.dumps(verdicts_json(found, strict), indent=2) if as_json else verdicts_text(found, strict, detail, str(src)))
+    sys.exit(worst_exit_code(found, strict))
 
 def _bar(total: int):
     """--deep's progress: bytes of block scales, rate and time left (on a terminal only)."""

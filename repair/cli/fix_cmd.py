@@ -74,8 +74,9 @@ def _summary(plan, result, o: FixOptions) -> str:
 
     lines = [f"wrote {result.out} (report: {result.out / 'repair_report.json'})"]
     doctor = result.report["doctor"]
-    if doctor["after"]["findings"]:
-        lines.append(f"{len(doctor['after']['findings'])} finding(s) remain for {doctor['target']}; run `ckpt-repair doctor {shlex.quote(str(result.out))} --target {shlex.quote(doctor['target'])}`")
+    for record in doctor.get("targets", [doctor]):  # several targets: one record each
+        if record["after"]["findings"]:
+            lines.append(f"{len(record['after']['findings'])} finding(s) remain for {record['target']}; run `ckpt-repair doctor {shlex.quote(str(result.out))} --target {shlex.quote(record['target'])}`")
     original = result.report.get("original")
     if original:
         lines.append(f"original verified: {original['verified']} of {original['checked']} modules reproduce byte-for-byte"

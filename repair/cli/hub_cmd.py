@@ -58,5 +58,6 @@ def _text(result: dict) -> str:
     if result.get("pr"):
         lines.append(f"pull request: {result['pr']['url']}" + (" (already open)" if result["pr"].get("existing") else ""))
     after = result.get("doctor_after") or {}
-    lines.append(f"doctor after: {len(after.get('findings', []))} finding(s) for {after.get('target')}")
+    for verdict in after.get("targets", [after]):  # several targets: one verdict each
+        lines.append(f"doctor after: {len(verdict.get('findings', []))} finding(s) for {verdict.get('target')}")
     return "\n".join(lines)

@@ -123,9 +123,12 @@ def quant_configs(exclude: list[str]) -> tuple[dict, dict]:
 
 def write_assistant(
     out: Path, dims: AssistantDims = TINY, *, broken: bool = True, seed: int = 0, shards: list[list[str]] | None = None,
-    weights: dict[str, torch.Tensor] | None = None, input_scales: bool = True,
+    weights: dict[str, torch.Tensor] | None = None, input_scales: bool = True, exclusion_prefix: str = "",
 ) -> Path:
     """Write an NVFP4 assistant checkpoint; `broken` packs pre/post_projection like the buggy export.
+
+    `exclusion_prefix` spells the excluded handshake layers with it (`model.pre_projection`), as an exporter naming
+    modules by their wrapped path does: vLLM matches such a name, SGLang 0.5.23 does not (sglang#36596).
 
     `shards` optionally lists module-name prefixes per extra shard (everything else goes in the
     first); with it the folder gets `model.safetensors.index.json` like a sharded export.
@@ -135,7 +138,7 @@ def write_assistant(
     config = assistant_config(dims)
     keep = () if broken else gemma4_assistant.BF16_HANDSHAKE
     state = quantize_state(weights if weights is not None else random_weights(config, seed), config, keep, input_scales)
-    qc, hf = quant_configs(EXCLUDED_BY_EXPORTER + list(keep))
+    qc, hf = quant_configs(EXCLUDED_BY_EXPORTER + [exclusion_prefix + name for name in keep])
     _write_json(out / "config.json", {**config, "quantization_config": qc})
     _write_json(out / "hf_quant_config.json", hf)
     _write_json(out / "generation_config.json", {"bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0})

@@ -29,6 +29,10 @@ def run_demo(workdir: Path | None, say: Callable[[str], None]) -> Path:
     say(_handshake_lines(inspect_checkpoint(open_checkpoint(fixed))))
     again = make_plan(open_checkpoint(fixed), Recipe())
     say("4. Fixing the fixed folder again is a no-op: " + ("yes" if again.is_noop else "NO (bug)"))
+    prefixed = write_assistant(root / "prefixed-assistant", broken=False, exclusion_prefix="model.")
+    say(f"5. Also built {prefixed}: pre/post_projection kept BF16 and excluded as model.pre_projection and "
+        "model.post_projection, which vLLM matches and SGLang 0.5.23 does not (sglang#36596); try "
+        f"`ckpt-repair doctor {prefixed} --target vllm==0.32.0,sglang==0.5.23`")
     return fixed
 
 

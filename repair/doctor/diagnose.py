@@ -30,21 +30,17 @@ from repair.targets.profiles import Target
 __all__ = ["Diagnosis", "Finding", "diagnose"]
 
 
-_last: list[tuple[Checkpoint, tuple, Diagnosis]] = []  # the newest diagnosis (it holds its checkpoint, so `is` is exact)
-
-
 def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1, *, deep: bool = False, progress: Progress | None = None) -> Diagnosis:
     """What `target` does with `ckpt` at `tp`; `deep` reads every NVFP4 block scale (see doctor/scales.py for what
-    is read without it; `progress` makes the bar of a deep scan). `fix --target` asks three times of one checkpoint (the derived recipe, the plan's
-    stored-defect check, the report's 'before'): asked again of the same Checkpoint object, the same answer is
-    returned."""
-    key = (target.spec, tp, deep)
-    if _last and _last[0][0] is ckpt and _last[0][1] == key:
-        return _last[0][2]
+    is read without it; `progress` makes the bar of a deep scan). Nothing is remembered between calls: `fix` asks
+    once per target and passes the Diagnosis along (derived recipe, plan check, the report's 'before')."""
     with collector_paused():  # ~10 objects per module, no cycles: see io/parse.py
-        found = _diagnose(ckpt, target, tp, deep, progress)
-    _last[:] = [(ckpt, key, found)]
-    return found
+        return _diagnose(ckpt, target, tp, deep, progress)
+
+
+def diagnose_each(ckpt: Checkpoint, targets: tuple[Target, ...], tp: int = 1) -> tuple[Diagnosis, ...]:
+    """One Diagnosis per target (`--target a,b,c`), in their order."""
+    return tuple(diagnose(ckpt, t, tp) for t in targets)
 
 
 def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: Progress | None) -> Diagnosis:

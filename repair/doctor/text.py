@@ -57,9 +57,13 @@ def diagnosis_text(d: Diagnosis, strict: bool = False, detail: str = "normal", s
     if d.scales and d.scales.line():  # block scales sampled, scanned or not read, and how to scan them
         lines.append(d.scales.line())
     if not errors and not (strict and warnings):
-        verdict = "healthy for this target" if d.simulated or not d.target.profile.allows_quant_config else "no problems found by these checks"
-        lines.append(verdict + (" (warnings ignored; --strict counts them)" if warnings else ""))
+        lines.append(healthy(d) + (" (warnings ignored; --strict counts them)" if warnings else ""))
     return "\n".join(lines)
+
+
+def healthy(d: Diagnosis) -> str:
+    """The verdict without errors: "healthy" only where the target's loader was simulated (or it has none to simulate)."""
+    return "healthy for this target" if d.simulated or not d.target.profile.allows_quant_config else "no problems found by these checks"
 
 
 def _next_step(d: Diagnosis, strict: bool, errors: list, warnings: list, source: str) -> str:

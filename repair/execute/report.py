@@ -16,7 +16,7 @@ from repair.doctor.text import diagnosis_json
 from repair.io.names import path_text
 from repair.io.output import REPORT_NAME  # noqa: F401  (the name every output holds; defined where --overwrite checks it)
 from repair.planning.model import Plan
-from repair.targets.profiles import Target, resolve
+from repair.targets.profiles import Target, resolve_many
 
 if TYPE_CHECKING:  # verify_original imports torch: only the function that verifies imports it
     from repair.execute.verify_original import OriginalAssessment
@@ -66,13 +66,23 @@ class TpRecord:
 class Sections:
     """The command-specific parts of a report."""
 
-    doctor: DoctorRecord | None = None
+    doctor: tuple[DoctorRecord, ...] = ()  # one per --target
     original: OriginalAssessment | None = None  # how --original was verified
     tp: TpRecord | None = None
     source_files: tuple[tuple[str, str], ...] | None = None  # (name, sha256) when the outputs do not map 1:1 to sources
 
-    def with_after(self, after: Diagnosis) -> "Sections":
-        return replace(self, doctor=replace(self.doctor, after=after))
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        return tuple(r.target for r in self.doctor)
+
+    def with_after(self, after: tuple[Diagnosis, ...]) -> "Sections":
+        """doctor on the output, one Diagnosis per target in the order of `doctor`."""
+        return replace(self, doctor=tuple(replace(r, after=a) for r, a in zip(self.doctor, after, strict=True)))
+
+    def doctor_dict(self) -> dict:
+        """The report's "doctor": one target's record as it always was; several: {"targets": [each record]}."""
+        records = [r.as_dict() for r in self.doctor]
+        return records[0] if len(records) == 1 else {"targets": records}
 
 
 def recipe_options(plan: Plan) -> dict:
@@ -82,9 +92,11 @@ def recipe_options(plan: Plan) -> dict:
 
 def input_sections(plan: Plan, force: bool, tp: int | None = None, jobs: int = 1) -> Sections:
     """What a command records about its input before writing: the --original verification (refused
-    unless `force`; `jobs` modules at once) and doctor on the input for the recipe's target (else the newest known)."""
-    target = resolve(plan.recipe.from_target)
-    return Sections(doctor=DoctorRecord(target, diagnose(plan.source, target, tp or 1), tp=tp), original=_assessed(plan, force, jobs))
+    unless `force`; `jobs` modules at once) and doctor on the input for each of the recipe's targets (else the newest
+    known): the plan's own verdicts where they are at this degree, else asked here."""
+    planned = {d.target.spec: d for d in plan.before} if (tp or 1) == 1 else {}
+    records = tuple(DoctorRecord(t, planned.get(t.spec) or diagnose(plan.source, t, tp or 1), tp=tp) for t in resolve_many(plan.recipe.from_target))
+    return Sections(doctor=records, original=_assessed(plan, force, jobs))
 
 
 def _assessed(plan: Plan, force: bool, jobs: int) -> OriginalAssessment | None:
@@ -111,8 +123,8 @@ def build_report(plan: Plan, hashes: Hashes, options: dict, sections: Sections =
     }
     if sections.tp is not None:
         report["tp"] = sections.tp.as_dict()
-    if sections.doctor is not None:
-        report["doctor"] = sections.doctor.as_dict()
+    if sections.doctor:
+        report["doctor"] = sections.doctor_dict()
     return report
 
 

@@ -15,7 +15,7 @@ from typing import Callable
 from tqdm import tqdm
 
 from repair.planning import check as plan_check
-from repair.planning.target_check import cannot_repair
+from repair.planning.target_check import cannot_repair, contradiction
 from repair.doctor.findings import Severity
 from repair.errors import BadInput, InternalError
 from repair.execute.compute import Computer, Located, computed_unit, requantized_module
@@ -71,7 +71,8 @@ def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dic
     if after is not None:
         with own_output(tmp, out):
             sections = sections.with_after(after(tmp))
-        refuse_unclean(plan, sections.doctor, tmp, out)
+        for record in sections.doctor:
+            refuse_unclean(plan, record, tmp, out)
     report = build_report(plan, hashes, options or {}, sections)
     write_json(tmp / REPORT_NAME, report)
     check_inputs(plan)  # last: whatever changed while it was read, nothing is published
@@ -89,8 +90,11 @@ def refuse_unclean(plan: Plan, doctor: DoctorRecord | None, tmp: Path, out: Path
     left = [f for f in doctor.after.findings if f.severity in (Severity.ERROR, Severity.WARNING)]
     new = [f for f in left if (f.code, f.subject) not in before]
     if new:
+        clash = contradiction(plan.source, plan.before, doctor.target.spec, new)  # several targets: one's change, the other's finding
+        if clash is not None:
+            raise clash
         raise InternalError("doctor --strict on the output", f"{defect(BadInput(new[0].message), tmp, out)} ({len(new)} new finding(s))")
-    raise cannot_repair(plan.source.root, plan.recipe.from_target, left)
+    raise cannot_repair(plan.source.root, doctor.target.spec, left)
 
 
 def _needed(plan: Plan) -> int:

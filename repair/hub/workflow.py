@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from repair.doctor.diagnose import diagnose
+from repair.doctor.diagnose import diagnose_each
 from repair.errors import RepairError, UsageError
 from repair.execute.report import REPORT_NAME, Sections, build_report, input_sections, recipe_options
 from repair.execute.parallel import default_jobs
@@ -28,9 +28,10 @@ from repair.planning.recipe import Recipe
 from repair.io.atomic import json_text, write_json
 from repair.io.output import PUBLISHED
 from repair import api
-from repair.doctor.text import diagnosis_text
+from repair.doctor.side_by_side import verdicts_text
 from repair.planning.build import make_plan
 from repair.planning.text import plan_as_json, plan_as_text
+from repair.targets.profiles import specs_text
 
 README = "README.md"
 
@@ -104,14 +105,14 @@ def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, 
     repo = source.repo
     plan = _with_original(plan, source)
     sections = input_sections(plan, o.force, jobs=o.jobs or default_jobs())  # doctor before, and the same verification of --original `fix` runs
-    target, before = sections.doctor.target, sections.doctor.before
+    targets, before = sections.targets, tuple(r.before for r in sections.doctor)
     stream.link_unchanged(plan, source, work)
     streamed = stream.rewrite(plan, source, work, say, o.jobs or default_jobs())
     hashes = _hashes(plan, source, work, streamed)
-    after = diagnose(stream.after_checkpoint(plan, source, work, f"{repo.label} (repaired)"), target)
+    after = diagnose_each(stream.after_checkpoint(plan, source, work, f"{repo.label} (repaired)"), targets)
     sections = sections.with_after(after)
     _refuse_unclean(plan, sections, work, repo.label)
-    facts = _facts(plan, repo, fid, target, before, after, summary)
+    facts = _facts(plan, repo, fid, targets, before, after, summary)
     text = card.section(facts)
     readme = _fork_readme(source, work, fork.repo, text, plan) if fork is not None else None
     check_inputs(plan)  # every input read is still the file verified and planned from: else exit 2, nothing made
@@ -121,7 +122,7 @@ def _publish(o, plan: Plan, source: RemoteSource, fork, want_pr: bool, options, 
     stream.upload(streamed, work, ([("fork", fork.repo)] if fork else []) + ([("pr", repo.repo)] if want_pr else []), say)
     json_ops = lambda: _json_ops(plan, work)  # noqa: E731 - fresh operation objects per commit
     result = {**summary, "status": "done", "downloaded": streamed.downloaded, "peak_work_bytes": streamed.peak_bytes,
-              "doctor_after": sections.doctor.as_dict()["after"]}
+              "doctor_after": _after(sections)}
     if fork is not None:
         fork_hashes = {**hashes, README: {"source": hashes.get(README, {}).get("source"), "output": _sha(readme)}}
         report = _report(plan, fork_hashes, options, sections)
@@ -149,7 +150,8 @@ def _refuse_unclean(plan: Plan, sections: Sections, work: Path, label: str) -> N
     """`fix`'s check of its output against doctor --strict for --target, before any fork is created or anything
     is uploaded or committed."""
     try:
-        refuse_unclean(plan, sections.doctor, work, f"{label} (repaired)")
+        for record in sections.doctor:
+            refuse_unclean(plan, record, work, f"{label} (repaired)")
     except RepairError as err:
         err.args = (str(err).replace("nothing was written", "nothing was committed"),)
         raise
@@ -160,7 +162,7 @@ def _with_original(plan: Plan, source: RemoteSource) -> Plan:
     range (what verifying the original reads)."""
     if plan.original is None:
         return plan
-    plan = make_plan(plan.source, plan.recipe, localize(plan.original))
+    plan = make_plan(plan.source, plan.recipe, localize(plan.original), plan.before)
     packed = {n for m in plan.format.group_modules(plan.source.infos()) if m.is_quantized for n in m.tensors}
     fetch_tensors(source, plan.source, lambda t: t.name in packed)
     return plan
@@ -202,11 +204,17 @@ def _report(plan: Plan, hashes: dict, options: dict, sections: Sections) -> byte
     return json_text(build_report(plan, hashes, options, sections)).encode("utf-8")
 
 
-def _facts(plan: Plan, repo, fid: str, target, before, after, summary) -> card.RepairFacts:
+def _after(sections: Sections) -> dict:
+    """doctor on the output as the result shows it: one target's verdict as always; several: {"targets": [each]}."""
+    verdicts = [r.as_dict()["after"] for r in sections.doctor]
+    return verdicts[0] if len(verdicts) == 1 else {"targets": verdicts}
+
+
+def _facts(plan: Plan, repo, fid: str, targets, before, after, summary) -> card.RepairFacts:
     return card.RepairFacts(
         source_repo=repo.repo, source_sha=repo.sha, asked=summary["source"]["revision"], endpoint=client.endpoint(),
-        recipe=plan.recipe.as_dict(), fix_id=fid, target=target.spec, before=diagnosis_text(before, strict=True),
-        after=diagnosis_text(after, strict=True), changes="\n".join(plan_as_text(plan).splitlines()[1:]),
+        recipe=plan.recipe.as_dict(), fix_id=fid, target=specs_text(targets), before=verdicts_text(before, strict=True),
+        after=verdicts_text(after, strict=True), changes="\n".join(plan_as_text(plan).splitlines()[1:]),
         rewritten=tuple([s.name for s in plan.shards if s.op == ShardOp.REWRITE] + list(plan.json_files)),
         removed=tuple(plan.removed_files), original=summary["original"])
 

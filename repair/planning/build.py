@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from repair import arch, formats
 from repair.doctor.declared import KV_LEAVES
+from repair.doctor.diagnose import Diagnosis, diagnose_each
 from repair.errors import BadInput, UsageError
 from repair.formats.base import Declaration, Format
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
@@ -21,7 +22,7 @@ from repair.planning.modules import fused_group, module_change
 from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Recipe
 from repair.planning.target_check import refuse_unrepairable, unused_exclusions
 from repair.planning.whole_layers import Layers, refuse_split_layers
-from repair.targets.profiles import resolve
+from repair.targets.profiles import resolve_many
 
 __all__ = ["assign_actions", "kv_scale_drops", "make_plan", "select"]
 
@@ -68,8 +69,11 @@ def _not_the_default_model(where: str, modules: list[StoredModule]) -> str:
             f"{', '.join(DEFAULT.dequantize)}), which this checkpoint does not have; use {instead} (see `ckpt-repair recipes`)")
 
 
-def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = None) -> Plan:
-    """Plan the repair of `ckpt` by `recipe` without reading any tensor data."""
+def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = None, before: tuple[Diagnosis, ...] | None = None) -> Plan:
+    """Plan the repair of `ckpt` by `recipe` without reading any tensor data. `before`: doctor's verdict on `ckpt` for
+    each of the recipe's targets, where the caller has it (else asked here); the plan carries it to the report."""
+    if before is None:
+        before = diagnose_each(ckpt, resolve_many(recipe.from_target)) if recipe.from_target else ()
     fmt = formats.detect(ckpt)
     modules = fmt.group_modules(ckpt.infos())
     by_name = {m.name: m for m in modules}
@@ -78,21 +82,21 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     if declaration.quantized and not recipe.drop_quantization:  # the output is built by a quantization config
         refuse_split_layers(actions, Layers(by_name, arch.architecture(ckpt.config).fused_layers), str(ckpt.root))
     _check_supported(ckpt, fmt, actions, original, recipe, by_name)
-    refuse_unrepairable(ckpt, recipe, declaration, actions)
+    refuse_unrepairable(ckpt, recipe, declaration, actions, before)
     declared = declaration.quant_algo if declaration.layer_algos is None else None
     changes = [c for name, a in sorted(actions.items()) if (c := module_change(by_name[name], a, ckpt, original, recipe, by_name, fmt, declared))]
     undeclared_kv = recipe.from_target is not None and declaration.kv_cache is None  # doctor: the runtime ignores or refuses them
     changes += kv_scale_drops(ckpt, changes) if recipe.drop_quantization or undeclared_kv else []
     shards, emptied = _shard_steps(ckpt, changes)
     config, hf_quant, added = _config_edits(ckpt, fmt, declaration, recipe, actions, by_name)
-    unused = unused_exclusions(ckpt, recipe)
+    unused = unused_exclusions(recipe, before)
     if unused:
         config, hf_quant = fmt.without_entries(config, hf_quant, unused)
     json_files = _json_files(ckpt, config, hf_quant, shards, bool(emptied))
     removed = emptied + ((HF_QUANT_CONFIG,) if recipe.drop_quantization and ckpt.hf_quant_config is not None else ())
     copied = _other_files(ckpt) + tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
     plan = Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original, fmt,
-                unlisted_layers(declaration, config, hf_quant), tuple(sorted(unused)))
+                unlisted_layers(declaration, config, hf_quant), tuple(sorted(unused)), before)
     plan_check.check_plan(plan)  # looked up on the module: tests switch it off to reach the writer's own checks
     return plan
 
@@ -153,25 +157,25 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     if not declaration.quantized:
         return ckpt.config, ckpt.hf_quant_config, ()
     family = arch.architecture(ckpt.config)
-    target = resolve(recipe.from_target) if recipe.from_target else None  # its own rules say what a list covers
-    covers = family.exclusion_matcher(target.bind(declaration, family, ckpt.config) if target else declaration)
+    covers, excludes_for_any = _coverage(ckpt, recipe, declaration, family)
     made = [n for n, a in actions.items() if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)]
     # a fused layer's BF16 shards are declared together: exact entries for only some of them make the runtime raise
     made += [s for n in made for s in fused_group(n, modules) if s in modules and not modules[s].is_quantized]
-    bf16 = _runtime_names(target, family, sorted({family.exclusion_name(n) for n in made}))
+    targets = resolve_many(recipe.from_target) if recipe.from_target else ()
+    bf16 = _runtime_names(targets, family, sorted({family.exclusion_name(n) for n in made}))
     packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
     if not bf16 and not packed and not (len(lists) == 2 and set(lists[0]) != set(lists[1])):
         return ckpt.config, ckpt.hf_quant_config, ()  # nothing to declare or align: a MIXED_PRECISION export gains no empty list
     added = tuple(fmt.exclusion_entry(n) for n in bf16 if not all(covers(x, n) for x in lists))
     config, hf_quant = fmt.with_exclusions(ckpt, bf16, covers, remove=_redeclared(declaration, packed, modules, family.runtime_name))
-    if target is not None and target.profile.rules and target.profile.rules.matchers.get("entries") == "plain":
+    if any(t.profile.rules and t.profile.rules.matchers.get("entries") == "plain" for t in targets):
         plain = {fmt.exclusion_entry(n): n for n in bf16}  # a release whose matcher has no `re:` (TensorRT-LLM < 1.3)
         config, added = _plain_entries(config, plain), tuple(plain.get(a, a) for a in added)
     after = fmt.exclusion_lists(config, hf_quant)
     for name in packed:
         for exclusions in after:
-            if covers(exclusions, name):
+            if excludes_for_any(exclusions, name):
                 raise UsageError(f"{ckpt.root}: {name} is requantized but exclusion patterns {exclusions} still exclude it; edit the config's exclusions")
     if declaration.layer_algos is not None:  # per-layer map: a layer leaves quantized_layers; only what the lists gained is "added"
         added = tuple(dict.fromkeys(x for entries in after for x in entries if not any(x in before for before in lists)))
@@ -186,16 +190,26 @@ def _plain_entries(config: dict | None, plain: dict[str, str]) -> dict | None:
     return config
 
 
-def _runtime_names(target, family, names: list[str]) -> list[str]:
-    """The entries that exclude `names` for the recipe's target: a release that asks a fused layer only by its own
-    name (its data's fused policy `fused_name_only`, TensorRT-LLM 1.0) is given the fused name instead of its shards."""
-    rules = target.profile.rules if target is not None else None
-    if rules is None or rules.fused.get("policy") != "fused_name_only":
+def _runtime_names(targets, family, names: list[str]) -> list[str]:
+    """The entries that exclude `names` for the recipe's targets: a release that asks a fused layer only by its own
+    name (its data's fused policy `fused_name_only`, TensorRT-LLM 1.0) is given the fused name, instead of its shards
+    when every target is such a release, besides them when another target reads the shards' names."""
+    by_name = [t.profile.rules is not None and t.profile.rules.fused.get("policy") == "fused_name_only" for t in targets]
+    if not any(by_name):
         return names
     groups = [(fused, members) for fused, members in family.fused_groups(names)
               if len(members) == len(family.fused_layers[fused.rpartition(".")[2]])]
     taken = {m for _, members in groups for m in members}
-    return sorted([n for n in names if n not in taken] + [fused for fused, _ in groups])
+    kept = names if not all(by_name) else [n for n in names if n not in taken]
+    return sorted(set(kept) | {fused for fused, _ in groups})
+
+
+def _coverage(ckpt: Checkpoint, recipe: Recipe, declaration: Declaration, family):
+    """(whether a list excludes a module for every target, for any target): each target's own rules say what a list
+    covers (several targets: an exact entry is added unless every one of them reads the list as excluding it)."""
+    targets = resolve_many(recipe.from_target) if recipe.from_target else ()
+    matchers = [family.exclusion_matcher(t.bind(declaration, family, ckpt.config)) for t in targets] or [family.exclusion_matcher(declaration)]
+    return (lambda entries, name: all(m(entries, name) for m in matchers)), (lambda entries, name: any(m(entries, name) for m in matchers))
 
 
 def _redeclared(declaration: Declaration, packed: list[str], modules: dict[str, StoredModule], runtime_name) -> list[str]:

@@ -12,13 +12,12 @@ checks contradict: on a checkpoint they find clean it changes nothing.
 from __future__ import annotations
 
 from repair import arch, formats
-from repair.doctor.diagnose import diagnose
-from repair.doctor.findings import Kind
+from repair.doctor.findings import Diagnosis, Kind
 from repair.io.checkpoint import Checkpoint
 from repair.planning.recipe import Recipe
 from repair.planning.whole_layers import Layers, complete
 from repair.targets.precision import runtime_precision
-from repair.targets.profiles import Target
+from repair.targets.profiles import specs_text
 
 # config vs storage, a scheme the runtime cannot build, or a layer a runtime loads silently wrong (zero-padded, cast)
 # or drops tensors of: dequantizing makes it BF16 and excluded, and writes no scales
@@ -28,7 +27,20 @@ FIXED_BY_DEQUANTIZING = (Kind.CONFIG_CONTRADICTION, Kind.LOAD_ERROR, Kind.RUNTIM
 STORED_ALGORITHM = (Kind.ALGORITHM_MISMATCH, Kind.MISSING_INPUT_SCALE)
 
 
-def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
+def recipe_for_targets(ckpt: Checkpoint, before: tuple[Diagnosis, ...]) -> Recipe:
+    """`--target a,b,c`: the union of each target's derived recipe (doctor's verdict on the input for each, in
+    `before`). Every derived change makes a module BF16 and excluded, or drops the quantization config, and no
+    target's loader fails on a module the checkpoint's own config excludes, so the union leaves every target clean;
+    the plan check and the writer's doctor check that on the plan and the output, target by target."""
+    recipes = [recipe_for_target(ckpt, d) for d in before]
+    dequantize = tuple(dict.fromkeys(n for r in recipes for n in r.dequantize))
+    return Recipe(dequantize=dequantize, drop_quantization=any(r.drop_quantization for r in recipes),
+                  from_target=specs_text(tuple(d.target for d in before)))
+
+
+def recipe_for_target(ckpt: Checkpoint, diagnosis: Diagnosis) -> Recipe:
+    """The smallest recipe for diagnosis.target, from doctor's verdict on the input (`diagnosis`)."""
+    target = diagnosis.target
     fmt = formats.detect(ckpt)
     modules = [m for m in fmt.group_modules(ckpt.infos()) if m.tensor("weight")]
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
@@ -37,10 +49,10 @@ def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
     family = arch.architecture(ckpt.config, target.release)
     layers = Layers({m.name: m for m in fmt.group_modules(ckpt.infos())}, family.fused_layers)
     if not specs:
-        chosen = _contradicted(ckpt, target, {m.name for m in modules}, family.fused_layers)
+        chosen = _contradicted(diagnosis, {m.name for m in modules}, family.fused_layers)
         return Recipe(dequantize=complete(chosen, layers), from_target=target.spec)
     precision = runtime_precision(specs, fmt.read_declaration(ckpt), target, family)
-    chosen = list(_contradicted(ckpt, target, {m.name for m in modules}, {}, STORED_ALGORITHM))
+    chosen = list(_contradicted(diagnosis, {m.name for m in modules}, {}, STORED_ALGORITHM))
     for m in modules:
         spec = specs.get(m.name)
         linear = spec is not None and spec.is_linear and spec.role != "embed"
@@ -56,12 +68,12 @@ def recipe_for_target(ckpt: Checkpoint, target: Target) -> Recipe:
     return Recipe(dequantize=complete(tuple(chosen), layers), from_target=target.spec)
 
 
-def _contradicted(ckpt: Checkpoint, target: Target, names: set[str], fused: dict[str, tuple[str, ...]],
+def _contradicted(diagnosis: Diagnosis, names: set[str], fused: dict[str, tuple[str, ...]],
                   kinds: tuple[Kind, ...] = FIXED_BY_DEQUANTIZING + STORED_ALGORITHM) -> tuple[str, ...]:
     """Modules doctor finds stored against the config (no loader profile: its checks are the whole truth we have).
     Dequantizing one makes it BF16 and excluded, which settles either side of the disagreement. A fused layer whose
     shards disagree (its subject is the runtime name, e.g. `...qkv_proj`) is settled by dequantizing its shards."""
-    findings = diagnose(ckpt, target).findings
+    findings = diagnosis.findings
     chosen = {f.subject for f in findings if f.code in kinds and f.subject in names}
     for f in findings:
         parent, _, layer = f.subject.rpartition(".")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar
 
+from repair.doctor.findings import Diagnosis
 from repair.formats.base import Format
 from repair.formats.modelopt_nvfp4 import MODELOPT_NVFP4
 from repair.io.checkpoint import Checkpoint
@@ -145,6 +146,7 @@ class Plan:
     format: Format = MODELOPT_NVFP4  # the source's format (a registered formats.Format)
     unlisted: tuple[str, ...] = ()  # layers taken out of a per-layer map (MIXED_PRECISION quantized_layers)
     exclusions_removed: tuple[str, ...] = ()  # entries that matched no module, taken out under --target
+    before: tuple[Diagnosis, ...] = field(default=(), compare=False)  # doctor on the source, per --target (tp 1)
 
     @property
     def is_noop(self) -> bool:

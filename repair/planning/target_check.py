@@ -13,14 +13,13 @@ matches nothing, two quantized_layers maps that disagree). The writer checks doc
 from __future__ import annotations
 
 from repair import arch
-from repair.doctor.diagnose import diagnose
-from repair.doctor.findings import Finding, Kind, Severity
+from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.missing import missing_modules
 from repair.errors import BadInput, UsageError
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
+from repair.planning.from_target import recipe_for_target
 from repair.planning.recipe import Action, Recipe
-from repair.targets.profiles import resolve
 
 STORED_DEFECTS = frozenset({Kind.GLOBAL_SCALE, Kind.FP8_SCALE, Kind.BLOCK_SCALES, Kind.SCALE_OVERFLOW, Kind.MISSING_WEIGHT_SCALE,
                             Kind.MISSING_SCALE_2, Kind.SCALE_SHAPE, Kind.INPUT_SCALE, Kind.KV_CACHE_SCALES, Kind.SIBLINGS_SCALE_2,
@@ -33,26 +32,29 @@ DEFAULT_ADVICE = ("re-download or re-export the checkpoint, or repair those modu
                   "requantize them)")
 
 
-def refuse_unrepairable(ckpt: Checkpoint, recipe: Recipe, declaration: Declaration, actions: dict[str, Action]) -> None:
-    """One line naming the first finding doctor --strict reports for the recipe's target that its plan leaves."""
+def refuse_unrepairable(ckpt: Checkpoint, recipe: Recipe, declaration: Declaration, actions: dict[str, Action],
+                        before: tuple[Diagnosis, ...]) -> None:
+    """One line naming the first finding doctor --strict reports, for one of the recipe's targets (doctor's verdicts
+    on the input, `before`), that its plan leaves."""
     if not recipe.from_target:
         return
     _refuse_dropped_expected(ckpt, recipe.from_target, {n for n, a in actions.items() if a == Action.DROP})
     changed = {n for n, a in actions.items() if a != Action.KEEP}
     fused = arch.architecture(ckpt.config).fused_layers
-    left = [f for f in diagnose(ckpt, resolve(recipe.from_target)).findings
-            if f.severity in (Severity.ERROR, Severity.WARNING) and not _settled(f, changed, recipe, declaration, fused)]
-    if left:
-        raise cannot_repair(ckpt.root, recipe.from_target, left)
+    for diagnosis in before:
+        left = [f for f in diagnosis.findings
+                if f.severity in (Severity.ERROR, Severity.WARNING) and not _settled(f, changed, recipe, declaration, fused)]
+        if left:
+            raise cannot_repair(ckpt.root, diagnosis.target.spec, left)
 
 
-def unused_exclusions(ckpt: Checkpoint, recipe: Recipe) -> frozenset[str]:
+def unused_exclusions(recipe: Recipe, before: tuple[Diagnosis, ...]) -> frozenset[str]:
     """The exclusion entries doctor finds matching no module (unused-exclusion), which `--target` takes out of the
     config: harmless to the runtime, but doctor --strict, which the target promises, counts them (a real ModelOpt
     export lists e.g. an EAGLE draft's unstored `model.embed_tokens`, DeepSeek-R1 61 layers it does not have)."""
     if not recipe.from_target or recipe.drop_quantization:
         return frozenset()
-    return frozenset(f.subject for f in diagnose(ckpt, resolve(recipe.from_target)).findings if f.code == Kind.UNUSED_EXCLUSION)
+    return frozenset(f.subject for d in before for f in d.findings if f.code == Kind.UNUSED_EXCLUSION)
 
 
 def _refuse_dropped_expected(ckpt: Checkpoint, target: str, dropped: set[str]) -> None:
@@ -99,6 +101,28 @@ def _covered(subject: str, changed: set[str]) -> bool:
             return True
         name = name.rpartition(".")[0]
     return False
+
+
+def contradiction(ckpt: Checkpoint, before: tuple[Diagnosis, ...], target: str, new: list[Finding]) -> BadInput | None:
+    """Several targets: a finding the output has for `target` that the input had not, about a module (or the dropped
+    quantization config) that only another target's own repair changes, is the two targets wanting contradictory
+    things: one line naming both. None when no other target's change explains it (then it is our bug)."""
+    own = {d.target.spec: recipe_for_target(ckpt, d) for d in before}
+    if len(own) < 2 or target not in own:
+        return None
+    mine = own.pop(target)
+    for f in new:
+        for other, recipe in own.items():
+            changed = sorted(set(recipe.dequantize) - set(mine.dequantize))
+            module = next((m for m in changed if _covered(f.subject, {m})), None)
+            if module is None and recipe.drop_quantization and not mine.drop_quantization:
+                module = "the quantization config"
+            if module is not None:
+                change = "dropping the quantization config" if module == "the quantization config" else f"dequantizing {module}"
+                return BadInput(f"{ckpt.root}: no one output is clean for both {other} and {target}: {change}, which {other} needs, "
+                                f"leaves {target} with [{f.code}] {f.message.split('; ')[0]}; nothing was written; fix for each target "
+                                "separately (one --target each, into two outputs)")
+    return None
 
 
 def cannot_repair(root: object, target: str, left: list[Finding]) -> BadInput:

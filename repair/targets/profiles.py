@@ -151,6 +151,35 @@ def _data_target(spec: str, runtime: str, version: tuple[int, ...]) -> Target:
     return Target(spec, profile, release_at_or_below(rows.group(1), tuple(int(p or 0) for p in rows.groups()[1:])), version)
 
 
+MAX_TARGETS = 16  # `--target a,b,...`: each is a diagnosis (and a derived recipe) of its own
+
+
+def resolve_many(spec: str | None) -> tuple[Target, ...]:
+    """`--target a,b,c`: each part as `resolve` reads it, in the order given; a release named twice (`vllm==0.32`,
+    `vllm==0.32.0`) counts once. `bf16` may be one of them: the output must then also be a plain BF16 checkpoint,
+    which every runtime loads (so `fix` dequantizes everything, and the runtimes are checked on that)."""
+    text = spec or NEWEST_KNOWN
+    parts, shown = text.split(","), repr(text if len(text) <= 200 else text[:200] + "...")
+    found: dict[tuple, Target] = {}
+    for i, part in enumerate(parts, 1):
+        if len(parts) > 1 and not part.strip():
+            raise UsageError(f"--target {shown}: part {i} is empty; separate targets with single commas, e.g. vllm==0.32.0,bf16")
+        try:
+            target = resolve(part)
+        except UsageError as err:
+            raise UsageError(f"{err} (part {i} of --target {shown})" if len(parts) > 1 else str(err)) from None
+        found.setdefault((target.profile.name, target.version), target)
+        if len(found) > MAX_TARGETS:
+            raise UsageError(f"--target {shown}: more than {MAX_TARGETS} different targets; each is a whole diagnosis, "
+                             "so name the releases you serve with")
+    return tuple(found.values())
+
+
+def specs_text(targets: tuple[Target, ...]) -> str:
+    """The targets as one `--target` value (what a report records and a command line repeats)."""
+    return ",".join(t.spec for t in targets)
+
+
 def target_choices() -> tuple[str, ...]:
     """Every target a chooser should offer, newest first: the newest known vLLM release, the first
     release of each older profile, then bf16 (the web page asks this; it never lists releases itself)."""

@@ -100,12 +100,12 @@ def _cpu(c: dict) -> str:
     return f"{t.get('main', 0):.2f} / {t.get('compute', 0):.2f} / {t.get('sha256', 0):.2f} / {c['total']:.2f} (bound {c['bound']:.2f})"
 
 
-def splice(text: str, section: list[str]) -> str:
-    """BENCHMARKS.md with section 9 replaced (or added before the Findings), everything else as it was."""
+def splice(text: str, section: list[str], heading: str = HEADING) -> str:
+    """BENCHMARKS.md with section `heading` (9) replaced (or added before the Findings), everything else as it was."""
     body, findings = (text.split("\n## Findings", 1) + [""])[:2]
-    if HEADING in body:
-        start = body.index(HEADING)
-        rest = body[start + len(HEADING):]
+    if heading in body:
+        start = body.index(heading)
+        rest = body[start + len(heading):]
         end = rest.find("\n## ")
         body = body[:start] + (rest[end + 1:] if end >= 0 else "")
     findings = "\n## Findings" + findings if findings else ""

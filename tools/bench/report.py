@@ -84,6 +84,10 @@ def render(r: dict) -> str:
         from tools.bench.jobs import jobs_section
 
         out += jobs_section(r["jobs"])
+    if "multitarget" in r:
+        from tools.bench.multitarget import multitarget_section
+
+        out += multitarget_section(r["multitarget"])
     return "\n".join(out)
 
 
