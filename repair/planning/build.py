@@ -23,6 +23,7 @@ from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Reci
 from repair.planning.target_check import refuse_unrepairable, unused_exclusions
 from repair.planning.whole_layers import Layers, refuse_split_layers
 from repair.targets.profiles import resolve_many
+from repair.planning.runtime_entries import plain_entries, runtime_names
 
 __all__ = ["assign_actions", "kv_scale_drops", "make_plan", "select"]
 
@@ -162,7 +163,7 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     # a fused layer's BF16 shards are declared together: exact entries for only some of them make the runtime raise
     made += [s for n in made for s in fused_group(n, modules) if s in modules and not modules[s].is_quantized]
     targets = resolve_many(recipe.from_target) if recipe.from_target else ()
-    bf16 = _runtime_names(targets, family, sorted({family.exclusion_name(n) for n in made}))
+    bf16 = runtime_names(targets, family, sorted({family.exclusion_name(n) for n in made}))
     packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
     if not bf16 and not packed and not (len(lists) == 2 and set(lists[0]) != set(lists[1])):
@@ -171,7 +172,7 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     config, hf_quant = fmt.with_exclusions(ckpt, bf16, covers, remove=_redeclared(declaration, packed, modules, family.runtime_name))
     if any(t.profile.rules and t.profile.rules.matchers.get("entries") == "plain" for t in targets):
         plain = {fmt.exclusion_entry(n): n for n in bf16}  # a release whose matcher has no `re:` (TensorRT-LLM < 1.3)
-        config, added = _plain_entries(config, plain), tuple(plain.get(a, a) for a in added)
+        config, added = plain_entries(config, plain), tuple(plain.get(a, a) for a in added)
     after = fmt.exclusion_lists(config, hf_quant)
     for name in packed:
         for exclusions in after:
@@ -180,28 +181,6 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     if declaration.layer_algos is not None:  # per-layer map: a layer leaves quantized_layers; only what the lists gained is "added"
         added = tuple(dict.fromkeys(x for entries in after for x in entries if not any(x in before for before in lists)))
     return config, hf_quant, added
-
-
-def _plain_entries(config: dict | None, plain: dict[str, str]) -> dict | None:
-    """config.json's `ignore` with the format's pattern entries written as the module names they stand for."""
-    qc = (config or {}).get("quantization_config")
-    if isinstance(qc, dict) and isinstance(qc.get("ignore"), list):
-        qc["ignore"] = [plain.get(e, e) for e in qc["ignore"]]
-    return config
-
-
-def _runtime_names(targets, family, names: list[str]) -> list[str]:
-    """The entries that exclude `names` for the recipe's targets: a release that asks a fused layer only by its own
-    name (its data's fused policy `fused_name_only`, TensorRT-LLM 1.0) is given the fused name, instead of its shards
-    when every target is such a release, besides them when another target reads the shards' names."""
-    by_name = [t.profile.rules is not None and t.profile.rules.fused.get("policy") == "fused_name_only" for t in targets]
-    if not any(by_name):
-        return names
-    groups = [(fused, members) for fused, members in family.fused_groups(names)
-              if len(members) == len(family.fused_layers[fused.rpartition(".")[2]])]
-    taken = {m for _, members in groups for m in members}
-    kept = names if not all(by_name) else [n for n in names if n not in taken]
-    return sorted(set(kept) | {fused for fused, _ in groups})
 
 
 def _coverage(ckpt: Checkpoint, recipe: Recipe, declaration: Declaration, family):

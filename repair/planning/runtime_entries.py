@@ -1,0 +1,26 @@
+"""How a fix's exclusion entries are spelled for the runtimes it targets: some releases read a fused layer only by
+its own name, some have no `re:` entries (their data's rules say which)."""
+
+from __future__ import annotations
+
+
+def plain_entries(config: dict | None, plain: dict[str, str]) -> dict | None:
+    """config.json's `ignore` with the format's pattern entries written as the module names they stand for."""
+    qc = (config or {}).get("quantization_config")
+    if isinstance(qc, dict) and isinstance(qc.get("ignore"), list):
+        qc["ignore"] = [plain.get(e, e) for e in qc["ignore"]]
+    return config
+
+
+def runtime_names(targets, family, names: list[str]) -> list[str]:
+    """The entries that exclude `names` for the recipe's targets: a release that asks a fused layer only by its own
+    name (its data's fused policy `fused_name_only`, TensorRT-LLM 1.0) is given the fused name, instead of its shards
+    when every target is such a release, besides them when another target reads the shards' names."""
+    by_name = [t.profile.rules is not None and t.profile.rules.fused.get("policy") == "fused_name_only" for t in targets]
+    if not any(by_name):
+        return names
+    groups = [(fused, members) for fused, members in family.fused_groups(names)
+              if len(members) == len(family.fused_layers[fused.rpartition(".")[2]])]
+    taken = {m for _, members in groups for m in members}
+    kept = names if not all(by_name) else [n for n in names if n not in taken]
+    return sorted(set(kept) | {fused for fused, _ in groups})
