@@ -20,6 +20,15 @@ from .probe import TARGET, load_in_sglang, repair_json, requires_sglang, run_pro
 
 pytestmark = [pytest.mark.sglang, requires_sglang]
 TARGETS = ("vllm==0.32.0," + TARGET, TARGET)
+# Layouts fix does not repair yet, and why: it refuses them in one line (exit 2, nothing written), which is asserted
+# here; any other refusal, and any repair of these, fails the test (then move the layout out of this table).
+NOT_REPAIRED = {
+    "ct-llama-dense": "SGLang 0.5.23 builds lm_head NVFP4 and finds no config-group target for the fused qkv_proj; "
+                      "repairing it means rewriting compressed-tensors' `ignore`/targets with fused names, not built yet",
+    "modelopt-eagle3-draft": "SGLang 0.5.23 never reads config.json's nested exclude_modules (it merges quant_algo into "
+                             "the block and takes its flat branch), so it builds the BF16 lm_head NVFP4; repairing it means "
+                             "writing the exclusions at the block's top level, not built yet",
+}
 
 
 def drafts(folder, tensor: str) -> bool:
@@ -60,6 +69,11 @@ def test_fixed_outputs_load_in_sglang(target, layouts, fixed, loaded):
     failures = {}
     for name in layouts:
         code, report, dest = fixed[target, name]
+        if name in NOT_REPAIRED:
+            message = str(report.get("stderr", "")) if isinstance(report, dict) else str(report)
+            if code != 2 or dest.exists() or "nothing was written" not in message or message.strip().count("\n"):
+                failures[name] = f"expected the one-line refusal ({NOT_REPAIRED[name]}); got exit {code}: {message[:300]}"
+            continue
         if code != 0:
             failures[name] = f"fix exit {code}: {str(report)[:300]}"
             continue
