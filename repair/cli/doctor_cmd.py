@@ -11,7 +11,7 @@ import click
 
 @click.command()
 @click.argument("src", type=click.Path(path_type=Path))
-@click.option("--target", "target_spec", default=None, help="vllm==X.Y.Z (default: newest known) or bf16; several, comma-separated, side by side (exit: the worst).")
+@click.option("--target", "target_spec", default=None, help="vllm==X.Y.Z (default: newest known), sglang==X.Y.Z, trtllm==X.Y.Z or bf16; several, comma-separated, side by side (exit: the worst).")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel degree to simulate.")
 @click.option("--strict", is_flag=True, help="Warnings count as problems too (exit 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON (every finding).")

@@ -15,7 +15,7 @@ import click
 from repair.execute.parallel import MAX_JOBS
 
 SHARED: dict[str, tuple[tuple[str, ...], dict]] = {
-    "target_spec": (("--target", "target_spec"), {"default": None, "help": "Fix for vllm==X.Y.Z or bf16; several, comma-separated: one output for all (default: the handshake repair)."}),
+    "target_spec": (("--target", "target_spec"), {"default": None, "help": "Fix for vllm==X.Y.Z, sglang==X.Y.Z, trtllm==X.Y.Z or bf16; several, comma-separated: one output for all (default: the handshake repair)."}),
     "recipe_path": (("--recipe", "recipe_path"), {"default": None, "help": "A recipe file, a built-in recipe name, or an earlier repair_report.json."}),
     "original": (("--original",), {"default": None, "help": "The original BF16 model (a local folder or a Hub repo id): BF16 modules are taken from it."}),
     "requantize": (("--requantize",), {"default": None, "help": "Comma-separated modules to pack afresh from --original (ModelOpt-exact)."}),
