@@ -70,16 +70,16 @@ LAYER_MATCHERS: dict[str, LayerMatcher] = {
 
 def exclusion_matcher(name: str) -> ExclusionMatcher:
     """The registered exclusion rule `name` (a data file naming an unknown one is our bug: said in one line)."""
-    try:
-        return EXCLUSION_MATCHERS[name]
-    except KeyError:
-        raise UsageError(f"runtime profile names exclusion matcher {name!r}, which is not registered "
-                         f"(known: {', '.join(sorted(EXCLUSION_MATCHERS))})") from None
+    return _registered(EXCLUSION_MATCHERS, name, "exclusion")
 
 
 def layer_matcher(name: str) -> LayerMatcher:
+    return _registered(LAYER_MATCHERS, name, "quantized_layers")
+
+
+def _registered(table: dict, name: str, kind: str):
     try:
-        return LAYER_MATCHERS[name]
+        return table[name]
     except KeyError:
-        raise UsageError(f"runtime profile names quantized_layers matcher {name!r}, which is not registered "
-                         f"(known: {', '.join(sorted(LAYER_MATCHERS))})") from None
+        raise UsageError(f"runtime profile names {kind} matcher {name!r}, which is not registered "
+                         f"(known: {', '.join(sorted(table))})") from None
