@@ -45,3 +45,26 @@ def test_three_runtime_fix_passes_strict_doctor_for_each(capsys, tmp_path, key, 
     for target in TARGETS:
         code, text, err = run_captured(capsys, "doctor", out, "--target", target, "--strict")
         assert code == 0, (target, text, err)
+
+
+def test_side_by_side_text_is_linear_in_the_findings(tmp_path):
+    """Thousands of exclusion entries matching nothing (hostile or careless lists) are thousands of findings: the
+    side-by-side text takes about as long as each target's own text, never findings x findings comparisons."""
+    import time
+
+    from repair.doctor.diagnose import diagnose
+    from repair.doctor.side_by_side import several_text
+    from repair.doctor.text import diagnosis_text
+    from repair.io.checkpoint import open_checkpoint
+    from repair.targets.profiles import resolve_many
+
+    src = write_real_model(tmp_path / "q", "qwen3-32b")
+    edit_json(src / "hf_quant_config.json", lambda d: d["quantization"]["exclude_modules"].extend(f"nowhere.{i}" for i in range(3000)))
+    ckpt = open_checkpoint(src)
+    found = tuple(diagnose(ckpt, t, 1) for t in resolve_many("vllm==0.32.0,vllm==0.25.0"))
+    start = time.perf_counter()
+    [diagnosis_text(d, detail="verbose") for d in found]
+    floor = time.perf_counter() - start
+    start = time.perf_counter()
+    several_text(found, detail="verbose")
+    assert time.perf_counter() - start <= 4 * floor + 0.5, floor
