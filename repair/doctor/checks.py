@@ -24,6 +24,9 @@ def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[st
     findings = []
     prefixes = {family.runtime_name(n) for n in (specs or modules)} | {"lm_head"}
     used = declaration.used_entries(prefixes)  # one pass over the names, not entries x names (the format's rule)
+    # a fused layer's name (qkv_proj) and its shards' (q_proj) both name it: one runtime reads one, another the other
+    # (TensorRT-LLM 1.0 only the fused name), and fix --target a,b writes both, never "an entry matching no module"
+    used |= {n for fused, shards in family.fused_groups(specs or modules) for n in (fused, *shards)}
     for pattern in declaration.exclusions:
         if pattern not in used:
             findings.append(Finding(Severity.WARNING, Kind.UNUSED_EXCLUSION, pattern, f"exclusion {pattern!r} matches no module of this model"))

@@ -48,11 +48,12 @@ def several_text(diagnoses: tuple[Diagnosis, ...], strict: bool = False, detail:
     lines += [f"  {d.target.spec:<{width}}  {_verdict(d, strict)}" for d in diagnoses]
     shown = [{_neutral(f, d.target.spec): f for f in _shown(d, detail)} for d in diagnoses]
     shared = [f for f in shown[0] if all(f in s for s in shown[1:])]
+    shared_keys = set(shared)  # thousands of findings (10^4 hostile entries): a set, not findings x findings
     verbose = detail == "verbose"
     if shared:
         lines += ["every target:"] + _indented(finding_lines(shared, tp, verbose))
     for d, own in zip(diagnoses, shown):
-        mine = [f for key, f in own.items() if key not in shared]
+        mine = [f for key, f in own.items() if key not in shared_keys]
         stops = [f"{f'rank {o.rank} would stop' if tp > 1 else 'the runtime would stop'} at {o.tensor} with: {o.error}" for o in d.first_errors]
         notes = [] if detail == "quiet" else finding_lines(d.notes, tp, verbose, label="note")
         extra = [] if detail == "quiet" else [checked(d)]

@@ -144,5 +144,6 @@ def name_list(value: object, path: object, key: str) -> tuple[str, ...]:
 
 
 def append_missing(existing: list[str], names: list[str], covers) -> list[str]:
-    """`existing` plus the names it does not already cover, in order."""
-    return list(existing) + [n for n in names if not covers(existing, n)]
+    """`existing` plus the names it does not already cover, in order; a name listed already is never listed twice
+    (one target's rule may not count it, e.g. TensorRT-LLM 1.0 reading a shard's entry only through the fused name)."""
+    return list(existing) + [n for n in dict.fromkeys(names) if n not in existing and not covers(existing, n)]
