@@ -12,21 +12,16 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from repair.cli import main
 from repair.demo.examples import GEMMA4_31B, TINY, write_assistant
+from tests.conftest import run_captured
 
 SEED_TP1 = "RuntimeError: start (0) + length (8192) exceeds dimension size (4096)."
 SEED_TP2 = "RuntimeError: start (4096) + length (4096) exceeds dimension size (4096)."
 
 
 def run(capsys, *args) -> tuple[int, str]:
-    capsys.readouterr()
-    try:
-        main(list(map(str, args)))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().out
+    code, out, _ = run_captured(capsys, *args)
+    return code, out
 
 
 def doctor_json(capsys, src, *args) -> tuple[int, dict]:

@@ -13,23 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from repair.cli import main
 from repair.demo.examples import TINY, write_assistant
 from repair.errors import UsageError
 from repair.targets.profiles import resolve_many
+from tests.conftest import run_captured
 
 OLD, NEW = "vllm==0.22.1", "vllm==0.32.0"
 
 
 def run(capsys, *args) -> tuple[int, str]:
-    capsys.readouterr()
-    try:
-        main(list(map(str, args)))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
+    code, out, err = run_captured(capsys, *args)
+    return code, out + err
 
 
 @pytest.fixture(scope="module")
