@@ -26,12 +26,7 @@ def mtp_not_excluded(dsv3: dict) -> None:
     dsv3["quantization"]["exclude_modules"] = [e for e in dsv3["quantization"]["exclude_modules"] if not e.startswith("model.layers.61")]
 
 
-MTP_BUG = pytest.mark.xfail(strict=True, reason="fix --target trtllm writes per-expert entries for the MTP layer, which "
-                             "TensorRT-LLM reads only through `model.layers.61`: its own doctor calls them unused (exit 3)")
-
-
-@pytest.mark.parametrize("key, change", [("qwen3-32b", one_shard_excluded),
-                                         pytest.param("deepseek-v3-0324", mtp_not_excluded, marks=MTP_BUG)])
+@pytest.mark.parametrize("key, change", [("qwen3-32b", one_shard_excluded), ("deepseek-v3-0324", mtp_not_excluded)])
 def test_three_runtime_fix_passes_strict_doctor_for_each(capsys, tmp_path, key, change):
     src = share_sibling_input_scales(write_real_model(tmp_path / "src", key))
     edit_json(src / "hf_quant_config.json", change)
@@ -42,6 +37,8 @@ def test_three_runtime_fix_passes_strict_doctor_for_each(capsys, tmp_path, key, 
     assert [t["target"] for t in report["doctor"]["targets"]] == list(TARGETS)
     listed = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
     assert len(listed) == len(set(listed)), listed
+    if key.startswith("deepseek"):  # TensorRT-LLM reads an MTP layer's exclusion only as its bare name (its data's draft rule)
+        assert "model.layers.61" in listed and not [e for e in listed if e.startswith("model.layers.61.")], listed
     for target in TARGETS:
         code, text, err = run_captured(capsys, "doctor", out, "--target", target, "--strict")
         assert code == 0, (target, text, err)
@@ -68,3 +65,25 @@ def test_side_by_side_text_is_linear_in_the_findings(tmp_path):
     start = time.perf_counter()
     several_text(found, detail="verbose")
     assert time.perf_counter() - start <= 4 * floor + 0.5, floor
+
+
+@pytest.mark.parametrize("target", ["trtllm==1.0", "trtllm==1.4", "vllm==0.32.0,trtllm==1.1"])
+def test_bf16_mtp_layer_is_excluded_by_the_layer_name_the_release_reads(capsys, tmp_path, target):
+    """TensorRT-LLM builds DeepSeek's MTP layer i from the target's config as `model.layers.{num_hidden_layers + i}`
+    (its data's `draft.mtp_layer`; _get_decoder_layer_quant_config, modeling_deepseekv3.py @ 000561df) and leaves it
+    unquantized only when that name is excluded: entries for the modules under it never reach its MoE. fix writes
+    the layer's name, taken from the data, in place of the per-module entries every target reads it as covering."""
+    from repair.targets.profiles import resolve_many
+
+    src = share_sibling_input_scales(write_real_model(tmp_path / "src", "deepseek-v3-0324"))
+    edit_json(src / "hf_quant_config.json", mtp_not_excluded)
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", target)
+    assert code == 0, err
+    template = next(t.profile.rules.draft["mtp_layer"] for t in resolve_many(target) if t.profile.rules)
+    layer = template.format(index=json.loads((src / "config.json").read_text())["num_hidden_layers"])
+    listed = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert layer in listed and not [e for e in listed if e.startswith(layer + ".")], listed
+    for one in target.split(","):
+        code, text, err = run_captured(capsys, "doctor", out, "--target", one, "--strict")
+        assert code == 0, (one, text, err)

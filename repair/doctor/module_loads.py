@@ -66,19 +66,11 @@ def module_load_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], dec
     linears = {n: m for n, m in modules.items() if m.tensor("weight") and len(m.logical_shape) >= 2}
     layers = _layers(linears, declaration, building, ckpt.config or {}, target, family)
     schemes = {s: layer.scheme for layer in layers for s in layer.shards if s}
-    findings: list[Finding] = _absent_mtp_layers(_mtp_layers(ckpt.config or {}), linears, building, loaders, rules.speaker)
+    findings: list[Finding] = _absent_mtp_layers(rules.mtp_layers(ckpt.config), linears, building, loaders, rules.speaker)
     leaves = {n.rpartition(".")[2] for n in linears}  # the shard names the model stores somewhere
     for layer in layers:
         findings += _layer_findings(layer, linears, leaves, ckpt, loaders, tp, rules.speaker, read)
     return findings, schemes
-
-
-def _mtp_layers(config: dict) -> dict[str, int]:
-    """`model.layers.<N+i>` -> i for the MTP layers built from the target's config (DeepSeek-style one-model MTP)."""
-    n, k = config.get("num_hidden_layers"), config.get("num_nextn_predict_layers") or 0
-    if not isinstance(n, int) or not isinstance(k, int) or isinstance(k, bool):
-        return {}
-    return {f"model.layers.{n + i}": i for i in range(max(0, min(k, 64)))}
 
 
 def _absent_mtp_layers(mtp: dict[str, int], linears, building: Building, loaders, label: str) -> list[Finding]:
@@ -86,10 +78,8 @@ def _absent_mtp_layers(mtp: dict[str, int], linears, building: Building, loaders
     builds them and the fused qkv loader finds no shard (TensorRT#4667: GLM-4.6 NVFP4 on 1.2.0rc5 serves only without
     MTP). A warning: the model loads without MTP."""
     out = []
-    if not any(n.startswith("model.layers.") for n in linears):
-        return out  # the checkpoint names its layers another way (DeepSeek-V4: layers.N, mtp.N): not this rule's layout
-    for owner in mtp:
-        if any(n.startswith(owner + ".") for n in linears):
+    for owner in mtp:  # a checkpoint naming its layers another way (DeepSeek-V4: layers.N, mtp.N) is not this layout
+        if any(n.startswith(owner + ".") for n in linears) or not any(n.startswith(owner.rpartition(".")[0] + ".") for n in linears):
             continue
         layer = f"{owner}.self_attn.qkv_proj" if "qkv_proj" in building.fusions else owner
         error = loaders["fused_missing_weight"]
@@ -103,7 +93,7 @@ def _absent_mtp_layers(mtp: dict[str, int], linears, building: Building, loaders
 
 def _layers(linears: dict[str, StoredModule], declaration: Declaration, building: Building, config: dict,
             target: Target, family) -> list[Layer]:
-    mtp = _mtp_layers(config)
+    mtp = target.profile.rules.mtp_layers(config)
     rule = declaration.rule() if declaration.quantized else None
     grouped: dict[str, list[str]] = {}
     for name in sorted(linears):

@@ -24,3 +24,18 @@ def runtime_names(targets, family, names: list[str]) -> list[str]:
     taken = {m for _, members in groups for m in members}
     kept = names if not all(by_name) else [n for n in names if n not in taken]
     return sorted(set(kept) | {fused for fused, _ in groups})
+
+
+def mtp_layer_names(targets, config: dict | None, modules, made: set[str], names: list[str], covers) -> list[str]:
+    """`names` with each MTP layer a target builds from the model's own config (its data's `draft.mtp_layer`,
+    TensorRT-LLM's `model.layers.{num_hidden_layers + i}`) named whole once every linear stored under it ends BF16
+    (`made`, or stored so): such a release reads only the layer's name, and entries for the modules under it never
+    reach its MoE. The layer's name replaces each of them that every target reads it as covering."""
+    layers = {layer for t in targets if t.profile.rules is not None for layer in t.profile.rules.mtp_layers(config)}
+    out = list(names)
+    for layer in sorted(layers):
+        under = [n for n in out if n.startswith(layer + ".")]
+        if not under or any(m.is_quantized and n not in made for n, m in modules.items() if n.startswith(layer + ".")):
+            continue
+        out = [n for n in out if n not in under or not covers([layer], n)] + [layer]
+    return sorted(set(out))

@@ -87,14 +87,27 @@ class RuntimeRules:
         plain = frozenset(p for a in names if isinstance(a, str) for p in self.plain_layers.get(a, ()))
         unread = kind == "modelopt" and quant_method(declaration) in self.nested_drops and _nested_modelopt(config)
 
+        mtp = tuple(self.mtp_layers(config))
+
         def matcher(entries, targets):
             rule = excl(entries, targets, building)
+            rule = MtpLayers(rule, tuple(m for m in mtp if rule.excludes(m))) if mtp else rule
             rule = UnreadList(excl((), targets, building), rule) if unread else rule
             return DraftBf16(rule, dropped, plain) if dropped or plain else rule
 
         def lookup(algos, name):
             return (None, None) if name.startswith(dropped) else layers(algos, name, building)
         return replace(declaration, matcher=matcher, layer_lookup=lookup)
+
+    def mtp_layers(self, config: dict | None) -> dict[str, int]:
+        """The name of each MTP layer the config declares (num_nextn_predict_layers) that this release builds from the
+        model's own config, `draft.mtp_layer` with its index (DeepSeek-style one-model MTP: num_hidden_layers + i)
+        -> i; empty for a release without the rule."""
+        template, config = self.draft.get("mtp_layer"), config or {}
+        n, k = _int(config.get("num_hidden_layers")), _int(config.get("num_nextn_predict_layers") or 0)
+        if not isinstance(template, str) or n is None or k is None:
+            return {}
+        return {template.replace("{index}", str(n + i)): i for i in range(min(k, 64))}
 
     def draft_bf16_prefixes(self, declaration: Declaration, config: dict | None) -> tuple[str, ...]:
         """Name prefixes of the MTP/NextN layers this release builds BF16 for this checkpoint's architecture."""
@@ -136,6 +149,31 @@ class DraftBf16:
 
     def names(self, prefix: str) -> bool:
         return self.inner.names(prefix)
+
+
+@dataclass(frozen=True)
+class MtpLayers:
+    """A rule under which an MTP layer built from the model's config (`draft.mtp_layer`) is unquantized, everything
+    under it, when the list excludes the layer's own name (TensorRT-LLM's _get_decoder_layer_quant_config)."""
+
+    inner: object
+    excluded: tuple[str, ...]  # the MTP layers whose own name the list excludes
+
+    def _whole(self, prefix: str) -> bool:
+        return any(prefix.startswith(layer + ".") for layer in self.excluded)
+
+    def excludes(self, prefix: str) -> bool:
+        return self._whole(prefix) or self.inner.excludes(prefix)
+
+    def shard_excluded(self, prefix: str) -> bool:
+        return self._whole(prefix) or self.inner.shard_excluded(prefix)
+
+    def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
+        return None if self._whole(fused) else self.inner.fused_refusal(fused, shards)
+
+    @property
+    def exclusions(self):
+        return self.inner.exclusions
 
 
 @dataclass(frozen=True)
