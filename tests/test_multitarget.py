@@ -36,6 +36,17 @@ def test_resolve_many_keeps_order_and_collapses_a_release_named_twice():
     assert [t.spec for t in resolve_many(None)] == [NEW]
 
 
+def test_runtime_names_are_case_insensitive_as_pip_reads_them(capsys, broken):
+    """pip reads `VLLM==0.32.0` and `SGLang==0.5.23` as vllm and sglang (package names are case-insensitive): so does
+    --target, naming each the canonical way in what it prints and records; a release named twice counts once."""
+    mixed = resolve_many("VLLM==0.32.0,SGLang==0.5.23,TrtLLM==1.0,Bf16,vllm==0.32.0")
+    plain = resolve_many("vllm==0.32.0,sglang==0.5.23,trtllm==1.0,bf16")
+    assert [t.spec for t in mixed] == [t.spec for t in plain] == ["vllm==0.32.0", "sglang==0.5.23", "trtllm==1.0", "bf16"]
+    assert [t.profile for t in mixed] == [t.profile for t in plain]
+    code, out = run(capsys, "doctor", broken, "--target", "SGLang==0.5.23")
+    assert code in (0, 1) and "target sglang==0.5.23 " in out, out
+
+
 @pytest.mark.parametrize("spec, part", [(f"{NEW},vllm=0.22", "part 2"), (f"{NEW},,bf16", "part 2"), (f"bf16,{NEW},", "part 3"),
                                         ("vllm==0.20.0,bf16", "part 1")])
 def test_a_bad_part_names_itself_in_one_line(capsys, broken, spec, part):
