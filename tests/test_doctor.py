@@ -217,8 +217,15 @@ def test_fused_siblings_with_different_global_scales(capsys, healthy, tmp_path):
     def split(state):
         state["model.layers.0.mlp.up_proj.weight_scale_2"] = state["model.layers.0.mlp.up_proj.weight_scale_2"] * 2
 
-    code, report = doctor_json(capsys, mutate(healthy, tmp_path / "s", tensors=split))
+    src = mutate(healthy, tmp_path / "s", tensors=split)
+    code, report = doctor_json(capsys, src)
     assert code == 1 and codes(report)["siblings-scale-2"] == {"model.layers.0.mlp.gate_proj, model.layers.0.mlp.up_proj"}
+    # the runtime that takes the max is the target's (SGLang 0.5.23's ModelOptFp4LinearMethod.process_weights_after_loading
+    # does too: weight_scale_2.max()), never vLLM named for another runtime
+    for target, speaker in (("vllm==0.32.0", "vLLM"), ("sglang==0.5.23", "SGLang 0.5.23")):
+        _, report = doctor_json(capsys, src, "--target", target)
+        said = [f["message"] for f in report["findings"] if f["code"] == "siblings-scale-2"]
+        assert said and all(f"; {speaker} takes the max" in m for m in said), (target, said)
 
 
 def test_missing_input_scale(capsys, tmp_path):

@@ -85,7 +85,11 @@ def test_doctor_says_whether_the_profile_covered_the_architecture(tmp_path, caps
     draft = write_layout(tmp_path / "draft", "modelopt-eagle3-draft")
     out = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", covered)[1]
     assert "its layer roles and fused layers are vllm 0.32.0's own (generated profile)" in out
+    # a generated layer profile is not a loader profile, and doctor never says it has no profile where it has one
+    assert "no loader profile" not in out and ("checked: format health, config consistency and exclusions for "
+                                               "Qwen3ForCausalLM (no loader simulation for it)") in out
     out = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", draft)[1]
+    assert "no loader profile for LlamaForCausalLMEagle3: checked format health" in out
     assert ("vllm 0.32.0's generated profile does not cover it (not among its registered text-generation "
             "architectures), so generic layer roles were used") in out
 

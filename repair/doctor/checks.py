@@ -92,9 +92,9 @@ def fused_findings(declaration: Declaration, modules: dict[str, StoredModule], f
 
 
 def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precision: dict[str, str], divisor: bool = False,
-                    values: ScaleValues | None = None) -> list[Finding]:
+                    values: ScaleValues | None = None, who: str = "vLLM") -> list[Finding]:
     """Scale counts, shapes and values of every packed module, and fused siblings' shared scale (the scale bytes come
-    from `values`: what doctor decided to read, see doctor/scales.py)."""
+    from `values`: what doctor decided to read, see doctor/scales.py); `who`: the target runtime, as messages name it."""
     located = ckpt.locate()
     findings = []
     scale_2: dict[str, float] = {}
@@ -107,7 +107,7 @@ def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precisio
         if len(set(values.values())) > 1:
             runtime_fuses = all(precision.get(n) == "nvfp4" for n in values)
             findings.append(Finding(Severity.ERROR if runtime_fuses else Severity.WARNING, Kind.SIBLINGS_SCALE_2, ", ".join(values),
-                                    f"fused siblings have different weight_scale_2 {values}; vLLM takes the max without rescaling "
+                                    f"fused siblings have different weight_scale_2 {values}; {who} takes the max without rescaling "
                                     "the block scales, so the fused layer computes wrong values (requantize with --original)"))
     return findings
 

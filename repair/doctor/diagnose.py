@@ -86,7 +86,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += float8_findings(modules, infos) + missing_findings(infos, specs, family.name, ckpt.config)
     said = {f.subject for f in mismatched}  # a layer declared NVFP4 stored without input_scale: said once, as a mismatch
     with ScaleValues(ckpt, modules, fmt.GLOBAL_SCALE_IS_DIVISOR, deep, progress) as values:
-        findings += [f for f in health_findings(ckpt, modules, built, fmt.GLOBAL_SCALE_IS_DIVISOR, values)
+        findings += [f for f in health_findings(ckpt, modules, built, fmt.GLOBAL_SCALE_IS_DIVISOR, values, target.profile.speaker)
                      if not (f.code == Kind.MISSING_INPUT_SCALE and f.subject in said)]
         # a module-driven loader (TensorRT-LLM's copy_weight): its own account, from its data (scalars read as above)
         module_loads = module_load_findings(ckpt, modules, declaration, target, tp, family, values) if module_driven(target) else None

@@ -88,6 +88,8 @@ def checked(d: Diagnosis) -> str:
                 f"({d.target.profile.rules.source}) for {d.architecture}, format health, config consistency") + _rows(d)
     if d.simulated:
         return f"checked: {d.target.spec}'s loader simulated for {d.architecture}, format health, config consistency and exclusions"
+    if d.target.release is not None and d.architecture in d.target.release.entries:  # a layer profile, not a loader's
+        return f"checked: format health, config consistency and exclusions for {d.architecture} (no loader simulation for it)" + _rows(d)
     return f"no loader profile for {d.architecture}: checked format health, config consistency and exclusions only" + _rows(d)
 
 
