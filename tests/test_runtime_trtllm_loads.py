@@ -57,6 +57,10 @@ def test_report_4_deepseek_v4_excluded_fp8_attention(capsys, tmp_path):
     assert {f["subject"] for f in cast} == {f"layers.{i}.attn.{p}" for i in (0, 1) for p in ("wq_b", "wo_a", "wo_b")}
     assert all("copy_weight casts the fp8 weight to bf16 without its scales, silently" in f["message"] for f in cast)
     assert report["schemes"]["layers.0.ffn.experts.0.w1"] == "nvfp4" and report["schemes"]["layers.0.attn.wq_b"] == "bf16"
+    # _load_weights_impl (modeling_utils.py @ cb4c622c) walks model.named_modules() and the first exception ends the
+    # load: layer 0's fused_a, before layer 1's; the silent casts stop nothing
+    (stop,) = report["runtime_stops_at"]
+    assert stop["rank"] == 0 and stop["tensor"].startswith("layers.0.attn.w") and stop["error"] == fused_a[0]["runtime_error"]
     fixed_is_clean(capsys, src, tmp_path / "out", "trtllm==1.3.0")
 
 
@@ -88,6 +92,8 @@ def test_excluded_packed_row_parallel_layer_breaks_per_rank(capsys, qwen3, tmp_p
     (o_proj,) = findings(report, "load-error")
     assert (o_proj["subject"], o_proj["ranks"]) == ("model.layers.0.self_attn.o_proj", sorted(rank_errors))
     assert o_proj["runtime_error"] == BROADCAST.format(*rank_errors[0])
+    assert report["runtime_stops_at"] == [{"rank": r, "tensor": "model.layers.0.self_attn.o_proj", "error": BROADCAST.format(*e)}
+                                          for r, e in rank_errors.items()]
     fixed_is_clean(capsys, src, tmp_path / "out", "trtllm==1.2.0")
 
 
@@ -174,3 +180,20 @@ def test_laguna_regex_ignore_entries_are_silently_unmatched_before_pr_13844(caps
     fixed_is_clean(capsys, src, tmp_path / "out", "trtllm==1.1.0")
     ignore = __import__("json").loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]["ignore"]
     assert "model.layers.0.self_attn.o_proj" in ignore
+
+
+def test_the_load_stops_at_the_first_failing_module_in_named_modules_order(capsys, qwen3, tmp_path):
+    """_load_weights_impl (tensorrt_llm/_torch/models/modeling_utils.py @ cb4c622c) loads module by module in
+    model.named_modules() order (serially by default there) and the first exception ends the load: layer 2 before
+    layer 10 (by index, not by name), a layer's attention before its MLP, the inner model before lm_head."""
+    from repair.doctor.module_loads import load_order
+
+    names = ["lm_head", "model.layers.10.self_attn.o_proj", "model.layers.2.mlp.down_proj", "model.layers.2.self_attn.o_proj",
+             "model.embed_tokens", "model.layers." + "9" * 5000 + ".mlp.down_proj"]
+    assert sorted(names, key=load_order) == ["model.embed_tokens", "model.layers.2.self_attn.o_proj", "model.layers.2.mlp.down_proj",
+                                             "model.layers.10.self_attn.o_proj", "model.layers." + "9" * 5000 + ".mlp.down_proj", "lm_head"]
+    src = copy_of(qwen3, tmp_path / "two", quant=lambda q: q["exclude_modules"].extend(
+        ["model.layers.1.mlp.down_proj", "model.layers.1.self_attn.o_proj"]))
+    _, report = doctor_json(capsys, src, "trtllm==1.2.0")
+    assert len(findings(report, "load-error")) == 2
+    assert [(s["rank"], s["tensor"]) for s in report["runtime_stops_at"]] == [(0, "model.layers.1.self_attn.o_proj")]

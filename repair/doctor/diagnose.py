@@ -15,7 +15,7 @@ from repair.doctor.declared import (algorithm_findings, float8_findings, fused_a
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.fused import fused_storage_findings
 from repair.doctor.missing import missing_findings
-from repair.doctor.module_loads import module_driven, module_load_findings, replaced_by_loads
+from repair.doctor.module_loads import load_stops, module_driven, module_load_findings, replaced_by_loads
 from repair.doctor.scales import Progress, ScaleValues
 from repair.doctor.schemes import excluded_packed_findings, predicted_schemes, scheme_findings
 from repair.doctor.table_loads import table_loads
@@ -104,6 +104,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     if module_loads is not None:
         loads, precision = module_loads
         findings = [f for f in findings if not replaced_by_loads(f)] + loads
+        first = load_stops(loads, tp) or first
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
     return Diagnosis(target, tp, tuple(findings), first, precision, bits, architecture_name(ckpt.config), simulated, tuple(notes),

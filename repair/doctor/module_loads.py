@@ -23,6 +23,7 @@ from repair.targets.tp_rules import MAX_DEGREE
 from repair.targets.profiles import Target
 from repair.targets.sglang_match import Building
 from repair.targets.trtllm_match import trtllm_building
+from repair.targets.vllm_loader import Outcome
 
 SCALE_ROLES = ("weight_scale", "weight_scale_2", "input_scale")
 # the generic checks' account of fused layers and of the schemes built (worded for vLLM's loaders and its linear
@@ -71,6 +72,29 @@ def module_load_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], dec
     for layer in layers:
         findings += _layer_findings(layer, linears, leaves, ckpt, loaders, tp, rules.speaker, read)
     return findings, schemes
+
+
+ATTENTION = frozenset({"self_attn", "attn"})  # a decoder layer registers its attention before its MLP
+
+
+def load_order(name: str) -> tuple:
+    """model.named_modules() order, the order _load_weights_impl loads in (tensorrt_llm/_torch/models/modeling_utils.py
+    @ cb4c622c): the inner model before lm_head, layers by index (compared by length then digits: no int() of a
+    hostile 10^4-digit name), a decoder layer's attention before its MLP, the rest by name."""
+    parts = name.split(".")
+    return (parts[0] == "lm_head",) + tuple((0, len(p), p) if p.isascii() and p.isdigit() else (1, p not in ATTENTION, p)
+                                            for p in parts)
+
+
+def load_stops(findings: list[Finding], tp: int) -> tuple[Outcome, ...]:
+    """Where each rank stops: the first module in load order whose loader raises (an error finding with the runtime's
+    exception), as _load_weights_impl's serial walk raises it (the parallel one re-raises after its log line)."""
+    firsts: dict[int, Outcome] = {}
+    for f in sorted((f for f in findings if f.severity is Severity.ERROR and f.runtime_error), key=lambda f: load_order(f.subject)):
+        for rank in f.ranks:
+            if 0 <= rank < tp:
+                firsts.setdefault(rank, Outcome(f.subject, rank, "error", f.runtime_error))
+    return tuple(firsts[r] for r in sorted(firsts))
 
 
 def _absent_mtp_layers(mtp: dict[str, int], linears, building: Building, loaders, label: str) -> list[Finding]:
