@@ -32,10 +32,23 @@ def mtp_layer_names(targets, config: dict | None, modules, made: set[str], names
     (`made`, or stored so): such a release reads only the layer's name, and entries for the modules under it never
     reach its MoE. The layer's name replaces each of them that every target reads it as covering."""
     layers = {layer for t in targets if t.profile.rules is not None for layer in t.profile.rules.mtp_layers(config)}
-    out = list(names)
-    for layer in sorted(layers):
-        under = [n for n in out if n.startswith(layer + ".")]
-        if not under or any(m.is_quantized and n not in made for n, m in modules.items() if n.startswith(layer + ".")):
-            continue
-        out = [n for n in out if n not in under or not covers([layer], n)] + [layer]
-    return sorted(set(out))
+    if not layers:
+        return names
+    owner = _owners(layers)
+    under: dict[str, list[str]] = {}
+    for n in names:
+        if (layer := owner(n)) is not None:
+            under.setdefault(layer, []).append(n)
+    kept = {owner(n) for n, m in modules.items() if m.is_quantized and n not in made} - {None}  # stays quantized
+    out = set(names)
+    for layer in sorted(set(under) - kept):
+        out -= {n for n in under[layer] if covers([layer], n)}
+        out.add(layer)
+    return sorted(out)
+
+
+def _owners(layers: set[str]):
+    """name -> the layer in `layers` it is under (None): one dict lookup per distinct prefix length, not per layer."""
+    prefixes = {layer + ".": layer for layer in layers}
+    lengths = sorted({len(p) for p in prefixes})
+    return lambda name: next((prefixes[name[:k]] for k in lengths if name[:k] in prefixes), None)
