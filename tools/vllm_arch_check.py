@@ -12,9 +12,12 @@ LOAD = {"ok": bool, "error_type": ..., "error": ...}: vLLM's own loader on CPU (
 tracked), the real weights of the folder. When the healthy export does not load, "bf16_load" says whether vLLM loads
 transformers' own BF16 checkpoint of the same model (if not, its names are not vLLM's: nothing about quantization).
 
-The checkpoint: the profile's small config (tools/vllm_profile_configs.py); the tensor names and shapes are what
-transformers' own model class for it writes with ``save_pretrained`` (per-expert names where transformers reverts
-its fused experts, tied lm_head dropped), i.e. the names a ModelOpt export of that model has. Which module is stored
+The checkpoint: the profile's small config (tools/vllm_profile_configs.py, plus the PUBLISHED fields below where
+transformers' class and vLLM's file build different layers from the same config); the tensor names and shapes are what
+transformers' own model class for it writes with ``save_pretrained`` (its conversion mapping reversed: per-expert names
+where transformers reverts its fused experts, the published names it renames; tied lm_head dropped), i.e. the names a
+ModelOpt export of that model has. Where vLLM's load_weights refuses those names, transformers' own names (the
+mapping's renamings applied forward) are written instead, if vLLM takes them. Which module is stored
 NVFP4 (ModelOpt's leaves: packed uint8 ``weight``, FP8 ``weight_scale`` per 16, FP32 ``weight_scale_2`` and
 ``input_scale``) is vLLM's own decision under an exclude-nothing ModelOpt config (tools/vllm_declared.py's
 ``decide``); every other module it places is listed in hf_quant_config.json's ``exclude_modules`` (embeddings aside),
@@ -36,13 +39,35 @@ import traceback
 import vllm_declared
 from vllm_declared import decide, setup
 from vllm_load import load
-from vllm_profile import QUANTIZATION, no_triton_allocator
+from vllm_profile import QUANTIZATION, no_triton_allocator, refused_layer
 from vllm_profile_configs import model_types, small_config
 from vllm_runtime import Loader, emit, reported
 
 PRODUCER = {"name": "modelopt", "version": "0.33.0"}  # the hf_quant_config.json form of tests/data/real's exports
 EMBEDDING = "Embedding"  # vLLM's embedding layer classes (VocabParallelEmbedding, ...): ModelOpt lists none
 LM_HEAD = "lm_head"  # ModelOpt's default config never quantizes it (`*lm_head*` disabled) and always excludes it
+# Config fields where transformers' class and vLLM's model file read the same config into different layers, set to
+# the branch on which both build the same tensors (the one published checkpoints take: transformers' class always
+# writes these tensors). Config values, not tensor names: the names still come from transformers' save_pretrained.
+# Provenance: vLLM 0.32 model files (lines), transformers 5.19 classes.
+PUBLISHED: dict[str, dict] = {
+    # deepseek_v2.py:327 builds gate.e_score_correction_bias only for topk_method "noaux_tc" (DeepSeek-V3's config)
+    "DeepseekV3ForCausalLM": {"topk_method": "noaux_tc"},
+    # minimax_m2.py:85 builds e_score_correction_bias only if use_routing_bias (MiniMax-M2's config sets it)
+    "MiniMaxM2ForCausalLM": {"use_routing_bias": True},
+    "HYV3ForCausalLM": {"qk_norm": True},  # hy_v3.py:260 builds q_norm/k_norm only if qk_norm
+    # gemma4.py:630 builds the MoE block when num_experts is set; transformers' class when enable_moe_block
+    "Gemma4ForCausalLM": {"enable_moe_block": True},
+    "FalconForCausalLM": {"ffn_hidden_size": None},  # falcon.py:237 builds 4 * hidden_size; transformers derives it so
+    # AXK1.py:643 builds post_mlp_layernorm in every layer; transformers' class only in its MoE blocks (its conversion
+    # mapping renames post_mlp_layernorm into mlp.): an all-MoE stack is the layout both hold
+    "AXK1ForCausalLM": {"first_k_dense_replace": 0},
+    # zamba2.py:165 builds the shared attention's qkv_proj with as many K/V heads as query heads (no kv-head count)
+    "Zamba2ForCausalLM": {"num_key_value_heads": 4},  # = SMALL's num_attention_heads
+    # the class's default 15 KV-shared layers (of 35) outnumber the 4 kept; transformers' class then finds no earlier
+    # layer of a shared layer's kind. One shared layer is the smallest layout that keeps KV sharing
+    "Gemma3nForCausalLM": {"num_kv_shared_layers": 1},
+}
 
 
 def log(msg: str) -> None:
@@ -84,6 +109,62 @@ def bf16_export(arch: str, config: dict, folder: str) -> dict:
         tensors.update(load_file(os.path.join(folder, file)))
     not_linear = {n for n, m in model.named_modules() if not isinstance(m, torch.nn.Linear)}
     return tensors, not_linear
+
+
+def transformers_names(model_type: str, tensors: dict) -> dict:
+    """`tensors` renamed by every WeightRenaming of transformers' conversion mapping for `model_type` (the names its
+    class holds; save_pretrained writes them back to the published ones). Some vLLM files read these instead (vLLM 0.32's
+    olmo_hybrid.py: input_layernorm, not the published attention_layer_norm). Converters (fused experts) are kept."""
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    from transformers.core_model_loading import WeightRenaming
+
+    renamings = [r for r in get_checkpoint_conversion_mapping(model_type) or () if isinstance(r, WeightRenaming)]
+    out = {}
+    for name, tensor in tensors.items():
+        for renaming in renamings:
+            name = renaming.rename_source_key(name)[0]
+        out[name] = tensor
+    return out
+
+
+def quantize_all(probe: str, config: dict) -> dict:
+    """vLLM's decision per module of the checkpoint in `probe` under the profile's quantize-everything config; a layer
+    vLLM's NVFP4 method refuses to build (a 4-wide Gemma 3n AltUp linear) is excluded and the build retried, as the
+    profile generator does (tools/vllm_profile.py's refused_layer): a ModelOpt export vLLM loads must exclude it."""
+    refused: list[str] = []
+    while True:
+        with open(os.path.join(probe, "config.json"), "w") as f:
+            json.dump(dict(config, quantization_config=dict(QUANTIZATION, ignore=refused)), f)
+        try:
+            return decide(probe)["modules"]
+        except ValueError as e:
+            layer = refused_layer(e)
+            if layer is None or layer in refused:
+                raise
+            refused.append(layer)
+
+
+def vllm_placed(probe: str, config: dict, tensors: dict) -> tuple[dict, dict]:
+    """(vLLM's decision per module, the checkpoint's tensors) for transformers' published names, else for its own
+    names where vLLM's load_weights refuses the published ones (the first error stands when both fail)."""
+    from safetensors.torch import save_file
+
+    try:
+        return quantize_all(probe, config), tensors
+    except Exception:
+        renamed = transformers_names(config["model_type"], tensors)
+        if set(renamed) == set(tensors):
+            raise
+        first = sys.exc_info()[1]
+    for file in [f for f in os.listdir(probe) if f.endswith(".safetensors")] + ["model.safetensors.index.json"]:
+        if os.path.exists(os.path.join(probe, file)):
+            os.remove(os.path.join(probe, file))
+    save_file({k: v.contiguous() for k, v in renamed.items()}, os.path.join(probe, "model.safetensors"),
+              metadata={"format": "pt"})
+    try:
+        return quantize_all(probe, config), renamed
+    except Exception as e:
+        raise first from e
 
 
 def nvfp4_leaves(module: str, weight) -> dict:
@@ -133,7 +214,7 @@ def broken_choice(placed: dict, tensors: dict, quantized: set[str]) -> tuple[str
 
 def check(arch: str, root: str, names: dict, loader: Loader) -> dict:
     config, _ = small_config(arch, names)
-    config = dict(config, architectures=[arch], torch_dtype="bfloat16")
+    config = dict(config, architectures=[arch], torch_dtype="bfloat16", **PUBLISHED.get(arch, {}))
     if isinstance(config.get("pad_token_id"), int) and config["pad_token_id"] >= config.get("vocab_size", 1 << 30):
         config["pad_token_id"] = None  # the class default names a token of the full vocabulary
     if config.get("num_nextn_predict_layers"):
@@ -144,9 +225,7 @@ def check(arch: str, root: str, names: dict, loader: Loader) -> dict:
     shutil.rmtree(base, ignore_errors=True)
     probe = os.path.join(base, "bf16")
     tensors, not_linear = bf16_export(arch, config, probe)
-    with open(os.path.join(probe, "config.json"), "w") as f:  # the profile's own config, asked to quantize everything
-        json.dump(dict(config, quantization_config=QUANTIZATION), f)
-    placed = decide(probe)["modules"]
+    placed, tensors = vllm_placed(probe, config, tensors)
     quantized = {m for m, v in placed.items() if v["quantized"] and tensors[f"{m}.weight"].dim() == 2 and m != LM_HEAD
                  and m not in not_linear}
     excluded = [m for m, v in placed.items() if m not in quantized and EMBEDDING not in v["layer"]] + [LM_HEAD]
