@@ -86,6 +86,15 @@ def _short(text: str, what: str, expected: str) -> str:
     return text
 
 
+def targets_of(value) -> str:
+    """The target field's choices as one `--target` value (`a,b`, as the CLI takes it); each part may itself be
+    a typed list. The library resolves and checks every part (repair.targets.profiles.resolve_many)."""
+    parts = [str(v).strip() for v in (value if isinstance(value, (list, tuple)) else [value]) if v is not None and str(v).strip()]
+    if not parts:
+        raise UsageError("choose a runtime and release in the target field (one or several), e.g. vllm==0.32.0")
+    return _short(",".join(parts), "the target list", "runtime==X.Y.Z, comma-separated")
+
+
 def tp_degree(value) -> int:
     try:
         degree = 1 if value is None else int(value)

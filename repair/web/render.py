@@ -8,6 +8,7 @@ import html
 from repair.version import __version__
 
 TOOL = f"ckpt-repair {__version__}"
+HEADERS = ("module", "stored", "logical shape", "expected", "declared", "algorithm", "note")  # the module table's; "built as" goes before "note"
 NOT_QUANTIZED = ("this model is not quantized (no quantization declared, every weight stored unquantized): "
                  "ckpt-repair repairs quantized checkpoints, so there is nothing to repair")
 
@@ -23,18 +24,24 @@ def error(line: str, answered: int | None = None) -> str:
     return f"<div class='ckpt-error'{stamp}>error: {esc(line)}</div>"
 
 
-def verdict(answer: dict, target: str, tp: int, answered: int = 0) -> str:
-    where = f"{esc(target)}, tensor parallel {tp}"
-    if answer["stops"]:
+def verdict(answer: dict, tp: int, answered: int = 0) -> str:
+    """One verdict per target, side by side (a row of cards); `data-loads` says whether every target loads it."""
+    cards = "".join(_card(v, tp, answer.get("noop")) for v in answer["verdicts"])
+    loads = "yes" if all(v["exit_code"] == 0 for v in answer["verdicts"]) else "no"
+    return f"<div id='verdict-text' data-answered='{answered}' data-loads='{loads}' class='verdicts'>{cards}</div>"
+
+
+def _card(v: dict, tp: int, noop: bool | None) -> str:
+    where = f"{esc(v['target'])}, tensor parallel {tp}"
+    head = f"<div class='verdict' data-target='{esc(v['target'])}' data-loads='{'no' if v['exit_code'] else 'yes'}' title='{esc(v['label'])}'>"
+    if v["stops"]:
         stops = "".join(f"<li>{'rank ' + str(s['rank']) + ' ' if tp > 1 else ''}stops at <code>{esc(s['tensor'])}</code> with: "
-                        f"<code>{esc(s['error'])}</code></li>" for s in answer["stops"])
-        return f"<div id='verdict-text' data-answered='{answered}' data-loads='no'><b>Fails to load</b> on {where}:<ul>{stops}</ul></div>"
-    errors = len(answer["findings"].get("error", []))
-    if answer["exit_code"]:
-        return f"<div id='verdict-text' data-answered='{answered}' data-loads='no'><b>Problems</b> on {where}: {errors} error(s); see the findings.</div>"
-    warnings = len(answer["findings"].get("warning", []))
-    also = f"; {warnings} warning(s) below, which the plan repairs" if warnings and not answer.get("noop") else ""
-    return f"<div id='verdict-text' data-answered='{answered}' data-loads='yes'><b>Loads</b> on {where}: doctor found no error{also}.</div>"
+                        f"<code>{esc(s['error'])}</code></li>" for s in v["stops"])
+        return f"{head}<b>Fails to load</b> on {where}:<ul>{stops}</ul></div>"
+    if v["exit_code"]:
+        return f"{head}<b>Problems</b> on {where}: {v['errors']} error(s); see the findings.</div>"
+    also = f"; {v['warnings']} warning(s) below, which the plan repairs" if v["warnings"] and not noop else ""
+    return f"{head}<b>Loads</b> on {where}: doctor found no error{also}.</div>"
 
 
 def findings(answer: dict) -> str:
@@ -85,9 +92,9 @@ def result(status: dict | None) -> str:
                      + (" (already open)" if r["pr"].get("existing") else ""))
     if r.get("fork") and r["fork"].get("url"):
         lines.append(f"Fork commit: <a id='fork-link' href='{esc(r['fork']['url'])}' target='_blank'>{esc(r['fork']['url'])}</a>")
-    after = r.get("doctor_after")
-    if after:
-        found = after.get("findings", [])
-        lines.append(f"Doctor after, for {esc(after.get('target'))}: {len(found)} finding(s)"
+    after = r.get("doctor_after") or {}
+    for each in after.get("targets", [after] if after else []):  # several targets: one verdict each
+        found = each.get("findings", [])
+        lines.append(f"Doctor after, for {esc(each.get('target'))}: {len(found)} finding(s)"
                      + "".join(f"<br>{esc(f.get('severity'))}: {esc(f.get('message'))}" for f in found))
     return "".join(f"<p>{line}</p>" for line in lines)

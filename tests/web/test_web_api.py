@@ -29,7 +29,7 @@ def test_the_page_offers_the_targets_the_library_knows_newest_first(app):
     client = Client(app.url, verbose=False)
     offered = [value for _, value in _component(client, "target")["choices"]]
     assert offered == list(target_choices())
-    assert _component(client, "target")["value"] == target_choices()[0]
+    assert _component(client, "target")["value"] == [target_choices()[0]]
 
 
 def test_doctor_through_the_api_equals_the_cli_at_tp_2(app, repos):
@@ -184,8 +184,8 @@ def test_the_module_table_and_findings_stay_bounded_on_a_deepseek_sized_model():
                                  tensor=lambda role: object())
         return SimpleNamespace(module=module, expected_shape=None, declared="quantized", algorithm="NVFP4")
 
-    rows = module_rows(SimpleNamespace(modules=[view(i) for i in range(MAX_ROWS + 500)]), {})
-    assert len(rows) == MAX_ROWS + 1 and rows[-1][0].startswith("... and 500 more modules")
+    rows = module_rows(SimpleNamespace(modules=[view(i) for i in range(MAX_ROWS + 500)]), {"vllm==0.32.0": {}, "sglang==0.5.23": {}})["data"]
+    assert len(rows) == MAX_ROWS + 1 and rows[-1][0].startswith("... and 500 more modules") and len(rows[-1]) == len(rows[0]) == 9
     listed = _first([f"finding {i}" for i in range(MAX_FINDINGS + 7)])
     assert len(listed) == MAX_FINDINGS + 1 and listed[-1].startswith("... and 7 more")
 

@@ -39,12 +39,28 @@ def sign_in(page) -> None:
     page.locator("#login", has_text="Logout").wait_for()
 
 
+def pick_targets(page, targets: list[str], typed: bool = False) -> None:
+    """Empty the target field, then add each target: typed (then Enter), or clicked in the field's list."""
+    field = page.locator("#target")
+    while field.locator(".token-remove:not(.remove-all)").count():
+        field.locator(".token-remove:not(.remove-all)").first.click()
+    for target in targets:
+        field.locator("input").click()
+        if typed:
+            field.locator("input").fill(target)
+            page.keyboard.press("Enter")
+        else:
+            page.locator(f"[role=option][aria-label='{target}']").click()
+    page.locator("#repo textarea, #repo input").first.click()  # the list closes
+    chips = field.locator(".token > span").all_inner_texts()
+    assert chips == targets, chips
+
+
 def check(page, repo: str, target: str | None = None) -> None:
-    """Type the repo id (and pick a target), press Check, wait for the verdict or the error line."""
-    page.locator("#repo textarea, #repo input").first.fill(repo)
+    """Type the repo id (and type the target, one or `a,b`), press Check, wait for the verdict or the error line."""
     if target:
-        page.locator("#target input").fill(target)
-        page.keyboard.press("Enter")
+        pick_targets(page, [target], typed=True)
+    page.locator("#repo textarea, #repo input").first.fill(repo)
     answered = "[...document.querySelectorAll('#verdict-text, #error .ckpt-error')].map(e => e.dataset.answered).join()"
     before = page.evaluate(answered)
     page.locator("#check").click()
