@@ -4,6 +4,7 @@ a job's status and its result. Text only: nothing here decides anything about a 
 from __future__ import annotations
 
 import html
+import re
 
 from repair.version import __version__
 
@@ -80,6 +81,18 @@ def job(status: dict | None) -> str:
     return "\n\n".join(lines)
 
 
+WEB_ADDRESS = re.compile(r"https?://[^\s\x00-\x1f\x7f-\x9f'\"<>`]+", re.ASCII)
+
+
+def link(url: object, elem_id: str) -> str:
+    """A Hub's address as a link only when it is a plain http(s) one: a hostile Hub's `javascript:`, `data:` or
+    whitespace-hidden scheme (browsers drop tabs and leading spaces) is shown as text, which no click runs."""
+    text = url if isinstance(url, str) else repr(url)
+    if isinstance(url, str) and WEB_ADDRESS.fullmatch(url):
+        return f"<a id='{elem_id}' href='{esc(url)}' target='_blank' rel='noopener noreferrer'>{esc(url)}</a>"
+    return f"<code id='{elem_id}'>{esc(text)}</code> (the Hub gave this address, which is not a web address; not linked)"
+
+
 def result(status: dict | None) -> str:
     if not status or status.get("state") != "done" or not status.get("result"):
         return ""
@@ -88,10 +101,9 @@ def result(status: dict | None) -> str:
     if r.get("status") in ("noop", "up-to-date"):
         lines.append("Nothing to do: " + ("the source needs no repair." if r["status"] == "noop" else "the fork or an open pull request already has this fix."))
     if r.get("pr"):
-        lines.append(f"Pull request: <a id='pr-link' href='{esc(r['pr']['url'])}' target='_blank'>{esc(r['pr']['url'])}</a>"
-                     + (" (already open)" if r["pr"].get("existing") else ""))
+        lines.append(f"Pull request: {link(r['pr'].get('url'), 'pr-link')}" + (" (already open)" if r["pr"].get("existing") else ""))
     if r.get("fork") and r["fork"].get("url"):
-        lines.append(f"Fork commit: <a id='fork-link' href='{esc(r['fork']['url'])}' target='_blank'>{esc(r['fork']['url'])}</a>")
+        lines.append(f"Fork commit: {link(r['fork']['url'], 'fork-link')}")
     after = r.get("doctor_after") or {}
     for each in after.get("targets", [after] if after else []):  # several targets: one verdict each
         found = each.get("findings", [])
