@@ -7,6 +7,7 @@ raises into gradio, whose bare "Error" toast is what users of other Spaces compl
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 import subprocess
@@ -142,13 +143,27 @@ def fix_request(analysis: dict | None, mode: str, fork: str, private: bool, who:
         raise UsageError(analysis.get("plan_error") or "nothing to repair: the fix would change nothing")
     request = {k: analysis[k] for k in ("source", "target", "recipe", "bytes")}
     if mode == "fork":
-        name = _short((fork or "").strip(), "the fork name", "owner/name") or f"{who.user}/{analysis['source'].split('@')[0].split('/')[1]}-fixed"
+        name = _short((fork or "").strip(), "the fork name", "owner/name") or f"{who.user}/{default_fork(analysis['source'].split('@')[0].split('/')[1])}"
         if not REPO_ID.fullmatch(name) or "--" in name or ".." in name:
             raise UsageError(f"fork name {name!r}: expected owner/name (your account or an organization you may write to)")
         request.update(mode="fork", fork=name, private=bool(private))
     else:
         request.update(mode="pr")
     return request
+
+
+MAX_NAME = 96  # the Hub's limit on a repo name (huggingface_hub's validate_repo_id)
+SUFFIX = "-fixed"
+
+
+def default_fork(name: str) -> str:
+    """`<name>-fixed`; when that passes the Hub's 96 characters, the name cut short plus 8 hex of its sha256, so
+    the same source always gets the same fork and two long names that share a beginning get two."""
+    if len(name) + len(SUFFIX) <= MAX_NAME:
+        return name + SUFFIX
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    kept = name[:MAX_NAME - len(SUFFIX) - len(digest) - 1].rstrip("-.")  # no `--`, `.-` or `..` at the cut
+    return f"{kept}-{digest}{SUFFIX}"
 
 
 def command_line(analysis: dict, request: dict) -> str:

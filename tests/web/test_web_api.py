@@ -249,3 +249,26 @@ def test_a_typed_hidden_folder_under_the_root_is_refused_as_the_list_leaves_it_o
         (tmp_path / name).mkdir(parents=True)
         with pytest.raises(UsageError, match="hidden"):
             source_of(SimpleNamespace(root=tmp_path), "", name)
+
+
+def test_a_default_fork_name_stays_within_the_hubs_96_characters_deterministically():
+    """`<name>-fixed` of a 91-96 character repo name would pass the Hub's limit: the default is cut, and a hash of the
+    whole name keeps two long names apart; huggingface_hub's own validator accepts every one."""
+    from huggingface_hub.utils import validate_repo_id
+
+    from repair.web.handlers import fix_request
+    from repair.web.session import Identity
+
+    def default_fork(name: str) -> str:
+        analysis = {"source": f"alice/{name}@main", "target": None, "recipe": None, "bytes": {}, "quantized": True}
+        return fix_request(analysis, "fork", "", False, Identity("bob", "hf_x"))["fork"]
+
+    assert default_fork("m" * 90) == "bob/" + "m" * 90 + "-fixed"  # 96: fits, unchanged
+    names = ["m" * 91, "m" * 96, "m" * 95 + "x", "a" * 80 + "-" + "b" * 15, "a" * 80 + "." + "b" * 15, "a" * 79 + ".-" + "b" * 15, "x.y" * 32]
+    made = [default_fork(n) for n in names]
+    for name, fork in zip(names, made):
+        owner, repo = fork.split("/")
+        validate_repo_id(fork)
+        assert owner == "bob" and len(repo) <= 96 and repo.endswith("-fixed") and "--" not in repo and ".." not in repo, fork
+        assert repo[:40] == name[:40] and default_fork(name) == fork  # recognisable, and the same every time
+    assert len(set(made)) == len(made)
