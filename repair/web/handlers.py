@@ -107,8 +107,15 @@ def tp_degree(value) -> int:
 
 
 def worker_line(server: Server, line: str) -> str:
-    """A library line as the page should say it: on a Space, signing in is how a user gives a token."""
-    return line.replace(LOGIN, SIGN_IN) if server.login.space else line
+    """A library line as the page should say it, not the CLI's HF_TOKEN / `hf auth login`: on a Space, signing in is
+    how a visitor gives a token; locally the page reads the Hub with this machine's login, whose account it names."""
+    if server.login.space:
+        return line.replace(LOGIN, SIGN_IN)
+    user = server.login.local.user
+    local = (f"this page reads the Hub as {user}, this machine's login; for another account run `hf auth login` on this "
+             "machine, then restart `ckpt-repair serve`") if user else (
+        "this page has no Hugging Face login; run `hf auth login` on this machine, then restart `ckpt-repair serve`")
+    return line.replace(LOGIN, local)
 
 
 def run_doctor(server: Server, who: Identity, request: dict) -> dict:

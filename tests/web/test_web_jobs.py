@@ -4,6 +4,7 @@ worker leaves nothing behind and its page says what happened."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import shutil
@@ -127,3 +128,15 @@ def test_the_space_layout_serves_the_page_with_oauth(hub, repos, tmp_path, brows
         finally:
             app.stop()
     assert not list(tmp_path.glob("ckpt-repair-web-*")), "the Space's state folder outlived it"
+
+
+def test_a_private_repo_on_a_space_asks_the_visitor_to_sign_in(space, repos):
+    """Signed out on a Space, a private repo's line says what the page offers (the sign-in button), not the CLI's
+    HF_TOKEN / `hf auth login`."""
+    from gradio_client import Client
+
+    from repair.web.choices import FOR_TARGET
+
+    error = html.unescape(Client(space.url, verbose=False).predict(repos["private"], "", TARGET, 1, FOR_TARGET, api_name="/on_check")[0])
+    assert "no such model repo on" in error and "sign in with Hugging Face (the button at the top)" in error, error
+    assert "HF_TOKEN" not in error and "hf auth login" not in error, error
