@@ -140,7 +140,7 @@ def make_server(root: Path | None = None, state: Path | None = None, *, workers:
         raise OutputError(f"{parent}: cannot make the server's state folder here ({exc.strerror or exc}); give a writable "
                           "folder as --state") from None
     jobs = JobTable(folder, workers=workers, max_queued=max_queued).start()
-    return Server(login, jobs, Spares(jobs.state / "cwd", jobs.env), root.resolve() if root else None)
+    return Server(login, jobs, Spares(jobs.state / "cwd", jobs.env, jobs.state / "doctor-tmp"), root.resolve() if root else None)
 
 
 def serve(server: Server, host: str, port: int | None) -> gr.Blocks:

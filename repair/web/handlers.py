@@ -16,7 +16,9 @@ from pathlib import Path
 
 from repair.errors import RepairError, UsageError, one_line
 from repair.hub.errors import LOGIN, scrub
+from repair.hub.source import WORK_PREFIX
 from repair.hub.spec import REPO_ID
+from repair.io import staging
 from repair.io.names import inside, name_problem
 from repair.web.choices import cli_options
 from repair.web.jobs import JobTable
@@ -127,6 +129,9 @@ def run_doctor(server: Server, who: Identity, request: dict) -> dict:
         proc.kill()
         proc.wait()
         raise UsageError(f"{request['source']}: doctor took longer than {DOCTOR_TIMEOUT} s; try again later") from None
+    finally:  # a worker killed (here, or by anything else) leaves its work folder: removed now, by the marker and pid rule
+        if proc.poll() is not None:
+            staging.remove_stale(server.spares.tmp, WORK_PREFIX)
     try:
         answer = json.loads(out)
     except ValueError:

@@ -272,3 +272,47 @@ def test_a_default_fork_name_stays_within_the_hubs_96_characters_deterministical
         assert owner == "bob" and len(repo) <= 96 and repo.endswith("-fixed") and "--" not in repo and ".." not in repo, fork
         assert repo[:40] == name[:40] and default_fork(name) == fork  # recognisable, and the same every time
     assert len(set(made)) == len(made)
+
+
+def test_a_check_killed_at_its_timeout_leaves_no_work_folder(hub, repos, tmp_path, monkeypatch):
+    """doctor's worker hangs on the Hub (its shard reads never answer) after making its work folder; at the timeout
+    the server kills it and removes that folder at once, not at the next check."""
+    import threading
+
+    from repair.errors import UsageError as Refused
+    from repair.hub.source import WORK_PREFIX
+    from repair.web import handlers
+    from repair.web.handlers import Server, run_doctor
+    from repair.web.session import Identity, Login
+    from repair.web.spares import Spares
+
+    hub.add_repo("alice/hanging-assistant", _tiny(tmp_path))
+    reached, release = threading.Event(), threading.Event()
+    dispatch = hub._dispatch
+
+    def hanging(h):
+        if "hanging-assistant" in h.path and h.path.partition("?")[0].endswith(".safetensors") and h.method == "GET":
+            reached.set()
+            release.wait(60)
+        return dispatch(h)
+
+    monkeypatch.setattr(hub, "_dispatch", hanging)
+    monkeypatch.setattr(handlers, "DOCTOR_TIMEOUT", 8)
+    jobs = JobTable(tmp_path / "state", workers=0, env=hub_env(hub, tmp_path / "home"))
+    spares = Spares(jobs.state / "cwd", jobs.env, jobs.state / "doctor-tmp")
+    server = Server(Login(False, Identity("alice", hub.token)), jobs, spares)
+    try:
+        with pytest.raises(Refused, match="doctor took longer than 8 s"):
+            run_doctor(server, server.login.local, {"source": "alice/hanging-assistant", "target": "vllm==0.32.0", "tp": 1})
+        assert reached.is_set(), "the worker never reached the shard reads: its work folder was not made yet"
+        assert not list(spares.tmp.glob(f"{WORK_PREFIX}*")), "the killed check's work folder is still there"
+    finally:
+        release.set()
+        spares.close()
+        jobs.close()
+
+
+def _tiny(base: Path) -> Path:
+    from repair.demo.examples import TINY, write_assistant
+
+    return write_assistant(base / "tiny", TINY)
