@@ -10,6 +10,7 @@ import functools
 import hashlib
 import json
 import re
+import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,4 +182,4 @@ def default_fork(name: str) -> str:
 def command_line(analysis: dict, request: dict) -> str:
     """The `ckpt-repair hub fix` command that does the same, for the page and the user's notes."""
     where = ["--pr"] if request["mode"] == "pr" else ["--to", request["fork"]] + (["--private"] if request.get("private") else [])
-    return " ".join(["ckpt-repair", "hub", "fix", analysis["source"], *where, *cli_options(analysis.get("recipe"), analysis.get("target"))])
+    return shlex.join(["ckpt-repair", "hub", "fix", analysis["source"], *where, *cli_options(analysis.get("recipe"), analysis.get("target"))])

@@ -316,3 +316,16 @@ def _tiny(base: Path) -> Path:
     from repair.demo.examples import TINY, write_assistant
 
     return write_assistant(base / "tiny", TINY)
+
+
+def test_the_same_as_command_runs_as_printed_for_any_target_spelling():
+    """The page's `hub fix` line for a target list spelled with spaces (`vllm == 0.32.0`, which --target takes) splits
+    back into the same arguments, as a shell reads it."""
+    import shlex
+
+    from repair.web.handlers import command_line
+
+    analysis = {"source": "alice/model@main", "target": "vllm == 0.32.0,sglang==0.5.23", "recipe": FOR_TARGET}
+    line = command_line(analysis, {"mode": "fork", "fork": "bob/model-fixed", "private": True})
+    assert shlex.split(line) == ["ckpt-repair", "hub", "fix", "alice/model@main", "--to", "bob/model-fixed", "--private",
+                                 "--target", "vllm == 0.32.0,sglang==0.5.23"]
