@@ -73,7 +73,8 @@ def job(status: dict | None) -> str:
     if state == "running":
         lines.append(f"Phase: {esc(status.get('phase', ''))}")
     for phase, (done, total) in (status.get("progress") or {}).items():
-        lines.append(f"- {phase}: {done:,} of {total:,} bytes")
+        if total:  # a config-only fix moves no tensor bytes
+            lines.append(f"- {phase}: {done:,} of {total:,} bytes")
     if status.get("error"):
         lines.append(error(status["error"]))
     if state in ("queued", "running"):

@@ -37,3 +37,12 @@ def test_a_web_address_is_a_link_and_only_that_runs_in_the_browser(playwright_dr
         assert page.locator("text=javascript:alert(document.cookie)").count() == 2  # shown as text, pr and fork
     finally:
         browser.close()
+
+
+def test_a_config_only_fix_shows_no_empty_byte_counts():
+    """A fix that commits JSON only moves no tensor bytes: '0 of 0 bytes' lines would only puzzle a reader."""
+    from repair.web.render import job
+
+    shown = job({"id": "abc", "state": "done", "progress": {"download": [0, 0], "upload": [0, 0]}})
+    assert "0 of 0 bytes" not in shown and "Job" in shown
+    assert "- upload: 5 of 10 bytes" in job({"id": "abc", "state": "running", "phase": "uploading", "progress": {"upload": [5, 10]}})
