@@ -47,6 +47,10 @@ def test_a_bad_part_of_the_list_is_one_line_naming_it(app, prefixed):
     client = Client(app.url, verbose=False)
     error = client.predict(prefixed, "", ["vllm==0.32.0", "sglang==9"], 1, FOR_TARGET, api_name="/on_check")[0]
     assert "ckpt-error" in error and "part 2 of --target" in error and "sglang==9" in error, error
+    emptied = client.predict(prefixed, "", [], 1, FOR_TARGET, api_name="/on_check")[0]  # every chip removed
+    assert "choose a runtime and release in the target field" in emptied, emptied
+    huge = client.predict(prefixed, "", ["vllm==0.32.0"] * 100_000, 1, FOR_TARGET, api_name="/on_check")[0]
+    assert "the target list is" in huge and "at most 300 characters" in huge and len(huge) < 400, huge[:500]
 
 
 def test_several_targets_side_by_side_and_one_fix_for_all(app, hub, prefixed, browser_session, screens):
