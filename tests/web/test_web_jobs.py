@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import time
 
 import pytest
@@ -43,7 +44,19 @@ def statuses(app: App) -> dict[str, dict]:
     return {p.parent.name: json.loads(p.read_text()) for p in app.state.glob("*/jobs/*/status.json")}
 
 
-def test_two_users_run_jobs_at_once_and_each_sees_only_their_own(space, hub, repos, browser_session, screens):
+def test_two_users_run_jobs_at_once_and_each_sees_only_their_own(space, hub, repos, browser_session, screens, monkeypatch):
+    meet = threading.Barrier(2, timeout=90)  # each fork's commit waits for the other's: two jobs at once, whatever the load
+    dispatch = hub._dispatch
+
+    def commits_meet(h):
+        if h.method == "POST" and "/commit/" in h.path and ("/tiny-by-alice/" in h.path or "/tiny-by-bob/" in h.path):
+            try:
+                meet.wait()
+            except threading.BrokenBarrierError:  # the other job never came: the timing assertion below says so
+                pass
+        return dispatch(h)
+
+    monkeypatch.setattr(hub, "_dispatch", commits_meet)
     pages = {}
     for user in ("alice", "bob"):
         page = open_page(browser_session(user), space.url)
