@@ -40,20 +40,22 @@ def sign_in(page) -> None:
 
 
 def pick_targets(page, targets: list[str], typed: bool = False) -> None:
-    """Empty the target field, then add each target: typed (then Enter), or clicked in the field's list."""
+    """Empty the target field (its Clear button), then add each target: typed (the field takes it when it loses
+    focus, as when a visitor clicks on), or clicked in the field's list; waits until the chips are exactly these."""
+    from playwright.sync_api import expect
+
     field = page.locator("#target")
-    while field.locator(".token-remove:not(.remove-all)").count():
-        field.locator(".token-remove:not(.remove-all)").first.click()
+    if field.locator(".remove-all").count():
+        field.locator(".remove-all").click()
+    expect(field.locator(".token")).to_have_count(0)
     for target in targets:
         field.locator("input").click()
         if typed:
             field.locator("input").fill(target)
-            page.keyboard.press("Enter")
         else:
             page.locator(f"[role=option][aria-label='{target}']").click()
-    page.locator("#repo textarea, #repo input").first.click()  # the list closes
-    chips = field.locator(".token > span").all_inner_texts()
-    assert chips == targets, chips
+        page.locator("#repo textarea, #repo input").first.click()  # the list closes; a typed value becomes a chip
+    expect(field.locator(".token > span")).to_have_text(targets)
 
 
 def check(page, repo: str, target: str | None = None) -> None:
