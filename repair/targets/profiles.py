@@ -185,7 +185,10 @@ def specs_text(targets: tuple[Target, ...]) -> str:
 
 def target_choices() -> tuple[str, ...]:
     """Every target a chooser should offer, newest first: the newest known vLLM release, the first
-    release of each older profile, then bf16 (the web page asks this; it never lists releases itself)."""
+    release of each older profile, each shipped release file of the other runtimes, then bf16 (the web
+    page asks this; it never lists releases itself)."""
     firsts = sorted((p.min_version for p in PROFILES if p.min_version), reverse=True)
     releases = [NEWEST_KNOWN] + [f"vllm=={'.'.join(map(str, v))}" for v in firsts]
+    shipped = sorted(DATA_PROFILES, key=lambda p: (p.runtime, tuple(-v for v in p.min_version)))
+    releases += [f"{p.runtime}=={'.'.join(map(str, p.min_version))}" for p in shipped]
     return tuple(dict.fromkeys(releases)) + (BF16.name,)

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from repair import api
 from repair.doctor.diagnose import diagnose
-from repair.doctor.findings import Severity
+from repair.doctor.findings import Diagnosis, Severity
 from repair.doctor.inspection import Inspection, inspect_checkpoint
-from repair.doctor.text import diagnosis_json, diagnosis_text
+from repair.doctor.side_by_side import verdicts_text, worst_exit_code
+from repair.doctor.text import diagnosis_json
 from repair.errors import RepairError
 from repair.hub.source import open_source
 from repair.io.dtypes import nbytes
 from repair.planning.model import Plan, ShardOp
 from repair.planning.text import plan_as_text
-from repair.targets.profiles import resolve
+from repair.targets.profiles import resolve_many, specs_text
 from repair.web.choices import recipe_for
+from repair.web.render import HEADERS
 
 
 MAX_ROWS = 2000  # a DeepSeek-sized model has ~60k linear modules: the page shows the first ones, `inspect` lists all
@@ -26,23 +28,25 @@ MAX_FINDINGS = 200
 
 
 def analyze(request: dict) -> dict:
-    """{verdict, doctor_text, exit_code, stops, findings, modules, plan_text, plan_error, bytes} for one source."""
+    """{doctor_text, exit_code, verdicts, findings, modules, plan_text, plan_error, bytes, ...} for one source and one
+    or several targets (`a,b` as the CLI's --target): doctor's text is the CLI's, side by side for several."""
     ckpt = open_source(request["source"])
-    target, tp = resolve(request.get("target")), int(request.get("tp") or 1)
-    result = diagnose(ckpt, target, tp)
+    targets, tp = resolve_many(request.get("target")), int(request.get("tp") or 1)
+    found = tuple(diagnose(ckpt, t, tp) for t in targets)
     seen = inspect_checkpoint(ckpt)
     answer = {
         "source": str(ckpt.root),
-        "doctor_text": diagnosis_text(result, source=str(request["source"])),  # its suggested command names what was asked for, as the CLI's
-        "exit_code": result.exit_code(),
-        "stops": diagnosis_json(result)["runtime_stops_at"],
-        "findings": {str(s): _first([f"[{f.code}] {f.message}" for f in result.findings if f.severity is s]) for s in Severity},
-        "modules": module_rows(seen, result.runtime_precision),
+        "doctor_text": verdicts_text(found, source=str(request["source"])),  # its suggested command names what was asked for, as the CLI's
+        "target": specs_text(targets),  # the --target value that makes the same fix (each part as resolved)
+        "exit_code": worst_exit_code(found),
+        "verdicts": [verdict_of(d) for d in found],
+        "findings": findings_by_severity(found),
+        "modules": module_rows(seen, {d.target.spec: d.runtime_precision for d in found}),
         "plan_text": None, "plan_error": None, "noop": False, "bytes": None,
         "quantized": bool(seen.declaration.quant_algo) or any(v.module.is_quantized for v in seen.modules),
     }
     try:
-        plan = api.plan(ckpt, recipe_for(request.get("recipe"), request.get("target")))
+        plan = api.plan(ckpt, recipe_for(request.get("recipe"), specs_text(targets)))
     except RepairError as err:
         answer["plan_error"] = str(err)
         return answer
@@ -50,8 +54,29 @@ def analyze(request: dict) -> dict:
     return answer
 
 
-def module_rows(seen: Inspection, schemes: dict[str, str]) -> list[list[str]]:
-    """One row per linear module: name, stored precision, stored vs expected shape, declared, scheme built."""
+def verdict_of(d: Diagnosis) -> dict:
+    """One target's verdict: where each rank stops (the runtime's own error), else its counts of errors and warnings."""
+    return {"target": d.target.spec, "label": d.target.label, "exit_code": d.exit_code(),
+            "stops": diagnosis_json(d)["runtime_stops_at"],
+            **{f"{s}s": sum(f.severity is s for f in d.findings) for s in (Severity.ERROR, Severity.WARNING)}}
+
+
+def findings_by_severity(found: tuple[Diagnosis, ...]) -> dict[str, list[str]]:
+    """Each finding once, under its severity. With several targets, one every target shares is said once (its target's
+    name put as "each target", as doctor's side-by-side text does); any other is led by the targets it is for."""
+    where: dict[Severity, dict[str, tuple[str, list[str]]]] = {s: {} for s in Severity}
+    for d in found:
+        for f in d.findings:
+            text = f"[{f.code}] {f.message}"
+            where[f.severity].setdefault(text.replace(d.target.spec, "each target"), (text, []))[1].append(d.target.spec)
+    def said(shared: str, own: str, specs: list[str]) -> str:
+        return own if len(found) == 1 else shared if len(specs) == len(found) else f"{', '.join(specs)}: {own}"
+    return {str(s): _first([said(shared, *item) for shared, item in items.items()]) for s, items in where.items()}
+
+
+def module_rows(seen: Inspection, schemes: dict[str, dict[str, str]]) -> dict:
+    """One row per linear module: name, stored precision, stored vs expected shape, declared, the scheme each target
+    builds; {headers, data} (a column per target)."""
     rows = []
     for v in seen.modules:
         if not v.module.tensor("weight") or len(v.module.logical_shape) != 2:
@@ -60,10 +85,12 @@ def module_rows(seen: Inspection, schemes: dict[str, str]) -> list[list[str]]:
         shape_ok = expected is None or tuple(expected) == v.module.logical_shape
         rows.append([v.module.name, v.module.precision, _shape(v.module.logical_shape),
                      _shape(expected) if expected else "?", v.declared, v.algorithm or "-",
-                     schemes.get(v.module.name, "-"), "" if shape_ok else "shape mismatch"])
+                     *[built.get(v.module.name, "-") for built in schemes.values()], "" if shape_ok else "shape mismatch"])
+    width = 7 + len(schemes)
     if len(rows) > MAX_ROWS:
-        rows = rows[:MAX_ROWS] + [[f"... and {len(rows) - MAX_ROWS:,} more modules: `ckpt-repair inspect` lists every one", *[""] * 7]]
-    return rows
+        rows = rows[:MAX_ROWS] + [[f"... and {len(rows) - MAX_ROWS:,} more modules: `ckpt-repair inspect` lists every one", *[""] * (width - 1)]]
+    built_as = ["built as"] if len(schemes) == 1 else [f"built as ({spec})" for spec in schemes]
+    return {"headers": [*HEADERS[:6], *built_as, HEADERS[-1]], "data": rows}
 
 
 def _first(items: list[str]) -> list[str]:

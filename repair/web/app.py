@@ -24,7 +24,9 @@ from repair.web.jobs import KEEP_FINISHED_S, JobTable
 from repair.web.session import Login, default_host, local_login, on_space
 from repair.web.spares import Spares
 
-CSS = ".ckpt-error{color:#b00020;font-weight:600}#verdict-text[data-loads=yes]{color:#0a7d28}#verdict-text[data-loads=no]{color:#b00020}"
+CSS = (".ckpt-error{color:#b00020;font-weight:600}.verdicts{display:flex;flex-wrap:wrap;gap:12px}"
+       ".verdict{flex:1 1 260px;border:1px solid #ccc;border-radius:8px;padding:8px 12px}"
+       ".verdict[data-loads=yes]{color:#0a7d28;border-color:#0a7d28}.verdict[data-loads=no]{color:#b00020;border-color:#b00020}")
 SET_URL = "(job) => { if (job) { const u = new URL(window.location); u.searchParams.set('job', job); window.history.replaceState(null, '', u); } return job; }"
 
 
@@ -45,7 +47,9 @@ def build(server: Server) -> gr.Blocks:
                                 allow_custom_value=True, elem_id="local")  # a typed name: the handler checks it
         with gr.Row():
             targets = choices.targets()
-            target = gr.Dropdown(label="Runtime and release", choices=targets, value=targets[0], elem_id="target")
+            target = gr.Dropdown(label="Runtimes and releases (one or several: a verdict each, and the fix satisfies them all; "
+                                       "or type one, e.g. sglang==0.5.23)", choices=targets, value=[targets[0]], multiselect=True,
+                                 allow_custom_value=True, elem_id="target", scale=2)  # a typed release or list: the handler checks it
             tp = gr.Number(label="Tensor-parallel degree", value=1, precision=0, elem_id="tp")  # range: the handler
             recipe = gr.Dropdown(label="Repair", choices=choices.recipes(), value=choices.FOR_TARGET, elem_id="recipe")
         check = gr.Button("Check", variant="primary", elem_id="check")
@@ -53,8 +57,7 @@ def build(server: Server) -> gr.Blocks:
         verdict = gr.HTML(elem_id="verdict")
         doctor = gr.Textbox(label="doctor (what `ckpt-repair doctor` prints)", lines=8, interactive=False, elem_id="doctor")
         findings = gr.Markdown(elem_id="findings")
-        modules = gr.Dataframe(headers=["module", "stored", "logical shape", "expected", "declared", "algorithm", "built as", "note"],
-                               interactive=False, elem_id="modules", label="Modules")
+        modules = gr.Dataframe(headers=[*render.HEADERS[:6], "built as", render.HEADERS[-1]], interactive=False, elem_id="modules", label="Modules")
         plan = gr.Textbox(label="The plan", lines=6, interactive=False, elem_id="plan")
         transfer = gr.HTML(elem_id="transfer")
         analysis = gr.State(None)
@@ -75,11 +78,12 @@ def build(server: Server) -> gr.Blocks:
                      oauth: gr.OAuthToken | None):
             who = server.login.identify(profile, oauth)
             degree = handlers.tp_degree(degree)
-            request = {"source": source_of(server, repo_text, local_name), "target": target_spec, "tp": degree, "recipe": recipe_name}
+            request = {"source": source_of(server, repo_text, local_name), "target": handlers.targets_of(target_spec), "tp": degree,
+                       "recipe": recipe_name}
             answer = run_doctor(server, who, request)
-            kept = {**request, "local": bool(local_name), "bytes": answer["bytes"], "plan_error": answer["plan_error"], "noop": answer["noop"],
+            kept = {**request, "target": answer["target"], "local": bool(local_name), "bytes": answer["bytes"], "plan_error": answer["plan_error"], "noop": answer["noop"],
                     "quantized": answer["quantized"]}
-            return ("", render.verdict(answer, target_spec, degree, time.time_ns()), answer["doctor_text"], render.findings(answer), answer["modules"],
+            return ("", render.verdict(answer, degree, time.time_ns()), answer["doctor_text"], render.findings(answer), answer["modules"],
                     answer["plan_text"] or "", render.transfer(answer), kept)
         check.click(on_check, [repo, local, target, tp, recipe], [error, verdict, doctor, findings, modules, plan, transfer, analysis],
                     concurrency_limit=4)
@@ -136,7 +140,7 @@ def make_server(root: Path | None = None, state: Path | None = None, *, workers:
         raise OutputError(f"{parent}: cannot make the server's state folder here ({exc.strerror or exc}); give a writable "
                           "folder as --state") from None
     jobs = JobTable(folder, workers=workers, max_queued=max_queued).start()
-    return Server(login, jobs, Spares(jobs.state / "cwd", jobs.env), root.resolve() if root else None)
+    return Server(login, jobs, Spares(jobs.state / "cwd", jobs.env, jobs.state / "doctor-tmp"), root.resolve() if root else None)
 
 
 def serve(server: Server, host: str, port: int | None) -> gr.Blocks:

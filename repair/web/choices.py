@@ -9,7 +9,7 @@ from repair.errors import UsageError
 from repair.planning.recipe import DEFAULT, Recipe, builtin_recipes
 from repair.targets.profiles import target_choices
 
-FOR_TARGET = "fix for the chosen target"
+FOR_TARGET = "fix for the chosen targets"
 DEFAULT_REPAIR = "the default repair (hub fix without --target)"
 
 

@@ -7,15 +7,19 @@ raises into gradio, whose bare "Error" toast is what users of other Spaces compl
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
+import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from repair.errors import RepairError, UsageError, one_line
 from repair.hub.errors import LOGIN, scrub
+from repair.hub.source import WORK_PREFIX
 from repair.hub.spec import REPO_ID
+from repair.io import staging
 from repair.io.names import inside, name_problem
 from repair.web.choices import cli_options
 from repair.web.jobs import JobTable
@@ -86,6 +90,15 @@ def _short(text: str, what: str, expected: str) -> str:
     return text
 
 
+def targets_of(value) -> str:
+    """The target field's choices as one `--target` value (`a,b`, as the CLI takes it); each part may itself be
+    a typed list. The library resolves and checks every part (repair.targets.profiles.resolve_many)."""
+    parts = [str(v).strip() for v in (value if isinstance(value, (list, tuple)) else [value]) if v is not None and str(v).strip()]
+    if not parts:
+        raise UsageError("choose a runtime and release in the target field (one or several), e.g. vllm==0.32.0")
+    return _short(",".join(parts), "the target list", "runtime==X.Y.Z, comma-separated")
+
+
 def tp_degree(value) -> int:
     try:
         degree = 1 if value is None else int(value)
@@ -97,8 +110,15 @@ def tp_degree(value) -> int:
 
 
 def worker_line(server: Server, line: str) -> str:
-    """A library line as the page should say it: on a Space, signing in is how a user gives a token."""
-    return line.replace(LOGIN, SIGN_IN) if server.login.space else line
+    """A library line as the page should say it, not the CLI's HF_TOKEN / `hf auth login`: on a Space, signing in is
+    how a visitor gives a token; locally the page reads the Hub with this machine's login, whose account it names."""
+    if server.login.space:
+        return line.replace(LOGIN, SIGN_IN)
+    user = server.login.local.user
+    local = (f"this page reads the Hub as {user}, this machine's login; for another account run `hf auth login` on this "
+             "machine, then restart `ckpt-repair serve`") if user else (
+        "this page has no Hugging Face login; run `hf auth login` on this machine, then restart `ckpt-repair serve`")
+    return line.replace(LOGIN, local)
 
 
 def run_doctor(server: Server, who: Identity, request: dict) -> dict:
@@ -110,6 +130,9 @@ def run_doctor(server: Server, who: Identity, request: dict) -> dict:
         proc.kill()
         proc.wait()
         raise UsageError(f"{request['source']}: doctor took longer than {DOCTOR_TIMEOUT} s; try again later") from None
+    finally:  # a worker killed (here, or by anything else) leaves its work folder: removed now, by the marker and pid rule
+        if proc.poll() is not None:
+            staging.remove_stale(server.spares.tmp, WORK_PREFIX)
     try:
         answer = json.loads(out)
     except ValueError:
@@ -133,7 +156,7 @@ def fix_request(analysis: dict | None, mode: str, fork: str, private: bool, who:
         raise UsageError(analysis.get("plan_error") or "nothing to repair: the fix would change nothing")
     request = {k: analysis[k] for k in ("source", "target", "recipe", "bytes")}
     if mode == "fork":
-        name = _short((fork or "").strip(), "the fork name", "owner/name") or f"{who.user}/{analysis['source'].split('@')[0].split('/')[1]}-fixed"
+        name = _short((fork or "").strip(), "the fork name", "owner/name") or f"{who.user}/{default_fork(analysis['source'].split('@')[0].split('/')[1])}"
         if not REPO_ID.fullmatch(name) or "--" in name or ".." in name:
             raise UsageError(f"fork name {name!r}: expected owner/name (your account or an organization you may write to)")
         request.update(mode="fork", fork=name, private=bool(private))
@@ -142,7 +165,21 @@ def fix_request(analysis: dict | None, mode: str, fork: str, private: bool, who:
     return request
 
 
+MAX_NAME = 96  # the Hub's limit on a repo name (huggingface_hub's validate_repo_id)
+SUFFIX = "-fixed"
+
+
+def default_fork(name: str) -> str:
+    """`<name>-fixed`; when that passes the Hub's 96 characters, the name cut short plus 8 hex of its sha256, so
+    the same source always gets the same fork and two long names that share a beginning get two."""
+    if len(name) + len(SUFFIX) <= MAX_NAME:
+        return name + SUFFIX
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    kept = name[:MAX_NAME - len(SUFFIX) - len(digest) - 1].rstrip("-.")  # no `--`, `.-` or `..` at the cut
+    return f"{kept}-{digest}{SUFFIX}"
+
+
 def command_line(analysis: dict, request: dict) -> str:
     """The `ckpt-repair hub fix` command that does the same, for the page and the user's notes."""
     where = ["--pr"] if request["mode"] == "pr" else ["--to", request["fork"]] + (["--private"] if request.get("private") else [])
-    return " ".join(["ckpt-repair", "hub", "fix", analysis["source"], *where, *cli_options(analysis.get("recipe"), analysis.get("target"))])
+    return shlex.join(["ckpt-repair", "hub", "fix", analysis["source"], *where, *cli_options(analysis.get("recipe"), analysis.get("target"))])

@@ -4,10 +4,12 @@ a job's status and its result. Text only: nothing here decides anything about a 
 from __future__ import annotations
 
 import html
+import re
 
 from repair.version import __version__
 
 TOOL = f"ckpt-repair {__version__}"
+HEADERS = ("module", "stored", "logical shape", "expected", "declared", "algorithm", "note")  # the module table's; "built as" goes before "note"
 NOT_QUANTIZED = ("this model is not quantized (no quantization declared, every weight stored unquantized): "
                  "ckpt-repair repairs quantized checkpoints, so there is nothing to repair")
 
@@ -23,18 +25,24 @@ def error(line: str, answered: int | None = None) -> str:
     return f"<div class='ckpt-error'{stamp}>error: {esc(line)}</div>"
 
 
-def verdict(answer: dict, target: str, tp: int, answered: int = 0) -> str:
-    where = f"{esc(target)}, tensor parallel {tp}"
-    if answer["stops"]:
+def verdict(answer: dict, tp: int, answered: int = 0) -> str:
+    """One verdict per target, side by side (a row of cards); `data-loads` says whether every target loads it."""
+    cards = "".join(_card(v, tp, answer.get("noop")) for v in answer["verdicts"])
+    loads = "yes" if all(v["exit_code"] == 0 for v in answer["verdicts"]) else "no"
+    return f"<div id='verdict-text' data-answered='{answered}' data-loads='{loads}' class='verdicts'>{cards}</div>"
+
+
+def _card(v: dict, tp: int, noop: bool | None) -> str:
+    where = f"{esc(v['target'])}, tensor parallel {tp}"
+    head = f"<div class='verdict' data-target='{esc(v['target'])}' data-loads='{'no' if v['exit_code'] else 'yes'}' title='{esc(v['label'])}'>"
+    if v["stops"]:
         stops = "".join(f"<li>{'rank ' + str(s['rank']) + ' ' if tp > 1 else ''}stops at <code>{esc(s['tensor'])}</code> with: "
-                        f"<code>{esc(s['error'])}</code></li>" for s in answer["stops"])
-        return f"<div id='verdict-text' data-answered='{answered}' data-loads='no'><b>Fails to load</b> on {where}:<ul>{stops}</ul></div>"
-    errors = len(answer["findings"].get("error", []))
-    if answer["exit_code"]:
-        return f"<div id='verdict-text' data-answered='{answered}' data-loads='no'><b>Problems</b> on {where}: {errors} error(s); see the findings.</div>"
-    warnings = len(answer["findings"].get("warning", []))
-    also = f"; {warnings} warning(s) below, which the plan repairs" if warnings and not answer.get("noop") else ""
-    return f"<div id='verdict-text' data-answered='{answered}' data-loads='yes'><b>Loads</b> on {where}: doctor found no error{also}.</div>"
+                        f"<code>{esc(s['error'])}</code></li>" for s in v["stops"])
+        return f"{head}<b>Fails to load</b> on {where}:<ul>{stops}</ul></div>"
+    if v["exit_code"]:
+        return f"{head}<b>Problems</b> on {where}: {v['errors']} error(s); see the findings.</div>"
+    also = f"; {v['warnings']} warning(s) below, which the plan repairs" if v["warnings"] and not noop else ""
+    return f"{head}<b>Loads</b> on {where}: doctor found no error{also}.</div>"
 
 
 def findings(answer: dict) -> str:
@@ -65,12 +73,25 @@ def job(status: dict | None) -> str:
     if state == "running":
         lines.append(f"Phase: {esc(status.get('phase', ''))}")
     for phase, (done, total) in (status.get("progress") or {}).items():
-        lines.append(f"- {phase}: {done:,} of {total:,} bytes")
+        if total:  # a config-only fix moves no tensor bytes
+            lines.append(f"- {phase}: {done:,} of {total:,} bytes")
     if status.get("error"):
         lines.append(error(status["error"]))
     if state in ("queued", "running"):
         lines.append("You may close this page: the job goes on, and this page's address shows it again.")
     return "\n\n".join(lines)
+
+
+WEB_ADDRESS = re.compile(r"https?://[^\s\x00-\x1f\x7f-\x9f'\"<>`]+", re.ASCII)
+
+
+def link(url: object, elem_id: str) -> str:
+    """A Hub's address as a link only when it is a plain http(s) one: a hostile Hub's `javascript:`, `data:` or
+    whitespace-hidden scheme (browsers drop tabs and leading spaces) is shown as text, which no click runs."""
+    text = url if isinstance(url, str) else repr(url)
+    if isinstance(url, str) and WEB_ADDRESS.fullmatch(url):
+        return f"<a id='{elem_id}' href='{esc(url)}' target='_blank' rel='noopener noreferrer'>{esc(url)}</a>"
+    return f"<code id='{elem_id}'>{esc(text)}</code> (the Hub gave this address, which is not a web address; not linked)"
 
 
 def result(status: dict | None) -> str:
@@ -81,13 +102,12 @@ def result(status: dict | None) -> str:
     if r.get("status") in ("noop", "up-to-date"):
         lines.append("Nothing to do: " + ("the source needs no repair." if r["status"] == "noop" else "the fork or an open pull request already has this fix."))
     if r.get("pr"):
-        lines.append(f"Pull request: <a id='pr-link' href='{esc(r['pr']['url'])}' target='_blank'>{esc(r['pr']['url'])}</a>"
-                     + (" (already open)" if r["pr"].get("existing") else ""))
+        lines.append(f"Pull request: {link(r['pr'].get('url'), 'pr-link')}" + (" (already open)" if r["pr"].get("existing") else ""))
     if r.get("fork") and r["fork"].get("url"):
-        lines.append(f"Fork commit: <a id='fork-link' href='{esc(r['fork']['url'])}' target='_blank'>{esc(r['fork']['url'])}</a>")
-    after = r.get("doctor_after")
-    if after:
-        found = after.get("findings", [])
-        lines.append(f"Doctor after, for {esc(after.get('target'))}: {len(found)} finding(s)"
+        lines.append(f"Fork commit: {link(r['fork']['url'], 'fork-link')}")
+    after = r.get("doctor_after") or {}
+    for each in after.get("targets", [after] if after else []):  # several targets: one verdict each
+        found = each.get("findings", [])
+        lines.append(f"Doctor after, for {esc(each.get('target'))}: {len(found)} finding(s)"
                      + "".join(f"<br>{esc(f.get('severity'))}: {esc(f.get('message'))}" for f in found))
     return "".join(f"<p>{line}</p>" for line in lines)

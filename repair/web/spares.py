@@ -12,8 +12,13 @@ COMMAND = [sys.executable, "-m", "repair.web.worker", "doctor"]
 
 
 class Spares:
-    def __init__(self, cwd: Path, env: dict):
-        self.cwd, self.env = cwd, env
+    """`tmp`: the workers' temp folder (their TMPDIR), where each makes its Hub work folder; the server's own, so a
+    worker killed at its timeout has its folder removed there at once (handlers.run_doctor)."""
+
+    def __init__(self, cwd: Path, env: dict, tmp: Path):
+        self.tmp = Path(tmp)
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.cwd, self.env = cwd, {**env, "TMPDIR": str(self.tmp)}
         self.lock = threading.Lock()
         self.spare: subprocess.Popen | None = None
         self.closed = False

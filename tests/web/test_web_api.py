@@ -29,7 +29,7 @@ def test_the_page_offers_the_targets_the_library_knows_newest_first(app):
     client = Client(app.url, verbose=False)
     offered = [value for _, value in _component(client, "target")["choices"]]
     assert offered == list(target_choices())
-    assert _component(client, "target")["value"] == target_choices()[0]
+    assert _component(client, "target")["value"] == [target_choices()[0]]
 
 
 def test_doctor_through_the_api_equals_the_cli_at_tp_2(app, repos):
@@ -184,8 +184,8 @@ def test_the_module_table_and_findings_stay_bounded_on_a_deepseek_sized_model():
                                  tensor=lambda role: object())
         return SimpleNamespace(module=module, expected_shape=None, declared="quantized", algorithm="NVFP4")
 
-    rows = module_rows(SimpleNamespace(modules=[view(i) for i in range(MAX_ROWS + 500)]), {})
-    assert len(rows) == MAX_ROWS + 1 and rows[-1][0].startswith("... and 500 more modules")
+    rows = module_rows(SimpleNamespace(modules=[view(i) for i in range(MAX_ROWS + 500)]), {"vllm==0.32.0": {}, "sglang==0.5.23": {}})["data"]
+    assert len(rows) == MAX_ROWS + 1 and rows[-1][0].startswith("... and 500 more modules") and len(rows[-1]) == len(rows[0]) == 9
     listed = _first([f"finding {i}" for i in range(MAX_FINDINGS + 7)])
     assert len(listed) == MAX_FINDINGS + 1 and listed[-1].startswith("... and 7 more")
 
@@ -249,3 +249,83 @@ def test_a_typed_hidden_folder_under_the_root_is_refused_as_the_list_leaves_it_o
         (tmp_path / name).mkdir(parents=True)
         with pytest.raises(UsageError, match="hidden"):
             source_of(SimpleNamespace(root=tmp_path), "", name)
+
+
+def test_a_default_fork_name_stays_within_the_hubs_96_characters_deterministically():
+    """`<name>-fixed` of a 91-96 character repo name would pass the Hub's limit: the default is cut, and a hash of the
+    whole name keeps two long names apart; huggingface_hub's own validator accepts every one."""
+    from huggingface_hub.utils import validate_repo_id
+
+    from repair.web.handlers import fix_request
+    from repair.web.session import Identity
+
+    def default_fork(name: str) -> str:
+        analysis = {"source": f"alice/{name}@main", "target": None, "recipe": None, "bytes": {}, "quantized": True}
+        return fix_request(analysis, "fork", "", False, Identity("bob", "hf_x"))["fork"]
+
+    assert default_fork("m" * 90) == "bob/" + "m" * 90 + "-fixed"  # 96: fits, unchanged
+    names = ["m" * 91, "m" * 96, "m" * 95 + "x", "a" * 80 + "-" + "b" * 15, "a" * 80 + "." + "b" * 15, "a" * 79 + ".-" + "b" * 15, "x.y" * 32]
+    made = [default_fork(n) for n in names]
+    for name, fork in zip(names, made):
+        owner, repo = fork.split("/")
+        validate_repo_id(fork)
+        assert owner == "bob" and len(repo) <= 96 and repo.endswith("-fixed") and "--" not in repo and ".." not in repo, fork
+        assert repo[:40] == name[:40] and default_fork(name) == fork  # recognisable, and the same every time
+    assert len(set(made)) == len(made)
+
+
+def test_a_check_killed_at_its_timeout_leaves_no_work_folder(hub, repos, tmp_path, monkeypatch):
+    """doctor's worker hangs on the Hub (its shard reads never answer) after making its work folder; at the timeout
+    the server kills it and removes that folder at once, not at the next check."""
+    import threading
+
+    from repair.errors import UsageError as Refused
+    from repair.hub.source import WORK_PREFIX
+    from repair.web import handlers
+    from repair.web.handlers import Server, run_doctor
+    from repair.web.session import Identity, Login
+    from repair.web.spares import Spares
+
+    hub.add_repo("alice/hanging-assistant", _tiny(tmp_path))
+    reached, release = threading.Event(), threading.Event()
+    dispatch = hub._dispatch
+
+    def hanging(h):
+        if "hanging-assistant" in h.path and h.path.partition("?")[0].endswith(".safetensors") and h.method == "GET":
+            reached.set()
+            release.wait(60)
+        return dispatch(h)
+
+    monkeypatch.setattr(hub, "_dispatch", hanging)
+    monkeypatch.setattr(handlers, "DOCTOR_TIMEOUT", 8)
+    jobs = JobTable(tmp_path / "state", workers=0, env=hub_env(hub, tmp_path / "home"))
+    spares = Spares(jobs.state / "cwd", jobs.env, jobs.state / "doctor-tmp")
+    server = Server(Login(False, Identity("alice", hub.token)), jobs, spares)
+    try:
+        with pytest.raises(Refused, match="doctor took longer than 8 s"):
+            run_doctor(server, server.login.local, {"source": "alice/hanging-assistant", "target": "vllm==0.32.0", "tp": 1})
+        assert reached.is_set(), "the worker never reached the shard reads: its work folder was not made yet"
+        assert not list(spares.tmp.glob(f"{WORK_PREFIX}*")), "the killed check's work folder is still there"
+    finally:
+        release.set()
+        spares.close()
+        jobs.close()
+
+
+def _tiny(base: Path) -> Path:
+    from repair.demo.examples import TINY, write_assistant
+
+    return write_assistant(base / "tiny", TINY)
+
+
+def test_the_same_as_command_runs_as_printed_for_any_target_spelling():
+    """The page's `hub fix` line for a target list spelled with spaces (`vllm == 0.32.0`, which --target takes) splits
+    back into the same arguments, as a shell reads it."""
+    import shlex
+
+    from repair.web.handlers import command_line
+
+    analysis = {"source": "alice/model@main", "target": "vllm == 0.32.0,sglang==0.5.23", "recipe": FOR_TARGET}
+    line = command_line(analysis, {"mode": "fork", "fork": "bob/model-fixed", "private": True})
+    assert shlex.split(line) == ["ckpt-repair", "hub", "fix", "alice/model@main", "--to", "bob/model-fixed", "--private",
+                                 "--target", "vllm == 0.32.0,sglang==0.5.23"]

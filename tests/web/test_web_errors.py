@@ -28,8 +28,9 @@ def test_bad_sources_get_one_line(app, repos, browser_session, screens, repo, sa
     line = error_text(page)
     assert_one_line(line)
     assert says in line
-    if "secret" in repo:
-        assert "private" in line
+    if "secret" in repo:  # the page's words: no environment variable a visitor cannot set; whose login it read with
+        assert "private" in line and "HF_TOKEN" not in line, line
+        assert "this page reads the Hub as alice, this machine's login" in line, line
     assert page.locator("#verdict-text").count() == 0
 
 

@@ -4,11 +4,13 @@ worker leaves nothing behind and its page says what happened."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import shutil
 import signal
 import sys
+import threading
 import time
 
 import pytest
@@ -42,7 +44,19 @@ def statuses(app: App) -> dict[str, dict]:
     return {p.parent.name: json.loads(p.read_text()) for p in app.state.glob("*/jobs/*/status.json")}
 
 
-def test_two_users_run_jobs_at_once_and_each_sees_only_their_own(space, hub, repos, browser_session, screens):
+def test_two_users_run_jobs_at_once_and_each_sees_only_their_own(space, hub, repos, browser_session, screens, monkeypatch):
+    meet = threading.Barrier(2, timeout=90)  # each fork's commit waits for the other's: two jobs at once, whatever the load
+    dispatch = hub._dispatch
+
+    def commits_meet(h):
+        if h.method == "POST" and "/commit/" in h.path and ("/tiny-by-alice/" in h.path or "/tiny-by-bob/" in h.path):
+            try:
+                meet.wait()
+            except threading.BrokenBarrierError:  # the other job never came: the timing assertion below says so
+                pass
+        return dispatch(h)
+
+    monkeypatch.setattr(hub, "_dispatch", commits_meet)
     pages = {}
     for user in ("alice", "bob"):
         page = open_page(browser_session(user), space.url)
@@ -127,3 +141,15 @@ def test_the_space_layout_serves_the_page_with_oauth(hub, repos, tmp_path, brows
         finally:
             app.stop()
     assert not list(tmp_path.glob("ckpt-repair-web-*")), "the Space's state folder outlived it"
+
+
+def test_a_private_repo_on_a_space_asks_the_visitor_to_sign_in(space, repos):
+    """Signed out on a Space, a private repo's line says what the page offers (the sign-in button), not the CLI's
+    HF_TOKEN / `hf auth login`."""
+    from gradio_client import Client
+
+    from repair.web.choices import FOR_TARGET
+
+    error = html.unescape(Client(space.url, verbose=False).predict(repos["private"], "", TARGET, 1, FOR_TARGET, api_name="/on_check")[0])
+    assert "no such model repo on" in error and "sign in with Hugging Face (the button at the top)" in error, error
+    assert "HF_TOKEN" not in error and "hf auth login" not in error, error

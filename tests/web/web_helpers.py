@@ -39,12 +39,30 @@ def sign_in(page) -> None:
     page.locator("#login", has_text="Logout").wait_for()
 
 
+def pick_targets(page, targets: list[str], typed: bool = False) -> None:
+    """Empty the target field (its Clear button), then add each target: typed (the field takes it when it loses
+    focus, as when a visitor clicks on), or clicked in the field's list; waits until the chips are exactly these."""
+    from playwright.sync_api import expect
+
+    field = page.locator("#target")
+    if field.locator(".remove-all").count():
+        field.locator(".remove-all").click()
+    expect(field.locator(".token")).to_have_count(0)
+    for target in targets:
+        field.locator("input").click()
+        if typed:
+            field.locator("input").fill(target)
+        else:
+            page.locator(f"[role=option][aria-label='{target}']").click()
+        page.locator("#repo textarea, #repo input").first.click()  # the list closes; a typed value becomes a chip
+    expect(field.locator(".token > span")).to_have_text(targets)
+
+
 def check(page, repo: str, target: str | None = None) -> None:
-    """Type the repo id (and pick a target), press Check, wait for the verdict or the error line."""
-    page.locator("#repo textarea, #repo input").first.fill(repo)
+    """Type the repo id (and type the target, one or `a,b`), press Check, wait for the verdict or the error line."""
     if target:
-        page.locator("#target input").fill(target)
-        page.keyboard.press("Enter")
+        pick_targets(page, [target], typed=True)
+    page.locator("#repo textarea, #repo input").first.fill(repo)
     answered = "[...document.querySelectorAll('#verdict-text, #error .ckpt-error')].map(e => e.dataset.answered).join()"
     before = page.evaluate(answered)
     page.locator("#check").click()

@@ -1,0 +1,48 @@
+"""What the page renders from a Hub's answers: a hostile Hub names the pull request or the fork commit with a
+`javascript:` (or any non-web) address; the page shows it as text, never as a link a click would run. Checked on
+the HTML itself and in chromium, which is what would run it."""
+
+from __future__ import annotations
+
+import pytest
+
+from repair.web.render import result
+from tests.web.conftest import CHROMIUM, FLAGS
+
+HOSTILE = ["javascript:alert(document.cookie)", " javascript:alert(1)", "JaVaScRiPt:alert(1)", "java\tscript:alert(1)",
+           "\x01javascript:alert(1)", "data:text/html,<script>alert(1)</script>", "vbscript:msgbox(1)", "//evil.example/x",
+           "http://127.0.0.1/a b", "https://hub.example/x\njavascript:alert(1)", "", None, 42]
+
+
+def done(url) -> dict:
+    return {"state": "done", "result": {"status": "ok", "pr": {"url": url}, "fork": {"url": url}}}
+
+
+@pytest.mark.parametrize("url", HOSTILE, ids=repr)
+def test_a_hostile_hubs_address_is_never_a_link(url):
+    page = result(done(url))
+    assert "<a " not in page and "href" not in page, page
+    assert "Pull request:" in page  # still said, as text
+
+
+def test_a_web_address_is_a_link_and_only_that_runs_in_the_browser(playwright_driver, tmp_path):
+    good = "http://127.0.0.1:8000/alice/model/discussions/3"
+    assert f"href='{good}'" in result(done(good))
+    browser = playwright_driver.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+    try:
+        page = browser.new_page()
+        page.set_content("".join(result(done(url)) for url in HOSTILE[:-2]) + result(done(good)))
+        hrefs = page.eval_on_selector_all("a", "links => links.map(a => a.href)")
+        assert hrefs == [good, good], hrefs  # the pull request and the fork commit of the last one only
+        assert page.locator("text=javascript:alert(document.cookie)").count() == 2  # shown as text, pr and fork
+    finally:
+        browser.close()
+
+
+def test_a_config_only_fix_shows_no_empty_byte_counts():
+    """A fix that commits JSON only moves no tensor bytes: '0 of 0 bytes' lines would only puzzle a reader."""
+    from repair.web.render import job
+
+    shown = job({"id": "abc", "state": "done", "progress": {"download": [0, 0], "upload": [0, 0]}})
+    assert "0 of 0 bytes" not in shown and "Job" in shown
+    assert "- upload: 5 of 10 bytes" in job({"id": "abc", "state": "running", "phase": "uploading", "progress": {"upload": [5, 10]}})
