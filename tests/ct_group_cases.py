@@ -11,6 +11,8 @@ import copy
 import json
 from pathlib import Path
 
+import pytest
+
 REAL = Path(__file__).parent / "data" / "real" / "redhatai-deepseek-v4-flash-nvfp4-fp8" / "config.json"
 _GROUPS = json.loads(REAL.read_text())["quantization_config"]["config_groups"]
 FP8, NVFP4 = _GROUPS["group_0"], _GROUPS["group_1"]
@@ -64,3 +66,87 @@ def quantization_config(groups: dict, ignore: list[str]) -> dict:
     qc = copy.deepcopy(json.loads(REAL.read_text())["quantization_config"])
     qc.update(config_groups=copy.deepcopy(groups), ignore=list(ignore))
     return qc
+
+
+def probe_cases() -> dict:
+    """tools/ct_groups_probe.py's input: every case, and the order case as "order" (its prefix a QKVParallelLinear)."""
+    out = {name: {"quantization_config": case_config(name), "packed": CASES[name][2], "prefixes": list(CASES[name][1]),
+                  "classes": {}} for name in CASES}
+    groups, prefix, _ = ORDER_CASE
+    out["order"] = {"quantization_config": quantization_config(groups, []), "packed": LLAMA_PACKED, "prefixes": [prefix],
+                    "classes": {prefix: "QKVParallelLinear"}}
+    return out
+
+
+def algorithm_of(answer: dict | None) -> str | None:
+    """The runtime's matched scheme (its weights' fields) under the tool's algorithm names (formats/ct_groups.py)."""
+    if answer is None:
+        return None
+    from repair.formats.ct_groups import FP8_FORMAT, NVFP4_FORMAT, group_algorithm
+
+    weights = answer["weights"]
+    fmt = NVFP4_FORMAT if weights["num_bits"] == 4 else FP8_FORMAT
+    return group_algorithm({"format": fmt, "weights": weights, "input_activations": answer["input_activations"] or None},
+                           None, "runtime answer")
+
+
+def runtime_answers(python: Path, runtime: str, folder: Path) -> dict:
+    """tools/ct_groups_probe.py run with the runtime venv's `python` over `probe_cases()`: {case: {prefix: answer}}."""
+    import os
+    import subprocess
+
+    cases = folder / "ct_group_cases.json"
+    cases.write_text(json.dumps(probe_cases()))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "SGLANG_USE_CPU_ENGINE")}
+    proc = subprocess.run([str(python), str(Path(__file__).parents[1] / "tools" / "ct_groups_probe.py"), runtime, str(cases)],
+                          capture_output=True, text=True, timeout=900, env=env, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout)
+
+
+def declaration_for(folder: Path, name: str, target: str):
+    """The declaration `doctor --target target` reads for a case's config (written with one stand-in tensor)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from repair import arch, formats
+    from repair.io.checkpoint import open_checkpoint
+    from repair.targets.profiles import resolve
+
+    spec = probe_cases()[name]
+    config = json.loads(REAL.read_text())
+    config["quantization_config"] = spec["quantization_config"]
+    case = folder / name
+    case.mkdir(parents=True, exist_ok=True)
+    (case / "config.json").write_text(json.dumps(config))
+    save_file({"x.weight": torch.zeros(2, 2)}, str(case / "model.safetensors"))
+    ckpt = open_checkpoint(case)
+    chosen = resolve(target)
+    family = arch.architecture(ckpt.config, chosen.release)
+    return chosen.bind(formats.detect(ckpt).read_declaration(ckpt), family, ckpt.config), spec
+
+
+def both_sides(name: str, answers: dict, folder: Path, target: str) -> tuple[dict, dict]:
+    """(doctor's answer per prefix, the runtime's) for one case: the algorithm, or where the runtime raises, its text
+    and the refusal the target's bound rule predicts for that layer."""
+    declaration, spec = declaration_for(folder, name, target)
+    packed = {k: tuple(v) for k, v in spec["packed"].items()}
+    raised = {p: a["error"] for p, a in answers[name].items() if isinstance(a, dict) and "error" in a}
+    runtime = {p: raised[p] if p in raised else algorithm_of(a) for p, a in answers[name].items()}
+    refusal = getattr(declaration.rule(), "fused_refusal", lambda *_: None)
+    doctor = {p: declaration.algorithm(p, packed) or (refusal(p, ()) if p in raised else None) for p in spec["prefixes"]}
+    return doctor, runtime
+
+
+# The tier test, imported by tests/vllm/test_ct_groups_vs_vllm.py and tests/sglang/test_ct_groups_vs_sglang.py: each
+# module names RUNTIME ("vllm" | "sglang"), RUNTIME_PY (its venv's python) and TARGET (the doctor target it judges).
+@pytest.fixture(scope="module")
+def answers(request, tmp_path_factory) -> dict:
+    module = request.module
+    return runtime_answers(module.RUNTIME_PY, module.RUNTIME, tmp_path_factory.mktemp(f"ct_groups_{module.RUNTIME}"))
+
+
+@pytest.mark.parametrize("name", sorted(CASES) + ["order"])
+def test_each_layers_scheme_is_the_runtimes(name, answers, tmp_path, request):
+    doctor, runtime = both_sides(name, answers, tmp_path, request.module.TARGET)
+    assert doctor == runtime
