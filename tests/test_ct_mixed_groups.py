@@ -79,3 +79,73 @@ def test_a_group_scheme_the_tool_cannot_read_is_refused_in_one_line(capsys, tmp_
     src = write(tmp_path / "bad", qc)
     code, _, err = run_captured(capsys, "inspect", src)
     assert code == 2 and err.count("\n") == 1 and said in err and "config_groups" in err, err
+
+
+@pytest.fixture(scope="module")
+def dsv4(tmp_path_factory) -> Path:
+    from tools.dsv4_fixture import write as write_dsv4
+
+    return write_dsv4(tmp_path_factory.mktemp("dsv4") / "ct")
+
+
+def doctor_json(capsys, folder: Path, *args) -> tuple[int, dict]:
+    code, out, _ = run_captured(capsys, "doctor", folder, "--json", *args)
+    return code, json.loads(out)
+
+
+def test_doctor_reads_each_layer_as_its_group_scheme(capsys, dsv4):
+    code, report = doctor_json(capsys, dsv4)
+    assert code == 0, [f["message"] for f in report["findings"]]
+    schemes = report["schemes"]
+    assert {schemes[f"layers.1.attn.{p}"] for p in ("fused_wqa_wkv", "wq_b", "wo_a", "wo_b")} == {"fp8_block"}
+    assert {schemes[f"layers.0.ffn.shared_experts.{p}"] for p in ("gate_up_proj", "down_proj")} == {"nvfp4"}
+    assert schemes["layers.0.ffn.gate"] == schemes["head"] == "bf16"
+
+
+def _without(src: Path, dst: Path, tensor: str) -> Path:
+    from safetensors.torch import load_file, save_file
+
+    dst.mkdir()
+    (dst / "config.json").write_text((src / "config.json").read_text())
+    tensors = load_file(src / "model.safetensors")
+    del tensors[tensor]
+    save_file(tensors, str(dst / "model.safetensors"))
+    return dst
+
+
+@pytest.mark.parametrize("tensor, module", [
+    ("layers.0.attn.wq_b.weight_scale", "layers.0.attn.wq_b"),  # an FP8 block layer needs its block scales
+    ("layers.1.ffn.shared_experts.down_proj.input_global_scale", "layers.1.ffn.shared_experts.down_proj"),  # NVFP4 W4A4
+])
+def test_a_tensor_the_layers_scheme_needs_is_an_error(capsys, dsv4, tmp_path, tensor, module):
+    code, report = doctor_json(capsys, _without(dsv4, tmp_path / "broken", tensor))
+    assert code == 1 and any(f["severity"] == "error" and module in f["subject"] for f in report["findings"]), report["findings"]
+
+
+def test_fix_dequantizes_an_nvfp4_layer_and_copies_the_fp8_block_layers(capsys, dsv4, tmp_path):
+    from safetensors import safe_open
+
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('name = "r"\n[[rules]]\naction = "dequantize"\nmodules = ["layers.0.ffn.shared_experts.down_proj"]\n')
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", dsv4, "-o", out, "--recipe", recipe, "--quiet")
+    assert code == 0, err
+    with safe_open(str(out / "model.safetensors"), "pt") as f, safe_open(str(dsv4 / "model.safetensors"), "pt") as g:
+        assert f.get_tensor("layers.0.ffn.shared_experts.down_proj.weight").dtype.is_floating_point
+        for name in g.keys():
+            if ".attn." in name:
+                assert f.get_tensor(name).view(-1).view(dtype=__import__("torch").uint8).equal(
+                    g.get_tensor(name).view(-1).view(dtype=__import__("torch").uint8)), name
+    assert doctor_json(capsys, out)[0] == 0
+
+
+def test_dequantizing_an_fp8_block_layer_is_refused_in_one_line(capsys, dsv4, tmp_path):
+    code, _, err = run_captured(capsys, "fix", dsv4, "-o", tmp_path / "bf16", "--target", "bf16", "--quiet")
+    assert code == 2 and err.count("\n") == 1 and "FP8_BLOCK" in err and not (tmp_path / "bf16").exists(), err
+
+
+def test_an_fp8_block_layer_built_fp8_block_keeps_its_block_scales_under_sglang(capsys, dsv4):
+    """SGLang 0.5.23's CompressedTensorsW8A8Fp8 (block) registers `weight` and `weight_scale`: nothing is skipped."""
+    _, report = doctor_json(capsys, dsv4, "--target", "sglang==0.5.23")
+    assert report["schemes"]["layers.0.attn.wq_b"] == "fp8_block"
+    assert not [f for f in report["findings"] if ".attn." in f["subject"] and f["severity"] == "error"], report["findings"]
