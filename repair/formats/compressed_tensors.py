@@ -127,10 +127,10 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
     entries((*ignore, *targets), where)  # a broken or hanging `re:` entry is refused here
     algos = {name: ct_groups.group_algorithm(g, quant_cfg.get("format"), f"{path}: quantization_config.config_groups.{name}")
              for name, g in groups.items()} if len(_schemes(groups)) > 1 else None
-    if algos is None:
-        _single_format(quant_cfg, groups, path)
     mixed = algos is not None and len(set(algos.values())) > 1
-    algo = ct_groups.MIXED_GROUPS if mixed else next(iter(algos.values())) if algos else scheme_algo(groups)
+    if not mixed:  # one scheme, however many groups spell it: read when it is NVFP4 packing, as before
+        _single_format(quant_cfg, groups, path)
+    algo = ct_groups.MIXED_GROUPS if mixed else scheme_algo(groups)
     return Declaration(algo, ignore, None, COMPRESSED_TENSORS, tuple(targets) if groups else None,
                        kv_cache=kv_cache_declared(quant_cfg, None),
                        group_algos=ct_groups.GroupSchemes.from_groups(groups, algos, where) if mixed else None)
