@@ -59,8 +59,10 @@ def test_vllm_tries_fused_shards_before_class_names_and_sglang_after(tmp_path):
 
 def test_the_real_mixed_config_is_read_not_refused(capsys, tmp_path):
     src = write(tmp_path / "real", read_json(REAL)["quantization_config"])
-    code, out, err = run_captured(capsys, "inspect", src)
+    code, out, err = run_captured(capsys, "inspect", src, "--json")
     assert (code, err) == (0, "")
+    assert json.loads(out)["declaration"]["config_group_targets"] == [
+        ["re:.*attn.*(fused_wqa_wkv|wq_b|wo_a|wo_b)$", "FP8_BLOCK"], ["re:.*ffn.*(gate|up|down)_proj$", "NVFP4"]]
     d = declaration(src)
     assert d.algorithm("layers.3.attn.wq_b") == "FP8_BLOCK"
     assert d.algorithm("layers.3.ffn.experts.7.down_proj") == "NVFP4"
