@@ -42,7 +42,8 @@ def group_algorithm(group: dict, default_format: object, where: str) -> str:
             return "FP8"
         if strategy == "block" and weights.get("block_structure") == [128, 128]:
             return FP8_BLOCK
-    raise BadInput(f"{where}: format {fmt!r} with {bits}-bit {kind} weights ({strategy}) is not supported; this tool reads "
+    raise BadInput(f"{where}: format {repr(fmt)[:80]} with {repr(bits)[:20]}-bit {repr(kind)[:20]} weights ({repr(strategy)[:20]}) "
+                   "is not supported; this tool reads "
                    f"config groups of {NVFP4_FORMAT} (NVFP4, 16-element groups) and {FP8_FORMAT} (FP8 per tensor or "
                    "128x128 blocks)")
 
