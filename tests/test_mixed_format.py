@@ -111,22 +111,6 @@ def test_hostile_layer_maps_are_bad_input(capsys, healthy, tmp_path, bad, text):
     assert (code, err) == (2, f"error: {src / 'config.json'}: {text}\n")
 
 
-def test_compressed_tensors_groups_with_different_schemes_are_refused(capsys, tmp_path):
-    root = Path(__file__).parent / "data" / "real" / "redhatai-deepseek-v4-flash-nvfp4-fp8"
-    src = tmp_path / "ct-mixed"
-    src.mkdir()
-    config = read_json(root / "config.json")
-    (src / "config.json").write_text(json.dumps(config))
-    from safetensors.torch import save_file
-    import torch
-    save_file({"x.weight": torch.zeros(2, 2)}, str(src / "model.safetensors"))
-    code, _, err = run_captured(capsys, "inspect", src)
-    assert code == 2
-    assert err == (f"error: {src / 'config.json'}: compressed-tensors config_groups with different schemes (group_0: float-quantized, "
-                   "group_1: nvfp4-pack-quantized) are not supported; this tool reads compressed-tensors nvfp4-pack-quantized "
-                   "(NVFP4) checkpoints with one scheme\n")
-
-
 def test_files_naming_different_algorithms_are_refused(capsys, healthy, tmp_path):
     src = edit(healthy, tmp_path / "differ", hf=lambda h: h["quantization"].update(quant_algo="NVFP4"))
     code, _, err = run_captured(capsys, "inspect", src)

@@ -116,6 +116,9 @@ RULES = {
         "matchers": {"modelopt": "sglang_modelopt_dotted", "compressed-tensors": "sglang_ct_suffix",
                      "quantized_layers": "sglang_layers_aliases"},
         "fallback_fused": True,
+        # compressed-tensors/utils.py find_matched_target: name, then class name, then fused shards (vLLM 0.32: name,
+        # fused, class); tests/sglang/test_ct_groups_vs_sglang.py asks SGLang's own function
+        "ct_target_order": ["name", "class", "fused"],
         "refused_algorithms": {},
         "markers": {UTILS: "_FALLBACK_FUSED_SHARDS", CT_UTILS: 'layer_name.endswith("." + target)',
                     MODELOPT: "def _quantized_layer_prefix_candidates"},

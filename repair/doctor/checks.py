@@ -100,7 +100,7 @@ def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precisio
     scale_2: dict[str, float] = {}
     with values or ScaleValues(ckpt, modules, divisor) as read:
         for m in sorted((m for m in modules.values() if m.is_quantized), key=lambda m: m.name):
-            health = _fp8_health if m.precision == "fp8" else _module_health
+            health = HEALTH.get(m.precision, _module_health)
             findings += health(m, located, precision, scale_2, read, divisor)
     for parent_siblings in _sibling_groups(scale_2):
         values = {name: scale_2[name] for name in parent_siblings}
@@ -191,6 +191,23 @@ def _fp8_health(m: StoredModule, located, precision, scale_2, read, divisor: boo
             out.append(Finding(Severity.ERROR, Kind.FP8_SCALE, name, f"{name} {problem}; the FP8 layer computes garbage "
                                "(re-export, or dequantize it from the original)"))
     return out
+
+
+def _fp8_block_health(m: StoredModule, located, precision, scale_2, read, divisor: bool) -> list[Finding]:
+    """An FP8 block layer: every 128x128 block's float32 scale positive and finite (the runtime multiplies the block's
+    codes by it; the layout itself, one scale per block, is how the module was recognised)."""
+    name = m.tensor("weight_scale")
+    shard, info = located[name]
+    values = np.frombuffer(bytes(read(shard.path, info)), dtype="<f4")
+    bad = int(np.count_nonzero(~(np.isfinite(values) & (values > 0))))
+    if not bad:
+        return []
+    return [Finding(Severity.ERROR, Kind.FP8_SCALE, name, f"{name}: {bad} of {values.size} block scales are NaN, infinite, zero "
+                    "or negative; those 128x128 blocks of the FP8 layer compute garbage (re-export, or take the layer from the "
+                    "original)")]
+
+
+HEALTH = {"fp8": _fp8_health, "fp8_block": _fp8_block_health}
 
 
 def _f32_scalar(located_scale, read) -> tuple[float, str | None]:

@@ -130,7 +130,7 @@ def float8_findings(modules: dict[str, StoredModule], infos: dict[str, TensorInf
     out = []
     for m in modules.values():
         weight = m.tensor("weight")
-        if weight is None or m.precision == "fp8" or infos[weight].dtype != "F8_E4M3":
+        if weight is None or m.precision in ("fp8", "fp8_block") or infos[weight].dtype != "F8_E4M3":
             continue
         scale, shape = m.tensor("weight_scale"), list(infos[weight].shape)
         if len(shape) != 2:

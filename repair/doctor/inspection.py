@@ -69,7 +69,9 @@ def as_json(result: Inspection) -> dict:
         "bytes": result.ckpt.total_bytes,
         "format": d.format.NAME,
         "declaration": {"quant_algo": d.quant_algo, "config_json_ignore": _list(d.ignore), "hf_quant_exclude_modules": _list(d.exclude_modules),
-                        "kv_cache": d.kv_cache, "quantized_layers": d.layer_algos.as_dict() if d.layer_algos is not None else None},
+                        "kv_cache": d.kv_cache, "quantized_layers": d.layer_algos.as_dict() if d.layer_algos is not None else None,
+                        # compressed-tensors groups of different schemes: (target, algorithm) in first-match order
+                        "config_group_targets": [list(t) for t in d.group_algos.targets] if d.group_algos is not None else None},
         "bits_per_parameter": round(result.bits_per_parameter, 4),
         "modules": [
             {

@@ -22,7 +22,9 @@ from repair.targets.profiles import Target
 from repair.targets.vllm_loader import Outcome
 
 NUMBER = re.compile(r"\.\d+(?=\.|$)")
-PARAMS = {"bf16": ("weight", "bias"), "fp8": ("weight", "weight_scale", "input_scale", "bias")}
+PARAMS = {"bf16": ("weight", "bias"), "fp8": ("weight", "weight_scale", "input_scale", "bias"),
+          "fp8_block": ("weight", "weight_scale", "bias")}  # compressed-tensors' W8A8 FP8 block: dynamic activations
+FP8_KINDS = frozenset({"fp8", "fp8_block"})
 DTYPE = {"bf16": "torch.bfloat16", "packed": "torch.uint8"}
 
 
@@ -90,7 +92,7 @@ def _one(m: StoredModule, built: str, loader: str, target: Target, ranks_split: 
         skip_text = f"; its load_weights stops on {raised[0][0]} first ({raised[0][1]}: no such parameter)"
     stored = f"{'packed NVFP4' if packed else m.precision} {list(m.stored_shape)}"
     head = f"{m.name}: stored {stored} but {target.spec} builds it {built}"
-    if packed == wants_packed and (m.precision == "fp8") == (built == "fp8"):
+    if packed == wants_packed and ({m.precision} & FP8_KINDS) == ({built} & FP8_KINDS):
         if not skip_text:
             return None, []
         return Finding(Severity.ERROR, Kind.IGNORED_TENSORS, m.name,

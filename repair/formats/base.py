@@ -46,6 +46,7 @@ class Declaration:
     layer_algos: LayerAlgorithms | None = None  # MIXED_PRECISION: the quantized_layers vLLM reads (config.json's, else hf's)
     hf_layer_algos: LayerAlgorithms | None = None  # hf_quant_config.json's quantized_layers (doctor compares the two)
     kv_cache: str | None = None  # the KV-cache quantization declared ("FP8"), None when none is
+    group_algos: object | None = None  # compressed-tensors groups of different schemes (formats/ct_groups.GroupSchemes)
     # a target runtime's own rules (repair/targets/runtime_rules.py bind); None: the format's, as vLLM applies them
     matcher: Callable | None = field(default=None, compare=False, hash=False, repr=False)  # (entries, targets) -> Rule
     layer_lookup: Callable | None = field(default=None, compare=False, hash=False, repr=False)  # (algos, name) -> (algo, error)
@@ -95,9 +96,19 @@ class Declaration:
         One quant_algo covers every layer not excluded; MIXED_PRECISION resolves the layer from
         `quantized_layers` in vLLM 0.32's order (`LayerAlgorithms.lookup`; `packed` is the model's
         packed_modules_mapping), after the exclusion lists, as ModelOptMixedPrecisionConfig.get_quant_method does."""
+        if self.group_algos is not None:  # ignore entries, then the first config-group target matching the layer
+            return None if self._ignored(prefix, packed) else self.group_algos.resolve(prefix, packed)
         if not self.quantized or self.rule().excludes(prefix):
             return None
         return self.quant_algo if self.layer_algos is None else self._layer_algo(prefix, packed)
+
+    def _ignored(self, prefix: str, packed: dict[str, tuple[str, ...]] | None) -> bool:
+        """compressed-tensors' should_ignore_layer: an ignore entry names the layer, or every shard of a packed one."""
+        rule = self.rule()
+        fused = next((k for k in packed or {} if prefix.endswith(k)), None)
+        if fused is None:
+            return rule.shard_excluded(prefix)
+        return all(rule.shard_excluded(prefix.replace(fused, shard)) for shard in packed[fused])
 
     def _layer_algo(self, prefix: str, packed: dict[str, tuple[str, ...]] | None = None) -> str | None:
         if self.layer_lookup is not None:

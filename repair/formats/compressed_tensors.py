@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from repair.errors import BadInput
-from repair.formats import nvfp4_packed
+from repair.formats import ct_groups, nvfp4_packed
 from repair.formats.algorithms import kv_cache_declared
 from repair.formats.base import Covers, Declaration
 from repair.io.checkpoint import CONFIG, Checkpoint
@@ -107,7 +107,11 @@ def ct_entry_matches(prefix: str, entry: str) -> bool:
 
 
 def read_declaration(ckpt: Checkpoint) -> Declaration:
-    """config.json's quantization_config, refusing compressed-tensors formats other than NVFP4 packing."""
+    """config.json's quantization_config: config groups of NVFP4 (and, beside them, FP8) schemes; other formats refused.
+
+    Groups with one scheme declare it for every targeted layer; groups with different schemes (RedHatAI's
+    DeepSeek-V4-Flash: FP8 block attention, NVFP4 experts) declare MIXED_GROUPS, and each layer takes the scheme of
+    the first target matching it (formats/ct_groups.py, as vLLM's and SGLang's CompressedTensorsConfig do)."""
     path = ckpt.root / CONFIG
     quant_cfg = (ckpt.config or {}).get("quantization_config")
     if quant_cfg is None:
@@ -115,19 +119,30 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
     groups = quant_cfg.get("config_groups") or {}
     if not isinstance(groups, dict) or not all(isinstance(g, dict) for g in groups.values()):
         raise BadInput(f"{path}: quantization_config.config_groups must be an object of objects; fix the config")
-    _refuse_mixed_groups(groups, path)
+    targets: list[str] = []
+    for name, group in groups.items():
+        targets += nvfp4_packed.name_list(group.get("targets", []), path, f"quantization_config.config_groups.{name}.targets")
+    ignore = nvfp4_packed.name_list(quant_cfg.get("ignore", []), path, "quantization_config.ignore")
+    where = f"{path}: quantization_config entry"
+    entries((*ignore, *targets), where)  # a broken or hanging `re:` entry is refused here
+    algos = {name: ct_groups.group_algorithm(g, quant_cfg.get("format"), f"{path}: quantization_config.config_groups.{name}")
+             for name, g in groups.items()} if len(_schemes(groups)) > 1 else None
+    mixed = algos is not None and len(set(algos.values())) > 1
+    if not mixed:  # one scheme, however many groups spell it: read when it is NVFP4 packing, as before
+        _single_format(quant_cfg, groups, path)
+    algo = ct_groups.MIXED_GROUPS if mixed else scheme_algo(groups)
+    return Declaration(algo, ignore, None, COMPRESSED_TENSORS, tuple(targets) if groups else None,
+                       kv_cache=kv_cache_declared(quant_cfg, None),
+                       group_algos=ct_groups.GroupSchemes.from_groups(groups, algos, where) if mixed else None)
+
+
+def _single_format(quant_cfg: dict, groups: dict, path: object) -> None:
+    """Groups of one scheme: this tool reads them when that scheme is NVFP4 packing."""
     formats = {quant_cfg.get("format")} | {g.get("format") for g in groups.values()}
     formats.discard(None)
     if formats != {PACKED_FORMAT}:
         found = ", ".join(sorted(str(f) for f in formats)) or "none"
         raise BadInput(f"{path}: compressed-tensors format {found} is not supported; this tool repairs {PACKED_FORMAT} (NVFP4) checkpoints")
-    targets: list[str] = []
-    for name, group in groups.items():
-        targets += nvfp4_packed.name_list(group.get("targets", []), path, f"quantization_config.config_groups.{name}.targets")
-    ignore = nvfp4_packed.name_list(quant_cfg.get("ignore", []), path, "quantization_config.ignore")
-    entries((*ignore, *targets), f"{path}: quantization_config entry")  # a broken or hanging `re:` entry is refused here
-    return Declaration(scheme_algo(groups), ignore, None, COMPRESSED_TENSORS, tuple(targets) if groups else None,
-                       kv_cache=kv_cache_declared(quant_cfg, None))
 
 
 def scheme_algo(groups: dict) -> str:
@@ -138,15 +153,9 @@ def scheme_algo(groups: dict) -> str:
     return "W4A16_NVFP4" if weight_only else "NVFP4"
 
 
-def _refuse_mixed_groups(groups: dict, path: object) -> None:
-    """Config groups with different schemes (formats, bits, activations) are a mixed checkpoint: refused in one line."""
-    schemes = {name: json.dumps({k: v for k, v in g.items() if k != "targets"}, sort_keys=True, default=str) for name, g in groups.items()}
-    if len(set(schemes.values())) < 2:
-        return
-    described = ", ".join(f"{name}: {groups[name].get('format') or '?'}{'' if groups[name].get('input_activations') else ' weight-only'}"
-                          for name in groups)
-    raise BadInput(f"{path}: compressed-tensors config_groups with different schemes ({described}) are not supported; "
-                   f"this tool reads compressed-tensors {PACKED_FORMAT} (NVFP4) checkpoints with one scheme")
+def _schemes(groups: dict) -> set[str]:
+    """The groups' distinct schemes (every field but the targets)."""
+    return {json.dumps({k: v for k, v in g.items() if k != "targets"}, sort_keys=True, default=str) for g in groups.values()}
 
 
 def exclusion_entry(module: str) -> str:

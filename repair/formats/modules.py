@@ -19,7 +19,8 @@ class StoredModule:
     """One module as stored: its precision, weight shapes and the tensors that belong to it."""
 
     name: str
-    precision: str  # "nvfp4" (packed weight with block scales), "fp8" (float8 weight with a float32 scale), else the dtype in lower case
+    precision: str  # "nvfp4" (packed weight with block scales), "fp8" (float8 weight with a float32 scale), "fp8_block"
+    # (float8 weight with a float32 scale per 128x128 block), else the dtype in lower case
     stored_shape: tuple[int, ...]
     logical_shape: tuple[int, ...]  # the full-precision weight shape the packed bytes stand for
     roles: tuple[tuple[str, str], ...]  # (role, tensor name): "weight", "weight_scale", "weight_scale_2", ...
@@ -47,6 +48,8 @@ class StoredModule:
         with a per-tensor float32 scale is "FP8". Doctor compares this with the declared algorithm."""
         if self.precision == "fp8":
             return "FP8"
+        if self.precision == "fp8_block":
+            return "FP8_BLOCK"
         if self.precision != "nvfp4":
             return None
         if self.tensor("pre_quant_scale") is not None:
@@ -61,7 +64,7 @@ class StoredModule:
         return count
 
 
-QUANTIZED_PRECISIONS = frozenset({"nvfp4", "fp8"})
+QUANTIZED_PRECISIONS = frozenset({"nvfp4", "fp8", "fp8_block"})
 
 
 def split_name(tensor: str) -> tuple[str, str]:

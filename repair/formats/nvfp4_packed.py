@@ -17,6 +17,7 @@ from repair.formats.modules import StoredModule
 from repair.formats.nvfp4_health import block_scale_stats, read_f32_scalar
 
 BLOCK = 16
+FP8_BLOCK = 128  # compressed-tensors' FP8 block_structure [128, 128] (formats/ct_groups.py)
 # Modules a ModelOpt export quantizes with one shared weight_scale_2 (the runtime fuses them into one layer)
 SHARED_GLOBAL_SCALE = (("mlp.gate_proj", "mlp.up_proj"), ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
 BROKEN_EXPORT = "the export is broken: re-download it, or re-export from the original model"
@@ -76,6 +77,8 @@ def _weighted(module: str, weight_leaf: str, found: dict[str, TensorInfo], leave
     packed = weight.dtype == "U8" and (named_packed or has_sidecar)  # a lost scale still means packed
     if not packed and _fp8_per_tensor(weight, scale):
         return StoredModule(module, "fp8", weight.shape, weight.shape, roles)
+    if not packed and _fp8_block(weight, scale):
+        return StoredModule(module, "fp8_block", weight.shape, weight.shape, roles)
     if not packed:
         return StoredModule(module, weight.dtype.lower(), weight.shape, weight.shape, roles)
     return StoredModule(module, "nvfp4", weight.shape, (weight.shape[0], weight.shape[1] * 2), roles)
@@ -85,6 +88,13 @@ def _fp8_per_tensor(weight: TensorInfo, scale: TensorInfo | None) -> bool:
     """ModelOpt's FP8 (per-tensor) layout: a 2-D float8_e4m3fn weight with a float32 scalar weight_scale."""
     return (weight.dtype == "F8_E4M3" and len(weight.shape) == 2 and scale is not None
             and scale.dtype == "F32" and scale.shape in ((), (1,)))
+
+
+def _fp8_block(weight: TensorInfo, scale: TensorInfo | None) -> bool:
+    """compressed-tensors' FP8 block layout (float-quantized, strategy block 128x128; DeepSeek's): a 2-D float8_e4m3fn
+    weight with a float32 scale per 128x128 block, [ceil(out/128), ceil(in/128)]."""
+    return (weight.dtype == "F8_E4M3" and len(weight.shape) == 2 and scale is not None and scale.dtype == "F32"
+            and scale.shape == tuple(-(-d // FP8_BLOCK) for d in weight.shape))
 
 
 def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str, leaves: dict[str, str],

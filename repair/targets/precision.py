@@ -14,7 +14,7 @@ from repair.arch import Architecture, ModuleSpec
 from repair.formats.base import Declaration
 from repair.targets.profiles import Target
 
-BUILT = {"NVFP4": "nvfp4", "W4A16_NVFP4": "w4a16_nvfp4", "FP8": "fp8"}  # declared algorithm -> what vLLM 0.32 builds
+BUILT = {"NVFP4": "nvfp4", "W4A16_NVFP4": "w4a16_nvfp4", "FP8": "fp8", "FP8_BLOCK": "fp8_block"}  # declared algorithm -> what vLLM 0.32 builds
 PACKED = frozenset({"nvfp4", "w4a16_nvfp4"})  # built with the packed NVFP4 parameters
 
 

@@ -52,6 +52,7 @@ class RuntimeRules:
 
     nested_drops: tuple[str, ...] = ()  # quant methods whose exclusions in config.json's nested form are dropped
     plain_layers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # arch -> layers built plain nn.Linear
+    ct_target_order: tuple[str, ...] = ()  # find_matched_target's passes (formats/ct_groups.ORDERS); () as vLLM's
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -97,7 +98,10 @@ class RuntimeRules:
 
         def lookup(algos, name):
             return (None, None) if name.startswith(dropped) else layers(algos, name, building)
-        return replace(declaration, matcher=matcher, layer_lookup=lookup)
+        groups = declaration.group_algos
+        if groups is not None and self.ct_target_order:
+            groups = groups.ordered(self.ct_target_order)  # the release tries config-group targets in its own order
+        return replace(declaration, matcher=matcher, layer_lookup=lookup, group_algos=groups)
 
     def mtp_layers(self, config: dict | None) -> dict[str, int]:
         """The name of each MTP layer the config declares (num_nextn_predict_layers) that this release builds from the
@@ -239,7 +243,8 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         tuple(body.get("row_parallel_leaves", ())), when,
                         {a: tuple(v) for a, v in body.get("stacked_unchecked", {}).items()},
                         tuple(body.get("nested_config_json_drops_exclusions", ())),
-                        {a: tuple(v) for a, v in body.get("plain_layers", {}).items()})
+                        {a: tuple(v) for a, v in body.get("plain_layers", {}).items()},
+                        tuple(body.get("ct_target_order", ())))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:

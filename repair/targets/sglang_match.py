@@ -194,6 +194,8 @@ class SglangCtRule:
         """find_matched_target's ValueError for a layer no target names, else None."""
         if self.targets is None or any(not t.startswith("re:") and t in c for t in self.targets for c in LINEAR_CLASSES):
             return None
+        if layer.rpartition(".")[2] == "lm_head":
+            return None  # a ParallelLMHead asks get_lm_head_scheme, which builds an unmatched head unquantized (0.5.23)
         if self._targeted(layer):
             return None
         fused = next((k for k in self.building.packed if layer.endswith(k)), None)
@@ -212,7 +214,8 @@ class SglangCtRule:
             if len(states) > 1:
                 return False, CT_MIX.format(shards=list(shards), prefix=layer)
             ignored = states.pop()
-        return ignored, None if ignored or kind == "moe" else self._untargeted(layer)
+        # get_moe_scheme asks for the FusedMoE layer's first expert's projections (`experts.0.gate_proj`)
+        return ignored, None if ignored else self._untargeted(f"{layer}.0.gate_proj" if kind == "moe" else layer)
 
     def excludes(self, prefix: str) -> bool:
         return self._decide(prefix)[0]

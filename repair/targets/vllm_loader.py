@@ -25,6 +25,7 @@ MODELOPT_LEAVES = {"weight": "weight", "weight_scale": "weight_scale", "weight_s
 NVFP4_GROUP = 16  # elements per fp8 block scale
 # vLLM 0.32 modelopt.py KFp8StaticTensor: an FP8 linear's parameters (weight_scale and input_scale per tensor)
 FP8_PARAMS = ("weight", "weight_scale", "input_scale")
+FP8_BLOCK_PARAMS = ("weight", "weight_scale")  # CompressedTensorsW8A8Fp8, block strategy: activations quantized dynamically
 STORED_DTYPE = {"nvfp4": "U8", "w4a16_nvfp4": "U8", "fp8": "F8_E4M3"}  # what each built weight holds (bf16: neither)
 HF_TO_VLLM_PREFIX = {"pre_projection": "model.pre_projection", "post_projection": "model.post_projection"}
 
@@ -91,7 +92,8 @@ def _one(info: TensorInfo, leaf: str, spec: ModuleSpec, kind: LayerKind, precisi
          leaves: dict[str, str]) -> Outcome:
     if not spec.is_linear:
         return Outcome(info.name, rank, "ok")
-    params = tuple(leaves) if precision in PACKED else FP8_PARAMS if precision == "fp8" else ("weight",)
+    params = (tuple(leaves) if precision in PACKED else FP8_PARAMS if precision == "fp8" else
+              FP8_BLOCK_PARAMS if precision == "fp8_block" else ("weight",))
     if leaf not in params:
         if target.profile.unknown_tensors == "skip":
             stored_weight = leaf != "weight" and leaves.get(leaf) == "weight"  # e.g. weight_packed where `weight` is built
