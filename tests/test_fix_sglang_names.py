@@ -66,3 +66,26 @@ def test_releases_reading_only_the_fused_name_get_it(capsys, tmp_path, release, 
         fix_is_clean(capsys, src, tmp_path / f"out{i}", targets)
         listed = json.loads((tmp_path / f"out{i}" / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
         assert "model.layers.0.self_attn.qkv_proj" in listed, listed
+
+
+@pytest.mark.parametrize("name", ["model.layers.0.mlp.down_proj(1)", "model.layers.0.mlp.down_proj+x", "model.layers.0.mlp.down$proj"])
+def test_a_module_name_runtimes_read_as_a_pattern_is_refused_in_one_line(capsys, tmp_path, name):
+    """SGLang turns a ModelOpt entry into a regex with only `.` and `*` escaped (is_layer_excluded), vLLM and
+    TensorRT-LLM read `*?[` as a glob: an entry written verbatim for such a module would name other modules, or none,
+    or stop SGLang with re.error. The fix refuses it in one line before writing anything."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from tools.real_fixture import write_real_model
+
+    src = write_real_model(tmp_path / "src", "qwen3-32b")
+    tensors = load_file(src / "model.safetensors")
+    copy = "model.layers.0.mlp.down_proj."
+    tensors.update({name + "." + k[len(copy):]: v.clone() for k, v in tensors.items() if k.startswith(copy)})
+    save_file({k: v.contiguous() for k, v in tensors.items()}, src / "model.safetensors", metadata={"format": "pt"})
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(f'[[rules]]\naction = "dequantize"\nmodules = [{json.dumps(name)}]\n')
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--recipe", recipe)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "nothing was written" in err and repr(name) in err and not (tmp_path / "out").exists()
+    assert torch.equal(load_file(src / "model.safetensors")[name + ".weight"], tensors[name + ".weight"])

@@ -23,7 +23,8 @@ from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Reci
 from repair.planning.target_check import refuse_unrepairable, unused_exclusions
 from repair.planning.whole_layers import Layers, refuse_split_layers
 from repair.targets.profiles import resolve_many
-from repair.planning.runtime_entries import coverage, plain_entries, read_where_targets_read, runtime_names, unread_fused
+from repair.planning.runtime_entries import (coverage, plain_entries, read_where_targets_read, refuse_pattern_names, runtime_names,
+                                             unread_fused)
 
 __all__ = ["assign_actions", "kv_scale_drops", "make_plan", "select"]
 
@@ -180,6 +181,7 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     if any(t.profile.rules and t.profile.rules.matchers.get("entries") == "plain" for t in targets):
         plain = {fmt.exclusion_entry(n): n for n in bf16}  # a release whose matcher has no `re:` (TensorRT-LLM < 1.3)
         config, added = plain_entries(config, plain), tuple(plain.get(a, a) for a in added)
+    refuse_pattern_names(ckpt.root, added)
     after = fmt.exclusion_lists(config, hf_quant)
     for name in packed:
         for exclusions in after:

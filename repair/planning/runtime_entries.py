@@ -4,7 +4,12 @@ only at its top level (their data's rules say which; each target's own matcher i
 
 from __future__ import annotations
 
+from repair.errors import BadInput
 from repair.targets.runtime_rules import flat_exclusions, quant_method
+
+# characters some runtime reads as pattern syntax in a plain exclusion entry: SGLang's is_layer_excluded escapes only
+# `.` and turns `*` into `.*` before re.fullmatch (a regex); vLLM's ModelOpt rule and TensorRT-LLM fnmatch (`*?[`)
+PATTERN_CHARS = frozenset("*?[]()+{}^$|\\")
 
 
 def coverage(targets, declaration, family, config):
@@ -65,3 +70,14 @@ def _whole_groups(family, names: list[str]) -> list[tuple[str, tuple[str, ...]]]
     """(fused layer, shards) for every fused layer all of whose shards are in `names`."""
     return [(fused, members) for fused, members in family.fused_groups(names)
             if len(members) == len(family.fused_layers[fused.rpartition(".")[2]])]
+
+
+def refuse_pattern_names(root: object, entries) -> None:
+    """One line for a plain entry the plan would write that holds pattern syntax (a module so named in the
+    checkpoint): written verbatim it would exclude other modules, or none, or stop SGLang's re.fullmatch."""
+    for entry in entries:
+        found = sorted(PATTERN_CHARS.intersection(entry)) if not entry.startswith("re:") else []
+        if found:
+            raise BadInput(f"{root}: module {entry!r} holds {found[0]!r}, which runtimes read as pattern syntax in an exclusion "
+                           "entry (SGLang as a regex, vLLM and TensorRT-LLM as a glob), so no entry written as its name "
+                           "excludes exactly it; nothing was written; rename the module in the checkpoint")
