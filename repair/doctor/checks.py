@@ -29,9 +29,11 @@ def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[st
     # (or, compressed-tensors, a `re:` entry for the fused name, which SGLang asks where no packed mapping splits it)
     fused_layers = family.fused_groups(specs or modules)
     used |= {n for fused, shards in fused_layers for n in (fused, *shards)}
-    fused_names = {family.runtime_name(fused) for fused, _ in fused_layers}
+    leftover = tuple(p for p in declaration.exclusions if p not in used)
+    if leftover and fused_layers:
+        used |= declaration.used_entries({family.runtime_name(fused) for fused, _ in fused_layers}, leftover)
     for pattern in declaration.exclusions:
-        if pattern not in used and not any(declaration.excludes(f, [pattern]) for f in fused_names):
+        if pattern not in used:
             findings.append(Finding(Severity.WARNING, Kind.UNUSED_EXCLUSION, pattern, f"exclusion {pattern!r} matches no module of this model"))
     if declaration.ignore is not None and declaration.exclude_modules is not None and set(declaration.ignore) != set(declaration.exclude_modules):
         only_cfg = sorted(set(declaration.ignore) - set(declaration.exclude_modules))

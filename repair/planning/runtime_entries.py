@@ -44,14 +44,9 @@ def unread_fused(targets, declaration, family, config, lists: list[list[str]], n
     """The fused layers, every shard of which is among `names` (BF16), that some target still builds quantized when
     it reads `lists` as written with the config `config` (SGLang <= 0.5.10 and compressed-tensors models without a
     packed mapping ask the fused name itself, never its shards): their own names, to be excluded too."""
-    bound = [t.bind(declaration, family, config) for t in targets]
-    out = []
-    for fused, members in _whole_groups(family, names):
-        if fused in names:
-            continue
-        if any(not d.rule(entries).excludes(family.runtime_name(m)) for d in bound for entries in lists for m in members):
-            out.append(fused)
-    return out
+    rules = [t.bind(declaration, family, config).rule(entries) for t in targets for entries in lists]
+    return [fused for fused, members in _whole_groups(family, names)
+            if fused not in names and any(not r.excludes(family.runtime_name(m)) for r in rules for m in members)]
 
 
 def read_where_targets_read(config: dict | None, targets, declaration) -> dict | None:
