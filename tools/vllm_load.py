@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """Load plain checkpoint folders (a causal LM as ``vllm serve DIR`` would) with vLLM's own loader, on CPU.
 
-Run with the .venv-vllm python (tools/vllm_env.sh); imports nothing from the repo's ``repair`` package.
+Run with the .venv-vllm python (tools/vllm_env.sh); imports nothing from the repo's ``repair`` package. An EAGLE-3
+draft folder is loaded the way ``vllm serve TARGET --speculative-config`` loads it (vLLM builds its model class only
+inside a speculative config), beside a BF16 Llama target config of the draft's sizes; only the draft's weights are read.
 
     vllm_load.py DIR [DIR ...] [--hash] [--traceback] [--moe-emulation]
 
@@ -31,6 +33,7 @@ Exit 0 whenever every DIR produced a line; 3 when vLLM setup fails; 2 for bad ar
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -55,15 +58,35 @@ def quant_methods(model) -> dict:
 
 def load(folder: str, loader: Loader) -> dict:
     import os
+    import tempfile
 
     from vllm.engine.arg_utils import EngineArgs
 
-    vc = EngineArgs(model=os.path.abspath(folder), skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128,
-                    enforce_eager=True).create_engine_config()
-    mc = vc.model_config
+    args = dict(skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128, enforce_eager=True)
+    config = json.loads(open(os.path.join(folder, "config.json")).read())
+    if not any("Eagle3" in a for a in config.get("architectures") or []):
+        vc = EngineArgs(model=os.path.abspath(folder), **args).create_engine_config()
+        mc = vc.model_config
+    else:  # vLLM builds an EAGLE-3 draft only inside a speculative config (llama_eagle3.py asserts one)
+        with tempfile.TemporaryDirectory() as target:
+            write_eagle3_target(config, target)
+            spec = {"method": "eagle3", "model": os.path.abspath(folder), "num_speculative_tokens": 1}
+            vc = EngineArgs(model=target, speculative_config=spec, **args).create_engine_config()
+        mc = vc.speculative_config.draft_model_config
     log(f"{folder}: arch={mc.architectures} quantization={mc.quantization}")
     head = {"architecture": mc.architectures[0], "quantization": mc.quantization}
     return dict(head, **loader.load(vc, mc, tracked(vc.load_config)))
+
+
+def write_eagle3_target(draft: dict, folder: str) -> None:
+    """The target model an EAGLE-3 draft is loaded beside: a BF16 Llama of the draft's sizes, config.json only (the
+    draft's own weights are the only ones read)."""
+    import os
+
+    keep = {k: v for k, v in draft.items() if k not in ("quantization_config", "eagle_config", "draft_vocab_size")}
+    keep["architectures"] = ["LlamaForCausalLM"]
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(keep, f)
 
 
 def main(argv=None) -> int:

@@ -26,7 +26,12 @@ def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[st
     used = declaration.used_entries(prefixes)  # one pass over the names, not entries x names (the format's rule)
     # a fused layer's name (qkv_proj) and its shards' (q_proj) both name it: one runtime reads one, another the other
     # (TensorRT-LLM 1.0 only the fused name), and fix --target a,b writes both, never "an entry matching no module"
-    used |= {n for fused, shards in family.fused_groups(specs or modules) for n in (fused, *shards)}
+    # (or, compressed-tensors, a `re:` entry for the fused name, which SGLang asks where no packed mapping splits it)
+    fused_layers = family.fused_groups(specs or modules)
+    used |= {n for fused, shards in fused_layers for n in (fused, *shards)}
+    leftover = tuple(p for p in declaration.exclusions if p not in used)
+    if leftover and fused_layers:
+        used |= declaration.used_entries({family.runtime_name(fused) for fused, _ in fused_layers}, leftover)
     for pattern in declaration.exclusions:
         if pattern not in used:
             findings.append(Finding(Severity.WARNING, Kind.UNUSED_EXCLUSION, pattern, f"exclusion {pattern!r} matches no module of this model"))

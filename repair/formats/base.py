@@ -71,12 +71,13 @@ class Declaration:
             return self.ignore
         return self.exclude_modules or ()
 
-    def used_entries(self, prefixes: set[str]) -> frozenset[str]:
-        """The entries that exclude one of `prefixes` on their own: one pass over the names under the format's rule;
-        a runtime's own rule (repair/targets/matchers.py, no index) is asked entry by entry, as it reads each one."""
+    def used_entries(self, prefixes: set[str], entries: tuple[str, ...] | None = None) -> frozenset[str]:
+        """The entries (default: the list vLLM uses) that exclude one of `prefixes` on their own: one pass over the
+        names under the format's rule; a runtime's own rule (repair/targets/matchers.py, no index) is asked entry by
+        entry, as it reads each one."""
         if self.matcher is None:
-            return self.rule().used_entries(prefixes)
-        return frozenset(e for e in self.exclusions if any(self.excludes(p, [e]) for p in prefixes))
+            return self.rule(entries).used_entries(prefixes)
+        return frozenset(e for e in (self.exclusions if entries is None else entries) if any(self.excludes(p, [e]) for p in prefixes))
 
     def excludes(self, prefix: str, exclusions: tuple[str, ...] | list[str] | None = None) -> bool:
         """True when vLLM builds the layer at `prefix` unquantized under this format's matching rules.

@@ -155,9 +155,11 @@ def without_entries(config: dict | None, hf_quant: dict | None, entries: frozens
     both lists: `fix --target` removes the entries that match no module (doctor: unused-exclusion)."""
     config, hf_quant = copy.deepcopy(config), copy.deepcopy(hf_quant)
     if config is not None and isinstance(config.get("quantization_config"), dict):
-        qc, key = config_section(config["quantization_config"])
-        if isinstance(qc.get(key), list):
-            qc[key] = [x for x in qc[key] if x not in entries]
+        outer = config["quantization_config"]
+        qc, key = config_section(outer)
+        for listed, name in ((qc, key), (outer, "ignore")):  # a nested block's top-level copy too (where SGLang reads it)
+            if isinstance(listed.get(name), list):
+                listed[name] = [x for x in listed[name] if x not in entries]
     section = hf_quant.get("quantization") if hf_quant is not None else None
     if isinstance(section, dict) and isinstance(section.get("exclude_modules"), list):
         section["exclude_modules"] = [x for x in section["exclude_modules"] if x not in entries]

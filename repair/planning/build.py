@@ -23,7 +23,8 @@ from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Reci
 from repair.planning.target_check import refuse_unrepairable, unused_exclusions
 from repair.planning.whole_layers import Layers, refuse_split_layers
 from repair.targets.profiles import resolve_many
-from repair.planning.runtime_entries import mtp_layer_names, plain_entries, runtime_names
+from repair.planning.runtime_entries import (coverage, mtp_layer_names, plain_entries, read_where_targets_read, refuse_pattern_names,
+                                             runtime_names, unread_fused)
 
 __all__ = ["assign_actions", "kv_scale_drops", "make_plan", "select"]
 
@@ -158,22 +159,30 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     if not declaration.quantized:
         return ckpt.config, ckpt.hf_quant_config, ()
     family = arch.architecture(ckpt.config)
-    covers, excludes_for_any = _coverage(ckpt, recipe, declaration, family)
+    targets = resolve_many(recipe.from_target) if recipe.from_target else ()
+    covers, excludes_for_any = coverage(targets, declaration, family, ckpt.config)
     made = [n for n, a in actions.items() if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)]
     # a fused layer's BF16 shards are declared together: exact entries for only some of them make the runtime raise
     made += [s for n in made for s in fused_group(n, modules) if s in modules and not modules[s].is_quantized]
-    targets = resolve_many(recipe.from_target) if recipe.from_target else ()
     bf16 = runtime_names(targets, family, sorted({family.exclusion_name(n) for n in made}))
     bf16 = mtp_layer_names(targets, ckpt.config, modules, set(made), bf16, covers)
     packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
     if not bf16 and not packed and not (len(lists) == 2 and set(lists[0]) != set(lists[1])):
         return ckpt.config, ckpt.hf_quant_config, ()  # nothing to declare or align: a MIXED_PRECISION export gains no empty list
+    remove = _redeclared(declaration, packed, modules, family.runtime_name)
+    for _ in range(2):  # again with the fused names a target reads instead of the shards', where one does
+        config, hf_quant = fmt.with_exclusions(ckpt, bf16, covers, remove=remove)
+        config = read_where_targets_read(config, targets, declaration)
+        extra = unread_fused(targets, declaration, family, config, fmt.exclusion_lists(config, hf_quant), bf16)
+        if not extra:
+            break
+        bf16 = sorted(set(bf16) | set(extra))
     added = tuple(fmt.exclusion_entry(n) for n in bf16 if not all(covers(x, n) for x in lists))
-    config, hf_quant = fmt.with_exclusions(ckpt, bf16, covers, remove=_redeclared(declaration, packed, modules, family.runtime_name))
     if any(t.profile.rules and t.profile.rules.matchers.get("entries") == "plain" for t in targets):
         plain = {fmt.exclusion_entry(n): n for n in bf16}  # a release whose matcher has no `re:` (TensorRT-LLM < 1.3)
         config, added = plain_entries(config, plain), tuple(plain.get(a, a) for a in added)
+    refuse_pattern_names(ckpt.root, added)
     after = fmt.exclusion_lists(config, hf_quant)
     for name in packed:
         for exclusions in after:
@@ -182,14 +191,6 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     if declaration.layer_algos is not None:  # per-layer map: a layer leaves quantized_layers; only what the lists gained is "added"
         added = tuple(dict.fromkeys(x for entries in after for x in entries if not any(x in before for before in lists)))
     return config, hf_quant, added
-
-
-def _coverage(ckpt: Checkpoint, recipe: Recipe, declaration: Declaration, family):
-    """(whether a list excludes a module for every target, for any target): each target's own rules say what a list
-    covers (several targets: an exact entry is added unless every one of them reads the list as excluding it)."""
-    targets = resolve_many(recipe.from_target) if recipe.from_target else ()
-    matchers = [family.exclusion_matcher(t.bind(declaration, family, ckpt.config)) for t in targets] or [family.exclusion_matcher(declaration)]
-    return (lambda entries, name: all(m(entries, name) for m in matchers)), (lambda entries, name: any(m(entries, name) for m in matchers))
 
 
 def _redeclared(declaration: Declaration, packed: list[str], modules: dict[str, StoredModule], runtime_name) -> list[str]:

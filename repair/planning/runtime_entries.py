@@ -1,7 +1,22 @@
-"""How a fix's exclusion entries are spelled for the runtimes it targets: some releases read a fused layer only by
-its own name, some have no `re:` entries (their data's rules say which)."""
+"""How a fix's exclusion entries are spelled, and where they are written, for the runtimes it targets: some releases
+read a fused layer only by its own name, some have no `re:` entries, some read config.json's nested ModelOpt block
+only at its top level (their data's rules say which; each target's own matcher is asked)."""
 
 from __future__ import annotations
+
+from repair.errors import BadInput
+from repair.targets.runtime_rules import flat_exclusions, quant_method
+
+# characters some runtime reads as pattern syntax in a plain exclusion entry: SGLang's is_layer_excluded escapes only
+# `.` and turns `*` into `.*` before re.fullmatch (a regex); vLLM's ModelOpt rule and TensorRT-LLM fnmatch (`*?[`)
+PATTERN_CHARS = frozenset("*?[]()+{}^$|\\")
+
+
+def coverage(targets, declaration, family, config):
+    """(whether a list excludes a module for every target, for any target): each target's own rules say what a list
+    covers (several targets: an exact entry is added unless every one of them reads the list as excluding it)."""
+    matchers = [family.exclusion_matcher(t.bind(declaration, family, config)) for t in targets] or [family.exclusion_matcher(declaration)]
+    return (lambda entries, name: all(m(entries, name) for m in matchers)), (lambda entries, name: any(m(entries, name) for m in matchers))
 
 
 def plain_entries(config: dict | None, plain: dict[str, str]) -> dict | None:
@@ -19,8 +34,7 @@ def runtime_names(targets, family, names: list[str]) -> list[str]:
     by_name = [t.profile.rules is not None and t.profile.rules.fused.get("policy") == "fused_name_only" for t in targets]
     if not any(by_name):
         return names
-    groups = [(fused, members) for fused, members in family.fused_groups(names)
-              if len(members) == len(family.fused_layers[fused.rpartition(".")[2]])]
+    groups = _whole_groups(family, names)
     taken = {m for _, members in groups for m in members}
     kept = names if not all(by_name) else [n for n in names if n not in taken]
     return sorted(set(kept) | {fused for fused, _ in groups})
@@ -52,3 +66,41 @@ def _owners(layers: set[str]):
     prefixes = {layer + ".": layer for layer in layers}
     lengths = sorted({len(p) for p in prefixes})
     return lambda name: next((prefixes[name[:k]] for k in lengths if name[:k] in prefixes), None)
+
+
+def unread_fused(targets, declaration, family, config, lists: list[list[str]], names: list[str]) -> list[str]:
+    """The fused layers, every shard of which is among `names` (BF16), that some target still builds quantized when
+    it reads `lists` as written with the config `config` (SGLang <= 0.5.10 and compressed-tensors models without a
+    packed mapping ask the fused name itself, never its shards): their own names, to be excluded too."""
+    rules = [t.bind(declaration, family, config).rule(entries) for t in targets for entries in lists]
+    return [fused for fused, members in _whole_groups(family, names)
+            if fused not in names and any(not r.excludes(family.runtime_name(m)) for r in rules for m in members)]
+
+
+def read_where_targets_read(config: dict | None, targets, declaration) -> dict | None:
+    """config.json's nested ModelOpt block with its exclusion list also at the top level (`ignore`), where a target
+    whose data says it drops the nested list (SGLang: configs/model_config.py merges quant_algo there and takes the
+    flat branch) reads it; vLLM reads the nested one. Both then hold the same list."""
+    method = quant_method(declaration)
+    dropping = any(t.profile.rules is not None and method in t.profile.rules.nested_drops for t in targets)
+    if dropping and flat_exclusions(config) is not None:
+        qc = config["quantization_config"]
+        qc["ignore"] = list(qc["quantization"].get("exclude_modules") or [])
+    return config
+
+
+def _whole_groups(family, names: list[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """(fused layer, shards) for every fused layer all of whose shards are in `names`."""
+    return [(fused, members) for fused, members in family.fused_groups(names)
+            if len(members) == len(family.fused_layers[fused.rpartition(".")[2]])]
+
+
+def refuse_pattern_names(root: object, entries) -> None:
+    """One line for a plain entry the plan would write that holds pattern syntax (a module so named in the
+    checkpoint): written verbatim it would exclude other modules, or none, or stop SGLang's re.fullmatch."""
+    for entry in entries:
+        found = sorted(PATTERN_CHARS.intersection(entry)) if not entry.startswith("re:") else []
+        if found:
+            raise BadInput(f"{root}: module {entry!r} holds {found[0]!r}, which runtimes read as pattern syntax in an exclusion "
+                           "entry (SGLang as a regex, vLLM and TensorRT-LLM as a glob), so no entry written as its name "
+                           "excludes exactly it; nothing was written; rename the module in the checkpoint")

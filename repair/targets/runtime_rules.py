@@ -20,6 +20,7 @@ from repair.targets.matchers import KINDS, exclusion_matcher, layer_matcher
 from repair.targets.sglang_match import Building
 
 DATA = files("repair") / "targets" / "data"
+FLAT_KEYS = ("ignore", "modules_to_not_convert", "exclude_modules")  # SGLang's flat ModelOpt branch, in its order
 LLAMA_FUSIONS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 
 
@@ -86,14 +87,14 @@ class RuntimeRules:
         dropped = self.draft_bf16_prefixes(declaration, config)
         names = (config or {}).get("architectures") if isinstance((config or {}).get("architectures"), list) else []
         plain = frozenset(p for a in names if isinstance(a, str) for p in self.plain_layers.get(a, ()))
-        unread = kind == "modelopt" and quant_method(declaration) in self.nested_drops and _nested_modelopt(config)
+        flat = flat_exclusions(config) if kind == "modelopt" and quant_method(declaration) in self.nested_drops else None
 
         mtp = tuple(self.mtp_layers(config))
 
         def matcher(entries, targets):
             rule = excl(entries, targets, building)
             rule = MtpLayers(rule, tuple(m for m in mtp if rule.excludes(m))) if mtp else rule
-            rule = UnreadList(excl((), targets, building), rule) if unread else rule
+            rule = UnreadList(excl(flat, targets, building), rule) if flat is not None else rule
             return DraftBf16(rule, dropped, plain) if dropped or plain else rule
 
         def lookup(algos, name):
@@ -182,10 +183,11 @@ class MtpLayers:
 
 @dataclass(frozen=True)
 class UnreadList:
-    """A list the runtime never reads (config.json's nested ModelOpt block): every layer is built as with no entries;
-    `names` still answers for the list as written, so its entries are not called unused (they name modules)."""
+    """A list the runtime never reads (config.json's nested ModelOpt block): every layer is built as with the list it
+    does read (the block's top level, often none); `names` still answers for the list as written, so its entries are
+    not called unused (they name modules)."""
 
-    built: object  # the rule over no entries
+    built: object  # the rule over the list the runtime reads instead
     listed: object  # the rule over the entries as written
 
     def excludes(self, prefix: str) -> bool:
@@ -211,13 +213,17 @@ def quant_method(declaration: Declaration) -> str | None:
     return "modelopt_mixed" if algo == "MIXED_PRECISION" else "modelopt_fp4" if "FP4" in algo else "modelopt_fp8"
 
 
-def _nested_modelopt(config: dict | None) -> bool:
-    """config.json's ModelOpt quantization_config in the nested form with nothing at its top level that the flat
-    branch of SGLang's from_config reads as exclusions (configs/model_config.py merges quant_algo in there)."""
+def flat_exclusions(config: dict | None) -> tuple[str, ...] | None:
+    """For config.json's ModelOpt quantization_config in the nested form (`{"producer", "quantization": {...}}`), the
+    list SGLang's flat branch reads at its top level instead (configs/model_config.py merges quant_algo in there;
+    ModelOptFp4Config.from_config: `ignore`, else `modules_to_not_convert`, else `exclude_modules`); None for any
+    other form."""
     qc = (config or {}).get("quantization_config")
-    return (isinstance(qc, dict) and isinstance(qc.get("quantization"), dict) and "quant_algo" not in qc
-            and qc.get("quant_method", "modelopt") == "modelopt"
-            and not any(k in qc for k in ("ignore", "modules_to_not_convert", "exclude_modules")))
+    if not (isinstance(qc, dict) and isinstance(qc.get("quantization"), dict) and "quant_algo" not in qc
+            and qc.get("quant_method", "modelopt") == "modelopt"):
+        return None
+    listed = next((qc[k] for k in FLAT_KEYS if k in qc), [])
+    return tuple(e for e in listed if isinstance(e, str)) if isinstance(listed, list) else ()
 
 
 def _int(value) -> int | None:

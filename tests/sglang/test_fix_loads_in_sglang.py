@@ -22,13 +22,7 @@ pytestmark = [pytest.mark.sglang, requires_sglang]
 TARGETS = ("vllm==0.32.0," + TARGET, TARGET)
 # Layouts fix does not repair yet, and why: it refuses them in one line (exit 2, nothing written), which is asserted
 # here; any other refusal, and any repair of these, fails the test (then move the layout out of this table).
-NOT_REPAIRED = {
-    "ct-llama-dense": "SGLang 0.5.23 builds lm_head NVFP4 and finds no config-group target for the fused qkv_proj; "
-                      "repairing it means rewriting compressed-tensors' `ignore`/targets with fused names, not built yet",
-    "modelopt-eagle3-draft": "SGLang 0.5.23 never reads config.json's nested exclude_modules (it merges quant_algo into "
-                             "the block and takes its flat branch), so it builds the BF16 lm_head NVFP4; repairing it means "
-                             "writing the exclusions at the block's top level, not built yet",
-}
+NOT_REPAIRED: dict[str, str] = {}  # none since ct-llama-dense (fused `ignore` names) and the EAGLE-3 draft (top-level list)
 
 
 def drafts(folder, tensor: str) -> bool:
