@@ -23,6 +23,7 @@ from tools.bench.measure import PY, REPO
 
 WRAP = "import atexit, sys, runpy\nout = sys.argv.pop(1)\natexit.register(lambda: open(out, 'w').write(open('/proc/self/io').read()))\n" \
        "sys.argv[0] = 'ckpt-repair'\nrunpy.run_module('repair', run_name='__main__', alter_sys=True)\n"
+THREE = "vllm==0.32.0,sglang==0.5.23,trtllm==1.1"  # --deep with several targets reads the block scales once
 SLICE_LAYERS = 16  # the deep slice: R1's first 16 layers (3 dense, 13 MoE): 9.4 GB of block scales, all real bytes (8: 3.7 GB,
 # where doctor's fixed cost, ~0.6 s CPU of imports and headers, is as long as `cat` of the bytes from the page cache)
 
@@ -118,14 +119,15 @@ def deep(work: Path, repeats: int) -> dict:
     total = sum(n for _, _, n in regions)
     os.sync()  # written back, so that dropping the pages drops them all
     contenders = {"dd": lambda: run_shell(work / "cat.sh"), "doctor --deep": lambda: run(["doctor", src, "--deep"], work),
-                  "doctor": lambda: run(["doctor", src], work)}
+                  "doctor": lambda: run(["doctor", src], work),
+                  f"doctor --deep --target {THREE}": lambda: run(["doctor", src, "--deep", "--target", THREE], work)}
     out = {"block_scale_gb": total / 1e9, "shards": len(regions), "layers": SLICE_LAYERS}
     for cache in ("warm", "cold"):
         runs: dict[str, list] = {name: [] for name in contenders}
         for name in contenders if cache == "warm" else ():
             contenders[name]()  # warms the page cache (and Python's)
         for round_ in range(repeats):
-            names = list(contenders)[round_ % 3:] + list(contenders)[:round_ % 3]
+            names = list(contenders)[round_ % len(contenders):] + list(contenders)[:round_ % len(contenders)]
             for name in names:
                 if cache == "cold":
                     drop_pages(src)
