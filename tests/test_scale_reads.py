@@ -123,3 +123,23 @@ def test_the_sparse_r1_is_laid_out_as_safetensors_writes_a_shard(tmp_path):
     ours = [n for n, _, _ in sorted(names, key=lambda t: (order[t[1]], t[0]))]
     # float16 stands in for BF16 and int8 for float8 (numpy has neither); their alignments order the same way
     assert theirs == ours
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_several_targets_read_the_block_scales_once(capsys, tmp_path, deep):
+    """The block scales are the checkpoint's, not a target's: `--target a,b,c` reads (and `--deep` scans) them once."""
+    folder = small_r1(tmp_path / "r1")
+    ckpt = open_checkpoint(folder)
+    total = sum(i.nbytes for i in ckpt.infos().values() if i.dtype == "F8_E4M3")
+    flags = ("--deep",) if deep else ()
+    before = rchar()
+    _, one = doctor_json(capsys, folder, *flags)
+    alone = rchar() - before
+    before = rchar()
+    _, three = doctor_json(capsys, folder, "--target", "vllm==0.32.0,sglang==0.5.23,trtllm==1.1", *flags)
+    several = rchar() - before
+    if deep:
+        assert alone >= total and several < alone + total / 2, f"3 targets read {several:,} bytes, one {alone:,}"
+    assert several < 1.5 * alone, f"3 targets read {several:,} bytes, one {alone:,}"
+    read = lambda checks: {k: v for k, v in checks.items() if k != "scalars"}  # noqa: E731 (a target's checks ask their own scalars)
+    assert [read(t["scale_checks"]) for t in three["targets"]] == [read(one["scale_checks"])] * 3  # each says what was read

@@ -7,6 +7,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from repair.codec.scale_values import nvfp4_codes_needed, nvfp4_codes_needed_many
@@ -50,3 +51,26 @@ def test_the_thresholds_are_found_exactly():
             values = bits.view(np.float32).astype(float).tolist()
             want = [nvfp4_codes_needed(v, divisor, "BF16") for v in values]
             assert len(set(want)) == 2 and nvfp4_codes_needed_many(values, divisor, "BF16").tolist() == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(codes=st.lists(st.integers(0, 255), min_size=1, max_size=64), scale_2=F32, divisor=st.booleans(),
+       out_dtype=st.sampled_from(["BF16", "F16", "F32"]))
+def test_problem_from_the_extreme_codes_equals_the_one_from_every_code(codes, scale_2, divisor, out_dtype):
+    """The products grow with the code, so a layer's block scales overflow or round to 0 where their largest or smallest
+    code does: nvfp4_problem may decide from those two (a pass each, not a scatter of every code), same answer."""
+    from repair.codec import scale_values
+
+    raw = bytes(codes)
+    every_code = scale_values.invalid(scale_2) or scale_values.problem_of_codes(scale_values._present(raw), scale_2, divisor, out_dtype)
+    assert scale_values.nvfp4_problem(raw, scale_2, divisor, out_dtype) == every_code
+
+
+def test_healthy_block_scales_are_judged_without_listing_every_code(monkeypatch):
+    """The plan-time check and the writer ask this of every module's block scales (1/16 of the weights): where every
+    code is a positive number and neither end has a problem, no per-code work is done."""
+    from repair.codec import scale_values
+
+    raw = np.random.default_rng(0).integers(0x30, 0x40, size=1 << 16, dtype=np.uint8).tobytes()
+    monkeypatch.setattr(scale_values, "_present", lambda codes: pytest.fail("listed every code"))
+    assert scale_values.nvfp4_problem(raw, 5e-4, False, "BF16") is None

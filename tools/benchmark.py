@@ -164,11 +164,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, one round: a smoke check (< 2 min)")
     parser.add_argument("--out", type=Path, default=None, help="default: BENCHMARKS.md (--quick: /tmp/BENCHMARKS.quick.md)")
     parser.add_argument("--render", type=Path, metavar="JSON", help="only rewrite --out from a run's saved figures (/tmp/ckpt-bench-last.json)")
-    parser.add_argument("--only", choices=["many-tensors", "sparse-r1", "jobs", "web", "multitarget"], help="run one case and rewrite only its "
+    parser.add_argument("--only", choices=["many-tensors", "sparse-r1", "deep", "jobs", "web", "multitarget"], help="run one case and rewrite only its "
                         "section of --out (web: with .venv-web's python, `make test-web` builds it)")
     args = parser.parse_args()
-    if args.only == "sparse-r1":
-        return only_sparse_r1(args.out or REPO / "BENCHMARKS.md")
+    if args.only in ("sparse-r1", "deep"):
+        return only_sparse_r1(args.out or REPO / "BENCHMARKS.md", 3 if args.only == "sparse-r1" else 5, args.only)
     if args.only == "jobs":
         return only_jobs(args.out or REPO / "BENCHMARKS.md", args.quick)
     if args.only == "multitarget":
@@ -220,27 +220,29 @@ def only_many_tensors(out: Path) -> None:
     print("\n".join(section))
 
 
-def only_sparse_r1(out: Path, repeats: int = 3) -> None:
-    """#27.6: the sparse DeepSeek-R1 (412 GB apparent, ~0.4 GB on disk) local and through the Hub server, and --deep
-    on a slice with real block scales (3.6 GB on disk); section 8 of --out. Everything is removed afterwards."""
+def only_sparse_r1(out: Path, repeats: int = 3, part: str = "sparse-r1") -> None:
+    """#27.6: the sparse DeepSeek-R1 (412 GB apparent, ~0.4 GB on disk) local and through the Hub server (section 8 of
+    --out), or (part "deep") --deep on a slice with real block scales against `dd` of them (9.4 GB on disk; section
+    8.1). Everything is removed afterwards."""
     from tools.bench import sparse_r1_bench, sparse_r1_report
 
     work = Path(tempfile.mkdtemp(prefix="ckpt-bench-r1-", dir="/tmp"))
     started = time.time()
     m: dict = {"load_start": measure.load(), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)), "repeats": repeats,
-               "command": ".venv/bin/python tools/benchmark.py --only sparse-r1"}
-    saved = Path(tempfile.gettempdir()) / "ckpt-bench-sparse-r1.json"  # the raw figures, after each part
+               "command": f".venv/bin/python tools/benchmark.py --only {part}"}
+    saved = Path(tempfile.gettempdir()) / f"ckpt-bench-{part}.json"  # the raw figures
     try:
-        m["runs"] = sparse_r1_bench.local_and_hub(work, repeats)
-        saved.write_text(json.dumps(m, indent=1, default=str))
-        shutil.rmtree(work / "r1", ignore_errors=True)
-        m["deep"] = sparse_r1_bench.deep(work, repeats)
+        if part == "deep":
+            m["deep"] = sparse_r1_bench.deep(work, repeats)
+        else:
+            m["runs"] = sparse_r1_bench.local_and_hub(work, repeats)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     m["load_end"], m["minutes"] = measure.load(), (time.time() - started) / 60
     saved.write_text(json.dumps(m, indent=1, default=str))
-    lines = sparse_r1_report.section(m)
-    out.write_text(sparse_r1_report.splice(out.read_text() if out.exists() else "# Benchmarks\n", lines))
+    lines = sparse_r1_report.deep_section(m) if part == "deep" else sparse_r1_report.section(m)
+    heading = sparse_r1_report.DEEP_HEADING if part == "deep" else sparse_r1_report.HEADING
+    out.write_text(sparse_r1_report.splice(out.read_text() if out.exists() else "# Benchmarks\n", lines, heading))
     print("\n".join(lines))
 
 

@@ -20,14 +20,14 @@ import click
 @click.option("--quiet", "-q", is_flag=True, help="The summary line and the errors only.")
 def doctor(src: Path, target_spec: str | None, tp: int, strict: bool, as_json: bool, deep: bool, verbose: bool, quiet: bool) -> None:
     """Predict what TARGET does with SRC: exit 0 healthy, 1 problems, 2 bad input."""
-    from repair.doctor.diagnose import diagnose
+    from repair.doctor.diagnose import diagnose_each
     from repair.doctor.side_by_side import verdicts_json, verdicts_text, worst_exit_code
     from repair.cli.sources import open_source  # a local folder, or a Hub repo id (headers + scale bytes)
     from repair.targets.profiles import resolve_many
 
     ckpt = open_source(src)
     targets = resolve_many(target_spec)
-    found = tuple(diagnose(ckpt, t, tp, deep=deep, progress=_bar if deep else None) for t in targets)
+    found = diagnose_each(ckpt, targets, tp, deep=deep, progress=_bar if deep else None)  # the block scales read once
     detail = "quiet" if quiet else "verbose" if verbose else "normal"
     click.echo(json.dumps(verdicts_json(found, strict), indent=2) if as_json else verdicts_text(found, strict, detail, str(src)))
     sys.exit(worst_exit_code(found, strict))

@@ -96,11 +96,23 @@ def _present(block_codes: bytes | bytearray) -> np.ndarray:
 def nvfp4_problem(block_codes: bytes | bytearray, scale_2: float, divisor: bool, out_dtype: str) -> ScaleProblem | None:
     """NVFP4's global scale: every block's largest value, E2M1 6 x (block scale x scale_2) in float32 rounded to
     `out_dtype`, must be finite; the float32 product must not be 0 where the block scale is not, and the layer's
-    largest value must not round to 0 (a few near-zero blocks below F16's range are F16's limit, not a broken scale)."""
+    largest value must not round to 0 (a few near-zero blocks below F16's range are F16's limit, not a broken scale).
+
+    The products grow with the code, so where every code is a positive number the smallest and the largest decide
+    whether there is a problem (two passes); only a problem's text, which counts codes, lists every code present."""
     bad = invalid(scale_2)
     if bad:
         return bad
-    codes = _present(block_codes)
+    codes = np.frombuffer(block_codes, dtype=np.uint8)
+    if codes.size:
+        ends = np.array([codes.min(), codes.max()])
+        if _POSITIVE[ends].all() and problem_of_codes(ends, scale_2, divisor, out_dtype) is None:
+            return None
+    return problem_of_codes(_present(block_codes), scale_2, divisor, out_dtype)
+
+
+def problem_of_codes(codes: np.ndarray, scale_2: float, divisor: bool, out_dtype: str) -> ScaleProblem | None:
+    """nvfp4_problem of the distinct positive, non-NaN codes present (ascending), with a valid global scale."""
     if not codes.size:
         return None
     op = "block scale / global scale" if divisor else "block scale x global scale"

@@ -16,7 +16,7 @@ from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.fused import fused_storage_findings
 from repair.doctor.missing import missing_findings
 from repair.doctor.module_loads import load_stops, module_driven, module_load_findings, replaced_by_loads
-from repair.doctor.scales import Progress, ScaleValues
+from repair.doctor.scales import BlockReads, Progress, ScaleValues
 from repair.doctor.schemes import excluded_packed_findings, predicted_schemes, scheme_findings
 from repair.doctor.table_loads import table_loads
 from repair.formats.base import Declaration
@@ -30,20 +30,25 @@ from repair.targets.profiles import Target
 __all__ = ["Diagnosis", "Finding", "diagnose"]
 
 
-def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1, *, deep: bool = False, progress: Progress | None = None) -> Diagnosis:
+def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1, *, deep: bool = False, progress: Progress | None = None,
+             shared: BlockReads | None = None) -> Diagnosis:
     """What `target` does with `ckpt` at `tp`; `deep` reads every NVFP4 block scale (see doctor/scales.py for what
     is read without it; `progress` makes the bar of a deep scan). Nothing is remembered between calls: `fix` asks
-    once per target and passes the Diagnosis along (derived recipe, plan check, the report's 'before')."""
+    once per target and passes the Diagnosis along (derived recipe, plan check, the report's 'before'); `shared`
+    carries one checkpoint's block-scale reads from one target's diagnosis to the next (diagnose_each)."""
     with collector_paused():  # ~10 objects per module, no cycles: see io/parse.py
-        return _diagnose(ckpt, target, tp, deep, progress)
+        return _diagnose(ckpt, target, tp, deep, progress, shared)
 
 
-def diagnose_each(ckpt: Checkpoint, targets: tuple[Target, ...], tp: int = 1) -> tuple[Diagnosis, ...]:
-    """One Diagnosis per target (`--target a,b,c`), in their order."""
-    return tuple(diagnose(ckpt, t, tp) for t in targets)
+def diagnose_each(ckpt: Checkpoint, targets: tuple[Target, ...], tp: int = 1, *, deep: bool = False,
+                  progress: Progress | None = None) -> tuple[Diagnosis, ...]:
+    """One Diagnosis per target (`--target a,b,c`), in their order; the block scales are read (and, with `deep`,
+    scanned) once for all of them: they are the checkpoint's, not a target's."""
+    shared: BlockReads = {}
+    return tuple(diagnose(ckpt, t, tp, deep=deep, progress=progress, shared=shared) for t in targets)
 
 
-def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: Progress | None) -> Diagnosis:
+def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: Progress | None, shared: BlockReads | None) -> Diagnosis:
     infos = ckpt.infos()
     fmt = formats.detect(ckpt)
     modules = {m.name: m for m in fmt.group_modules(infos)}
@@ -85,7 +90,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         findings += fused_storage_findings(declaration, modules, family, target)
     findings += float8_findings(modules, infos) + missing_findings(infos, specs, family.name, ckpt.config)
     said = {f.subject for f in mismatched}  # a layer declared NVFP4 stored without input_scale: said once, as a mismatch
-    with ScaleValues(ckpt, modules, fmt.GLOBAL_SCALE_IS_DIVISOR, deep, progress) as values:
+    with ScaleValues(ckpt, modules, fmt.GLOBAL_SCALE_IS_DIVISOR, deep, progress, shared) as values:
         findings += [f for f in health_findings(ckpt, modules, built, fmt.GLOBAL_SCALE_IS_DIVISOR, values, target.profile.speaker)
                      if not (f.code == Kind.MISSING_INPUT_SCALE and f.subject in said)]
         # a module-driven loader (TensorRT-LLM's copy_weight): its own account, from its data (scalars read as above)

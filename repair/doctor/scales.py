@@ -71,26 +71,48 @@ class ScaleScan:
         return f"block scales were not scanned ({how}{whole}); run with --deep to scan all {total}"
 
 
+@dataclass(frozen=True)
+class BlockRead:
+    """What one read of a checkpoint's block scales found: the statistics by tensor name and what the read cost
+    (ScaleScan's fields but `scalars`). The block scales are the checkpoint's, not a target's, so every target's
+    diagnosis shares one read (`BlockReads`)."""
+
+    stats: dict[str, BlockScaleStats]
+    scan: dict[str, object]
+
+
+BlockReads = dict[bool, BlockRead]  # deep -> the read, for one checkpoint: made by the first diagnosis, passed along to the next
+
+
 class ScaleValues:
-    """Scalar reads (called like a RangeReader) and the block-scale statistics, by tensor name, read up front."""
+    """Scalar reads (called like a RangeReader) and the block-scale statistics, by tensor name, read up front (or taken
+    from `shared`, where another target's diagnosis of the same checkpoint read them)."""
 
     def __init__(self, ckpt: Checkpoint, modules: dict[str, StoredModule], divisor: bool, deep: bool = False,
-                 progress: Progress | None = None):
+                 progress: Progress | None = None, shared: BlockReads | None = None):
         self._read = RangeReader()
         self._scalars = 0
+        self._read.prefetch(i for i in ckpt.infos().values() if i.dtype == "F32" and i.nbytes == 4)  # the scalars, a run each
+        shared = {} if shared is None else shared
+        if deep not in shared:
+            shared[deep] = self._read_blocks(ckpt, modules, divisor, deep, progress)
+        self._block_read = shared[deep]
+
+    def _read_blocks(self, ckpt: Checkpoint, modules: dict[str, StoredModule], divisor: bool, deep: bool,
+                     progress: Progress | None) -> BlockRead:
         self._stats: dict[str, BlockScaleStats] = {}
         source = ckpt.byte_source or LocalFiles()
-        self._read.prefetch(i for i in ckpt.infos().values() if i.dtype == "F32" and i.nbytes == 4)  # the scalars, a run each
         blocks = _block_scales(ckpt, modules)
         suspects = self._needing_codes(ckpt, blocks, divisor)
         whole = [s for _, s in blocks if deep or s.name in suspects]
         sampled = self._sample(source, [s for _, s in blocks if not (deep or s.name in suspects)])
         before = source.transfer.requests
         read = self._read_whole(source, whole, suspects, progress if deep else None)
-        self._scan = dict(block_scales=SCANNED if deep else SAMPLED if sampled or not blocks else NOT_READ, tensors=len(blocks),
-                          sampled=len(sampled), read_whole=len(whole), total_bytes=sum(s.nbytes for _, s in blocks),
-                          bytes_read=read + sum(min(i.nbytes, 2 * SAMPLE_BYTES) for i in sampled),
-                          source="disk" if ckpt.byte_source is None else source.where, requests=source.transfer.requests - before)
+        return BlockRead(self._stats, dict(
+            block_scales=SCANNED if deep else SAMPLED if sampled or not blocks else NOT_READ, tensors=len(blocks),
+            sampled=len(sampled), read_whole=len(whole), total_bytes=sum(s.nbytes for _, s in blocks),
+            bytes_read=read + sum(min(i.nbytes, 2 * SAMPLE_BYTES) for i in sampled),
+            source="disk" if ckpt.byte_source is None else source.where, requests=source.transfer.requests - before))
 
     def __call__(self, path: Path, info: TensorInfo) -> bytes | bytearray:
         self._scalars += 1
@@ -98,11 +120,11 @@ class ScaleValues:
 
     def blocks(self, name: str) -> BlockScaleStats | None:
         """The statistics of a block-scale tensor (a sample's or every byte's), or None where none was read."""
-        return self._stats.get(name)
+        return self._block_read.stats.get(name)
 
     def report(self) -> ScaleScan:
         """What was read, once the checks have asked for their scalars."""
-        return ScaleScan(**self._scan, scalars=self._scalars)
+        return ScaleScan(**self._block_read.scan, scalars=self._scalars)
 
     def __enter__(self) -> "ScaleValues":
         return self

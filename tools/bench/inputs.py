@@ -22,12 +22,12 @@ def build_31b(folder: Path, vocab: int | None = None) -> Path:
     return write_assistant(folder, dims)
 
 
-def build_compute_heavy(folder: Path) -> Path:
-    """An assistant of 2048-wide layers and a 1024-token vocabulary: 20 NVFP4 linears of 4-16 M weights
-    (0.15 GB) and almost nothing to copy, so `--target bf16` is dequantizing (0.45 GB of bf16 out)."""
+def build_compute_heavy(folder: Path, layers: int = 4) -> Path:
+    """An assistant of 2048-wide layers and a 1024-token vocabulary: 5 NVFP4 linears of 4-16 M weights per layer
+    (4 layers: 0.15 GB) and almost nothing to copy, so `--target bf16` is dequantizing (4 layers: 0.45 GB of bf16 out)."""
     from repair.demo.examples import AssistantDims, write_assistant
 
-    dims = AssistantDims(hidden=2048, backbone=2048, intermediate=8192, layers=4, heads=16, head_dim=128, global_head_dim=256, vocab=1024)
+    dims = AssistantDims(hidden=2048, backbone=2048, intermediate=8192, layers=layers, heads=16, head_dim=128, global_head_dim=256, vocab=1024)
     return write_assistant(folder, dims)
 
 

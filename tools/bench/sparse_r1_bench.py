@@ -23,7 +23,9 @@ from tools.bench.measure import PY, REPO
 
 WRAP = "import atexit, sys, runpy\nout = sys.argv.pop(1)\natexit.register(lambda: open(out, 'w').write(open('/proc/self/io').read()))\n" \
        "sys.argv[0] = 'ckpt-repair'\nrunpy.run_module('repair', run_name='__main__', alter_sys=True)\n"
-SLICE_LAYERS = 8  # the deep slice: R1's first 8 layers (3 dense, 5 MoE): 3.6 GB of block scales, all real bytes
+THREE = "vllm==0.32.0,sglang==0.5.23,trtllm==1.1"  # --deep with several targets reads the block scales once
+SLICE_LAYERS = 16  # the deep slice: R1's first 16 layers (3 dense, 13 MoE): 9.4 GB of block scales, all real bytes (8: 3.7 GB,
+# where doctor's fixed cost, ~0.6 s CPU of imports and headers, is as long as `cat` of the bytes from the page cache)
 
 
 def run(args: list, work: Path, env: dict | None = None) -> dict:
@@ -55,6 +57,25 @@ def run(args: list, work: Path, env: dict | None = None) -> dict:
             "tmp_mb": peak[0] / 1e6, "exit": proc.returncode, "stdout": proc.stdout}
 
 
+def run_shell(script: Path) -> dict:
+    """A shell script's wall s and CPU s (user + system, /usr/bin/time), in run()'s form."""
+    start = time.perf_counter()
+    proc = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", "bash", str(script)], capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - start
+    rss, user, system = proc.stderr.strip().splitlines()[-1].split()
+    return {"s": wall, "cpu_s": float(user) + float(system), "read_mb": 0.0, "rss_mb": int(rss) / 1024, "tmp_mb": 0.0}
+
+
+def drop_pages(folder: Path) -> None:
+    """Drop the page cache of every file in `folder` (clean pages: written back first), so the next read is the disk's."""
+    for path in folder.iterdir():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 def medians(runs: list[dict]) -> dict:
     out = {k: statistics.median(r[k] for r in runs) for k in ("s", "cpu_s", "read_mb", "rss_mb", "tmp_mb")}
     out["runs"] = [round(r["s"], 2) for r in runs]
@@ -84,6 +105,9 @@ def local_and_hub(work: Path, repeats: int) -> dict:
 
 
 def deep(work: Path, repeats: int) -> dict:
+    """`doctor --deep` against `dd` of the same block-scale bytes, warm (page cache) and cold (the slice's pages dropped
+    before each run: R1's 41.6 GB of block scales cannot stay in a 24 GiB page cache, so a `cat` of them reads the
+    disk), with plain `doctor` (its fixed cost: imports, headers, the other checks) alternated beside them."""
     src = sparse_r1.write(work / "slice", layers=SLICE_LAYERS, shards=-(-163 * SLICE_LAYERS // 61), blocks="all")
     regions = []
     for shard in sorted(src.glob("*.safetensors")):
@@ -93,15 +117,22 @@ def deep(work: Path, repeats: int) -> dict:
     script = "\n".join(f"dd if={p} iflag=skip_bytes,count_bytes skip={s} count={n} bs=4M status=none > /dev/null" for p, s, n in regions)
     (work / "cat.sh").write_text(script)
     total = sum(n for _, _, n in regions)
-    run(["doctor", src, "--deep"], work)  # warm the page cache for both
-    floor, ours = [], []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        subprocess.run(["bash", str(work / "cat.sh")], check=True)
-        floor.append(time.perf_counter() - start)
-        ours.append(run(["doctor", src, "--deep"], work))
-    out = {"block_scale_gb": total / 1e9, "shards": len(regions), "cat s": statistics.median(floor), "cat runs": [round(t, 2) for t in floor],
-           "doctor --deep (local)": medians(ours)}
+    os.sync()  # written back, so that dropping the pages drops them all
+    contenders = {"dd": lambda: run_shell(work / "cat.sh"), "doctor --deep": lambda: run(["doctor", src, "--deep"], work),
+                  "doctor": lambda: run(["doctor", src], work),
+                  f"doctor --deep --target {THREE}": lambda: run(["doctor", src, "--deep", "--target", THREE], work)}
+    out = {"block_scale_gb": total / 1e9, "shards": len(regions), "layers": SLICE_LAYERS}
+    for cache in ("warm", "cold"):
+        runs: dict[str, list] = {name: [] for name in contenders}
+        for name in contenders if cache == "warm" else ():
+            contenders[name]()  # warms the page cache (and Python's)
+        for round_ in range(repeats):
+            names = list(contenders)[round_ % len(contenders):] + list(contenders)[:round_ % len(contenders)]
+            for name in names:
+                if cache == "cold":
+                    drop_pages(src)
+                runs[name].append(contenders[name]())
+        out[cache] = {name: medians(v) for name, v in runs.items()}
     with SlowHub(work / "hub-slice") as hub:
         add_sparse_repo(hub, "bench/r1-slice", src)
         env = {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(work / "hf-home"), "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
