@@ -11,7 +11,10 @@ from tests.web.conftest import CHROMIUM, FLAGS
 
 HOSTILE = ["javascript:alert(document.cookie)", " javascript:alert(1)", "JaVaScRiPt:alert(1)", "java\tscript:alert(1)",
            "\x01javascript:alert(1)", "data:text/html,<script>alert(1)</script>", "vbscript:msgbox(1)", "//evil.example/x",
-           "http://127.0.0.1/a b", "https://hub.example/x\njavascript:alert(1)", "", None, 42]
+           "http://127.0.0.1/a b", "https://hub.example/x\njavascript:alert(1)", "", None, 42,
+           # not ASCII: a bidi override or line separator makes the shown address read as another (a real Hub address
+           # is percent-encoded ASCII)
+           "https://hub.example/alice/\u202emodel.exe", "https://hub.example/x\u2028y", "https://hub.example/\u200bx"]
 
 
 def done(url) -> dict:
