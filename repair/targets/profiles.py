@@ -120,10 +120,11 @@ def resolve(spec: str | None) -> Target:
     spec = (spec or NEWEST_KNOWN).strip()
     if spec.lower() == "bf16":
         return Target("bf16", BF16)
-    if re.search(r"[,;]", spec):  # `a,b` must not check `a` alone and call the result healthy
-        raise UsageError(f"--target {spec[:200]!r}: give one target (several at once are not supported yet); run once per runtime")
+    if re.search(r"[,;]", spec):  # `a,b` must not check `a` alone and call the result healthy (resolve_many splits them)
+        raise UsageError(f"--target {spec[:200]!r}: separate several targets with single commas, e.g. vllm==0.32.0,bf16")
     # a release suffix as pip spells it (rc1, .post1, +cu128)
-    match = re.fullmatch(r"([a-z][a-z0-9_-]{0,30})\s*==\s*(\d{1,6})\.(\d{1,6})(?:\.(\d{1,6}))?[\w.+!-]*", spec)
+    # ASCII only: a typed spec is recorded verbatim (report, PR title), and `\d` would take Arabic-Indic digits
+    match = re.fullmatch(r"([a-z][a-z0-9_-]{0,30})\s*==\s*(\d{1,6})\.(\d{1,6})(?:\.(\d{1,6}))?[\w.+!-]*", spec, re.ASCII)
     runtimes = sorted({p.runtime for p in DATA_PROFILES})
     if not match or (match.group(1) != "vllm" and match.group(1) not in runtimes):
         known = " or ".join(f"{r}==X.Y.Z" for r in ["vllm", *runtimes])
