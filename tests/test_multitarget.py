@@ -233,3 +233,19 @@ def test_control_characters_in_a_target_spelling_cannot_forge_lines(capsys, brok
     naming it shows the control characters escaped."""
     code, out = run(capsys, "doctor", broken, "--target", f"{NEW}\x1b[2J\x08ok,bf16")
     assert code == 2 and "\x1b" not in out and "\x08" not in out and "\\x1b[2J" in out
+
+
+@pytest.mark.parametrize("spec", ["vllm==0.32.0;bf16", "vllm==0.32.0;sglang==0.5.23"])
+def test_a_semicolon_list_is_told_to_use_commas_not_that_several_are_unsupported(spec):
+    """Several targets are supported (`a,b`): a `;` list is told how to write one, never 'not supported yet'."""
+    with pytest.raises(UsageError) as err:
+        resolve_many(spec)
+    assert "not supported" not in str(err.value) and "single commas, e.g. vllm==0.32.0,bf16" in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("spec", ["vllm==\u0660.32.0", "vllm==0.\u0663\u0662.0", "vllm\u3000==0.32.0", "vllm==0.32.0\u00e9"])
+def test_a_release_spelled_with_non_ascii_digits_or_letters_is_refused(spec):
+    """A typed target (the web page takes them) is recorded verbatim in the report, PR title and command line: Arabic-
+    Indic digits or a letter no pip version has must not pass as vllm==0.32.0."""
+    with pytest.raises(UsageError):
+        resolve_many(spec)

@@ -98,21 +98,32 @@ def mark(folder: Path) -> None:
 
 
 def discard(tmp: Path | None) -> None:
-    """Remove a folder of ours with its marker last, so a kill half-way leaves it marked (or empty)."""
+    """Remove a folder of ours with its marker last, so a kill half-way leaves it marked (or empty). Opened once,
+    never through a link, and emptied through that handle: a folder swapped for a link (another user's, in /tmp)
+    after the caller's checks loses nothing the link leads to."""
     if tmp is None:
         return
     try:
-        children = [p for p in tmp.iterdir() if p.name != MARKER]
+        fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return
-    for child in children:
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child, ignore_errors=True)
-        else:
-            child.unlink(missing_ok=True)
-    (tmp / MARKER).unlink(missing_ok=True)
     try:
-        tmp.rmdir()
+        for name in [n for n in os.listdir(fd) if n != MARKER]:
+            try:
+                if stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode):
+                    shutil.rmtree(name, dir_fd=fd, ignore_errors=True)  # rmtree never follows a link (avoids_symlink_attacks)
+                else:
+                    os.unlink(name, dir_fd=fd)
+            except OSError:
+                pass
+        try:
+            os.unlink(MARKER, dir_fd=fd)
+        except OSError:
+            pass
+    finally:
+        os.close(fd)
+    try:
+        tmp.rmdir()  # a link swapped in meanwhile: rmdir refuses it
     except OSError:
         pass
 
@@ -126,7 +137,7 @@ def remove_stale_partials(out: Path, inputs: tuple[Path, ...] = (), proven: Call
 def remove_stale(parent: Path, prefix: str, inputs: tuple[Path, ...] = (), proven: Callable[[Path], bool] | None = None) -> list[Path]:
     """Delete the folders `new_marked(parent, prefix)` made for runs that were killed.
 
-    Only folders named `<prefix><pid>-*` whose pid no longer exists on this host, holding our marker
+    Only folders this user owns named `<prefix><pid>-*` whose pid no longer exists on this host, holding our marker
     written by that pid here (or, with `proven`, no marker and a proven output); never an input
     (SRC, --original), a folder holding one, or one inside one. Anything else is left alone.
     """
@@ -134,7 +145,7 @@ def remove_stale(parent: Path, prefix: str, inputs: tuple[Path, ...] = (), prove
     removed = []
     for entry in sorted(parent.iterdir()):
         match = pattern.fullmatch(entry.name)
-        if not match or not entry.is_dir() or entry.is_symlink() or _touches_input(entry, inputs):
+        if not match or not _mine(entry) or _touches_input(entry, inputs):
             continue
         pid = int(match[1])
         if _owner_gone(entry, pid) or (_pid_gone(pid) and not (entry / MARKER).exists() and proven is not None and proven(entry)):
@@ -143,6 +154,15 @@ def remove_stale(parent: Path, prefix: str, inputs: tuple[Path, ...] = (), prove
         elif _pid_gone(pid) and _remove_if_never_marked(entry):
             removed.append(entry)
     return removed
+
+
+def _mine(entry: Path) -> bool:
+    """A real folder (not a link) this user owns: in a folder others can write to, a marker alone proves nothing."""
+    try:
+        st = entry.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
 
 
 def _touches_input(folder: Path, inputs: tuple[Path, ...]) -> bool:

@@ -120,9 +120,10 @@ def resolve(spec: str | None) -> Target:
     spec = (spec or NEWEST_KNOWN).strip()
     if spec.lower() == "bf16":
         return Target("bf16", BF16)
-    if re.search(r"[,;]", spec):  # `a,b` must not check `a` alone and call the result healthy
-        raise UsageError(f"--target {spec[:200]!r}: give one target (several at once are not supported yet); run once per runtime")
+    if re.search(r"[,;]", spec):  # `a,b` must not check `a` alone and call the result healthy (resolve_many splits them)
+        raise UsageError(f"--target {spec[:200]!r}: separate several targets with single commas, e.g. vllm==0.32.0,bf16")
     # a release suffix as pip spells it (rc1, .post1, +cu128)
+    # ASCII only (re.ASCII): a typed spec is recorded verbatim (report, PR title), and `\d` would take Arabic-Indic digits
     match = re.fullmatch(r"([a-z][a-z0-9_-]{0,30})\s*==\s*(\d{1,6})\.(\d{1,6})(?:\.(\d{1,6}))?[\w.+!-]*", spec, re.IGNORECASE | re.ASCII)
     if match:  # pip's names are case-insensitive (VLLM==0.32.0 is vllm's): printed and recorded the canonical way
         spec = match.group(1).lower() + spec[match.end(1):]

@@ -63,14 +63,15 @@ def verdict_of(d: Diagnosis) -> dict:
 
 def findings_by_severity(found: tuple[Diagnosis, ...]) -> dict[str, list[str]]:
     """Each finding once, under its severity. With several targets, one every target shares is said once (its target's
-    name put as "each target", as doctor's side-by-side text does); any other is led by the targets it is for."""
+    name put as "each target", as doctor's side-by-side text does); any other is led by the targets it is for, and
+    said in their shared words when there are several (never in the first one's: 'sglang==0.5.23: vllm==... loads it')."""
     where: dict[Severity, dict[str, tuple[str, list[str]]]] = {s: {} for s in Severity}
     for d in found:
         for f in d.findings:
             text = f"[{f.code}] {f.message}"
-            where[f.severity].setdefault(text.replace(d.target.spec, "each target"), (text, []))[1].append(d.target.spec)
-    def said(shared: str, own: str, specs: list[str]) -> str:
-        return own if len(found) == 1 else shared if len(specs) == len(found) else f"{', '.join(specs)}: {own}"
+            where[f.severity].setdefault(text.replace(d.target.spec, "each target"), (text, {}))[1][d.target.spec] = None
+    def said(shared: str, own: str, specs: dict) -> str:  # specs: a dict as an ordered set (a target saying it twice counts once)
+        return own if len(found) == 1 else shared if len(specs) == len(found) else f"{', '.join(specs)}: {own if len(specs) == 1 else shared}"
     return {str(s): _first([said(shared, *item) for shared, item in items.items()]) for s, items in where.items()}
 
 

@@ -82,12 +82,13 @@ def job(status: dict | None) -> str:
     return "\n\n".join(lines)
 
 
-WEB_ADDRESS = re.compile(r"https?://[^\s\x00-\x1f\x7f-\x9f'\"<>`]+", re.ASCII)
+WEB_ADDRESS = re.compile(r"https?://[!#-&(-;=?-_a-~]+")  # printable ASCII but quotes, <, >, `: a Hub's address is percent-encoded
 
 
 def link(url: object, elem_id: str) -> str:
     """A Hub's address as a link only when it is a plain http(s) one: a hostile Hub's `javascript:`, `data:` or
-    whitespace-hidden scheme (browsers drop tabs and leading spaces) is shown as text, which no click runs."""
+    whitespace-hidden scheme (browsers drop tabs and leading spaces) is shown as text, which no click runs; so is one
+    holding any non-ASCII character (a bidi override or line separator would make it read as another address)."""
     text = url if isinstance(url, str) else repr(url)
     if isinstance(url, str) and WEB_ADDRESS.fullmatch(url):
         return f"<a id='{elem_id}' href='{esc(url)}' target='_blank' rel='noopener noreferrer'>{esc(url)}</a>"

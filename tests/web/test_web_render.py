@@ -11,7 +11,10 @@ from tests.web.conftest import CHROMIUM, FLAGS
 
 HOSTILE = ["javascript:alert(document.cookie)", " javascript:alert(1)", "JaVaScRiPt:alert(1)", "java\tscript:alert(1)",
            "\x01javascript:alert(1)", "data:text/html,<script>alert(1)</script>", "vbscript:msgbox(1)", "//evil.example/x",
-           "http://127.0.0.1/a b", "https://hub.example/x\njavascript:alert(1)", "", None, 42]
+           "http://127.0.0.1/a b", "https://hub.example/x\njavascript:alert(1)", "", None, 42,
+           # not ASCII: a bidi override or line separator makes the shown address read as another (a real Hub address
+           # is percent-encoded ASCII)
+           "https://hub.example/alice/\u202emodel.exe", "https://hub.example/x\u2028y", "https://hub.example/\u200bx"]
 
 
 def done(url) -> dict:
@@ -46,3 +49,19 @@ def test_a_config_only_fix_shows_no_empty_byte_counts():
     shown = job({"id": "abc", "state": "done", "progress": {"download": [0, 0], "upload": [0, 0]}})
     assert "0 of 0 bytes" not in shown and "Job" in shown
     assert "- upload: 5 of 10 bytes" in job({"id": "abc", "state": "running", "phase": "uploading", "progress": {"upload": [5, 10]}})
+
+
+def test_a_finding_some_targets_share_is_said_for_them_never_in_another_targets_words(tmp_path):
+    """vLLM 0.21 fails this checkpoint, every later release (and SGLang, TensorRT-LLM) loads it with a warning: that
+    warning, led by the targets it is for, must not say 'vllm==0.32.0 loads it' for sglang==0.5.23 and the rest."""
+    from repair.demo.examples import TINY, write_assistant
+    from repair.web.analyze import analyze
+
+    specs = ["vllm==0.21.0", "vllm==0.32.0", "sglang==0.5.23", "trtllm==1.4.0"]
+    folder = write_assistant(tmp_path / "m", TINY)
+    answer = analyze({"source": str(folder), "target": ",".join(specs), "tp": 1})
+    some = [line for line in answer["findings"]["warning"] if line.startswith("vllm==0.32.0, sglang==0.5.23, trtllm==1.4.0: ")]
+    assert some, answer["findings"]
+    for line in some:
+        said = line.split(": ", 1)[1]
+        assert not any(spec in said for spec in specs), line  # no one target's name where all of them are meant
