@@ -72,6 +72,29 @@ def excluded_packed_findings(modules: dict[str, StoredModule], schemes: dict[str
     return out
 
 
+def unloadable_full_precision_findings(modules: dict[str, StoredModule], schemes: dict[str, str],
+                                      declaration: Declaration, family: Architecture, target: Target) -> list[Finding]:
+    """Stored full-precision layers the target builds quantized: it allocates packed parameters, which the stored
+    weight does not fit, and the load stops there. The config may list the layer's checkpoint name, yet the runtime
+    matches exclusions on the prefix its layer hands the quant config (the profile's `prefixes`: GraniteMoe's 3-D
+    `input_linear` loads into the FusedMoE layer `experts`; Afmoe builds lm_head with the prefix "")."""
+    if not target.profile.follows_draft_config or not declaration.quantized:
+        return []
+    out = []
+    for name, scheme in schemes.items():
+        m = modules[name]
+        if scheme == "bf16" or m.is_quantized:
+            continue
+        asked = family.runtime_name(name)
+        where = "" if asked == name else f" (it matches exclusions on the prefix {asked!r} its layer is built with, not on {name!r})"
+        todo = ("no exclusion entry can name an empty prefix: store it quantized" if not asked else
+                f"exclude {asked!r}, the name the runtime matches, or store it quantized")
+        out.append(Finding(Severity.ERROR, Kind.CONFIG_CONTRADICTION, name,
+                           f"{name}: stored {m.precision}, but {target.spec} builds it {scheme}{where} and cannot load a "
+                           f"{m.precision} weight into packed parameters; {todo}"))
+    return out
+
+
 def scheme_counts(schemes: dict[str, str]) -> str:
     """"12 nvfp4, 8 fp8, 3 bf16": how many layers the target builds in each scheme."""
     counts: dict[str, int] = {}

@@ -33,16 +33,15 @@ NO_EXPORT: dict[str, str] = {
 }
 # (architecture, "inspect" | "healthy" | "broken") -> why `inspect`/`doctor` and vLLM 0.32 disagree today (strict xfail:
 # a fix turns it into a failure here, and the entry must go). Each was found by this test.
-_EXPERTS_3D = ("transformers saves these experts fused (3-D); the export keeps them BF16 and excludes their checkpoint "
-               "name, but vLLM's exclusion match misses its FusedMoE prefix and builds them NVFP4: doctor says it loads")
-_LM_HEAD = "vLLM builds lm_head NVFP4 although hf_quant_config excludes `lm_head` (the profile has no exclusion-name rule)"
+_EXPERTS_3D = ("transformers saves these experts fused (3-D) without a `.weight` leaf or per-expert-fused under the "
+               "experts module; vLLM's load_weights refuses the BF16 tensors on the meta profile build, so the profile "
+               "records no prefix for them and doctor says it loads")
+_LM_HEAD_FIX = ("vLLM 0.32 builds lm_head with the prefix \"\" (no prefix), which no exclusion entry reaches, so only a "
+                "quantized lm_head loads: fix would have to requantize it to NVFP4 and does not yet (it says nothing to fix)")
 DISAGREE: dict[tuple[str, str], str] = {
-    **{(a, c): _EXPERTS_3D for a in ("GraniteMoeForCausalLM", "GraniteMoeHybridForCausalLM", "GraniteMoeSharedForCausalLM")
-       for c in ("inspect", "healthy", "broken")},
     ("GraniteMoeSWAForCausalLM", "healthy"): _EXPERTS_3D, ("GraniteMoeSWAForCausalLM", "broken"): _EXPERTS_3D,
     ("GptOssForCausalLM", "healthy"): _EXPERTS_3D, ("Llama4ForCausalLM", "healthy"): _EXPERTS_3D,
-    ("AfmoeForCausalLM", "inspect"): _LM_HEAD, ("AfmoeForCausalLM", "healthy"): _LM_HEAD,
-    ("ExaoneMoeForCausalLM", "inspect"): _LM_HEAD, ("ExaoneMoeForCausalLM", "healthy"): _LM_HEAD,
+    ("AfmoeForCausalLM", "fix"): _LM_HEAD_FIX, ("ExaoneMoeForCausalLM", "fix"): _LM_HEAD_FIX,
     ("BloomForCausalLM", "healthy"): "vLLM's bloom.py reshapes every query_key_value tensor, the 0-d NVFP4 scales too",
     ("LagunaForCausalLM", "healthy"): "vLLM leaves the routed experts' e_score_correction_bias unfilled from this export",
 }
@@ -103,8 +102,17 @@ def test_doctor_agrees_with_vllms_loader(checked, arch, variant, request, capsys
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_fix_is_a_noop_on_the_healthy_export(checked, arch, tmp_path, request, capsys):
+    """A no-op where vLLM loads the export; where vLLM refuses it (an exclusion naming the checkpoint module, not the
+    prefix vLLM matches: GraniteMoe's fused experts) and doctor says so, fix writes an output vLLM 0.32 loads."""
     line = exported(checked, arch, request, "fix")
     dst = tmp_path / "out"
     code, out, err = run_captured(capsys, "fix", "--target", "vllm==0.32.0", line["healthy"], "-o", dst)
     assert code == 0, out + err
-    assert "nothing to fix for vllm==0.32.0" in out and not dst.exists(), out
+    if line["healthy_load"]["ok"]:
+        assert "nothing to fix for vllm==0.32.0" in out and not dst.exists(), out
+        return
+    if (arch, "healthy") in DISAGREE:
+        pytest.skip(f"doctor does not predict vLLM's failure on it yet: {DISAGREE[arch, 'healthy']}")
+    assert dst.exists(), f"vLLM 0.32 fails on it ({line['healthy_load']['error']}) but fix writes nothing: {out}"
+    loaded = in_vllm("vllm_load.py", dst, "--moe-emulation")[0]
+    assert loaded["ok"], f"fix's output: vLLM 0.32 fails: {loaded['error_type']}: {loaded['error']}"
