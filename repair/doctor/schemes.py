@@ -25,7 +25,8 @@ def predicted_schemes(modules: dict[str, StoredModule], declaration: Declaration
         return {}
     out = {}
     for m in modules.values():
-        if m.tensor("weight") is None or len(m.logical_shape) < 2:
+        weighted = m.tensor("weight") is not None or family.runtime_name(m.name) != m.name  # a 3-D experts tensor with no leaf
+        if not weighted or len(m.logical_shape) < 2:
             continue  # norms and biases: no scheme to choose
         follows = target.profile.follows_draft_config and family.declared(m.name, declaration) == "quantized"
         out[m.name] = built(declared_algorithm(declaration, family, m.name)) if follows else "bf16"
