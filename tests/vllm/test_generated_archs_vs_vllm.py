@@ -111,7 +111,7 @@ def test_fix_is_a_noop_on_the_healthy_export(checked, arch, tmp_path, request, c
     dst = tmp_path / "out"
     code, out, err = run_captured(capsys, "fix", "--target", "vllm==0.32.0", line["healthy"], "-o", dst)
     assert code == 0, out + err
-    if line["healthy_load"]["ok"]:
+    if line["healthy_load"]["ok"] or not line.get("bf16_load", {"ok": True})["ok"]:  # or its names are not vLLM's
         assert "nothing to fix for vllm==0.32.0" in out and not dst.exists(), out
         return
     if (arch, "healthy") in DISAGREE:
