@@ -33,6 +33,7 @@ from vllm_profile_configs import NoConfig, model_types, small_config
 # no KV-cache scheme: older releases' CPU attention refuses an FP8 KV cache at these head sizes, and no linear depends on it
 QUANTIZATION = {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": [], "group_size": 16}
 LAYER_NUMBER = re.compile(r"\.\d+(?=\.|$)")
+EXPERT = re.compile(r"\.experts\.\d+\.")  # one routed expert's own module (its FusedMoE layer's rule applies)
 
 
 def log(msg: str) -> None:
@@ -65,33 +66,126 @@ def modules_of(model) -> dict[str, dict]:
     return {k: {"state": "|".join(sorted(v["states"])), "layer": v["layer"]} for k, v in sorted(out.items())}
 
 
-def checkpoint_names(arch: str, config: dict) -> list[str]:
-    """Module names transformers' own class for this config has (its state_dict's 2-D weights), on meta."""
+def transformers_model(arch: str, config: dict, device: str):
+    """transformers' own model class for this config, built on `device` (None when it has none or cannot build it)."""
     import torch
     import transformers
 
     cls = getattr(transformers, arch, None)
     if cls is None:
-        return []
+        return None
     try:
-        with torch.device("meta"):
-            model = cls(cls.config_class(**{k: v for k, v in config.items() if k != "model_type"}))
+        with torch.device(device):
+            return cls(cls.config_class(**{k: v for k, v in config.items() if k != "model_type"}))
     except Exception as e:  # noqa: BLE001 - names are a bonus; the vLLM build is the profile
-        log(f"{arch}: transformers build failed ({type(e).__name__}: {str(e)[:120]})")
+        log(f"{arch}: transformers build on {device} failed ({type(e).__name__}: {str(e)[:120]})")
+        return None
+
+
+def checkpoint_names(model) -> list[str]:
+    """Module names of transformers' model (its state_dict's 2-D weights), what the weight mapper is asked about."""
+    if model is None:
         return []
     return sorted({n.rpartition(".")[0] for n, t in model.state_dict().items() if n.endswith(".weight") and t.dim() == 2})
 
 
-def renames(model_class, names: list[str]) -> dict[str, str | None]:
-    """Checkpoint module pattern -> the vLLM name pattern hf_to_vllm_mapper gives it (None: dropped), where it differs."""
+def saved_weights(arch: str, config: dict) -> dict[str, tuple[str, list[int], str]]:
+    """Checkpoint module -> (tensor name, shape, dtype) of every 2-D / 3-D weight in what transformers' own
+    save_pretrained writes for this config (tiny, on CPU: its names are a published export's, e.g. GraniteMoe's
+    fused 3-D `input_linear`; a 3-D tensor stored without a `.weight` leaf, GptOss's `experts.gate_up_proj`, is its
+    own module)."""
+    import torch
+    from safetensors import safe_open
+
+    model = transformers_model(arch, config, "cpu")
+    if model is None:
+        return {}
+    out = {}
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
+        except Exception as e:  # noqa: BLE001 - no names: no prefixes recorded
+            log(f"{arch}: save_pretrained failed ({type(e).__name__}: {str(e)[:120]})")
+            return {}
+        for file in sorted(f for f in os.listdir(folder) if f.endswith(".safetensors")):
+            with safe_open(os.path.join(folder, file), "pt") as f:
+                for n in f.keys():
+                    t = f.get_slice(n)
+                    shape, module, leaf = list(t.get_shape()), *n.rpartition(".")[::2]
+                    if len(shape) >= 2 and (leaf == "weight" or (len(shape) == 3 and not leaf.endswith("bias"))):
+                        out[module if leaf == "weight" else n] = (n, shape, "bfloat16")
+    return dict(sorted(out.items()))
+
+
+def record_asked_prefixes() -> None:
+    """Shim (no decision logic): every layer remembers the `prefix` it hands the NVFP4 quant config's
+    get_quant_method, the name vLLM matches exclusion entries against (not always the module's name)."""
+    from vllm.model_executor.layers.quantization import get_quantization_config
+
+    cls = get_quantization_config("modelopt_fp4")
+    asked = cls.get_quant_method
+
+    def get_quant_method(self, layer, prefix):
+        layer._asked_prefix = prefix
+        return asked(self, layer, prefix)
+
+    cls.get_quant_method = get_quant_method
+
+
+def asked_prefix(modules: dict, name: str) -> str | None:
+    """The prefix the layer holding module `name` (it, else its nearest ancestor that asked) handed the quant config."""
+    while True:
+        found = getattr(modules.get(name), "_asked_prefix", None)
+        if found is not None or not name:
+            return found
+        name = name.rpartition(".")[0]
+
+
+def mapped_name(model_class, module: str) -> str | None:
+    """The module name the class's hf_to_vllm_mapper gives a checkpoint module (vLLM maps exclusion entries the same way)."""
     mapper = getattr(model_class, "hf_to_vllm_mapper", None)
     if mapper is None:
+        return module
+    mapped = (getattr(mapper, "map_name", None) or mapper._map_name)(module + ".weight")  # public since 0.32
+    return mapped[: -len(".weight")] if mapped and mapped.endswith(".weight") else mapped
+
+
+def quant_prefixes(model, weights: dict, fused: dict) -> dict[str, str]:
+    """Checkpoint module pattern -> the prefix vLLM matches exclusions against for the layer its own load_weights puts
+    it in, where an exclusion entry naming the checkpoint module cannot reach that layer: a fused 3-D experts tensor
+    loaded into the FusedMoE layer (GraniteMoe's `input_linear` -> `experts`), an lm_head built without a prefix
+    (Afmoe: ""). Only layers built quantized when nothing is excluded: for the others no exclusion changes anything.
+    Left to their own rules: shards of fused layers (vLLM maps a fused prefix back to its shards; and a loader that
+    splits a tensor itself hands the recorder unnamed pieces, placed under the name last read),
+    per-expert names, and names the weight mapper renames (vLLM maps exclusion entries through it too)."""
+    from vllm_declared import placements
+
+    try:
+        placed = placements(model, weights)
+    except Exception as e:  # noqa: BLE001 - recorded as no prefixes; the module states stand without them
+        log(f"load_weights on the checkpoint names failed ({type(e).__name__}: {str(e)[:120]})")
         return {}
-    map_name = getattr(mapper, "map_name", None) or mapper._map_name  # the public name since 0.32; _map_name before
+    modules = dict(model.named_modules())
+    shards = {s for group in fused.values() for s in group}  # also keeps out a loader writing shards it split itself
+    out: dict[str, set[str]] = {}
+    for ckpt, where in placed.items():
+        prefix = asked_prefix(modules, where["vllm_module"])
+        ckpt_pattern = pattern(ckpt)
+        if (not where["quantized"] or prefix is None or prefix in (ckpt, mapped_name(type(model), ckpt))
+                or EXPERT.search(ckpt) or ckpt.rpartition(".")[2] in shards):
+            continue
+        out.setdefault(ckpt_pattern, set()).add(pattern(prefix))
+    # one prefix pattern per checkpoint pattern, else the layer numbers do not carry over (Zamba2's "3.linear"): left out
+    return {k: v.pop() for k, v in sorted(out.items()) if len(v) == 1}
+
+
+def renames(model_class, names: list[str]) -> dict[str, str | None]:
+    """Checkpoint module pattern -> the vLLM name pattern hf_to_vllm_mapper gives it (None: dropped), where it differs."""
+    if getattr(model_class, "hf_to_vllm_mapper", None) is None:
+        return {}
     out = {}
     for name in names:
-        mapped = map_name(name + ".weight")
-        mapped = mapped[: -len(".weight")] if mapped and mapped.endswith(".weight") else mapped
+        mapped = mapped_name(model_class, name)
         if mapped != name:
             out[pattern(name)] = pattern(mapped) if mapped is not None else None
     return dict(sorted(out.items()))
@@ -126,6 +220,7 @@ def build_model(folder: str, initialize_model, drafter: bool = False):
 
 def profile(arch: str, names: dict[str, str]) -> dict:
     from vllm import ModelRegistry
+    from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.utils import initialize_model
 
     config, source = small_config(arch, names)
@@ -150,10 +245,14 @@ def profile(arch: str, names: dict[str, str]) -> dict:
                 refused.append(layer)
     packed = {k: list(v) for k, v in (getattr(model, "packed_modules_mapping", None) or {}).items()}
     extra = {"nvfp4_refused": refused} if refused else {}
+    fused = {k: v for k, v in sorted(packed.items()) if v != [k]}
+    modules = modules_of(model)
+    with world_of_one(vc), set_current_vllm_config(vc):
+        prefixes = quant_prefixes(model, saved_weights(arch, config), fused)
     return {"config": {"source": source, "model_type": config.get("model_type")}, **extra,
-            "quant_config": type(vc.quant_config).__name__, "modules": modules_of(model),
-            "fused": {k: v for k, v in sorted(packed.items()) if v != [k]},
-            "renames": renames(type(model), checkpoint_names(arch, config)), **mtp}
+            "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
+            "renames": renames(type(model), checkpoint_names(transformers_model(arch, config, "meta"))),
+            **({"prefixes": prefixes} if prefixes else {}), **mtp}
 
 
 def has_mtp(config: dict) -> bool:
@@ -240,6 +339,7 @@ def main(argv: list[str]) -> int:
     nvfp4_moe_emulation_fallback()
     empty_torchvision()
     no_triton_allocator()
+    record_asked_prefixes()
     register_drafters()
     names = model_types()
     archs = sorted(only or _TEXT_GENERATION_MODELS)

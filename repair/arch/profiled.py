@@ -6,7 +6,9 @@ layer got a quantized method, an unquantized one, or none (built without the qua
 layers (packed_modules_mapping) and what its weight-name mapper does to checkpoint names. A data file is one
 runtime release; another runtime's release (SGLang, TensorRT-LLM) is one more file of the same form. Here each
 profiled architecture becomes an `Architecture` row: its never-quantized layers are `UnquantizedRole`s matched on
-checkpoint names, its fused layers are `fused_layers`.
+checkpoint names, its fused layers are `fused_layers`, and where the layer a checkpoint module loads into hands
+vLLM's quant config another prefix than the module's name (`prefixes`: GraniteMoe's 3-D `input_linear` loads into
+the FusedMoE layer `experts`; Afmoe builds lm_head with the prefix ""), exclusions are matched on that prefix.
 """
 
 from __future__ import annotations
@@ -23,6 +25,25 @@ DATA = files("repair") / "targets" / "data"
 NEVER_QUANTIZED = ("none", "unquantized")  # the quant config was never asked, or declined, under quantize-everything
 NVFP4_ONLY = {"formats": ("modelopt-nvfp4",), "quant_algos": ("NVFP4", "W4A16_NVFP4", "NVFP4_AWQ")}  # vLLM's modelopt_fp4
 NUMBER = re.compile(r"\.\d+(?=\.|$)")
+STAR = re.compile(r"\.\*(?=\.|$)")
+
+
+@dataclass(frozen=True)
+class AskedPrefixes:
+    """Checkpoint module -> the prefix vLLM's quant config is asked about for the layer the module loads into (the
+    profile's `prefixes`, name patterns with `*` for layer numbers); any other module is its own prefix.
+    `writable`: as the name an exclusion entry uses: the prefix where an entry can name it (not "") and the checkpoint
+    name does not already reach it (ModelOpt's rule tests entries as substrings: `lm_head` reaches ".lm_head")."""
+
+    prefixes: tuple[tuple[str, str], ...]
+    writable: bool = False
+
+    def __call__(self, module: str) -> str:
+        target = dict(self.prefixes).get(NUMBER.sub(".*", module))
+        if target is None or (self.writable and (not target or module in target)):
+            return module  # as an entry: the checkpoint name, where vLLM's substring test already reaches the prefix
+        numbers = iter(NUMBER.findall(module))
+        return STAR.sub(lambda _: next(numbers, ".*"), target)
 
 
 @dataclass(frozen=True)
@@ -104,8 +125,11 @@ def _generic(vllm_pattern: str) -> bool:
 def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architecture:
     """The row of one profiled architecture: generic roles plus the release's never-quantized layers; its fused layers."""
     fused = {k: tuple(v) for k, v in entry.get("fused", {}).items()}
+    prefixes = tuple(sorted(entry.get("prefixes", {}).items()))
+    names = {"runtime_name": AskedPrefixes(prefixes), "exclusion_name": AskedPrefixes(prefixes, writable=True)} if prefixes else {}
     return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
-                        unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused)
+                        unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused,
+                        **names)
 
 
 def module_state(entry: dict, module: str) -> str | None:

@@ -17,7 +17,7 @@ from repair.doctor.fused import fused_storage_findings
 from repair.doctor.missing import missing_findings
 from repair.doctor.module_loads import load_stops, module_driven, module_load_findings, replaced_by_loads
 from repair.doctor.scales import BlockReads, Progress, ScaleValues
-from repair.doctor.schemes import excluded_packed_findings, predicted_schemes, scheme_findings
+from repair.doctor.schemes import excluded_packed_findings, predicted_schemes, scheme_findings, unloadable_full_precision_findings
 from repair.doctor.table_loads import table_loads
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule, stored_bits
@@ -99,6 +99,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         precision = predicted_schemes(modules, declaration, family, target)
         findings += scheme_findings(modules, precision, declaration, family, target)
         excluded = excluded_packed_findings(modules, precision, declaration, family, target)
+        excluded += unloadable_full_precision_findings(modules, precision, declaration, family, target)
         refused = target.profile.refused.get(declaration.quant_algo or "")  # the config is refused before any layer is built
         loads, first = table_loads(modules, precision, ckpt, target, family, tp, fmt.RUNTIME_LEAVES) \
             if target.profile.rules and not refused and not module_driven(target) else ([], first)

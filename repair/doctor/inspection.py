@@ -55,7 +55,7 @@ def inspect_checkpoint(ckpt: Checkpoint) -> Inspection:
 def _declared(module: StoredModule, declaration: Declaration, expected: dict, family: Architecture) -> str:
     """How the config declares a linear layer; "-" for everything quantization does not apply to."""
     spec = expected.get(module.name)
-    linear = spec.is_linear if spec is not None else len(module.logical_shape) == 2
+    linear = spec.is_linear if spec is not None else len(module.logical_shape) in (2, 3)  # 3-D: experts in one tensor
     if not module.tensor("weight") or not linear:
         return "-"
     return family.declared(module.name, declaration)

@@ -25,7 +25,8 @@ def predicted_schemes(modules: dict[str, StoredModule], declaration: Declaration
         return {}
     out = {}
     for m in modules.values():
-        if m.tensor("weight") is None or len(m.logical_shape) < 2:
+        weighted = m.tensor("weight") is not None or family.runtime_name(m.name) != m.name  # a 3-D experts tensor with no leaf
+        if not weighted or len(m.logical_shape) < 2:
             continue  # norms and biases: no scheme to choose
         follows = target.profile.follows_draft_config and family.declared(m.name, declaration) == "quantized"
         out[m.name] = built(declared_algorithm(declaration, family, m.name)) if follows else "bf16"
@@ -69,6 +70,29 @@ def excluded_packed_findings(modules: dict[str, StoredModule], schemes: dict[str
                                f"{name}: stored {stored}, but the config excludes it, so {target.spec} builds it unquantized "
                                f"and cannot load its {stored} tensors; dequantize it (fix --target does), or take it out "
                                "of the exclusions if it is meant to be quantized"))
+    return out
+
+
+def unloadable_full_precision_findings(modules: dict[str, StoredModule], schemes: dict[str, str],
+                                      declaration: Declaration, family: Architecture, target: Target) -> list[Finding]:
+    """Stored full-precision layers the target builds quantized: it allocates packed parameters, which the stored
+    weight does not fit, and the load stops there. The config may list the layer's checkpoint name, yet the runtime
+    matches exclusions on the prefix its layer hands the quant config (the profile's `prefixes`: GraniteMoe's 3-D
+    `input_linear` loads into the FusedMoE layer `experts`; Afmoe builds lm_head with the prefix "")."""
+    if not target.profile.follows_draft_config or not declaration.quantized:
+        return []
+    out = []
+    for name, scheme in schemes.items():
+        m = modules[name]
+        if scheme == "bf16" or m.is_quantized:
+            continue
+        asked = family.runtime_name(name)
+        where = "" if asked == name else f" (it matches exclusions on the prefix {asked!r} its layer is built with, not on {name!r})"
+        todo = ("no exclusion entry can name an empty prefix: store it quantized" if not asked else
+                f"exclude {asked!r}, the name the runtime matches, or store it quantized")
+        out.append(Finding(Severity.ERROR, Kind.CONFIG_CONTRADICTION, name,
+                           f"{name}: stored {m.precision}, but {target.spec} builds it {scheme}{where} and cannot load a "
+                           f"{m.precision} weight into packed parameters; {todo}"))
     return out
 
 
