@@ -87,3 +87,26 @@ def test_bf16_mtp_layer_is_excluded_by_the_layer_name_the_release_reads(capsys, 
     for one in target.split(","):
         code, text, err = run_captured(capsys, "doctor", out, "--target", one, "--strict")
         assert code == 0, (one, text, err)
+
+
+@pytest.mark.parametrize("target", ["vllm==0.32.0,trtllm==1.4", "vllm==0.32.0,sglang==0.5.23,trtllm==1.0"])
+def test_one_excluded_routed_expert_fixes_for_vllm_and_trtllm_at_once(capsys, tmp_path, target):
+    """One routed expert excluded (attack on the trtmtp change): vLLM builds the routed experts as one layer, so fix
+    dequantizes all of them; TensorRT-LLM reads that layer's exclusion only by its own name (`...mlp.experts`),
+    never a per-expert entry. Each target alone succeeds, so together one output must too: the MoE layer's name,
+    which every target reads as covering its experts, in place of per-expert entries TensorRT-LLM calls unused."""
+    from safetensors import safe_open
+
+    src = share_sibling_input_scales(write_real_model(tmp_path / "src", "deepseek-v3-0324"))
+    with safe_open(src / "model.safetensors", "pt") as f:
+        expert = min(n for n in f.keys() if ".mlp.experts." in n).rsplit(".", 2)[0]  # e.g. model.layers.10.mlp.experts.0
+    moe = expert.rpartition(".")[0]
+    edit_json(src / "hf_quant_config.json", lambda d: d["quantization"]["exclude_modules"].append(expert))
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", target)
+    assert code == 0, err
+    listed = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert moe in listed and not [e for e in listed if e.startswith(moe + ".")], listed
+    for one in target.split(","):
+        code, text, err = run_captured(capsys, "doctor", out, "--target", one, "--strict")
+        assert code == 0, (one, text, err)

@@ -23,7 +23,7 @@ from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Reci
 from repair.planning.target_check import refuse_unrepairable, unused_exclusions
 from repair.planning.whole_layers import Layers, refuse_split_layers
 from repair.targets.profiles import resolve_many
-from repair.planning.runtime_entries import mtp_layer_names, plain_entries, runtime_names
+from repair.planning.runtime_entries import whole_layer_names, plain_entries, runtime_names
 
 __all__ = ["assign_actions", "kv_scale_drops", "make_plan", "select"]
 
@@ -164,7 +164,7 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     made += [s for n in made for s in fused_group(n, modules) if s in modules and not modules[s].is_quantized]
     targets = resolve_many(recipe.from_target) if recipe.from_target else ()
     bf16 = runtime_names(targets, family, sorted({family.exclusion_name(n) for n in made}))
-    bf16 = mtp_layer_names(targets, ckpt.config, modules, set(made), bf16, covers)
+    bf16 = whole_layer_names(targets, ckpt.config, modules, set(made), bf16, covers)
     packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
     if not bf16 and not packed and not (len(lists) == 2 and set(lists[0]) != set(lists[1])):

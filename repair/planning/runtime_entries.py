@@ -3,6 +3,8 @@ its own name, some have no `re:` entries (their data's rules say which)."""
 
 from __future__ import annotations
 
+from repair.formats.base import routed_layer
+
 
 def plain_entries(config: dict | None, plain: dict[str, str]) -> dict | None:
     """config.json's `ignore` with the format's pattern entries written as the module names they stand for."""
@@ -26,12 +28,14 @@ def runtime_names(targets, family, names: list[str]) -> list[str]:
     return sorted(set(kept) | {fused for fused, _ in groups})
 
 
-def mtp_layer_names(targets, config: dict | None, modules, made: set[str], names: list[str], covers) -> list[str]:
-    """`names` with each MTP layer a target builds from the model's own config (its data's `draft.mtp_layer`,
-    TensorRT-LLM's `model.layers.{num_hidden_layers + i}`) named whole once every linear stored under it ends BF16
-    (`made`, or stored so): such a release reads only the layer's name, and entries for the modules under it never
-    reach its MoE. The layer's name replaces each of them that every target reads it as covering."""
+def whole_layer_names(targets, config: dict | None, modules, made: set[str], names: list[str], covers) -> list[str]:
+    """`names` with a layer named whole once every linear stored under it ends BF16 (`made`, or stored so): each MTP
+    layer a target builds from the model's own config (its data's `draft.mtp_layer`, TensorRT-LLM's
+    `model.layers.{num_hidden_layers + i}`), and a routed-experts layer (`...mlp.experts`) one of whose per-expert
+    entries some target does not read (TensorRT-LLM asks its MoE only by the layer's name). The layer's name replaces
+    each entry under it that every target reads it as covering."""
     layers = {layer for t in targets if t.profile.rules is not None for layer in t.profile.rules.mtp_layers(config)}
+    layers |= {routed_layer(n) for n in names if routed_layer(n) != n and not covers([n], n)}
     if not layers:
         return names
     owner = _owners(layers)
