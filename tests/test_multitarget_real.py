@@ -110,3 +110,22 @@ def test_one_excluded_routed_expert_fixes_for_vllm_and_trtllm_at_once(capsys, tm
     for one in target.split(","):
         code, text, err = run_captured(capsys, "doctor", out, "--target", one, "--strict")
         assert code == 0, (one, text, err)
+
+
+@pytest.mark.parametrize("target", ["trtllm==1.1", "trtllm==1.3", "vllm==0.32.0,trtllm==1.0"])
+def test_bf16_moe_layer_that_is_no_mtp_layer_is_named_whole_for_trtllm(capsys, tmp_path, target):
+    """A BF16 layer past num_hidden_layers that the config does not declare an MTP layer (num_nextn_predict_layers 0):
+    no bare layer name, but its routed experts are still one MoE TensorRT-LLM reads only as `...mlp.experts`; fix's
+    per-expert entries failed its own self-check (exit 3, "matches no module") before it named the MoE layer."""
+    src = share_sibling_input_scales(write_real_model(tmp_path / "src", "deepseek-v3-0324"))
+    edit_json(src / "hf_quant_config.json", mtp_not_excluded)
+    edit_json(src / "config.json", lambda c: c.update(num_nextn_predict_layers=0))
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", target)
+    assert code == 0, err
+    listed = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert "model.layers.61" not in listed and "model.layers.61.mlp.experts" in listed, listed
+    assert not [e for e in listed if e.startswith("model.layers.61.mlp.experts.")], listed
+    for one in target.split(","):
+        code, text, err = run_captured(capsys, "doctor", out, "--target", one, "--strict")
+        assert code == 0, (one, text, err)
