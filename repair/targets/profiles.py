@@ -121,11 +121,11 @@ def resolve(spec: str | None) -> Target:
     if spec.lower() == "bf16":
         return Target("bf16", BF16)
     if re.search(r"[,;]", spec):  # `a,b` must not check `a` alone and call the result healthy
-        raise UsageError(f"--target {spec[:200]!r}: give one target (several at once are not supported yet); run once per runtime")
+        raise UsageError(f"--target {spec[:200]!r}: give one target here; separate several with commas (vllm==0.32.0,trtllm==1.1)")
     # a release suffix as pip spells it (rc1, .post1, +cu128)
     match = re.fullmatch(r"([a-z][a-z0-9_-]{0,30})\s*==\s*(\d{1,6})\.(\d{1,6})(?:\.(\d{1,6}))?[\w.+!-]*", spec, re.IGNORECASE | re.ASCII)
     if match:  # pip's names are case-insensitive (VLLM==0.32.0 is vllm's): printed and recorded the canonical way
-        spec = match.group(1).lower() + spec[match.end(1):]
+        spec = f"{match.group(1).lower()}=={spec[match.start(2):]}"  # no spaces around == either
         match = re.fullmatch(match.re, spec)
     runtimes = sorted({p.runtime for p in DATA_PROFILES})
     if not match or (match.group(1) != "vllm" and match.group(1) not in runtimes):
