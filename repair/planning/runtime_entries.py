@@ -35,7 +35,11 @@ def whole_layer_names(targets, config: dict | None, modules, made: set[str], nam
     entries some target does not read (TensorRT-LLM asks its MoE only by the layer's name). The layer's name replaces
     each entry under it that every target reads it as covering."""
     layers = {layer for t in targets if t.profile.rules is not None for layer in t.profile.rules.mtp_layers(config)}
-    layers |= {routed_layer(n) for n in names if routed_layer(n) != n and not covers([n], n)}
+    first: dict[str, str] = {}  # a routed-experts layer -> one expert entry: targets read all of its experts alike
+    for n in names:
+        if (routed := routed_layer(n)) != n:
+            first.setdefault(routed, n)
+    layers |= {routed for routed, n in first.items() if not covers([n], n)}
     if not layers:
         return names
     owner = _owners(layers)
