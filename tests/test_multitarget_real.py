@@ -129,3 +129,26 @@ def test_bf16_moe_layer_that_is_no_mtp_layer_is_named_whole_for_trtllm(capsys, t
     for one in target.split(","):
         code, text, err = run_captured(capsys, "doctor", out, "--target", one, "--strict")
         assert code == 0, (one, text, err)
+
+
+@pytest.mark.parametrize("target", ["trtllm==1.0", "vllm==0.32.0,trtllm==1.4"])
+def test_one_routed_expert_stored_bf16_fixes_for_trtllm(capsys, tmp_path, target):
+    """One routed expert exported BF16 and excluded: TensorRT-LLM builds the MoE as one layer, so fix dequantizes the
+    other experts; their per-expert entries never reach the MoE and the self-check exited 3 before the experts
+    layer was named whole."""
+    import dataclasses
+
+    from tools.real_fixture import REAL_MODELS
+
+    model = REAL_MODELS["deepseek-v3-0324"]
+    model = dataclasses.replace(model, bf16=model.bf16 + r"|^model\.layers\.10\.mlp\.experts\.1\.")
+    src = share_sibling_input_scales(write_real_model(tmp_path / "src", "deepseek-v3-0324", model))
+    edit_json(src / "hf_quant_config.json", lambda d: d["quantization"]["exclude_modules"].append("model.layers.10.mlp.experts.1*"))
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", target)
+    assert code == 0, err
+    listed = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert "model.layers.10.mlp.experts" in listed, listed
+    for one in target.split(","):
+        code, text, err = run_captured(capsys, "doctor", out, "--target", one, "--strict")
+        assert code == 0, (one, text, err)
