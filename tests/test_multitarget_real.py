@@ -152,3 +152,28 @@ def test_one_routed_expert_stored_bf16_fixes_for_trtllm(capsys, tmp_path, target
     for one in target.split(","):
         code, text, err = run_captured(capsys, "doctor", out, "--target", one, "--strict")
         assert code == 0, (one, text, err)
+
+
+@pytest.mark.parametrize("target", ["trtllm==1.4", "vllm==0.32.0,trtllm==1.0"])
+def test_mtp_layer_partly_quantized_names_its_bf16_experts_layer(capsys, tmp_path, target):
+    """An MTP layer whose attention stays NVFP4 (no bare `model.layers.61`: it would unquantize what is stored
+    packed) but whose routed experts are BF16: TensorRT-LLM still reads those only as `model.layers.61.mlp.experts`;
+    per-expert entries failed fix's self-check (exit 3)."""
+    import dataclasses
+
+    from tools.real_fixture import REAL_MODELS
+
+    model = REAL_MODELS["deepseek-v3-0324"]
+    model = dataclasses.replace(model, bf16=r"\.self_attn\.|\.mlp\.gate$|^model\.layers\.61\.(?!self_attn|mlp\.shared_experts)|^lm_head$")
+    src = share_sibling_input_scales(write_real_model(tmp_path / "src", "deepseek-v3-0324", model))
+    kept = ["model.layers.61.self_attn*", "model.layers.61.shared_head*", "model.layers.61.eh_proj", "model.layers.61.mlp.gate"]
+    edit_json(src / "hf_quant_config.json", lambda d: d["quantization"].update(exclude_modules=[
+        e for e in d["quantization"]["exclude_modules"] if not e.startswith("model.layers.61")] + kept))
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", target)
+    assert code == 0, err
+    listed = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert "model.layers.61" not in listed and "model.layers.61.mlp.experts" in listed, listed
+    for one in target.split(","):
+        code, text, err = run_captured(capsys, "doctor", out, "--target", one, "--strict")
+        assert code == 0, (one, text, err)

@@ -33,15 +33,20 @@ def whole_layer_names(targets, config: dict | None, modules, made: set[str], nam
     layer a target builds from the model's own config (its data's `draft.mtp_layer`, TensorRT-LLM's
     `model.layers.{num_hidden_layers + i}`), and a routed-experts layer (`...mlp.experts`) one of whose per-expert
     entries some target does not read (TensorRT-LLM asks its MoE only by the layer's name). The layer's name replaces
-    each entry under it that every target reads it as covering."""
-    layers = {layer for t in targets if t.profile.rules is not None for layer in t.profile.rules.mtp_layers(config)}
+    each entry under it that every target reads it as covering. Experts first: an MTP layer that stays partly
+    quantized still gets its experts layer's name."""
+    mtp = {layer for t in targets if t.profile.rules is not None for layer in t.profile.rules.mtp_layers(config)}
     first: dict[str, str] = {}  # a routed-experts layer -> one expert entry: targets read all of its experts alike
     for n in names:
         if (routed := routed_layer(n)) != n:
             first.setdefault(routed, n)
-    layers |= {routed for routed, n in first.items() if not covers([n], n)}
-    if not layers:
-        return names
+    experts = {layer for layer, n in first.items() if not covers([n], n)}
+    for layers in (experts, mtp):
+        names = _named_whole(layers, modules, made, names, covers) if layers else names
+    return names
+
+
+def _named_whole(layers: set[str], modules, made: set[str], names: list[str], covers) -> list[str]:
     owner = _owners(layers)
     under: dict[str, list[str]] = {}
     for n in names:
