@@ -47,6 +47,20 @@ def test_runtime_names_are_case_insensitive_as_pip_reads_them(capsys, broken):
     assert code in (0, 1) and "target sglang==0.5.23 " in out, out
 
 
+@pytest.mark.parametrize("spec, canonical", [("VLLM == 0.32.0", "vllm==0.32.0"), ("trtllm ==1.1", "trtllm==1.1"),
+                                             ("SGLang== 0.5.23", "sglang==0.5.23")])
+def test_a_spelled_out_spec_is_printed_and_recorded_the_canonical_way(spec, canonical):
+    """Spaces around `==` (as pip accepts them) are not part of the target's name in what is printed and recorded:
+    `doctor --json`'s `target` and fix's report read the same whatever the user typed."""
+    assert [t.spec for t in resolve_many(spec)] == [canonical]
+
+
+def test_a_semicolon_between_targets_names_the_comma(capsys, broken):
+    """Several targets are supported (commas): a `;` between them is refused saying so, not "not supported yet"."""
+    code, out = run(capsys, "doctor", broken, "--target", "vllm==0.32.0;bf16")
+    assert code == 2 and "comma" in out and "not supported" not in out, out
+
+
 @pytest.mark.parametrize("spec, part", [(f"{NEW},vllm=0.22", "part 2"), (f"{NEW},,bf16", "part 2"), (f"bf16,{NEW},", "part 3"),
                                         ("vllm==0.20.0,bf16", "part 1")])
 def test_a_bad_part_names_itself_in_one_line(capsys, broken, spec, part):
@@ -249,3 +263,14 @@ def test_a_release_spelled_with_non_ascii_digits_or_letters_is_refused(spec):
     Indic digits or a letter no pip version has must not pass as vllm==0.32.0."""
     with pytest.raises(UsageError):
         resolve_many(spec)
+
+
+def test_per_expert_entries_are_asked_about_once_per_routed_experts_layer():
+    """DeepSeek-sized: 44k BF16 experts' entries for vLLM alone cost one coverage question per MoE layer (whether a
+    target reads per-expert entries), not one per expert (3.5 s before on this machine)."""
+    from repair.planning.runtime_entries import whole_layer_names
+
+    names = [f"model.layers.{l}.mlp.experts.{e}.{p}" for l in range(3, 61) for e in range(256) for p in ("gate_proj", "up_proj", "down_proj")]
+    asked = []
+    out = whole_layer_names(resolve_many(NEW), {"num_hidden_layers": 61}, {}, set(names), names, lambda e, n: asked.append(n) or True)
+    assert out == names and len(asked) == 58, len(asked)

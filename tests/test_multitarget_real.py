@@ -87,3 +87,93 @@ def test_bf16_mtp_layer_is_excluded_by_the_layer_name_the_release_reads(capsys, 
     for one in target.split(","):
         code, text, err = run_captured(capsys, "doctor", out, "--target", one, "--strict")
         assert code == 0, (one, text, err)
+
+
+@pytest.mark.parametrize("target", ["vllm==0.32.0,trtllm==1.4", "vllm==0.32.0,sglang==0.5.23,trtllm==1.0"])
+def test_one_excluded_routed_expert_fixes_for_vllm_and_trtllm_at_once(capsys, tmp_path, target):
+    """One routed expert excluded (attack on the trtmtp change): vLLM builds the routed experts as one layer, so fix
+    dequantizes all of them; TensorRT-LLM reads that layer's exclusion only by its own name (`...mlp.experts`),
+    never a per-expert entry. Each target alone succeeds, so together one output must too: the MoE layer's name,
+    which every target reads as covering its experts, in place of per-expert entries TensorRT-LLM calls unused."""
+    from safetensors import safe_open
+
+    src = share_sibling_input_scales(write_real_model(tmp_path / "src", "deepseek-v3-0324"))
+    with safe_open(src / "model.safetensors", "pt") as f:
+        expert = min(n for n in f.keys() if ".mlp.experts." in n).rsplit(".", 2)[0]  # e.g. model.layers.10.mlp.experts.0
+    moe = expert.rpartition(".")[0]
+    edit_json(src / "hf_quant_config.json", lambda d: d["quantization"]["exclude_modules"].append(expert))
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", target)
+    assert code == 0, err
+    listed = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert moe in listed and not [e for e in listed if e.startswith(moe + ".")], listed
+    for one in target.split(","):
+        code, text, err = run_captured(capsys, "doctor", out, "--target", one, "--strict")
+        assert code == 0, (one, text, err)
+
+
+@pytest.mark.parametrize("target", ["trtllm==1.1", "trtllm==1.3", "vllm==0.32.0,trtllm==1.0"])
+def test_bf16_moe_layer_that_is_no_mtp_layer_is_named_whole_for_trtllm(capsys, tmp_path, target):
+    """A BF16 layer past num_hidden_layers that the config does not declare an MTP layer (num_nextn_predict_layers 0):
+    no bare layer name, but its routed experts are still one MoE TensorRT-LLM reads only as `...mlp.experts`; fix's
+    per-expert entries failed its own self-check (exit 3, "matches no module") before it named the MoE layer."""
+    src = share_sibling_input_scales(write_real_model(tmp_path / "src", "deepseek-v3-0324"))
+    edit_json(src / "hf_quant_config.json", mtp_not_excluded)
+    edit_json(src / "config.json", lambda c: c.update(num_nextn_predict_layers=0))
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", target)
+    assert code == 0, err
+    listed = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert "model.layers.61" not in listed and "model.layers.61.mlp.experts" in listed, listed
+    assert not [e for e in listed if e.startswith("model.layers.61.mlp.experts.")], listed
+    for one in target.split(","):
+        code, text, err = run_captured(capsys, "doctor", out, "--target", one, "--strict")
+        assert code == 0, (one, text, err)
+
+
+@pytest.mark.parametrize("target", ["trtllm==1.0", "vllm==0.32.0,trtllm==1.4"])
+def test_one_routed_expert_stored_bf16_fixes_for_trtllm(capsys, tmp_path, target):
+    """One routed expert exported BF16 and excluded: TensorRT-LLM builds the MoE as one layer, so fix dequantizes the
+    other experts; their per-expert entries never reach the MoE and the self-check exited 3 before the experts
+    layer was named whole."""
+    import dataclasses
+
+    from tools.real_fixture import REAL_MODELS
+
+    model = REAL_MODELS["deepseek-v3-0324"]
+    model = dataclasses.replace(model, bf16=model.bf16 + r"|^model\.layers\.10\.mlp\.experts\.1\.")
+    src = share_sibling_input_scales(write_real_model(tmp_path / "src", "deepseek-v3-0324", model))
+    edit_json(src / "hf_quant_config.json", lambda d: d["quantization"]["exclude_modules"].append("model.layers.10.mlp.experts.1*"))
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", target)
+    assert code == 0, err
+    listed = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert "model.layers.10.mlp.experts" in listed, listed
+    for one in target.split(","):
+        code, text, err = run_captured(capsys, "doctor", out, "--target", one, "--strict")
+        assert code == 0, (one, text, err)
+
+
+@pytest.mark.parametrize("target", ["trtllm==1.4", "vllm==0.32.0,trtllm==1.0"])
+def test_mtp_layer_partly_quantized_names_its_bf16_experts_layer(capsys, tmp_path, target):
+    """An MTP layer whose attention stays NVFP4 (no bare `model.layers.61`: it would unquantize what is stored
+    packed) but whose routed experts are BF16: TensorRT-LLM still reads those only as `model.layers.61.mlp.experts`;
+    per-expert entries failed fix's self-check (exit 3)."""
+    import dataclasses
+
+    from tools.real_fixture import REAL_MODELS
+
+    model = REAL_MODELS["deepseek-v3-0324"]
+    model = dataclasses.replace(model, bf16=r"\.self_attn\.|\.mlp\.gate$|^model\.layers\.61\.(?!self_attn|mlp\.shared_experts)|^lm_head$")
+    src = share_sibling_input_scales(write_real_model(tmp_path / "src", "deepseek-v3-0324", model))
+    kept = ["model.layers.61.self_attn*", "model.layers.61.shared_head*", "model.layers.61.eh_proj", "model.layers.61.mlp.gate"]
+    edit_json(src / "hf_quant_config.json", lambda d: d["quantization"].update(exclude_modules=[
+        e for e in d["quantization"]["exclude_modules"] if not e.startswith("model.layers.61")] + kept))
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", target)
+    assert code == 0, err
+    listed = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert "model.layers.61" not in listed and "model.layers.61.mlp.experts" in listed, listed
+    for one in target.split(","):
+        code, text, err = run_captured(capsys, "doctor", out, "--target", one, "--strict")
+        assert code == 0, (one, text, err)

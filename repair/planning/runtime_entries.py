@@ -5,6 +5,7 @@ only at its top level (their data's rules say which; each target's own matcher i
 from __future__ import annotations
 
 from repair.errors import BadInput
+from repair.formats.base import routed_layer
 from repair.targets.runtime_rules import flat_exclusions, quant_method
 
 # characters some runtime reads as pattern syntax in a plain exclusion entry: SGLang's is_layer_excluded escapes only
@@ -40,14 +41,25 @@ def runtime_names(targets, family, names: list[str]) -> list[str]:
     return sorted(set(kept) | {fused for fused, _ in groups})
 
 
-def mtp_layer_names(targets, config: dict | None, modules, made: set[str], names: list[str], covers) -> list[str]:
-    """`names` with each MTP layer a target builds from the model's own config (its data's `draft.mtp_layer`,
-    TensorRT-LLM's `model.layers.{num_hidden_layers + i}`) named whole once every linear stored under it ends BF16
-    (`made`, or stored so): such a release reads only the layer's name, and entries for the modules under it never
-    reach its MoE. The layer's name replaces each of them that every target reads it as covering."""
-    layers = {layer for t in targets if t.profile.rules is not None for layer in t.profile.rules.mtp_layers(config)}
-    if not layers:
-        return names
+def whole_layer_names(targets, config: dict | None, modules, made: set[str], names: list[str], covers) -> list[str]:
+    """`names` with a layer named whole once every linear stored under it ends BF16 (`made`, or stored so): each MTP
+    layer a target builds from the model's own config (its data's `draft.mtp_layer`, TensorRT-LLM's
+    `model.layers.{num_hidden_layers + i}`), and a routed-experts layer (`...mlp.experts`) one of whose per-expert
+    entries some target does not read (TensorRT-LLM asks its MoE only by the layer's name). The layer's name replaces
+    each entry under it that every target reads it as covering. Experts first: an MTP layer that stays partly
+    quantized still gets its experts layer's name."""
+    mtp = {layer for t in targets if t.profile.rules is not None for layer in t.profile.rules.mtp_layers(config)}
+    first: dict[str, str] = {}  # a routed-experts layer -> one expert entry: targets read all of its experts alike
+    for n in names:
+        if (routed := routed_layer(n)) != n:
+            first.setdefault(routed, n)
+    experts = {layer for layer, n in first.items() if not covers([n], n)}
+    for layers in (experts, mtp):
+        names = _named_whole(layers, modules, made, names, covers) if layers else names
+    return names
+
+
+def _named_whole(layers: set[str], modules, made: set[str], names: list[str], covers) -> list[str]:
     owner = _owners(layers)
     under: dict[str, list[str]] = {}
     for n in names:

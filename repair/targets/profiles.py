@@ -126,7 +126,7 @@ def resolve(spec: str | None) -> Target:
     # ASCII only (re.ASCII): a typed spec is recorded verbatim (report, PR title), and `\d` would take Arabic-Indic digits
     match = re.fullmatch(r"([a-z][a-z0-9_-]{0,30})\s*==\s*(\d{1,6})\.(\d{1,6})(?:\.(\d{1,6}))?[\w.+!-]*", spec, re.IGNORECASE | re.ASCII)
     if match:  # pip's names are case-insensitive (VLLM==0.32.0 is vllm's): printed and recorded the canonical way
-        spec = match.group(1).lower() + spec[match.end(1):]
+        spec = f"{match.group(1).lower()}=={spec[match.start(2):]}"  # no spaces around == either
         match = re.fullmatch(match.re, spec)
     runtimes = sorted({p.runtime for p in DATA_PROFILES})
     if not match or (match.group(1) != "vllm" and match.group(1) not in runtimes):
