@@ -60,3 +60,15 @@ def test_built_names_follow_the_construction_order():
     patterns = ["model.embed", "model.layers.*.a", "model.layers.*.b", "lm_head"]
     assert [n for _, n in built_names(patterns, 2)] == ["model.embed", "model.layers.0.a", "model.layers.0.b",
                                                          "model.layers.1.a", "model.layers.1.b", "lm_head"]
+
+
+def test_a_config_whose_targets_reach_sglangs_layers_is_not_refused(tmp_path, capsys):
+    """Targets by class name (`Linear`, as find_matched_target also tries) reach every layer SGLang builds."""
+    folder = dsv4_fixture.write(tmp_path / "by_class")
+    config = json.loads((folder / "config.json").read_text())
+    groups = config["quantization_config"]["config_groups"]
+    next(iter(groups.values()))["targets"].append("Linear")
+    (folder / "config.json").write_text(json.dumps(config))
+    _, report = doctor(capsys, folder, SGLANG)
+    assert not [f for f in report["findings"] if "under its own name" in f["message"]]
+    assert STOP not in {stop["error"] for stop in report["runtime_stops_at"]}
