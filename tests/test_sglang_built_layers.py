@@ -72,3 +72,16 @@ def test_a_config_whose_targets_reach_sglangs_layers_is_not_refused(tmp_path, ca
     _, report = doctor(capsys, folder, SGLANG)
     assert not [f for f in report["findings"] if "under its own name" in f["message"]]
     assert STOP not in {stop["error"] for stop in report["runtime_stops_at"]}
+
+
+def test_rewriting_the_rules_from_the_wheel_keeps_the_generated_layers(tmp_path, monkeypatch):
+    """tools/sglang_rules_data.py rewrites a release file from its wheel, which has no built model: the block generated
+    from the installed release's model code must survive it."""
+    from tools import sglang_rules_data
+
+    (tmp_path / "sglang-9.9.9.json").write_text(json.dumps({"rules": {"built_layers": {"A": {"x.*.y": "Linear"}}}}))
+    monkeypatch.setattr(sglang_rules_data, "DATA", tmp_path)
+    monkeypatch.setattr(sglang_rules_data, "ROOT", tmp_path)
+    monkeypatch.setattr(sglang_rules_data, "profile", lambda path: {"release": "9.9.9", "rules": {"packed_modules_mapping": {}}})
+    assert sglang_rules_data.main(["sglang-9.9.9-py3-none-any.whl"]) == 0
+    assert json.loads((tmp_path / "sglang-9.9.9.json").read_text())["rules"]["built_layers"] == {"A": {"x.*.y": "Linear"}}
