@@ -90,7 +90,11 @@ RULES_FORM = [
     "  DeepSeek's q_lora_rank), `stacked_unchecked` (architecture -> stacked layers whose load_weights branch raises",
     "  KeyError on a tensor the built layer lacks), `nested_config_json_drops_exclusions` (quant methods whose nested",
     "  config.json exclusions the release never reads), `plain_layers` (architecture -> layers built as a plain",
-    "  torch.nn.Linear, loaded by the `plain` loader row).", "",
+    "  torch.nn.Linear, loaded by the `plain` loader row), `built_layers` (architecture -> {the release's own layer",
+    "  prefix, `*` for a layer number: its class}, in construction order: what its constructor asks the quant config",
+    "  about where its names are not the checkpoint's, e.g. DeepSeek-V4's `model.layers.*.self_attn.wqkv_a`; generated",
+    "  from the installed release's model code on the meta device by `tools/sglang_built_layers.py`, kept when",
+    "  `tools/sglang_rules_data.py` rewrites the file; doctor asks each one: `doctor/built_layers.py`).", "",
     "`--target <runtime>==X.Y.Z` uses the newest file at or below X.Y.Z and says which. `tools/sglang_rules_data.py`",
     "writes the SGLang files from the wheels (rules table: `tools/sglang_rules_table.py`, re-checked against each wheel).", ""]
 

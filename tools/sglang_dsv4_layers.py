@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """What SGLang 0.5.23's own quant config gives each layer of its own DeepSeek-V4 model (.venv-sglang; CPU, meta device).
 
+    sglang_dsv4_layers.py PLAIN_DIR  ->  {"dir", "layers": {prefix: layer class}}: every layer that asks a quant method
     sglang_dsv4_layers.py PLAIN_DIR QUANT_DIR [QUANT_DIR ...]  ->  one JSON line per QUANT_DIR:
         {"dir", "quant_config": class, "layers": {prefix: {"class": layer class, "method": class or
          "<Type>: <message>" where get_quant_method raises, "strategy": the weights' strategy of a compressed-tensors scheme}}}
@@ -47,6 +48,9 @@ def main(argv: list[str]) -> int:
 
     rope_variant.get_device = common.get_device = lambda *args, **kwargs: "cpu"
     model, _ = runtime.build(argv[0])
+    if len(argv) == 1:  # the layers alone: every prefix SGLang's constructor asks its quant config about, and its class
+        layers = {prefix: type(module).__name__ for prefix, module in model.named_modules() if hasattr(module, "quant_method")}
+        out.write(json.dumps({"dir": argv[0], "layers": layers}) + "\n")
     for folder in argv[1:]:
         runtime.setup(folder)
         quant_config = _get_quantization_config(ModelConfig(folder), LoadConfig())

@@ -170,6 +170,8 @@ def main(argv: list[str]) -> int:
     for arg in argv:
         doc = profile(Path(arg))
         out = DATA / f"sglang-{doc['release']}.json"
+        if out.exists() and "built_layers" in (kept := json.loads(out.read_text(encoding="utf-8"))["rules"]):
+            doc["rules"]["built_layers"] = kept["built_layers"]  # from the installed release (tools/sglang_built_layers.py)
         out.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
         print(f"wrote {out.relative_to(ROOT)}: {len(doc['rules']['packed_modules_mapping'])} architectures with a packed mapping")
     return 0

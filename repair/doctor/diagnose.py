@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from repair import arch, formats
 from repair.arch import Architecture, ModuleSpec
+from repair.doctor.built_layers import built_layer_findings
 from repair.doctor.checks import config_findings, fused_findings, health_findings, unquantized_role_findings
 from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
                                     kv_scale_health, layer_map_findings, runtime_refusal_findings)
@@ -86,6 +87,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.allows_quant_config:
         findings += fused_findings(declaration, modules, family, target) + fused_algorithm_findings(declaration, modules, family, target)
+        findings += built_layer_findings(declaration, target, ckpt.config)
     if target.profile.rules is None:  # a rules file's loader table says what a shard that does not fit does (table_loads)
         findings += fused_storage_findings(declaration, modules, family, target)
     findings += float8_findings(modules, infos) + missing_findings(infos, specs, family.name, ckpt.config)

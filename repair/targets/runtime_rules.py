@@ -54,6 +54,8 @@ class RuntimeRules:
     nested_drops: tuple[str, ...] = ()  # quant methods whose exclusions in config.json's nested form are dropped
     plain_layers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # arch -> layers built plain nn.Linear
     ct_target_order: tuple[str, ...] = ()  # find_matched_target's passes (formats/ct_groups.ORDERS); () as vLLM's
+    built_layers: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # arch -> {the runtime's own layer
+    # prefix (`*` = layer number): class} its constructor asks the quant config about (tools/sglang_built_layers.py)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -250,7 +252,7 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         {a: tuple(v) for a, v in body.get("stacked_unchecked", {}).items()},
                         tuple(body.get("nested_config_json_drops_exclusions", ())),
                         {a: tuple(v) for a, v in body.get("plain_layers", {}).items()},
-                        tuple(body.get("ct_target_order", ())))
+                        tuple(body.get("ct_target_order", ())), body.get("built_layers", {}))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:

@@ -22,14 +22,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import torch
-from safetensors.torch import save_file
 
 from repair import arch, formats
 from repair.io.checkpoint import open_checkpoint
 from repair.targets.profiles import resolve
 from tests.ct_group_cases import algorithm_of
-from tools.dsv4_fixture import REAL, TINY
+from tools.dsv4_fixture import REAL
+from tools.sglang_built_layers import write_tiny
 
 from .probe import REPO, SGLANG_PY, TARGET, clean_env, requires_sglang
 
@@ -39,23 +38,13 @@ METHODS = {"CompressedTensorsW4A4Fp4": "NVFP4", "CompressedTensorsW4A16Fp4": "W4
            "ModelOptNvFp4FusedMoEMethod": "NVFP4", "ModelOptFp8LinearMethod": "FP8"}
 
 
-def _config(quantization: dict | None) -> dict:
-    """The published config at tiny size; keys published as null are left out: SGLang 0.5.23's DeepSeekV4Config
-    refuses `kv_lora_rank: null` (StrictDataclassFieldValidationError) before any quantization is read."""
-    config = {k: v for k, v in (json.loads(REAL.read_text()) | TINY).items() if v is not None}
-    config.pop("quantization_config")
-    return config | ({"quantization_config": quantization} if quantization else {})
-
-
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("dsv4_sglang")
     out = {name: root / name for name in ("plain", "redhatai-deepseek-v4-flash-nvfp4-fp8", "deepseek-v4-flash-nvfp4")}
     quantization = json.loads(REAL.read_text())["quantization_config"]
     for name, folder in out.items():
-        folder.mkdir()
-        (folder / "config.json").write_text(json.dumps(_config(quantization if name.startswith("redhatai") else None)))
-        save_file({"embed.weight": torch.zeros(2, 2)}, str(folder / "model.safetensors"))
+        write_tiny(folder, quantization if name.startswith("redhatai") else None)
     shutil.copy(NVIDIA, out["deepseek-v4-flash-nvfp4"] / "hf_quant_config.json")
     return out
 
