@@ -89,3 +89,20 @@ def test_a_module_name_runtimes_read_as_a_pattern_is_refused_in_one_line(capsys,
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "nothing was written" in err and repr(name) in err and not (tmp_path / "out").exists()
     assert torch.equal(load_file(src / "model.safetensors")[name + ".weight"], tensors[name + ".weight"])
+
+
+@pytest.mark.parametrize("key", ["ignore", "modules_to_not_convert"])
+@pytest.mark.parametrize("targets", ["sglang==0.5.23", "sglang==0.5.9", BOTH])
+def test_a_top_level_list_sglang_already_read_keeps_its_entries(capsys, tmp_path, key, targets):
+    """A nested ModelOpt block whose top level already holds a list that differs from the nested one: SGLang builds
+    from the top-level list. The copy written there keeps the entries SGLang read (here `lm_head`, stored BF16 and
+    missing from the nested list), besides the fix's own, so no layer SGLang built BF16 becomes quantized."""
+    src = fixture(tmp_path, "modelopt-eagle3-draft")
+    config = json.loads((src / "config.json").read_text())
+    qc = config["quantization_config"]
+    qc["quantization"]["exclude_modules"] = ["model.embed_tokens"]
+    qc[key] = ["lm_head"]
+    (src / "config.json").write_text(json.dumps(config))
+    fix_is_clean(capsys, src, tmp_path / "out", targets)
+    qc = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]
+    assert "lm_head" in qc["ignore"] and "fc" in qc["ignore"], qc

@@ -77,15 +77,17 @@ def unread_fused(targets, declaration, family, config, lists: list[list[str]], n
             if fused not in names and any(not r.excludes(family.runtime_name(m)) for r in rules for m in members)]
 
 
-def read_where_targets_read(config: dict | None, targets, declaration) -> dict | None:
+def read_where_targets_read(config: dict | None, targets, declaration, read_before: tuple[str, ...] = ()) -> dict | None:
     """config.json's nested ModelOpt block with its exclusion list also at the top level (`ignore`), where a target
     whose data says it drops the nested list (SGLang: configs/model_config.py merges quant_algo there and takes the
-    flat branch) reads it; vLLM reads the nested one. Both then hold the same list."""
+    flat branch) reads it; vLLM reads the nested one. The top level gets the nested list, then the entries of the
+    top-level list the input already had (`read_before`: what SGLang built from), so no layer it excluded loses it."""
     method = quant_method(declaration)
     dropping = any(t.profile.rules is not None and method in t.profile.rules.nested_drops for t in targets)
     if dropping and flat_exclusions(config) is not None:
         qc = config["quantization_config"]
-        qc["ignore"] = list(qc["quantization"].get("exclude_modules") or [])
+        nested = list(qc["quantization"].get("exclude_modules") or [])
+        qc["ignore"] = nested + [e for e in dict.fromkeys(read_before) if e not in nested]
     return config
 
 
