@@ -106,3 +106,26 @@ def test_a_top_level_list_sglang_already_read_keeps_its_entries(capsys, tmp_path
     fix_is_clean(capsys, src, tmp_path / "out", targets)
     qc = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]
     assert "lm_head" in qc["ignore"] and "fc" in qc["ignore"], qc
+
+
+@pytest.mark.parametrize("targets", [(), ("--target", "trtllm==1.3.0"), ("--target", "vllm==0.32.0,sglang==0.5.23")])
+def test_a_module_name_starting_with_re_colon_is_refused_in_one_line(capsys, tmp_path, targets):
+    """TensorRT-LLM >= 1.3 reads a ModelOpt entry starting `re:` as a regex (re.fullmatch of the rest): an entry
+    written as the name of a module called `re:model.layers.N.mlp.down_proj` would exclude the real
+    `model.layers.N.mlp.down_proj` instead. The fix refuses it in one line (was: written verbatim, exit 3 for 1.3)."""
+    from safetensors.torch import load_file, save_file
+
+    from tools.real_fixture import write_real_model
+
+    src = write_real_model(tmp_path / "src", "qwen3-32b")
+    tensors = load_file(src / "model.safetensors")
+    layers = sorted({k.split(".")[2] for k in tensors if k.startswith("model.layers.")})
+    for n in layers:
+        copy = f"model.layers.{n}.mlp.down_proj."
+        tensors.update({"re:" + copy + k[len(copy):]: v.clone() for k, v in list(tensors.items()) if k.startswith(copy)})
+    save_file({k: v.contiguous() for k, v in tensors.items()}, src / "model.safetensors", metadata={"format": "pt"})
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[[rules]]\naction = "dequantize"\nmodules = [\'re:re:model\\.layers\\.\\d+\\.mlp\\.down_proj\']\n')
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--recipe", recipe, *targets)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "nothing was written" in err and "'re:'" in err and not (tmp_path / "out").exists()

@@ -184,7 +184,7 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     if any(t.profile.rules and t.profile.rules.matchers.get("entries") == "plain" for t in targets):
         plain = {fmt.exclusion_entry(n): n for n in bf16}  # a release whose matcher has no `re:` (TensorRT-LLM < 1.3)
         config, added = plain_entries(config, plain), tuple(plain.get(a, a) for a in added)
-    refuse_pattern_names(ckpt.root, added)
+    refuse_pattern_names(ckpt.root, added, bf16)
     after = fmt.exclusion_lists(config, hf_quant)
     for name in packed:
         for exclusions in after:

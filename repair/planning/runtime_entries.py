@@ -97,12 +97,17 @@ def _whole_groups(family, names: list[str]) -> list[tuple[str, tuple[str, ...]]]
             if len(members) == len(family.fused_layers[fused.rpartition(".")[2]])]
 
 
-def refuse_pattern_names(root: object, entries) -> None:
+def refuse_pattern_names(root: object, entries, names=()) -> None:
     """One line for a plain entry the plan would write that holds pattern syntax (a module so named in the
-    checkpoint): written verbatim it would exclude other modules, or none, or stop SGLang's re.fullmatch."""
+    checkpoint): written verbatim it would exclude other modules, or none, or stop SGLang's re.fullmatch. An entry
+    that is a module's own name (`names`) starting `re:` is one too: TensorRT-LLM >= 1.3 reads the rest as a regex."""
+    names = frozenset(names)
     for entry in entries:
-        found = sorted(PATTERN_CHARS.intersection(entry)) if not entry.startswith("re:") else []
+        if entry.startswith("re:") and entry not in names:
+            continue  # a `re:` pattern the format wrote for a module
+        found = ["re:"] if entry.startswith("re:") else sorted(PATTERN_CHARS.intersection(entry))
         if found:
             raise BadInput(f"{root}: module {entry!r} holds {found[0]!r}, which runtimes read as pattern syntax in an exclusion "
-                           "entry (SGLang as a regex, vLLM and TensorRT-LLM as a glob), so no entry written as its name "
-                           "excludes exactly it; nothing was written; rename the module in the checkpoint")
+                           "entry (SGLang as a regex, vLLM and TensorRT-LLM as a glob, TensorRT-LLM >= 1.3 a `re:` entry as "
+                           "a regex), so no entry written as its name excludes exactly it; nothing was written; rename the "
+                           "module in the checkpoint")
