@@ -129,3 +129,23 @@ def test_a_module_name_starting_with_re_colon_is_refused_in_one_line(capsys, tmp
     code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--recipe", recipe, *targets)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "nothing was written" in err and "'re:'" in err and not (tmp_path / "out").exists()
+
+
+def test_a_nested_block_with_quant_algo_also_at_its_top_level_is_read_flat_by_sglang(capsys, tmp_path):
+    """SGLang 0.5.23 (configs/model_config.py `_parse_quant_hf_config` copies the nested block's quant_algo to the top
+    level, overwriting one already there; ModelOptFp4Config.from_config then takes the flat branch) reads the
+    top-level `ignore` whether or not the input already had a top-level quant_algo: a layer listed only in the
+    nested block is built quantized by SGLang, so a packed layer there is no error for it."""
+    from tests.test_runtime_sglang import doctor, errors
+
+    src = fixture(tmp_path, "modelopt-eagle3-draft")
+    config = json.loads((src / "config.json").read_text())
+    qc = config["quantization_config"]
+    qc.update(quant_algo="NVFP4", ignore=["lm_head"])
+    qc["quantization"]["exclude_modules"] = ["lm_head", "layers.0.mlp.down_proj"]
+    (src / "config.json").write_text(json.dumps(config))
+    _, report = doctor(capsys, src, "sglang==0.5.23")
+    assert "layers.0.mlp.down_proj" not in errors(report), errors(report)
+    fix_is_clean(capsys, src, tmp_path / "out", BOTH)
+    qc = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]
+    assert "fc" in qc["ignore"] and "lm_head" in qc["ignore"], qc
