@@ -149,3 +149,17 @@ def test_a_nested_block_with_quant_algo_also_at_its_top_level_is_read_flat_by_sg
     fix_is_clean(capsys, src, tmp_path / "out", BOTH)
     qc = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]
     assert "fc" in qc["ignore"] and "lm_head" in qc["ignore"], qc
+
+
+@pytest.mark.parametrize("targets", ["sglang==0.5.23", "sglang==0.5.9", BOTH])
+def test_nested_entries_sglang_never_read_are_not_copied_where_it_reads(capsys, tmp_path, targets):
+    """The nested list names a layer stored packed (vLLM's problem, not a target here when SGLang is alone); SGLang
+    read the top-level list, which does not. The top level keeps what SGLang read plus the fix's own entries: copying
+    the nested list there would make SGLang build the packed layer BF16 (was exit 3 on this valid input)."""
+    src = fixture(tmp_path, "modelopt-eagle3-draft")
+    config = json.loads((src / "config.json").read_text())
+    qc = config["quantization_config"]
+    qc["ignore"] = ["lm_head", "fc"]
+    qc["quantization"]["exclude_modules"] = ["lm_head", "fc", "layers.0.mlp.down_proj"]
+    (src / "config.json").write_text(json.dumps(config))
+    fix_is_clean(capsys, src, tmp_path / "out", targets)

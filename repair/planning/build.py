@@ -23,9 +23,8 @@ from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Reci
 from repair.planning.target_check import refuse_unrepairable, unused_exclusions
 from repair.planning.whole_layers import Layers, refuse_split_layers
 from repair.targets.profiles import resolve_many
-from repair.targets.runtime_rules import flat_exclusions
-from repair.planning.runtime_entries import (coverage, mtp_layer_names, plain_entries, read_where_targets_read, refuse_pattern_names,
-                                             runtime_names, unread_fused)
+from repair.planning.runtime_entries import (coverage, flat_read, mtp_layer_names, plain_entries, read_where_targets_read,
+                                             refuse_pattern_names, runtime_names, unread_fused)
 
 __all__ = ["assign_actions", "kv_scale_drops", "make_plan", "select"]
 
@@ -172,10 +171,10 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     if not bf16 and not packed and not (len(lists) == 2 and set(lists[0]) != set(lists[1])):
         return ckpt.config, ckpt.hf_quant_config, ()  # nothing to declare or align: a MIXED_PRECISION export gains no empty list
     remove = _redeclared(declaration, packed, modules, family.runtime_name)
-    read_before = tuple(e for e in flat_exclusions(ckpt.config) or () if e not in remove)
+    read_before = flat_read(ckpt.config, remove)
     for _ in range(2):  # again with the fused names a target reads instead of the shards', where one does
         config, hf_quant = fmt.with_exclusions(ckpt, bf16, covers, remove=remove)
-        config = read_where_targets_read(config, targets, declaration, read_before)
+        config = read_where_targets_read(config, targets, declaration, read_before, [fmt.exclusion_entry(n) for n in bf16])
         extra = unread_fused(targets, declaration, family, config, fmt.exclusion_lists(config, hf_quant), bf16)
         if not extra:
             break

@@ -5,7 +5,7 @@ only at its top level (their data's rules say which; each target's own matcher i
 from __future__ import annotations
 
 from repair.errors import BadInput
-from repair.targets.runtime_rules import flat_exclusions, quant_method
+from repair.targets.runtime_rules import FLAT_KEYS, flat_exclusions, quant_method
 
 # characters some runtime reads as pattern syntax in a plain exclusion entry: SGLang's is_layer_excluded escapes only
 # `.` and turns `*` into `.*` before re.fullmatch (a regex); vLLM's ModelOpt rule and TensorRT-LLM fnmatch (`*?[`)
@@ -77,18 +77,31 @@ def unread_fused(targets, declaration, family, config, lists: list[list[str]], n
             if fused not in names and any(not r.excludes(family.runtime_name(m)) for r in rules for m in members)]
 
 
-def read_where_targets_read(config: dict | None, targets, declaration, read_before: tuple[str, ...] = ()) -> dict | None:
-    """config.json's nested ModelOpt block with its exclusion list also at the top level (`ignore`), where a target
+def read_where_targets_read(config: dict | None, targets, declaration, read_before: tuple[str, ...] | None = None,
+                            written: list[str] = ()) -> dict | None:
+    """config.json's nested ModelOpt block with an exclusion list also at the top level (`ignore`), where a target
     whose data says it drops the nested list (SGLang: configs/model_config.py merges quant_algo there and takes the
-    flat branch) reads it; vLLM reads the nested one. The top level gets the nested list, then the entries of the
-    top-level list the input already had (`read_before`: what SGLang built from), so no layer it excluded loses it."""
+    flat branch) reads it; vLLM reads the nested one. `read_before`: the top-level list the input had (None: none).
+    When some target reads the nested list (the fix made it right), the top level gets it too, then `read_before`'s
+    other entries; when every target drops it, the top level keeps `read_before` plus the fix's entries (`written`):
+    nested entries SGLang never read may name layers stored packed."""
     method = quant_method(declaration)
-    dropping = any(t.profile.rules is not None and method in t.profile.rules.nested_drops for t in targets)
-    if dropping and flat_exclusions(config) is not None:
+    drops = [t.profile.rules is not None and method in t.profile.rules.nested_drops for t in targets]
+    if any(drops) and flat_exclusions(config) is not None:
         qc = config["quantization_config"]
-        nested = list(qc["quantization"].get("exclude_modules") or [])
-        qc["ignore"] = nested + [e for e in dict.fromkeys(read_before) if e not in nested]
+        base = list(read_before) if all(drops) and read_before is not None else list(qc["quantization"].get("exclude_modules") or [])
+        extra = written if all(drops) and read_before is not None else read_before or ()
+        qc["ignore"] = base + [e for e in dict.fromkeys(extra) if e not in base]
     return config
+
+
+def flat_read(config: dict | None, remove) -> tuple[str, ...] | None:
+    """The top-level list SGLang reads beside config.json's nested ModelOpt block (None: there is none), without the
+    entries `remove` takes out (requantized modules)."""
+    qc = (config or {}).get("quantization_config")
+    if flat_exclusions(config) is None or not any(k in qc for k in FLAT_KEYS):
+        return None
+    return tuple(e for e in flat_exclusions(config) if e not in remove)
 
 
 def _whole_groups(family, names: list[str]) -> list[tuple[str, tuple[str, ...]]]:
