@@ -31,7 +31,8 @@ def dequantize_step(m: StoredModule, infos: dict[str, TensorInfo], fmt: Format, 
     algorithm = m.algorithm
     if algorithm not in DEQUANTIZE_INPUTS:  # a quantized precision without a codec: ours to add, not the user's fault
         raise BadInput(f"{where}: {m.name}: dequantizing {algorithm or m.precision} is not supported; leave the module out of "
-                       "the recipe, or choose a --target that loads it as stored (not bf16)")
+                       "the recipe; under --target, declare it in the config as it is stored (doctor says how) or pick "
+                       "a target other than bf16")
     if algorithm == "FP8":
         _check_fp8_scale(m, infos, where, dtype)
     else:
