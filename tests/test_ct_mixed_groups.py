@@ -145,6 +145,7 @@ def test_fix_dequantizes_an_nvfp4_layer_and_copies_the_fp8_block_layers(capsys, 
 def test_dequantizing_an_fp8_block_layer_is_refused_in_one_line(capsys, dsv4, tmp_path):
     code, _, err = run_captured(capsys, "fix", dsv4, "-o", tmp_path / "bf16", "--target", "bf16", "--quiet")
     assert code == 2 and err.count("\n") == 1 and "FP8_BLOCK" in err and not (tmp_path / "bf16").exists(), err
+    assert "--target" in err  # what to do when no recipe named the module: a target that loads it as stored
 
 
 def test_an_fp8_block_layer_built_fp8_block_keeps_its_block_scales_under_sglang(capsys, dsv4):
@@ -152,3 +153,21 @@ def test_an_fp8_block_layer_built_fp8_block_keeps_its_block_scales_under_sglang(
     _, report = doctor_json(capsys, dsv4, "--target", "sglang==0.5.23")
     assert report["schemes"]["layers.0.attn.wq_b"] == "fp8_block"
     assert not [f for f in report["findings"] if ".attn." in f["subject"] and f["severity"] == "error"], report["findings"]
+
+
+@pytest.mark.parametrize("value", [[1, 2], "compressed-tensors", 7, False, []])
+@pytest.mark.parametrize("command", [("doctor",), ("inspect",), ("fix", "-o", "OUT", "--target", "sglang==0.5.23")])
+def test_a_quantization_config_that_is_not_an_object_is_refused_in_one_line(capsys, dsv4, tmp_path, value, command):
+    """Tensors named `weight_packed` claim compressed-tensors; a config.json whose quantization_config is a list,
+    string or number is bad input: one line, exit 2, never a traceback."""
+    import os
+
+    src = tmp_path / "src"
+    src.mkdir()
+    os.link(dsv4 / "model.safetensors", src / "model.safetensors")
+    config = read_json(dsv4 / "config.json") | {"quantization_config": value}
+    (src / "config.json").write_text(json.dumps(config))
+    args = [str(tmp_path / "out") if a == "OUT" else a for a in command]
+    code, _, err = run_captured(capsys, args[0], src, *args[1:])
+    assert code == 2 and err.count("\n") == 1 and "quantization_config" in err, err
+    assert not (tmp_path / "out").exists()

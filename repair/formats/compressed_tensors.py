@@ -116,6 +116,8 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
     quant_cfg = (ckpt.config or {}).get("quantization_config")
     if quant_cfg is None:
         return Declaration(None, None, None, COMPRESSED_TENSORS)
+    if not isinstance(quant_cfg, dict):
+        raise BadInput(f"{path}: quantization_config is not an object; fix the config")
     groups = quant_cfg.get("config_groups") or {}
     if not isinstance(groups, dict) or not all(isinstance(g, dict) for g in groups.values()):
         raise BadInput(f"{path}: quantization_config.config_groups must be an object of objects; fix the config")

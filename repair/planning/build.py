@@ -23,7 +23,7 @@ from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Reci
 from repair.planning.target_check import refuse_unrepairable, unused_exclusions
 from repair.planning.whole_layers import Layers, refuse_split_layers
 from repair.targets.profiles import resolve_many
-from repair.planning.runtime_entries import (coverage, plain_entries, read_where_targets_read, refuse_pattern_names,
+from repair.planning.runtime_entries import (coverage, flat_read, plain_entries, read_where_targets_read, refuse_pattern_names,
                                              runtime_names, unread_fused, whole_layer_names)
 
 __all__ = ["assign_actions", "kv_scale_drops", "make_plan", "select"]
@@ -171,9 +171,10 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     if not bf16 and not packed and not (len(lists) == 2 and set(lists[0]) != set(lists[1])):
         return ckpt.config, ckpt.hf_quant_config, ()  # nothing to declare or align: a MIXED_PRECISION export gains no empty list
     remove = _redeclared(declaration, packed, modules, family.runtime_name)
+    read_before = flat_read(ckpt.config, remove)
     for _ in range(2):  # again with the fused names a target reads instead of the shards', where one does
         config, hf_quant = fmt.with_exclusions(ckpt, bf16, covers, remove=remove)
-        config = read_where_targets_read(config, targets, declaration)
+        config = read_where_targets_read(config, targets, declaration, read_before, [fmt.exclusion_entry(n) for n in bf16])
         extra = unread_fused(targets, declaration, family, config, fmt.exclusion_lists(config, hf_quant), bf16)
         if not extra:
             break
@@ -182,7 +183,7 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     if any(t.profile.rules and t.profile.rules.matchers.get("entries") == "plain" for t in targets):
         plain = {fmt.exclusion_entry(n): n for n in bf16}  # a release whose matcher has no `re:` (TensorRT-LLM < 1.3)
         config, added = plain_entries(config, plain), tuple(plain.get(a, a) for a in added)
-    refuse_pattern_names(ckpt.root, added)
+    refuse_pattern_names(ckpt.root, added, bf16)
     after = fmt.exclusion_lists(config, hf_quant)
     for name in packed:
         for exclusions in after:

@@ -30,7 +30,9 @@ def dequantize_step(m: StoredModule, infos: dict[str, TensorInfo], fmt: Format, 
     """The step that makes `m`'s weight `dtype`, by its stored algorithm; BadInput when its tensors cannot."""
     algorithm = m.algorithm
     if algorithm not in DEQUANTIZE_INPUTS:  # a quantized precision without a codec: ours to add, not the user's fault
-        raise BadInput(f"{where}: {m.name}: dequantizing {algorithm or m.precision} is not supported; leave the module out")
+        raise BadInput(f"{where}: {m.name}: dequantizing {algorithm or m.precision} is not supported; leave the module out of "
+                       "the recipe; under --target, declare it in the config as it is stored (doctor says how) or pick "
+                       "a target other than bf16")
     if algorithm == "FP8":
         _check_fp8_scale(m, infos, where, dtype)
     else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from repair.errors import BadInput
 from repair.formats.base import routed_layer
-from repair.targets.runtime_rules import flat_exclusions, quant_method
+from repair.targets.runtime_rules import FLAT_KEYS, flat_exclusions, quant_method
 
 # characters some runtime reads as pattern syntax in a plain exclusion entry: SGLang's is_layer_excluded escapes only
 # `.` and turns `*` into `.*` before re.fullmatch (a regex); vLLM's ModelOpt rule and TensorRT-LLM fnmatch (`*?[`)
@@ -89,16 +89,31 @@ def unread_fused(targets, declaration, family, config, lists: list[list[str]], n
             if fused not in names and any(not r.excludes(family.runtime_name(m)) for r in rules for m in members)]
 
 
-def read_where_targets_read(config: dict | None, targets, declaration) -> dict | None:
-    """config.json's nested ModelOpt block with its exclusion list also at the top level (`ignore`), where a target
+def read_where_targets_read(config: dict | None, targets, declaration, read_before: tuple[str, ...] | None = None,
+                            written: list[str] = ()) -> dict | None:
+    """config.json's nested ModelOpt block with an exclusion list also at the top level (`ignore`), where a target
     whose data says it drops the nested list (SGLang: configs/model_config.py merges quant_algo there and takes the
-    flat branch) reads it; vLLM reads the nested one. Both then hold the same list."""
+    flat branch) reads it; vLLM reads the nested one. `read_before`: the top-level list the input had (None: none).
+    When some target reads the nested list (the fix made it right), the top level gets it too, then `read_before`'s
+    other entries; when every target drops it, the top level keeps `read_before` plus the fix's entries (`written`):
+    nested entries SGLang never read may name layers stored packed."""
     method = quant_method(declaration)
-    dropping = any(t.profile.rules is not None and method in t.profile.rules.nested_drops for t in targets)
-    if dropping and flat_exclusions(config) is not None:
+    drops = [t.profile.rules is not None and method in t.profile.rules.nested_drops for t in targets]
+    if any(drops) and flat_exclusions(config) is not None:
         qc = config["quantization_config"]
-        qc["ignore"] = list(qc["quantization"].get("exclude_modules") or [])
+        base = list(read_before) if all(drops) and read_before is not None else list(qc["quantization"].get("exclude_modules") or [])
+        extra = written if all(drops) and read_before is not None else read_before or ()
+        qc["ignore"] = base + [e for e in dict.fromkeys(extra) if e not in base]
     return config
+
+
+def flat_read(config: dict | None, remove) -> tuple[str, ...] | None:
+    """The top-level list SGLang reads beside config.json's nested ModelOpt block (None: there is none), without the
+    entries `remove` takes out (requantized modules)."""
+    qc = (config or {}).get("quantization_config")
+    if flat_exclusions(config) is None or not any(k in qc for k in FLAT_KEYS):
+        return None
+    return tuple(e for e in flat_exclusions(config) if e not in remove)
 
 
 def _whole_groups(family, names: list[str]) -> list[tuple[str, tuple[str, ...]]]:
@@ -107,12 +122,17 @@ def _whole_groups(family, names: list[str]) -> list[tuple[str, tuple[str, ...]]]
             if len(members) == len(family.fused_layers[fused.rpartition(".")[2]])]
 
 
-def refuse_pattern_names(root: object, entries) -> None:
+def refuse_pattern_names(root: object, entries, names=()) -> None:
     """One line for a plain entry the plan would write that holds pattern syntax (a module so named in the
-    checkpoint): written verbatim it would exclude other modules, or none, or stop SGLang's re.fullmatch."""
+    checkpoint): written verbatim it would exclude other modules, or none, or stop SGLang's re.fullmatch. An entry
+    that is a module's own name (`names`) starting `re:` is one too: TensorRT-LLM >= 1.3 reads the rest as a regex."""
+    names = frozenset(names)
     for entry in entries:
-        found = sorted(PATTERN_CHARS.intersection(entry)) if not entry.startswith("re:") else []
+        if entry.startswith("re:") and entry not in names:
+            continue  # a `re:` pattern the format wrote for a module
+        found = ["re:"] if entry.startswith("re:") else sorted(PATTERN_CHARS.intersection(entry))
         if found:
             raise BadInput(f"{root}: module {entry!r} holds {found[0]!r}, which runtimes read as pattern syntax in an exclusion "
-                           "entry (SGLang as a regex, vLLM and TensorRT-LLM as a glob), so no entry written as its name "
-                           "excludes exactly it; nothing was written; rename the module in the checkpoint")
+                           "entry (SGLang as a regex, vLLM and TensorRT-LLM as a glob, TensorRT-LLM >= 1.3 a `re:` entry as "
+                           "a regex), so no entry written as its name excludes exactly it; nothing was written; rename the "
+                           "module in the checkpoint")

@@ -217,11 +217,12 @@ def quant_method(declaration: Declaration) -> str | None:
 
 def flat_exclusions(config: dict | None) -> tuple[str, ...] | None:
     """For config.json's ModelOpt quantization_config in the nested form (`{"producer", "quantization": {...}}`), the
-    list SGLang's flat branch reads at its top level instead (configs/model_config.py merges quant_algo in there;
+    list SGLang's flat branch reads at its top level instead (configs/model_config.py merges the nested quant_algo in
+    there, over one already at the top level, so the flat branch is taken either way;
     ModelOptFp4Config.from_config: `ignore`, else `modules_to_not_convert`, else `exclude_modules`); None for any
     other form."""
     qc = (config or {}).get("quantization_config")
-    if not (isinstance(qc, dict) and isinstance(qc.get("quantization"), dict) and "quant_algo" not in qc
+    if not (isinstance(qc, dict) and isinstance(qc.get("quantization"), dict)
             and qc.get("quant_method", "modelopt") == "modelopt"):
         return None
     listed = next((qc[k] for k in FLAT_KEYS if k in qc), [])
