@@ -35,8 +35,10 @@ def select(modules: list[StoredModule], matcher: ModuleMatcher) -> list[StoredMo
 
 
 def assign_actions(modules: list[StoredModule], recipe: Recipe, where: str) -> dict[str, Action]:
-    """Module name -> action; the first action in ACTIONS order wins where patterns overlap."""
-    weighted = [m for m in modules if m.tensor("weight")]
+    """Module name -> action; the first action in ACTIONS order wins where patterns overlap. A target's derived recipe
+    names, by its exact name, a full-precision tensor stored with no `.weight` leaf (3-D experts) too: its repair is an
+    exclusion (planning/from_target.py); a user's pattern never reaches such tensors (norms, biases)."""
+    weighted = [m for m in modules if m.tensor("weight") or (recipe.from_target and m.name in recipe.dequantize)]
     actions: dict[str, Action] = {}
     for action in ACTIONS:
         patterns = recipe.patterns(action)
