@@ -90,3 +90,16 @@ def test_leafless_experts_of_raw_float8_codes_are_never_excluded(tmp_path, capsy
     src = export(tmp_path / "src", "Llama4ForCausalLM", "llama4_text", experts, ["lm_head", *experts])
     code, out, err = run_captured(capsys, "fix", "--target", TARGET, src, "-o", tmp_path / "out")
     assert code == 2 and not (tmp_path / "out").exists() and len(err.strip().splitlines()) == 1, out + err
+
+
+def test_no_nothing_to_fix_where_doctor_finds_an_error_even_if_planning_thinks_it_settled(tmp_path, capsys, monkeypatch):
+    """The net under every derived recipe: a plan that changes nothing while doctor reports an error (or, as --target
+    promises doctor --strict, a warning) for the target is refused in one line. Shown with the lm_head filter above
+    switched off: the recipe then "dequantizes" the BF16 lm_head, which changes nothing (the bug this file fixed)."""
+    from repair.planning import from_target
+
+    monkeypatch.setattr(from_target, "_nameable", lambda chosen, family: chosen)
+    src = export(tmp_path / "src", "AfmoeForCausalLM", "afmoe", {}, ["lm_head"])
+    code, out, err = run_captured(capsys, "fix", "--target", TARGET, src, "-o", tmp_path / "out")
+    assert code == 2 and "nothing to fix" not in out and len(err.strip().splitlines()) == 1, out + err
+    assert "cannot repair" in err and "lm_head" in err, err

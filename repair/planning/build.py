@@ -20,7 +20,7 @@ from repair.planning import check as plan_check
 from repair.planning.model import ChangeAction, Copy, ModuleChange, Plan, ShardOp, ShardStep, TensorRef, TensorStep
 from repair.planning.modules import fused_group, module_change
 from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Recipe
-from repair.planning.target_check import refuse_unrepairable, unused_exclusions
+from repair.planning.target_check import refuse_empty_plan, refuse_unrepairable, unused_exclusions
 from repair.planning.whole_layers import Layers, refuse_split_layers
 from repair.targets.profiles import resolve_many
 from repair.planning.runtime_entries import (coverage, mtp_layer_names, plain_entries, read_where_targets_read, refuse_pattern_names,
@@ -101,6 +101,7 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     copied = _other_files(ckpt) + tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
     plan = Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original, fmt,
                 unlisted_layers(declaration, config, hf_quant), tuple(sorted(unused)), before)
+    refuse_empty_plan(ckpt, recipe, plan.is_noop, before)
     plan_check.check_plan(plan)  # looked up on the module: tests switch it off to reach the writer's own checks
     return plan
 

@@ -48,6 +48,17 @@ def refuse_unrepairable(ckpt: Checkpoint, recipe: Recipe, declaration: Declarati
             raise _unnameable(ckpt, diagnosis, left) or cannot_repair(ckpt.root, diagnosis.target.spec, left)
 
 
+def refuse_empty_plan(ckpt: Checkpoint, recipe: Recipe, noop: bool, before: tuple[Diagnosis, ...]) -> None:
+    """The net under refuse_unrepairable: a --target plan that changes nothing leaves every finding doctor --strict
+    reported for the input, so it never says "nothing to fix" for a target doctor finds an error (or warning) for."""
+    if not recipe.from_target or not noop:
+        return
+    for diagnosis in before:
+        left = [f for f in diagnosis.findings if f.severity in (Severity.ERROR, Severity.WARNING)]
+        if left:
+            raise _unnameable(ckpt, diagnosis, left) or cannot_repair(ckpt.root, diagnosis.target.spec, left)
+
+
 def unused_exclusions(recipe: Recipe, before: tuple[Diagnosis, ...]) -> frozenset[str]:
     """The exclusion entries doctor finds matching no module (unused-exclusion), which `--target` takes out of the
     config: harmless to the runtime, but doctor --strict, which the target promises, counts them (a real ModelOpt
