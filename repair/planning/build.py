@@ -20,7 +20,7 @@ from repair.planning import check as plan_check
 from repair.planning.model import ChangeAction, Copy, ModuleChange, Plan, ShardOp, ShardStep, TensorRef, TensorStep
 from repair.planning.modules import fused_group, module_change
 from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Recipe
-from repair.planning.target_check import refuse_unrepairable, unused_exclusions
+from repair.planning.target_check import refuse_empty_plan, refuse_unrepairable, unused_exclusions
 from repair.planning.whole_layers import Layers, refuse_split_layers
 from repair.targets.profiles import resolve_many
 from repair.planning.runtime_entries import (coverage, flat_read, plain_entries, read_where_targets_read, refuse_pattern_names,
@@ -35,8 +35,10 @@ def select(modules: list[StoredModule], matcher: ModuleMatcher) -> list[StoredMo
 
 
 def assign_actions(modules: list[StoredModule], recipe: Recipe, where: str) -> dict[str, Action]:
-    """Module name -> action; the first action in ACTIONS order wins where patterns overlap."""
-    weighted = [m for m in modules if m.tensor("weight")]
+    """Module name -> action; the first action in ACTIONS order wins where patterns overlap. A target's derived recipe
+    names, by its exact name, a full-precision tensor stored with no `.weight` leaf (3-D experts) too: its repair is an
+    exclusion (planning/from_target.py); a user's pattern never reaches such tensors (norms, biases)."""
+    weighted = [m for m in modules if m.tensor("weight") or (recipe.from_target and m.name in recipe.dequantize)]
     actions: dict[str, Action] = {}
     for action in ACTIONS:
         patterns = recipe.patterns(action)
@@ -99,6 +101,7 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     copied = _other_files(ckpt) + tuple(n for n in _small_files(ckpt) if n not in json_files and n not in removed)
     plan = Plan(ckpt, recipe, shards, tuple(changes), added, json_files, copied, removed, original, fmt,
                 unlisted_layers(declaration, config, hf_quant), tuple(sorted(unused)), before)
+    refuse_empty_plan(ckpt, recipe, plan.is_noop, before)
     plan_check.check_plan(plan)  # looked up on the module: tests switch it off to reach the writer's own checks
     return plan
 

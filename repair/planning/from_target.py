@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from repair import arch, formats
 from repair.doctor.findings import Diagnosis, Kind
+from repair.arch.base import Architecture
+from repair.formats.modules import StoredModule
 from repair.io.checkpoint import Checkpoint
 from repair.planning.recipe import Recipe
 from repair.planning.whole_layers import Layers, complete
@@ -25,6 +27,7 @@ FIXED_BY_DEQUANTIZING = (Kind.CONFIG_CONTRADICTION, Kind.LOAD_ERROR, Kind.RUNTIM
 # the stored tensors show another algorithm than the one declared (or lack the activation scale it needs): the
 # dequantizer reads what is stored (NVFP4, W4A16_NVFP4, NVFP4_AWQ with its scale folded, FP8), so BF16 settles it
 STORED_ALGORITHM = (Kind.ALGORITHM_MISMATCH, Kind.MISSING_INPUT_SCALE)
+FULL_PRECISION = ("bf16", "f16", "f32")  # a tensor with no `.weight` leaf a BF16-built layer reads as it is
 
 
 def recipe_for_targets(ckpt: Checkpoint, before: tuple[Diagnosis, ...]) -> Recipe:
@@ -42,17 +45,19 @@ def recipe_for_target(ckpt: Checkpoint, diagnosis: Diagnosis) -> Recipe:
     """The smallest recipe for diagnosis.target, from doctor's verdict on the input (`diagnosis`)."""
     target = diagnosis.target
     fmt = formats.detect(ckpt)
-    modules = [m for m in fmt.group_modules(ckpt.infos()) if m.tensor("weight")]
+    stored = fmt.group_modules(ckpt.infos())
+    modules = [m for m in stored if m.tensor("weight")]
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
     if not target.profile.allows_quant_config or (target.wants_all_bf16 and specs):
         return Recipe(dequantize=tuple(m.name for m in modules if m.is_quantized), drop_quantization=True, from_target=target.spec)
     family = arch.architecture(ckpt.config, target.release)
-    layers = Layers({m.name: m for m in fmt.group_modules(ckpt.infos())}, family.fused_layers)
+    layers = Layers({m.name: m for m in stored}, family.fused_layers)
+    names = {m.name for m in modules} | excludable_leafless(stored, family)
     if not specs:
-        chosen = _contradicted(diagnosis, {m.name for m in modules}, family.fused_layers)
-        return Recipe(dequantize=complete(chosen, layers), from_target=target.spec)
+        chosen = _contradicted(diagnosis, names, family.fused_layers)
+        return Recipe(dequantize=complete(_nameable(chosen, family), layers), from_target=target.spec)
     precision = runtime_precision(specs, fmt.read_declaration(ckpt), target, family)
-    chosen = list(_contradicted(diagnosis, {m.name for m in modules}, {}, STORED_ALGORITHM))
+    chosen = list(_contradicted(diagnosis, names, {}, STORED_ALGORITHM))
     for m in modules:
         spec = specs.get(m.name)
         linear = spec is not None and spec.is_linear and spec.role != "embed"
@@ -65,7 +70,22 @@ def recipe_for_target(ckpt: Checkpoint, diagnosis: Diagnosis) -> Recipe:
             chosen.append(m.name)
         elif not m.is_quantized and linear and (built == "nvfp4" or len(m.tensors) > 1):
             chosen.append(m.name)
-    return Recipe(dequantize=complete(tuple(chosen), layers), from_target=target.spec)
+    return Recipe(dequantize=complete(_nameable(tuple(chosen), family), layers), from_target=target.spec)
+
+
+def excludable_leafless(stored: list[StoredModule], family: Architecture) -> set[str]:
+    """Full-precision tensors stored with no `.weight` leaf (transformers' fused 3-D experts, `...experts.gate_up_proj`)
+    that load into a layer the runtime builds under another prefix (the profile's `prefixes`: FusedMoE's `...experts`):
+    an exclusion of that prefix is their repair, as a config edit (the tensors are copied as they are)."""
+    return {m.name for m in stored if m.tensor("weight") is None and m.precision in FULL_PRECISION
+            and family.exclusion_name(m.name) not in ("", m.name)}
+
+
+def _nameable(chosen: tuple[str, ...], family: Architecture) -> tuple[str, ...]:
+    """The chosen modules an exclusion entry can reach: a layer the runtime builds under the prefix "" (vLLM 0.32's
+    Afmoe lm_head) is built quantized whatever the config says, so making it BF16 cannot help; the plan check then
+    refuses its finding in one line (planning/target_check.py)."""
+    return tuple(n for n in chosen if family.runtime_name(n) != "")
 
 
 def _contradicted(diagnosis: Diagnosis, names: set[str], fused: dict[str, tuple[str, ...]],

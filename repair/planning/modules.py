@@ -26,7 +26,7 @@ def module_change(m: StoredModule, action: Action, ckpt: Checkpoint, original: C
     checkpoint's single quant_algo, None when per-layer or absent)."""
     infos = ckpt.infos()
     before = tuple(TensorRef(n, infos[n].dtype, infos[n].shape) for n in m.tensors)
-    home = infos[m.tensor("weight")].path.name  # outputs go where the main weight is: one shard, once
+    home = infos[m.tensor("weight") or m.tensors[0]].path.name  # outputs go where the main weight is: one shard, once
     if action == Action.DROP:
         return ModuleChange(m.name, ChangeAction.DROP, before, (), (), home)
     if action == Action.REQUANTIZE:

@@ -45,7 +45,18 @@ def refuse_unrepairable(ckpt: Checkpoint, recipe: Recipe, declaration: Declarati
         left = [f for f in diagnosis.findings
                 if f.severity in (Severity.ERROR, Severity.WARNING) and not _settled(f, changed, recipe, declaration, fused)]
         if left:
-            raise cannot_repair(ckpt.root, diagnosis.target.spec, left)
+            raise _unnameable(ckpt, diagnosis, left) or cannot_repair(ckpt.root, diagnosis.target.spec, left)
+
+
+def refuse_empty_plan(ckpt: Checkpoint, recipe: Recipe, noop: bool, before: tuple[Diagnosis, ...]) -> None:
+    """The net under refuse_unrepairable: a --target plan that changes nothing leaves every finding doctor --strict
+    reported for the input, so it never says "nothing to fix" for a target doctor finds an error (or warning) for."""
+    if not recipe.from_target or not noop:
+        return
+    for diagnosis in before:
+        left = [f for f in diagnosis.findings if f.severity in (Severity.ERROR, Severity.WARNING)]
+        if left:
+            raise _unnameable(ckpt, diagnosis, left) or cannot_repair(ckpt.root, diagnosis.target.spec, left)
 
 
 def unused_exclusions(recipe: Recipe, before: tuple[Diagnosis, ...]) -> frozenset[str]:
@@ -76,6 +87,8 @@ def _settled(f: Finding, changed: set[str], recipe: Recipe, declaration: Declara
     """Whether the plan (its changed modules and config edits) takes finding `f` away."""
     if f.code == Kind.MISSING_MODULE:
         return False
+    if f.code == Kind.CONFIG_CONTRADICTION and recipe.drop_quantization:
+        return True  # the config's claim goes with it, and every packed module is dequantized (build._check_supported)
     if f.code in CONFIG_FINDINGS or f.code == Kind.KV_CACHE_SCALES:
         if recipe.drop_quantization or (f.code == Kind.KV_CACHE_SCALES and declaration.kv_cache is None):
             return True  # the config (and its KV-cache scales) go, or undeclared KV scales are dropped
@@ -123,6 +136,22 @@ def contradiction(ckpt: Checkpoint, before: tuple[Diagnosis, ...], target: str, 
                                 f"leaves {target} with [{f.code}] {f.message.split('; ')[0]}; nothing was written; fix for each target "
                                 "separately (one --target each, into two outputs)")
     return None
+
+
+def _unnameable(ckpt: Checkpoint, diagnosis: Diagnosis, left: list[Finding]) -> BadInput | None:
+    """A layer the target builds quantized under the prefix "" (vLLM 0.32's Afmoe / ExaoneMoe lm_head: its model code
+    passes no prefix), which no exclusion entry can name: only a quantized copy loads, and ModelOpt's NVFP4 one carries
+    an activation scale calibrated on data, which no weight gives. One line saying so, never a plan that leaves it."""
+    family = arch.architecture(ckpt.config, diagnosis.target.release)
+    name = next((f.subject for f in left if f.code == Kind.CONFIG_CONTRADICTION and family.runtime_name(f.subject) == ""), None)
+    if name is None:
+        return None
+    target = diagnosis.target.spec
+    return BadInput(f"{ckpt.root}: --target {target} cannot repair {name}: {target} builds it quantized under the prefix '' "
+                    f"(its model code gives the layer no name), which no exclusion entry can reach, so only a quantized {name} "
+                    f"loads, and the stored full-precision one cannot be requantized here: ModelOpt's NVFP4 layer needs an "
+                    "activation scale (input_scale) calibrated on data, which no weight gives; nothing was written; re-export "
+                    f"with {name} quantized, or fix for a target that reads its exclusion (--target bf16 drops the quantization)")
 
 
 def cannot_repair(root: object, target: str, left: list[Finding]) -> BadInput:

@@ -7,7 +7,8 @@ packed that vLLM builds unquantized: a router built without a quant config, else
 with vLLM's own loader on CPU (real weights, weights tracked) and records what vLLM decides for every module. Here:
 - `inspect`'s declared state per module equals the quant method vLLM builds for it;
 - `doctor --target vllm==0.32.0` exits 0 exactly when vLLM loads the folder, healthy and broken;
-- `fix --target vllm==0.32.0` on the healthy export says there is nothing to fix, exits 0 and writes nothing.
+- `fix --target vllm==0.32.0` on the healthy export says there is nothing to fix, exits 0 and writes nothing where
+  vLLM loads it; writes a copy vLLM loads where it does not; refuses in one line where no repair can (FIX_REFUSED).
 """
 
 from __future__ import annotations
@@ -46,15 +47,14 @@ BF16_REFUSED: dict[str, str] = {
 _EXPERTS_3D = ("transformers saves these experts fused (3-D) and vLLM builds them NVFP4 (no exclusion names its FusedMoE "
                "prefix), but vLLM's own load_weights fails on those BF16 tensors while the profile is generated, so the "
                "profile records no prefix for them and doctor says it loads")
-_LM_HEAD_FIX = ("vLLM 0.32 builds lm_head with the prefix \"\" (no prefix), which no exclusion entry reaches, so only a "
-                "quantized lm_head loads: fix would have to requantize it to NVFP4 and does not yet (it says nothing to fix)")
-_LEAFLESS_FIX = ("doctor and vLLM agree these fused 3-D experts tensors (stored with no `.weight` leaf) fail, but fix "
-                 "refuses in one line (exit 2): its plan takes modules with a `.weight` tensor only, so it never writes "
-                 "the FusedMoE prefix `...experts` vLLM matches")
+# architecture -> what `fix --target vllm==0.32.0` says, in one line (exit 2), where vLLM fails on the healthy export, doctor
+# says so, and no repair can make it load: vLLM 0.32 builds lm_head with the prefix "" (its model code passes none),
+# which no exclusion entry reaches, so only a quantized lm_head loads, and an NVFP4 one needs a calibrated input_scale.
+# Strict: the refusal must say this (never "nothing to fix").
+FIX_REFUSED: dict[str, str] = {a: "cannot repair lm_head: vllm==0.32.0 builds it quantized under the prefix ''"
+                               for a in ("AfmoeForCausalLM", "ExaoneMoeForCausalLM")}
 DISAGREE: dict[tuple[str, str], str] = {
     ("GptOssForCausalLM", "healthy"): _EXPERTS_3D,
-    ("GraniteMoeSWAForCausalLM", "fix"): _LEAFLESS_FIX, ("Llama4ForCausalLM", "fix"): _LEAFLESS_FIX,
-    ("AfmoeForCausalLM", "fix"): _LM_HEAD_FIX, ("ExaoneMoeForCausalLM", "fix"): _LM_HEAD_FIX,
     ("BloomForCausalLM", "healthy"): "vLLM's bloom.py reshapes every query_key_value tensor, the 0-d NVFP4 scales too",
     ("Gemma4ForCausalLM", "healthy"): _EXPERTS_3D,
     ("Gemma3nForCausalLM", "inspect"): "inspect calls `model.embed_tokens_per_layer` (a VocabParallelEmbedding in vLLM, which "
@@ -132,10 +132,16 @@ def test_doctor_agrees_with_vllms_loader(checked, arch, variant, request, capsys
 @pytest.mark.parametrize("arch", ARCHS)
 def test_fix_is_a_noop_on_the_healthy_export(checked, arch, tmp_path, request, capsys):
     """A no-op where vLLM loads the export; where vLLM refuses it (an exclusion naming the checkpoint module, not the
-    prefix vLLM matches: GraniteMoe's fused experts) and doctor says so, fix writes an output vLLM 0.32 loads."""
+    prefix vLLM matches: GraniteMoe's and Llama4's fused 3-D experts) and doctor says so, fix writes an output vLLM 0.32
+    loads; where no repair can make it load (FIX_REFUSED), fix refuses in one line saying why."""
     line = exported(checked, arch, request, "fix")
     dst = tmp_path / "out"
     code, out, err = run_captured(capsys, "fix", "--target", "vllm==0.32.0", line["healthy"], "-o", dst)
+    if arch in FIX_REFUSED:
+        assert not line["healthy_load"]["ok"], "vLLM 0.32 loads the export: take the entry out of FIX_REFUSED"
+        assert run_captured(capsys, "doctor", "--target", "vllm==0.32.0", line["healthy"])[0] == 1
+        assert code == 2 and FIX_REFUSED[arch] in err and len(err.strip().splitlines()) == 1 and not dst.exists(), out + err
+        return
     assert code == 0, out + err
     if line["healthy_load"]["ok"] or not line.get("bf16_load", {"ok": True})["ok"]:  # or its names are not vLLM's
         assert "nothing to fix for vllm==0.32.0" in out and not dst.exists(), out
