@@ -110,9 +110,11 @@ def never_quantized_roles(profile: ReleaseProfile, entry: dict) -> tuple[Unquant
 
 def with_drafter(entry: dict) -> tuple[dict, dict]:
     """(modules, renames) of the main model plus its MTP drafter's (the `mtp` block: DeepSeekMTP's eh_proj, Qwen3.5's
-    mtp.fc); where both name a pattern, the main model's entry stands."""
+    mtp.fc); where both name a pattern, the main model's entry stands. Renames: the weight mapper's, and where the
+    class's load_weights puts a module under another name in code (`loads_into`: HYV3's `mlp.router.gate` -> `mlp.gate`)."""
     drafter = entry.get("mtp", {})
-    return ({**drafter.get("modules", {}), **entry["modules"]}, {**drafter.get("renames", {}), **entry.get("renames", {})})
+    return ({**drafter.get("modules", {}), **entry["modules"]},
+            {**drafter.get("renames", {}), **entry.get("loads_into", {}), **entry.get("renames", {})})
 
 
 def _generic(vllm_pattern: str) -> bool:

@@ -56,17 +56,12 @@ DISAGREE: dict[tuple[str, str], str] = {
     ("GraniteMoeSWAForCausalLM", "fix"): _LEAFLESS_FIX, ("Llama4ForCausalLM", "fix"): _LEAFLESS_FIX,
     ("AfmoeForCausalLM", "fix"): _LM_HEAD_FIX, ("ExaoneMoeForCausalLM", "fix"): _LM_HEAD_FIX,
     ("BloomForCausalLM", "healthy"): "vLLM's bloom.py reshapes every query_key_value tensor, the 0-d NVFP4 scales too",
-    ("Gemma4ForCausalLM", "healthy"): _EXPERTS_3D,
-    ("Gemma3nForCausalLM", "inspect"): "inspect calls `model.embed_tokens_per_layer` (a VocabParallelEmbedding in vLLM, which "
-                                       "ModelOpt never lists) declared quantized",
+    ("Gemma4ForCausalLM", "fix"): _LEAFLESS_FIX,  # doctor predicts its 3-D experts fail since the profile has their prefix
     **{("Gemma3nForCausalLM", c): "doctor reports the KV-shared layer's k_proj/v_proj/k_norm missing (other layers store "
                                   "them), but neither transformers' class nor vLLM's builds them there"
-       for c in ("healthy", "fix")},
-    ("Gemma3nForCausalLM", "broken"): "vLLM matches the exclusion of `model.altup_projections.0` against its own prefix "
-                                      "`model.self_decoder.altup_projections.0`, misses it and loads the packed weight "
-                                      "NVFP4; doctor reports an excluded module stored packed",
-    ("HYV3ForCausalLM", "broken"): "hy_v3.py's load_weights renames the checkpoint's `mlp.router.gate` to its unquantized "
-                                   "`mlp.gate` in code (no WeightsMapper): doctor does not see the packed router is built BF16",
+       for c in ("healthy", "broken", "fix")},
+    # the broken copy (`model.altup_projections.0` excluded but packed) loads: vLLM matches the exclusion on its prefix
+    # `model.self_decoder.altup_projections.0`, which doctor now takes from the profile; the KV-shared reason stays
     ("Zamba2ForCausalLM", "healthy"): "zamba2.py's WeightsMapper renames the adapters' `0.weight` substring to `A.weight` (so "
                                       "`.0.0.weight_scale` too) but not `.0.0.input_scale`: no NVFP4 adapter loads",
     ("LagunaForCausalLM", "healthy"): "vLLM leaves the routed experts' e_score_correction_bias unfilled from this export",
