@@ -180,6 +180,33 @@ def load_renames(model, placed: dict, fused: dict) -> dict[str, str]:
     return {k: v.pop() for k, v in sorted(out.items()) if len(v) == 1 and k not in v}
 
 
+NVFP4_LEAVES = (("weight_scale", 16, "float8_e4m3fn"), ("weight_scale_2", 0, "float32"), ("input_scale", 0, "float32"))
+
+
+def nvfp4_refusals(model, weights: dict, placed: dict) -> dict[str, str]:
+    """Checkpoint module pattern -> vLLM's error, where the class's own load_weights fails on one of ModelOpt's NVFP4
+    leaves of a module it builds quantized (bloom.py reshapes every query_key_value tensor, a 0-d scale too; zamba2.py's
+    mapper renames `.0.weight` but not `.0.input_scale`). Each leaf is fed alone, as a meta tensor, through the recording
+    loaders (nothing is copied: an error is load_weights' own); a module whose BF16 weight alone fails makes no claim."""
+    from vllm_declared import placements
+
+    out: dict[str, str] = {}
+    for ckpt, (name, shape, dtype) in weights.items():
+        if not placed.get(ckpt, {}).get("quantized") or len(shape) != 2 or not name.endswith(".weight") \
+                or pattern(ckpt) in out or EXPERT.search(ckpt):
+            continue
+        leaves = [(name, shape, dtype)] + [(f"{ckpt}.{leaf}", [shape[0], shape[1] // per] if per else [], kind)
+                                           for leaf, per, kind in NVFP4_LEAVES]
+        for i, leaf in enumerate(leaves):
+            try:
+                placements(model, {leaf[0]: leaf})
+            except Exception as e:  # noqa: BLE001 - vLLM's own refusal of this leaf, recorded
+                if i:
+                    out[pattern(ckpt)] = f"{type(e).__name__}: {str(e)[:160]}"
+                break
+    return dict(sorted(out.items()))
+
+
 def quant_prefixes(model, placed: dict, fused: dict) -> dict[str, str]:
     """Checkpoint module pattern -> the prefix vLLM matches exclusions against for the layer its own load_weights puts
     it in, where an exclusion entry naming the checkpoint module cannot reach that layer: a fused 3-D experts tensor
@@ -271,12 +298,15 @@ def profile(arch: str, names: dict[str, str]) -> dict:
     fused = {k: v for k, v in sorted(packed.items()) if v != [k]}
     modules = modules_of(model)
     with world_of_one(vc), set_current_vllm_config(vc):
-        placed = placed_weights(model, saved_weights(arch, dict(config, **PUBLISHED.get(arch, {}))))
+        weights = saved_weights(arch, dict(config, **PUBLISHED.get(arch, {})))
+        placed = placed_weights(model, weights)
+        refusals = nvfp4_refusals(model, weights, placed)
     prefixes, loads = quant_prefixes(model, placed, fused), load_renames(model, placed, fused)
     return {"config": {"source": source, "model_type": config.get("model_type")}, **extra,
             "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
             "renames": renames(type(model), checkpoint_names(transformers_model(arch, config, "meta"))),
-            **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}), **mtp}
+            **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
+            **({"nvfp4_load_refused": refusals} if refusals else {}), **mtp}
 
 
 def has_mtp(config: dict) -> bool:

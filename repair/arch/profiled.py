@@ -129,9 +129,12 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
     fused = {k: tuple(v) for k, v in entry.get("fused", {}).items()}
     prefixes = tuple(sorted(entry.get("prefixes", {}).items()))
     names = {"runtime_name": AskedPrefixes(prefixes), "exclusion_name": AskedPrefixes(prefixes, writable=True)} if prefixes else {}
+    refused = tuple((pattern_regex([p]), f"{profile.label}'s {name} load_weights fails on ModelOpt's NVFP4 tensors of it "
+                                         f"({why}; its own code, recorded in {profile.source})")
+                    for p, why in sorted(entry.get("nvfp4_load_refused", {}).items()))
     return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
                         unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused,
-                        **names)
+                        nvfp4_load_refused=refused, **names)
 
 
 def module_state(entry: dict, module: str) -> str | None:
