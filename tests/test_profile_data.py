@@ -114,3 +114,38 @@ def test_mtp_drafter_layers_come_from_the_profile(name, checkpoint, fmt, never):
     assert bool(covered) == never, [r.name for r in covered]
     if fmt == "modelopt-nvfp4":  # what the profile's own (NVFP4) build recorded
         assert (module_state(entry, checkpoint) in NEVER_QUANTIZED) == never
+
+
+@pytest.mark.parametrize("name,checkpoint,never", [
+    # hy_v3.py's load_weights puts the checkpoint's `mlp.router.gate` into its GateLinear `mlp.gate` (no quant config)
+    ("HYV3ForCausalLM", "model.layers.2.mlp.router.gate", True),
+    # gemma3n.py loads the top-level embeddings into `model.self_decoder.*` (VocabParallelEmbedding), the AltUp
+    # projections into quantized linears there
+    ("Gemma3nForCausalLM", "model.embed_tokens_per_layer", True),
+    ("Gemma3nForCausalLM", "model.altup_projections.0", False),
+])
+def test_modules_load_weights_renames_in_code_come_from_the_profile(name, checkpoint, never):
+    """Where a class's load_weights (not its weight mapper) puts a checkpoint module into a layer of another name, the
+    profile records it (`loads_into`, from vLLM's own load_weights) and the row's roles follow that layer."""
+    entry = VLLM.entries[name]
+    assert entry["loads_into"], entry
+    row = arch.architecture({"architectures": [name]})
+    covered = [r for r in row.unquantized_roles if r.covers(checkpoint, "modelopt-nvfp4", "NVFP4")]
+    assert bool(covered) == never, [r.name for r in covered]
+    assert (module_state(entry, checkpoint) in NEVER_QUANTIZED) == never
+
+
+@pytest.mark.parametrize("name,refused,loads", [
+    # bloom.py's load_weights reshapes every query_key_value tensor to (heads, 3, -1), a 0-d weight_scale_2 too
+    ("BloomForCausalLM", "transformer.h.3.self_attention.query_key_value", "transformer.h.3.self_attention.dense"),
+    # zamba2.py's mapper renames the adapters' `.0.weight` (so `.0.weight_scale`) but not `.0.input_scale`
+    ("Zamba2ForCausalLM", "model.layers.2.shared_transformer.feed_forward.gate_up_proj_adapter_list.0.0",
+     "model.layers.2.shared_transformer.feed_forward.down_proj"),
+])
+def test_nvfp4_leaves_vllms_load_weights_refuses_come_from_the_profile(name, refused, loads):
+    """The profile feeds ModelOpt's NVFP4 leaves of each quantized module through the class's own load_weights and
+    records the modules it fails on, with its error; the row carries them for doctor."""
+    row = arch.architecture({"architectures": [name]})
+    hits = [why for pattern, why in row.nvfp4_load_refused if re.search(pattern, refused)]
+    assert hits and VLLM.entries[name]["nvfp4_load_refused"][re.sub(r"\.\d+(?=\.|$)", ".*", refused)] in hits[0]
+    assert not [why for pattern, why in row.nvfp4_load_refused if re.search(pattern, loads)]

@@ -12,7 +12,7 @@ LOAD = {"ok": bool, "error_type": ..., "error": ...}: vLLM's own loader on CPU (
 tracked), the real weights of the folder. When the healthy export does not load, "bf16_load" says whether vLLM loads
 transformers' own BF16 checkpoint of the same model (if not, its names are not vLLM's: nothing about quantization).
 
-The checkpoint: the profile's small config (tools/vllm_profile_configs.py, plus the PUBLISHED fields below where
+The checkpoint: the profile's small config (tools/vllm_profile_configs.py, plus its PUBLISHED fields where
 transformers' class and vLLM's file build different layers from the same config); the tensor names and shapes are what
 transformers' own model class for it writes with ``save_pretrained`` (its conversion mapping reversed: per-expert names
 where transformers reverts its fused experts, the published names it renames; tied lm_head dropped), i.e. the names a
@@ -40,34 +40,12 @@ import vllm_declared
 from vllm_declared import decide, setup
 from vllm_load import load
 from vllm_profile import QUANTIZATION, no_triton_allocator, refused_layer
-from vllm_profile_configs import model_types, small_config
+from vllm_profile_configs import PUBLISHED, model_types, small_config
 from vllm_runtime import Loader, emit, reported
 
 PRODUCER = {"name": "modelopt", "version": "0.33.0"}  # the hf_quant_config.json form of tests/data/real's exports
 EMBEDDING = "Embedding"  # vLLM's embedding layer classes (VocabParallelEmbedding, ...): ModelOpt lists none
 LM_HEAD = "lm_head"  # ModelOpt's default config never quantizes it (`*lm_head*` disabled) and always excludes it
-# Config fields where transformers' class and vLLM's model file read the same config into different layers, set to
-# the branch on which both build the same tensors (the one published checkpoints take: transformers' class always
-# writes these tensors). Config values, not tensor names: the names still come from transformers' save_pretrained.
-# Provenance: vLLM 0.32 model files (lines), transformers 5.19 classes.
-PUBLISHED: dict[str, dict] = {
-    # deepseek_v2.py:327 builds gate.e_score_correction_bias only for topk_method "noaux_tc" (DeepSeek-V3's config)
-    "DeepseekV3ForCausalLM": {"topk_method": "noaux_tc"},
-    # minimax_m2.py:85 builds e_score_correction_bias only if use_routing_bias (MiniMax-M2's config sets it)
-    "MiniMaxM2ForCausalLM": {"use_routing_bias": True},
-    "HYV3ForCausalLM": {"qk_norm": True},  # hy_v3.py:260 builds q_norm/k_norm only if qk_norm
-    # gemma4.py:630 builds the MoE block when num_experts is set; transformers' class when enable_moe_block
-    "Gemma4ForCausalLM": {"enable_moe_block": True},
-    "FalconForCausalLM": {"ffn_hidden_size": None},  # falcon.py:237 builds 4 * hidden_size; transformers derives it so
-    # AXK1.py:643 builds post_mlp_layernorm in every layer; transformers' class only in its MoE blocks (its conversion
-    # mapping renames post_mlp_layernorm into mlp.): an all-MoE stack is the layout both hold
-    "AXK1ForCausalLM": {"first_k_dense_replace": 0},
-    # zamba2.py:165 builds the shared attention's qkv_proj with as many K/V heads as query heads (no kv-head count)
-    "Zamba2ForCausalLM": {"num_key_value_heads": 4},  # = SMALL's num_attention_heads
-    # the class's default 15 KV-shared layers (of 35) outnumber the 4 kept; transformers' class then finds no earlier
-    # layer of a shared layer's kind. One shared layer is the smallest layout that keeps KV sharing
-    "Gemma3nForCausalLM": {"num_kv_shared_layers": 1},
-}
 
 
 def log(msg: str) -> None:

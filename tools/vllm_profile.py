@@ -28,7 +28,7 @@ import traceback
 
 from vllm_declared import empty_torchvision
 from vllm_runtime import enable_cpu_nvfp4, nvfp4_moe_emulation_fallback, world_of_one
-from vllm_profile_configs import NoConfig, model_types, small_config
+from vllm_profile_configs import PUBLISHED, NoConfig, model_types, small_config
 
 # no KV-cache scheme: older releases' CPU attention refuses an FP8 KV cache at these head sizes, and no linear depends on it
 QUANTIZATION = {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": [], "group_size": 16}
@@ -150,7 +150,64 @@ def mapped_name(model_class, module: str) -> str | None:
     return mapped[: -len(".weight")] if mapped and mapped.endswith(".weight") else mapped
 
 
-def quant_prefixes(model, weights: dict, fused: dict) -> dict[str, str]:
+def placed_weights(model, weights: dict) -> dict[str, dict]:
+    """Checkpoint module -> where vLLM's own load_weights puts it ({} when it refuses these names: then no prefixes
+    and no load renames are recorded; the module states stand without them)."""
+    from vllm_declared import placements
+
+    try:
+        return placements(model, weights)
+    except Exception as e:  # noqa: BLE001 - recorded as nothing placed
+        log(f"load_weights on the checkpoint names failed ({type(e).__name__}: {str(e)[:120]})")
+        return {}
+
+
+def load_renames(model, placed: dict, fused: dict) -> dict[str, str]:
+    """Checkpoint module pattern -> the vLLM module pattern its load_weights puts it in, where neither the name nor
+    the class's hf_to_vllm_mapper gives that module: a rename done in code (hy_v3.py: `mlp.router.gate` -> its
+    unquantized `mlp.gate`; gemma3n.py: `model.embed_tokens_per_layer` -> `model.self_decoder.…`). Exclusion entries
+    are not renamed this way (vLLM matches them on the layer's prefix: `prefixes`); what layer the module becomes is.
+    Left out as in quant_prefixes: fused shards, per-expert names, FusedMoE layers (their tensors are no module)."""
+    modules = dict(model.named_modules())
+    shards = {s for group in fused.values() for s in group}
+    out: dict[str, set[str]] = {}
+    for ckpt, where in placed.items():
+        target = where["vllm_module"]
+        if (target in (ckpt, mapped_name(type(model), ckpt)) or EXPERT.search(ckpt) or ckpt.rpartition(".")[2] in shards
+                or hasattr(modules.get(target), "w13_weight")):
+            continue
+        out.setdefault(pattern(ckpt), set()).add(pattern(target))
+    return {k: v.pop() for k, v in sorted(out.items()) if len(v) == 1 and k not in v}
+
+
+NVFP4_LEAVES = (("weight_scale", 16, "float8_e4m3fn"), ("weight_scale_2", 0, "float32"), ("input_scale", 0, "float32"))
+
+
+def nvfp4_refusals(model, weights: dict, placed: dict) -> dict[str, str]:
+    """Checkpoint module pattern -> vLLM's error, where the class's own load_weights fails on one of ModelOpt's NVFP4
+    leaves of a module it builds quantized (bloom.py reshapes every query_key_value tensor, a 0-d scale too; zamba2.py's
+    mapper renames `.0.weight` but not `.0.input_scale`). Each leaf is fed alone, as a meta tensor, through the recording
+    loaders (nothing is copied: an error is load_weights' own); a module whose BF16 weight alone fails makes no claim."""
+    from vllm_declared import placements
+
+    out: dict[str, str] = {}
+    for ckpt, (name, shape, dtype) in weights.items():
+        if not placed.get(ckpt, {}).get("quantized") or len(shape) != 2 or not name.endswith(".weight") \
+                or pattern(ckpt) in out or EXPERT.search(ckpt):
+            continue
+        leaves = [(name, shape, dtype)] + [(f"{ckpt}.{leaf}", [shape[0], shape[1] // per] if per else [], kind)
+                                           for leaf, per, kind in NVFP4_LEAVES]
+        for i, leaf in enumerate(leaves):
+            try:
+                placements(model, {leaf[0]: leaf})
+            except Exception as e:  # noqa: BLE001 - vLLM's own refusal of this leaf, recorded
+                if i:
+                    out[pattern(ckpt)] = f"{type(e).__name__}: {str(e)[:160]}"
+                break
+    return dict(sorted(out.items()))
+
+
+def quant_prefixes(model, placed: dict, fused: dict) -> dict[str, str]:
     """Checkpoint module pattern -> the prefix vLLM matches exclusions against for the layer its own load_weights puts
     it in, where an exclusion entry naming the checkpoint module cannot reach that layer: a fused 3-D experts tensor
     loaded into the FusedMoE layer (GraniteMoe's `input_linear` -> `experts`), an lm_head built without a prefix
@@ -158,13 +215,6 @@ def quant_prefixes(model, weights: dict, fused: dict) -> dict[str, str]:
     Left to their own rules: shards of fused layers (vLLM maps a fused prefix back to its shards; and a loader that
     splits a tensor itself hands the recorder unnamed pieces, placed under the name last read),
     per-expert names, and names the weight mapper renames (vLLM maps exclusion entries through it too)."""
-    from vllm_declared import placements
-
-    try:
-        placed = placements(model, weights)
-    except Exception as e:  # noqa: BLE001 - recorded as no prefixes; the module states stand without them
-        log(f"load_weights on the checkpoint names failed ({type(e).__name__}: {str(e)[:120]})")
-        return {}
     modules = dict(model.named_modules())
     shards = {s for group in fused.values() for s in group}  # also keeps out a loader writing shards it split itself
     out: dict[str, set[str]] = {}
@@ -248,11 +298,15 @@ def profile(arch: str, names: dict[str, str]) -> dict:
     fused = {k: v for k, v in sorted(packed.items()) if v != [k]}
     modules = modules_of(model)
     with world_of_one(vc), set_current_vllm_config(vc):
-        prefixes = quant_prefixes(model, saved_weights(arch, config), fused)
+        weights = saved_weights(arch, dict(config, **PUBLISHED.get(arch, {})))
+        placed = placed_weights(model, weights)
+        refusals = nvfp4_refusals(model, weights, placed)
+    prefixes, loads = quant_prefixes(model, placed, fused), load_renames(model, placed, fused)
     return {"config": {"source": source, "model_type": config.get("model_type")}, **extra,
             "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
             "renames": renames(type(model), checkpoint_names(transformers_model(arch, config, "meta"))),
-            **({"prefixes": prefixes} if prefixes else {}), **mtp}
+            **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
+            **({"nvfp4_load_refused": refusals} if refusals else {}), **mtp}
 
 
 def has_mtp(config: dict) -> bool:

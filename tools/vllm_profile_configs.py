@@ -132,6 +132,31 @@ def _drop_bookkeeping(config: dict) -> None:
             _drop_bookkeeping(value)
 
 
+# Config fields where transformers' class and vLLM's model file read the same config into different layers, set to
+# the branch on which both build the same tensors (the one published checkpoints take: transformers' class always
+# writes these tensors). Config values, not tensor names: the names still come from transformers' save_pretrained.
+# The profile builds transformers' class with them too (its checkpoint names, not vLLM's build).
+# Provenance: vLLM 0.32 model files (lines), transformers 5.19 classes.
+PUBLISHED: dict[str, dict] = {
+    # deepseek_v2.py:327 builds gate.e_score_correction_bias only for topk_method "noaux_tc" (DeepSeek-V3's config)
+    "DeepseekV3ForCausalLM": {"topk_method": "noaux_tc"},
+    # minimax_m2.py:85 builds e_score_correction_bias only if use_routing_bias (MiniMax-M2's config sets it)
+    "MiniMaxM2ForCausalLM": {"use_routing_bias": True},
+    "HYV3ForCausalLM": {"qk_norm": True},  # hy_v3.py:260 builds q_norm/k_norm only if qk_norm
+    # gemma4.py:630 builds the MoE block when num_experts is set; transformers' class when enable_moe_block
+    "Gemma4ForCausalLM": {"enable_moe_block": True},
+    "FalconForCausalLM": {"ffn_hidden_size": None},  # falcon.py:237 builds 4 * hidden_size; transformers derives it so
+    # AXK1.py:643 builds post_mlp_layernorm in every layer; transformers' class only in its MoE blocks (its conversion
+    # mapping renames post_mlp_layernorm into mlp.): an all-MoE stack is the layout both hold
+    "AXK1ForCausalLM": {"first_k_dense_replace": 0},
+    # zamba2.py:165 builds the shared attention's qkv_proj with as many K/V heads as query heads (no kv-head count)
+    "Zamba2ForCausalLM": {"num_key_value_heads": 4},  # = SMALL's num_attention_heads
+    # the class's default 15 KV-shared layers (of 35) outnumber the 4 kept; transformers' class then finds no earlier
+    # layer of a shared layer's kind. One shared layer is the smallest layout that keeps KV sharing
+    "Gemma3nForCausalLM": {"num_kv_shared_layers": 1},
+}
+
+
 def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str]:
     """(config.json contents without architectures, where it came from) for a registered architecture."""
     import transformers

@@ -61,6 +61,7 @@ class Architecture:
     bf16_handshake: tuple[str, ...] = ()  # layers the family keeps in BF16 by design
     unquantized_roles: tuple[UnquantizedRole, ...] = GENERIC_ROLES  # roles vLLM never quantizes (arch/roles.py)
     fused_layers: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(LLAMA_FUSED))  # vLLM's packed_modules_mapping
+    nvfp4_load_refused: tuple[tuple[str, str], ...] = ()  # (re.search on checkpoint names, why): load_weights fails on NVFP4
 
     def matches(self, config: dict | None) -> bool:
         if not config:

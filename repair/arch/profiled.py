@@ -110,9 +110,11 @@ def never_quantized_roles(profile: ReleaseProfile, entry: dict) -> tuple[Unquant
 
 def with_drafter(entry: dict) -> tuple[dict, dict]:
     """(modules, renames) of the main model plus its MTP drafter's (the `mtp` block: DeepSeekMTP's eh_proj, Qwen3.5's
-    mtp.fc); where both name a pattern, the main model's entry stands."""
+    mtp.fc); where both name a pattern, the main model's entry stands. Renames: the weight mapper's, and where the
+    class's load_weights puts a module under another name in code (`loads_into`: HYV3's `mlp.router.gate` -> `mlp.gate`)."""
     drafter = entry.get("mtp", {})
-    return ({**drafter.get("modules", {}), **entry["modules"]}, {**drafter.get("renames", {}), **entry.get("renames", {})})
+    return ({**drafter.get("modules", {}), **entry["modules"]},
+            {**drafter.get("renames", {}), **entry.get("loads_into", {}), **entry.get("renames", {})})
 
 
 def _generic(vllm_pattern: str) -> bool:
@@ -127,9 +129,12 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
     fused = {k: tuple(v) for k, v in entry.get("fused", {}).items()}
     prefixes = tuple(sorted(entry.get("prefixes", {}).items()))
     names = {"runtime_name": AskedPrefixes(prefixes), "exclusion_name": AskedPrefixes(prefixes, writable=True)} if prefixes else {}
+    refused = tuple((pattern_regex([p]), f"{profile.label}'s {name} load_weights fails on ModelOpt's NVFP4 tensors of it "
+                                         f"({why}; its own code, recorded in {profile.source})")
+                    for p, why in sorted(entry.get("nvfp4_load_refused", {}).items()))
     return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
                         unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused,
-                        **names)
+                        nvfp4_load_refused=refused, **names)
 
 
 def module_state(entry: dict, module: str) -> str | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from repair.arch import Architecture, ModuleSpec
@@ -70,6 +72,17 @@ def unquantized_role_findings(declaration: Declaration, modules: dict[str, Store
                                f"{m.name}: stored {stored}, but it is a {role.name}: {role.why}; vLLM builds it unquantized and "
                                "cannot load its quantized tensors; dequantize it (fix --target does)"))
     return out
+
+
+def nvfp4_load_refusal_findings(modules: dict[str, StoredModule], family: Architecture, own_roles: bool) -> list[Finding]:
+    """Modules stored packed NVFP4 where the profile recorded that the architecture's own load_weights fails on those
+    tensors (Bloom reshapes every query_key_value tensor, its 0-d scales too): an error for the profile's runtime,
+    elsewhere a warning (the rows are its knowledge)."""
+    severity = Severity.ERROR if own_roles else Severity.WARNING
+    return [Finding(severity, Kind.LOAD_ERROR, m.name, f"{m.name}: stored packed NVFP4, but {why}; store it BF16 and "
+                                                       "exclude it (dequantize it)")
+            for pattern, why in family.nvfp4_load_refused for m in modules.values()
+            if m.precision == "nvfp4" and re.search(pattern, m.name)]
 
 
 def fused_findings(declaration: Declaration, modules: dict[str, StoredModule], family: Architecture, target: Target) -> list[Finding]:
