@@ -31,9 +31,9 @@ def test_fix_never_lists_only_some_shards_of_a_fused_layer_a_glob_builds_bf16(ca
 
 @pytest.mark.parametrize("spec", ["sglang==0.5.23,vllm==0.32.0", "vllm==0.32.0,sglang==0.5.23", "sglang==0.5.23;vllm==0.32.0"])
 def test_a_list_of_targets_is_not_read_as_its_first_one(spec):
-    """Until several targets are built, `--target a,b` must not silently check `a` alone (a user asking for both
-    would read "healthy" for a runtime never checked)."""
-    with pytest.raises(UsageError, match="one target"):
+    """`resolve` takes one target: given a list it must not silently check its first (a user asking for both would
+    read "healthy" for a runtime never checked); `resolve_many` is what splits a list."""
+    with pytest.raises(UsageError, match="separate several targets with single commas"):
         profiles.resolve(spec)
 
 
