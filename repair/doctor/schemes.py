@@ -13,7 +13,7 @@ from __future__ import annotations
 from repair.arch import Architecture
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.base import Declaration
-from repair.formats.modules import StoredModule
+from repair.formats.modules import FULL_PRECISIONS, StoredModule
 from repair.targets.precision import built, declared_algorithm
 from repair.targets.profiles import Target
 
@@ -84,8 +84,8 @@ def unloadable_full_precision_findings(modules: dict[str, StoredModule], schemes
     out = []
     for name, scheme in schemes.items():
         m = modules[name]
-        if scheme == "bf16" or m.is_quantized:
-            continue
+        if scheme == "bf16" or m.is_quantized or (m.precision not in FULL_PRECISIONS and m.tensor("weight") is not None):
+            continue  # a float8 `weight` without a usable scale is fp8-scale's finding, not a full-precision layer
         asked = family.runtime_name(name)
         where = "" if asked == name else f" (it matches exclusions on the prefix {asked!r} its layer is built with, not on {name!r})"
         todo = ("no exclusion entry can name an empty prefix: store it quantized" if not asked else

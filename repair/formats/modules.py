@@ -65,6 +65,7 @@ class StoredModule:
 
 
 QUANTIZED_PRECISIONS = frozenset({"nvfp4", "fp8", "fp8_block"})
+FULL_PRECISIONS = ("bf16", "f16", "f32")  # stored dtypes a weight is read as values from, with no scale
 
 
 def split_name(tensor: str) -> tuple[str, str]:

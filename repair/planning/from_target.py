@@ -14,7 +14,7 @@ from __future__ import annotations
 from repair import arch, formats
 from repair.doctor.findings import Diagnosis, Kind
 from repair.arch.base import Architecture
-from repair.formats.modules import StoredModule
+from repair.formats.modules import FULL_PRECISIONS, StoredModule
 from repair.io.checkpoint import Checkpoint
 from repair.planning.recipe import Recipe
 from repair.planning.whole_layers import Layers, complete
@@ -27,7 +27,6 @@ FIXED_BY_DEQUANTIZING = (Kind.CONFIG_CONTRADICTION, Kind.LOAD_ERROR, Kind.RUNTIM
 # the stored tensors show another algorithm than the one declared (or lack the activation scale it needs): the
 # dequantizer reads what is stored (NVFP4, W4A16_NVFP4, NVFP4_AWQ with its scale folded, FP8), so BF16 settles it
 STORED_ALGORITHM = (Kind.ALGORITHM_MISMATCH, Kind.MISSING_INPUT_SCALE)
-FULL_PRECISION = ("bf16", "f16", "f32")  # a tensor with no `.weight` leaf a BF16-built layer reads as it is
 
 
 def recipe_for_targets(ckpt: Checkpoint, before: tuple[Diagnosis, ...]) -> Recipe:
@@ -77,7 +76,7 @@ def excludable_leafless(stored: list[StoredModule], family: Architecture) -> set
     """Full-precision tensors stored with no `.weight` leaf (transformers' fused 3-D experts, `...experts.gate_up_proj`)
     that load into a layer the runtime builds under another prefix (the profile's `prefixes`: FusedMoE's `...experts`):
     an exclusion of that prefix is their repair, as a config edit (the tensors are copied as they are)."""
-    return {m.name for m in stored if m.tensor("weight") is None and m.precision in FULL_PRECISION
+    return {m.name for m in stored if m.tensor("weight") is None and m.precision in FULL_PRECISIONS
             and family.exclusion_name(m.name) not in ("", m.name)}
 
 
