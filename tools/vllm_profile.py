@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import tempfile
 import time
@@ -29,19 +28,11 @@ import traceback
 from vllm_declared import empty_torchvision
 from vllm_runtime import enable_cpu_nvfp4, nvfp4_moe_emulation_fallback, world_of_one
 from vllm_profile_configs import PUBLISHED, NoConfig, model_types, small_config
+from vllm_load_facts import (log, load_renames, nvfp4_refusals, pattern, placed_weights, quant_prefixes,
+                             record_asked_prefixes, renames)
 
 # no KV-cache scheme: older releases' CPU attention refuses an FP8 KV cache at these head sizes, and no linear depends on it
 QUANTIZATION = {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": [], "group_size": 16}
-LAYER_NUMBER = re.compile(r"\.\d+(?=\.|$)")
-EXPERT = re.compile(r"\.experts\.\d+\.")  # one routed expert's own module (its FusedMoE layer's rule applies)
-
-
-def log(msg: str) -> None:
-    print(f"[vllm_profile] {msg}", file=sys.stderr, flush=True)
-
-
-def pattern(name: str) -> str:
-    return LAYER_NUMBER.sub(".*", name)
 
 
 def state_of(module) -> str:
@@ -114,130 +105,6 @@ def saved_weights(arch: str, config: dict) -> dict[str, tuple[str, list[int], st
                     shape, module, leaf = list(t.get_shape()), *n.rpartition(".")[::2]
                     if len(shape) >= 2 and (leaf == "weight" or (len(shape) == 3 and not leaf.endswith("bias"))):
                         out[module if leaf == "weight" else n] = (n, shape, "bfloat16")
-    return dict(sorted(out.items()))
-
-
-def record_asked_prefixes() -> None:
-    """Shim (no decision logic): every layer remembers the `prefix` it hands the NVFP4 quant config's
-    get_quant_method, the name vLLM matches exclusion entries against (not always the module's name)."""
-    from vllm.model_executor.layers.quantization import get_quantization_config
-
-    cls = get_quantization_config("modelopt_fp4")
-    asked = cls.get_quant_method
-
-    def get_quant_method(self, layer, prefix):
-        layer._asked_prefix = prefix
-        return asked(self, layer, prefix)
-
-    cls.get_quant_method = get_quant_method
-
-
-def asked_prefix(modules: dict, name: str) -> str | None:
-    """The prefix the layer holding module `name` (it, else its nearest ancestor that asked) handed the quant config."""
-    while True:
-        found = getattr(modules.get(name), "_asked_prefix", None)
-        if found is not None or not name:
-            return found
-        name = name.rpartition(".")[0]
-
-
-def mapped_name(model_class, module: str) -> str | None:
-    """The module name the class's hf_to_vllm_mapper gives a checkpoint module (vLLM maps exclusion entries the same way)."""
-    mapper = getattr(model_class, "hf_to_vllm_mapper", None)
-    if mapper is None:
-        return module
-    mapped = (getattr(mapper, "map_name", None) or mapper._map_name)(module + ".weight")  # public since 0.32
-    return mapped[: -len(".weight")] if mapped and mapped.endswith(".weight") else mapped
-
-
-def placed_weights(model, weights: dict) -> dict[str, dict]:
-    """Checkpoint module -> where vLLM's own load_weights puts it ({} when it refuses these names: then no prefixes
-    and no load renames are recorded; the module states stand without them)."""
-    from vllm_declared import placements
-
-    try:
-        return placements(model, weights)
-    except Exception as e:  # noqa: BLE001 - recorded as nothing placed
-        log(f"load_weights on the checkpoint names failed ({type(e).__name__}: {str(e)[:120]})")
-        return {}
-
-
-def load_renames(model, placed: dict, fused: dict) -> dict[str, str]:
-    """Checkpoint module pattern -> the vLLM module pattern its load_weights puts it in, where neither the name nor
-    the class's hf_to_vllm_mapper gives that module: a rename done in code (hy_v3.py: `mlp.router.gate` -> its
-    unquantized `mlp.gate`; gemma3n.py: `model.embed_tokens_per_layer` -> `model.self_decoder.…`). Exclusion entries
-    are not renamed this way (vLLM matches them on the layer's prefix: `prefixes`); what layer the module becomes is.
-    Left out as in quant_prefixes: fused shards, per-expert names, FusedMoE layers (their tensors are no module)."""
-    modules = dict(model.named_modules())
-    shards = {s for group in fused.values() for s in group}
-    out: dict[str, set[str]] = {}
-    for ckpt, where in placed.items():
-        target = where["vllm_module"]
-        if (target in (ckpt, mapped_name(type(model), ckpt)) or EXPERT.search(ckpt) or ckpt.rpartition(".")[2] in shards
-                or hasattr(modules.get(target), "w13_weight")):
-            continue
-        out.setdefault(pattern(ckpt), set()).add(pattern(target))
-    return {k: v.pop() for k, v in sorted(out.items()) if len(v) == 1 and k not in v}
-
-
-NVFP4_LEAVES = (("weight_scale", 16, "float8_e4m3fn"), ("weight_scale_2", 0, "float32"), ("input_scale", 0, "float32"))
-
-
-def nvfp4_refusals(model, weights: dict, placed: dict) -> dict[str, str]:
-    """Checkpoint module pattern -> vLLM's error, where the class's own load_weights fails on one of ModelOpt's NVFP4
-    leaves of a module it builds quantized (bloom.py reshapes every query_key_value tensor, a 0-d scale too; zamba2.py's
-    mapper renames `.0.weight` but not `.0.input_scale`). Each leaf is fed alone, as a meta tensor, through the recording
-    loaders (nothing is copied: an error is load_weights' own); a module whose BF16 weight alone fails makes no claim."""
-    from vllm_declared import placements
-
-    out: dict[str, str] = {}
-    for ckpt, (name, shape, dtype) in weights.items():
-        if not placed.get(ckpt, {}).get("quantized") or len(shape) != 2 or not name.endswith(".weight") \
-                or pattern(ckpt) in out or EXPERT.search(ckpt):
-            continue
-        leaves = [(name, shape, dtype)] + [(f"{ckpt}.{leaf}", [shape[0], shape[1] // per] if per else [], kind)
-                                           for leaf, per, kind in NVFP4_LEAVES]
-        for i, leaf in enumerate(leaves):
-            try:
-                placements(model, {leaf[0]: leaf})
-            except Exception as e:  # noqa: BLE001 - vLLM's own refusal of this leaf, recorded
-                if i:
-                    out[pattern(ckpt)] = f"{type(e).__name__}: {str(e)[:160]}"
-                break
-    return dict(sorted(out.items()))
-
-
-def quant_prefixes(model, placed: dict, fused: dict) -> dict[str, str]:
-    """Checkpoint module pattern -> the prefix vLLM matches exclusions against for the layer its own load_weights puts
-    it in, where an exclusion entry naming the checkpoint module cannot reach that layer: a fused 3-D experts tensor
-    loaded into the FusedMoE layer (GraniteMoe's `input_linear` -> `experts`), an lm_head built without a prefix
-    (Afmoe: ""). Only layers built quantized when nothing is excluded: for the others no exclusion changes anything.
-    Left to their own rules: shards of fused layers (vLLM maps a fused prefix back to its shards; and a loader that
-    splits a tensor itself hands the recorder unnamed pieces, placed under the name last read),
-    per-expert names, and names the weight mapper renames (vLLM maps exclusion entries through it too)."""
-    modules = dict(model.named_modules())
-    shards = {s for group in fused.values() for s in group}  # also keeps out a loader writing shards it split itself
-    out: dict[str, set[str]] = {}
-    for ckpt, where in placed.items():
-        prefix = asked_prefix(modules, where["vllm_module"])
-        ckpt_pattern = pattern(ckpt)
-        if (not where["quantized"] or prefix is None or prefix in (ckpt, mapped_name(type(model), ckpt))
-                or EXPERT.search(ckpt) or ckpt.rpartition(".")[2] in shards):
-            continue
-        out.setdefault(ckpt_pattern, set()).add(pattern(prefix))
-    # one prefix pattern per checkpoint pattern, else the layer numbers do not carry over (Zamba2's "3.linear"): left out
-    return {k: v.pop() for k, v in sorted(out.items()) if len(v) == 1}
-
-
-def renames(model_class, names: list[str]) -> dict[str, str | None]:
-    """Checkpoint module pattern -> the vLLM name pattern hf_to_vllm_mapper gives it (None: dropped), where it differs."""
-    if getattr(model_class, "hf_to_vllm_mapper", None) is None:
-        return {}
-    out = {}
-    for name in names:
-        mapped = mapped_name(model_class, name)
-        if mapped != name:
-            out[pattern(name)] = pattern(mapped) if mapped is not None else None
     return dict(sorted(out.items()))
 
 
