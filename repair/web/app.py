@@ -94,7 +94,7 @@ def build(server: Server) -> gr.Blocks:
             request = fix_request(kept, how, fork_name, is_private, who)
             started = server.jobs.submit(who.user, request, who.token)
             status = server.jobs.view(started.id, who.user)
-            return "", f"Same as: `{handlers.command_line(kept, request)}`", started.id, render.job(status)
+            return "", render.same_as(handlers.command_line(kept, request)), started.id, render.job(status)
         go.click(on_fix, [analysis, mode, fork, private], [error, command, job_id, job]).then(None, [job_id], [job_id], js=SET_URL)
 
         @one_line_errors(lambda line: (render.error(line), gr.skip(), gr.skip()))

@@ -19,6 +19,13 @@ def esc(text: object) -> str:
     return html.escape(str(text), quote=True).replace("`", "&#96;").replace("*", "&#42;").replace("_", "&#95;").replace("[", "&#91;")
 
 
+def same_as(command: str) -> str:
+    """The CLI line as one Markdown code span: fenced by one backtick more than the longest run inside, padded so a
+    backtick at either end stays code (CommonMark strips one space each side), whatever a revision holds."""
+    fence = "`" * (max(map(len, re.findall("`+", command)), default=0) + 1)
+    return f"Same as: {fence} {command} {fence}"
+
+
 def error(line: str, answered: int | None = None) -> str:
     """One error line; `answered` (a time stamp) tells an answer to a new Check from the one before."""
     stamp = f" data-answered='{answered}'" if answered is not None else ""

@@ -329,3 +329,19 @@ def test_the_same_as_command_runs_as_printed_for_any_target_spelling():
     line = command_line(analysis, {"mode": "fork", "fork": "bob/model-fixed", "private": True})
     assert shlex.split(line) == ["ckpt-repair", "hub", "fix", "alice/model@main", "--to", "bob/model-fixed", "--private",
                                  "--target", "vllm == 0.32.0,sglang==0.5.23"]
+
+
+@pytest.mark.parametrize("revision", ["main", "a`b", "``x``", "`", "end`"])
+def test_the_same_as_line_is_one_code_span_whatever_the_revision_holds(revision):
+    """A revision (a user's or a server's text) holding backticks cannot end the page's code span early: a CommonMark
+    reader (markdown-it, as gradio's Markdown) shows the whole command, and only it, as code."""
+    from markdown_it import MarkdownIt
+
+    from repair.web.handlers import command_line
+    from repair.web.render import same_as
+
+    command = command_line({"source": f"alice/model@{revision}", "target": "vllm==0.32.0", "recipe": FOR_TARGET},
+                           {"mode": "pr"})
+    tokens = MarkdownIt("commonmark").parseInline(same_as(command))[0].children
+    assert [t.type for t in tokens] == ["text", "code_inline"], tokens
+    assert tokens[0].content == "Same as: " and tokens[1].content == command
