@@ -23,13 +23,16 @@ from repair.targets.profiles import resolve_many
 WEIGHTS = ("weight", "weight_packed")  # a changed module's tensors a plan-time check does not read (its scales it does)
 
 
-def plan(src: str | Path | Checkpoint, recipe: Recipe | str | Path = DEFAULT, *, original: str | Path | Checkpoint | None = None) -> Plan:
+def plan(src: str | Path | Checkpoint, recipe: Recipe | str | Path = DEFAULT, *, original: str | Path | Checkpoint | None = None,
+         before: tuple[Diagnosis, ...] | None = None) -> Plan:
     """Plan a repair from headers (and, for a Hub repo, the scales of the modules it changes, which its checks read).
-    `recipe` is a Recipe, a recipe file, a built-in name or a report."""
+    `recipe` is a Recipe, a recipe file, a built-in name or a report. `before`: doctor's verdicts on `src` for each of
+    `recipe.target`'s targets at tp 1, where the caller has them (the page does), so they are not asked again."""
     ckpt = src if isinstance(src, Checkpoint) else open_checkpoint(Path(src))
     orig = None if original is None else original if isinstance(original, Checkpoint) else open_checkpoint(Path(original))
     recipe = recipe if isinstance(recipe, Recipe) else load_recipe(Path(recipe))
-    before = diagnose_each(ckpt, resolve_many(recipe.target)) if recipe.target else ()  # asked once per target, passed along
+    if before is None:
+        before = diagnose_each(ckpt, resolve_many(recipe.target)) if recipe.target else ()  # asked once per target, passed along
     resolved = resolve_recipe(ckpt, recipe, before)
     if orig is not None:
         resolved = resolved.using_original()

@@ -46,7 +46,8 @@ def analyze(request: dict) -> dict:
         "quantized": bool(seen.declaration.quant_algo) or any(v.module.is_quantized for v in seen.modules),
     }
     try:
-        plan = api.plan(ckpt, recipe_for(request.get("recipe"), specs_text(targets)))
+        recipe = recipe_for(request.get("recipe"), specs_text(targets))
+        plan = api.plan(ckpt, recipe, before=found if tp == 1 and recipe.target == specs_text(targets) else None)
     except RepairError as err:
         answer["plan_error"] = str(err)
         return answer

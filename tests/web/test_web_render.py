@@ -65,3 +65,25 @@ def test_a_finding_some_targets_share_is_said_for_them_never_in_another_targets_
     for line in some:
         said = line.split(": ", 1)[1]
         assert not any(spec in said for spec in specs), line  # no one target's name where all of them are meant
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_the_page_diagnoses_each_target_once_and_plans_what_the_cli_plans(tmp_path, monkeypatch, tp):
+    """Check runs doctor once per target and hands those verdicts to the plan (it diagnosed them twice: ~1 s more than
+    the CLI on the 31B shape); the plan is the one `api.plan` makes on its own."""
+    from repair import api
+    from repair.demo.examples import TINY, write_assistant
+    from repair.doctor import diagnose as diagnose_module
+    from repair.planning.text import plan_as_text
+    from repair.web.analyze import analyze
+    from repair.web.choices import recipe_for
+
+    specs = "vllm==0.32.0,sglang==0.5.23"
+    folder = write_assistant(tmp_path / "m", TINY)
+    alone = plan_as_text(api.plan(folder, recipe_for(None, specs)))
+    calls = []
+    real = diagnose_module._diagnose
+    monkeypatch.setattr(diagnose_module, "_diagnose", lambda *a, **k: calls.append(a[1].spec) or real(*a, **k))
+    answer = analyze({"source": str(folder), "target": specs, "tp": tp})
+    assert sorted(calls) == sorted(specs.split(",") * (1 if tp == 1 else 2))
+    assert answer["plan_text"] == alone and answer["plan_error"] is None
