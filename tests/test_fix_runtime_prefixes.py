@@ -103,3 +103,33 @@ def test_no_nothing_to_fix_where_doctor_finds_an_error_even_if_planning_thinks_i
     code, out, err = run_captured(capsys, "fix", "--target", TARGET, src, "-o", tmp_path / "out")
     assert code == 2 and "nothing to fix" not in out and len(err.strip().splitlines()) == 1, out + err
     assert "cannot repair" in err and "lm_head" in err, err
+
+
+def packed(name: str, rows: int, cols: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """ModelOpt's NVFP4 leaves of one linear `name`."""
+    weight = (torch.randn(rows, cols, generator=gen) * 0.05).to(torch.bfloat16)
+    codes, scale, scale_2 = nvfp4.quantize(weight, nvfp4.global_scale(weight))
+    return {f"{name}.weight": codes, f"{name}.weight_scale": scale, f"{name}.weight_scale_2": scale_2,
+            f"{name}.input_scale": torch.tensor(0.01)}
+
+
+@pytest.mark.parametrize("layer,adapter", [(1, 0), (1, 3)])  # export() stores layers 0 and 1
+def test_fix_excludes_zamba2_adapters_under_the_prefix_vllm_asks(layer, adapter, tmp_path, capsys):
+    """Zamba2's LoRA adapters are stored `...gate_up_proj_adapter_list.I.0` / `.1` (transformers' nn.Sequential);
+    vLLM 0.32 refuses their NVFP4 leaves, so fix dequantizes them, and the exclusion must reach the layers vLLM builds:
+    zamba2.py hands the quant config `model.feed_forward.gate_up_proj_adapter_list.I.A` / `.B` (the shared block's
+    prefix is `model`; the adapter index I, not the layer number, carries over; `.0` is A and `.1` is B). An entry
+    naming the checkpoint module is no substring of those, so vLLM built them NVFP4 and its load failed."""
+    gen = torch.Generator().manual_seed(0)
+    ff = f"model.layers.{layer}.shared_transformer.feed_forward"
+    extra = {**packed(f"{ff}.gate_up_proj_adapter_list.{adapter}.0", 32, 32, gen),
+             **packed(f"{ff}.gate_up_proj_adapter_list.{adapter}.1", 64, 32, gen)}
+    src = export(tmp_path / "src", "Zamba2ForCausalLM", "zamba2", extra, ["lm_head"])
+    assert run_captured(capsys, "doctor", "--target", TARGET, src)[0] == 1
+    code, out, err = run_captured(capsys, "fix", "--target", TARGET, src, "-o", tmp_path / "out")
+    assert code == 0, out + err
+    excluded = json.loads((tmp_path / "out" / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert {f"model.feed_forward.gate_up_proj_adapter_list.{adapter}.{ab}" for ab in "AB"} <= set(excluded), excluded
+    assert not [e for e in excluded if e.startswith(ff)], excluded
+    code, out, err = run_captured(capsys, "doctor", "--target", TARGET, "--strict", tmp_path / "out")
+    assert code == 0, out + err
