@@ -37,10 +37,16 @@ NO_EXPORT: dict[str, str] = {
 # no checkpoint of it, so the quantized export has nothing to judge. Strict: the error must be this one.
 BF16_REFUSED: dict[str, str] = {
     # dbrx.py's load_weights looks up `ffn.experts.w13_weight`; its DbrxExperts is FusedMoE's `routed_experts` child,
-    # whose parameters are `ffn.experts.routed_experts.w13_weight` in 0.32: no DBRX checkpoint loads
+    # whose parameters are `ffn.experts.routed_experts.w13_weight` in 0.32. The export's names are the published
+    # layout (databricks/dbrx-*: `transformer.blocks.N.ffn.experts.mlp.{w1,v1,w2}`), and every expert name goes through
+    # that lookup: no DBRX checkpoint loads (a vLLM 0.32 bug, not the export's layout: vllm-project/vllm#49004, whose
+    # regression test feeds exactly `blocks.0.ffn.experts.mlp.w1` and expects this KeyError without the fix)
     "DbrxForCausalLM": "KeyError: 'blocks.0.ffn.experts.w13_weight'",
-    # olmo_hybrid.py's WeightsMapper tags q/k/v_conv1d with a shard id, which AutoWeightsLoader does not pass on to
-    # olmo_gdn_linear_attn.py's fused conv1d loader (`dims[loaded_shard_id]` with None): no checkpoint loads
+    # olmo_hybrid.py's WeightsMapper tags q/k/v_conv1d with a shard id (on the tensor), which olmo_gdn_linear_attn.py's
+    # fused conv1d loader never reads: its `loaded_shard_id` stays None and `dims[loaded_shard_id]` raises. Separate
+    # q/k/v_conv1d are the published layout (transformers' conversion_mapping.py concatenates them on load); a fused
+    # `conv1d.weight` would take the same loader with the same None: no checkpoint loads (a vLLM 0.32 bug:
+    # vllm-project/vllm#55858, "Fix loading allenai/Olmo-Hybrid-7B", quotes this TypeError)
     "OlmoHybridForCausalLM": "TypeError: list indices must be integers or slices, not NoneType",
 }
 # (architecture, "inspect" | "healthy" | "broken" | "fix") -> why `inspect`/`doctor` and vLLM 0.32 disagree today (strict xfail:
