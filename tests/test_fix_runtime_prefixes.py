@@ -82,6 +82,22 @@ def test_the_refusals_way_out_works_a_bf16_target_drops_the_config(tmp_path, cap
     assert code == 0, out + err
 
 
+@pytest.mark.parametrize("targets", ["vllm==0.32.0,bf16", "vllm==0.32.0,sglang==0.5.23,bf16"])
+def test_a_bf16_target_beside_others_drops_the_config_that_settles_them_all(targets, tmp_path, capsys):
+    """No exclusion reaches the BF16 lm_head vLLM 0.32 builds NVFP4 in Afmoe (prefix ""), but with bf16 among the
+    targets the output declares no quantization, so every runtime builds it BF16: fix writes that plain copy. Doctor's
+    SGLang finding (its loader's error on a stored-BF16 layer built NVFP4, not the config's claim) is one the dropped
+    config settles too; it refused. (That SGLang finding is itself the vLLM profile's prefix "" applied to SGLang,
+    whose afmoe.py builds lm_head BF16 here, tools/sglang_probe.py says: the SGLang name map's to fix, not this test's.)"""
+    src = export(tmp_path / "src", "AfmoeForCausalLM", "afmoe", {}, ["lm_head"])
+    assert run_captured(capsys, "doctor", "--target", targets, src)[0] == 1
+    code, out, err = run_captured(capsys, "fix", "--target", targets, src, "-o", tmp_path / "out")
+    assert code == 0, out + err
+    assert not (tmp_path / "out" / "hf_quant_config.json").exists()
+    code, out, err = run_captured(capsys, "doctor", "--target", targets, "--strict", tmp_path / "out")
+    assert code == 0, out + err
+
+
 def test_leafless_experts_of_raw_float8_codes_are_never_excluded(tmp_path, capsys):
     """Excluding the FusedMoE prefix makes vLLM build the experts BF16: right for BF16 tensors, garbage for float8 codes
     stored with no scale. Those are refused in one line, never written with an exclusion."""
