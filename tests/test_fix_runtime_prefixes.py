@@ -149,3 +149,21 @@ def test_fix_excludes_zamba2_adapters_under_the_prefix_vllm_asks(layer, adapter,
     assert not [e for e in excluded if e.startswith(ff)], excluded
     code, out, err = run_captured(capsys, "doctor", "--target", TARGET, "--strict", tmp_path / "out")
     assert code == 0, out + err
+
+
+def test_fix_writes_the_prefix_of_the_release_it_targets(tmp_path, capsys):
+    """The prefix a layer hands the quant config is per release: vLLM 0.28's hy_v3.py builds the shared expert with its
+    MoE block's prefix (`model.layers.1.mlp`, so its down_proj is asked as `model.layers.1.mlp.down_proj`); 0.32 names
+    it `...mlp.shared_mlp.down_proj`, as the checkpoint does. fix --target vllm==0.28.0 writes 0.28's name (it wrote
+    the newest release's, already in the list: a no-op refused while doctor for 0.28 still reported the layer)."""
+    shared = "model.layers.1.mlp.shared_mlp.down_proj"
+    src = export(tmp_path / "src", "HYV3ForCausalLM", "hy_v3", {f"{shared}.weight": torch.zeros(32, 32, dtype=torch.bfloat16)},
+                 ["lm_head", shared])
+    assert run_captured(capsys, "doctor", "--target", "vllm==0.32.0", "--strict", src)[0] == 0
+    assert run_captured(capsys, "doctor", "--target", "vllm==0.28.0", src)[0] == 1
+    code, out, err = run_captured(capsys, "fix", "--target", "vllm==0.28.0", src, "-o", tmp_path / "out")
+    assert code == 0, out + err
+    excluded = json.loads((tmp_path / "out" / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert "model.layers.1.mlp.down_proj" in excluded, excluded
+    code, out, err = run_captured(capsys, "doctor", "--target", "vllm==0.28.0", "--strict", tmp_path / "out")
+    assert code == 0, out + err
