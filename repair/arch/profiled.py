@@ -33,7 +33,9 @@ PLACED = re.compile(r"\{(\d{1,3})\}")
 @dataclass(frozen=True)
 class AskedPrefixes:
     """Checkpoint module -> the prefix vLLM's quant config is asked about for the layer the module loads into (the
-    profile's `prefixes`, name patterns with `*` for layer numbers); any other module is its own prefix.
+    profile's `prefixes`, name patterns with `*` for layer numbers, a trailing number kept where siblings differ:
+    Zamba2's adapter `.0` / `.1`); any other module is its own prefix. A prefix's `*` takes the module's numbers in
+    order, `{i}` its i-th one (Zamba2's `model.feed_forward.gate_up_proj_adapter_list.{1}.A`: the adapter index).
     `writable`: as the name an exclusion entry uses: the prefix where an entry can name it (not "") and the checkpoint
     name does not already reach it (ModelOpt's rule tests entries as substrings: `lm_head` reaches ".lm_head")."""
 
