@@ -82,6 +82,22 @@ def test_the_refusals_way_out_works_a_bf16_target_drops_the_config(tmp_path, cap
     assert code == 0, out + err
 
 
+@pytest.mark.parametrize("targets", ["vllm==0.32.0,bf16", "vllm==0.32.0,sglang==0.5.23,bf16"])
+def test_a_bf16_target_beside_others_drops_the_config_that_settles_them_all(targets, tmp_path, capsys):
+    """No exclusion reaches the BF16 lm_head vLLM 0.32 builds NVFP4 in Afmoe (prefix ""), but with bf16 among the
+    targets the output declares no quantization, so every runtime builds it BF16: fix writes that plain copy. Doctor's
+    SGLang finding (its loader's error on a stored-BF16 layer built NVFP4, not the config's claim) is one the dropped
+    config settles too; it refused. (That SGLang finding is itself the vLLM profile's prefix "" applied to SGLang,
+    whose afmoe.py builds lm_head BF16 here, tools/sglang_probe.py says: the SGLang name map's to fix, not this test's.)"""
+    src = export(tmp_path / "src", "AfmoeForCausalLM", "afmoe", {}, ["lm_head"])
+    assert run_captured(capsys, "doctor", "--target", targets, src)[0] == 1
+    code, out, err = run_captured(capsys, "fix", "--target", targets, src, "-o", tmp_path / "out")
+    assert code == 0, out + err
+    assert not (tmp_path / "out" / "hf_quant_config.json").exists()
+    code, out, err = run_captured(capsys, "doctor", "--target", targets, "--strict", tmp_path / "out")
+    assert code == 0, out + err
+
+
 def test_leafless_experts_of_raw_float8_codes_are_never_excluded(tmp_path, capsys):
     """Excluding the FusedMoE prefix makes vLLM build the experts BF16: right for BF16 tensors, garbage for float8 codes
     stored with no scale. Those are refused in one line, never written with an exclusion."""
@@ -103,3 +119,51 @@ def test_no_nothing_to_fix_where_doctor_finds_an_error_even_if_planning_thinks_i
     code, out, err = run_captured(capsys, "fix", "--target", TARGET, src, "-o", tmp_path / "out")
     assert code == 2 and "nothing to fix" not in out and len(err.strip().splitlines()) == 1, out + err
     assert "cannot repair" in err and "lm_head" in err, err
+
+
+def packed(name: str, rows: int, cols: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """ModelOpt's NVFP4 leaves of one linear `name`."""
+    weight = (torch.randn(rows, cols, generator=gen) * 0.05).to(torch.bfloat16)
+    codes, scale, scale_2 = nvfp4.quantize(weight, nvfp4.global_scale(weight))
+    return {f"{name}.weight": codes, f"{name}.weight_scale": scale, f"{name}.weight_scale_2": scale_2,
+            f"{name}.input_scale": torch.tensor(0.01)}
+
+
+@pytest.mark.parametrize("layer,adapter", [(1, 0), (1, 3)])  # export() stores layers 0 and 1
+def test_fix_excludes_zamba2_adapters_under_the_prefix_vllm_asks(layer, adapter, tmp_path, capsys):
+    """Zamba2's LoRA adapters are stored `...gate_up_proj_adapter_list.I.0` / `.1` (transformers' nn.Sequential);
+    vLLM 0.32 refuses their NVFP4 leaves, so fix dequantizes them, and the exclusion must reach the layers vLLM builds:
+    zamba2.py hands the quant config `model.feed_forward.gate_up_proj_adapter_list.I.A` / `.B` (the shared block's
+    prefix is `model`; the adapter index I, not the layer number, carries over; `.0` is A and `.1` is B). An entry
+    naming the checkpoint module is no substring of those, so vLLM built them NVFP4 and its load failed."""
+    gen = torch.Generator().manual_seed(0)
+    ff = f"model.layers.{layer}.shared_transformer.feed_forward"
+    extra = {**packed(f"{ff}.gate_up_proj_adapter_list.{adapter}.0", 32, 32, gen),
+             **packed(f"{ff}.gate_up_proj_adapter_list.{adapter}.1", 64, 32, gen)}
+    src = export(tmp_path / "src", "Zamba2ForCausalLM", "zamba2", extra, ["lm_head"])
+    assert run_captured(capsys, "doctor", "--target", TARGET, src)[0] == 1
+    code, out, err = run_captured(capsys, "fix", "--target", TARGET, src, "-o", tmp_path / "out")
+    assert code == 0, out + err
+    excluded = json.loads((tmp_path / "out" / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert {f"model.feed_forward.gate_up_proj_adapter_list.{adapter}.{ab}" for ab in "AB"} <= set(excluded), excluded
+    assert not [e for e in excluded if e.startswith(ff)], excluded
+    code, out, err = run_captured(capsys, "doctor", "--target", TARGET, "--strict", tmp_path / "out")
+    assert code == 0, out + err
+
+
+def test_fix_writes_the_prefix_of_the_release_it_targets(tmp_path, capsys):
+    """The prefix a layer hands the quant config is per release: vLLM 0.28's hy_v3.py builds the shared expert with its
+    MoE block's prefix (`model.layers.1.mlp`, so its down_proj is asked as `model.layers.1.mlp.down_proj`); 0.32 names
+    it `...mlp.shared_mlp.down_proj`, as the checkpoint does. fix --target vllm==0.28.0 writes 0.28's name (it wrote
+    the newest release's, already in the list: a no-op refused while doctor for 0.28 still reported the layer)."""
+    shared = "model.layers.1.mlp.shared_mlp.down_proj"
+    src = export(tmp_path / "src", "HYV3ForCausalLM", "hy_v3", {f"{shared}.weight": torch.zeros(32, 32, dtype=torch.bfloat16)},
+                 ["lm_head", shared])
+    assert run_captured(capsys, "doctor", "--target", "vllm==0.32.0", "--strict", src)[0] == 0
+    assert run_captured(capsys, "doctor", "--target", "vllm==0.28.0", src)[0] == 1
+    code, out, err = run_captured(capsys, "fix", "--target", "vllm==0.28.0", src, "-o", tmp_path / "out")
+    assert code == 0, out + err
+    excluded = json.loads((tmp_path / "out" / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert "model.layers.1.mlp.down_proj" in excluded, excluded
+    code, out, err = run_captured(capsys, "doctor", "--target", "vllm==0.28.0", "--strict", tmp_path / "out")
+    assert code == 0, out + err

@@ -149,3 +149,37 @@ def test_nvfp4_leaves_vllms_load_weights_refuses_come_from_the_profile(name, ref
     hits = [why for pattern, why in row.nvfp4_load_refused if re.search(pattern, refused)]
     assert hits and VLLM.entries[name]["nvfp4_load_refused"][re.sub(r"\.\d+(?=\.|$)", ".*", refused)] in hits[0]
     assert not [why for pattern, why in row.nvfp4_load_refused if re.search(pattern, loads)]
+
+
+ADAPTER = "model.layers.{}.shared_transformer.feed_forward.gate_up_proj_adapter_list.{}.{}"
+
+
+def test_prefixes_carry_over_only_the_numbers_taken_from_the_checkpoint_name():
+    """tools/vllm_load_facts.py records, per checkpoint name pattern, the prefix vLLM asks: Zamba2's adapters `.0`/`.1`
+    (nn.Sequential children: which layer, not which repeat) become A and B, and the prefix takes the adapter index,
+    not the layer number; FalconH1's `model.{num_hidden_layers + i}.mixer` and Zamba2's `3.linear` (hybrid count +
+    layer) hold numbers no checkpoint number gives, so they are left out rather than filled with the wrong layer."""
+    from tools.vllm_load_facts import by_pattern, carried
+
+    asked = {ADAPTER.format(layer, i, ab): f"model.feed_forward.gate_up_proj_adapter_list.{i}.{'AB'[ab]}"
+             for layer, i in ((2, 0), (5, 1)) for ab in (0, 1)}
+    asked |= {f"model.layers.{n}.mamba.in_proj": f"model.{2 + n}.mixer.in_proj" for n in range(2)}
+    asked |= {"model.layers.2.linear": "3.linear", "model.layers.0.mlp.experts.gate_up_proj": "model.layers.0.mlp.experts"}
+    got = by_pattern(asked, lambda name, kept: carried(name, asked[name], kept))
+    assert got == {ADAPTER.format("*", "*", 0): "model.feed_forward.gate_up_proj_adapter_list.{1}.A",
+                   ADAPTER.format("*", "*", 1): "model.feed_forward.gate_up_proj_adapter_list.{1}.B",
+                   "model.layers.*.mlp.experts.gate_up_proj": "model.layers.*.mlp.experts"}, got
+
+
+@pytest.mark.parametrize("layer,adapter", [(2, 0), (9, 4)])
+def test_zamba2_adapters_are_asked_under_the_shared_blocks_prefix(layer, adapter):
+    """The shipped 0.32 row: what doctor matches exclusions against (runtime_name) and what fix writes (exclusion_name)
+    for Zamba2's adapters is vLLM's prefix, with the adapter's own index; FalconH1's mamba layers keep their names."""
+    row = arch.architecture({"architectures": ["Zamba2ForCausalLM"]})
+    for ab in (0, 1):
+        prefix = f"model.feed_forward.gate_up_proj_adapter_list.{adapter}.{'AB'[ab]}"
+        assert row.runtime_name(ADAPTER.format(layer, adapter, ab)) == prefix
+        assert row.exclusion_name(ADAPTER.format(layer, adapter, ab)) == prefix
+    assert module_state(VLLM.entries["Zamba2ForCausalLM"], ADAPTER.format(layer, adapter, 0)) == "quantized"
+    falcon = arch.architecture({"architectures": ["FalconH1ForCausalLM"]})
+    assert falcon.runtime_name("model.layers.0.mamba.in_proj") == "model.layers.0.mamba.in_proj"

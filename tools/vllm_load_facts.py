@@ -8,6 +8,8 @@ import re
 import sys
 
 LAYER_NUMBER = re.compile(r"\.\d+(?=\.|$)")
+TRAILING_NUMBER = re.compile(r"\.\d+$")
+UNCARRIED = "<not carried over>"  # by_pattern's value for a name whose fact does not carry over to another config
 EXPERT = re.compile(r"\.experts\.\d+\.")  # one routed expert's own module (its FusedMoE layer's rule applies)
 
 
@@ -113,31 +115,70 @@ def quant_prefixes(model, placed: dict, fused: dict) -> dict[str, str]:
     """Checkpoint module pattern -> the prefix vLLM matches exclusions against for the layer its own load_weights puts
     it in, where an exclusion entry naming the checkpoint module cannot reach that layer: a fused 3-D experts tensor
     loaded into the FusedMoE layer (GraniteMoe's `input_linear` -> `experts`), an lm_head built without a prefix
-    (Afmoe: ""). Only layers built quantized when nothing is excluded: for the others no exclusion changes anything.
+    (Afmoe: ""), Zamba2's LoRA adapters (`model.layers.*.shared_transformer.feed_forward.gate_up_proj_adapter_list.*.0`
+    -> `model.feed_forward.gate_up_proj_adapter_list.{1}.A`: the shared block's prefix, the adapter index carried over).
+    Only layers built quantized when nothing is excluded: for the others no exclusion changes anything.
     Left to their own rules: shards of fused layers (vLLM maps a fused prefix back to its shards; and a loader that
     splits a tensor itself hands the recorder unnamed pieces, placed under the name last read),
-    per-expert names, and names the weight mapper renames (vLLM maps exclusion entries through it too)."""
+    per-expert names, and names the weight mapper renames as exclusion entries (vLLM maps entries through it too)."""
     modules = dict(model.named_modules())
     shards = {s for group in fused.values() for s in group}  # also keeps out a loader writing shards it split itself
-    out: dict[str, set[str]] = {}
+    asked = {}
     for ckpt, where in placed.items():
         prefix = asked_prefix(modules, where["vllm_module"])
-        ckpt_pattern = pattern(ckpt)
         if (not where["quantized"] or prefix is None or prefix in (ckpt, mapped_name(type(model), ckpt))
                 or EXPERT.search(ckpt) or ckpt.rpartition(".")[2] in shards):
             continue
-        out.setdefault(ckpt_pattern, set()).add(pattern(prefix))
-    # one prefix pattern per checkpoint pattern, else the layer numbers do not carry over (Zamba2's "3.linear"): left out
-    return {k: v.pop() for k, v in sorted(out.items()) if len(v) == 1}
+        asked[ckpt] = prefix
+    # numbers the prefix does not take from the checkpoint name (Zamba2's "3.linear": 1 hybrid layer + layer 2) do not
+    # carry over to another config: left out
+    return by_pattern(asked, lambda ckpt, leaf: carried(ckpt, asked[ckpt], leaf))
+
+
+def by_pattern(names, value) -> dict[str, str]:
+    """Checkpoint name -> a fact (`value(name, leaf_kept)`), as checkpoint pattern (layer numbers `*`) -> the fact.
+    Where one pattern gets several facts, its last number is kept as written: a module named by a number
+    (nn.Sequential's; Zamba2's adapter `.0` is vLLM's A, `.1` its B) says which layer, not which repeat. A pattern whose
+    facts still differ, or that has none (UNCARRIED), is left out: the fact does not carry over to another config."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(names):
+        groups.setdefault(pattern(name), []).append(name)
+    out: dict[str, str] = {}
+    for key, members in groups.items():
+        facts = {value(n, False) for n in members}
+        if len(facts) == 1:
+            out.update({key: f for f in facts if f is not UNCARRIED})
+            continue
+        kept: dict[str, set] = {}
+        for n in members:
+            if TRAILING_NUMBER.search(n):
+                parent, _, leaf = n.rpartition(".")
+                kept.setdefault(f"{pattern(parent)}.{leaf}", set()).add(value(n, True))
+        out.update({k: f.pop() for k, f in kept.items() if len(f) == 1 and UNCARRIED not in f})
+    return dict(sorted(out.items()))
+
+
+def carried(ckpt: str, prefix: str, leaf_kept: bool) -> str:
+    """`prefix` as a pattern of `ckpt`'s numbers: `*` where its numbers are the checkpoint name's in order (how the
+    tool fills them), else `{i}` for the checkpoint name's i-th number where exactly one has that value; UNCARRIED where
+    a number of the prefix is none of the name's, or several."""
+    numbers = [m.group(0)[1:] for m in LAYER_NUMBER.finditer(ckpt)][: -1 if leaf_kept else None]
+    parts = prefix.split(".")
+    at = [i for i, p in enumerate(parts) if p.isdigit()]
+    if [parts[i] for i in at] == numbers[: len(at)] and 0 not in at:
+        return pattern(prefix)
+    for i in at:
+        found = [k for k, n in enumerate(numbers) if n == parts[i]]
+        if len(found) != 1:
+            return UNCARRIED
+        parts[i] = "{%d}" % found[0]
+    return ".".join(parts)
 
 
 def renames(model_class, names: list[str]) -> dict[str, str | None]:
     """Checkpoint module pattern -> the vLLM name pattern hf_to_vllm_mapper gives it (None: dropped), where it differs."""
     if getattr(model_class, "hf_to_vllm_mapper", None) is None:
         return {}
-    out = {}
-    for name in names:
-        mapped = mapped_name(model_class, name)
-        if mapped != name:
-            out[pattern(name)] = pattern(mapped) if mapped is not None else None
-    return dict(sorted(out.items()))
+    mapped = {n: mapped_name(model_class, n) for n in names}
+    changed = [n for n in names if mapped[n] != n]
+    return by_pattern(changed, lambda n, _: None if mapped[n] is None else pattern(mapped[n]))

@@ -154,6 +154,12 @@ PUBLISHED: dict[str, dict] = {
     # the class's default 15 KV-shared layers (of 35) outnumber the 4 kept; transformers' class then finds no earlier
     # layer of a shared layer's kind. One shared layer is the smallest layout that keeps KV sharing
     "Gemma3nForCausalLM": {"num_kv_shared_layers": 1},
+    # transformers' class builds a QSA indexer in every attention layer (modeling_qwen4_exp.py:837) from these fields,
+    # which its config leaves None, and validates them together (kv heads 1, budget a multiple of the ratio): every
+    # checkpoint it writes has them. vLLM reads indexer_n_heads to choose QSA attention (qwen4_exp/nvidia/model.py:243,
+    # amd/model.py:217) and the rest in indexer_qsa.py:115-119 (amd: 99-103). Small values; no published config here
+    "Qwen4ExpForCausalLM": {"indexer_n_heads": 4, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 64,
+                            "indexer_compress_ratio": 4},
 }
 
 

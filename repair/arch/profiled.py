@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from importlib.resources import files
 
 from repair.arch.base import Architecture
@@ -26,24 +27,46 @@ NEVER_QUANTIZED = ("none", "unquantized")  # the quant config was never asked, o
 NVFP4_ONLY = {"formats": ("modelopt-nvfp4",), "quant_algos": ("NVFP4", "W4A16_NVFP4", "NVFP4_AWQ")}  # vLLM's modelopt_fp4
 NUMBER = re.compile(r"\.\d+(?=\.|$)")
 STAR = re.compile(r"\.\*(?=\.|$)")
+PLACED = re.compile(r"\{(\d{1,3})\}")
 
 
 @dataclass(frozen=True)
 class AskedPrefixes:
     """Checkpoint module -> the prefix vLLM's quant config is asked about for the layer the module loads into (the
-    profile's `prefixes`, name patterns with `*` for layer numbers); any other module is its own prefix.
+    profile's `prefixes`, name patterns with `*` for layer numbers, a trailing number kept where siblings differ:
+    Zamba2's adapter `.0` / `.1`); any other module is its own prefix. A prefix's `*` takes the module's numbers in
+    order, `{i}` its i-th one (Zamba2's `model.feed_forward.gate_up_proj_adapter_list.{1}.A`: the adapter index).
     `writable`: as the name an exclusion entry uses: the prefix where an entry can name it (not "") and the checkpoint
     name does not already reach it (ModelOpt's rule tests entries as substrings: `lm_head` reaches ".lm_head")."""
 
     prefixes: tuple[tuple[str, str], ...]
     writable: bool = False
 
+    @cached_property
+    def table(self) -> dict[str, str]:
+        return dict(self.prefixes)
+
     def __call__(self, module: str) -> str:
-        target = dict(self.prefixes).get(NUMBER.sub(".*", module))
+        target = self.table.get(name_key(self.table, module))
         if target is None or (self.writable and (not target or module in target)):
             return module  # as an entry: the checkpoint name, where vLLM's substring test already reaches the prefix
-        numbers = iter(NUMBER.findall(module))
-        return STAR.sub(lambda _: next(numbers, ".*"), target)
+        numbers = [n[1:] for n in NUMBER.findall(module)]
+        if PLACED.search(target):  # `{i}`: the name's i-th number (Zamba2's adapter index, not its layer number)
+            return PLACED.sub(lambda m: numbers[int(m.group(1))] if int(m.group(1)) < len(numbers) else m.group(0), target)
+        taken = iter(numbers)
+        return STAR.sub(lambda _: "." + next(taken, "*"), target)
+
+
+def name_key(table: dict, module: str) -> str | None:
+    """The key of `table` (checkpoint name patterns, layer numbers `*`) a module matches, None if none: the pattern
+    with the last number as written first (a module named by a number, nn.Sequential's, recorded so where its
+    siblings differ: Zamba2's adapter `.0` and `.1`), else every number `*`."""
+    parent, _, leaf = module.rpartition(".")
+    kept = f"{NUMBER.sub('.*', parent)}.{leaf}"
+    if leaf.isdigit() and kept in table:
+        return kept
+    star = NUMBER.sub(".*", module)
+    return star if star in table else None
 
 
 @dataclass(frozen=True)
@@ -142,7 +165,7 @@ def module_state(entry: dict, module: str) -> str | None:
     the module's pattern, renamed by the weight mapper, else folded into its fused layer."""
     modules, renames = with_drafter(entry)
     found = NUMBER.sub(".*", module)
-    found = renames.get(found, found)
+    found = renames.get(name_key(renames, module), found)
     if found is None:
         return None
     parent, _, leaf = found.rpartition(".")

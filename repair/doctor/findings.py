@@ -57,6 +57,7 @@ class Finding:
     message: str
     runtime_error: str | None = None  # the exact exception text the runtime raises
     ranks: tuple[int, ...] = ()
+    config_bound: bool = False  # only the quantization config makes the runtime build this full-precision layer quantized
 
 
 @dataclass(frozen=True)

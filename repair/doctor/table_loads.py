@@ -15,7 +15,7 @@ import re
 
 from repair.arch import Architecture
 from repair.doctor.findings import Finding, Kind, Severity
-from repair.formats.modules import StoredModule
+from repair.formats.modules import FULL_PRECISIONS, StoredModule
 from repair.io.checkpoint import Checkpoint
 from repair.targets.precision import PACKED
 from repair.targets.profiles import Target
@@ -98,6 +98,7 @@ def _one(m: StoredModule, built: str, loader: str, target: Target, ranks_split: 
         return Finding(Severity.ERROR, Kind.IGNORED_TENSORS, m.name,
                        f"{head} and silently drops tensors it has no parameter for{skip_text}; drop them (fix --target "
                        "does), or declare the layer quantized if it is meant to be"), []
+    bound = m.precision in FULL_PRECISIONS and not skipped  # a stored-BF16 layer built quantized: the config's doing
     direction = "packed_into_bf16" if packed and built == "bf16" else "bf16_into_packed" if wants_packed and not packed else None
     behaviour = rules.loaders.get(loader, {}).get(direction) if direction else None
     out, inn = m.logical_shape[0], m.logical_shape[-1]
@@ -107,17 +108,17 @@ def _one(m: StoredModule, built: str, loader: str, target: Target, ranks_split: 
                 f"{who} zero-pads this to [{out}, {inn}] and reads the packed bytes as BF16 values")
         return Finding(Severity.ERROR, Kind.SILENT_GARBAGE, m.name,
                        f"{said}, without an error ({head}; its row-parallel loader pads a weight that is too narrow){skip_text}; "
-                       "dequantize it (fix --target does), or declare it quantized", None, ranks), []
+                       "dequantize it (fix --target does), or declare it quantized", None, ranks, bound), []
     if behaviour == "silent_cast":
         return Finding(Severity.ERROR, Kind.SILENT_GARBAGE, m.name,
                        f"{who} casts this BF16 weight into its packed uint8 parameter without an error ({head}; its "
                        "row-parallel loader narrows the weight to the packed width), and the block scales it needs are "
-                       "never loaded; exclude it (fix --target does), or store it quantized", None, ranks), []
+                       "never loaded; exclude it (fix --target does), or store it quantized", None, ranks, bound), []
     text = _filled(behaviour, out, inn, packed, loader, split) if behaviour else None
     fix = "dequantize it (fix --target does)" if m.is_quantized else "exclude it (fix --target does), or store it quantized"
     return (Finding(Severity.ERROR, Kind.LOAD_ERROR, m.name,
                     f"{head}; its {loader.replace('_', '-')} loader cannot take the stored weight, so loading stops"
-                    f"{skip_text}; {fix}", text, ranks),
+                    f"{skip_text}; {fix}", text, ranks, bound),
             [Outcome(m.tensor("weight") or m.name, r, "error", text or f"{who}'s {loader} loader refuses {stored}") for r in ranks]
             + [Outcome(t, r, "error", error) for t, error in raised for r in ranks])
 

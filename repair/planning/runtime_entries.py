@@ -13,11 +13,18 @@ from repair.targets.runtime_rules import FLAT_KEYS, flat_exclusions, quant_metho
 PATTERN_CHARS = frozenset("*?[]()+{}^$|\\")
 
 
-def coverage(targets, declaration, family, config):
+def coverage(targets, families, declaration, family, config):
     """(whether a list excludes a module for every target, for any target): each target's own rules say what a list
-    covers (several targets: an exact entry is added unless every one of them reads the list as excluding it)."""
-    matchers = [family.exclusion_matcher(t.bind(declaration, family, config)) for t in targets] or [family.exclusion_matcher(declaration)]
+    covers, on the names its release's row gives the module (`families`, one per target; `family` with no target).
+    Several targets: an exact entry is added unless every one of them reads the list as excluding it."""
+    matchers = [f.exclusion_matcher(t.bind(declaration, f, config)) for t, f in zip(targets, families)] or [family.exclusion_matcher(declaration)]
     return (lambda entries, name: all(m(entries, name) for m in matchers)), (lambda entries, name: any(m(entries, name) for m in matchers))
+
+
+def entry_names(families, made) -> list[str]:
+    """The names exclusion entries use for the modules `made` BF16: each targeted release's own (the prefix its layer
+    hands the quant config, where an entry naming the checkpoint module cannot reach it: the profile's `prefixes`)."""
+    return sorted({f.exclusion_name(n) for f in families for n in made})
 
 
 def plain_entries(config: dict | None, plain: dict[str, str]) -> dict | None:

@@ -87,7 +87,7 @@ def _settled(f: Finding, changed: set[str], recipe: Recipe, declaration: Declara
     """Whether the plan (its changed modules and config edits) takes finding `f` away."""
     if f.code == Kind.MISSING_MODULE:
         return False
-    if f.code == Kind.CONFIG_CONTRADICTION and recipe.drop_quantization:
+    if (f.code == Kind.CONFIG_CONTRADICTION or f.config_bound) and recipe.drop_quantization:
         return True  # the config's claim goes with it, and every packed module is dequantized (build._check_supported)
     if f.code in CONFIG_FINDINGS or f.code == Kind.KV_CACHE_SCALES:
         if recipe.drop_quantization or (f.code == Kind.KV_CACHE_SCALES and declaration.kv_cache is None):

@@ -27,19 +27,26 @@ pytestmark = [pytest.mark.vllm, requires_vllm]
 ARCHS = sorted(json.loads(SHIPPED.read_text())["architectures"])
 # architecture -> why no tiny export is written for it (the tool's reason must contain it); strict: fixed = failure here
 NO_EXPORT: dict[str, str] = {
-    # transformers' class builds a QSA indexer in every attention layer, from token_budget // compress_ratio, which its
-    # config class leaves None; vLLM builds one only when indexer_n_heads is set (models/qwen4_exp/amd/model.py:217),
-    # which the profile's config leaves unset: no layout both build, and no published config to take the fields from
-    "Qwen4ExpForCausalLM": "unsupported operand type",
+    # transformers' class builds a QSA indexer in every attention layer, so its checkpoints carry the indexer_* fields
+    # (tools/vllm_profile_configs.py PUBLISHED gives them); with indexer_n_heads set, vLLM 0.32 builds QSA attention
+    # (qwen4_exp/nvidia/model.py:243), whose backend refuses to exist without FlashAttention (nvidia/qsa.py:253):
+    # no Qwen4Exp a checkpoint describes is built on CPU. (The profile's row is the QSA-less build of its small config.)
+    "Qwen4ExpForCausalLM": "Qwen4Exp QSA requires FlashAttention",
 }
 # architecture -> vLLM's error on the BF16 checkpoint of the same config and names (no quantization): vLLM 0.32 loads
 # no checkpoint of it, so the quantized export has nothing to judge. Strict: the error must be this one.
 BF16_REFUSED: dict[str, str] = {
     # dbrx.py's load_weights looks up `ffn.experts.w13_weight`; its DbrxExperts is FusedMoE's `routed_experts` child,
-    # whose parameters are `ffn.experts.routed_experts.w13_weight` in 0.32: no DBRX checkpoint loads
+    # whose parameters are `ffn.experts.routed_experts.w13_weight` in 0.32. The export's names are the published
+    # layout (databricks/dbrx-*: `transformer.blocks.N.ffn.experts.mlp.{w1,v1,w2}`), and every expert name goes through
+    # that lookup: no DBRX checkpoint loads (a vLLM 0.32 bug, not the export's layout: vllm-project/vllm#49004, whose
+    # regression test feeds exactly `blocks.0.ffn.experts.mlp.w1` and expects this KeyError without the fix)
     "DbrxForCausalLM": "KeyError: 'blocks.0.ffn.experts.w13_weight'",
-    # olmo_hybrid.py's WeightsMapper tags q/k/v_conv1d with a shard id, which AutoWeightsLoader does not pass on to
-    # olmo_gdn_linear_attn.py's fused conv1d loader (`dims[loaded_shard_id]` with None): no checkpoint loads
+    # olmo_hybrid.py's WeightsMapper tags q/k/v_conv1d with a shard id (on the tensor), which olmo_gdn_linear_attn.py's
+    # fused conv1d loader never reads: its `loaded_shard_id` stays None and `dims[loaded_shard_id]` raises. Separate
+    # q/k/v_conv1d are the published layout (transformers' conversion_mapping.py concatenates them on load); a fused
+    # `conv1d.weight` would take the same loader with the same None: no checkpoint loads (a vLLM 0.32 bug:
+    # vllm-project/vllm#55858, "Fix loading allenai/Olmo-Hybrid-7B", quotes this TypeError)
     "OlmoHybridForCausalLM": "TypeError: list indices must be integers or slices, not NoneType",
 }
 # (architecture, "inspect" | "healthy" | "broken" | "fix") -> why `inspect`/`doctor` and vLLM 0.32 disagree today (strict xfail:
@@ -60,11 +67,6 @@ DISAGREE: dict[tuple[str, str], str] = {
        for c in ("healthy", "broken", "fix")},
     # the broken copy (`model.altup_projections.0` excluded but packed) loads: vLLM matches the exclusion on its prefix
     # `model.self_decoder.altup_projections.0`, which doctor now takes from the profile; the KV-shared reason stays
-    # doctor predicts the refusal (profile's nvfp4_load_refused) and fix dequantizes and excludes the adapters, but
-    # vLLM then fails the load (a bare AssertionError): the entry `...adapter_list.0.0` is not what vLLM matches (its
-    # mapper renames only the `0.weight` substring, to `A.weight`, so the layer's prefix is `...adapter_list.0.A`)
-    ("Zamba2ForCausalLM", "fix"): "fix's exclusion of the dequantized LoRA adapters names the checkpoint module, which "
-                                  "vLLM's prefix `...adapter_list.0.A` does not match: its output fails to load",
     # the export is right (transformers' own name); vLLM 0.32 is what fails: laguna.py registers the bias on the
     # FusedMoE runner (`mlp.experts.routed_experts.e_score_correction_bias`), its AutoWeightsLoader finds no parameter
     # for the checkpoint's `mlp.experts.e_score_correction_bias` and drops it silently (`_bias` is in its
