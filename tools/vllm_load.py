@@ -106,8 +106,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         enable_cpu_nvfp4()
-        if torchvision_stand_in():
-            log("shim: torchvision stand-in (none installed) for transformers' image processor imports")
+        torchvision_stand_in()
         if args.moe_emulation:
             nvfp4_moe_emulation_fallback()
         loader = Loader(args.hash, extra=quant_methods)

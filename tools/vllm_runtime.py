@@ -74,6 +74,8 @@ def torchvision_stand_in() -> bool:
     if is_torchvision_available():
         return False
     install_stand_ins(("torchvision",))
+    print("[vllm_runtime] shim: torchvision stand-in (none installed) for transformers' image processor imports",
+          file=sys.stderr, flush=True)
     if is_torchvision_available():  # not cached after all: transformers would now take the stand-in for the real one
         raise RuntimeError("transformers sees the torchvision stand-in as installed")
     return True
@@ -84,13 +86,18 @@ def inspect_in_process(architectures) -> None:
 
     vLLM inspects a lazily registered class in a subprocess (registry.py _LazyRegisteredModel.inspect_model_cls), which
     sees none of the shims; registered as a class, the same ``_ModelInfo.from_model_cls`` runs on the same class in
-    this process. A name the registry lacks, or a class that fails to import, is left to vLLM's own error."""
+    this process. A name the registry lacks, or a class that fails to import (a GPU-only import, a platform that
+    refuses it), is left as it was: vLLM's own build then fails with the reason."""
+    import torch
     from vllm import ModelRegistry
 
     for arch in architectures if isinstance(architectures, list) else []:
         if isinstance(arch, str) and arch in ModelRegistry.get_supported_archs():
-            model_cls = ModelRegistry._try_load_model_cls(arch)
-            if model_cls is not None:
+            try:
+                model_cls = ModelRegistry._try_load_model_cls(arch)
+            except ValueError:  # current_platform.verify_model_arch
+                continue
+            if isinstance(model_cls, type) and issubclass(model_cls, torch.nn.Module):  # else register_model refuses
                 ModelRegistry.register_model(arch, model_cls)
 
 
