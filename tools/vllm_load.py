@@ -71,7 +71,7 @@ def load(folder: str, loader: Loader) -> dict:
     args = dict(skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128, enforce_eager=True)
     config = json.loads(open(os.path.join(folder, "config.json")).read())
     inspect_in_process(config.get("architectures"))
-    if not any("Eagle3" in a for a in config.get("architectures") or []):
+    if not any(isinstance(a, str) and "Eagle3" in a for a in config.get("architectures") or []):
         vc = EngineArgs(model=os.path.abspath(folder), **args).create_engine_config()
         mc = vc.model_config
     else:  # vLLM builds an EAGLE-3 draft only inside a speculative config (llama_eagle3.py asserts one)

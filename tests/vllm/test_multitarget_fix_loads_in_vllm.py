@@ -24,6 +24,7 @@ on the output alike.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -132,7 +133,13 @@ def test_gemma4_multimodal_builds_and_loads_with_torchvision_never_called(tmp_pa
     folder = gemma4_vision_linear(tmp_path / "in")
     proc = ckpt_repair("fix", folder, "-o", tmp_path / "fixed", "--target", TARGETS, "--quiet")
     assert proc.returncode == 0, proc.stderr
-    results = dict(zip(("input", "fixed"), vllm_load([folder, tmp_path / "fixed"])))
+    hostile = tmp_path / "hostile"  # config.json's architectures are the checkpoint's: vLLM's own error, not ours
+    shutil.copytree(folder, hostile)
+    config = json.loads((hostile / "config.json").read_text())
+    (hostile / "config.json").write_text(json.dumps(dict(config, architectures=[{"x": 1}, 5, "../Gemma4"])))
+    *results, refused = vllm_load([folder, tmp_path / "fixed", hostile])
+    assert not refused["ok"] and refused["error_type"] == "ValidationError", refused
+    results = dict(zip(("input", "fixed"), results))
     for which, result in results.items():
         assert result["ok"], (which, result.get("error"))
         assert result["architecture"] == "Gemma4ForConditionalGeneration" and result["stand_in_calls"] == []
