@@ -6,8 +6,9 @@ linear.py pull them in through configs and utils). None of their functions run o
 exercises: config parsing, exclusion matching, layer construction and weight loaders. `install()` appends a
 meta-path finder that answers only for those top-level names (and their submodules) and only when nothing
 earlier on `sys.meta_path` found a real module; every attribute of a stand-in is an inert placeholder class
-that fails loudly if it is ever called for a result (see `_Placeholder`). Nothing in site-packages is edited.
-(runtimes_beyond_vllm.md §4.)
+that fails loudly if it is ever called for a result (see `_Placeholder`), and every call is recorded in `CALLED`
+(so a caller that catches the error cannot hide that a stand-in was reached). Nothing in site-packages is edited.
+(runtimes_beyond_vllm.md §4.) The vLLM tools use the same stand-in for `torchvision` alone (tools/vllm_runtime.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import types
 
 STUBBED = ("torchvision", "sgl_kernel", "flashinfer", "vllm")
+CALLED: list[str] = []  # qualified names of the placeholders called, in order (a decorator use included)
 
 
 class StubCalled(RuntimeError):
@@ -33,21 +35,20 @@ class _PlaceholderMeta(type):
         return _placeholder(f"{cls.__qualname__}.{name}")
 
     def __call__(cls, *args, **kwargs):
-        if cls.__dict__.get("_subclassed"):
+        if not cls.__dict__.get("_stand_in"):
             return super().__call__(*args, **kwargs)  # a class SGLang derived from a placeholder
+        CALLED.append(cls.__qualname__)
         if len(args) == 1 and callable(args[0]) and not kwargs:
             return args[0]  # used as a decorator (e.g. a torch custom-op registration): leave the function as is
         raise StubCalled(f"{cls.__qualname__} is a stand-in for a GPU-only module (tools/sglang_stubs.py)")
 
 
 class _Placeholder(metaclass=_PlaceholderMeta):
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        cls._subclassed = True
+    """Base of the placeholders, which carry `_stand_in` in their own namespace; a class derived from one does not."""
 
 
 def _placeholder(qualname: str) -> type:
-    return _PlaceholderMeta(qualname.rpartition(".")[2], (_Placeholder,), {"__qualname__": qualname})
+    return _PlaceholderMeta(qualname.rpartition(".")[2], (_Placeholder,), {"__qualname__": qualname, "_stand_in": True})
 
 
 class _StubModule(types.ModuleType):
@@ -73,13 +74,16 @@ class _StubLoader(importlib.abc.Loader):
 
 
 class GpuOnlyStubFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, names: tuple[str, ...] = STUBBED):
+        self.names = names
+
     def find_spec(self, fullname, path=None, target=None):
-        if fullname.partition(".")[0] not in STUBBED:
+        if fullname.partition(".")[0] not in self.names:
             return None
         return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)
 
 
-def install() -> None:
-    """Append the finder once; real installed modules of these names (found earlier) still win."""
-    if not any(isinstance(f, GpuOnlyStubFinder) for f in sys.meta_path):
-        sys.meta_path.append(GpuOnlyStubFinder())
+def install(names: tuple[str, ...] = STUBBED) -> None:
+    """Append the finder for `names` once; real installed modules of these names (found earlier) still win."""
+    if not any(isinstance(f, GpuOnlyStubFinder) and f.names == names for f in sys.meta_path):
+        sys.meta_path.append(GpuOnlyStubFinder(names))

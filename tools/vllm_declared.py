@@ -34,8 +34,9 @@ How (everything is vLLM 0.32's own code; the shims are listed below):
 Shims (no decision logic): ``register_linear_kernel(EmulationNvFp4LinearKernel, CPU, "nvfp4")`` so NVFP4 linears
 can be constructed on CPU (stock 0.32 has CUDA/ROCm kernels only; as tools/vllm_probe.py), NVFP4 MoE methods
 falling back to vLLM's EMULATION kernel backend when its backend selection finds none for CPU, the CPU runner's
-``_set_torch_accelerator_to_noop()``, an empty ``torchvision`` for importing gemma4_mm.py (see
-``_register_gemma4_multimodal``), a world-size-1 gloo process group, and the recording weight loaders.
+``_set_torch_accelerator_to_noop()``, a ``torchvision`` stand-in for importing gemma4_mm.py and the folder's
+architectures inspected in this process (tools/vllm_runtime.py ``torchvision_stand_in``, ``inspect_in_process``), a
+world-size-1 gloo process group, and the recording weight loaders.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ import struct
 import sys
 import traceback
 
-from vllm_runtime import emit, enable_cpu_nvfp4, nvfp4_moe_emulation_fallback, world_of_one
+from vllm_runtime import (emit, enable_cpu_nvfp4, inspect_in_process, nvfp4_moe_emulation_fallback,
+                          torchvision_stand_in, world_of_one)
 
 # the tensor that names a module's stored weight, in each format
 WEIGHT_LEAVES = ("weight", "weight_packed")
@@ -76,66 +78,7 @@ def header_weights(folder: str) -> dict[str, tuple[str, list[int]]]:
 def setup() -> None:
     enable_cpu_nvfp4()
     nvfp4_moe_emulation_fallback()
-    _register_gemma4_multimodal()
-
-
-class _Anything:
-    """Stands for any torchvision attribute the image processor names at import time (never called)."""
-
-    def __getattr__(self, name):
-        return self
-
-    def __call__(self, *args, **kwargs):
-        return self
-
-
-def _empty_module_type():
-    import types
-
-    class EmptyModule(types.ModuleType):
-        def __getattr__(self, name):
-            if name.startswith("__"):
-                raise AttributeError(name)
-            return _Anything()
-
-    return EmptyModule
-
-
-def _EmptyModule(name):
-    return _empty_module_type()(name)
-
-
-def _register_gemma4_multimodal() -> None:
-    """vllm/model_executor/models/gemma4_mm.py imports transformers' Gemma4Processor, whose image processor
-    imports torchvision at module level; the vLLM venv has no torchvision. Without it vLLM cannot even import
-    the model class (the processor is not used to build the model). Shim: an empty `torchvision` package for
-    that import only, and the class registered in-process (vLLM inspects architectures in a subprocess, which
-    would not see the shim)."""
-    empty_torchvision()
-    from vllm import ModelRegistry
-    from vllm.model_executor.models import gemma4_mm
-
-    ModelRegistry.register_model("Gemma4ForConditionalGeneration", gemma4_mm.Gemma4ForConditionalGeneration)
-
-
-def empty_torchvision() -> None:
-    """An empty `torchvision` package when none is installed: transformers' image processors import it at module
-    level, which stops vLLM importing model files whose text model never uses it (gemma4_mm.py, qwen3_5.py)."""
-    import importlib.machinery
-
-    try:
-        import torchvision  # noqa: F401
-    except ImportError:
-        for name in ("torchvision", "torchvision.transforms", "torchvision.transforms.v2",
-                     "torchvision.transforms.v2.functional", "torchvision.transforms.functional"):
-            module = _EmptyModule(name)
-            module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
-            module.__path__ = []
-            sys.modules[name] = module
-            parent, _, child = name.rpartition(".")
-            if parent:
-                setattr(sys.modules[parent], child, module)
-        log("shim: empty torchvision package (not installed in this venv) for transformers' image processor imports")
+    torchvision_stand_in()
 
 
 def placements(model, weights: dict) -> dict[str, dict]:
@@ -195,7 +138,9 @@ def decide(folder: str) -> dict:
     from vllm.engine.arg_utils import EngineArgs
 
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
-        mtp = bool(json.load(f).get("num_nextn_predict_layers"))
+        config = json.load(f)
+    mtp = bool(config.get("num_nextn_predict_layers"))
+    inspect_in_process(config.get("architectures"))
     args = dict(model=os.path.abspath(folder), skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128,
                 enforce_eager=True, load_format="dummy")
     if mtp:

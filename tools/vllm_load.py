@@ -13,8 +13,9 @@ For each DIR, one JSON line on stdout, in the order given:
      "params": {vLLM name: {"dtype": "uint8", "shape": [..], "sha256": ".."}}, "buffers": {...},
      "methods": {vLLM module: {"method": "ModelOptLinearMethod" | "UnquantizedLinearMethod" | ...,
                                "scheme": "KNvfp4Static" | null, "kernel": "EmulationNvFp4LinearKernel" | null}},
+     "stand_in_calls": [], "load_s": seconds}
+    {"dir": DIR, "ok": false, "error_type": "...", "error": "<str(exception), verbatim>", "stand_in_calls": [..],
      "load_s": seconds}
-    {"dir": DIR, "ok": false, "error_type": "...", "error": "<str(exception), verbatim>", "load_s": seconds}
 
 "params"/"buffers" are taken right before ``process_weights_after_loading`` (the tensors exactly as vLLM's weight
 loaders wrote them; see tools/vllm_runtime.py), so "sha256" (with --hash) equals the sha256 of the checkpoint tensor
@@ -27,6 +28,10 @@ skip_tokenizer_init=True).create_engine_config()`` (reads hf_quant_config.json /
 ``DefaultModelLoader``, process them) with ``enable_weights_track=True`` so a parameter the checkpoint never filled is
 an error, in a gloo world of one. The CPU shims are tools/vllm_runtime.py's; ``--moe-emulation`` adds its NVFP4 MoE
 fallback to vLLM's EMULATION backend (without it, vLLM 0.32's NVFP4 MoE backend selection has nothing for CPU).
+Without torchvision in the venv, a stand-in (tools/vllm_runtime.py torchvision_stand_in) lets model files import that
+reach it only through transformers' image processors (Gemma4ForConditionalGeneration), and the folder's architectures
+are inspected in this process, where the stand-in is (``inspect_in_process``); "stand_in_calls" lists every call into
+the stand-in during that folder's load (none: vLLM's own decisions).
 Exit 0 whenever every DIR produced a line; 3 when vLLM setup fails; 2 for bad arguments.
 """
 
@@ -37,7 +42,8 @@ import json
 import sys
 import time
 
-from vllm_runtime import Loader, emit, enable_cpu_nvfp4, nvfp4_moe_emulation_fallback, reported, tracked
+from vllm_runtime import (STAND_IN_CALLS, Loader, emit, enable_cpu_nvfp4, inspect_in_process,
+                          nvfp4_moe_emulation_fallback, reported, torchvision_stand_in, tracked)
 
 
 def log(msg: str) -> None:
@@ -64,7 +70,8 @@ def load(folder: str, loader: Loader) -> dict:
 
     args = dict(skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128, enforce_eager=True)
     config = json.loads(open(os.path.join(folder, "config.json")).read())
-    if not any("Eagle3" in a for a in config.get("architectures") or []):
+    inspect_in_process(config.get("architectures"))
+    if not any(isinstance(a, str) and "Eagle3" in a for a in config.get("architectures") or []):
         vc = EngineArgs(model=os.path.abspath(folder), **args).create_engine_config()
         mc = vc.model_config
     else:  # vLLM builds an EAGLE-3 draft only inside a speculative config (llama_eagle3.py asserts one)
@@ -99,6 +106,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         enable_cpu_nvfp4()
+        torchvision_stand_in()
         if args.moe_emulation:
             nvfp4_moe_emulation_fallback()
         loader = Loader(args.hash, extra=quant_methods)
@@ -108,9 +116,10 @@ def main(argv=None) -> int:
         traceback.print_exc(file=sys.stderr)
         return 3
     for folder in args.dirs:
-        t0 = time.perf_counter()
+        t0, calls = time.perf_counter(), len(STAND_IN_CALLS)
         result = reported(folder, lambda: load(folder, loader), args.traceback, log)
-        emit(dict({"dir": folder}, **result, load_s=round(time.perf_counter() - t0, 2)))
+        emit(dict({"dir": folder}, **result, stand_in_calls=STAND_IN_CALLS[calls:],
+                  load_s=round(time.perf_counter() - t0, 2)))
     return 0
 
 

@@ -25,8 +25,8 @@ import tempfile
 import time
 import traceback
 
-from vllm_declared import empty_torchvision
-from vllm_runtime import enable_cpu_nvfp4, nvfp4_moe_emulation_fallback, world_of_one
+from vllm_runtime import (enable_cpu_nvfp4, inspect_in_process, nvfp4_moe_emulation_fallback, torchvision_stand_in,
+                          world_of_one)
 from vllm_profile_configs import PUBLISHED, NoConfig, model_types, small_config
 from vllm_load_facts import (log, load_renames, nvfp4_refusals, pattern, placed_weights, quant_prefixes,
                              record_asked_prefixes, renames)
@@ -230,16 +230,11 @@ def refused_layer(error: ValueError) -> str | None:
 
 
 def register_drafters() -> None:
-    """Every MTP drafter class vLLM registers, registered in-process: vLLM would inspect each in a subprocess, where
-    the torchvision shim is absent (Qwen3_5MTP's module imports the image processor) and which costs ~20 s each."""
+    """Every MTP drafter class vLLM registers, inspected in-process: vLLM would inspect each in a subprocess, where
+    the torchvision stand-in is absent (Qwen3_5MTP's module imports the image processor) and which costs ~20 s each."""
     from vllm import ModelRegistry
 
-    for arch in ModelRegistry.get_supported_archs():
-        if "MTP" in arch or "NextN" in arch:
-            try:  # a drafter whose module needs a GPU-only import stays unregistered (its build fails with the reason)
-                ModelRegistry.register_model(arch, ModelRegistry._try_load_model_cls(arch))
-            except (TypeError, ValueError):
-                pass
+    inspect_in_process([arch for arch in ModelRegistry.get_supported_archs() if "MTP" in arch or "NextN" in arch])
 
 
 def no_triton_allocator() -> None:
@@ -258,7 +253,7 @@ def main(argv: list[str]) -> int:
 
     enable_cpu_nvfp4()
     nvfp4_moe_emulation_fallback()
-    empty_torchvision()
+    torchvision_stand_in()
     no_triton_allocator()
     record_asked_prefixes()
     register_drafters()

@@ -10,7 +10,10 @@ Shims, each only letting vLLM 0.32's own code run on a CPU host:
     linear kernels only, so without it an NVFP4 linear cannot even be constructed on CPU;
   * ``vllm.v1.worker.cpu_model_runner._set_torch_accelerator_to_noop()``: what vLLM's CPU runner itself does;
   * ``world_of_one``: gloo ``init_distributed_environment`` (world 1) + ``initialize_model_parallel(1, 1)``, with the
-    TP group's size/rank optionally overridden so the layers allocate (and the weight loaders narrow to) rank R of N.
+    TP group's size/rank optionally overridden so the layers allocate (and the weight loaders narrow to) rank R of N;
+  * ``torchvision_stand_in`` + ``inspect_in_process``: model files whose text or vision towers never use torchvision
+    import it through transformers' image processors (gemma4_mm.py, qwen3_5.py); see their docstrings for why the
+    stand-in decides nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ import json
 import os
 import socket
 import sys
+
+from sglang_stubs import CALLED as STAND_IN_CALLS  # noqa: F401  (re-exported: every call into a stand-in)
+from sglang_stubs import install as install_stand_ins
 
 JSON_OUT = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
 sys.stdout.flush()
@@ -52,6 +58,47 @@ def enable_cpu_nvfp4() -> None:
 
     register_linear_kernel(EmulationNvFp4LinearKernel, PlatformEnum.CPU, "nvfp4")
     _set_torch_accelerator_to_noop()
+
+
+def torchvision_stand_in() -> bool:
+    """A `torchvision` stand-in (tools/sglang_stubs.py: every attribute an inert placeholder that raises and is recorded
+    in STAND_IN_CALLS when called) when transformers finds none installed; True if installed.
+
+    Why it decides nothing: transformers' answer to "is torchvision available" is asked (and cached) before the stand-in
+    exists, so it stays False and transformers keeps its torchvision-free code paths; the stand-in only satisfies the
+    module-level ``from torchvision... import`` of image processors (transformers' gemma4/image_processing_gemma4.py),
+    which nothing calls while a model is built and loaded; vLLM's model code itself imports no torchvision. A call into
+    it fails the load and is listed (vllm_load.py reports them per folder)."""
+    from transformers.utils.import_utils import is_torchvision_available
+
+    if is_torchvision_available():
+        return False
+    install_stand_ins(("torchvision",))
+    print("[vllm_runtime] shim: torchvision stand-in (none installed) for transformers' image processor imports",
+          file=sys.stderr, flush=True)
+    if is_torchvision_available():  # not cached after all: transformers would now take the stand-in for the real one
+        raise RuntimeError("transformers sees the torchvision stand-in as installed")
+    return True
+
+
+def inspect_in_process(architectures) -> None:
+    """Register each named architecture's class, imported here, in vLLM's registry.
+
+    vLLM inspects a lazily registered class in a subprocess (registry.py _LazyRegisteredModel.inspect_model_cls), which
+    sees none of the shims; registered as a class, the same ``_ModelInfo.from_model_cls`` runs on the same class in
+    this process. A name the registry lacks, or a class that fails to import (a GPU-only import, a platform that
+    refuses it), is left as it was: vLLM's own build then fails with the reason."""
+    import torch
+    from vllm import ModelRegistry
+
+    for arch in architectures if isinstance(architectures, list) else []:
+        if isinstance(arch, str) and arch in ModelRegistry.get_supported_archs():
+            try:
+                model_cls = ModelRegistry._try_load_model_cls(arch)
+            except ValueError:  # current_platform.verify_model_arch
+                continue
+            if isinstance(model_cls, type) and issubclass(model_cls, torch.nn.Module):  # else register_model refuses
+                ModelRegistry.register_model(arch, model_cls)
 
 
 @contextlib.contextmanager

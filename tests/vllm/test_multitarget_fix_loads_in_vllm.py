@@ -14,13 +14,17 @@ Layouts, built as the SGLang tier builds them:
 Each must be repaired (an output written, clean for both targets under doctor --strict) and load in vLLM with no
 error, no parameter left unfilled, and every weight stored BF16 that vLLM holds as BF16 under the stored name
 (routers it casts to float32 aside) equal to the stored tensor.
-The EAGLE-3 draft loads as `vllm serve --speculative-config` loads it (tools/vllm_load.py). Where vLLM cannot build
-the architecture here at all (CANNOT_BUILD_HERE), its own error is asserted on the input and on the output alike.
+The EAGLE-3 draft loads as `vllm serve --speculative-config` loads it (tools/vllm_load.py). Gemma-4's multimodal class
+builds here only beside a torchvision stand-in (the venv has none; transformers' Gemma-4 image processor imports it at
+module level): the loader reports every call into the stand-in, and a load that called one is not vLLM's own result.
+Where vLLM cannot build the architecture here at all (CANNOT_BUILD_HERE), its own error is asserted on the input and
+on the output alike.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -29,7 +33,7 @@ from safetensors.torch import load_file
 
 from tests.sglang.defects import build_defects
 from tests.sglang.fixtures import FIXTURES, NOT_BUILT
-from tests.sglang.reports import REPORTS
+from tests.sglang.reports import REPORTS, gemma4_vision_linear
 
 from .probe import requires_vllm, sha
 from .test_llama_vs_vllm import ckpt_repair, vllm_load
@@ -41,9 +45,7 @@ SGLANG = "sglang==0.5.23"
 
 # layouts vLLM 0.32 cannot build in this venv at all, the input as much as the output, and the error that says why
 # (asserted for both: once vLLM builds one, the entry must go and its output is judged like the others)
-CANNOT_BUILD_HERE = {  # transformers' Gemma4Processor does not import in the vLLM venv, so vLLM's registry cannot
-    "gemma4-vision-linear": "Model architectures ['Gemma4ForConditionalGeneration'] failed to be inspected",  # inspect the class
-}
+CANNOT_BUILD_HERE: dict[str, str] = {}
 MISLOADS = ("silent-garbage", "ignored-tensors")  # loaded wrong, or tensors skipped, without SGLang stopping
 
 
@@ -111,6 +113,9 @@ def test_the_fix_for_both_loads_in_vllm(fixed, loaded):
         if not result["ok"]:
             failures[name] = f"{result.get('error_type')}: {result.get('error', '')[:300]}"
             continue
+        if result["stand_in_calls"]:
+            failures[name] = f"the load called the torchvision stand-in: {result['stand_in_calls'][:3]}"
+            continue
         stored = load_file(fixed[name][1] / "model.safetensors") if (fixed[name][1] / "model.safetensors").exists() else {}
         bf16 = {k: t for k, t in stored.items() if t.dtype == torch.bfloat16 and result["params"].get(k, {}).get("dtype") == "bfloat16"}
         wrong = [k for k, t in bf16.items() if result["params"][k]["sha256"] != sha(t)]
@@ -118,3 +123,31 @@ def test_the_fix_for_both_loads_in_vllm(fixed, loaded):
             failures[name] = f"vLLM holds other values than stored for {wrong[:3]}"
     assert not failures, failures
     assert set(fixed) <= set(loaded)
+
+
+def test_gemma4_multimodal_builds_and_loads_with_torchvision_never_called(tmp_path):
+    """vLLM 0.32 builds Gemma4ForConditionalGeneration here, input and fix output alike (sglang#24927's layout), with
+    every vision and text parameter filled, while transformers still sees torchvision as not installed (the stand-in
+    only satisfies its image processor's module-level import) and nothing in the stand-in is called: the methods vLLM
+    chose per layer are its own. The vision tower the exclusion names is held BF16 and equals what fix stored."""
+    folder = gemma4_vision_linear(tmp_path / "in")
+    proc = ckpt_repair("fix", folder, "-o", tmp_path / "fixed", "--target", TARGETS, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    hostile = tmp_path / "hostile"  # config.json's architectures are the checkpoint's: vLLM's own error, not ours
+    shutil.copytree(folder, hostile)
+    config = json.loads((hostile / "config.json").read_text())
+    (hostile / "config.json").write_text(json.dumps(dict(config, architectures=[{"x": 1}, 5, "../Gemma4"])))
+    *results, refused = vllm_load([folder, tmp_path / "fixed", hostile])
+    assert not refused["ok"] and refused["error_type"] == "ValidationError", refused
+    results = dict(zip(("input", "fixed"), results))
+    for which, result in results.items():
+        assert result["ok"], (which, result.get("error"))
+        assert result["architecture"] == "Gemma4ForConditionalGeneration" and result["stand_in_calls"] == []
+        vision = {n: m["method"] for n, m in result["methods"].items() if "vision_tower" in n}
+        assert vision and set(vision.values()) == {"UnquantizedLinearMethod"}, (which, vision)
+        assert any(m["method"].startswith("ModelOpt") for n, m in result["methods"].items() if "language_model" in n)
+    stored = load_file(tmp_path / "fixed" / "model.safetensors")
+    params = results["fixed"]["params"]
+    held = {k.removeprefix("model."): t for k, t in stored.items() if k.startswith("model.vision_tower.")}
+    assert held and set(held) <= set(params), sorted(set(held) - set(params))
+    assert [k for k, t in held.items() if params[k]["sha256"] != sha(t)] == []
