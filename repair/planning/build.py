@@ -23,7 +23,7 @@ from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Reci
 from repair.planning.target_check import refuse_empty_plan, refuse_unrepairable, unused_exclusions
 from repair.planning.whole_layers import Layers, refuse_split_layers
 from repair.targets.profiles import resolve_many
-from repair.planning.runtime_entries import (coverage, flat_read, plain_entries, read_where_targets_read, refuse_pattern_names,
+from repair.planning.runtime_entries import (coverage, exclusion_names, flat_read, plain_entries, read_where_targets_read, refuse_pattern_names,
                                              runtime_names, unread_fused, whole_layer_names)
 
 __all__ = ["assign_actions", "kv_scale_drops", "make_plan", "select"]
@@ -167,7 +167,7 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     made = [n for n, a in actions.items() if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)]
     # a fused layer's BF16 shards are declared together: exact entries for only some of them make the runtime raise
     made += [s for n in made for s in fused_group(n, modules) if s in modules and not modules[s].is_quantized]
-    bf16 = runtime_names(targets, family, sorted({family.exclusion_name(n) for n in made}))
+    bf16 = runtime_names(targets, family, exclusion_names(targets, family, ckpt.config, made))
     bf16 = whole_layer_names(targets, ckpt.config, modules, set(made), bf16, covers)
     packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]

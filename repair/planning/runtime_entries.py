@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from repair.errors import BadInput
 from repair.formats.base import routed_layer
+from repair.targets.layer_names import target_family
 from repair.targets.runtime_rules import FLAT_KEYS, flat_exclusions, quant_method
 
 # characters some runtime reads as pattern syntax in a plain exclusion entry: SGLang's is_layer_excluded escapes only
@@ -16,8 +17,17 @@ PATTERN_CHARS = frozenset("*?[]()+{}^$|\\")
 def coverage(targets, declaration, family, config):
     """(whether a list excludes a module for every target, for any target): each target's own rules say what a list
     covers (several targets: an exact entry is added unless every one of them reads the list as excluding it)."""
-    matchers = [family.exclusion_matcher(t.bind(declaration, family, config)) for t in targets] or [family.exclusion_matcher(declaration)]
+    matchers = ([target_family(t, config, family).exclusion_matcher(t.bind(declaration, family, config)) for t in targets]
+                or [family.exclusion_matcher(declaration)])
     return (lambda entries, name: all(m(entries, name) for m in matchers)), (lambda entries, name: any(m(entries, name) for m in matchers))
+
+
+def exclusion_names(targets, family, config: dict | None, made) -> list[str]:
+    """The names exclusion entries for the modules `made` BF16 use: the layer rows' (the checkpoint's, or vLLM's
+    prefix), and each target's own where its model code asks about the layer under another name (SGLang's Gemma 4
+    vision shards), so that every target's rule reaches the layer."""
+    families = {id(f): f for f in [family, *(target_family(t, config, family) for t in targets)]}.values()
+    return sorted({f.exclusion_name(n) for f in families for n in made})
 
 
 def plain_entries(config: dict | None, plain: dict[str, str]) -> dict | None:

@@ -1,0 +1,47 @@
+"""The architecture row as a target names its layers: where a runtime release's own model code asks its exclusion rules
+about a layer under another name than the checkpoint module loaded into it (the release data's `layer_names`, generated
+from its load: tools/sglang_layer_names.py), that name is the module's runtime name and the one an exclusion entry uses.
+
+SGLang 0.5.23 fuses Gemma 4's vision `self_attn.q_proj.linear` (with k, v) into a QKVParallelLinear it asks about as
+`...self_attn.qkv_proj`, whose shard is `...self_attn.q_proj` (sglang#24927): an entry naming the `.linear` module never
+reaches it. Other modules keep the names the layer rows give them (vLLM's profile `prefixes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from repair import arch
+from repair.arch.base import Architecture
+from repair.arch.profiled import AskedPrefixes
+
+
+@dataclass(frozen=True)
+class RenamedFirst:
+    """The release's own name for a module where its data has one, else the layer rows' name."""
+
+    renamed: AskedPrefixes
+    rows: Callable[[str], str]
+
+    def __call__(self, module: str) -> str:
+        found = self.renamed(module)
+        return found if found != module else self.rows(module)
+
+
+def architecture_name(config: dict | None) -> str | None:
+    listed = (config or {}).get("architectures")
+    return listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else None
+
+
+def target_family(target, config: dict | None, family: Architecture | None = None) -> Architecture:
+    """`family` (default: `arch.architecture(config, target.release)`), with the target release's own layer names where
+    its data has them."""
+    family = family or arch.architecture(config, target.release)
+    rules = target.profile.rules
+    names = rules.layer_names.get(architecture_name(config) or "") if rules is not None else None
+    if not names:
+        return family
+    pairs = tuple(sorted(names.items()))
+    return replace(family, runtime_name=RenamedFirst(AskedPrefixes(pairs), family.runtime_name),
+                   exclusion_name=RenamedFirst(AskedPrefixes(pairs, writable=True), family.exclusion_name))
