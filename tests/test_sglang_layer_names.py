@@ -53,6 +53,9 @@ def test_fix_for_vllm_and_sglang_writes_the_names_sglang_asks(tmp_path, capsys):
     assert code == 0, err
     listed = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
     assert set(FUSED_SHARDS) <= set(listed), listed
+    before = json.loads((src / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    added = json.loads((out / "repair_report.json").read_text())["exclusions_added"]
+    assert sorted(added) == sorted(set(listed) - set(before))  # the report says what the output gained, no more
     for target in (VLLM, SGLANG):
         code, text, err = run_captured(capsys, "doctor", str(out), "--target", target, "--strict")
         assert code == 0, (target, text, err)
@@ -64,3 +67,18 @@ def test_fix_for_vllm_alone_writes_no_sglang_names(tmp_path, capsys):
     assert code == 0, err
     listed = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
     assert not set(FUSED_SHARDS) & set(listed)
+
+
+def test_fix_for_three_targets_keeps_the_names_each_one_reads(tmp_path, capsys):
+    """TensorRT-LLM fnmatches entries against the checkpoint's `.linear` names and SGLang asks the shards' names: the
+    output names both (the stored-name entries are not 'unused' for SGLang, whose doctor would otherwise have fix take
+    them out and leave TensorRT-LLM building the vision layers NVFP4)."""
+    targets = f"{VLLM},{SGLANG},trtllm==1.2.0"
+    src, out = gemma4_vision_linear(tmp_path / "in"), tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", str(src), "-o", str(out), "--target", targets)
+    assert code == 0, err
+    listed = set(json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"])
+    assert set(FUSED_SHARDS) | {s + ".linear" for s in FUSED_SHARDS} <= listed
+    for target in targets.split(","):
+        code, text, err = run_captured(capsys, "doctor", str(out), "--target", target, "--strict")
+        assert code == 0, (target, text, err)

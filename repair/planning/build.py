@@ -182,7 +182,8 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
         if not extra:
             break
         bf16 = sorted(set(bf16) | set(extra))
-    added = tuple(fmt.exclusion_entry(n) for n in bf16 if not all(covers(x, n) for x in lists))
+    entries = {n: fmt.exclusion_entry(n) for n in bf16}  # an entry already listed is not added (it covers for some target)
+    added = tuple(e for n, e in entries.items() if not all(covers(x, n) or e in x for x in lists))
     if any(t.profile.rules and t.profile.rules.matchers.get("entries") == "plain" for t in targets):
         plain = {fmt.exclusion_entry(n): n for n in bf16}  # a release whose matcher has no `re:` (TensorRT-LLM < 1.3)
         config, added = plain_entries(config, plain), tuple(plain.get(a, a) for a in added)

@@ -15,6 +15,7 @@ from typing import Callable
 from repair import arch
 from repair.arch.base import Architecture
 from repair.arch.profiled import AskedPrefixes
+from repair.targets.profiles import DATA_PROFILES
 
 
 @dataclass(frozen=True)
@@ -45,3 +46,16 @@ def target_family(target, config: dict | None, family: Architecture | None = Non
     pairs = tuple(sorted(names.items()))
     return replace(family, runtime_name=RenamedFirst(AskedPrefixes(pairs), family.runtime_name),
                    exclusion_name=RenamedFirst(AskedPrefixes(pairs, writable=True), family.exclusion_name))
+
+
+def named_elsewhere(config: dict | None, modules) -> set[str]:
+    """For the stored modules some shipped release asks about under another name: the checkpoint's name and that
+    release's. fix --target a,b writes both (each runtime reads one), so an entry naming either names a module of this
+    model, whichever target doctor checks."""
+    out: set[str] = set()
+    for profile in DATA_PROFILES:
+        names = profile.rules.layer_names.get(architecture_name(config) or "") if profile.rules is not None else None
+        if names:
+            renamed = AskedPrefixes(tuple(sorted(names.items())))
+            out |= {n for m in modules if (r := renamed(m)) != m for n in (m, r)}
+    return out
