@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from tests.conftest import run_captured
-from tests.sglang.reports import edit_json, gemma4_vision_linear
+from tests.sglang.reports import edit_json, gemma4_vision_k_v_packed, gemma4_vision_linear
 
 SGLANG, VLLM = "sglang==0.5.23", "vllm==0.32.0"
 VISION = "model.vision_tower.encoder.layers.0."
@@ -80,5 +80,16 @@ def test_fix_for_three_targets_keeps_the_names_each_one_reads(tmp_path, capsys):
     listed = set(json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"])
     assert set(FUSED_SHARDS) | {s + ".linear" for s in FUSED_SHARDS} <= listed
     for target in targets.split(","):
+        code, text, err = run_captured(capsys, "doctor", str(out), "--target", target, "--strict")
+        assert code == 0, (target, text, err)
+
+
+def test_fix_dequantizes_the_whole_fused_layer_sglang_builds(tmp_path, capsys):
+    src, out = gemma4_vision_k_v_packed(tmp_path / "in"), tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", str(src), "-o", str(out), "--target", f"{VLLM},{SGLANG}")
+    assert code == 0, err
+    changed = {c["module"]: c["action"] for c in json.loads((out / "repair_report.json").read_text())["changes"]}
+    assert {VISION + "self_attn.k_proj.linear", VISION + "self_attn.v_proj.linear"} <= set(changed), changed
+    for target in (VLLM, SGLANG):
         code, text, err = run_captured(capsys, "doctor", str(out), "--target", target, "--strict")
         assert code == 0, (target, text, err)

@@ -35,15 +35,26 @@ def architecture_name(config: dict | None) -> str | None:
     return listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else None
 
 
+def _pairs(rules, config: dict | None) -> tuple[tuple[str, str], ...]:
+    names = rules.layer_names.get(architecture_name(config) or "") if rules is not None else None
+    return tuple(sorted(names.items())) if names else ()
+
+
+def release_names(target, config: dict | None) -> Callable[[str], str] | None:
+    """Checkpoint module -> the name the target release's own rules ask for it (its data's `layer_names`), else the
+    module's own (None: every module's): how it groups stored modules into its fused layers (Gemma 4's vision
+    `q_proj.linear` is a shard)."""
+    pairs = _pairs(target.profile.rules, config)
+    return AskedPrefixes(pairs) if pairs else None
+
+
 def target_family(target, config: dict | None, family: Architecture | None = None) -> Architecture:
     """`family` (default: `arch.architecture(config, target.release)`), with the target release's own layer names where
     its data has them."""
     family = family or arch.architecture(config, target.release)
-    rules = target.profile.rules
-    names = rules.layer_names.get(architecture_name(config) or "") if rules is not None else None
-    if not names:
+    pairs = _pairs(target.profile.rules, config)
+    if not pairs:
         return family
-    pairs = tuple(sorted(names.items()))
     return replace(family, runtime_name=RenamedFirst(AskedPrefixes(pairs), family.runtime_name),
                    exclusion_name=RenamedFirst(AskedPrefixes(pairs, writable=True), family.exclusion_name))
 
@@ -54,8 +65,7 @@ def named_elsewhere(config: dict | None, modules) -> set[str]:
     model, whichever target doctor checks."""
     out: set[str] = set()
     for profile in DATA_PROFILES:
-        names = profile.rules.layer_names.get(architecture_name(config) or "") if profile.rules is not None else None
-        if names:
-            renamed = AskedPrefixes(tuple(sorted(names.items())))
+        if pairs := _pairs(profile.rules, config):
+            renamed = AskedPrefixes(pairs)
             out |= {n for m in modules if (r := renamed(m)) != m for n in (m, r)}
     return out

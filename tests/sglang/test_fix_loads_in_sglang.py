@@ -20,7 +20,7 @@ import pytest
 
 from .defects import build_defects
 from .probe import TARGET, load_in_sglang, repair_json, requires_sglang, run_probe
-from .reports import build_reports
+from .reports import build_reports, gemma4_vision_k_v_packed
 
 pytestmark = [pytest.mark.sglang, requires_sglang]
 TARGETS = ("vllm==0.32.0," + TARGET, TARGET)
@@ -46,6 +46,8 @@ def layouts(tmp_path_factory, real_fixtures, sglang_verdicts):
     out = build_defects(tmp_path_factory.mktemp("sglang_fix_defects"))
     out.update({name: real_fixtures[name] for name, line in sglang_verdicts.items() if not line["ok"]})
     out.update(build_reports(tmp_path_factory.mktemp("sglang_fix_reports")))
+    # sglang#24927's layout with the vision k/v stored NVFP4: SGLang's fused q/k/v is repaired whole (fix dequantizes k, v)
+    out["gemma4-vision-k-v-packed"] = gemma4_vision_k_v_packed(tmp_path_factory.mktemp("sglang_fix_k_v") / "in")
     return out
 
 
