@@ -94,7 +94,12 @@ RULES_FORM = [
     "  prefix, `*` for a layer number: its class}, in construction order: what its constructor asks the quant config",
     "  about where its names are not the checkpoint's, e.g. DeepSeek-V4's `model.layers.*.self_attn.wqkv_a`; generated",
     "  from the installed release's model code on the meta device by `tools/sglang_built_layers.py`, kept when",
-    "  `tools/sglang_rules_data.py` rewrites the file; doctor asks each one: `doctor/built_layers.py`).", "",
+    "  `tools/sglang_rules_data.py` rewrites the file; doctor asks each one: `doctor/built_layers.py`), `layer_names`",
+    "  (architecture -> {checkpoint module pattern: the name the release's exclusion rules ask for the layer it loads",
+    "  into, where the two differ}, e.g. Gemma 4's vision `...self_attn.q_proj.linear` -> `...self_attn.q_proj`, a shard",
+    "  of the QKVParallelLinear asked as `...self_attn.qkv_proj`; generated from the installed release's own load of each",
+    "  real-config fixture by `tools/sglang_layer_names.py`, kept likewise; doctor matches and fix writes exclusions",
+    "  under these names: `targets/layer_names.py`).", "",
     "`--target <runtime>==X.Y.Z` uses the newest file at or below X.Y.Z and says which. `tools/sglang_rules_data.py`",
     "writes the SGLang files from the wheels (rules table: `tools/sglang_rules_table.py`, re-checked against each wheel).", ""]
 

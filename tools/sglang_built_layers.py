@@ -61,15 +61,20 @@ def generate(venv: Path) -> dict[str, dict[str, str]]:
         return {"DeepseekV4ForCausalLM": patterns(sglang_layers(venv, write_tiny(Path(tmp) / "plain", None)))}
 
 
-def main(argv: list[str]) -> int:
+def write_generated(argv: list[str], key: str, make) -> int:
+    """Rewrite the `key` block of the installed SGLang release's data file with `make(venv)` (argv: [SGLANG_VENV])."""
     venv = Path(argv[0] if argv else "/work/venvs/sglang-0.5.23")
     release = subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib.metadata as m; print(m.version('sglang'))"],
                              capture_output=True, text=True, check=True).stdout.strip()
     path = DATA / f"sglang-{release}.json"
     doc = json.loads(path.read_text(encoding="utf-8"))
-    doc["rules"]["built_layers"] = generate(venv)
+    doc["rules"][key] = make(venv)
     path.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return write_generated(argv, "built_layers", generate)
 
 
 if __name__ == "__main__":

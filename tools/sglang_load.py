@@ -34,15 +34,26 @@ def checkpoint_tensors(path: str) -> dict[str, torch.Tensor]:
     return out
 
 
-def _trace(model, by_id: dict[int, str], routes: dict[str, list[str]]) -> None:
+def _shard_id(args: tuple, kwargs: dict):
+    """The shard id a fused layer's weight loader was given (QKV: "q"/"k"/"v", merged column: 0, 1, ...), else None."""
+    found = args[2] if len(args) > 2 else kwargs.get("loaded_shard_id", kwargs.get("shard_id"))
+    return found if isinstance(found, (str, int)) and not isinstance(found, bool) else None
+
+
+def _trace(model, by_id: dict[int, str], routes: dict[str, list[str]], shard_ids: dict | None = None) -> None:
     from sglang.srt.model_loader.weight_utils import default_weight_loader
+
+    shard_ids = {} if shard_ids is None else shard_ids
 
     for pname, param in model.named_parameters():
         loader = getattr(param, "weight_loader", None) or default_weight_loader
 
         def traced(*args, _loader=loader, _pname=pname, **kwargs):
             loaded = args[1] if len(args) > 1 else kwargs.get("loaded_weight")
-            routes.setdefault(by_id.get(id(loaded), "?"), []).append(_pname)
+            tensor = by_id.get(id(loaded), "?")
+            routes.setdefault(tensor, []).append(_pname)
+            if (shard := _shard_id(args, kwargs)) is not None:
+                shard_ids[tensor] = shard
             return _loader(*args, **kwargs)
 
         if hasattr(param, "_weight_loader"):  # BasevLLMParameter: weight_loader is a read-only property
@@ -76,13 +87,13 @@ def _merged(layers: dict, owners: dict, routes: dict, unrouted: set[str]) -> dic
     return out
 
 
-def _one_by_one(path: str, tensors: dict[str, torch.Tensor], routes: dict[str, list[str]]) -> dict[str, str]:
+def _one_by_one(path: str, tensors: dict[str, torch.Tensor], routes: dict[str, list[str]], shard_ids: dict) -> dict[str, str]:
     """After a failed load: a fresh model, each tensor given to load_weights alone, so that every tensor's own
     route and error are known (the whole load stops at the first). Tensors a model merges before loading
     (DeepSeek's q_a_proj + kv_a_proj_with_mqa) are not loaded this way; their layer is still in "layers"."""
     model, _ = runtime.build(path, device="cpu")
     routes.clear()
-    _trace(model, {id(t): name for name, t in tensors.items()}, routes)
+    _trace(model, {id(t): name for name, t in tensors.items()}, routes, shard_ids)
     errors = {}
     for name, tensor in tensors.items():
         try:
@@ -93,7 +104,8 @@ def _one_by_one(path: str, tensors: dict[str, torch.Tensor], routes: dict[str, l
 
 
 def load(path: str, digests: bool = False) -> dict:
-    """{"ok", "layers", "routes": {checkpoint tensor: [params]}, "merged": {tensor: fused layer it was merged into
+    """{"ok", "layers", "routes": {checkpoint tensor: [params]}, "shard_ids": {checkpoint tensor: the shard id its
+    fused layer's loader was given}, "merged": {tensor: fused layer it was merged into
     before loading}, "skipped": [tensors no loader received, merged or not],
     "owners", "params" (with `digests`: shape, dtype, sha256, all_zero of every parameter after loading), or the error;
     after a failed load also "errors": {tensor: "Type: message"} from loading each tensor alone}."""
@@ -111,17 +123,18 @@ def load(path: str, digests: bool = False) -> dict:
                 layers=runtime.layers(model, quant_config), owners=owners(model))
     tensors = checkpoint_tensors(path)
     routes: dict[str, list[str]] = {}
-    _trace(model, {id(t): name for name, t in tensors.items()}, routes)
+    shard_ids: dict[str, str | int] = {}
+    _trace(model, {id(t): name for name, t in tensors.items()}, routes, shard_ids)
     try:
         model.load_weights(iter(tensors.items()))
     except Exception as exc:
         traceback.print_exc()
         line.update(ok=False, stage="load", error_type=type(exc).__name__, error=str(exc))
-        line["errors"] = _one_by_one(path, tensors, routes)
+        line["errors"] = _one_by_one(path, tensors, routes, shard_ids)
     else:
         line["ok"] = True
     merged = _merged(line["layers"], line["owners"], routes, set(tensors) - set(routes))
-    line.update(routes=routes, merged=merged, skipped=sorted(set(tensors) - set(routes) - set(merged)))
+    line.update(routes=routes, shard_ids=shard_ids, merged=merged, skipped=sorted(set(tensors) - set(routes) - set(merged)))
     if digests:
         line["params"] = {n: {"shape": list(p.shape), "dtype": str(p.dtype).removeprefix("torch."),
                               "sha256": _digest(p), "all_zero": not bool(p.detach().ne(0).any())}

@@ -9,6 +9,8 @@
      "layers": {prefix: {"class": "QKVParallelLinear", "method": "ModelOptFp4LinearMethod", "scheme": "nvfp4",
                          "fused": ["q_proj", "k_proj", "v_proj"] | null}},
      "owners": {param: module prefix}, "routes": {checkpoint tensor: [params it was loaded into]},
+     "shard_ids": {checkpoint tensor: shard id given to a fused layer's loader}, layers also carry "asked" (the prefix
+     the constructor asked the quant config about),
      "skipped": [checkpoint tensors no weight loader received], "params": {...} (--digests)}
     failed lines add "stage" ("build" | "load"), "error_type" and "error" (str(exception), verbatim).
 The model is SGLang's own class for the checkpoint, built by its own constructor with the quantization config

@@ -166,12 +166,20 @@ def profile(path: Path) -> dict:
             "rules": body}
 
 
+# blocks generated from the installed release's own model code, not from its wheel's text, kept when a file is rewritten
+# (tools/sglang_built_layers.py: the layers its constructors ask about; tools/sglang_layer_names.py: the names its
+# exclusion rules ask for the layers checkpoint modules load into)
+GENERATED_FROM_INSTALLED = ("built_layers", "layer_names")
+
+
 def main(argv: list[str]) -> int:
     for arg in argv:
         doc = profile(Path(arg))
         out = DATA / f"sglang-{doc['release']}.json"
-        if out.exists() and "built_layers" in (kept := json.loads(out.read_text(encoding="utf-8"))["rules"]):
-            doc["rules"]["built_layers"] = kept["built_layers"]  # from the installed release (tools/sglang_built_layers.py)
+        kept = json.loads(out.read_text(encoding="utf-8"))["rules"] if out.exists() else {}
+        for key in GENERATED_FROM_INSTALLED:
+            if key in kept:
+                doc["rules"][key] = kept[key]
         out.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
         print(f"wrote {out.relative_to(ROOT)}: {len(doc['rules']['packed_modules_mapping'])} architectures with a packed mapping")
     return 0

@@ -103,9 +103,24 @@ def build(path: str, device: str = "meta"):
     model_config = ModelConfig(path)
     quant_config = _get_quantization_config(model_config, LoadConfig())
     cls, _ = get_model_architecture(model_config)
+    if quant_config is not None:
+        _record_asked(quant_config)
     with set_default_torch_dtype(model_config.dtype), torch.device(device):  # as its loader builds a model
         model = cls(config=model_config.hf_config, quant_config=quant_config, prefix="")
     return model, quant_config
+
+
+def _record_asked(quant_config) -> None:
+    """Each layer remembers the prefix its constructor handed `get_quant_method` (`_asked_prefix`): the name SGLang's
+    exclusion rules are applied to, which may differ from the module's path (Gemma 4's vision `qkv.qkv_proj` is asked
+    as `self_attn.qkv_proj`). The same method is still called with the same arguments."""
+    original = quant_config.get_quant_method
+
+    def asked(layer, prefix, *args, **kwargs):
+        layer._asked_prefix = prefix
+        return original(layer, prefix, *args, **kwargs)
+
+    quant_config.get_quant_method = asked
 
 
 def scheme_of(module) -> str:
@@ -126,7 +141,8 @@ def layers(model, quant_config) -> dict[str, dict]:
 
     "fused" lists the checkpoint shard names SGLang loads into a fused layer (the quant config's
     packed_modules_mapping, else the fallback is_layer_skipped uses), so its decision maps back to checkpoint
-    modules whose tensors its load_weights merges before loading (DeepSeek's q_a_proj + kv_a_proj_with_mqa)."""
+    modules whose tensors its load_weights merges before loading (DeepSeek's q_a_proj + kv_a_proj_with_mqa).
+    "asked" is the prefix the layer's constructor asked the quant config about (None: never asked)."""
     from sglang.srt.layers.quantization.utils import _FALLBACK_FUSED_SHARDS
 
     mapping = getattr(quant_config, "packed_modules_mapping", None) or getattr(model, "packed_modules_mapping", None) or {}
@@ -138,5 +154,6 @@ def layers(model, quant_config) -> dict[str, dict]:
         shards = (mapping if leaf in mapping else _FALLBACK_FUSED_SHARDS).get(leaf)  # as is_layer_skipped picks
         shards = shards if isinstance(shards, (list, tuple)) else None
         out[prefix] = {"class": type(module).__name__, "method": type(getattr(module, "quant_method", None)).__name__,
-                       "scheme": scheme_of(module), "fused": list(shards) if shards else None}
+                       "scheme": scheme_of(module), "fused": list(shards) if shards else None,
+                       "asked": getattr(module, "_asked_prefix", None)}
     return out

@@ -15,6 +15,7 @@ from repair.formats.modules import StoredModule
 from repair.formats.nvfp4_packed import SHARED_GLOBAL_SCALE
 from repair.formats.nvfp4_health import global_scale_problem, read_f32_scalar
 from repair.doctor.scales import ScaleValues
+from repair.targets.layer_names import named_elsewhere
 from repair.targets.profiles import Target
 
 FLOAT_BITS = {"F32": np.uint32, "BF16": np.uint16, "F16": np.uint16}  # a pre_quant_scale's dtypes, as bit patterns
@@ -24,7 +25,7 @@ def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[st
                     family: Architecture) -> list[Finding]:
     """Exclusions that match nothing, the two config files disagreeing, and modules stored against their declaration."""
     findings = []
-    prefixes = {family.runtime_name(n) for n in (specs or modules)} | {"lm_head"}
+    prefixes = {family.runtime_name(n) for n in (specs or modules)} | {"lm_head"} | named_elsewhere(ckpt.config, specs or modules)
     used = declaration.used_entries(prefixes)  # one pass over the names, not entries x names (the format's rule)
     # a fused layer's name (qkv_proj) and its shards' (q_proj) both name it: one runtime reads one, another the other
     # (TensorRT-LLM 1.0 only the fused name), and fix --target a,b writes both, never "an entry matching no module"

@@ -26,6 +26,7 @@ from repair.formats.modules import StoredModule, stored_bits
 from repair.io.checkpoint import HF_QUANT_CONFIG, Checkpoint
 from repair.io.parse import collector_paused
 from repair.targets import tp_rules, vllm_loader
+from repair.targets.layer_names import target_family
 from repair.targets.precision import runtime_precision, stored_precision
 from repair.targets.profiles import Target
 
@@ -54,7 +55,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     infos = ckpt.infos()
     fmt = formats.detect(ckpt)
     modules = {m.name: m for m in fmt.group_modules(infos)}
-    family = arch.architecture(ckpt.config, target.release)
+    family = target_family(target, ckpt.config)
     declaration = target.bind(fmt.read_declaration(ckpt), family, ckpt.config)
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
     precision = runtime_precision(specs, declaration, target, family)

@@ -22,6 +22,7 @@ from repair.planning.modules import fused_group, module_change
 from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Recipe
 from repair.planning.target_check import refuse_empty_plan, refuse_unrepairable, unused_exclusions
 from repair.planning.whole_layers import Layers, refuse_split_layers
+from repair.targets.layer_names import target_family
 from repair.targets.profiles import resolve_many
 from repair.planning.runtime_entries import (coverage, entry_names, flat_read, plain_entries, read_where_targets_read,
                                              refuse_pattern_names, runtime_names, unread_fused, whole_layer_names)
@@ -163,7 +164,7 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
         return ckpt.config, ckpt.hf_quant_config, ()
     family = arch.architecture(ckpt.config)
     targets = resolve_many(recipe.from_target) if recipe.from_target else ()
-    families = [arch.architecture(ckpt.config, t.release) for t in targets] or [family]  # each release's row: its own prefixes
+    families = [target_family(t, ckpt.config) for t in targets] or [family]  # each release's row: its own names
     covers, excludes_for_any = coverage(targets, families, declaration, family, ckpt.config)
     made = [n for n, a in actions.items() if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)]
     # a fused layer's BF16 shards are declared together: exact entries for only some of them make the runtime raise
@@ -183,7 +184,8 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
         if not extra:
             break
         bf16 = sorted(set(bf16) | set(extra))
-    added = tuple(fmt.exclusion_entry(n) for n in bf16 if not all(covers(x, n) for x in lists))
+    entries = {n: fmt.exclusion_entry(n) for n in bf16}  # an entry already listed is not added (it covers for some target)
+    added = tuple(e for n, e in entries.items() if not all(covers(x, n) or e in x for x in lists))
     if any(t.profile.rules and t.profile.rules.matchers.get("entries") == "plain" for t in targets):
         plain = {fmt.exclusion_entry(n): n for n in bf16}  # a release whose matcher has no `re:` (TensorRT-LLM < 1.3)
         config, added = plain_entries(config, plain), tuple(plain.get(a, a) for a in added)

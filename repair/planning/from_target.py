@@ -18,6 +18,7 @@ from repair.formats.modules import FULL_PRECISIONS, StoredModule
 from repair.io.checkpoint import Checkpoint
 from repair.planning.recipe import Recipe
 from repair.planning.whole_layers import Layers, complete
+from repair.targets.layer_names import release_names, target_family
 from repair.targets.precision import runtime_precision
 from repair.targets.profiles import specs_text
 
@@ -49,8 +50,8 @@ def recipe_for_target(ckpt: Checkpoint, diagnosis: Diagnosis) -> Recipe:
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
     if not target.profile.allows_quant_config or (target.wants_all_bf16 and specs):
         return Recipe(dequantize=tuple(m.name for m in modules if m.is_quantized), drop_quantization=True, from_target=target.spec)
-    family = arch.architecture(ckpt.config, target.release)
-    layers = Layers({m.name: m for m in stored}, family.fused_layers)
+    family = target_family(target, ckpt.config)
+    layers = Layers({m.name: m for m in stored}, family.fused_layers, release_names(target, ckpt.config))
     names = {m.name for m in modules} | excludable_leafless(stored, family)
     if not specs:
         chosen = _contradicted(diagnosis, names, family.fused_layers)

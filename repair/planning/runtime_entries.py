@@ -23,7 +23,8 @@ def coverage(targets, families, declaration, family, config):
 
 def entry_names(families, made) -> list[str]:
     """The names exclusion entries use for the modules `made` BF16: each targeted release's own (the prefix its layer
-    hands the quant config, where an entry naming the checkpoint module cannot reach it: the profile's `prefixes`)."""
+    hands the quant config, where an entry naming the checkpoint module cannot reach it: the profile's `prefixes`; the
+    name its model code asks about a layer under, where that differs: SGLang's Gemma 4 vision shards, `layer_names`)."""
     return sorted({f.exclusion_name(n) for f in families for n in made})
 
 

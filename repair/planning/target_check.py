@@ -20,6 +20,7 @@ from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
 from repair.planning.from_target import recipe_for_target
 from repair.planning.recipe import Action, Recipe
+from repair.targets.layer_names import target_family
 
 STORED_DEFECTS = frozenset({Kind.GLOBAL_SCALE, Kind.FP8_SCALE, Kind.BLOCK_SCALES, Kind.SCALE_OVERFLOW, Kind.MISSING_WEIGHT_SCALE,
                             Kind.MISSING_SCALE_2, Kind.SCALE_SHAPE, Kind.INPUT_SCALE, Kind.KV_CACHE_SCALES, Kind.SIBLINGS_SCALE_2,
@@ -142,7 +143,7 @@ def _unnameable(ckpt: Checkpoint, diagnosis: Diagnosis, left: list[Finding]) -> 
     """A layer the target builds quantized under the prefix "" (vLLM 0.32's Afmoe / ExaoneMoe lm_head: its model code
     passes no prefix), which no exclusion entry can name: only a quantized copy loads, and ModelOpt's NVFP4 one carries
     an activation scale calibrated on data, which no weight gives. One line saying so, never a plan that leaves it."""
-    family = arch.architecture(ckpt.config, diagnosis.target.release)
+    family = target_family(diagnosis.target, ckpt.config)
     name = next((f.subject for f in left if f.code == Kind.CONFIG_CONTRADICTION and family.runtime_name(f.subject) == ""), None)
     if name is None:
         return None

@@ -24,8 +24,12 @@ _SETTLED = BF16_ACTIONS + (Action.DROP,)
 class Layers:
     """The runtime layer of each stored module that shares one with others."""
 
-    def __init__(self, modules: dict[str, StoredModule], fused: dict[str, tuple[str, ...]]):
+    def __init__(self, modules: dict[str, StoredModule], fused: dict[str, tuple[str, ...]], runtime_name=None):
+        """`runtime_name`: checkpoint module -> the name the runtime groups it under (a release's own layer names:
+        Gemma 4's vision `self_attn.q_proj.linear` is SGLang's shard `self_attn.q_proj`); default the module's own."""
         self.modules = modules
+        self.runtime_name = runtime_name
+        self.stored = {runtime_name(n): n for n in modules} if runtime_name is not None else None
         self.routed: dict[str, list[str]] = defaultdict(list)
         for name in modules:
             if routed_layer(name) != name:
@@ -37,11 +41,14 @@ class Layers:
         routed = routed_layer(name)
         if routed != name:
             return routed, self.routed[routed]
-        parent, _, leaf = name.rpartition(".")
+        parent, _, leaf = (name if self.runtime_name is None else self.runtime_name(name)).rpartition(".")
         if leaf not in self.shard_of:
             return name, [name]
         layer, shards = self.shard_of[leaf]
-        return f"{parent}.{layer}", [f"{parent}.{s}" for s in shards if f"{parent}.{s}" in self.modules]
+        names = [f"{parent}.{s}" for s in shards]
+        if self.stored is None:
+            return f"{parent}.{layer}", [n for n in names if n in self.modules]
+        return f"{parent}.{layer}", [self.stored[n] for n in names if n in self.stored]
 
     def left_quantized(self, name: str, bf16: set[str]) -> list[str]:
         """Members of `name`'s runtime layer that stay quantized when the modules in `bf16` become BF16."""

@@ -56,6 +56,8 @@ class RuntimeRules:
     ct_target_order: tuple[str, ...] = ()  # find_matched_target's passes (formats/ct_groups.ORDERS); () as vLLM's
     built_layers: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # arch -> {the runtime's own layer
     # prefix (`*` = layer number): class} its constructor asks the quant config about (tools/sglang_built_layers.py)
+    layer_names: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # arch -> {checkpoint module pattern:
+    # the name its exclusion rules ask for the layer it loads into, where they differ} (tools/sglang_layer_names.py)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -253,7 +255,7 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         {a: tuple(v) for a, v in body.get("stacked_unchecked", {}).items()},
                         tuple(body.get("nested_config_json_drops_exclusions", ())),
                         {a: tuple(v) for a, v in body.get("plain_layers", {}).items()},
-                        tuple(body.get("ct_target_order", ())), body.get("built_layers", {}))
+                        tuple(body.get("ct_target_order", ())), body.get("built_layers", {}), body.get("layer_names", {}))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:

@@ -32,6 +32,25 @@ def gemma4_vision_linear(folder: Path) -> Path:
     return folder
 
 
+def gemma4_vision_k_v_packed(folder: Path) -> Path:
+    """The `.linear` layout with the vision k/v stored NVFP4 and not excluded, q BF16 and excluded as stored: SGLang
+    builds the fused q/k/v NVFP4 (no shard name listed), so q cannot load; excluding q under SGLang's name alone would
+    split the fused layer (SGLang raises), so a repair dequantizes k and v too."""
+    from repair.codec import nvfp4
+
+    gemma4_vision_linear(folder)
+    tensors = load_file(folder / "model.safetensors")
+    for shard in ("k_proj", "v_proj"):
+        module = f"model.vision_tower.encoder.layers.0.self_attn.{shard}.linear"
+        packed, scales, scale_2 = nvfp4.quantize(tensors.pop(module + ".weight").float())
+        tensors |= {module + ".weight": packed, module + ".weight_scale": scales, module + ".weight_scale_2": scale_2,
+                    module + ".input_scale": torch.tensor(1.0)}
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    edit_json(folder / "hf_quant_config.json", lambda d: d["quantization"].__setitem__("exclude_modules", [
+        e for e in d["quantization"]["exclude_modules"] if not e.endswith(("k_proj.linear", "v_proj.linear"))]))
+    return folder
+
+
 def glm_q_proj_excluded(folder: Path) -> Path:
     """sglang#36596: `*.self_attn.q_proj` excluded and q_proj stored BF16, on the real GLM-4 MoE export's layout."""
     from repair.codec import nvfp4

@@ -20,7 +20,7 @@ import pytest
 
 from .defects import build_defects
 from .probe import TARGET, load_in_sglang, repair_json, requires_sglang, run_probe
-from .reports import build_reports
+from .reports import build_reports, gemma4_vision_k_v_packed
 
 pytestmark = [pytest.mark.sglang, requires_sglang]
 TARGETS = ("vllm==0.32.0," + TARGET, TARGET)
@@ -28,11 +28,9 @@ TARGETS = ("vllm==0.32.0," + TARGET, TARGET)
 # here; any other refusal, and any repair of these, fails the test (then move the layout out of this table).
 NOT_REPAIRED: dict[str, str] = {}  # none since ct-llama-dense (fused `ignore` names) and the EAGLE-3 draft (top-level list)
 # Layouts whose fix output SGLang still refuses, and SGLang's own error, asserted strictly (once SGLang loads the output,
-# the entry must go). sglang#24927: SGLang 0.5.23 fuses Gemma-4's vision `q_proj.linear`/`k_proj.linear`/`v_proj.linear`
-# into `vision_tower.encoder.layers.N.self_attn.qkv.qkv_proj` (gate/up into `mlp.gate_up.gate_up_proj`) and asks its
-# quant config about `...qkv.q_proj`, a name no `.linear` entry reaches, so it builds them NVFP4; doctor reads
-# checkpoint names and finds the output clean (issue #28: SGLang's own layer names).
-STILL_REFUSED: dict[str, str] = {"gemma4-vision-linear": "param_data.shape=torch.Size([32, 16]), loaded_weight.shape=torch.Size([32, 32])"}
+# the entry must go). None since Gemma-4's vision `.linear` layout (sglang#24927): fix writes the names SGLang's fused
+# vision layers ask about too (the release data's `layer_names`, from SGLang's own load: tools/sglang_layer_names.py).
+STILL_REFUSED: dict[str, str] = {}
 
 
 def drafts(folder, tensor: str) -> bool:
@@ -48,6 +46,8 @@ def layouts(tmp_path_factory, real_fixtures, sglang_verdicts):
     out = build_defects(tmp_path_factory.mktemp("sglang_fix_defects"))
     out.update({name: real_fixtures[name] for name, line in sglang_verdicts.items() if not line["ok"]})
     out.update(build_reports(tmp_path_factory.mktemp("sglang_fix_reports")))
+    # sglang#24927's layout with the vision k/v stored NVFP4: SGLang's fused q/k/v is repaired whole (fix dequantizes k, v)
+    out["gemma4-vision-k-v-packed"] = gemma4_vision_k_v_packed(tmp_path_factory.mktemp("sglang_fix_k_v") / "in")
     return out
 
 

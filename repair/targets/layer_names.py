@@ -1,0 +1,71 @@
+"""The architecture row as a target names its layers: where a runtime release's own model code asks its exclusion rules
+about a layer under another name than the checkpoint module loaded into it (the release data's `layer_names`, generated
+from its load: tools/sglang_layer_names.py), that name is the module's runtime name and the one an exclusion entry uses.
+
+SGLang 0.5.23 fuses Gemma 4's vision `self_attn.q_proj.linear` (with k, v) into a QKVParallelLinear it asks about as
+`...self_attn.qkv_proj`, whose shard is `...self_attn.q_proj` (sglang#24927): an entry naming the `.linear` module never
+reaches it. Other modules keep the names the layer rows give them (vLLM's profile `prefixes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from repair import arch
+from repair.arch.base import Architecture
+from repair.arch.profiled import AskedPrefixes
+from repair.targets.profiles import DATA_PROFILES
+
+
+@dataclass(frozen=True)
+class RenamedFirst:
+    """The release's own name for a module where its data has one, else the layer rows' name."""
+
+    renamed: AskedPrefixes
+    rows: Callable[[str], str]
+
+    def __call__(self, module: str) -> str:
+        found = self.renamed(module)
+        return found if found != module else self.rows(module)
+
+
+def architecture_name(config: dict | None) -> str | None:
+    listed = (config or {}).get("architectures")
+    return listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else None
+
+
+def _pairs(rules, config: dict | None) -> tuple[tuple[str, str], ...]:
+    names = rules.layer_names.get(architecture_name(config) or "") if rules is not None else None
+    return tuple(sorted(names.items())) if names else ()
+
+
+def release_names(target, config: dict | None) -> Callable[[str], str] | None:
+    """Checkpoint module -> the name the target release's own rules ask for it (its data's `layer_names`), else the
+    module's own (None: every module's): how it groups stored modules into its fused layers (Gemma 4's vision
+    `q_proj.linear` is a shard)."""
+    pairs = _pairs(target.profile.rules, config)
+    return AskedPrefixes(pairs) if pairs else None
+
+
+def target_family(target, config: dict | None, family: Architecture | None = None) -> Architecture:
+    """`family` (default: `arch.architecture(config, target.release)`), with the target release's own layer names where
+    its data has them."""
+    family = family or arch.architecture(config, target.release)
+    pairs = _pairs(target.profile.rules, config)
+    if not pairs:
+        return family
+    return replace(family, runtime_name=RenamedFirst(AskedPrefixes(pairs), family.runtime_name),
+                   exclusion_name=RenamedFirst(AskedPrefixes(pairs, writable=True), family.exclusion_name))
+
+
+def named_elsewhere(config: dict | None, modules) -> set[str]:
+    """For the stored modules some shipped release asks about under another name: the checkpoint's name and that
+    release's. fix --target a,b writes both (each runtime reads one), so an entry naming either names a module of this
+    model, whichever target doctor checks."""
+    out: set[str] = set()
+    for profile in DATA_PROFILES:
+        if pairs := _pairs(profile.rules, config):
+            renamed = AskedPrefixes(pairs)
+            out |= {n for m in modules if (r := renamed(m)) != m for n in (m, r)}
+    return out
