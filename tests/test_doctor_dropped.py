@@ -77,3 +77,12 @@ def test_fix_refuses_in_one_line(laguna, tmp_path, capsys):
     code, out, err = run_captured(capsys, "fix", laguna, "-o", tmp_path / "out", "--target", "vllm==0.32.0")
     assert code == 2 and err.count("\n") == 1 and "[dropped-tensor]" in err and BIAS in err, out + err
     assert not (tmp_path / "out").exists()
+
+
+def test_on_an_unquantized_checkpoint_the_check_passes_and_the_tensor_is_still_lost(laguna, tmp_path, capsys):
+    """vLLM 0.32 checks an unquantized checkpoint's weights by default, but exempts every parameter of a layer whose
+    (unquantized) method post-processes weights: it loads, the bias at zeros; no error to quote."""
+    bf16 = tmp_path / "bf16"
+    assert run_captured(capsys, "fix", laguna, "-o", bf16, "--target", "bf16")[0] == 0
+    code, found = findings(capsys, bf16, "vllm==0.32.0")
+    assert [(f["subject"], f["runtime_error"]) for f in found if f["code"] == "dropped-tensor"] == [(BIAS, None)], found

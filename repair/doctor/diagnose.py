@@ -81,7 +81,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += config_findings(ckpt, declaration, modules, specs, family)
     findings += unquantized_role_findings(declaration, modules, family, target.profile.knows_layer_roles)
     findings += nvfp4_load_refusal_findings(modules, family, target.profile.knows_layer_roles)
-    findings += dropped_tensor_findings(infos, family, target)
+    findings += dropped_tensor_findings(infos, family, target, declaration.quantized)
     # without a loader profile (no specs), what the target builds each stored quantized module as, for the health checks
     built = precision if specs else stored_precision([m.name for m in modules.values() if m.is_quantized], declaration, target, family)
     mismatched, notes = algorithm_findings(declaration, modules, specs, family, precision)

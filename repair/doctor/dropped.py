@@ -2,9 +2,10 @@
 
 vLLM 0.32's laguna.py registers the routed experts' `e_score_correction_bias` on `mlp.experts.routed_experts` and
 ignores `_bias` suffixes, so the published `mlp.experts.e_score_correction_bias` goes nowhere: the parameter keeps
-its initial value (zeros) and the router runs without its correction bias, whatever the checkpoint says. vLLM's
-weights check stops the load there in 0.32 (with the check on: default for unquantized checkpoints, else
-`--model-loader-extra-config '{"enable_weights_track": true}'`); 0.28's exempts the quantized MoE layer's parameters.
+its initial value (zeros) and the router runs without its correction bias, whatever the checkpoint says. On a
+quantized checkpoint vLLM 0.32's weights check (off by default there: `--model-loader-extra-config
+'{"enable_weights_track": true}'`) stops the load on it; 0.28's exempts the MoE layer's parameters, as 0.32's does
+for an unquantized checkpoint (its default check).
 No change to the files makes that release read the tensor, so it is an error fix cannot settle.
 """
 
@@ -18,9 +19,10 @@ from repair.doctor.findings import Finding, Kind, Severity
 from repair.targets.profiles import Target
 
 
-def dropped_tensor_findings(names: Iterable[str], family: Architecture, target: Target) -> list[Finding]:
+def dropped_tensor_findings(names: Iterable[str], family: Architecture, target: Target, quantized: bool) -> list[Finding]:
     """One error per recorded dropped tensor the checkpoint stores (its first name; vLLM's error names every
-    parameter left unfilled). Only for the runtime whose code the row records (knows_layer_roles)."""
+    parameter left unfilled). Only for the runtime whose code the row records (knows_layer_roles). The recorded
+    refusal holds for a quantized checkpoint only: on an unquantized one the check exempts the layer's parameters."""
     if not family.dropped_tensors or not target.profile.knows_layer_roles:
         return []
     names = sorted(names)
@@ -31,12 +33,13 @@ def dropped_tensor_findings(names: Iterable[str], family: Architecture, target: 
             continue
         unfilled = [dropped.parameter_for(n) for n in hits]
         more = f" (and {len(hits) - 1} more of its name)" if len(hits) > 1 else ""
-        check = (f"{target.profile.speaker}'s weights check stops the load on it (always on for an unquantized "
-                 "checkpoint, else with model_loader_extra_config enable_weights_track)") if dropped.refused else \
-            f"{target.profile.speaker}'s weights check lets it pass"
+        refused = dropped.refused if quantized else None
+        who = target.profile.speaker
+        check = (f"{who} loads it so by default, and its weights check (--model-loader-extra-config "
+                 "'{\"enable_weights_track\": true}') stops the load on it") if refused else f"{who}'s weights check lets it pass"
         out.append(Finding(Severity.ERROR, Kind.DROPPED_TENSOR, hits[0],
                            f"{hits[0]}{more}: {dropped.why}; {unfilled[0]} keeps its initial value, so the model runs "
                            f"without the stored values; {check}; no change to the files makes this release read it "
                            "(every checkpoint of this layout loses it): serve it with a release whose model code does",
-                           f"{dropped.refused}: {{{', '.join(repr(u) for u in unfilled)}}}" if dropped.refused else None))
+                           f"{refused}: {{{', '.join(repr(u) for u in unfilled)}}}" if refused else None))
     return out
