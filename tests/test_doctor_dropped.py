@@ -15,6 +15,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from repair import arch
+from repair.doctor.dropped import dropped_tensor_findings
 from repair.targets.profiles import resolve
 from tests.conftest import run_captured
 from tools.real_fixture import write_real_model
@@ -86,3 +87,11 @@ def test_on_an_unquantized_checkpoint_the_check_passes_and_the_tensor_is_still_l
     assert run_captured(capsys, "fix", laguna, "-o", bf16, "--target", "bf16")[0] == 0
     code, found = findings(capsys, bf16, "vllm==0.32.0")
     assert [(f["subject"], f["runtime_error"]) for f in found if f["code"] == "dropped-tensor"] == [(BIAS, None)], found
+
+
+@pytest.mark.parametrize("name", [BIAS + "\n", "x" + BIAS, BIAS + ".weight", "model.layers.1.mlp.gate.e_score_correction_bias"])
+def test_only_the_recorded_name_is_called_dropped(name):
+    """The profile's pattern is the whole name: a trailing newline (which `$` lets through) or any other name is not it."""
+    row, target = arch.architecture({"architectures": ["LagunaForCausalLM"]}), resolve("vllm==0.32.0")
+    assert dropped_tensor_findings([name], row, target, True) == []
+    assert dropped_tensor_findings([BIAS, name], row, target, True)[0].subject == BIAS

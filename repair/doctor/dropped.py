@@ -28,7 +28,7 @@ def dropped_tensor_findings(names: Iterable[str], family: Architecture, target: 
     names = sorted(names)
     out = []
     for dropped in family.dropped_tensors:
-        hits = [n for n in names if re.search(dropped.regex, n)]
+        hits = [n for n in names if re.fullmatch(dropped.regex, n)]  # `$` alone lets a trailing newline through
         if not hits:
             continue
         unfilled = [dropped.parameter_for(n) for n in hits]
