@@ -2,7 +2,7 @@
 
 The profile's `prefixes` block (generated from vLLM 0.32's own model code) says which prefix a layer hands the quant
 config. Two layouts the vLLM tier found (tests/vllm/test_generated_archs_vs_vllm.py):
-- fused 3-D experts stored with no `.weight` leaf (transformers' GraniteMoeSWA / Llama4: `...experts.gate_up_proj`):
+- fused 3-D experts stored with no `.weight` leaf (transformers' GraniteMoeSWA / Llama4 / GptOss: `...experts.gate_up_proj`):
   vLLM matches the FusedMoE prefix `...experts`, so fix writes that exclusion, and its output passes doctor --strict;
 - a BF16 lm_head in Afmoe / ExaoneMoe, which vLLM builds with the prefix "": no exclusion entry reaches it, and an
   NVFP4 lm_head needs an activation scale no weight gives, so fix refuses in one line (exit 2) saying so; it never
@@ -22,7 +22,10 @@ from repair.codec import nvfp4
 from tests.conftest import run_captured
 
 TARGET = "vllm==0.32.0"
-EXPERTS = {"GraniteMoeSWAForCausalLM": ("granitemoe_swa", "block_sparse_moe"), "Llama4ForCausalLM": ("llama4_text", "feed_forward")}
+# GptOss: transformers' (and the published BF16 checkpoints') 3-D `mlp.experts.gate_up_proj`, which gpt_oss.py copies
+# into the FusedMoE parameters itself (`param.copy_`, no weight_loader): the profile records that copy too
+EXPERTS = {"GraniteMoeSWAForCausalLM": ("granitemoe_swa", "block_sparse_moe"), "Llama4ForCausalLM": ("llama4_text", "feed_forward"),
+           "GptOssForCausalLM": ("gpt_oss", "mlp")}
 
 
 def export(root: Path, arch: str, model_type: str, extra: dict[str, torch.Tensor], excluded: list[str]) -> Path:

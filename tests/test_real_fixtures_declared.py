@@ -61,9 +61,17 @@ def doctor(capsys, folder: Path) -> tuple[int, dict]:
     return code, json.loads(out)
 
 
+# key -> the one finding vLLM 0.32 has with a correct export: its model code, not the checkpoint (tests/test_doctor_dropped.py)
+RUNTIME_DEFECT = {"ct-laguna-moe": ("dropped-tensor", "model.layers.1.mlp.experts.e_score_correction_bias")}
+
+
 @pytest.mark.parametrize("key", HEALTHY)
 def test_healthy_real_fixture_passes_strict_doctor(real_fixtures, capsys, key):
     code, report = doctor(capsys, real_fixtures[key])
+    found = [(f["code"], f["subject"]) for f in report["findings"]]
+    if key in RUNTIME_DEFECT:  # laguna.py drops the routed experts' correction bias from every checkpoint
+        assert (code, found) == (1, [RUNTIME_DEFECT[key]]), report["findings"]
+        return
     assert [f["message"] for f in report["findings"]] == []
     assert code == 0
 

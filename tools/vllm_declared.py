@@ -81,8 +81,9 @@ def setup() -> None:
     torchvision_stand_in()
 
 
-def placements(model, weights: dict) -> dict[str, dict]:
-    """Checkpoint module -> the vLLM module its weight is loaded into, by the model's own load_weights."""
+def placements(model, weights: dict, loaded: set | None = None) -> dict[str, dict]:
+    """Checkpoint module -> the vLLM module its weight is loaded into, by the model's own load_weights (`loaded`, if
+    given, gets the parameter names load_weights reports loaded, what vLLM's track_weights_loading checks)."""
     import torch
 
     owner = {}
@@ -101,11 +102,18 @@ def placements(model, weights: dict) -> dict[str, dict]:
             return True  # FusedMoE's return_success
         return record
 
+    def copier(param):  # a class that copies into the parameter itself (gpt_oss.py's 3-D experts: `param.copy_`)
+        def copy_(src, *args, **kwargs):
+            recorder(param)(param, src)
+            return param
+        return copy_
+
     for _, p in model.named_parameters():
         if hasattr(type(p), "weight_loader") and isinstance(type(p).weight_loader, property):
             p._weight_loader = recorder(p)
         else:
             p.weight_loader = recorder(p)
+        p.copy_ = copier(p)
 
     def tensors():
         for module, (name, shape, dtype) in weights.items():
@@ -114,7 +122,9 @@ def placements(model, weights: dict) -> dict[str, dict]:
             current["name"] = module
             yield name, t
 
-    model.load_weights(tensors())
+    reported = model.load_weights(tensors())
+    if loaded is not None:
+        loaded.update(reported or ())
     out = {}
     for module, (mod_name, mod) in placed.items():
         method = getattr(mod, "quant_method", None)

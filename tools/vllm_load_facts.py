@@ -182,3 +182,51 @@ def renames(model_class, names: list[str]) -> dict[str, str | None]:
     mapped = {n: mapped_name(model_class, n) for n in names}
     changed = [n for n in names if mapped[n] != n]
     return by_pattern(changed, lambda n, _: None if mapped[n] is None else pattern(mapped[n]))
+
+
+def dropped_tensors(model, tensors: dict) -> dict[str, dict[str, str | None]]:
+    """Checkpoint tensor pattern -> {"unfilled": the parameter pattern left unfilled, "refused": vLLM's error or None},
+    where the class's own load_weights takes a tensor of the published layout and fills no parameter with it, and a
+    parameter of the same leaf and layer numbers stays unfilled (laguna.py registers the routed experts'
+    `e_score_correction_bias` on `mlp.experts.routed_experts`, its AutoWeightsLoader ignores `_bias` suffixes, so the
+    checkpoint's `mlp.experts.e_score_correction_bias` goes nowhere). "refused": the words of the release's own
+    track_weights_loading, asked as for a quantized checkpoint, when it names that parameter (0.32 does; 0.28 exempts
+    every parameter of a module with a post-processing quant method: then None, the parameter keeps its initial value).
+    Every tensor is fed at once, as meta tensors, through the recording loaders; a dropped tensor no unfilled parameter
+    pairs with (a buffer vLLM recomputes) makes no claim."""
+    loaded: set[str] = set()
+    try:
+        from vllm_declared import placements
+
+        placed = placements(model, tensors, loaded)
+    except Exception as e:  # noqa: BLE001 - load_weights refuses these names: nothing recorded
+        log(f"load_weights on every checkpoint tensor failed ({type(e).__name__}: {str(e)[:120]})")
+        return {}
+    unfilled = {n for n, _ in model.named_parameters()} - loaded  # what track_weights_loading starts from
+    out: dict[str, set[str]] = {}
+    for name in sorted(set(tensors) - set(placed)):
+        leaf, numbers = name.rpartition(".")[2], LAYER_NUMBER.findall(name)
+        pairs = [u for u in unfilled if u.rpartition(".")[2] == leaf and LAYER_NUMBER.findall(u) == numbers]
+        if len(pairs) == 1:
+            out.setdefault(pattern(name), set()).add(pairs[0])
+    refused = tracking_refusal(model, loaded)
+    return {k: {"unfilled": pattern(next(iter(v))), "refused": refused[0] if v & refused[1] else None}
+            for k, v in sorted(out.items()) if len({pattern(u) for u in v}) == 1}
+
+
+def tracking_refusal(model, loaded: set[str]) -> tuple[str | None, set[str]]:
+    """(the head of the release's own track_weights_loading error, the parameters it names) for a quantized checkpoint
+    that filled `loaded`; (None, set()) when it passes. Releases before 0.32 take no `quantized` argument."""
+    import ast
+    import inspect
+
+    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+
+    check = DefaultModelLoader.track_weights_loading
+    quantized = {"quantized": True} if "quantized" in inspect.signature(check).parameters else {}
+    try:
+        check(None, model, set(loaded), **quantized)  # its body never reads self
+    except ValueError as e:
+        head, _, names = str(e).partition(": ")
+        return head, set(ast.literal_eval(names))
+    return None, set()

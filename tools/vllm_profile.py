@@ -28,7 +28,7 @@ import traceback
 from vllm_runtime import (enable_cpu_nvfp4, inspect_in_process, nvfp4_moe_emulation_fallback, torchvision_stand_in,
                           world_of_one)
 from vllm_profile_configs import PUBLISHED, NoConfig, model_types, small_config
-from vllm_load_facts import (log, load_renames, nvfp4_refusals, pattern, placed_weights, quant_prefixes,
+from vllm_load_facts import (dropped_tensors, log, load_renames, nvfp4_refusals, pattern, placed_weights, quant_prefixes,
                              record_asked_prefixes, renames)
 
 # no KV-cache scheme: older releases' CPU attention refuses an FP8 KV cache at these head sizes, and no linear depends on it
@@ -80,11 +80,9 @@ def checkpoint_names(model) -> list[str]:
     return sorted({n.rpartition(".")[0] for n, t in model.state_dict().items() if n.endswith(".weight") and t.dim() == 2})
 
 
-def saved_weights(arch: str, config: dict) -> dict[str, tuple[str, list[int], str]]:
-    """Checkpoint module -> (tensor name, shape, dtype) of every 2-D / 3-D weight in what transformers' own
-    save_pretrained writes for this config (tiny, on CPU: its names are a published export's, e.g. GraniteMoe's
-    fused 3-D `input_linear`; a 3-D tensor stored without a `.weight` leaf, GptOss's `experts.gate_up_proj`, is its
-    own module)."""
+def saved_tensors(arch: str, config: dict) -> dict[str, tuple[str, list[int], str]]:
+    """Tensor name -> (name, shape, dtype) of every tensor transformers' own save_pretrained writes for this config
+    (tiny, on CPU: its names are a published export's, e.g. GraniteMoe's fused 3-D `input_linear`)."""
     import torch
     from safetensors import safe_open
 
@@ -101,10 +99,18 @@ def saved_weights(arch: str, config: dict) -> dict[str, tuple[str, list[int], st
         for file in sorted(f for f in os.listdir(folder) if f.endswith(".safetensors")):
             with safe_open(os.path.join(folder, file), "pt") as f:
                 for n in f.keys():
-                    t = f.get_slice(n)
-                    shape, module, leaf = list(t.get_shape()), *n.rpartition(".")[::2]
-                    if len(shape) >= 2 and (leaf == "weight" or (len(shape) == 3 and not leaf.endswith("bias"))):
-                        out[module if leaf == "weight" else n] = (n, shape, "bfloat16")
+                    out[n] = (n, list(f.get_slice(n).get_shape()), "bfloat16")
+    return dict(sorted(out.items()))
+
+
+def saved_weights(tensors: dict) -> dict[str, tuple[str, list[int], str]]:
+    """Checkpoint module -> (tensor name, shape, dtype) of every 2-D / 3-D weight of `tensors` (a 3-D tensor stored
+    without a `.weight` leaf, GptOss's `experts.gate_up_proj`, is its own module)."""
+    out = {}
+    for n, (_, shape, dtype) in tensors.items():
+        module, leaf = n.rpartition(".")[::2]
+        if len(shape) >= 2 and (leaf == "weight" or (len(shape) == 3 and not leaf.endswith("bias"))):
+            out[module if leaf == "weight" else n] = (n, shape, dtype)
     return dict(sorted(out.items()))
 
 
@@ -165,15 +171,17 @@ def profile(arch: str, names: dict[str, str]) -> dict:
     fused = {k: v for k, v in sorted(packed.items()) if v != [k]}
     modules = modules_of(model)
     with world_of_one(vc), set_current_vllm_config(vc):
-        weights = saved_weights(arch, dict(config, **PUBLISHED.get(arch, {})))
+        tensors = saved_tensors(arch, dict(config, **PUBLISHED.get(arch, {})))
+        weights = saved_weights(tensors)
         placed = placed_weights(model, weights)
         refusals = nvfp4_refusals(model, weights, placed)
+        dropped = dropped_tensors(model, tensors)
     prefixes, loads = quant_prefixes(model, placed, fused), load_renames(model, placed, fused)
     return {"config": {"source": source, "model_type": config.get("model_type")}, **extra,
             "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
             "renames": renames(type(model), checkpoint_names(transformers_model(arch, config, "meta"))),
             **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
-            **({"nvfp4_load_refused": refusals} if refusals else {}), **mtp}
+            **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}), **mtp}
 
 
 def has_mtp(config: dict) -> bool:

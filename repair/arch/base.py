@@ -9,6 +9,7 @@ without a row gets `GENERIC`: identity names and no loader profile.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable
@@ -32,6 +33,22 @@ class ModuleSpec:
 
 
 LINEAR_ROLES = frozenset({"pre_projection", "post_projection", "q_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "centroids", "lm_head"})
+
+
+@dataclass(frozen=True)
+class DroppedTensor:
+    """A checkpoint tensor the runtime's own load_weights takes and fills nothing with (vLLM 0.32's laguna.py and the
+    routed experts' `e_score_correction_bias`), recorded from its code: the parameter meant for it keeps its initial
+    value; `refused`: the words of the runtime's weights check, which then stops the load (None: it passes)."""
+
+    regex: str  # re.search on checkpoint tensor names
+    parameter: str  # the parameter left unfilled, `*` for the tensor's layer numbers in order
+    refused: str | None
+    why: str  # whose code says so, for messages
+
+    def parameter_for(self, tensor: str) -> str:
+        numbers = iter(re.findall(r"\.(\d+)(?=\.|$)", tensor))
+        return re.sub(r"(?<=\.)\*(?=\.|$)", lambda _: next(numbers, "*"), self.parameter)
 
 
 @dataclass(frozen=True)
@@ -62,6 +79,7 @@ class Architecture:
     unquantized_roles: tuple[UnquantizedRole, ...] = GENERIC_ROLES  # roles vLLM never quantizes (arch/roles.py)
     fused_layers: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(LLAMA_FUSED))  # vLLM's packed_modules_mapping
     nvfp4_load_refused: tuple[tuple[str, str], ...] = ()  # (re.search on checkpoint names, why): load_weights fails on NVFP4
+    dropped_tensors: tuple[DroppedTensor, ...] = ()  # tensors load_weights takes and fills no parameter with
 
     def matches(self, config: dict | None) -> bool:
         if not config:

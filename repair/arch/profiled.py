@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from importlib.resources import files
 
-from repair.arch.base import Architecture
+from repair.arch.base import Architecture, DroppedTensor
 from repair.arch.roles import GENERIC_ROLES, UnquantizedRole
 
 DATA = files("repair") / "targets" / "data"
@@ -155,9 +155,12 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
     refused = tuple((pattern_regex([p]), f"{profile.label}'s {name} load_weights fails on ModelOpt's NVFP4 tensors of it "
                                          f"({why}; its own code, recorded in {profile.source})")
                     for p, why in sorted(entry.get("nvfp4_load_refused", {}).items()))
+    dropped = tuple(DroppedTensor(pattern_regex([p]), fact["unfilled"], fact["refused"],
+                                  f"{profile.label}'s {name} load_weights fills no parameter with it (its own code, "
+                                  f"recorded in {profile.source})") for p, fact in sorted(entry.get("dropped", {}).items()))
     return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
                         unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused,
-                        nvfp4_load_refused=refused, **names)
+                        nvfp4_load_refused=refused, dropped_tensors=dropped, **names)
 
 
 def module_state(entry: dict, module: str) -> str | None:

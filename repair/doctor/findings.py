@@ -46,6 +46,7 @@ class Kind(StrEnum):
     FP8_SCALE = "fp8-scale"
     RUNTIME_SCHEME = "runtime-scheme"
     MISSING_MODULE = "missing-module"
+    DROPPED_TENSOR = "dropped-tensor"
     PRE_QUANT_SCALE = "pre-quant-scale"
 
 

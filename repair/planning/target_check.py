@@ -28,7 +28,9 @@ STORED_DEFECTS = frozenset({Kind.GLOBAL_SCALE, Kind.FP8_SCALE, Kind.BLOCK_SCALES
 CONFIG_FINDINGS = frozenset({Kind.QUANT_CONFIG, Kind.NOT_BF16, Kind.UNUSED_EXCLUSION, Kind.CONFIGS_DISAGREE})  # gone with the config
 ADVICE = {Kind.UNUSED_EXCLUSION: "remove the entries that match nothing from the config's exclusion lists",
           Kind.CONFIGS_DISAGREE: "make the two config files' quantized_layers agree",
-          Kind.MISSING_MODULE: "re-download or re-export the checkpoint (or take the module from the original model)"}
+          Kind.MISSING_MODULE: "re-download or re-export the checkpoint (or take the module from the original model)",
+          Kind.DROPPED_TENSOR: "no change to the files makes this release read the tensor: serve the model with a release "
+                               "whose model code does, or fix for another target"}
 DEFAULT_ADVICE = ("re-download or re-export the checkpoint, or repair those modules with a recipe (--original to take or "
                   "requantize them)")
 
@@ -86,7 +88,7 @@ def _refuse_dropped_expected(ckpt: Checkpoint, target: str, dropped: set[str]) -
 
 def _settled(f: Finding, changed: set[str], recipe: Recipe, declaration: Declaration, fused: dict[str, tuple[str, ...]]) -> bool:
     """Whether the plan (its changed modules and config edits) takes finding `f` away."""
-    if f.code == Kind.MISSING_MODULE:
+    if f.code in (Kind.MISSING_MODULE, Kind.DROPPED_TENSOR):  # no change to the files settles either
         return False
     if (f.code == Kind.CONFIG_CONTRADICTION or f.config_bound) and recipe.drop_quantization:
         return True  # the config's claim goes with it, and every packed module is dequantized (build._check_supported)

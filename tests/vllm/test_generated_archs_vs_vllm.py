@@ -49,32 +49,29 @@ BF16_REFUSED: dict[str, str] = {
     # vllm-project/vllm#55858, "Fix loading allenai/Olmo-Hybrid-7B", quotes this TypeError)
     "OlmoHybridForCausalLM": "TypeError: list indices must be integers or slices, not NoneType",
 }
+# architecture -> what `fix --target vllm==0.32.0` says, in one line (exit 2), where vLLM fails on the healthy export, doctor
+# says so, and no repair can make it load (Afmoe/ExaoneMoe: vLLM 0.32 builds lm_head with the prefix "" (its model code
+# passes none), which no exclusion entry reaches, so only a quantized lm_head loads, and an NVFP4 one needs a calibrated
+# input_scale).
+# Strict: the refusal must say this (never "nothing to fix").
+FIX_REFUSED: dict[str, str] = {
+    **{a: "cannot repair lm_head: vllm==0.32.0 builds it quantized under the prefix ''"
+       for a in ("AfmoeForCausalLM", "ExaoneMoeForCausalLM")},
+    # laguna.py registers the routed experts' e_score_correction_bias on the FusedMoE runner
+    # (`mlp.experts.routed_experts.e_score_correction_bias`), its AutoWeightsLoader finds no parameter for the
+    # checkpoint's `mlp.experts.e_score_correction_bias` and drops it (`_bias` is in its ignore_unexpected_suffixes);
+    # on a quantized checkpoint 0.32's track_weights_loading then names the parameter unfilled. The export is right
+    # (transformers' and the published name): no change to the files makes 0.32 read it (profile: `dropped`)
+    "LagunaForCausalLM": "[dropped-tensor] model.layers.1.mlp.experts.e_score_correction_bias",
+}
 # (architecture, "inspect" | "healthy" | "broken" | "fix") -> why `inspect`/`doctor` and vLLM 0.32 disagree today (strict xfail:
 # a fix turns it into a failure here, and the entry must go). Each was found by this test.
-_EXPERTS_3D = ("transformers saves these experts fused (3-D) and vLLM builds them NVFP4 (no exclusion names its FusedMoE "
-               "prefix), but vLLM's own load_weights fails on those BF16 tensors while the profile is generated, so the "
-               "profile records no prefix for them and doctor says it loads")
-# architecture -> what `fix --target vllm==0.32.0` says, in one line (exit 2), where vLLM fails on the healthy export, doctor
-# says so, and no repair can make it load: vLLM 0.32 builds lm_head with the prefix "" (its model code passes none),
-# which no exclusion entry reaches, so only a quantized lm_head loads, and an NVFP4 one needs a calibrated input_scale.
-# Strict: the refusal must say this (never "nothing to fix").
-FIX_REFUSED: dict[str, str] = {a: "cannot repair lm_head: vllm==0.32.0 builds it quantized under the prefix ''"
-                               for a in ("AfmoeForCausalLM", "ExaoneMoeForCausalLM")}
 DISAGREE: dict[tuple[str, str], str] = {
-    ("GptOssForCausalLM", "healthy"): _EXPERTS_3D,
     **{("Gemma3nForCausalLM", c): "doctor reports the KV-shared layer's k_proj/v_proj/k_norm missing (other layers store "
                                   "them), but neither transformers' class nor vLLM's builds them there"
        for c in ("healthy", "broken", "fix")},
     # the broken copy (`model.altup_projections.0` excluded but packed) loads: vLLM matches the exclusion on its prefix
     # `model.self_decoder.altup_projections.0`, which doctor now takes from the profile; the KV-shared reason stays
-    # the export is right (transformers' own name); vLLM 0.32 is what fails: laguna.py registers the bias on the
-    # FusedMoE runner (`mlp.experts.routed_experts.e_score_correction_bias`), its AutoWeightsLoader finds no parameter
-    # for the checkpoint's `mlp.experts.e_score_correction_bias` and drops it silently (`_bias` is in its
-    # ignore_unexpected_suffixes). Unquantized, default_loader.py's track_weights_loading exempts every parameter of a
-    # module with a post-processing quant method (the bias stays zeros, silently); quantized, only scales a checkpoint
-    # cannot carry are exempt, so the load stops. Not yet in the profile (needs unfilled parameters recorded per build)
-    ("LagunaForCausalLM", "healthy"): "vLLM 0.32 drops the routed experts' e_score_correction_bias (no parameter of that "
-                                      "name; `_bias` is ignored) and, the experts being quantized, stops on it unfilled",
 }
 
 
