@@ -154,11 +154,14 @@ class SglangModelOptRule:
 
     def names(self, prefix: str) -> bool:
         """Whether the entries name this checkpoint module the way SGLang applies them: a fused layer's shard only
-        through is_layer_skipped's per-shard test (no wildcards), an expert through its FusedMoE's globs."""
+        through is_layer_skipped's per-shard test (no wildcards), an expert only through its FusedMoE's globs (the
+        layer asks is_layer_excluded with `...mlp.experts`, never an expert's name: a per-expert entry reaches none)."""
         layer, kind = self.building.built_layer(prefix)
         if kind == "fused":
             return self.skipped.listed(prefix)
-        return self.skipped.listed(prefix) or self.excluded(prefix) or (kind == "moe" and self.excluded(layer))
+        if kind == "moe":
+            return self.excluded(layer)
+        return self.skipped.listed(prefix) or self.excluded(prefix)
 
     def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
         """The error SGLang raises building the layer the shards are fused into, or None."""
