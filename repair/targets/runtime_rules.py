@@ -56,6 +56,8 @@ class RuntimeRules:
     ct_target_order: tuple[str, ...] = ()  # find_matched_target's passes (formats/ct_groups.ORDERS); () as vLLM's
     built_layers: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # arch -> {the runtime's own layer
     # prefix (`*` = layer number): class} its constructor asks the quant config about (tools/sglang_built_layers.py)
+    null_exclusions_refused: Mapping[str, str] = field(default_factory=dict)  # quant method -> the error reading the
+    # config raises when the exclusion list it reads is null (`null_exclusion_list`)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -229,6 +231,20 @@ def flat_exclusions(config: dict | None) -> tuple[str, ...] | None:
     return tuple(e for e in listed if isinstance(e, str)) if isinstance(listed, list) else ()
 
 
+def null_exclusion_list(config: dict | None, hf_quant: dict | None) -> str | None:
+    """Where the exclusion list SGLang's ModelOpt config reads is present but null (None: it is not): config.json's
+    ModelOpt quantization_config, nested form or flat, at its top level (the first of FLAT_KEYS present); without
+    one, hf_quant_config.json's quantization.exclude_modules (from_config's nested branch)."""
+    qc = (config or {}).get("quantization_config")
+    if isinstance(qc, dict) and qc.get("quant_method", "modelopt") == "modelopt":
+        key = next((k for k in FLAT_KEYS if k in qc), None)
+        return f"config.json quantization_config.{key}" if key is not None and qc[key] is None else None
+    section = (hf_quant or {}).get("quantization")
+    if qc is None and isinstance(section, dict) and "exclude_modules" in section and section["exclude_modules"] is None:
+        return "hf_quant_config.json quantization.exclude_modules"
+    return None
+
+
 def _int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 20 else None
 
@@ -253,7 +269,8 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         {a: tuple(v) for a, v in body.get("stacked_unchecked", {}).items()},
                         tuple(body.get("nested_config_json_drops_exclusions", ())),
                         {a: tuple(v) for a, v in body.get("plain_layers", {}).items()},
-                        tuple(body.get("ct_target_order", ())), body.get("built_layers", {}))
+                        tuple(body.get("ct_target_order", ())), body.get("built_layers", {}),
+                        body.get("null_exclusions_refused", {}))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:
