@@ -19,7 +19,8 @@ from repair.io.ranges import RangeReader
 from repair.io.safetensors import TensorInfo
 from repair.targets.precision import declared_algorithm
 from repair.targets.profiles import VLLM_REFUSED, Target
-from repair.targets.runtime_rules import null_exclusion_list, quant_method
+from repair.targets.config_lists import null_exclusion_list
+from repair.targets.runtime_rules import quant_method
 
 KV_LEAVES = ("k_scale", "v_scale")
 RUNTIME_REFUSED = VLLM_REFUSED  # what vLLM >= 0.25 refuses while reading the config (the vLLM tier compares it)

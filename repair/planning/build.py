@@ -23,7 +23,7 @@ from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Reci
 from repair.planning.target_check import refuse_empty_plan, refuse_unrepairable, unused_exclusions
 from repair.planning.whole_layers import Layers, refuse_split_layers
 from repair.targets.profiles import resolve_many
-from repair.targets.runtime_rules import null_exclusion_list
+from repair.targets.config_lists import null_exclusion_list
 from repair.planning.runtime_entries import (coverage, flat_read, plain_entries, read_where_targets_read, refuse_pattern_names,
                                              runtime_names, unread_fused, whole_layer_names)
 

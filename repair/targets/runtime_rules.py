@@ -16,11 +16,11 @@ from types import MappingProxyType
 from typing import Mapping
 
 from repair.formats.base import Declaration
+from repair.targets.config_lists import flat_exclusions, list_sources, source_named
 from repair.targets.matchers import KINDS, exclusion_matcher, layer_matcher
 from repair.targets.sglang_match import Building
 
 DATA = files("repair") / "targets" / "data"
-FLAT_KEYS = ("ignore", "modules_to_not_convert", "exclude_modules")  # SGLang's flat ModelOpt branch, in its order
 LLAMA_FUSIONS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 
 
@@ -87,11 +87,12 @@ class RuntimeRules:
         """The declaration whose exclusion and per-layer questions this release's matchers answer; layers of an
         MTP/NextN draft whose model code drops the quant config (`draft.mtp`) are built BF16 whatever the lists say."""
         kind = "compressed-tensors" if declaration.format.NAME == "compressed-tensors" else "modelopt"
-        excl, layers = exclusion_matcher(self.matchers[kind]), layer_matcher(self.matchers["quantized_layers"])
+        flat = flat_exclusions(config) if kind == "modelopt" and quant_method(declaration) in self.nested_drops else None
+        excl = source_named(exclusion_matcher(self.matchers[kind]), list_sources(declaration, config, flat))
+        layers = layer_matcher(self.matchers["quantized_layers"])
         dropped = self.draft_bf16_prefixes(declaration, config)
         names = (config or {}).get("architectures") if isinstance((config or {}).get("architectures"), list) else []
         plain = frozenset(p for a in names if isinstance(a, str) for p in self.plain_layers.get(a, ()))
-        flat = flat_exclusions(config) if kind == "modelopt" and quant_method(declaration) in self.nested_drops else None
 
         mtp = tuple(self.mtp_layers(config))
 
@@ -215,34 +216,6 @@ def quant_method(declaration: Declaration) -> str | None:
         return "compressed-tensors"
     algo = declaration.quant_algo or ""
     return "modelopt_mixed" if algo == "MIXED_PRECISION" else "modelopt_fp4" if "FP4" in algo else "modelopt_fp8"
-
-
-def flat_exclusions(config: dict | None) -> tuple[str, ...] | None:
-    """For config.json's ModelOpt quantization_config in the nested form (`{"producer", "quantization": {...}}`), the
-    list SGLang's flat branch reads at its top level instead (configs/model_config.py merges the nested quant_algo in
-    there, over one already at the top level, so the flat branch is taken either way;
-    ModelOptFp4Config.from_config: `ignore`, else `modules_to_not_convert`, else `exclude_modules`); None for any
-    other form."""
-    qc = (config or {}).get("quantization_config")
-    if not (isinstance(qc, dict) and isinstance(qc.get("quantization"), dict)
-            and qc.get("quant_method", "modelopt") == "modelopt"):
-        return None
-    listed = next((qc[k] for k in FLAT_KEYS if k in qc), [])
-    return tuple(e for e in listed if isinstance(e, str)) if isinstance(listed, list) else ()
-
-
-def null_exclusion_list(config: dict | None, hf_quant: dict | None) -> str | None:
-    """Where the exclusion list SGLang's ModelOpt config reads is present but null (None: it is not): config.json's
-    ModelOpt quantization_config, nested form or flat, at its top level (the first of FLAT_KEYS present); without
-    one, hf_quant_config.json's quantization.exclude_modules (from_config's nested branch)."""
-    qc = (config or {}).get("quantization_config")
-    if isinstance(qc, dict) and qc.get("quant_method", "modelopt") == "modelopt":
-        key = next((k for k in FLAT_KEYS if k in qc), None)
-        return f"config.json quantization_config.{key}" if key is not None and qc[key] is None else None
-    section = (hf_quant or {}).get("quantization")
-    if qc is None and isinstance(section, dict) and "exclude_modules" in section and section["exclude_modules"] is None:
-        return "hf_quant_config.json quantization.exclude_modules"
-    return None
 
 
 def _int(value) -> int | None:
