@@ -18,7 +18,7 @@ from typing import Mapping
 from repair.formats.base import Declaration
 from repair.targets.config_lists import flat_exclusions, list_sources, source_named
 from repair.targets.matchers import KINDS, exclusion_matcher, layer_matcher
-from repair.targets.sglang_match import Building
+from repair.targets.sglang_match import Building, CtTargets
 
 DATA = files("repair") / "targets" / "data"
 LLAMA_FUSIONS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
@@ -95,8 +95,11 @@ class RuntimeRules:
         plain = frozenset(p for a in names if isinstance(a, str) for p in self.plain_layers.get(a, ()))
 
         mtp = tuple(self.mtp_layers(config))
+        compiled: dict = {}  # the config groups' targets, compiled once for every rule this declaration builds
 
         def matcher(entries, targets):
+            key = None if targets is None else tuple(targets)
+            targets = compiled[key] if key in compiled else compiled.setdefault(key, CtTargets.compile(key))
             rule = excl(entries, targets, building)
             rule = MtpLayers(rule, tuple(m for m in mtp if rule.excludes(m))) if mtp else rule
             rule = UnreadList(excl(flat, targets, building), rule) if flat is not None else rule

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from repair.formats.algorithms import LayerAlgorithms
-from repair.io.patterns import FULLMATCH, RegexSet
+from repair.io.patterns import FULLMATCH, MATCH, RegexSet
 
 FALLBACK_FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}  # utils.py, 0.5.11+
 MLA_FUSED_PARTS = frozenset({"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"})  # is_layer_excluded's special case
@@ -166,6 +166,22 @@ class SglangModelOptRule:
     def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
         """The error SGLang raises building the layer the shards are fused into, or None."""
         return self._decide(shards[0] if shards else fused)[1]
+
+
+@dataclass(frozen=True)
+class CtTargets:
+    """A compressed-tensors config's group targets (None: every Linear), `re:` ones compiled once: a bound declaration
+    keeps them, and every rule it builds over another ignore list (entry by entry, for unused entries) shares them."""
+
+    listed: tuple[str, ...] | None
+    regexes: RegexSet | None
+
+    @classmethod
+    def compile(cls, targets) -> "CtTargets":
+        if targets is None:
+            return cls(None, None)
+        listed = tuple(targets)
+        return cls(listed, RegexSet.compile([t[3:] for t in listed if t.startswith("re:")], MATCH, "compressed-tensors config-group target"))
 
 
 @dataclass(frozen=True)
