@@ -95,11 +95,13 @@ class RuntimeRules:
         plain = frozenset(p for a in names if isinstance(a, str) for p in self.plain_layers.get(a, ()))
 
         mtp = tuple(self.mtp_layers(config))
-        compiled: dict = {}  # the config groups' targets, compiled once for every rule this declaration builds
+        own: list[CtTargets] = []  # the config groups' targets, compiled once for every rule this declaration builds
 
         def matcher(entries, targets):
-            key = None if targets is None else tuple(targets)
-            targets = compiled[key] if key in compiled else compiled.setdefault(key, CtTargets.compile(key))
+            if targets is declaration.targets:  # what Declaration.rule passes: no 20,000-entry tuple hashed per rule
+                if not own:
+                    own.append(CtTargets.compile(targets))
+                targets = own[0]
             rule = excl(entries, targets, building)
             rule = MtpLayers(rule, tuple(m for m in mtp if rule.excludes(m))) if mtp else rule
             rule = UnreadList(excl(flat, targets, building), rule) if flat is not None else rule
