@@ -131,11 +131,13 @@ def test_bf16_moe_layer_that_is_no_mtp_layer_is_named_whole_for_trtllm(capsys, t
         assert code == 0, (one, text, err)
 
 
-@pytest.mark.parametrize("target", ["trtllm==1.0", "vllm==0.32.0,trtllm==1.4"])
-def test_one_routed_expert_stored_bf16_fixes_for_trtllm(capsys, tmp_path, target):
-    """One routed expert exported BF16 and excluded: TensorRT-LLM builds the MoE as one layer, so fix dequantizes the
-    other experts; their per-expert entries never reach the MoE and the self-check exited 3 before the experts
-    layer was named whole."""
+@pytest.mark.parametrize("target", ["trtllm==1.0", "vllm==0.32.0,trtllm==1.4", "sglang==0.5.23", "sglang==0.5.9",
+                                    "vllm==0.32.0,sglang==0.5.23"])
+def test_one_routed_expert_stored_bf16_fixes_for_each_runtime(capsys, tmp_path, target):
+    """One routed expert exported BF16 and excluded: TensorRT-LLM and SGLang build the MoE as one layer, so fix
+    dequantizes the other experts; their per-expert entries never reach the MoE (TensorRT-LLM asks it by its name;
+    SGLang's FusedMoE asks only is_layer_excluded with `...mlp.experts`, modelopt_quant.py 0.5.23), and the
+    self-check exited 3 before the experts layer was named whole (SGLang alone: main too)."""
     import dataclasses
 
     from tools.real_fixture import REAL_MODELS

@@ -189,3 +189,51 @@ def test_eagle3_unread_list_is_not_called_unused_and_fix_writes_it_where_sglang_
     assert code == 0, err
     assert "lm_head" in json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]["ignore"]
     assert run_captured(capsys, "doctor", tmp_path / "out", "--target", SGLANG, "--strict")[0] == 0
+
+
+NULL_LIST = "ValueError: NVFP4 quantization requires group_size and exclude_modules specified in the quantization config"
+
+
+def _null_list(folder: Path, file: str, path: tuple[str, ...], key: str) -> Path:
+    doc = json.loads((folder / file).read_text())
+    section = doc
+    for part in path:
+        section = section[part]
+    section[key] = None
+    (folder / file).write_text(json.dumps(doc))
+    return folder
+
+
+NULL_LISTS = {  # the list SGLang's ModelOptFp4Config.from_config reads, written null (all seen refused in the tier)
+    "nested-top-ignore": ("modelopt-eagle3-draft", "config.json", ("quantization_config",), "ignore"),
+    "nested-top-modules_to_not_convert": ("modelopt-eagle3-draft", "config.json", ("quantization_config",), "modules_to_not_convert"),
+    "flat-ignore": ("modelopt-glm4-moe", "config.json", ("quantization_config",), "ignore"),
+    "hf-exclude_modules": ("qwen3-32b", "hf_quant_config.json", ("quantization",), "exclude_modules"),
+}
+
+
+def null_list_layout(root: Path, name: str) -> Path:
+    from tools.layout_fixture import write_layout
+
+    key, file, path, field = NULL_LISTS[name]
+    folder = root / name
+    write_layout(folder, key) if key.startswith("modelopt-") else write_real_model(folder, key)
+    return _null_list(folder, file, path, field)
+
+
+@pytest.mark.parametrize("name", sorted(NULL_LISTS))
+def test_a_null_exclusion_list_is_sglangs_config_error_and_fix_writes_a_list(capsys, tmp_path, name):
+    """ModelOptFp4Config.from_config (modelopt_quant.py 0.5.23, the tier checks) raises while reading the config when the
+    list it reads is null (`"ignore": null` beside a nested block, in the flat form, or hf_quant_config.json's
+    exclude_modules): doctor says SGLang's error, where it stops (before any weight), and no load error of a layer
+    it never builds; fix writes a list there and the output is clean for SGLang."""
+    folder = null_list_layout(tmp_path, name)
+    code, report = doctor(capsys, folder)
+    assert code == 1 and [s["error"] for s in report["runtime_stops_at"]] == [NULL_LIST], report["runtime_stops_at"]
+    found = [f for f in report["findings"] if f["runtime_error"] == NULL_LIST]
+    assert len(found) == 1 and NULL_LISTS[name][3] in found[0]["message"], found
+    assert not [f for f in report["findings"] if f["code"] == "load-error"], report["findings"]
+    assert not any(f["runtime_error"] == NULL_LIST for f in doctor(capsys, folder, "vllm==0.32.0")[1]["findings"])
+    code, _, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--target", SGLANG)
+    assert code == 0, err
+    assert run_captured(capsys, "doctor", tmp_path / "out", "--target", SGLANG, "--strict")[0] == 0

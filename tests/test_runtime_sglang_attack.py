@@ -49,3 +49,64 @@ def test_a_fused_layer_refused_while_building_names_no_empty_rank(capsys, tmp_pa
                     exclude=["lm_head", "model.layers.0.self_attn.q_proj"])
     code, out, _ = run_captured(capsys, "doctor", folder, "--target", "sglang==0.5.23", "--tp", "2")
     assert code == 1 and QKV_MIX in out and "(rank )" not in out
+
+
+HANGING = "(a+)+$"  # SGLang escapes only `.` and `*`: re.fullmatch of this would hang on a long enough name
+
+
+@pytest.mark.parametrize("where, file, place", [
+    ("nested-top", "config.json", "quantization_config.ignore"),
+    ("nested", "config.json", "quantization_config.quantization.exclude_modules"),
+    ("flat", "config.json", "quantization_config.ignore"),
+    ("hf", "hf_quant_config.json", "quantization.exclude_modules")])
+@pytest.mark.parametrize("target", ["sglang==0.5.23", "vllm==0.32.0,sglang==0.5.9"])
+def test_a_hanging_entry_is_refused_in_one_line_naming_its_file_and_list(capsys, tmp_path, where, file, place, target):
+    """A backtracking pattern in an exclusion list SGLang turns into a regex (the top-level `ignore` beside a nested
+    ModelOpt block among them) is refused in one line (exit 2) that names the file and the list it came from."""
+    import json
+
+    from tests.sglang.fixtures import FIXTURES
+
+    key = {"nested-top": "modelopt-eagle3-draft", "nested": "modelopt-eagle3-draft", "flat": "modelopt-glm4-moe", "hf": "qwen3-32b"}[where]
+    src = FIXTURES[key][1](tmp_path / where)
+    doc = json.loads((src / file).read_text())
+    section = doc
+    for part in place.split(".")[:-1]:
+        section = section[part]
+    section[place.split(".")[-1]] = (section.get(place.split(".")[-1]) or []) + [HANGING]
+    (src / file).write_text(json.dumps(doc))
+    for command in (("doctor", src, "--target", target), ("fix", src, "-o", tmp_path / "out", "--target", target)):
+        code, out, err = run_captured(capsys, *command)
+        assert code == 2 and err.count("\n") == 1 and f"{file} {place}" in err and "would backtrack" in err, (command[0], err)
+        assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("ignored", [7, 70])
+def test_compressed_tensors_targets_are_compiled_once_whatever_the_ignore_list(monkeypatch, tmp_path, ignored):
+    """doctor --target sglang asks SGLang's rule entry by entry (unused entries); each rule compiled the config
+    groups' `re:` targets again, so the work grew as ignore entries x targets (20,000 targets: 46 s). Every pattern
+    is compiled a bounded number of times now: linear in the config's size, whatever the verdict."""
+    import json
+
+    from repair.doctor.diagnose import diagnose
+    from repair.io import patterns
+    from repair.io.checkpoint import open_checkpoint
+    from tools.real_fixture import REAL_MODELS, write_real_model
+
+    src = write_real_model(tmp_path / "ct", "ct-llama-dense", REAL_MODELS["ct-llama-dense"])
+    config = json.loads((src / "config.json").read_text())
+    qc = config["quantization_config"]
+    qc["ignore"] += [rf"re:.*\.nowhere{i}$" for i in range(ignored)]
+    group = qc["config_groups"]["group_0"]
+    group["targets"] += [rf"re:model\.layers\.{i}\.mlp\.(gate|up)_proj\.x" for i in range(300)]
+    (src / "config.json").write_text(json.dumps(config))
+    compiled = []
+    real = patterns.RegexSet.compile.__func__
+
+    def counting(cls, listed, *args, **kwargs):
+        listed = tuple(listed)
+        compiled.append(len(listed))
+        return real(cls, listed, *args, **kwargs)
+    monkeypatch.setattr(patterns.RegexSet, "compile", classmethod(counting))
+    diagnose(open_checkpoint(src), profiles.resolve("sglang==0.5.23"), 1)
+    assert sum(compiled) <= 4 * (len(qc["ignore"]) + len(group["targets"])), (sum(compiled), len(compiled))

@@ -21,7 +21,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tools.sglang_rules_table import COMMON, CONFIG_PACKED, NESTED_CONFIG_JSON, PLAIN_LAYERS, RULES
+from tools.sglang_rules_table import COMMON, CONFIG_PACKED, NESTED_CONFIG_JSON, NULL_EXCLUSIONS, PLAIN_LAYERS, RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "repair" / "targets" / "data"
@@ -150,14 +150,16 @@ def profile(path: Path) -> dict:
             if marker not in wheel.read(member).decode():
                 raise SystemExit(f"{path.name}: {member} has no {marker!r}; the rules table no longer describes it")
         packed, registered, packed_when, unchecked = packed_mappings(wheel)
-        text = {n: wheel.read(n).decode() for n in {NESTED_CONFIG_JSON["file"], *(r["file"] for r in PLAIN_LAYERS.values())}
-                if n in wheel.namelist()}
+        text = {n: wheel.read(n).decode() for n in {NESTED_CONFIG_JSON["file"], NULL_EXCLUSIONS["file"],
+                                                     *(r["file"] for r in PLAIN_LAYERS.values())} if n in wheel.namelist()}
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     body = {**COMMON, **{k: v for k, v in rules.items() if k != "markers"}}
     body["packed_modules_mapping"] = packed
     body["packed_when_config"] = packed_when
     body["nested_config_json_drops_exclusions"] = (NESTED_CONFIG_JSON["methods"] if NESTED_CONFIG_JSON["marker"]
                                                    in text.get(NESTED_CONFIG_JSON["file"], "") else [])
+    body["null_exclusions_refused"] = ({m: NULL_EXCLUSIONS["error"] for m in NULL_EXCLUSIONS["methods"]}
+                                       if NULL_EXCLUSIONS["marker"] in text.get(NULL_EXCLUSIONS["file"], "") else {})
     body["plain_layers"] = {a: r["layers"] for a, r in PLAIN_LAYERS.items() if r["marker"] in text.get(r["file"], "")}
     body["stacked_unchecked"] = unchecked  # arch -> stacked names whose loader branch raises KeyError on extra tensors
     return {"runtime": "sglang", "release": release,

@@ -83,6 +83,14 @@ CONFIG_PACKED = {
 # takes its flat branch, which reads exclusions from the top level only: the nested exclude_modules are dropped.
 NESTED_CONFIG_JSON = {"methods": ["modelopt_fp4"], "file": "sglang/srt/configs/model_config.py",
                       "marker": "quant_cfg.update(parsed_cfg)"}
+# ModelOptFp4Config.from_config: the exclusion list it reads (config.json quantization_config's top level, nested
+# form included since model_config.py merges quant_algo there; else hf_quant_config.json's quantization.exclude_modules)
+# present but null leaves exclude_modules None, and it raises while reading the config, before any layer is built.
+# The error text is the wheel's (the marker); ModelOptFp8Config does `exclude_modules or []` instead.
+NULL_EXCLUSIONS = {"methods": ["modelopt_fp4"], "file": MODELOPT,
+                   "marker": "NVFP4 quantization requires group_size and exclude_modules ",
+                   "error": ("ValueError: NVFP4 quantization requires group_size and exclude_modules specified in the "
+                             "quantization config")}
 # Layers a model builds as a plain torch.nn.Linear (never quantized, whatever the lists say), by architecture
 PLAIN_LAYERS = {"LlamaForCausalLMEagle3": {"layers": ["fc"], "file": "sglang/srt/models/llama_eagle3.py",
                                            "marker": "self.fc = torch.nn.Linear("}}

@@ -19,6 +19,8 @@ from repair.io.ranges import RangeReader
 from repair.io.safetensors import TensorInfo
 from repair.targets.precision import declared_algorithm
 from repair.targets.profiles import VLLM_REFUSED, Target
+from repair.targets.config_lists import null_exclusion_list
+from repair.targets.runtime_rules import quant_method
 
 KV_LEAVES = ("k_scale", "v_scale")
 RUNTIME_REFUSED = VLLM_REFUSED  # what vLLM >= 0.25 refuses while reading the config (the vLLM tier compares it)
@@ -122,6 +124,19 @@ def runtime_refusal_findings(declaration: Declaration, target: Target) -> list[F
     return [Finding(Severity.ERROR, Kind.QUANT_CONFIG, "hf_quant_config.json",
                     f"the config declares quant_algo {declaration.quant_algo}, {what}; dequantize the model (fix --target "
                     f"bf16) to serve it with {target.profile.speaker.split()[0]}", error if raised else None)]
+
+
+def null_list_findings(ckpt: Checkpoint, declaration: Declaration, target: Target) -> list[Finding]:
+    """The exclusion list the target's config reader takes, present but null, where its data says that reader raises
+    (SGLang's ModelOptFp4Config.from_config): refused while reading the config, before any layer is built."""
+    rules = target.profile.rules
+    error = rules.null_exclusions_refused.get(quant_method(declaration) or "") if rules else None
+    where = null_exclusion_list(ckpt.config, ckpt.hf_quant_config) if error else None
+    if where is None:
+        return []
+    return [Finding(Severity.ERROR, Kind.NULL_EXCLUSIONS, where,
+                    f"{where} is null, which {rules.speaker} refuses while reading the config, before building any layer; "
+                    "write a list there ([] for none; fix --target does)", error)]
 
 
 def float8_findings(modules: dict[str, StoredModule], infos: dict[str, TensorInfo]) -> list[Finding]:

@@ -13,7 +13,7 @@ from repair.doctor.built_layers import built_layer_findings
 from repair.doctor.checks import (config_findings, fused_findings, health_findings, nvfp4_load_refusal_findings,
                                   unquantized_role_findings)
 from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
-                                    kv_scale_health, layer_map_findings, runtime_refusal_findings)
+                                    kv_scale_health, layer_map_findings, null_list_findings, runtime_refusal_findings)
 from repair.doctor.dropped import dropped_tensor_findings
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.fused import fused_storage_findings
@@ -32,6 +32,7 @@ from repair.targets.precision import runtime_precision, stored_precision
 from repair.targets.profiles import Target
 
 __all__ = ["Diagnosis", "Finding", "diagnose"]
+BUILD_STOPS = (Kind.NULL_EXCLUSIONS, Kind.QUANT_CONFIG, Kind.FUSED_SHARDS)  # refusals before any weight loads
 
 
 def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1, *, deep: bool = False, progress: Progress | None = None,
@@ -79,6 +80,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         findings += _bf16_findings(ckpt, modules)
     findings += _handshake_findings(modules, precision, target, family)
     findings += runtime_refusal_findings(declaration, target)
+    findings += null_list_findings(ckpt, declaration, target)
     findings += config_findings(ckpt, declaration, modules, specs, family)
     findings += unquantized_role_findings(declaration, modules, family, target.profile.knows_layer_roles)
     findings += nvfp4_load_refusal_findings(modules, family, target.profile.knows_layer_roles)
@@ -107,7 +109,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         findings += scheme_findings(modules, precision, declaration, family, target)
         excluded = excluded_packed_findings(modules, precision, declaration, family, target)
         excluded += unloadable_full_precision_findings(modules, precision, declaration, family, target)
-        refused = target.profile.refused.get(declaration.quant_algo or "")  # the config is refused before any layer is built
+        refused = target.profile.refused.get(declaration.quant_algo or "") or any(f.code == Kind.NULL_EXCLUSIONS for f in findings)  # the config is refused before any layer is built
         loads, first = table_loads(modules, precision, ckpt, target, family, tp, fmt.RUNTIME_LEAVES) \
             if target.profile.rules and not refused and not module_driven(target) else ([], first)
         first = _build_stops(findings, tp) if target.profile.rules and _build_stops(findings, tp) else first
@@ -172,7 +174,7 @@ def _degree_findings(specs, precision, config, tp: int) -> list[Finding]:
 def _build_stops(findings: list[Finding], tp: int) -> tuple[vllm_loader.Outcome, ...]:
     """Where every rank stops when the runtime refuses the model while reading the config or building a layer (before
     any weight loads): the first such error."""
-    refused = [f for f in findings if f.code in (Kind.QUANT_CONFIG, Kind.FUSED_SHARDS) and f.severity is Severity.ERROR and f.runtime_error]
+    refused = [f for f in findings if f.code in BUILD_STOPS and f.severity is Severity.ERROR and f.runtime_error]
     return tuple(vllm_loader.Outcome(refused[0].subject, r, "error", refused[0].runtime_error) for r in range(tp)) if refused else ()
 
 

@@ -27,6 +27,7 @@ class Kind(StrEnum):
     IGNORED_TENSORS = "ignored-tensors"
     NOT_BF16 = "not-bf16"
     QUANT_CONFIG = "quant-config"
+    NULL_EXCLUSIONS = "null-exclusions"  # the list a runtime reads is null, which it refuses
     HANDSHAKE_QUANTIZED = "handshake-quantized"
     UNUSED_EXCLUSION = "unused-exclusion"
     CONFIGS_DISAGREE = "configs-disagree"

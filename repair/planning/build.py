@@ -24,6 +24,7 @@ from repair.planning.target_check import refuse_empty_plan, refuse_unrepairable,
 from repair.planning.whole_layers import Layers, refuse_split_layers
 from repair.targets.layer_names import target_family
 from repair.targets.profiles import resolve_many
+from repair.targets.config_lists import null_exclusion_list
 from repair.planning.runtime_entries import (coverage, entry_names, flat_read, plain_entries, read_where_targets_read,
                                              refuse_pattern_names, runtime_names, unread_fused, whole_layer_names)
 
@@ -173,7 +174,8 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     bf16 = whole_layer_names(targets, ckpt.config, modules, set(made), bf16, covers)
     packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
-    if not bf16 and not packed and not (len(lists) == 2 and set(lists[0]) != set(lists[1])):
+    null = null_exclusion_list(ckpt.config, ckpt.hf_quant_config) is not None  # a list is written in its place
+    if not bf16 and not packed and not null and not (len(lists) == 2 and set(lists[0]) != set(lists[1])):
         return ckpt.config, ckpt.hf_quant_config, ()  # nothing to declare or align: a MIXED_PRECISION export gains no empty list
     remove = _redeclared(declaration, packed, modules, family.runtime_name)
     read_before = flat_read(ckpt.config, remove)

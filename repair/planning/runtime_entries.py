@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from repair.errors import BadInput
 from repair.formats.base import routed_layer
-from repair.targets.runtime_rules import FLAT_KEYS, flat_exclusions, quant_method
+from repair.targets.config_lists import FLAT_KEYS, flat_exclusions
+from repair.targets.runtime_rules import quant_method
 
 # characters some runtime reads as pattern syntax in a plain exclusion entry: SGLang's is_layer_excluded escapes only
 # `.` and turns `*` into `.*` before re.fullmatch (a regex); vLLM's ModelOpt rule and TensorRT-LLM fnmatch (`*?[`)

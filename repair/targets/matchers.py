@@ -16,7 +16,7 @@ from typing import Callable
 from repair.errors import UsageError
 from repair.formats.algorithms import LayerAlgorithms
 from repair.io.patterns import MATCH, RegexSet
-from repair.targets.sglang_match import (Building, ExcludedGlobs, SglangCtRule, SglangModelOptRule, SkippedList,
+from repair.targets.sglang_match import (Building, CtTargets, ExcludedGlobs, SglangCtRule, SglangModelOptRule, SkippedList,
                                          resolve_layer)
 from repair.targets import trtllm_match
 
@@ -34,10 +34,8 @@ def _sglang_modelopt(dotted: bool, experts_or: bool) -> ExclusionMatcher:
 def _sglang_ct(suffix: bool) -> ExclusionMatcher:
     def build(entries: tuple[str, ...], targets, building: Building) -> SglangCtRule:
         regexes = RegexSet.compile([e[3:] for e in entries if e.startswith("re:")], MATCH, "compressed-tensors ignore entry")
-        listed = None if targets is None else tuple(targets)
-        found = None if listed is None else RegexSet.compile([t[3:] for t in listed if t.startswith("re:")], MATCH,
-                                                             "compressed-tensors config-group target")
-        return SglangCtRule(tuple(entries), suffix, building, regexes, listed, found)
+        found = targets if isinstance(targets, CtTargets) else CtTargets.compile(targets)  # compiled once by the caller
+        return SglangCtRule(tuple(entries), suffix, building, regexes, found.listed, found.regexes)
     return build
 
 

@@ -16,11 +16,11 @@ from types import MappingProxyType
 from typing import Mapping
 
 from repair.formats.base import Declaration
+from repair.targets.config_lists import flat_exclusions, list_sources, source_named
 from repair.targets.matchers import KINDS, exclusion_matcher, layer_matcher
-from repair.targets.sglang_match import Building
+from repair.targets.sglang_match import Building, CtTargets
 
 DATA = files("repair") / "targets" / "data"
-FLAT_KEYS = ("ignore", "modules_to_not_convert", "exclude_modules")  # SGLang's flat ModelOpt branch, in its order
 LLAMA_FUSIONS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 
 
@@ -58,6 +58,8 @@ class RuntimeRules:
     # prefix (`*` = layer number): class} its constructor asks the quant config about (tools/sglang_built_layers.py)
     layer_names: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # arch -> {checkpoint module pattern:
     # the name its exclusion rules ask for the layer it loads into, where they differ} (tools/sglang_layer_names.py)
+    null_exclusions_refused: Mapping[str, str] = field(default_factory=dict)  # quant method -> the error reading the
+    # config raises when the exclusion list it reads is null (`null_exclusion_list`)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -87,15 +89,21 @@ class RuntimeRules:
         """The declaration whose exclusion and per-layer questions this release's matchers answer; layers of an
         MTP/NextN draft whose model code drops the quant config (`draft.mtp`) are built BF16 whatever the lists say."""
         kind = "compressed-tensors" if declaration.format.NAME == "compressed-tensors" else "modelopt"
-        excl, layers = exclusion_matcher(self.matchers[kind]), layer_matcher(self.matchers["quantized_layers"])
+        flat = flat_exclusions(config) if kind == "modelopt" and quant_method(declaration) in self.nested_drops else None
+        excl = source_named(exclusion_matcher(self.matchers[kind]), list_sources(declaration, config, flat))
+        layers = layer_matcher(self.matchers["quantized_layers"])
         dropped = self.draft_bf16_prefixes(declaration, config)
         names = (config or {}).get("architectures") if isinstance((config or {}).get("architectures"), list) else []
         plain = frozenset(p for a in names if isinstance(a, str) for p in self.plain_layers.get(a, ()))
-        flat = flat_exclusions(config) if kind == "modelopt" and quant_method(declaration) in self.nested_drops else None
 
         mtp = tuple(self.mtp_layers(config))
+        own: list[CtTargets] = []  # the config groups' targets, compiled once for every rule this declaration builds
 
         def matcher(entries, targets):
+            if targets is declaration.targets:  # what Declaration.rule passes: no 20,000-entry tuple hashed per rule
+                if not own:
+                    own.append(CtTargets.compile(targets))
+                targets = own[0]
             rule = excl(entries, targets, building)
             rule = MtpLayers(rule, tuple(m for m in mtp if rule.excludes(m))) if mtp else rule
             rule = UnreadList(excl(flat, targets, building), rule) if flat is not None else rule
@@ -217,20 +225,6 @@ def quant_method(declaration: Declaration) -> str | None:
     return "modelopt_mixed" if algo == "MIXED_PRECISION" else "modelopt_fp4" if "FP4" in algo else "modelopt_fp8"
 
 
-def flat_exclusions(config: dict | None) -> tuple[str, ...] | None:
-    """For config.json's ModelOpt quantization_config in the nested form (`{"producer", "quantization": {...}}`), the
-    list SGLang's flat branch reads at its top level instead (configs/model_config.py merges the nested quant_algo in
-    there, over one already at the top level, so the flat branch is taken either way;
-    ModelOptFp4Config.from_config: `ignore`, else `modules_to_not_convert`, else `exclude_modules`); None for any
-    other form."""
-    qc = (config or {}).get("quantization_config")
-    if not (isinstance(qc, dict) and isinstance(qc.get("quantization"), dict)
-            and qc.get("quant_method", "modelopt") == "modelopt"):
-        return None
-    listed = next((qc[k] for k in FLAT_KEYS if k in qc), [])
-    return tuple(e for e in listed if isinstance(e, str)) if isinstance(listed, list) else ()
-
-
 def _int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 20 else None
 
@@ -255,7 +249,8 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         {a: tuple(v) for a, v in body.get("stacked_unchecked", {}).items()},
                         tuple(body.get("nested_config_json_drops_exclusions", ())),
                         {a: tuple(v) for a, v in body.get("plain_layers", {}).items()},
-                        tuple(body.get("ct_target_order", ())), body.get("built_layers", {}), body.get("layer_names", {}))
+                        tuple(body.get("ct_target_order", ())), body.get("built_layers", {}), body.get("layer_names", {}),
+                        body.get("null_exclusions_refused", {}))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from repair.formats.algorithms import LayerAlgorithms
-from repair.io.patterns import FULLMATCH, RegexSet
+from repair.io.patterns import FULLMATCH, MATCH, RegexSet
 
 FALLBACK_FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}  # utils.py, 0.5.11+
 MLA_FUSED_PARTS = frozenset({"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"})  # is_layer_excluded's special case
@@ -154,15 +154,34 @@ class SglangModelOptRule:
 
     def names(self, prefix: str) -> bool:
         """Whether the entries name this checkpoint module the way SGLang applies them: a fused layer's shard only
-        through is_layer_skipped's per-shard test (no wildcards), an expert through its FusedMoE's globs."""
+        through is_layer_skipped's per-shard test (no wildcards), an expert only through its FusedMoE's globs (the
+        layer asks is_layer_excluded with `...mlp.experts`, never an expert's name: a per-expert entry reaches none)."""
         layer, kind = self.building.built_layer(prefix)
         if kind == "fused":
             return self.skipped.listed(prefix)
-        return self.skipped.listed(prefix) or self.excluded(prefix) or (kind == "moe" and self.excluded(layer))
+        if kind == "moe":
+            return self.excluded(layer)
+        return self.skipped.listed(prefix) or self.excluded(prefix)
 
     def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
         """The error SGLang raises building the layer the shards are fused into, or None."""
         return self._decide(shards[0] if shards else fused)[1]
+
+
+@dataclass(frozen=True)
+class CtTargets:
+    """A compressed-tensors config's group targets (None: every Linear), `re:` ones compiled once: a bound declaration
+    keeps them, and every rule it builds over another ignore list (entry by entry, for unused entries) shares them."""
+
+    listed: tuple[str, ...] | None
+    regexes: RegexSet | None
+
+    @classmethod
+    def compile(cls, targets) -> "CtTargets":
+        if targets is None:
+            return cls(None, None)
+        listed = tuple(targets)
+        return cls(listed, RegexSet.compile([t[3:] for t in listed if t.startswith("re:")], MATCH, "compressed-tensors config-group target"))
 
 
 @dataclass(frozen=True)

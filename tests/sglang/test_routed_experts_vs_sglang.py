@@ -1,0 +1,67 @@
+"""One routed expert exported BF16 and excluded by a per-expert entry, on the real DeepSeek-V3-0324 layout (#28 attack):
+SGLang 0.5.23's FusedMoE asks its quant config only with the layer's own prefix `...mlp.experts`
+(ModelOptQuantConfig._get_quant_method: is_layer_excluded, never is_layer_skipped, never an expert's name), so the
+entry reaches nothing: SGLang builds the MoE NVFP4 and stops on the BF16 expert. doctor's per-layer schemes are
+SGLang's on the input; `fix --target sglang==0.5.23` (alone: it exited 3, its plan read the per-expert entries as
+excluding those experts) and with vLLM names the MoE layer whole, and SGLang loads the output with that MoE BF16,
+no error, no weight skipped."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from tools.real_fixture import REAL_MODELS, write_real_model
+
+from .fixtures import _published_keys
+from .probe import TARGET, disagreements, load_in_sglang, repair_json, requires_sglang, sglang_schemes, stored_layers
+from .test_fix_loads_in_sglang import drafts
+
+pytestmark = [pytest.mark.sglang, requires_sglang]
+MOE = "model.layers.10.mlp.experts"
+TARGETS = (TARGET, "vllm==0.32.0," + TARGET)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, object]:
+    root = tmp_path_factory.mktemp("sglang_routed_experts")
+    model = REAL_MODELS["deepseek-v3-0324"]
+    model = dataclasses.replace(model, bf16=model.bf16 + rf"|^{MOE.replace('.', '[.]')}[.]1[.]")
+    src = _published_keys(write_real_model(root / "src", "deepseek-v3-0324", model))
+    hf = json.loads((src / "hf_quant_config.json").read_text())
+    hf["quantization"]["exclude_modules"].append(f"{MOE}.1*")
+    (src / "hf_quant_config.json").write_text(json.dumps(hf, indent=4))
+    out = {"src": src}
+    for i, target in enumerate(TARGETS):
+        code, report = repair_json("fix", src, "-o", root / f"out-{i}", "--target", target)
+        assert code == 0, (target, report)
+        out[target] = root / f"out-{i}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def loaded(folders) -> dict:
+    return load_in_sglang(list(folders.values()))
+
+
+def test_sglang_builds_the_moe_nvfp4_as_doctor_predicts(folders, loaded):
+    line = loaded[folders["src"]]
+    code, report = repair_json("doctor", folders["src"], "--target", TARGET)
+    assert line["layers"][MOE]["scheme"] == "nvfp4" and not line["ok"], line["layers"][MOE]
+    assert code == 1 and report["runtime_stops_at"], report["findings"]
+    sglang = {m: s for m, s in sglang_schemes(line, stored_layers(folders["src"])).items() if s != "not loaded"}
+    doctors = {m: s for m, s in report["schemes"].items() if m in sglang}
+    assert not disagreements(doctors, sglang), disagreements(doctors, sglang)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_fix_output_loads_with_the_moe_bf16(target, folders, loaded):
+    line, out = loaded[folders[target]], folders[target]
+    listed = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert MOE in listed, listed
+    weights = [t for t in line.get("skipped", []) if t.endswith(".weight") and not drafts(out, t)]
+    assert line["ok"] and not weights, (line.get("error_type"), line.get("error"), line.get("errors"), weights)
+    assert line["layers"][MOE]["scheme"] == "bf16", line["layers"][MOE]
+    assert repair_json("doctor", out, "--target", TARGET, "--strict")[0] == 0
