@@ -201,3 +201,56 @@ def test_the_last_decoder_layers_missing_are_named_and_a_shorter_vision_tower_is
     config = {"text_config": {"num_hidden_layers": 61}, "vision_config": {"num_hidden_layers": 27}}
     assert list(missing_modules(names, {}, "vlm", config)) == ["model.language_model.layers.60"]
     assert missing_modules(names, {}, "vlm", {"text_config": {"num_hidden_layers": 60}}) == {}
+
+
+def _gemma3n(layers: int, shared: int, lost: tuple[int, ...] = ()) -> tuple[list[str], dict]:
+    """Gemma 3n's text stack as transformers saves it: its last `shared` layers (KV-shared) hold no k_proj, v_proj or
+    k_norm; the layers in `lost` lost their k_proj."""
+    def modules(layer):
+        kv = () if layer >= layers - shared else ("self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.k_norm.weight")
+        return ("self_attn.q_proj.weight", "self_attn.o_proj.weight", "self_attn.q_norm.weight",
+                *(m for m in kv if not (layer in lost and m.startswith("self_attn.k_proj"))))
+    config = {"architectures": ["Gemma3nForCausalLM"], "model_type": "gemma3n_text", "num_hidden_layers": layers,
+              "num_kv_shared_layers": shared}
+    return ["model.embed_tokens.weight", *_stack("model.layers", layers, modules)], config
+
+
+@pytest.mark.parametrize("layers, shared", [(4, 1), (35, 15), (30, 10)])
+def test_gemma3n_kv_shared_layers_lack_k_and_v_by_design(layers, shared):
+    """vLLM 0.30+ builds no k_proj/v_proj/k_norm in Gemma 3n's last num_kv_shared_layers layers (gemma3n.py's
+    _kv_sharing_weights_mapper drops them; the profile records the rule): they are not missing there. A layer before
+    them that lost its k_proj still is; vLLM 0.28 builds them in every layer, so there its profile expects them."""
+    from repair import arch
+    from repair.targets.profiles import release_at_or_below
+
+    names, config = _gemma3n(layers, shared)
+    family = arch.architecture(config, release_at_or_below("vllm", (0, 32, 0)))
+    assert family.dropped_in_layers, family
+    assert missing_modules(names, {}, family.name, config, family.dropped(config)) == {}
+    lost, _ = _gemma3n(layers, shared, lost=(1,))
+    assert list(missing_modules(lost, {}, family.name, config, family.dropped(config))) == ["model.layers.1.self_attn.k_proj"]
+    older = arch.architecture(config, release_at_or_below("vllm", (0, 28, 0)))
+    assert not older.dropped(config)
+
+
+def test_doctor_on_a_gemma3n_stack_names_no_kv_shared_module_missing(capsys, tmp_path):
+    import torch
+    names, config = _gemma3n(4, 1)
+    tmp_path.joinpath("config.json").write_text(json.dumps(config))
+    save_file({n: torch.zeros(16, 16, dtype=torch.bfloat16) if not n.endswith("norm.weight") else torch.zeros(16, dtype=torch.bfloat16)
+               for n in names}, tmp_path / "model.safetensors")
+    for target in ("vllm==0.32.0", "vllm==0.30.0"):
+        assert not [f for f in findings(capsys, tmp_path, target)[1] if f["code"] == "missing-module"], target
+    assert [f["subject"] for f in findings(capsys, tmp_path, "vllm==0.28.0")[1] if f["code"] == "missing-module"] == [
+        f"model.layers.3.self_attn.{m}" for m in ("k_norm", "k_proj", "v_proj")]
+
+
+@pytest.mark.parametrize("value", [None, -3, 10**9, "2", 2.0, [1], True])
+def test_a_hostile_kv_shared_count_drops_nothing_it_cannot_prove(value):
+    from repair import arch
+    from repair.targets.profiles import release_at_or_below
+
+    names, config = _gemma3n(4, 1)
+    config["num_kv_shared_layers"] = value
+    family = arch.architecture(config, release_at_or_below("vllm", (0, 32, 0)))
+    assert family.dropped(config) == frozenset()

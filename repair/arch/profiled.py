@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from importlib.resources import files
 
 from repair.arch.base import Architecture
+from repair.arch.layer_rules import LayerDrop
 from repair.arch.roles import GENERIC_ROLES, UnquantizedRole
 
 DATA = files("repair") / "targets" / "data"
@@ -132,9 +133,11 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
     refused = tuple((pattern_regex([p]), f"{profile.label}'s {name} load_weights fails on ModelOpt's NVFP4 tensors of it "
                                          f"({why}; its own code, recorded in {profile.source})")
                     for p, why in sorted(entry.get("nvfp4_load_refused", {}).items()))
+    drops = tuple(LayerDrop(module, run, field, profile.source) for module, rule in sorted(entry.get("dropped_in_layers", {}).items())
+                  for run, field in sorted(rule.items()))
     return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
                         unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused,
-                        nvfp4_load_refused=refused, **names)
+                        nvfp4_load_refused=refused, dropped_in_layers=drops, **names)
 
 
 def module_state(entry: dict, module: str) -> str | None:

@@ -92,7 +92,8 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         findings += built_layer_findings(declaration, target, ckpt.config)
     if target.profile.rules is None:  # a rules file's loader table says what a shard that does not fit does (table_loads)
         findings += fused_storage_findings(declaration, modules, family, target)
-    findings += float8_findings(modules, infos) + missing_findings(infos, specs, family.name, ckpt.config)
+    findings += float8_findings(modules, infos) + missing_findings(infos, specs, family.name, ckpt.config,
+                                                                         family.dropped(ckpt.config))
     said = {f.subject for f in mismatched}  # a layer declared NVFP4 stored without input_scale: said once, as a mismatch
     with ScaleValues(ckpt, modules, fmt.GLOBAL_SCALE_IS_DIVISOR, deep, progress, shared) as values:
         findings += [f for f in health_findings(ckpt, modules, built, fmt.GLOBAL_SCALE_IS_DIVISOR, values, target.profile.speaker)

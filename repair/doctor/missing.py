@@ -24,11 +24,11 @@ from collections import defaultdict
 from typing import Iterable
 
 from repair.arch import ModuleSpec
+from repair.arch.layer_rules import MOST_LAYERS, decoder_depth, text_part
 from repair.doctor.findings import Finding, Kind, Severity
 
 LAYER = re.compile(r"(.*?\b(?:layers|h|blocks))\.([0-9]{1,6})\.(.+)", re.DOTALL)  # fullmatch: linear on any name
 SCALE_ONLY = ("k_scale", "v_scale", "q_scale", "prob_scale")  # attention scales, not weights of a module
-MOST_LAYERS = 1 << 16  # a declared layer list longer than this is not read
 MOST_PATTERNS = 64  # a block whose modules show more distinct layer patterns than this is too irregular to judge
 CONSEQUENCE = ("vLLM skips its missing-weights check for a quantized checkpoint, so the layer runs on uninitialised "
                "memory, silently (an unquantized one stops: 'ValueError: Following weights were not initialized from "
@@ -36,8 +36,9 @@ CONSEQUENCE = ("vLLM skips its missing-weights check for a quantized checkpoint,
 
 
 def missing_modules(tensors: Iterable[str], specs: dict[str, ModuleSpec], family: str,
-                    config: dict | None = None) -> dict[str, str]:
-    """Expected module (or tensor) name -> why it is expected, for every one no stored tensor provides."""
+                    config: dict | None = None, dropped: frozenset[str] = frozenset()) -> dict[str, str]:
+    """Expected module (or tensor) name -> why it is expected, for every one no stored tensor provides; `dropped`:
+    modules the runtime builds in no layer of this name (the profile's per-layer rules), never expected."""
     names = set(tensors)
     if specs:
         present = names | {t.rpartition(".")[0] for t in names}
@@ -45,17 +46,19 @@ def missing_modules(tensors: Iterable[str], specs: dict[str, ModuleSpec], family
     module, _, leaf = zip(*(t.rpartition(".") for t in names)) if names else ((), (), ())
     kept = {m for m, x in zip(module, leaf) if x not in SCALE_ONLY}
     gaps = _layer_gaps(kept, layer_kinds(config))
-    return dict(sorted({**_tail_layers(kept, decoder_depth(config)), **gaps}.items()))
+    found = {**_tail_layers(kept, decoder_depth(config)), **gaps}
+    return dict(sorted((name, why) for name, why in found.items() if name not in dropped))
 
 
-def missing_findings(tensors: Iterable[str], specs: dict[str, ModuleSpec], family: str, config: dict | None = None) -> list[Finding]:
+def missing_findings(tensors: Iterable[str], specs: dict[str, ModuleSpec], family: str, config: dict | None = None,
+                     dropped: frozenset[str] = frozenset()) -> list[Finding]:
     return [Finding(Severity.ERROR, Kind.MISSING_MODULE, name, f"{name}: not stored, but {why}; {CONSEQUENCE}")
-            for name, why in missing_modules(tensors, specs, family, config).items()]
+            for name, why in missing_modules(tensors, specs, family, config, dropped).items()]
 
 
 def layer_kinds(config: dict | None) -> dict[int, str]:
     """Decoder layer -> its declared kind, from config.json (hostile: anything malformed declares nothing)."""
-    part = _text(config)
+    part = text_part(config)
     out: dict[int, str] = {}
     kinds = part.get("layer_types") if isinstance(part.get("layer_types"), list) else part.get("hybrid_override_pattern")
     if isinstance(kinds, (list, str)) and len(kinds) <= MOST_LAYERS:
@@ -63,19 +66,6 @@ def layer_kinds(config: dict | None) -> dict[int, str]:
     count = decoder_depth(config)  # layers past it: MTP layers (DeepSeek's model.layers.61)
     out.update({i: "mtp" for i in range(count, count + 64) if count})
     return out
-
-
-def _text(config: dict | None) -> dict:
-    """The config part describing the decoder layers: a VLM's text_config, else the config (hostile: {} if not a dict)."""
-    text = config.get("text_config") if isinstance(config, dict) else None
-    part = text if isinstance(text, dict) else config
-    return part if isinstance(part, dict) else {}
-
-
-def decoder_depth(config: dict | None) -> int:
-    """config.json's num_hidden_layers (a VLM's text model's), or 0."""
-    count = _text(config).get("num_hidden_layers")
-    return count if type(count) is int and 0 < count <= MOST_LAYERS else 0
 
 
 def _tail_layers(modules: set[str], depth: int) -> dict[str, str]:

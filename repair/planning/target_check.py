@@ -73,10 +73,10 @@ def _refuse_dropped_expected(ckpt: Checkpoint, target: str, dropped: set[str]) -
     if not dropped:
         return
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
-    family = arch.architecture(ckpt.config).name
-    names = ckpt.infos()
-    before = missing_modules(names, specs, family, ckpt.config)
-    after = missing_modules((t for t in names if t.rpartition(".")[0] not in dropped), specs, family, ckpt.config)
+    row = arch.architecture(ckpt.config)
+    family, unbuilt, names = row.name, row.dropped(ckpt.config), ckpt.infos()
+    before = missing_modules(names, specs, family, ckpt.config, unbuilt)
+    after = missing_modules((t for t in names if t.rpartition(".")[0] not in dropped), specs, family, ckpt.config, unbuilt)
     lost = [n for n in after if n not in before]
     if lost:
         raise UsageError(f"{ckpt.root}: the drop rule removes {lost[0]}, but {after[lost[0]]}, so the output would lack "

@@ -55,11 +55,6 @@ FIX_REFUSED: dict[str, str] = {a: "cannot repair lm_head: vllm==0.32.0 builds it
                                for a in ("AfmoeForCausalLM", "ExaoneMoeForCausalLM")}
 DISAGREE: dict[tuple[str, str], str] = {
     ("GptOssForCausalLM", "healthy"): _EXPERTS_3D,
-    **{("Gemma3nForCausalLM", c): "doctor reports the KV-shared layer's k_proj/v_proj/k_norm missing (other layers store "
-                                  "them), but neither transformers' class nor vLLM's builds them there"
-       for c in ("healthy", "broken", "fix")},
-    # the broken copy (`model.altup_projections.0` excluded but packed) loads: vLLM matches the exclusion on its prefix
-    # `model.self_decoder.altup_projections.0`, which doctor now takes from the profile; the KV-shared reason stays
     # doctor predicts the refusal (profile's nvfp4_load_refused) and fix dequantizes and excludes the adapters, but
     # vLLM then fails the load (a bare AssertionError): the entry `...adapter_list.0.0` is not what vLLM matches (its
     # mapper renames only the `0.weight` substring, to `A.weight`, so the layer's prefix is `...adapter_list.0.A`)
