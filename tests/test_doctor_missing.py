@@ -254,3 +254,45 @@ def test_a_hostile_kv_shared_count_drops_nothing_it_cannot_prove(value):
     config["num_kv_shared_layers"] = value
     family = arch.architecture(config, release_at_or_below("vllm", (0, 32, 0)))
     assert family.dropped(config) == frozenset()
+
+
+@pytest.fixture(scope="module")
+def llama_without_down(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("llama_lost")
+    return without(write_mixed(root / "src"), root / "lost", "model.layers.1.mlp.down_proj")
+
+
+def _said(capsys, folder: Path, target: str) -> str:
+    found = [f for f in findings(capsys, folder, target)[1] if f["code"] == "missing-module"]
+    assert [f["subject"] for f in found] == ["model.layers.1.mlp.down_proj"], found
+    return found[0]["message"]
+
+
+def test_what_vllm_does_with_a_missing_layer_is_its_release_s_own(capsys, llama_without_down):
+    """It said "vLLM skips its missing-weights check for a quantized checkpoint" for every release. Each release's
+    DefaultModelLoader, run by the generator (tools/vllm_missing_weights.py), says: no check by default in 0.28-0.32;
+    with enable_weights_track, 0.32 stops on the unfilled layer while 0.28/0.30 exempt every layer with a quant method."""
+    new, old = _said(capsys, llama_without_down, "vllm==0.32.0"), _said(capsys, llama_without_down, "vllm==0.28.0")
+    for text, release in ((new, "0.32.0"), (old, "0.28.0")):
+        assert f"vllm {release}" in text and "quantized checkpoint" in text and "skips" not in text, text
+        assert "by default, does not check for unfilled weights" in text and "enable_weights_track" in text, text
+    assert "it stops on any unfilled weight ('ValueError: Following weights were not initialized from checkpoint')" in new
+    assert "a missing linear layer is not noticed" in old and "stops on any" not in old, old
+
+
+def test_a_target_whose_missing_weights_check_is_not_profiled_claims_none(capsys, llama_without_down):
+    text = _said(capsys, llama_without_down, "sglang==0.5.23")
+    assert "not profiled" in text and "skips" not in text and "vLLM" not in text, text
+
+
+def test_an_unquantized_checkpoint_is_not_said_to_stop_on_a_missing_linear(capsys, tmp_path):
+    """vLLM checks an unquantized checkpoint only where a layer has no quant method: a lost linear loads, silently."""
+    src = tmp_path / "bf16"
+    src.mkdir()
+    names = [f"model.layers.{layer}.mlp.{m}.weight" for layer in range(4) for m in ("up_proj", "down_proj")]
+    save_file({n: __import__("torch").zeros(16, 16) for n in names if n != "model.layers.2.mlp.down_proj.weight"},
+              src / "model.safetensors")
+    (src / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4}))
+    found = [f for f in findings(capsys, src, "vllm==0.32.0")[1] if f["code"] == "missing-module"]
+    assert [f["subject"] for f in found] == ["model.layers.2.mlp.down_proj"], found
+    assert "unquantized checkpoint" in found[0]["message"] and "a missing linear layer is not noticed" in found[0]["message"]

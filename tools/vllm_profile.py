@@ -29,6 +29,7 @@ from vllm_declared import empty_torchvision
 from vllm_runtime import enable_cpu_nvfp4, nvfp4_moe_emulation_fallback, world_of_one
 from vllm_profile_configs import PUBLISHED, NoConfig, model_types, small_config
 from vllm_layer_facts import layer_rules
+from vllm_missing_weights import missing_weights
 from vllm_load_facts import (log, load_renames, nvfp4_refusals, pattern, placed_weights, quant_prefixes,
                              record_asked_prefixes, renames)
 
@@ -190,6 +191,19 @@ def write_config(folder: str, arch: str, config: dict, refused: list[str]) -> No
                        torch_dtype="bfloat16"), f)
 
 
+def small_llama(quantized: bool, names: dict[str, str]):
+    """(model, VllmConfig): LlamaForCausalLM on the small config, under the profile's quantization config or none."""
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    config, _ = small_config("LlamaForCausalLM", names)
+    with tempfile.TemporaryDirectory() as folder:
+        write_config(folder, "LlamaForCausalLM", config, [])
+        if not quantized:
+            with open(os.path.join(folder, "config.json"), "w") as f:
+                json.dump(dict(config, architectures=["LlamaForCausalLM"], torch_dtype="bfloat16"), f)
+        return build_model(folder, initialize_model)
+
+
 def export_layer_rules(arch: str, model, tensors: dict, export: dict, refused: list[str]) -> dict:
     """tools/vllm_layer_facts.py's per-layer drops on the export's config (vLLM's model built again when the export's
     PUBLISHED fields change it: Gemma 3n's KV-shared layers exist only with them)."""
@@ -296,6 +310,7 @@ def main(argv: list[str]) -> int:
     names = model_types()
     archs = sorted(only or _TEXT_GENERATION_MODELS)
     result = {"runtime": "vllm", "release": vllm.__version__.split("+")[0], "quantization": QUANTIZATION,
+              "missing_weights": missing_weights(lambda quantized: small_llama(quantized, names)),
               "registered": len(_TEXT_GENERATION_MODELS), "architectures": {}, "unprofiled": {}}
     for arch in archs:
         t0 = time.perf_counter()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.resources import files
 
 from repair.arch.base import Architecture
@@ -56,6 +56,7 @@ class ReleaseProfile:
     source: str  # the file's name, which messages cite
     entries: dict  # architecture -> {"modules", "fused", "renames", "config"}
     unprofiled: dict  # architecture -> why not
+    missing_weights: dict = field(default_factory=dict)  # what its loader does with unfilled weights (vllm_missing_weights.py)
 
     @property
     def label(self) -> str:
@@ -79,7 +80,8 @@ def read_profiles() -> tuple[ReleaseProfile, ...]:
         doc = json.loads(item.read_text(encoding="utf-8"))
         if "architectures" not in doc:
             continue  # a rules-only release file (repair/targets/runtime_rules.py reads it)
-        out.append(ReleaseProfile(doc["runtime"], release_of(doc["release"]), item.name, doc["architectures"], doc["unprofiled"]))
+        out.append(ReleaseProfile(doc["runtime"], release_of(doc["release"]), item.name, doc["architectures"], doc["unprofiled"],
+                                  doc.get("missing_weights", {})))
     return tuple(sorted(out, key=lambda p: (p.runtime, p.release)))
 
 
