@@ -215,6 +215,16 @@ def _gemma3n(layers: int, shared: int, lost: tuple[int, ...] = ()) -> tuple[list
     return ["model.embed_tokens.weight", *_stack("model.layers", layers, modules)], config
 
 
+def _write_stack(folder: Path, names: list[str], config: dict) -> Path:
+    """A BF16 checkpoint of these tensor names (norms 1-D) and config.json."""
+    import torch
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.joinpath("config.json").write_text(json.dumps(config))
+    save_file({n: torch.zeros(16, dtype=torch.bfloat16) if n.endswith("norm.weight") else torch.zeros(16, 16, dtype=torch.bfloat16)
+               for n in names}, folder / "model.safetensors")
+    return folder
+
+
 @pytest.mark.parametrize("layers, shared", [(4, 1), (35, 15), (30, 10)])
 def test_gemma3n_kv_shared_layers_lack_k_and_v_by_design(layers, shared):
     """vLLM 0.30+ builds no k_proj/v_proj/k_norm in Gemma 3n's last num_kv_shared_layers layers (gemma3n.py's
@@ -234,15 +244,14 @@ def test_gemma3n_kv_shared_layers_lack_k_and_v_by_design(layers, shared):
 
 
 def test_doctor_on_a_gemma3n_stack_names_no_kv_shared_module_missing(capsys, tmp_path):
-    import torch
-    names, config = _gemma3n(4, 1)
-    tmp_path.joinpath("config.json").write_text(json.dumps(config))
-    save_file({n: torch.zeros(16, 16, dtype=torch.bfloat16) if not n.endswith("norm.weight") else torch.zeros(16, dtype=torch.bfloat16)
-               for n in names}, tmp_path / "model.safetensors")
-    for target in ("vllm==0.32.0", "vllm==0.30.0"):
+    _write_stack(tmp_path, *_gemma3n(4, 1))
+    for target in ("vllm==0.32.0", "vllm==0.30.0", "bf16"):
         assert not [f for f in findings(capsys, tmp_path, target)[1] if f["code"] == "missing-module"], target
-    assert [f["subject"] for f in findings(capsys, tmp_path, "vllm==0.28.0")[1] if f["code"] == "missing-module"] == [
-        f"model.layers.3.self_attn.{m}" for m in ("k_norm", "k_proj", "v_proj")]
+    # vLLM 0.28 builds qkv_proj in every layer; SGLang 0.5.23 too (gemma3n_causal.py: a KV-shared layer only skips
+    # saving its KV cache), and vLLM's layer rows lent to it are not its loader
+    for target in ("vllm==0.28.0", "sglang==0.5.23"):
+        assert [f["subject"] for f in findings(capsys, tmp_path, target)[1] if f["code"] == "missing-module"] == [
+            f"model.layers.3.self_attn.{m}" for m in ("k_norm", "k_proj", "v_proj")], target
 
 
 @pytest.mark.parametrize("value", [None, -3, 10**9, "2", 2.0, [1], True])
@@ -296,3 +305,18 @@ def test_an_unquantized_checkpoint_is_not_said_to_stop_on_a_missing_linear(capsy
     found = [f for f in findings(capsys, src, "vllm==0.32.0")[1] if f["code"] == "missing-module"]
     assert [f["subject"] for f in found] == ["model.layers.2.mlp.down_proj"], found
     assert "unquantized checkpoint" in found[0]["message"] and "a missing linear layer is not noticed" in found[0]["message"]
+
+
+@pytest.mark.parametrize("target, refused", [("vllm==0.32.0", False), ("sglang==0.5.23", True), ("vllm==0.32.0,sglang==0.5.23", True)])
+def test_dropping_a_kv_shared_k_proj_is_refused_only_where_a_target_builds_it(capsys, tmp_path, target, refused):
+    """An original Gemma 3n layout stores k/v in the KV-shared layers too. vLLM 0.32 drops them on load, so a drop
+    rule removing one loses nothing there; SGLang 0.5.23 builds them, so for it the output would lack the module."""
+    names, config = _gemma3n(4, 0)
+    src = _write_stack(tmp_path / "src", names, dict(config, num_kv_shared_layers=1))
+    shared = "model.layers.3.self_attn.k_proj"
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--recipe", drop_recipe(tmp_path, target, shared),
+                                  "--dry-run", "--quiet")
+    if refused:
+        assert code == 2 and shared in err and "drop" in err, (code, err)
+    else:
+        assert shared not in err or "drop rule removes" not in err, (code, err)

@@ -26,7 +26,7 @@ import re
 from collections import defaultdict
 from typing import Iterable
 
-from repair.arch import ModuleSpec
+from repair.arch import Architecture, ModuleSpec, ReleaseProfile
 from repair.arch.layer_rules import MOST_LAYERS, decoder_depth, text_part
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.targets.profiles import Target
@@ -39,11 +39,24 @@ UNFILLED = "'ValueError: Following weights were not initialized from checkpoint'
 TRACK = "--model-loader-extra-config '{\"enable_weights_track\": true}'"
 
 
+def own_loader(target: Target) -> ReleaseProfile | None:
+    """The generated release whose loader is the target's own: vLLM's layer rows lent to SGLang or TensorRT-LLM are
+    not their loaders (SGLang 0.5.23 builds Gemma 3n's KV-shared k/v that vLLM drops)."""
+    release = target.release
+    return release if release is not None and release.runtime == target.profile.runtime else None
+
+
+def unbuilt(target: Target, family: Architecture, config: dict | None) -> frozenset[str]:
+    """Modules the target builds in no layer of that name (`bf16` reads the newest vLLM rows as its runtime's)."""
+    lent = target.release is not None and own_loader(target) is None
+    return frozenset() if lent else family.dropped(config)
+
+
 def consequence(target: Target, quantized: bool) -> str:
     """What the target's loader does with the missing layer: its release's own DefaultModelLoader, run by the profile
     generator on a checkpoint leaving one linear / one norm unfilled, by default and with weight tracking (another
     runtime's target borrows only vLLM's layer rows, not its loader: nothing is claimed for it)."""
-    release = target.release if target.release is not None and target.release.runtime == target.profile.runtime else None
+    release = own_loader(target)
     facts = (release.missing_weights if release is not None else {}).get("quantized" if quantized else "unquantized")
     if release is None or not isinstance(facts, dict) or not isinstance(facts.get("default"), dict):
         return (f"{target.profile.speaker} refuses such a checkpoint or runs the layer on uninitialised memory (its "
