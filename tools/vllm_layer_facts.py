@@ -78,3 +78,38 @@ def layer_rules(model, tensors: dict, config: dict, rebuild: Callable[[dict], ob
         if len(fits) == 1:
             out[module] = fits[0]
     return out
+
+
+def main(argv: list[str]) -> int:
+    """`vllm_layer_facts.py ARCH OVERRIDES.json`: one JSON line, {module pattern: [layers vLLM drops it in]} for the
+    profile's export config of ARCH with OVERRIDES applied (`_refused`: the layers to exclude, the profile's
+    nvfp4_refused); the vLLM tier checks the profile's rules against it at a published config's depth."""
+    import json
+    import tempfile
+
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm_declared import empty_torchvision
+    from vllm_profile import build_model, no_triton_allocator, saved_tensors, write_config
+    from vllm_profile_configs import PUBLISHED, model_types, small_config
+    from vllm_runtime import emit, enable_cpu_nvfp4, nvfp4_moe_emulation_fallback
+
+    enable_cpu_nvfp4()
+    nvfp4_moe_emulation_fallback()
+    empty_torchvision()
+    no_triton_allocator()
+    arch, overrides = argv[0], json.load(open(argv[1], encoding="utf-8"))
+    refused = overrides.pop("_refused", [])
+    config = {**small_config(arch, model_types())[0], **PUBLISHED.get(arch, {}), **overrides}
+    with tempfile.TemporaryDirectory() as folder:
+        write_config(folder, arch, config, refused)
+        model = build_model(folder, initialize_model)[0]
+    part = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    dropped = dropped_layers(model, saved_tensors(arch, config), part[COUNT])
+    emit({m: sorted(s) for m, s in dropped.items()})
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
