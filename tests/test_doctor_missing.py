@@ -201,3 +201,122 @@ def test_the_last_decoder_layers_missing_are_named_and_a_shorter_vision_tower_is
     config = {"text_config": {"num_hidden_layers": 61}, "vision_config": {"num_hidden_layers": 27}}
     assert list(missing_modules(names, {}, "vlm", config)) == ["model.language_model.layers.60"]
     assert missing_modules(names, {}, "vlm", {"text_config": {"num_hidden_layers": 60}}) == {}
+
+
+def _gemma3n(layers: int, shared: int, lost: tuple[int, ...] = ()) -> tuple[list[str], dict]:
+    """Gemma 3n's text stack as transformers saves it: its last `shared` layers (KV-shared) hold no k_proj, v_proj or
+    k_norm; the layers in `lost` lost their k_proj."""
+    def modules(layer):
+        kv = () if layer >= layers - shared else ("self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.k_norm.weight")
+        return ("self_attn.q_proj.weight", "self_attn.o_proj.weight", "self_attn.q_norm.weight",
+                *(m for m in kv if not (layer in lost and m.startswith("self_attn.k_proj"))))
+    config = {"architectures": ["Gemma3nForCausalLM"], "model_type": "gemma3n_text", "num_hidden_layers": layers,
+              "num_kv_shared_layers": shared}
+    return ["model.embed_tokens.weight", *_stack("model.layers", layers, modules)], config
+
+
+def _write_stack(folder: Path, names: list[str], config: dict) -> Path:
+    """A BF16 checkpoint of these tensor names (norms 1-D) and config.json."""
+    import torch
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.joinpath("config.json").write_text(json.dumps(config))
+    save_file({n: torch.zeros(16, dtype=torch.bfloat16) if n.endswith("norm.weight") else torch.zeros(16, 16, dtype=torch.bfloat16)
+               for n in names}, folder / "model.safetensors")
+    return folder
+
+
+@pytest.mark.parametrize("layers, shared", [(4, 1), (35, 15), (30, 10)])
+def test_gemma3n_kv_shared_layers_lack_k_and_v_by_design(layers, shared):
+    """vLLM 0.30+ builds no k_proj/v_proj/k_norm in Gemma 3n's last num_kv_shared_layers layers (gemma3n.py's
+    _kv_sharing_weights_mapper drops them; the profile records the rule): they are not missing there. A layer before
+    them that lost its k_proj still is; vLLM 0.28 builds them in every layer, so there its profile expects them."""
+    from repair import arch
+    from repair.targets.profiles import release_at_or_below
+
+    names, config = _gemma3n(layers, shared)
+    family = arch.architecture(config, release_at_or_below("vllm", (0, 32, 0)))
+    assert family.dropped_in_layers, family
+    assert missing_modules(names, {}, family.name, config, family.dropped(config)) == {}
+    lost, _ = _gemma3n(layers, shared, lost=(1,))
+    assert list(missing_modules(lost, {}, family.name, config, family.dropped(config))) == ["model.layers.1.self_attn.k_proj"]
+    older = arch.architecture(config, release_at_or_below("vllm", (0, 28, 0)))
+    assert not older.dropped(config)
+
+
+def test_doctor_on_a_gemma3n_stack_names_no_kv_shared_module_missing(capsys, tmp_path):
+    _write_stack(tmp_path, *_gemma3n(4, 1))
+    for target in ("vllm==0.32.0", "vllm==0.30.0", "bf16"):
+        assert not [f for f in findings(capsys, tmp_path, target)[1] if f["code"] == "missing-module"], target
+    # vLLM 0.28 builds qkv_proj in every layer; SGLang 0.5.23 too (gemma3n_causal.py: a KV-shared layer only skips
+    # saving its KV cache), and vLLM's layer rows lent to it are not its loader
+    for target in ("vllm==0.28.0", "sglang==0.5.23"):
+        assert [f["subject"] for f in findings(capsys, tmp_path, target)[1] if f["code"] == "missing-module"] == [
+            f"model.layers.3.self_attn.{m}" for m in ("k_norm", "k_proj", "v_proj")], target
+
+
+@pytest.mark.parametrize("value", [None, -3, 10**9, "2", 2.0, [1], True])
+def test_a_hostile_kv_shared_count_drops_nothing_it_cannot_prove(value):
+    from repair import arch
+    from repair.targets.profiles import release_at_or_below
+
+    names, config = _gemma3n(4, 1)
+    config["num_kv_shared_layers"] = value
+    family = arch.architecture(config, release_at_or_below("vllm", (0, 32, 0)))
+    assert family.dropped(config) == frozenset()
+
+
+@pytest.fixture(scope="module")
+def llama_without_down(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("llama_lost")
+    return without(write_mixed(root / "src"), root / "lost", "model.layers.1.mlp.down_proj")
+
+
+def _said(capsys, folder: Path, target: str) -> str:
+    found = [f for f in findings(capsys, folder, target)[1] if f["code"] == "missing-module"]
+    assert [f["subject"] for f in found] == ["model.layers.1.mlp.down_proj"], found
+    return found[0]["message"]
+
+
+def test_what_vllm_does_with_a_missing_layer_is_its_release_s_own(capsys, llama_without_down):
+    """It said "vLLM skips its missing-weights check for a quantized checkpoint" for every release. Each release's
+    DefaultModelLoader, run by the generator (tools/vllm_missing_weights.py), says: no check by default in 0.28-0.32;
+    with enable_weights_track, 0.32 stops on the unfilled layer while 0.28/0.30 exempt every layer with a quant method."""
+    new, old = _said(capsys, llama_without_down, "vllm==0.32.0"), _said(capsys, llama_without_down, "vllm==0.28.0")
+    for text, release in ((new, "0.32.0"), (old, "0.28.0")):
+        assert f"vllm {release}" in text and "quantized checkpoint" in text and "skips" not in text, text
+        assert "by default, does not check for unfilled weights" in text and "enable_weights_track" in text, text
+    assert "it stops on any unfilled weight ('ValueError: Following weights were not initialized from checkpoint')" in new
+    assert "a missing linear layer is not noticed" in old and "stops on any" not in old, old
+
+
+def test_a_target_whose_missing_weights_check_is_not_profiled_claims_none(capsys, llama_without_down):
+    text = _said(capsys, llama_without_down, "sglang==0.5.23")
+    assert "not profiled" in text and "skips" not in text and "vLLM" not in text, text
+
+
+def test_an_unquantized_checkpoint_is_not_said_to_stop_on_a_missing_linear(capsys, tmp_path):
+    """vLLM checks an unquantized checkpoint only where a layer has no quant method: a lost linear loads, silently."""
+    src = tmp_path / "bf16"
+    src.mkdir()
+    names = [f"model.layers.{layer}.mlp.{m}.weight" for layer in range(4) for m in ("up_proj", "down_proj")]
+    save_file({n: __import__("torch").zeros(16, 16) for n in names if n != "model.layers.2.mlp.down_proj.weight"},
+              src / "model.safetensors")
+    (src / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4}))
+    found = [f for f in findings(capsys, src, "vllm==0.32.0")[1] if f["code"] == "missing-module"]
+    assert [f["subject"] for f in found] == ["model.layers.2.mlp.down_proj"], found
+    assert "unquantized checkpoint" in found[0]["message"] and "a missing linear layer is not noticed" in found[0]["message"]
+
+
+@pytest.mark.parametrize("target, refused", [("vllm==0.32.0", False), ("sglang==0.5.23", True), ("vllm==0.32.0,sglang==0.5.23", True)])
+def test_dropping_a_kv_shared_k_proj_is_refused_only_where_a_target_builds_it(capsys, tmp_path, target, refused):
+    """An original Gemma 3n layout stores k/v in the KV-shared layers too. vLLM 0.32 drops them on load, so a drop
+    rule removing one loses nothing there; SGLang 0.5.23 builds them, so for it the output would lack the module."""
+    names, config = _gemma3n(4, 0)
+    src = _write_stack(tmp_path / "src", names, dict(config, num_kv_shared_layers=1))
+    shared = "model.layers.3.self_attn.k_proj"
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--recipe", drop_recipe(tmp_path, target, shared),
+                                  "--dry-run", "--quiet")
+    if refused:
+        assert code == 2 and shared in err and "drop" in err, (code, err)
+    else:
+        assert shared not in err or "drop rule removes" not in err, (code, err)

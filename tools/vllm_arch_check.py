@@ -178,7 +178,8 @@ def write_export(folder: str, config: dict, tensors: dict, packed: set[str], exc
 def broken_choice(placed: dict, tensors: dict, quantized: set[str]) -> tuple[str, str] | None:
     """(module, kind) to store packed where vLLM builds it unquantized: a layer vLLM builds unquantized even when the
     quant config excludes nothing (a router built with quant_config=None), else
-    a quantized linear that is not one shard of a fused layer (its exclusion then stands alone)."""
+    a quantized linear that is not one shard of a fused layer (its exclusion then stands alone), one whose prefix in
+    vLLM is its checkpoint name where there is one."""
     def two_d(m):
         w = tensors.get(f"{m}.weight")
         return w is not None and w.dim() == 2 and w.shape[1] % 16 == 0
@@ -187,7 +188,9 @@ def broken_choice(placed: dict, tensors: dict, quantized: set[str]) -> tuple[str
     if routers:
         return sorted(routers, key=lambda m: (m == LM_HEAD, m))[0], "router"
     alone = [m for m in quantized if placed[m]["vllm_module"].rpartition(".")[2] == m.rpartition(".")[2]]
-    return (sorted(alone or quantized)[0], "excluded") if (alone or quantized) else None
+    reached = [m for m in alone if placed[m].get("prefix") == m]  # vLLM matches an exclusion naming it (Gemma 3n's
+    # altup_projections.N is built under model.self_decoder.: its exclusion reaches nothing, so storing it packed loads)
+    return (sorted(reached or alone or quantized)[0], "excluded") if (alone or quantized) else None
 
 
 def check(arch: str, root: str, names: dict, loader: Loader) -> dict:

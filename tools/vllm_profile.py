@@ -28,6 +28,8 @@ import traceback
 from vllm_runtime import (enable_cpu_nvfp4, inspect_in_process, nvfp4_moe_emulation_fallback, torchvision_stand_in,
                           world_of_one)
 from vllm_profile_configs import PUBLISHED, NoConfig, model_types, small_config
+from vllm_layer_facts import layer_rules
+from vllm_missing_weights import missing_weights
 from vllm_load_facts import (dropped_tensors, log, load_renames, nvfp4_refusals, pattern, placed_weights, quant_prefixes,
                              record_asked_prefixes, renames)
 
@@ -80,9 +82,20 @@ def checkpoint_names(model) -> list[str]:
     return sorted({n.rpartition(".")[0] for n, t in model.state_dict().items() if n.endswith(".weight") and t.dim() == 2})
 
 
-def saved_tensors(arch: str, config: dict) -> dict[str, tuple[str, list[int], str]]:
-    """Tensor name -> (name, shape, dtype) of every tensor transformers' own save_pretrained writes for this config
-    (tiny, on CPU: its names are a published export's, e.g. GraniteMoe's fused 3-D `input_linear`)."""
+def saved_weights(tensors: dict[str, tuple[list[int], str]]) -> dict[str, tuple[str, list[int], str]]:
+    """Checkpoint module -> (tensor name, shape, dtype) of every 2-D / 3-D weight of a saved checkpoint (its names are
+    a published export's, e.g. GraniteMoe's fused 3-D `input_linear`; a 3-D tensor stored without a `.weight` leaf,
+    GptOss's `experts.gate_up_proj`, is its own module)."""
+    out = {}
+    for n, (shape, dtype) in tensors.items():
+        module, leaf = n.rpartition(".")[::2]
+        if len(shape) >= 2 and (leaf == "weight" or (len(shape) == 3 and not leaf.endswith("bias"))):
+            out[module if leaf == "weight" else n] = (n, shape, dtype)
+    return dict(sorted(out.items()))
+
+
+def saved_tensors(arch: str, config: dict) -> dict[str, tuple[list[int], str]]:
+    """Tensor name -> (shape, dtype) of what transformers' own save_pretrained writes for this config (tiny, on CPU)."""
     import torch
     from safetensors import safe_open
 
@@ -98,19 +111,7 @@ def saved_tensors(arch: str, config: dict) -> dict[str, tuple[str, list[int], st
             return {}
         for file in sorted(f for f in os.listdir(folder) if f.endswith(".safetensors")):
             with safe_open(os.path.join(folder, file), "pt") as f:
-                for n in f.keys():
-                    out[n] = (n, list(f.get_slice(n).get_shape()), "bfloat16")
-    return dict(sorted(out.items()))
-
-
-def saved_weights(tensors: dict) -> dict[str, tuple[str, list[int], str]]:
-    """Checkpoint module -> (tensor name, shape, dtype) of every 2-D / 3-D weight of `tensors` (a 3-D tensor stored
-    without a `.weight` leaf, GptOss's `experts.gate_up_proj`, is its own module)."""
-    out = {}
-    for n, (_, shape, dtype) in tensors.items():
-        module, leaf = n.rpartition(".")[::2]
-        if len(shape) >= 2 and (leaf == "weight" or (len(shape) == 3 and not leaf.endswith("bias"))):
-            out[module if leaf == "weight" else n] = (n, shape, dtype)
+                out.update({n: (list(f.get_slice(n).get_shape()), "bfloat16") for n in f.keys()})
     return dict(sorted(out.items()))
 
 
@@ -154,9 +155,7 @@ def profile(arch: str, names: dict[str, str]) -> dict:
     refused: list[str] = []
     while True:
         with tempfile.TemporaryDirectory() as folder:
-            with open(os.path.join(folder, "config.json"), "w") as f:
-                json.dump(dict(config, architectures=[arch], quantization_config=dict(QUANTIZATION, ignore=refused),
-                               torch_dtype="bfloat16"), f)
+            write_config(folder, arch, config, refused)
             try:
                 model, vc = build_model(folder, initialize_model)
                 mtp = mtp_drafter(folder, initialize_model) if has_mtp(config) else {}
@@ -170,18 +169,57 @@ def profile(arch: str, names: dict[str, str]) -> dict:
     extra = {"nvfp4_refused": refused} if refused else {}
     fused = {k: v for k, v in sorted(packed.items()) if v != [k]}
     modules = modules_of(model)
+    export = dict(config, **PUBLISHED.get(arch, {}))
     with world_of_one(vc), set_current_vllm_config(vc):
-        tensors = saved_tensors(arch, dict(config, **PUBLISHED.get(arch, {})))
+        tensors = saved_tensors(arch, export)
         weights = saved_weights(tensors)
         placed = placed_weights(model, weights)
         refusals = nvfp4_refusals(model, weights, placed)
-        dropped = dropped_tensors(model, tensors)
+        dropped = dropped_tensors(model, {n: (n, *kind) for n, kind in tensors.items()})
+    layers = export_layer_rules(arch, model if export == config else None, tensors, export, refused)
     prefixes, loads = quant_prefixes(model, placed, fused), load_renames(model, placed, fused)
     return {"config": {"source": source, "model_type": config.get("model_type")}, **extra,
             "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
             "renames": renames(type(model), checkpoint_names(transformers_model(arch, config, "meta"))),
             **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
-            **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}), **mtp}
+            **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}),
+            **({"dropped_in_layers": layers} if layers else {}), **mtp}
+
+
+def write_config(folder: str, arch: str, config: dict, refused: list[str]) -> None:
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(dict(config, architectures=[arch], quantization_config=dict(QUANTIZATION, ignore=refused),
+                       torch_dtype="bfloat16"), f)
+
+
+def small_llama(quantized: bool, names: dict[str, str]):
+    """(model, VllmConfig): LlamaForCausalLM on the small config, under the profile's quantization config or none."""
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    config, _ = small_config("LlamaForCausalLM", names)
+    with tempfile.TemporaryDirectory() as folder:
+        write_config(folder, "LlamaForCausalLM", config, [])
+        if not quantized:
+            with open(os.path.join(folder, "config.json"), "w") as f:
+                json.dump(dict(config, architectures=["LlamaForCausalLM"], torch_dtype="bfloat16"), f)
+        return build_model(folder, initialize_model)
+
+
+def export_layer_rules(arch: str, model, tensors: dict, export: dict, refused: list[str]) -> dict:
+    """tools/vllm_layer_facts.py's per-layer drops on the export's config (vLLM's model built again when the export's
+    PUBLISHED fields change it: Gemma 3n's KV-shared layers exist only with them)."""
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    def rebuild(config: dict):
+        with tempfile.TemporaryDirectory() as folder:
+            write_config(folder, arch, config, refused)
+            return build_model(folder, initialize_model)[0]
+
+    try:
+        return layer_rules(model if model is not None else rebuild(export), tensors, export, rebuild)
+    except Exception as e:  # noqa: BLE001 - vLLM refuses the export's config here: no per-layer facts
+        log(f"{arch}: no per-layer facts ({type(e).__name__}: {str(e)[:120]})")
+        return {}
 
 
 def has_mtp(config: dict) -> bool:
@@ -268,6 +306,7 @@ def main(argv: list[str]) -> int:
     names = model_types()
     archs = sorted(only or _TEXT_GENERATION_MODELS)
     result = {"runtime": "vllm", "release": vllm.__version__.split("+")[0], "quantization": QUANTIZATION,
+              "missing_weights": missing_weights(lambda quantized: small_llama(quantized, names)),
               "registered": len(_TEXT_GENERATION_MODELS), "architectures": {}, "unprofiled": {}}
     for arch in archs:
         t0 = time.perf_counter()

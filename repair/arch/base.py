@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable
 
+from repair.arch.layer_rules import LayerDrop, dropped_modules
 from repair.arch.roles import GENERIC_ROLES, LLAMA_FUSED, UnquantizedRole, role_index
 from repair.formats.base import Covers, Declaration
 from repair.io.regex_index import PatternIndex
@@ -80,6 +81,11 @@ class Architecture:
     fused_layers: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(LLAMA_FUSED))  # vLLM's packed_modules_mapping
     nvfp4_load_refused: tuple[tuple[str, str], ...] = ()  # (re.search on checkpoint names, why): load_weights fails on NVFP4
     dropped_tensors: tuple[DroppedTensor, ...] = ()  # tensors load_weights takes and fills no parameter with
+    dropped_in_layers: tuple[LayerDrop, ...] = ()  # modules the runtime builds in some layers only (arch/layer_rules.py)
+
+    def dropped(self, config: dict | None) -> frozenset[str]:
+        """Checkpoint module names this release builds in no layer of that name, for this config.json."""
+        return dropped_modules(self.dropped_in_layers, config)
 
     def matches(self, config: dict | None) -> bool:
         if not config:

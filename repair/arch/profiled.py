@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from importlib.resources import files
 
 from repair.arch.base import Architecture, DroppedTensor
+from repair.arch.layer_rules import LayerDrop
 from repair.arch.roles import GENERIC_ROLES, UnquantizedRole
 
 DATA = files("repair") / "targets" / "data"
@@ -78,6 +79,7 @@ class ReleaseProfile:
     source: str  # the file's name, which messages cite
     entries: dict  # architecture -> {"modules", "fused", "renames", "config"}
     unprofiled: dict  # architecture -> why not
+    missing_weights: dict = field(default_factory=dict)  # what its loader does with unfilled weights (vllm_missing_weights.py)
 
     @property
     def label(self) -> str:
@@ -101,7 +103,8 @@ def read_profiles() -> tuple[ReleaseProfile, ...]:
         doc = json.loads(item.read_text(encoding="utf-8"))
         if "architectures" not in doc:
             continue  # a rules-only release file (repair/targets/runtime_rules.py reads it)
-        out.append(ReleaseProfile(doc["runtime"], release_of(doc["release"]), item.name, doc["architectures"], doc["unprofiled"]))
+        out.append(ReleaseProfile(doc["runtime"], release_of(doc["release"]), item.name, doc["architectures"], doc["unprofiled"],
+                                  doc.get("missing_weights", {})))
     return tuple(sorted(out, key=lambda p: (p.runtime, p.release)))
 
 
@@ -158,9 +161,11 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
     dropped = tuple(DroppedTensor(pattern_regex([p]), fact["unfilled"], fact["refused"],
                                   f"{profile.label}'s {name} load_weights fills no parameter with it (its own code, "
                                   f"recorded in {profile.source})") for p, fact in sorted(entry.get("dropped", {}).items()))
+    drops = tuple(LayerDrop(module, run, field, profile.source) for module, rule in sorted(entry.get("dropped_in_layers", {}).items())
+                  for run, field in sorted(rule.items()))
     return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
                         unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused,
-                        nvfp4_load_refused=refused, dropped_tensors=dropped, **names)
+                        nvfp4_load_refused=refused, dropped_tensors=dropped, dropped_in_layers=drops, **names)
 
 
 def module_state(entry: dict, module: str) -> str | None:

@@ -17,7 +17,7 @@ from repair.doctor.declared import (algorithm_findings, float8_findings, fused_a
 from repair.doctor.dropped import dropped_tensor_findings
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.fused import fused_storage_findings
-from repair.doctor.missing import missing_findings
+from repair.doctor.missing import consequence, missing_findings, unbuilt
 from repair.doctor.module_loads import load_stops, module_driven, module_load_findings, replaced_by_loads
 from repair.doctor.scales import BlockReads, Progress, ScaleValues
 from repair.doctor.schemes import excluded_packed_findings, predicted_schemes, scheme_findings, unloadable_full_precision_findings
@@ -97,7 +97,9 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         findings += built_layer_findings(declaration, target, ckpt.config)
     if target.profile.rules is None:  # a rules file's loader table says what a shard that does not fit does (table_loads)
         findings += fused_storage_findings(declaration, modules, family, target)
-    findings += float8_findings(modules, infos) + missing_findings(infos, specs, family.name, ckpt.config)
+    findings += float8_findings(modules, infos) + missing_findings(
+        infos, specs, family.name, ckpt.config, unbuilt(target, family, ckpt.config),
+        consequence(target, declaration.quantized))
     said = {f.subject for f in mismatched}  # a layer declared NVFP4 stored without input_scale: said once, as a mismatch
     with ScaleValues(ckpt, modules, fmt.GLOBAL_SCALE_IS_DIVISOR, deep, progress, shared) as values:
         findings += [f for f in health_findings(ckpt, modules, built, fmt.GLOBAL_SCALE_IS_DIVISOR, values, target.profile.speaker)

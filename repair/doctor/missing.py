@@ -1,8 +1,11 @@
 """Modules the architecture expects but the checkpoint lacks (issue 25.7).
 
 The loader simulation walks the stored tensors, so a module that is not stored at all was never looked at.
-vLLM skips its "weights were not initialized from checkpoint" check for quantized models, so a missing layer
-runs on uninitialised memory, silently; an unquantized model stops loading instead. Two sources of truth:
+What the target does then is its release's own loader's (`consequence`, from the profile's `missing_weights`): vLLM
+0.28-0.32 do not check a quantized checkpoint for unfilled weights by default (the layer runs on uninitialised memory,
+silently); with enable_weights_track 0.32 stops, 0.28/0.30 still pass a missing linear; an unquantized checkpoint
+stops only on a layer without a quant method (a norm). A module the release builds in no layer of that name (the
+profile's per-layer rules: Gemma 3n's KV-shared k/v) is not expected. Two sources of truth:
 
 - an architecture row with a loader profile (`arch.expected_modules`) names every module the model defines;
 - any other family: decoder layers are stacks (`<prefix>.layers.N.<rest>`). A module `<rest>` is expected in
@@ -23,21 +26,64 @@ import re
 from collections import defaultdict
 from typing import Iterable
 
-from repair.arch import ModuleSpec
+from repair.arch import Architecture, ModuleSpec, ReleaseProfile
+from repair.arch.layer_rules import MOST_LAYERS, decoder_depth, text_part
 from repair.doctor.findings import Finding, Kind, Severity
+from repair.targets.profiles import Target
 
 LAYER = re.compile(r"(.*?\b(?:layers|h|blocks))\.([0-9]{1,6})\.(.+)", re.DOTALL)  # fullmatch: linear on any name
 SCALE_ONLY = ("k_scale", "v_scale", "q_scale", "prob_scale")  # attention scales, not weights of a module
-MOST_LAYERS = 1 << 16  # a declared layer list longer than this is not read
 MOST_PATTERNS = 64  # a block whose modules show more distinct layer patterns than this is too irregular to judge
-CONSEQUENCE = ("vLLM skips its missing-weights check for a quantized checkpoint, so the layer runs on uninitialised "
-               "memory, silently (an unquantized one stops: 'ValueError: Following weights were not initialized from "
-               "checkpoint'); re-download or re-export the checkpoint, or take the module from the original model")
+ADVICE = "re-download or re-export the checkpoint, or take the module from the original model"
+UNFILLED = "'ValueError: Following weights were not initialized from checkpoint'"
+TRACK = "--model-loader-extra-config '{\"enable_weights_track\": true}'"
+
+
+def own_loader(target: Target) -> ReleaseProfile | None:
+    """The generated release whose loader is the target's own: vLLM's layer rows lent to SGLang or TensorRT-LLM are
+    not their loaders (SGLang 0.5.23 builds Gemma 3n's KV-shared k/v that vLLM drops)."""
+    release = target.release
+    return release if release is not None and release.runtime == target.profile.runtime else None
+
+
+def unbuilt(target: Target, family: Architecture, config: dict | None) -> frozenset[str]:
+    """Modules the target builds in no layer of that name (`bf16` reads the newest vLLM rows as its runtime's)."""
+    lent = target.release is not None and own_loader(target) is None
+    return frozenset() if lent else family.dropped(config)
+
+
+def consequence(target: Target, quantized: bool) -> str:
+    """What the target's loader does with the missing layer: its release's own DefaultModelLoader, run by the profile
+    generator on a checkpoint leaving one linear / one norm unfilled, by default and with weight tracking (another
+    runtime's target borrows only vLLM's layer rows, not its loader: nothing is claimed for it)."""
+    release = own_loader(target)
+    facts = (release.missing_weights if release is not None else {}).get("quantized" if quantized else "unquantized")
+    if release is None or not isinstance(facts, dict) or not isinstance(facts.get("default"), dict):
+        return (f"{target.profile.speaker} refuses such a checkpoint or runs the layer on uninitialised memory (its "
+                f"missing-weights check is not profiled for this target); {ADVICE}")
+    kind = "a quantized checkpoint" if quantized else "an unquantized checkpoint"
+    text = f"{release.label}, on {kind}, by default, {_checks(facts['default'])}"
+    if isinstance(facts.get("tracked"), dict) and facts["tracked"] != facts["default"]:
+        text += f"; with {TRACK} it {_checks(facts['tracked'])}"
+    return f"{text}; where nothing stops it, the layer runs on uninitialised memory, silently; {ADVICE}"
+
+
+def _checks(outcome: dict) -> str:
+    """One loader mode's outcome ({"linear", "norm"} -> "refused" | "unchecked") in words."""
+    linear, norm = outcome.get("linear") == "refused", outcome.get("norm") == "refused"
+    if linear and norm:
+        return f"stops on any unfilled weight ({UNFILLED})"
+    if norm:
+        return f"checks only layers without a quant method (a missing norm stops it: {UNFILLED}; a missing linear layer is not noticed)"
+    if linear:
+        return f"checks only layers with a quant method ({UNFILLED}; a missing norm is not noticed)"
+    return "does not check for unfilled weights"
 
 
 def missing_modules(tensors: Iterable[str], specs: dict[str, ModuleSpec], family: str,
-                    config: dict | None = None) -> dict[str, str]:
-    """Expected module (or tensor) name -> why it is expected, for every one no stored tensor provides."""
+                    config: dict | None = None, dropped: frozenset[str] = frozenset()) -> dict[str, str]:
+    """Expected module (or tensor) name -> why it is expected, for every one no stored tensor provides; `dropped`:
+    modules the runtime builds in no layer of this name (the profile's per-layer rules), never expected."""
     names = set(tensors)
     if specs:
         present = names | {t.rpartition(".")[0] for t in names}
@@ -45,17 +91,20 @@ def missing_modules(tensors: Iterable[str], specs: dict[str, ModuleSpec], family
     module, _, leaf = zip(*(t.rpartition(".") for t in names)) if names else ((), (), ())
     kept = {m for m, x in zip(module, leaf) if x not in SCALE_ONLY}
     gaps = _layer_gaps(kept, layer_kinds(config))
-    return dict(sorted({**_tail_layers(kept, decoder_depth(config)), **gaps}.items()))
+    found = {**_tail_layers(kept, decoder_depth(config)), **gaps}
+    return dict(sorted((name, why) for name, why in found.items() if name not in dropped))
 
 
-def missing_findings(tensors: Iterable[str], specs: dict[str, ModuleSpec], family: str, config: dict | None = None) -> list[Finding]:
-    return [Finding(Severity.ERROR, Kind.MISSING_MODULE, name, f"{name}: not stored, but {why}; {CONSEQUENCE}")
-            for name, why in missing_modules(tensors, specs, family, config).items()]
+def missing_findings(tensors: Iterable[str], specs: dict[str, ModuleSpec], family: str, config: dict | None = None,
+                     dropped: frozenset[str] = frozenset(), then: str = ADVICE) -> list[Finding]:
+    """`then`: what the target does with it (`consequence`)."""
+    return [Finding(Severity.ERROR, Kind.MISSING_MODULE, name, f"{name}: not stored, but {why}; {then}")
+            for name, why in missing_modules(tensors, specs, family, config, dropped).items()]
 
 
 def layer_kinds(config: dict | None) -> dict[int, str]:
     """Decoder layer -> its declared kind, from config.json (hostile: anything malformed declares nothing)."""
-    part = _text(config)
+    part = text_part(config)
     out: dict[int, str] = {}
     kinds = part.get("layer_types") if isinstance(part.get("layer_types"), list) else part.get("hybrid_override_pattern")
     if isinstance(kinds, (list, str)) and len(kinds) <= MOST_LAYERS:
@@ -63,19 +112,6 @@ def layer_kinds(config: dict | None) -> dict[int, str]:
     count = decoder_depth(config)  # layers past it: MTP layers (DeepSeek's model.layers.61)
     out.update({i: "mtp" for i in range(count, count + 64) if count})
     return out
-
-
-def _text(config: dict | None) -> dict:
-    """The config part describing the decoder layers: a VLM's text_config, else the config (hostile: {} if not a dict)."""
-    text = config.get("text_config") if isinstance(config, dict) else None
-    part = text if isinstance(text, dict) else config
-    return part if isinstance(part, dict) else {}
-
-
-def decoder_depth(config: dict | None) -> int:
-    """config.json's num_hidden_layers (a VLM's text model's), or 0."""
-    count = _text(config).get("num_hidden_layers")
-    return count if type(count) is int and 0 < count <= MOST_LAYERS else 0
 
 
 def _tail_layers(modules: set[str], depth: int) -> dict[str, str]:

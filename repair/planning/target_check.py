@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from repair import arch
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
-from repair.doctor.missing import missing_modules
+from repair.doctor.missing import missing_modules, unbuilt as not_built
 from repair.errors import BadInput, UsageError
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
@@ -41,7 +41,7 @@ def refuse_unrepairable(ckpt: Checkpoint, recipe: Recipe, declaration: Declarati
     on the input, `before`), that its plan leaves."""
     if not recipe.from_target:
         return
-    _refuse_dropped_expected(ckpt, recipe.from_target, {n for n, a in actions.items() if a == Action.DROP})
+    _refuse_dropped_expected(ckpt, recipe.from_target, {n for n, a in actions.items() if a == Action.DROP}, before)
     changed = {n for n, a in actions.items() if a != Action.KEEP}
     fused = arch.architecture(ckpt.config).fused_layers
     for diagnosis in before:
@@ -71,15 +71,17 @@ def unused_exclusions(recipe: Recipe, before: tuple[Diagnosis, ...]) -> frozense
     return frozenset(f.subject for d in before for f in d.findings if f.code == Kind.UNUSED_EXCLUSION)
 
 
-def _refuse_dropped_expected(ckpt: Checkpoint, target: str, dropped: set[str]) -> None:
-    """A drop rule whose output would lack a module the architecture expects (doctor: missing-module)."""
+def _refuse_dropped_expected(ckpt: Checkpoint, target: str, dropped: set[str], before: tuple[Diagnosis, ...]) -> None:
+    """A drop rule whose output would lack a module the architecture expects (doctor: missing-module) for one of the
+    targets: a module only counts as not built when no target builds it."""
     if not dropped:
         return
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
-    family = arch.architecture(ckpt.config).name
-    names = ckpt.infos()
-    before = missing_modules(names, specs, family, ckpt.config)
-    after = missing_modules((t for t in names if t.rpartition(".")[0] not in dropped), specs, family, ckpt.config)
+    family, names = arch.architecture(ckpt.config).name, ckpt.infos()
+    each = [not_built(d.target, arch.architecture(ckpt.config, d.target.release), ckpt.config) for d in before]
+    unbuilt = frozenset.intersection(*each) if each else frozenset()
+    before = missing_modules(names, specs, family, ckpt.config, unbuilt)
+    after = missing_modules((t for t in names if t.rpartition(".")[0] not in dropped), specs, family, ckpt.config, unbuilt)
     lost = [n for n in after if n not in before]
     if lost:
         raise UsageError(f"{ckpt.root}: the drop rule removes {lost[0]}, but {after[lost[0]]}, so the output would lack "

@@ -66,13 +66,7 @@ FIX_REFUSED: dict[str, str] = {
 }
 # (architecture, "inspect" | "healthy" | "broken" | "fix") -> why `inspect`/`doctor` and vLLM 0.32 disagree today (strict xfail:
 # a fix turns it into a failure here, and the entry must go). Each was found by this test.
-DISAGREE: dict[tuple[str, str], str] = {
-    **{("Gemma3nForCausalLM", c): "doctor reports the KV-shared layer's k_proj/v_proj/k_norm missing (other layers store "
-                                  "them), but neither transformers' class nor vLLM's builds them there"
-       for c in ("healthy", "broken", "fix")},
-    # the broken copy (`model.altup_projections.0` excluded but packed) loads: vLLM matches the exclusion on its prefix
-    # `model.self_decoder.altup_projections.0`, which doctor now takes from the profile; the KV-shared reason stays
-}
+DISAGREE: dict[tuple[str, str], str] = {}
 
 
 @pytest.fixture(scope="module")
