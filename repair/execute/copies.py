@@ -3,9 +3,10 @@
 Each one is copied kernel to kernel, its writeback started as it goes (io/hashing.HashedOutput), by
 one of `COPIERS` threads, which moves on to the next shard as soon as the copy is issued; the copied
 file's own thread finishes its sha256 meanwhile, from the page cache. Digests are taken in plan
-order. At most `AHEAD` copied shards wait for their hashing (each holds an open file and a thread),
-so a checkpoint of 163 shards never holds 163; the turn of each copy is its place in the plan, so
-the copy the writer waits for next is never the one left without room.
+order. At most `AHEAD` copied shards, of at most `AHEAD_BYTES` together, wait for their hashing: each
+holds an open file and a thread, and its bytes must stay in the page cache until hashed (else hashing
+reads them back from the disk). The copy the writer waits for next always starts, so none is ever
+left without room.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from repair.io.pins import PinnedFile
 
 COPIERS = 2  # threads issuing copies (the kernel copies; more would only queue more writes)
 AHEAD = 4  # copied shards whose hashing may still run (two per core here; each costs a thread and a file)
+AHEAD_BYTES = 4 << 30  # and their bytes: ~2 s of this disk's writes, a sixth of this machine's page cache
 
 
 class WholeCopies:
@@ -26,7 +28,9 @@ class WholeCopies:
 
     def __init__(self, jobs: dict[str, tuple[PinnedFile, Path]]):
         self._turns = {name: turn for turn, name in enumerate(jobs)}
-        self._taken = 0  # digests taken so far: copy number `turn` may start once turn < taken + AHEAD
+        self._taken = 0  # digests taken so far, in order: copy number `taken` is the one the writer needs next
+        self._ahead = 0  # bytes of the copies started whose digest is not taken yet
+        self._sizes = {name: src.size for name, (src, _) in jobs.items()}
         self._stopped = False
         self._room = threading.Condition()
         self._pool = ThreadPoolExecutor(COPIERS, thread_name_prefix="ckpt-repair-copy")
@@ -49,6 +53,7 @@ class WholeCopies:
         finally:
             with self._room:
                 self._taken += 1
+                self._ahead -= self._sizes[name]
                 self._room.notify_all()
 
     def stop(self) -> None:
@@ -66,8 +71,12 @@ class WholeCopies:
 
     def _copy(self, turn: int, src: PinnedFile, dst: Path) -> HashedOutput | None:
         with self._room:
-            while not self._stopped and turn >= self._taken + AHEAD:
+            while not (self._stopped or self._may_start(turn, src.size)):
                 self._room.wait()
             if self._stopped:
                 return None
+            self._ahead += src.size
         return copy_file_started(src, dst)
+
+    def _may_start(self, turn: int, size: int) -> bool:
+        return turn == self._taken or (turn < self._taken + AHEAD and self._ahead + size <= AHEAD_BYTES)
