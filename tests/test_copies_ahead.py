@@ -105,12 +105,12 @@ def test_copies_waiting_for_their_hashing_are_bounded(src, tmp_path, monkeypatch
 
 def test_copies_waiting_for_their_hashing_are_bounded_in_bytes(src, tmp_path, monkeypatch):
     """Copied bytes not yet hashed stay in the page cache until hashed (else hashing reads them back from the disk):
-    past AHEAD_BYTES only the copy the writer needs next starts."""
+    past AHEAD_BYTES only one copy per copier (the copy the writer needs next always starts)."""
     monkeypatch.setattr(copies, "AHEAD", len(WHOLE))
     monkeypatch.setattr(copies, "AHEAD_BYTES", 1)
-    code, seen = _held_run(src, tmp_path / "out", monkeypatch, wanted=1, settle=0.5)
+    code, seen = _held_run(src, tmp_path / "out", monkeypatch, wanted=copies.COPIERS, settle=0.5)
     assert code == 0
-    assert len(seen) == 1
+    assert len(seen) == copies.COPIERS
 
 
 def test_an_error_while_copies_wait_for_hashing_leaves_no_thread_or_temp_folder(src, tmp_path, monkeypatch):

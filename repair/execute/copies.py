@@ -3,10 +3,10 @@
 Each one is copied kernel to kernel, its writeback started as it goes (io/hashing.HashedOutput), by
 one of `COPIERS` threads, which moves on to the next shard as soon as the copy is issued; the copied
 file's own thread finishes its sha256 meanwhile, from the page cache. Digests are taken in plan
-order. At most `AHEAD` copied shards, of at most `AHEAD_BYTES` together, wait for their hashing: each
-holds an open file and a thread, and its bytes must stay in the page cache until hashed (else hashing
-reads them back from the disk). The copy the writer waits for next always starts, so none is ever
-left without room.
+order. At most `AHEAD` copied shards wait for their hashing, and beyond one per copier at most
+`AHEAD_BYTES` together: each holds an open file and a thread, and its bytes must stay in the page
+cache until hashed (else hashing reads them back from the disk). The copy the writer waits for next
+always starts, so none is ever left without room.
 """
 
 from __future__ import annotations
@@ -79,4 +79,4 @@ class WholeCopies:
         return copy_file_started(src, dst)
 
     def _may_start(self, turn: int, size: int) -> bool:
-        return turn == self._taken or (turn < self._taken + AHEAD and self._ahead + size <= AHEAD_BYTES)
+        return turn < self._taken + COPIERS or (turn < self._taken + AHEAD and self._ahead + size <= AHEAD_BYTES)
