@@ -128,3 +128,26 @@ def test_an_error_while_copies_wait_for_hashing_leaves_no_thread_or_temp_folder(
     assert not list(tmp_path.iterdir())
     left = [t for t in threading.enumerate() if t.ident not in before and t.is_alive() and t.name != "tqdm_monitor"]
     assert not left, left
+
+
+def test_copies_whose_digest_is_never_taken_are_stopped_and_closed(src, tmp_path, monkeypatch):
+    """Leaving the block early without an error (a caller's bug) must not hang on a copy waiting for room."""
+    from repair.io.pins import PinnedFile
+
+    monkeypatch.setattr(copies, "AHEAD", 1)
+    monkeypatch.setattr(copies, "COPIERS", 1)
+    names = sorted(_whole_shards(src))
+    jobs = {name: (PinnedFile(src / name), tmp_path / name) for name in names}
+    before = {t.ident for t in threading.enumerate()}
+    done = threading.Event()
+
+    def leave_early():
+        with copies.WholeCopies(jobs) as whole:
+            whole.digest(names[0])
+        done.set()
+
+    worker = threading.Thread(target=leave_early, daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    assert done.is_set(), "hung on a copy waiting for room"
+    assert not [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]

@@ -41,7 +41,7 @@ class WholeCopies:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
+        if exc_type is not None or self._copies:  # a copy whose digest nobody takes would wait for room forever
             self.stop()
         self._pool.shutdown(wait=True)
 
