@@ -90,15 +90,18 @@ def assert_refused(src: Path, out: Path, capsys, expect: str) -> None:
 
 
 def test_self_check_catches_a_shard_that_lost_bytes(sources, tmp_path, monkeypatch, capsys):
-    real = ex.copy_file_hashed
+    from repair.execute.copies import WholeCopies
 
-    def lossy(src, dst):
-        digest = real(src, dst)
+    real, out = WholeCopies.digest, tmp_path / "out"
+
+    def lossy(self, name):
+        digest = real(self, name)  # copied and hashed: then the file loses its tail
+        dst = next(out.parent.glob(f".{out.name}.partial-*")) / name
         os.truncate(dst, os.path.getsize(dst) - 64)  # as a failing disk or a full quota might
         return digest
 
-    monkeypatch.setattr(ex, "copy_file_hashed", lossy)
-    assert_refused(sources["sharded"], tmp_path / "out", capsys, "model-00001-of-00003.safetensors: does not re-open")
+    monkeypatch.setattr(WholeCopies, "digest", lossy)
+    assert_refused(sources["sharded"], out, capsys, "model-00001-of-00003.safetensors: does not re-open")
 
 
 def test_self_check_catches_a_header_that_differs_from_the_plan(sources, tmp_path, monkeypatch, capsys):

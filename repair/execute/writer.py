@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sys
 from contextlib import closing
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -18,6 +17,7 @@ from repair.planning import check as plan_check
 from repair.planning.target_check import cannot_repair, contradiction
 from repair.doctor.findings import Severity
 from repair.errors import BadInput, InternalError
+from repair.execute.copies import WholeCopies
 from repair.execute.compute import Computer, Located, computed_unit, requantized_module
 from repair.execute.parallel import default_jobs, in_order, runs
 from repair.io.atomic import WRITTEN, build_atomically, check_files, check_header, defect, own_output, write_json
@@ -113,22 +113,17 @@ def _write_all(plan: Plan, tmp: Path, bar: tqdm, jobs: int) -> dict[str, dict[st
     src = plan.source
     shards = {s.path.name: source_of(s) for s in src.shards}  # the pinned handles (a shard's path may be a Hub mirror's)
     hashes: dict[str, dict[str, str]] = {}
-    # Whole-shard copies (read once, hashed and written from the same buffers) start at once, two at a time,
-    # beside the rewrites: the cores stay busy hashing while the main thread imports torch and computes.
-    with ThreadPoolExecutor(2) as copier:
-        copies = {s.name: copier.submit(copy_file_hashed, shards[s.name], tmp / s.name) for s in plan.shards if s.op == ShardOp.COPY_FILE}
-        try:
-            for step in plan.shards:
-                if step.op == ShardOp.COPY_FILE:
-                    digest = copies[step.name].result()
-                    hashes[step.name] = {"source": digest, "output": digest}
-                else:
-                    hashes[step.name] = _rewrite(plan, step, tmp / step.name, jobs=jobs)
-                bar.update(shards[step.name].size)
-        except BaseException:
-            for pending in copies.values():
-                pending.cancel()  # copies not started yet are dropped; running ones finish before the temp folder goes
-            raise
+    # Whole-shard copies (read once, hashed as written) start at once beside the rewrites, each copied ahead of
+    # its hashing (execute/copies.py): the disk and both cores stay busy while the main thread computes.
+    whole = {s.name: (shards[s.name], tmp / s.name) for s in plan.shards if s.op == ShardOp.COPY_FILE}
+    with WholeCopies(whole) as copies:
+        for step in plan.shards:
+            if step.op == ShardOp.COPY_FILE:
+                digest = copies.digest(step.name)
+                hashes[step.name] = {"source": digest, "output": digest}
+            else:
+                hashes[step.name] = _rewrite(plan, step, tmp / step.name, jobs=jobs)
+            bar.update(shards[step.name].size)
     for name in plan.copied_files:
         (tmp / name).parent.mkdir(parents=True, exist_ok=True)
         digest = copy_file_hashed(src.input(name), tmp / name)

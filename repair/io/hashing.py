@@ -11,6 +11,7 @@ read headers through repair.io.safetensors, which does not import it, so they ne
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import hashlib
@@ -74,8 +75,7 @@ class Hasher:
         self._thread.start()
 
     def submit(self, job: Callable[[], None], held: int = 0) -> None:
-        """Run `job` (it feeds a digest) in the hashing thread, after the jobs before it; `held`: the bytes
-        of the buffer it keeps alive until then."""
+        """Run `job` (it feeds a digest) after the jobs before it; `held`: the bytes of the buffer it keeps alive."""
         with self._room:
             while self._error is None and (self._pending >= AHEAD or (held and self._held and self._held + held > HELD)):
                 self._room.wait()
@@ -152,18 +152,14 @@ class SourceDigest:
         return self._digest.hexdigest()
 
     def abort(self) -> None:
-        try:
+        with contextlib.suppress(BaseException):
             self._hasher.drain()
-        except BaseException:
-            pass
 
 
 def written_view(fd: int, at: int, n: int) -> memoryview:
-    """Bytes [at, at + n) of our own output as written, through a read-only mapping of its page cache (no
-    copy: measured cheaper than pread). One mapping feeds both digests of a copied chunk, the output's and
-    the source's, so its pages are mapped once; it is unmapped when the last job holding it is done. Only
-    our own temp files are mapped: an input truncated while mapped would kill the process with SIGBUS, so
-    inputs are always read with pread."""
+    """Bytes [at, at + n) of our own output as written, through a read-only mapping of its page cache (measured
+    cheaper than pread); one mapping feeds both digests of a copied chunk and is unmapped after the last. Only our
+    own temp files are mapped: an input truncated while mapped would kill the process with SIGBUS."""
     base = at - at % mmap.ALLOCATIONGRANULARITY
     return memoryview(mmap.mmap(fd, at + n - base, offset=base, access=mmap.ACCESS_READ))[at - base:]
 
@@ -238,29 +234,34 @@ class HashedOutput:
         self.written += n
 
     def close(self) -> str:
-        """Wait for the hashing, close the file; the sha256 of every byte written."""
+        """Wait for the hashing, close the file (once: a closed fd's number may be another file's); the sha256 written."""
         try:
             self._hasher.drain()
         finally:
-            os.close(self.fd)
+            fd, self.fd = self.fd, -1
+            if fd >= 0:
+                os.close(fd)
         return self.digest.hexdigest()
 
     def abort(self) -> None:
-        try:
+        with contextlib.suppress(BaseException):
             self.close()
-        except BaseException:
-            pass
 
 
 def copy_file_hashed(src: PinnedFile, dst: Path) -> str:
     """Copy a pinned input file whole; the sha256 of the bytes read, which are the bytes written."""
+    return copy_file_started(src, dst).close()
+
+
+def copy_file_started(src: PinnedFile, dst: Path) -> HashedOutput:
+    """Copy a pinned input file whole; returns with its hashing still running (`close()` gives the sha256)."""
     out = HashedOutput(dst)
     try:
         out.copy(src, 0, src.size)
     except BaseException:
         out.abort()
         raise
-    return out.close()
+    return out
 
 
 def sha256_pinned(pinned: PinnedFile) -> str:
@@ -284,8 +285,7 @@ def hash_pinned(pinned: PinnedFile, digest, start: int, end: int) -> None:
 
 
 def hash_fd(fd: int, digest, start: int, end: int) -> None:
-    """Feed bytes [start, end) of an open file to `digest` by pread (no mapping: a file truncated meanwhile raises
-    EOFError, where a mapped read would kill the process with SIGBUS)."""
+    """Feed bytes [start, end) of an open file to `digest` by pread (no mapping: see sha256_pinned)."""
     buffer = bytearray(min(CHUNK, max(end - start, 1)))
     while start < end:
         got = os.preadv(fd, [memoryview(buffer)[:min(CHUNK, end - start)]], start)

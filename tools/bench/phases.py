@@ -18,6 +18,7 @@ START = time.perf_counter()
 def main() -> None:
     src, out, result, *flags = sys.argv[1:]
     import repair.doctor.diagnose
+    import repair.execute.copies as copies
     import repair.execute.writer as ex
     import repair.io.atomic as atomic
     import repair.io.hashing as hashing
@@ -39,7 +40,7 @@ def main() -> None:
         setattr(owner, name, timed)
 
     wrap(ex, "execute", "execute", first="execute starts")
-    wrap(ex, "copy_file_hashed", "whole-shard copies (copy + sha256)")
+    wrap(copies.WholeCopies, "digest", "whole-shard copies (copy + sha256)")
     wrap(ex, "_rewrite", "rewritten shards (copy, compute, output sha256; torch import if needed)")
     wrap(hashing.HashedOutput, "close", "  of which: waiting for the output's sha256")
     wrap(ex, "_self_check", "self-check of written headers")

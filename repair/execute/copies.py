@@ -1,0 +1,82 @@
+"""Shards kept whole, copied ahead of their hashing: the disk never waits for the CPU (#27.3).
+
+Each one is copied kernel to kernel, its writeback started as it goes (io/hashing.HashedOutput), by
+one of `COPIERS` threads, which moves on to the next shard as soon as the copy is issued; the copied
+file's own thread finishes its sha256 meanwhile, from the page cache. Digests are taken in plan
+order. At most `AHEAD` copied shards wait for their hashing, and beyond one per copier at most
+`AHEAD_BYTES` together: each holds an open file and a thread, and its bytes must stay in the page
+cache until hashed (else hashing reads them back from the disk). The copy the writer waits for next
+always starts, so none is ever left without room.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from repair.io.hashing import HashedOutput, copy_file_started
+from repair.io.pins import PinnedFile
+
+COPIERS = 2  # threads issuing copies (the kernel copies; more would only queue more writes)
+AHEAD = 4  # copied shards whose hashing may still run (two per core here; each costs a thread and a file)
+AHEAD_BYTES = 4 << 30  # and their bytes: ~2 s of this disk's writes, a sixth of this machine's page cache
+
+
+class WholeCopies:
+    """Copies of whole input shards, started at once, in the order given; `digest(name)` in that order."""
+
+    def __init__(self, jobs: dict[str, tuple[PinnedFile, Path]]):
+        self._turns = {name: turn for turn, name in enumerate(jobs)}
+        self._taken = 0  # digests taken so far, in order: copy number `taken` is the one the writer needs next
+        self._ahead = 0  # bytes of the copies started whose digest is not taken yet
+        self._sizes = {name: src.size for name, (src, _) in jobs.items()}
+        self._stopped = False
+        self._room = threading.Condition()
+        self._pool = ThreadPoolExecutor(COPIERS, thread_name_prefix="ckpt-repair-copy")
+        self._copies: dict[str, Future] = {
+            name: self._pool.submit(self._copy, self._turns[name], src, dst) for name, (src, dst) in jobs.items()}
+
+    def __enter__(self) -> "WholeCopies":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None or self._copies:  # a copy whose digest nobody takes would wait for room forever
+            self.stop()
+        self._pool.shutdown(wait=True)
+
+    def digest(self, name: str) -> str:
+        """The sha256 of one shard as read and written: waits for its copy, then for its hashing."""
+        out = self._copies.pop(name).result()
+        try:
+            return out.close()
+        finally:
+            with self._room:
+                self._taken += 1
+                self._ahead -= self._sizes[name]
+                self._room.notify_all()
+
+    def stop(self) -> None:
+        """After an error: copies not started are dropped, running ones finish, every copied file is closed
+        and its hashing thread stopped before the temp folder goes."""
+        with self._room:
+            self._stopped = True
+            self._room.notify_all()
+        for copy in self._copies.values():
+            copy.cancel()
+        self._pool.shutdown(wait=True)
+        for copy in self._copies.values():
+            if not copy.cancelled() and copy.exception() is None and copy.result() is not None:
+                copy.result().abort()
+
+    def _copy(self, turn: int, src: PinnedFile, dst: Path) -> HashedOutput | None:
+        with self._room:
+            while not (self._stopped or self._may_start(turn, src.size)):
+                self._room.wait()
+            if self._stopped:
+                return None
+            self._ahead += src.size
+        return copy_file_started(src, dst)
+
+    def _may_start(self, turn: int, size: int) -> bool:
+        return turn < self._taken + COPIERS or (turn < self._taken + AHEAD and self._ahead + size <= AHEAD_BYTES)
