@@ -4,7 +4,8 @@ from its load: tools/sglang_layer_names.py), that name is the module's runtime n
 
 SGLang 0.5.23 fuses Gemma 4's vision `self_attn.q_proj.linear` (with k, v) into a QKVParallelLinear it asks about as
 `...self_attn.qkv_proj`, whose shard is `...self_attn.q_proj` (sglang#24927): an entry naming the `.linear` module never
-reaches it. Other modules keep the names the layer rows give them (vLLM's profile `prefixes`).
+reaches it. Other modules keep the names the layer rows give them: a vLLM release's own profile `prefixes`; for
+another runtime, whose rows are borrowed from a vLLM profile (`layer_rows`), the checkpoint's name, never vLLM's prefix.
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ def release_names(target, config: dict | None) -> Callable[[str], str] | None:
 
 
 def target_family(target, config: dict | None, family: Architecture | None = None) -> Architecture:
-    """`family` (default: `arch.architecture(config, target.release)`), with the target release's own layer names where
+    """`family` (default: `arch.architecture(config, target.release)`, borrowed when the target is another runtime's
+    rules file: vLLM's prefixes, refusals and drops are vLLM's code), with the target release's own layer names where
     its data has them."""
-    family = family or arch.architecture(config, target.release)
+    family = family or arch.architecture(config, target.release, borrowed=target.profile.rules is not None)
     pairs = _pairs(target.profile.rules, config)
     if not pairs:
         return family
