@@ -62,12 +62,16 @@ def target_family(target, config: dict | None, family: Architecture | None = Non
 
 
 def named_elsewhere(config: dict | None, modules) -> set[str]:
-    """For the stored modules some shipped release asks about under another name: the checkpoint's name and that
-    release's. fix --target a,b writes both (each runtime reads one), so an entry naming either names a module of this
+    """For the stored modules some shipped release asks about under another name (SGLang's layer_names, a vLLM
+    release's profile prefixes: HYV3's shared_mlp.down_proj is `mlp.down_proj` to vLLM 0.28 only): the checkpoint's
+    name and that release's. fix --target a,b writes both (each runtime reads one), so an entry naming either names a module of this
     model, whichever target doctor checks."""
+    name = architecture_name(config) or ""
+    asked = [_pairs(p.rules, config) for p in DATA_PROFILES]  # SGLang's layer_names
+    asked += [tuple(sorted(p.entries[name]["prefixes"].items())) for p in arch.PROFILES  # each vLLM release's prefixes
+              if name in p.entries and p.entries[name].get("prefixes")]
     out: set[str] = set()
-    for profile in DATA_PROFILES:
-        if pairs := _pairs(profile.rules, config):
-            renamed = AskedPrefixes(pairs)
-            out |= {n for m in modules if (r := renamed(m)) != m for n in (m, r)}
+    for pairs in filter(None, asked):
+        renamed = AskedPrefixes(pairs)
+        out |= {n for m in modules if (r := renamed(m)) != m for n in (m, r) if n}
     return out
