@@ -78,7 +78,7 @@ RULES_FORM = [
     "`runtime`, `release` (X.Y.Z), `source` (`wheel` or `repo`+`commit`, `files` read, `sha256`/`index`), and `rules`:", "",
     "- `matchers`: per config kind (`modelopt`, `compressed-tensors`, `quantized_layers`) a rule name registered in",
     "  `repair/targets/matchers.py` (`EXCLUSION_MATCHERS`, `LAYER_MATCHERS`); each is a function of the data;",
-    "- `follows_draft_config`; `layer_rows` (the `vllm==X` profile whose layer roles and model fusions apply);",
+    "- `follows_draft_config`; `layer_rows` (the `vllm==X` profile whose layer roles and model fusions apply; not vLLM's own name facts: its `prefixes` other than the routed experts', `nvfp4_load_refused`, `dropped`);",
     "- `fused`: `policy` (`raise_on_listed_mix`, `any_shard_excluded_bf16`), `error` (template, `{prefix}`), `wildcard`;",
     "- `fallback_fused`: the release treats qkv_proj/gate_up_proj as fused without the model's packed mapping;",
     "- `unknown_tensors`: `policy` (`raise`, `skip`, `log_skip`) and `text`; `refused_algorithms`: quant_algo -> error;",

@@ -23,16 +23,16 @@ def newest(runtime: str = "vllm") -> ReleaseProfile | None:
     return found[-1] if found else None
 
 
-def architecture(config: dict | None, profile: ReleaseProfile | None = None) -> Architecture:
+def architecture(config: dict | None, profile: ReleaseProfile | None = None, borrowed: bool = False) -> Architecture:
     """The row covering this config.json: a hand row, else the profile's generated row (default: the newest vLLM
-    release's), else GENERIC."""
+    release's; `borrowed`: as another runtime takes it, without the profiled runtime's own name facts), else GENERIC."""
     hand = next((a for a in ARCHITECTURES if a.matches(config)), None)
     if hand is not None:
         return hand
     listed = (config or {}).get("architectures")
     name = listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else None
     profile = profile or newest()
-    row = profile.row(name) if profile is not None and name is not None else None
+    row = profile.row(name, borrowed) if profile is not None and name is not None else None
     return GENERIC if row is None else row
 
 

@@ -29,6 +29,12 @@ NVFP4_ONLY = {"formats": ("modelopt-nvfp4",), "quant_algos": ("NVFP4", "W4A16_NV
 NUMBER = re.compile(r"\.\d+(?=\.|$)")
 STAR = re.compile(r"\.\*(?=\.|$)")
 PLACED = re.compile(r"\{(\d{1,3})\}")
+# what the profiled runtime's own model code does with names, not which layers it builds: the prefix a layer hands its
+# quant config (Afmoe's lm_head: "" in vLLM 0.32, "lm_head" in SGLang 0.5.23's afmoe.py), what load_weights refuses or drops
+OWN_CODE = frozenset({"prefixes", "nvfp4_load_refused", "dropped"})
+# but 3-D experts (GraniteMoe's input_linear, Llama4's experts.gate_up_proj) load into the routed experts' FusedMoE, which
+# each runtime's model asks about under its `experts` module: SGLang 0.5.23 granitemoe.py:142-151, llama4.py:120-129
+ROUTED_EXPERTS = ".experts"
 
 
 @dataclass(frozen=True)
@@ -85,8 +91,13 @@ class ReleaseProfile:
     def label(self) -> str:
         return f"{self.runtime} {'.'.join(map(str, self.release))}"
 
-    def row(self, name: str) -> Architecture | None:
+    def row(self, name: str, borrowed: bool = False) -> Architecture | None:
+        """The architecture's row; `borrowed`: for another runtime whose rules take this release's layer roles and fused
+        layers (`layer_rows`), without what only this runtime's code says (`OWN_CODE`) but the routed experts' prefix."""
         entry = self.entries.get(name)
+        if entry is not None and borrowed:
+            moe = {k: v for k, v in entry.get("prefixes", {}).items() if v.endswith(ROUTED_EXPERTS)}
+            entry = {k: v for k, v in entry.items() if k not in OWN_CODE} | ({"prefixes": moe} if moe else {})
         return None if entry is None else generated_row(self, name, entry)
 
 

@@ -62,13 +62,26 @@ def refuse_empty_plan(ckpt: Checkpoint, recipe: Recipe, noop: bool, before: tupl
             raise _unnameable(ckpt, diagnosis, left) or cannot_repair(ckpt.root, diagnosis.target.spec, left)
 
 
-def unused_exclusions(recipe: Recipe, before: tuple[Diagnosis, ...]) -> frozenset[str]:
+def unused_exclusions(ckpt: Checkpoint, recipe: Recipe, before: tuple[Diagnosis, ...], modules, fmt) -> frozenset[str]:
     """The exclusion entries doctor finds matching no module (unused-exclusion), which `--target` takes out of the
     config: harmless to the runtime, but doctor --strict, which the target promises, counts them (a real ModelOpt
-    export lists e.g. an EAGLE draft's unstored `model.embed_tokens`, DeepSeek-R1 61 layers it does not have)."""
+    export lists e.g. an EAGLE draft's unstored `model.embed_tokens`, DeepSeek-R1 61 layers it does not have). One
+    target's unused entry stays where another target reads it as the exact entry of a stored module under its own
+    names: the plan's exclusion writer counts on it (it adds no entry already listed). HYV3's stored-name
+    `shared_mlp.down_proj` is unused to vLLM 0.28 (it asks `mlp.down_proj`) and read by 0.32. An entry a target reads
+    only as a pattern (`mlp.down_proj`, a substring to vLLM, nothing to TensorRT-LLM's fnmatch) goes: the plan writes
+    exact entries for what it excluded."""
     if not recipe.from_target or recipe.drop_quantization:
         return frozenset()
-    return frozenset(f.subject for d in before for f in d.findings if f.code == Kind.UNUSED_EXCLUSION)
+    reading = [d for d in before if d.target.profile.allows_quant_config]  # bf16 reads no exclusion list
+    flagged = [{f.subject for f in d.findings if f.code == Kind.UNUSED_EXCLUSION} for d in reading]
+    found = set().union(*flagged)
+    disputed = found - set.intersection(*flagged) if flagged else set()
+    for d, unused in zip(reading, flagged):
+        if read := disputed - unused:  # only when targets disagree: one pass over the modules per such target
+            family = target_family(d.target, ckpt.config)
+            found -= read & {fmt.exclusion_entry(family.exclusion_name(m)) for m in modules}
+    return frozenset(found)
 
 
 def _refuse_dropped_expected(ckpt: Checkpoint, target: str, dropped: set[str], before: tuple[Diagnosis, ...]) -> None:

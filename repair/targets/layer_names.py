@@ -4,7 +4,8 @@ from its load: tools/sglang_layer_names.py), that name is the module's runtime n
 
 SGLang 0.5.23 fuses Gemma 4's vision `self_attn.q_proj.linear` (with k, v) into a QKVParallelLinear it asks about as
 `...self_attn.qkv_proj`, whose shard is `...self_attn.q_proj` (sglang#24927): an entry naming the `.linear` module never
-reaches it. Other modules keep the names the layer rows give them (vLLM's profile `prefixes`).
+reaches it. Other modules keep the names the layer rows give them: a vLLM release's own profile `prefixes`; for
+another runtime, whose rows are borrowed from a vLLM profile (`layer_rows`), the checkpoint's name, never vLLM's prefix.
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ def release_names(target, config: dict | None) -> Callable[[str], str] | None:
 
 
 def target_family(target, config: dict | None, family: Architecture | None = None) -> Architecture:
-    """`family` (default: `arch.architecture(config, target.release)`), with the target release's own layer names where
+    """`family` (default: `arch.architecture(config, target.release)`, borrowed when the target is another runtime's
+    rules file: vLLM's prefixes, refusals and drops are vLLM's code), with the target release's own layer names where
     its data has them."""
-    family = family or arch.architecture(config, target.release)
+    family = family or arch.architecture(config, target.release, borrowed=target.profile.rules is not None)
     pairs = _pairs(target.profile.rules, config)
     if not pairs:
         return family
@@ -60,12 +62,16 @@ def target_family(target, config: dict | None, family: Architecture | None = Non
 
 
 def named_elsewhere(config: dict | None, modules) -> set[str]:
-    """For the stored modules some shipped release asks about under another name: the checkpoint's name and that
-    release's. fix --target a,b writes both (each runtime reads one), so an entry naming either names a module of this
+    """For the stored modules some shipped release asks about under another name (SGLang's layer_names, a vLLM
+    release's profile prefixes: HYV3's shared_mlp.down_proj is `mlp.down_proj` to vLLM 0.28 only): the checkpoint's
+    name and that release's. fix --target a,b writes both (each runtime reads one), so an entry naming either names a module of this
     model, whichever target doctor checks."""
+    name = architecture_name(config) or ""
+    asked = [_pairs(p.rules, config) for p in DATA_PROFILES]  # SGLang's layer_names
+    asked += [tuple(sorted(p.entries[name]["prefixes"].items())) for p in arch.PROFILES  # each vLLM release's prefixes
+              if name in p.entries and p.entries[name].get("prefixes")]
     out: set[str] = set()
-    for profile in DATA_PROFILES:
-        if pairs := _pairs(profile.rules, config):
-            renamed = AskedPrefixes(pairs)
-            out |= {n for m in modules if (r := renamed(m)) != m for n in (m, r)}
+    for pairs in filter(None, asked):
+        renamed = AskedPrefixes(pairs)
+        out |= {n for m in modules if (r := renamed(m)) != m for n in (m, r) if n}
     return out
