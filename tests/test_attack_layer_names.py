@@ -1,0 +1,39 @@
+"""Attacks on the merged layer-name facts (#26, #28): entries a careless user or a hostile config writes under the
+names a runtime release asks rather than the checkpoint's. fix then doctor --strict is clean for every target, or fix
+refuses in one line (exit 2); never exit 3 (our own self-check failing) on such input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import run_captured
+from tests.sglang.reports import edit_json, gemma4_vision_linear
+
+FUSED = "model.vision_tower.encoder.layers.0.self_attn.qkv_proj"
+
+
+def vision_linear_with_sglangs_fused_name(folder: Path) -> Path:
+    """sglang#24927's `.linear` layout, plus the fused layer SGLang 0.5.23 asks about (`...self_attn.qkv_proj`), as a
+    user who read SGLang's log would add it: SGLang excludes its fused vision q/k/v by that entry."""
+    gemma4_vision_linear(folder)
+    edit_json(folder / "hf_quant_config.json", lambda d: d["quantization"]["exclude_modules"].append(FUSED))
+    return folder
+
+
+def test_an_entry_naming_sglangs_fused_layer_is_not_unused(capsys, tmp_path):
+    src = vision_linear_with_sglangs_fused_name(tmp_path / "src")
+    code, out, err = run_captured(capsys, "doctor", src, "--target", "sglang==0.5.23")
+    assert f"exclusion {FUSED!r} matches no module" not in out, out
+
+
+def test_fix_keeps_the_entry_sglang_reads_and_its_output_is_clean(capsys, tmp_path):
+    """The entry is the one SGLang's fused qkv_proj is excluded by; fix had removed it as 'matching no module', so
+    SGLang built the layer NVFP4 over the BF16 shards and fix's own check exited 3."""
+    src = vision_linear_with_sglangs_fused_name(tmp_path / "src")
+    for i, targets in enumerate(("sglang==0.5.23", "vllm==0.28.0,vllm==0.32.0,sglang==0.5.23,trtllm==1.2.0")):
+        out_dir = tmp_path / f"out{i}"
+        code, out, err = run_captured(capsys, "fix", src, "-o", out_dir, "--target", targets)
+        assert code == 0, out + err
+        for target in targets.split(","):
+            code, out, err = run_captured(capsys, "doctor", out_dir, "--target", target, "--strict")
+            assert code == 0, (target, out, err)
