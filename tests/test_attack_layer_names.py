@@ -37,3 +37,31 @@ def test_fix_keeps_the_entry_sglang_reads_and_its_output_is_clean(capsys, tmp_pa
         for target in targets.split(","):
             code, out, err = run_captured(capsys, "doctor", out_dir, "--target", target, "--strict")
             assert code == 0, (target, out, err)
+
+
+def vision_q_stored_twice(folder: Path) -> Path:
+    """The layout where SGLang must have k/v dequantized (q BF16 and excluded as stored), plus a stored NVFP4 module
+    named `...self_attn.q_proj`: the very name SGLang asks the `.linear` q under (layer_names), so an entry for the BF16
+    q would exclude this quantized one too."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from repair.codec import nvfp4
+    from tests.sglang.reports import gemma4_vision_k_v_packed
+
+    gemma4_vision_k_v_packed(folder)
+    tensors = load_file(folder / "model.safetensors")
+    module = "model.vision_tower.encoder.layers.0.self_attn.q_proj"
+    packed, scales, scale_2 = nvfp4.quantize(tensors[module + ".linear.weight"].float())
+    tensors |= {module + ".weight": packed, module + ".weight_scale": scales, module + ".weight_scale_2": scale_2,
+                module + ".input_scale": torch.tensor(1.0)}
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+def test_an_entry_that_would_name_another_stored_module_is_refused_in_one_line(capsys, tmp_path):
+    src = vision_q_stored_twice(tmp_path / "src")
+    for i, targets in enumerate(("sglang==0.5.23", "vllm==0.32.0,sglang==0.5.23")):
+        code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / f"out{i}", "--target", targets)
+        assert code == 2 and not (tmp_path / f"out{i}").exists(), out + err
+        assert len(err.strip().splitlines()) == 1 and "model.vision_tower.encoder.layers.0.self_attn.q_proj" in err, err
