@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_captured
 from tests.sglang.reports import edit_json, gemma4_vision_linear
 
@@ -65,3 +67,31 @@ def test_an_entry_that_would_name_another_stored_module_is_refused_in_one_line(c
         code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / f"out{i}", "--target", targets)
         assert code == 2 and not (tmp_path / f"out{i}").exists(), out + err
         assert len(err.strip().splitlines()) == 1 and "model.vision_tower.encoder.layers.0.self_attn.q_proj" in err, err
+
+
+def vision_k_elsewhere(folder: Path, layer: str | None) -> Path:
+    """The k/v-packed layout with vision layer 0's k_proj moved to another layer number (`layer`; None: not stored):
+    SGLang 0.5.23 builds layer 0's fused qkv_proj from q, k and v, and asks its exclusions about each shard's name."""
+    from safetensors.torch import load_file, save_file
+
+    from tests.sglang.reports import gemma4_vision_k_v_packed
+
+    gemma4_vision_k_v_packed(folder)
+    old = "model.vision_tower.encoder.layers.0.self_attn.k_proj.linear."
+    tensors = {(k if not k.startswith(old) else None if layer is None else k.replace("layers.0", f"layers.{layer}")): v
+               for k, v in load_file(folder / "model.safetensors").items()}
+    tensors.pop(None, None)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+@pytest.mark.parametrize("layer", [None, "99999999999999999999999", "{0}", "0\n"])
+def test_a_fused_layer_missing_a_shard_is_refused_in_one_line(capsys, tmp_path, layer):
+    """fix dequantized v (q is BF16) and excluded q and v under SGLang's shard names, but SGLang also asks about
+    the k shard, which nothing names: it built the fused layer NVFP4 and fix's self-check exited 3. No entry makes a
+    layer whole whose shard the checkpoint lacks, so fix refuses, naming the shard."""
+    src = vision_k_elsewhere(tmp_path / "src", layer)
+    for i, targets in enumerate(("sglang==0.5.23", "vllm==0.32.0,sglang==0.5.23")):
+        code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / f"out{i}", "--target", targets)
+        assert code == 2 and not (tmp_path / f"out{i}").exists(), out + err
+        assert len(err.strip().splitlines()) == 1 and "model.vision_tower.encoder.layers.0.self_attn.k_proj" in err, err
