@@ -25,12 +25,14 @@ def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[st
                     family: Architecture) -> list[Finding]:
     """Exclusions that match nothing, the two config files disagreeing, and modules stored against their declaration."""
     findings = []
-    prefixes = {family.runtime_name(n) for n in (specs or modules)} | {"lm_head"} | named_elsewhere(ckpt.config, specs or modules)
+    elsewhere = named_elsewhere(ckpt.config, specs or modules)
+    prefixes = {family.runtime_name(n) for n in (specs or modules)} | {"lm_head"} | elsewhere
     used = declaration.used_entries(prefixes)  # one pass over the names, not entries x names (the format's rule)
     # a fused layer's name (qkv_proj) and its shards' (q_proj) both name it: one runtime reads one, another the other
     # (TensorRT-LLM 1.0 only the fused name), and fix --target a,b writes both, never "an entry matching no module"
     # (or, compressed-tensors, a `re:` entry for the fused name, which SGLang asks where no packed mapping splits it)
-    fused_layers = family.fused_groups(specs or modules)
+    # ... also over the names a release asks (SGLang fuses Gemma 4's vision `q_proj.linear` into `self_attn.qkv_proj`)
+    fused_layers = family.fused_groups(set(specs or modules) | elsewhere)
     used |= {n for fused, shards in fused_layers for n in (fused, *shards)}
     leftover = tuple(p for p in declaration.exclusions if p not in used)
     if leftover and fused_layers:

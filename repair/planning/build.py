@@ -26,7 +26,7 @@ from repair.targets.layer_names import target_family
 from repair.targets.profiles import resolve_many
 from repair.targets.config_lists import null_exclusion_list
 from repair.planning.runtime_entries import (coverage, entry_names, flat_read, plain_entries, read_where_targets_read,
-                                             refuse_pattern_names, runtime_names, unread_fused, whole_layer_names)
+                                             refuse_colliding_names, refuse_pattern_names, runtime_names, unread_fused, whole_layer_names)
 
 __all__ = ["assign_actions", "kv_scale_drops", "make_plan", "select"]
 
@@ -170,6 +170,7 @@ def _config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recip
     made = [n for n, a in actions.items() if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)]
     # a fused layer's BF16 shards are declared together: exact entries for only some of them make the runtime raise
     made += [s for n in made for s in fused_group(n, modules) if s in modules and not modules[s].is_quantized]
+    refuse_colliding_names(ckpt.root, families, made, modules)
     bf16 = runtime_names(targets, family, entry_names(families, made))
     bf16 = whole_layer_names(targets, ckpt.config, modules, set(made), bf16, covers)
     packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]

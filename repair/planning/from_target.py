@@ -55,7 +55,7 @@ def recipe_for_target(ckpt: Checkpoint, diagnosis: Diagnosis) -> Recipe:
     names = {m.name for m in modules} | excludable_leafless(stored, family)
     if not specs:
         chosen = _contradicted(diagnosis, names, family.fused_layers)
-        return Recipe(dequantize=complete(_nameable(chosen, family), layers), from_target=target.spec)
+        return Recipe(dequantize=complete(_nameable(chosen, family), layers, f"{ckpt.root}: {target.spec}"), from_target=target.spec)
     precision = runtime_precision(specs, fmt.read_declaration(ckpt), target, family)
     chosen = list(_contradicted(diagnosis, names, {}, STORED_ALGORITHM))
     for m in modules:
@@ -70,7 +70,7 @@ def recipe_for_target(ckpt: Checkpoint, diagnosis: Diagnosis) -> Recipe:
             chosen.append(m.name)
         elif not m.is_quantized and linear and (built == "nvfp4" or len(m.tensors) > 1):
             chosen.append(m.name)
-    return Recipe(dequantize=complete(_nameable(tuple(chosen), family), layers), from_target=target.spec)
+    return Recipe(dequantize=complete(_nameable(tuple(chosen), family), layers, f"{ckpt.root}: {target.spec}"), from_target=target.spec)
 
 
 def excludable_leafless(stored: list[StoredModule], family: Architecture) -> set[str]:

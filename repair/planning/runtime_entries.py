@@ -29,6 +29,17 @@ def entry_names(families, made) -> list[str]:
     return sorted({f.exclusion_name(n) for f in families for n in made})
 
 
+def refuse_colliding_names(root: object, families, made, modules) -> None:
+    """One line for a module made BF16 whose entry, under the name a targeted release asks it by (`layer_names`,
+    `prefixes`), is the own name of another stored module that stays quantized: the entry would exclude that one too."""
+    kept = {n for n, m in modules.items() if m.is_quantized} - set(made)
+    for name, entry in ((n, f.exclusion_name(n)) for f in families for n in made):
+        if entry != name and entry in kept:
+            raise BadInput(f"{root}: module {name} is excluded under the name a targeted release asks it by, {entry!r}, which "
+                           "is also the name of a stored module that stays quantized, so that entry would exclude both; "
+                           "nothing was written; rename or remove one of them in the checkpoint")
+
+
 def plain_entries(config: dict | None, plain: dict[str, str]) -> dict | None:
     """config.json's `ignore` with the format's pattern entries written as the module names they stand for."""
     qc = (config or {}).get("quantization_config")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from repair.errors import UsageError
+from repair.errors import BadInput, UsageError
 from repair.formats.base import routed_layer
 from repair.formats.modules import StoredModule
 from repair.planning.recipe import Action
@@ -50,13 +50,30 @@ class Layers:
             return f"{parent}.{layer}", [n for n in names if n in self.modules]
         return f"{parent}.{layer}", [self.stored[n] for n in names if n in self.stored]
 
+    def unstored(self, name: str) -> tuple[str, list[str]]:
+        """(the fused layer, its shards as the release names them that no stored module loads into) for a module the
+        release's own layer names rename (Gemma 4's vision `q_proj.linear`): it asks its exclusions about every shard."""
+        renamed = self.runtime_name(name) if self.runtime_name is not None else name
+        parent, _, leaf = renamed.rpartition(".")
+        if renamed == name or leaf not in self.shard_of:
+            return name, []
+        layer, shards = self.shard_of[leaf]
+        return f"{parent}.{layer}", [f"{parent}.{s}" for s in shards if f"{parent}.{s}" not in self.stored]
+
     def left_quantized(self, name: str, bf16: set[str]) -> list[str]:
         """Members of `name`'s runtime layer that stay quantized when the modules in `bf16` become BF16."""
         return [n for n in self.members(name)[1] if n not in bf16 and self.modules[n].is_quantized]
 
 
-def complete(names: tuple[str, ...], layers: Layers) -> tuple[str, ...]:
-    """`names` (modules a target dequantizes) with every quantized member of their runtime layers added."""
+def complete(names: tuple[str, ...], layers: Layers, where: str = "") -> tuple[str, ...]:
+    """`names` (modules a target dequantizes) with every quantized member of their runtime layers added; one line (`where`:
+    the checkpoint and the target) for a
+    fused layer the checkpoint lacks a shard of, which no exclusion entry makes BF16 whole."""
+    for name in names:
+        if (found := layers.unstored(name))[1]:
+            raise BadInput(f"{where} builds {found[0]} as one fused layer and asks its exclusions about each "
+                           f"shard, but {', '.join(found[1])} is not stored (no module loads into it), so no entry makes "
+                           f"the layer BF16 whole beside {name}; nothing was written; re-export the checkpoint with that shard")
     chosen = set(names)
     extra = [n for name in names for n in layers.left_quantized(name, chosen)]
     return tuple(dict.fromkeys(names + tuple(extra)))
