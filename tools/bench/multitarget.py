@@ -84,7 +84,7 @@ def multitarget_section(m: dict) -> list[str]:
     return out + ["", f"In one process, without its start (median of {3 * m['repeats']} alternated runs, a fresh Checkpoint each): "
                   f"one target {one_s * 1000:.1f} ms, three {three_s * 1000:.1f} ms ({three_s / one_s:.2f}x). Each target is one "
                   "diagnosis of its own (headers are parsed once per Checkpoint); the process start (imports) dominates a "
-                  "whole `doctor` run, so two more targets add tens of milliseconds to about a second.", ""]
+                  f"whole `doctor` run, so two more targets add {(three_s - one_s) * 1000:.0f} ms to a {one['s']:.2f} s run.", ""]
 
 
 def only(out: Path, repeats: int = 11) -> None:
