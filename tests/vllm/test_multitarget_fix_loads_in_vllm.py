@@ -46,6 +46,9 @@ SGLANG = "sglang==0.5.23"
 # layouts vLLM 0.32 cannot build in this venv at all, the input as much as the output, and the error that says why
 # (asserted for both: once vLLM builds one, the entry must go and its output is judged like the others)
 CANNOT_BUILD_HERE: dict[str, str] = {}
+# layouts whose stored BF16 tensors reach vLLM under other names (its hf_to_vllm_mapper renames them), so the name-by-name
+# comparison below finds none: the test named compares them instead (every other layout must compare at least one)
+COMPARED_ELSEWHERE = {"gemma4-vision-linear": "test_gemma4_multimodal_builds_and_loads_with_torchvision_never_called"}
 MISLOADS = ("silent-garbage", "ignored-tensors")  # loaded wrong, or tensors skipped, without SGLang stopping
 
 
@@ -121,6 +124,8 @@ def test_the_fix_for_both_loads_in_vllm(fixed, loaded):
         wrong = [k for k, t in bf16.items() if result["params"][k]["sha256"] != sha(t)]
         if wrong:
             failures[name] = f"vLLM holds other values than stored for {wrong[:3]}"
+        elif not bf16 and any(t.dtype == torch.bfloat16 for t in stored.values()) and name not in COMPARED_ELSEWHERE:
+            failures[name] = "no stored BF16 tensor reached vLLM under its stored name: nothing was compared"
     assert not failures, failures
     assert set(fixed) <= set(loaded)
 
