@@ -84,3 +84,34 @@ def test_own_layers_data_cites_the_source_it_was_read_from(spec):
     for arch, layers in rules.own_layers.items():
         assert layers and all(isinstance(x, str) and "." in x for x in layers), (spec, arch)
     assert rules.own_layers.get("AfmoeForCausalLM") == ("self_attn.gate_proj",)
+
+
+def laguna_export(root: Path, scale_2: dict[str, float]) -> Path:
+    """A tiny Laguna NVFP4 export: attention q/k/v and softplus gate g_proj, a dense MLP and a MoE layer's shared
+    expert, all packed; `scale_2` overrides one module's weight_scale_2 (its siblings' differ then)."""
+    gen = torch.Generator().manual_seed(4)
+    extra: dict[str, torch.Tensor] = {}
+    mlps = ("mlp", "mlp.shared_expert")
+    for layer, block in enumerate(mlps):
+        for leaf in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.g_proj",
+                     f"{block}.gate_proj", f"{block}.up_proj", f"{block}.down_proj"):
+            name = f"model.layers.{layer}.{leaf}"
+            extra |= packed(gen, name, HIDDEN)
+            if name in scale_2:
+                extra[f"{name}.weight_scale_2"] = torch.tensor(scale_2[name])
+    return export(root, "LagunaForCausalLM", "laguna", extra, ["lm_head"])
+
+
+def test_laguna_mlp_and_shared_expert_load_as_fused_gate_up(tmp_path, capsys):
+    """TensorRT-LLM's Laguna builds its dense MLP and its shared expert as GatedMLP (modeling_laguna.py): one fused
+    gate_up_proj whose NVFP4 loader asserts one weight_scale_2 (vLLM 0.32's Laguna, whose rows are borrowed, builds
+    them as separate linears). Healthy: clean; gate/up with different weight_scale_2: the assertion, at that layer."""
+    healthy = laguna_export(tmp_path / "ok", {})
+    code, out, err = run_captured(capsys, "doctor", "--target", "trtllm==1.4.0", "--strict", "--json", healthy)
+    assert code == 0, out + err
+    for layer in ("model.layers.0.mlp", "model.layers.1.mlp.shared_expert"):
+        src = laguna_export(tmp_path / layer, {f"{layer}.up_proj": 0.5})
+        code, out, err = run_captured(capsys, "doctor", "--target", "trtllm==1.4.0", "--json", src)
+        stops = json.loads(out)["runtime_stops_at"]
+        assert code == 1 and f"{layer}.gate_up_proj" in json.dumps(stops), out
+        assert "The weight_scale_2 should be same for all the weights" in json.dumps(stops), out
