@@ -86,9 +86,9 @@ def test_own_layers_data_cites_the_source_it_was_read_from(spec):
     assert rules.own_layers.get("AfmoeForCausalLM") == ("self_attn.gate_proj",)
 
 
-def laguna_export(root: Path, scale_2: dict[str, float]) -> Path:
+def laguna_export(root: Path, scale_2: dict[str, float], excluded_bf16: tuple[str, ...] = ()) -> Path:
     """A tiny Laguna NVFP4 export: attention q/k/v and softplus gate g_proj, a dense MLP and a MoE layer's shared
-    expert, all packed; `scale_2` overrides one module's weight_scale_2 (its siblings' differ then)."""
+    expert, packed but `excluded_bf16` (stored BF16, listed); `scale_2` overrides a module's weight_scale_2."""
     gen = torch.Generator().manual_seed(4)
     extra: dict[str, torch.Tensor] = {}
     mlps = ("mlp", "mlp.shared_expert")
@@ -97,9 +97,12 @@ def laguna_export(root: Path, scale_2: dict[str, float]) -> Path:
                      f"{block}.gate_proj", f"{block}.up_proj", f"{block}.down_proj"):
             name = f"model.layers.{layer}.{leaf}"
             extra |= packed(gen, name, HIDDEN)
+            if name in excluded_bf16:
+                extra = {k: v for k, v in extra.items() if not k.startswith(name + ".")}
+                extra[f"{name}.weight"] = torch.randn(HIDDEN, HIDDEN, generator=gen).to(torch.bfloat16)
             if name in scale_2:
                 extra[f"{name}.weight_scale_2"] = torch.tensor(scale_2[name])
-    return export(root, "LagunaForCausalLM", "laguna", extra, ["lm_head"])
+    return export(root, "LagunaForCausalLM", "laguna", extra, ["lm_head", *excluded_bf16])
 
 
 def test_laguna_mlp_and_shared_expert_load_as_fused_gate_up(tmp_path, capsys):
@@ -115,3 +118,15 @@ def test_laguna_mlp_and_shared_expert_load_as_fused_gate_up(tmp_path, capsys):
         stops = json.loads(out)["runtime_stops_at"]
         assert code == 1 and f"{layer}.gate_up_proj" in json.dumps(stops), out
         assert "The weight_scale_2 should be same for all the weights" in json.dumps(stops), out
+
+
+def test_fix_makes_a_laguna_shared_expert_with_one_excluded_shard_load(tmp_path, capsys):
+    """One shard of the shared expert's fused gate_up_proj excluded (BF16): TensorRT-LLM builds the whole layer BF16 and
+    the packed up_proj cannot be copied in; fix dequantizes it and its output is clean under the same rules."""
+    src = laguna_export(tmp_path / "src", {}, ("model.layers.1.mlp.shared_expert.gate_proj",))
+    code, out, err = run_captured(capsys, "doctor", "--target", "trtllm==1.4.0", "--json", src)
+    assert code == 1 and "model.layers.1.mlp.shared_expert.up_proj" in json.dumps(json.loads(out)["runtime_stops_at"]), out
+    code, out, err = run_captured(capsys, "fix", "--target", "trtllm==1.4.0", src, "-o", tmp_path / "out")
+    assert code == 0, out + err
+    code, out, err = run_captured(capsys, "doctor", "--target", "trtllm==1.4.0", "--strict", tmp_path / "out")
+    assert code == 0, out + err
