@@ -130,3 +130,16 @@ def test_fix_makes_a_laguna_shared_expert_with_one_excluded_shard_load(tmp_path,
     assert code == 0, out + err
     code, out, err = run_captured(capsys, "doctor", "--target", "trtllm==1.4.0", "--strict", tmp_path / "out")
     assert code == 0, out + err
+
+
+def test_a_stray_attention_up_proj_beside_afmoes_own_gate_is_no_fused_layer(tmp_path, capsys):
+    """A careless export also stores `self_attn.up_proj`: Afmoe's attention still builds no gate_up_proj (its gate is its
+    own Linear), so doctor must not predict a fused gate_up loader stop there."""
+    src = afmoe_export(tmp_path / "src")
+    from safetensors.torch import load_file, save_file
+    stray = packed(torch.Generator().manual_seed(9), "model.layers.0.self_attn.up_proj", HIDDEN)
+    stray["model.layers.0.self_attn.up_proj.weight_scale_2"] = torch.tensor(0.5)  # unlike the gate's: no fused assertion
+    tensors = load_file(src / "model.safetensors") | stray
+    save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
+    code, out, err = run_captured(capsys, "doctor", "--target", "trtllm==1.4.0", "--json", src)
+    assert "self_attn.gate_up_proj" not in out, out
