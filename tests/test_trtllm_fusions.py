@@ -143,3 +143,18 @@ def test_a_stray_attention_up_proj_beside_afmoes_own_gate_is_no_fused_layer(tmp_
     save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
     code, out, err = run_captured(capsys, "doctor", "--target", "trtllm==1.4.0", "--json", src)
     assert "self_attn.gate_up_proj" not in out, out
+
+
+def test_fix_dequantizes_an_excluded_packed_afmoe_attention_gate_alone(tmp_path, capsys):
+    """The attention gate listed excluded but stored packed: TensorRT-LLM builds its own Linear BF16 and the copy fails;
+    fix dequantizes that one module (no sibling: it is no fused shard) and the output is clean."""
+    src = afmoe_export(tmp_path / "src")
+    config = json.loads((src / "hf_quant_config.json").read_text())
+    config["quantization"]["exclude_modules"].append("model.layers.0.self_attn.gate_proj")
+    (src / "hf_quant_config.json").write_text(json.dumps(config))
+    code, out, err = run_captured(capsys, "doctor", "--target", "trtllm==1.4.0", "--json", src)
+    assert code == 1 and "model.layers.0.self_attn.gate_proj" in json.dumps(json.loads(out)["runtime_stops_at"]), out
+    code, out, err = run_captured(capsys, "fix", "--target", "trtllm==1.4.0", src, "-o", tmp_path / "out")
+    assert code == 0 and "dequantize 1" in out, out + err
+    code, out, err = run_captured(capsys, "doctor", "--target", "trtllm==1.4.0", "--strict", tmp_path / "out")
+    assert code == 0, out + err
