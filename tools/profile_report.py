@@ -100,7 +100,11 @@ RULES_FORM = [
     "  into, where the two differ}, e.g. Gemma 4's vision `...self_attn.q_proj.linear` -> `...self_attn.q_proj`, a shard",
     "  of the QKVParallelLinear asked as `...self_attn.qkv_proj`; generated from the installed release's own load of each",
     "  real-config fixture by `tools/sglang_layer_names.py`, kept likewise; doctor matches and fix writes exclusions",
-    "  under these names: `targets/layer_names.py`).", "",
+    "  under these names: `targets/layer_names.py`), `own_layers` (architecture -> module suffixes its model builds as",
+    "  their own layer though the layer rows' leaf fusion names them a shard: TensorRT-LLM's Afmoe `self_attn.gate_proj`)",
+    "  and `model_fusions` (architecture -> {fused leaf: shards} its model builds where the layer rows' runtime builds",
+    "  separate layers: TensorRT-LLM's Laguna GatedMLP `gate_up_proj`); both read from the release's model source",
+    "  (tests/data/trtllm/PROVENANCE.md).", "",
     "`--target <runtime>==X.Y.Z` uses the newest file at or below X.Y.Z and says which. `tools/sglang_rules_data.py`",
     "writes the SGLang files from the wheels (rules table: `tools/sglang_rules_table.py`, re-checked against each wheel).", ""]
 

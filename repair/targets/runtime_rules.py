@@ -60,6 +60,10 @@ class RuntimeRules:
     # the name its exclusion rules ask for the layer it loads into, where they differ} (tools/sglang_layer_names.py)
     null_exclusions_refused: Mapping[str, str] = field(default_factory=dict)  # quant method -> the error reading the
     # config raises when the exclusion list it reads is null (`null_exclusion_list`)
+    own_layers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # arch -> module suffixes its model builds
+    # as their own layer though the layer rows' leaf fusion names them a shard (Afmoe's attention `gate_proj`)
+    model_fusions: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)  # arch -> {fused leaf:
+    # shards} its model builds where the layer rows' runtime builds separate layers (TensorRT-LLM's Laguna GatedMLP)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -82,8 +86,10 @@ class RuntimeRules:
         for key, added in self.packed_when.get(architecture, {}).items():
             if (config or {}).get(key, text.get(key)) is not None:
                 packed |= added
-        named = {self.fusion_names.get(k, k): tuple(v) for k, v in (fusions or LLAMA_FUSIONS).items()} | packed
-        return Building(MappingProxyType(named), MappingProxyType(packed), self.fallback_fused)
+        named = ({self.fusion_names.get(k, k): tuple(v) for k, v in (fusions or LLAMA_FUSIONS).items()} | packed
+                 | dict(self.model_fusions.get(architecture, {})))
+        return Building(MappingProxyType(named), MappingProxyType(packed), self.fallback_fused,
+                        self.own_layers.get(architecture, ()))
 
     def bind(self, declaration: Declaration, building: Building, config: dict | None) -> Declaration:
         """The declaration whose exclusion and per-layer questions this release's matchers answer; layers of an
@@ -250,7 +256,8 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         tuple(body.get("nested_config_json_drops_exclusions", ())),
                         {a: tuple(v) for a, v in body.get("plain_layers", {}).items()},
                         tuple(body.get("ct_target_order", ())), body.get("built_layers", {}), body.get("layer_names", {}),
-                        body.get("null_exclusions_refused", {}))
+                        body.get("null_exclusions_refused", {}), {a: tuple(v) for a, v in body.get("own_layers", {}).items()},
+                        {a: {k: tuple(v) for k, v in m.items()} for a, m in body.get("model_fusions", {}).items()})
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:

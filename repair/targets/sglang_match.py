@@ -36,6 +36,8 @@ class Building:
     fusions: Packed  # layer -> shards the model code fuses (qkv_proj from q/k/v)
     packed: Packed  # the model class's packed_modules_mapping
     fallback: bool = False  # is_layer_skipped falls back to qkv_proj/gate_up_proj shards (0.5.11+)
+    own: tuple[str, ...] = ()  # module suffixes the model builds as their own layer though their leaf names a fused
+    # shard, so no fused layer at their parent (TensorRT-LLM's Afmoe `self_attn.gate_proj`: no attention gate_up_proj)
 
     def built_layer(self, name: str) -> tuple[str, str]:
         """(the layer SGLang builds `name` into, its kind: "linear", "fused" or "moe")."""
@@ -44,7 +46,12 @@ class Building:
             return name[: cut + len(".experts")], "moe"
         parent, _, leaf = name.rpartition(".")
         fused = next((f for f, shards in self.fusions.items() if leaf in shards), None)
+        if fused and self.own and any(self._own(f"{parent}.{s}") for s in self.fusions[fused]):
+            return name, "linear"  # one shard is a layer of its own there: the model builds no such fused layer
         return (f"{parent}.{fused}" if parent else fused, "fused") if fused else (name, "linear")
+
+    def _own(self, name: str) -> bool:
+        return any(name == s or name.endswith("." + s) for s in self.own)
 
     def shards_of(self, prefix: str) -> tuple[str, tuple[str, ...]] | None:
         """(leaf, shard leaves) when is_layer_skipped treats `prefix` as fused (its mapping, else the fallback)."""

@@ -29,7 +29,7 @@ FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj
 def trtllm_building(building: Building) -> Building:
     """The model's fusions that TensorRT-LLM's generic loader makes (qkv_proj, gate_up_proj where the model has them)."""
     fusions = {leaf: shards for leaf, shards in building.fusions.items() if FUSED.get(leaf) == tuple(shards)}
-    return Building(MappingProxyType(fusions), building.packed, False)
+    return Building(MappingProxyType(fusions), building.packed, False, building.own)
 
 
 @dataclass(frozen=True)
