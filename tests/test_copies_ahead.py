@@ -151,3 +151,45 @@ def test_copies_whose_digest_is_never_taken_are_stopped_and_closed(src, tmp_path
     worker.join(timeout=20)
     assert done.is_set(), "hung on a copy waiting for room"
     assert not [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+
+
+def test_an_interrupt_while_a_digest_waits_leaves_no_thread_or_open_file(src, tmp_path, monkeypatch):
+    """Ctrl-C as the writer waits for a shard's copy: that copy's output is closed and its hashing thread stopped
+    like every other's (the copy the writer was waiting on is not forgotten because it was being waited on)."""
+    import concurrent.futures
+    import os
+
+    from repair.io.pins import PinnedFile
+
+    names = sorted(_whole_shards(src))
+    jobs = {name: (PinnedFile(src / name), tmp_path / name) for name in names}
+    real_result, caller, raised = concurrent.futures.Future.result, threading.get_ident(), []
+
+    def interrupted(self, timeout=None):
+        out = real_result(self, timeout)
+        if threading.get_ident() == caller and not raised:
+            raised.append(self)
+            raise KeyboardInterrupt  # arrives while the writer waits: the copy itself has completed
+        return out
+
+    monkeypatch.setattr(concurrent.futures.Future, "result", interrupted)
+    before = {t.ident for t in threading.enumerate()}
+    with pytest.raises(KeyboardInterrupt):
+        with copies.WholeCopies(jobs) as whole:
+            whole.digest(names[0])
+    monkeypatch.undo()
+    assert not [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    assert not [path for path in _open_files() if path.startswith(str(tmp_path))], "an output file left open"
+
+
+def _open_files() -> list[str]:
+    """Paths this process holds open (the fd listing the folder is gone by the time it is read)."""
+    import os
+
+    paths = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    return paths
