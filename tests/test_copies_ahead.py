@@ -193,3 +193,36 @@ def _open_files() -> list[str]:
         except OSError:
             pass
     return paths
+
+
+@pytest.mark.parametrize("how", ["zeroed", "truncated", "removed"])
+def test_a_whole_shard_changed_while_copies_run_ahead_is_the_input_s_fault(src, tmp_path, monkeypatch, capsys, how):
+    """Another process rewrites a shard kept whole (same size, its header zeroed), truncates or removes it while the
+    copies run: exit 2 naming the input, nothing published; before, the zeroed copy failed our self-check, exit 3
+    ('a bug in ckpt-repair, not in the input')."""
+    import os
+    import shutil
+
+    from tests.conftest import run_captured
+
+    own = tmp_path / "src"
+    shutil.copytree(src, own)
+    victim = own / sorted(_whole_shards(own))[-1]
+    real, done = copies.copy_file_started, []
+
+    def changed_meanwhile(source, dst):
+        if not done:
+            done.append(victim)
+            if how == "zeroed":
+                victim.write_bytes(bytes(victim.stat().st_size))
+            elif how == "truncated":
+                os.truncate(victim, 100)
+            else:
+                victim.unlink()
+        return real(source, dst)
+
+    monkeypatch.setattr(copies, "copy_file_started", changed_meanwhile)
+    code, _, err = run_captured(capsys, "fix", own, "-o", tmp_path / "out", "--quiet")
+    assert done and code == 2, err
+    assert victim.name in err and "nothing was published" in err and "bug" not in err, err
+    assert not [p for p in tmp_path.iterdir() if p.name != "src"]
