@@ -172,3 +172,14 @@ def test_a_stray_weight_beside_weight_packed_is_bad_input(capsys, ct_export, tmp
         assert code == 2 and err.count("\n") == 1, err
         assert "post_projection.weight" in err and "post_projection.weight_packed" in err and "internal error" not in err, err
     assert not (tmp_path / "out").exists() and tree_hashes(folder) == before
+
+
+def test_fix_for_tensorrt_llm_names_the_handshake_as_its_loader_asks(capsys, ct_export, tmp_path):
+    """TensorRT-LLM's module-driven loader asks each module under its checkpoint name (`post_projection`, not vLLM's
+    `draft_model.post_projection`): the entry fix writes for it is used, and fix's output passes doctor --strict. It
+    exited 3 ('exclusion post_projection matches no module'), its self-check judging the entry by vLLM's names."""
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", ct_export, "-o", out, "--target", "trtllm==1.2.0", "--quiet")
+    assert code == 0, err
+    code, report, err = run_captured(capsys, "doctor", out, "--target", "trtllm==1.2.0", "--strict", "--json")
+    assert code == 0, report

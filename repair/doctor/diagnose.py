@@ -83,7 +83,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += _handshake_findings(modules, precision, target, family)
     findings += runtime_refusal_findings(declaration, target)
     findings += null
-    findings += config_findings(ckpt, declaration, modules, specs, family)
+    findings += config_findings(ckpt, declaration, modules, specs, family, module_driven(target))
     findings += unquantized_role_findings(declaration, modules, family, target.profile.knows_layer_roles)
     findings += nvfp4_load_refusal_findings(modules, family, target.profile.knows_layer_roles)
     findings += dropped_tensor_findings(infos, family, target, declaration.quantized)
