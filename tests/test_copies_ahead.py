@@ -151,3 +151,78 @@ def test_copies_whose_digest_is_never_taken_are_stopped_and_closed(src, tmp_path
     worker.join(timeout=20)
     assert done.is_set(), "hung on a copy waiting for room"
     assert not [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+
+
+def test_an_interrupt_while_a_digest_waits_leaves_no_thread_or_open_file(src, tmp_path, monkeypatch):
+    """Ctrl-C as the writer waits for a shard's copy: that copy's output is closed and its hashing thread stopped
+    like every other's (the copy the writer was waiting on is not forgotten because it was being waited on)."""
+    import concurrent.futures
+    import os
+
+    from repair.io.pins import PinnedFile
+
+    names = sorted(_whole_shards(src))
+    jobs = {name: (PinnedFile(src / name), tmp_path / name) for name in names}
+    real_result, caller, raised = concurrent.futures.Future.result, threading.get_ident(), []
+
+    def interrupted(self, timeout=None):
+        out = real_result(self, timeout)
+        if threading.get_ident() == caller and not raised:
+            raised.append(self)
+            raise KeyboardInterrupt  # arrives while the writer waits: the copy itself has completed
+        return out
+
+    monkeypatch.setattr(concurrent.futures.Future, "result", interrupted)
+    before = {t.ident for t in threading.enumerate()}
+    with pytest.raises(KeyboardInterrupt):
+        with copies.WholeCopies(jobs) as whole:
+            whole.digest(names[0])
+    monkeypatch.undo()
+    assert not [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    assert not [path for path in _open_files() if path.startswith(str(tmp_path))], "an output file left open"
+
+
+def _open_files() -> list[str]:
+    """Paths this process holds open (the fd listing the folder is gone by the time it is read)."""
+    import os
+
+    paths = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    return paths
+
+
+@pytest.mark.parametrize("how", ["zeroed", "truncated", "removed"])
+def test_a_whole_shard_changed_while_copies_run_ahead_is_the_input_s_fault(src, tmp_path, monkeypatch, capsys, how):
+    """Another process rewrites a shard kept whole (same size, its header zeroed), truncates or removes it while the
+    copies run: exit 2 naming the input, nothing published; before, the zeroed copy failed our self-check, exit 3
+    ('a bug in ckpt-repair, not in the input')."""
+    import os
+    import shutil
+
+    from tests.conftest import run_captured
+
+    own = tmp_path / "src"
+    shutil.copytree(src, own)
+    victim = own / sorted(_whole_shards(own))[-1]
+    real, done = copies.copy_file_started, []
+
+    def changed_meanwhile(source, dst):
+        if not done:
+            done.append(victim)
+            if how == "zeroed":
+                victim.write_bytes(bytes(victim.stat().st_size))
+            elif how == "truncated":
+                os.truncate(victim, 100)
+            else:
+                victim.unlink()
+        return real(source, dst)
+
+    monkeypatch.setattr(copies, "copy_file_started", changed_meanwhile)
+    code, _, err = run_captured(capsys, "fix", own, "-o", tmp_path / "out", "--quiet")
+    assert done and code == 2, err
+    assert victim.name in err and "nothing was published" in err and "bug" not in err, err
+    assert not [p for p in tmp_path.iterdir() if p.name != "src"]

@@ -30,6 +30,7 @@ from vllm_runtime import (enable_cpu_nvfp4, inspect_in_process, nvfp4_moe_emulat
 from vllm_profile_configs import PUBLISHED, NoConfig, model_types, small_config
 from vllm_layer_facts import layer_rules
 from vllm_missing_weights import missing_weights
+from vllm_null_lists import null_exclusions_refused
 from vllm_load_facts import (dropped_tensors, log, load_renames, nvfp4_refusals, pattern, placed_weights, quant_prefixes,
                              record_asked_prefixes, renames)
 
@@ -307,6 +308,7 @@ def main(argv: list[str]) -> int:
     archs = sorted(only or _TEXT_GENERATION_MODELS)
     result = {"runtime": "vllm", "release": vllm.__version__.split("+")[0], "quantization": QUANTIZATION,
               "missing_weights": missing_weights(lambda quantized: small_llama(quantized, names)),
+              "null_exclusions_refused": null_exclusions_refused(),
               "registered": len(_TEXT_GENERATION_MODELS), "architectures": {}, "unprofiled": {}}
     for arch in archs:
         t0 = time.perf_counter()

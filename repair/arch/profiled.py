@@ -86,6 +86,7 @@ class ReleaseProfile:
     entries: dict  # architecture -> {"modules", "fused", "renames", "config"}
     unprofiled: dict  # architecture -> why not
     missing_weights: dict = field(default_factory=dict)  # what its loader does with unfilled weights (vllm_missing_weights.py)
+    null_exclusions_refused: dict = field(default_factory=dict)  # quant method -> its config reader's error on a null list
 
     @property
     def label(self) -> str:
@@ -115,7 +116,7 @@ def read_profiles() -> tuple[ReleaseProfile, ...]:
         if "architectures" not in doc:
             continue  # a rules-only release file (repair/targets/runtime_rules.py reads it)
         out.append(ReleaseProfile(doc["runtime"], release_of(doc["release"]), item.name, doc["architectures"], doc["unprofiled"],
-                                  doc.get("missing_weights", {})))
+                                  doc.get("missing_weights", {}), doc.get("null_exclusions_refused", {})))
     return tuple(sorted(out, key=lambda p: (p.runtime, p.release)))
 
 

@@ -22,10 +22,12 @@ FLOAT_BITS = {"F32": np.uint32, "BF16": np.uint16, "F16": np.uint16}  # a pre_qu
 
 
 def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[str, StoredModule], specs: dict[str, ModuleSpec],
-                    family: Architecture) -> list[Finding]:
-    """Exclusions that match nothing, the two config files disagreeing, and modules stored against their declaration."""
+                    family: Architecture, by_stored_name: bool = False) -> list[Finding]:
+    """Exclusions that match nothing, the two config files disagreeing, and modules stored against their declaration.
+    `by_stored_name`: the target's loader asks each module under its checkpoint name (TensorRT-LLM's module-driven one),
+    not under the family's runtime names (vLLM's: the Gemma 4 assistant's `draft_model.` prefixes)."""
     findings = []
-    elsewhere = named_elsewhere(ckpt.config, specs or modules)
+    elsewhere = named_elsewhere(ckpt.config, specs or modules) | (set(modules) if by_stored_name else set())
     prefixes = {family.runtime_name(n) for n in (specs or modules)} | {"lm_head"} | elsewhere
     used = declaration.used_entries(prefixes)  # one pass over the names, not entries x names (the format's rule)
     # a fused layer's name (qkv_proj) and its shards' (q_proj) both name it: one runtime reads one, another the other

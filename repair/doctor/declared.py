@@ -11,6 +11,7 @@ from __future__ import annotations
 from repair.arch import Architecture, ModuleSpec
 from repair.codec import scale_values
 from repair.doctor.findings import Finding, Kind, Severity
+from repair.doctor.missing import own_loader
 from repair.formats.base import Declaration, routed_layer
 from repair.formats.modules import StoredModule
 from repair.formats.nvfp4_health import read_f32_scalar
@@ -19,7 +20,7 @@ from repair.io.ranges import RangeReader
 from repair.io.safetensors import TensorInfo
 from repair.targets.precision import declared_algorithm
 from repair.targets.profiles import VLLM_REFUSED, Target
-from repair.targets.config_lists import null_exclusion_list
+from repair.targets.config_lists import null_exclusion_list, null_list_vllm_reads
 from repair.targets.runtime_rules import quant_method
 
 KV_LEAVES = ("k_scale", "v_scale")
@@ -128,14 +129,16 @@ def runtime_refusal_findings(declaration: Declaration, target: Target) -> list[F
 
 def null_list_findings(ckpt: Checkpoint, declaration: Declaration, target: Target) -> list[Finding]:
     """The exclusion list the target's config reader takes, present but null, where its data says that reader raises
-    (SGLang's ModelOptFp4Config.from_config): refused while reading the config, before any layer is built."""
-    rules = target.profile.rules
-    error = rules.null_exclusions_refused.get(quant_method(declaration) or "") if rules else None
-    where = null_exclusion_list(ckpt.config, ckpt.hf_quant_config) if error else None
+    (SGLang's ModelOptFp4Config.from_config; vLLM's, its profile's null_exclusions_refused): refused while reading the
+    config, before any layer is built."""
+    rules, release = target.profile.rules, own_loader(target)
+    refused = rules.null_exclusions_refused if rules else release.null_exclusions_refused if release else {}
+    error = refused.get(quant_method(declaration) or "")
+    where = (null_exclusion_list if rules else null_list_vllm_reads)(ckpt.config, ckpt.hf_quant_config) if error else None
     if where is None:
         return []
     return [Finding(Severity.ERROR, Kind.NULL_EXCLUSIONS, where,
-                    f"{where} is null, which {rules.speaker} refuses while reading the config, before building any layer; "
+                    f"{where} is null, which {target.profile.speaker} refuses while reading the config, before building any layer; "
                     "write a list there ([] for none; fix --target does)", error)]
 
 

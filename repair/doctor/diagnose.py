@@ -66,7 +66,9 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     simulated = target.profile.simulates_loads and bool(specs)
     degree = _degree_findings(specs, precision, ckpt.config, tp) if simulated else []
     findings += degree
-    if simulated and not degree:  # an impossible degree fails before any weight loads
+    null = null_list_findings(ckpt, declaration, target)  # the config reader raises: no layer is built, no weight loads
+    first = _build_stops(null, tp)
+    if simulated and not degree and not null:  # an impossible degree fails before any weight loads
         located = ckpt.locate()
         order = sorted(infos.values(), key=lambda i: (located[i.name][0].path.name, i.name))
         outcomes = vllm_loader.simulate(order, specs, precision, target, tp, fmt.RUNTIME_LEAVES, kinds=family.layer_kinds)
@@ -80,8 +82,8 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         findings += _bf16_findings(ckpt, modules)
     findings += _handshake_findings(modules, precision, target, family)
     findings += runtime_refusal_findings(declaration, target)
-    findings += null_list_findings(ckpt, declaration, target)
-    findings += config_findings(ckpt, declaration, modules, specs, family)
+    findings += null
+    findings += config_findings(ckpt, declaration, modules, specs, family, module_driven(target))
     findings += unquantized_role_findings(declaration, modules, family, target.profile.knows_layer_roles)
     findings += nvfp4_load_refusal_findings(modules, family, target.profile.knows_layer_roles)
     findings += dropped_tensor_findings(infos, family, target, declaration.quantized)

@@ -47,7 +47,8 @@ class WholeCopies:
 
     def digest(self, name: str) -> str:
         """The sha256 of one shard as read and written: waits for its copy, then for its hashing."""
-        out = self._copies.pop(name).result()
+        out = self._copies[name].result()  # kept listed until in hand: interrupted here, stop() still closes it
+        del self._copies[name]
         try:
             return out.close()
         finally:

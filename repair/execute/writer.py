@@ -67,12 +67,16 @@ def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dic
     except EOFError:  # an input got shorter while it was read: say which
         check_inputs(plan)
         raise
-    _self_check(plan, tmp, out, hashes)  # before anything (doctor after) reads the written files
-    if after is not None:
-        with own_output(tmp, out):
-            sections = sections.with_after(after(tmp))
-        for record in sections.doctor:
-            refuse_unclean(plan, record, tmp, out)
+    try:
+        _self_check(plan, tmp, out, hashes)  # before anything (doctor after) reads the written files
+        if after is not None:
+            with own_output(tmp, out):
+                sections = sections.with_after(after(tmp))
+            for record in sections.doctor:
+                refuse_unclean(plan, record, tmp, out)
+    except InternalError:  # an input rewritten while read makes a bad copy: that is the input's change (exit 2), not our bug
+        check_inputs(plan)
+        raise
     report = build_report(plan, hashes, options or {}, sections)
     write_json(tmp / REPORT_NAME, report)
     check_inputs(plan)  # last: whatever changed while it was read, nothing is published

@@ -39,6 +39,18 @@ def null_exclusion_list(config: dict | None, hf_quant: dict | None) -> str | Non
     return None
 
 
+def null_list_vllm_reads(config: dict | None, hf_quant: dict | None) -> str | None:
+    """Where the exclusion list vLLM's ModelOpt config reads is present but null (None: it is not): config.json's
+    ModelOpt quantization_config, `quantization.exclude_modules` when it holds that block, else `ignore` (modelopt.py
+    from_config; its other keys are not read); without one, hf_quant_config.json's quantization.exclude_modules."""
+    qc = (config or {}).get("quantization_config")
+    if isinstance(qc, dict) and qc.get("quant_method", "modelopt") == "modelopt":
+        nested = qc.get("quantization")
+        section, key, where = (nested, "exclude_modules", "quantization.exclude_modules") if isinstance(nested, dict) else (qc, "ignore", "ignore")
+        return f"config.json quantization_config.{where}" if key in section and section[key] is None else None
+    return null_exclusion_list(None, hf_quant) if qc is None else None
+
+
 def list_sources(declaration, config: dict | None, flat: tuple[str, ...] | None) -> dict[tuple[str, ...], str]:
     """Each exclusion list a target may read (as entries) -> the file and key it is written under."""
     qc = (config or {}).get("quantization_config")
