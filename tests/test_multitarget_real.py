@@ -59,12 +59,19 @@ def test_side_by_side_text_is_linear_in_the_findings(tmp_path):
     edit_json(src / "hf_quant_config.json", lambda d: d["quantization"]["exclude_modules"].extend(f"nowhere.{i}" for i in range(3000)))
     ckpt = open_checkpoint(src)
     found = tuple(diagnose(ckpt, t, 1) for t in resolve_many("vllm==0.32.0,vllm==0.25.0"))
-    start = time.perf_counter()
-    [diagnosis_text(d, detail="verbose") for d in found]
-    floor = time.perf_counter() - start
-    start = time.perf_counter()
-    several_text(found, detail="verbose")
-    assert time.perf_counter() - start <= 4 * floor + 0.5, floor
+
+    def fastest(job) -> float:
+        """The least of three runs: another process on the 2 cores only ever adds time."""
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            job()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    floor = fastest(lambda: [diagnosis_text(d, detail="verbose") for d in found])
+    several = fastest(lambda: several_text(found, detail="verbose"))
+    assert several <= 4 * floor + 0.5, (several, floor)
 
 
 @pytest.mark.parametrize("target", ["trtllm==1.0", "trtllm==1.4", "vllm==0.32.0,trtllm==1.1"])
