@@ -3,7 +3,9 @@ SGLang's own `FusedMoE._load_w13` / `_load_w2` do (layers/moe/fused_moe_triton/l
 narrow_padded_param_and_loaded_weight). Checked against SGLang itself in tests/sglang/test_routed_experts_vs_sglang.py:
 - a BF16 expert in an MoE built NVFP4: gate_proj/up_proj (w13, rows narrowed, columns copied whole) stop the load
   with copy_'s RuntimeError; down_proj (w2, narrowed to the packed width) is cast into uint8 without an error;
-- a packed expert in an MoE built BF16: gate_proj/up_proj stop the same way; down_proj is zero-padded silently.
+- a packed expert in an MoE built BF16: gate_proj/up_proj stop the same way; down_proj is zero-padded silently;
+- a fused layer's shard that is not stored (Qwen3 without k_proj) loads without an error: SGLang has no
+  missing-weights check, so the k rows of qkv_proj keep uninitialised memory.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import dataclasses
 import json
 
 import pytest
+from safetensors.torch import load_file, save_file
 
 from tests.test_runtime_sglang import SGLANG, doctor, errors
 from tools.real_fixture import REAL_MODELS, write_real_model
@@ -62,3 +65,14 @@ def test_packed_experts_in_a_bf16_moe_stop_on_gate_proj_and_zero_pad_down_proj(f
     assert down["code"] == "silent-garbage" and down["runtime_error"] is None
     assert ("loads this as zeros on rank 1" if tp == 2 else "zero-pads this to [64, 32]") in down["message"]
 
+
+def test_a_fused_layers_shard_not_stored_loads_silently_in_sglang(capsys, tmp_path):
+    folder = write_real_model(tmp_path / "no-k", "qwen3-32b")
+    tensors = load_file(folder / "model.safetensors")
+    save_file({k: v for k, v in tensors.items() if not k.startswith("model.layers.0.self_attn.k_proj.")},
+              folder / "model.safetensors", metadata={"format": "pt"})
+    code, report = doctor(capsys, folder, SGLANG, "--tp", "2")
+    found = errors(report)["model.layers.0.self_attn.k_proj"]
+    assert code == 1 and found["code"] == "missing-module" and report["runtime_stops_at"] == []
+    assert "SGLang 0.5.23 does not check for unfilled weights" in found["message"], found["message"]
+    assert "not profiled" not in found["message"] and "refuses" not in found["message"]

@@ -60,6 +60,8 @@ class RuntimeRules:
     # the name its exclusion rules ask for the layer it loads into, where they differ} (tools/sglang_layer_names.py)
     null_exclusions_refused: Mapping[str, str] = field(default_factory=dict)  # quant method -> the error reading the
     # config raises when the exclusion list it reads is null (`null_exclusion_list`)
+    missing_weights: Mapping[str, str] = field(default_factory=dict)  # {"linear", "norm"} -> "refused" | "unchecked":
+    # what its loader does with a weight the checkpoint does not store (probed; {} where not known)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -250,7 +252,7 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         tuple(body.get("nested_config_json_drops_exclusions", ())),
                         {a: tuple(v) for a, v in body.get("plain_layers", {}).items()},
                         tuple(body.get("ct_target_order", ())), body.get("built_layers", {}), body.get("layer_names", {}),
-                        body.get("null_exclusions_refused", {}))
+                        body.get("null_exclusions_refused", {}), body.get("missing_weights", {}))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:
