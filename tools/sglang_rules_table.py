@@ -134,7 +134,9 @@ RULES = {
         # tests/sglang/test_missing_shard_vs_sglang.py, loads both at TP 2)
         "missing_weights": {"linear": "unchecked", "norm": "unchecked"},
         # FusedMoE.weight_loader per expert shard (layers/moe/fused_moe_triton/layer.py _load_w13 / _load_w2): with the
-        # NVFP4 runner's padded loading (narrow_padded_param_and_loaded_weight) w13 narrows the rows and copies whole
+        # runner ModelOptNvFp4FusedMoEMethod.create_moe_runner picks by default off SM80-SM99 (flashinfer_trtllm:
+        # Blackwell; Marlin on Ampere/Hopper does not pad, and there down_proj raises copy_'s error as well), its
+        # padded loading (narrow_padded_param_and_loaded_weight) w13 narrows the rows and copies whole
         # rows, so another width is copy_'s RuntimeError; w2 narrows the columns to the parameter's width: a BF16
         # down_proj is cast into the packed uint8, a packed one zero-padded into BF16 (all zeros past the packed
         # width's ranks). Checked expert by expert by tests/sglang/test_routed_experts_vs_sglang.py.
