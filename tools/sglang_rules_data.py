@@ -153,7 +153,8 @@ def profile(path: Path) -> dict:
         text = {n: wheel.read(n).decode() for n in {NESTED_CONFIG_JSON["file"], NULL_EXCLUSIONS["file"],
                                                      *(r["file"] for r in PLAIN_LAYERS.values())} if n in wheel.namelist()}
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    body = {**COMMON, **{k: v for k, v in rules.items() if k != "markers"}}
+    body = {**COMMON, **{k: v for k, v in rules.items() if k not in ("markers", "loaders_added")}}
+    body["loaders"] = {**COMMON["loaders"], **rules.get("loaders_added", {})}  # a release's loaders beside the common
     body["packed_modules_mapping"] = packed
     body["packed_when_config"] = packed_when
     body["nested_config_json_drops_exclusions"] = (NESTED_CONFIG_JSON["methods"] if NESTED_CONFIG_JSON["marker"]

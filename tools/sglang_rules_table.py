@@ -10,6 +10,7 @@ UTILS = "sglang/srt/layers/quantization/utils.py"
 MODELOPT = "sglang/srt/layers/quantization/modelopt_quant.py"
 CT_UTILS = "sglang/srt/layers/quantization/compressed_tensors/utils.py"
 MODEL_CONFIG = "sglang/srt/configs/model_config.py"
+MOE_LAYER = "sglang/srt/layers/moe/fused_moe_triton/layer.py"
 SKIP_MIX = ("ValueError: Detected some but not all shards of {prefix} are quantized. All shards of fused layers to "
             "have the same precision.")
 W4AFP8 = "SGLang {release} reads quant_algo MIXED_PRECISION as w4afp8 (W4A8 experts), not as per-layer NVFP4/FP8"
@@ -128,7 +129,21 @@ RULES = {
         # fused, class); tests/sglang/test_ct_groups_vs_sglang.py asks SGLang's own function
         "ct_target_order": ["name", "class", "fused"],
         "refused_algorithms": {},
+        # model_loader/loader.py loads what the checkpoint stores and checks nothing left unfilled: a fused layer's
+        # absent shard (its rows) or an absent norm keeps torch.empty memory, no error (the SGLang tier,
+        # tests/sglang/test_missing_shard_vs_sglang.py, loads both at TP 2)
+        "missing_weights": {"linear": "unchecked", "norm": "unchecked"},
+        # FusedMoE.weight_loader per expert shard (layers/moe/fused_moe_triton/layer.py _load_w13 / _load_w2): with the
+        # runner ModelOptNvFp4FusedMoEMethod.create_moe_runner picks by default off SM80-SM99 (flashinfer_trtllm:
+        # Blackwell; Marlin on Ampere/Hopper does not pad, and there down_proj raises copy_'s error as well), its
+        # padded loading (narrow_padded_param_and_loaded_weight) w13 narrows the rows and copies whole
+        # rows, so another width is copy_'s RuntimeError; w2 narrows the columns to the parameter's width: a BF16
+        # down_proj is cast into the packed uint8, a packed one zero-padded into BF16 (all zeros past the packed
+        # width's ranks). Checked expert by expert by tests/sglang/test_routed_experts_vs_sglang.py.
+        "loaders_added": {"moe_w13": {"packed_into_bf16": LM_HEAD_COPY, "bf16_into_packed": LM_HEAD_COPY},
+                          "moe_w2": {"packed_into_bf16": "zero_pad", "bf16_into_packed": "silent_cast"}},
         "markers": {UTILS: "_FALLBACK_FUSED_SHARDS", CT_UTILS: 'layer_name.endswith("." + target)',
-                    MODELOPT: "def _quantized_layer_prefix_candidates"},
+                    MODELOPT: "def _quantized_layer_prefix_candidates",
+                    MOE_LAYER: "expert_data, loaded_weight = narrow_padded_param_and_loaded_weight("},
     },
 }

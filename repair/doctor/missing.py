@@ -56,7 +56,11 @@ def consequence(target: Target, quantized: bool) -> str:
     """What the target's loader does with the missing layer: its release's own DefaultModelLoader, run by the profile
     generator on a checkpoint leaving one linear / one norm unfilled, by default and with weight tracking (another
     runtime's target borrows only vLLM's layer rows, not its loader: nothing is claimed for it)."""
-    release = own_loader(target)
+    release, rules = own_loader(target), target.profile.rules
+    if release is None and rules is not None and rules.missing_weights:  # a data release's own loader, probed
+        silent = "refused" not in rules.missing_weights.values()
+        return (f"{rules.speaker} {_checks(rules.missing_weights)}" + (": it loads without an error, and the layer (of a "
+                "fused layer, that shard's rows) runs on uninitialised memory, silently" if silent else "") + f"; {ADVICE}")
     facts = (release.missing_weights if release is not None else {}).get("quantized" if quantized else "unquantized")
     if release is None or not isinstance(facts, dict) or not isinstance(facts.get("default"), dict):
         return (f"{target.profile.speaker} refuses such a checkpoint or runs the layer on uninitialised memory (its "

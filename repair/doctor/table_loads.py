@@ -42,7 +42,8 @@ def table_loads(modules: dict[str, StoredModule], schemes: dict[str, str], ckpt:
     for name, built in sorted(schemes.items()):
         m = modules[name]
         layer, kind = building.built_layer(family.runtime_name(name))
-        loader = "moe" if kind == "moe" else _loader(layer, kind, entry, rules, rules.plain_layers.get(architecture, ()))
+        loader = _moe_loader(name, rules) if kind == "moe" else _loader(layer, kind, entry, rules,
+                                                                        rules.plain_layers.get(architecture, ()))
         stacked = layer if kind == "fused" and rules.raises_on_extra(architecture, layer) else None
         split = min(tp, kv) if loader == "qkv" and kv and name.endswith(("k_proj", "v_proj")) else tp
         finding, outcomes = _one(m, built, loader, target, (tp, split), (*leaves, "bias"), stacked)
@@ -68,6 +69,13 @@ def _loader(layer: str, kind: str, entry: dict, rules, plain: tuple[str, ...] = 
     if leaf == "lm_head":
         return "lm_head"
     return "row_parallel" if leaf in rules.row_parallel_leaves else "column_parallel"
+
+
+def _moe_loader(name: str, rules) -> str:
+    """A routed expert's shard: the MoE's w2 (its row-parallel down projection) or w13 loader, where the release's
+    data has them (`moe_w2`, `moe_w13`), else the MoE loader no table row describes."""
+    family = "moe_w2" if name.rpartition(".")[2] in rules.row_parallel_leaves else "moe_w13"
+    return family if family in rules.loaders else "moe"
 
 
 def _kv_heads(config: dict) -> int | None:
@@ -107,12 +115,12 @@ def _one(m: StoredModule, built: str, loader: str, target: Target, ranks_split: 
         said = (f"{who} loads this as zeros on rank {', '.join(map(str, zeros))}" if zeros else
                 f"{who} zero-pads this to [{out}, {inn}] and reads the packed bytes as BF16 values")
         return Finding(Severity.ERROR, Kind.SILENT_GARBAGE, m.name,
-                       f"{said}, without an error ({head}; its row-parallel loader pads a weight that is too narrow){skip_text}; "
+                       f"{said}, without an error ({head}; its {loader.replace('_', '-')} loader pads a weight that is too narrow){skip_text}; "
                        "dequantize it (fix --target does), or declare it quantized", None, ranks, bound), []
     if behaviour == "silent_cast":
         return Finding(Severity.ERROR, Kind.SILENT_GARBAGE, m.name,
                        f"{who} casts this BF16 weight into its packed uint8 parameter without an error ({head}; its "
-                       "row-parallel loader narrows the weight to the packed width), and the block scales it needs are "
+                       f"{loader.replace('_', '-')} loader narrows the weight to the packed width), and the block scales it needs are "
                        "never loaded; exclude it (fix --target does), or store it quantized", None, ranks, bound), []
     text = _filled(behaviour, out, inn, packed, loader, split) if behaviour else None
     fix = "dequantize it (fix --target does)" if m.is_quantized else "exclude it (fix --target does), or store it quantized"

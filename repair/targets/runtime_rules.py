@@ -64,6 +64,8 @@ class RuntimeRules:
     # as their own layer though the layer rows' leaf fusion names them a shard (Afmoe's attention `gate_proj`)
     model_fusions: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)  # arch -> {fused leaf:
     # shards} its model builds where the layer rows' runtime builds separate layers (TensorRT-LLM's Laguna GatedMLP)
+    missing_weights: Mapping[str, str] = field(default_factory=dict)  # {"linear", "norm"} -> "refused" | "unchecked":
+    # what its loader does with a weight the checkpoint does not store (probed; {} where not known)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -257,7 +259,8 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         {a: tuple(v) for a, v in body.get("plain_layers", {}).items()},
                         tuple(body.get("ct_target_order", ())), body.get("built_layers", {}), body.get("layer_names", {}),
                         body.get("null_exclusions_refused", {}), {a: tuple(v) for a, v in body.get("own_layers", {}).items()},
-                        {a: {k: tuple(v) for k, v in m.items()} for a, m in body.get("model_fusions", {}).items()})
+                        {a: {k: tuple(v) for k, v in m.items()} for a, m in body.get("model_fusions", {}).items()},
+                        body.get("missing_weights", {}))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:

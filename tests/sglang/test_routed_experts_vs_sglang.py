@@ -4,7 +4,10 @@ SGLang 0.5.23's FusedMoE asks its quant config only with the layer's own prefix 
 entry reaches nothing: SGLang builds the MoE NVFP4 and stops on the BF16 expert. doctor's per-layer schemes are
 SGLang's on the input; `fix --target sglang==0.5.23` (alone: it exited 3, its plan read the per-expert entries as
 excluding those experts) and with vLLM names the MoE layer whole, and SGLang loads the output with that MoE BF16,
-no error, no weight skipped."""
+no error, no weight skipped. Expert by expert, doctor's loader account is SGLang's own FusedMoE loader's: the stop,
+the error text of each tensor it refuses (each loaded alone) and, for a tensor it takes without an error that is
+stored in the other precision, a silent error; both directions (a BF16 expert in an NVFP4 MoE, packed experts in an
+MoE excluded whole)."""
 
 from __future__ import annotations
 
@@ -33,7 +36,11 @@ def folders(tmp_path_factory) -> dict[str, object]:
     hf = json.loads((src / "hf_quant_config.json").read_text())
     hf["quantization"]["exclude_modules"].append(f"{MOE}.1*")
     (src / "hf_quant_config.json").write_text(json.dumps(hf, indent=4))
-    out = {"src": src}
+    excluded = _published_keys(write_real_model(root / "excluded", "deepseek-v3-0324"))
+    hf = json.loads((excluded / "hf_quant_config.json").read_text())
+    hf["quantization"]["exclude_modules"].append(MOE)
+    (excluded / "hf_quant_config.json").write_text(json.dumps(hf, indent=4))
+    out = {"src": src, "excluded": excluded}
     for i, target in enumerate(TARGETS):
         code, report = repair_json("fix", src, "-o", root / f"out-{i}", "--target", target)
         assert code == 0, (target, report)
@@ -65,3 +72,19 @@ def test_fix_output_loads_with_the_moe_bf16(target, folders, loaded):
     assert line["ok"] and not weights, (line.get("error_type"), line.get("error"), line.get("errors"), weights)
     assert line["layers"][MOE]["scheme"] == "bf16", line["layers"][MOE]
     assert repair_json("doctor", out, "--target", TARGET, "--strict")[0] == 0
+
+
+@pytest.mark.parametrize("name", ["src", "excluded"])
+def test_each_expert_fails_or_loads_as_doctor_predicts(name, folders, loaded):
+    line = loaded[folders[name]]
+    code, report = repair_json("doctor", folders[name], "--target", TARGET)
+    assert not line["ok"] and line["stage"] == "load", line.get("error")
+    first = f"{line['error_type']}: {line['error']}"
+    assert code == 1 and [s["error"] for s in report["runtime_stops_at"]] == [first], report["runtime_stops_at"]
+    findings = {f["subject"]: f for f in report["findings"] if f["severity"] == "error" and f["subject"].startswith(MOE)}
+    refused = {t.removesuffix(".weight"): e for t, e in line["errors"].items() if t.endswith(".weight")}
+    assert refused and {m: findings.get(m, {}).get("runtime_error") for m in refused} == refused
+    taken = {t.removesuffix(".weight") for t in line["routes"] if t.startswith(MOE) and t.endswith(".weight")}
+    silent = {m: findings[m]["code"] for m in taken - set(refused) if m in findings}
+    assert silent and set(silent.values()) == {"silent-garbage"}, (silent, sorted(findings))
+    assert all(findings[m]["runtime_error"] is None for m in silent)
