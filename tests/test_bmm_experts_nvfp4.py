@@ -135,3 +135,20 @@ def test_dequantized_experts_are_the_weights_modelopt_quantized(tmp_path, capsys
     for name in ("model.layers.0.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj"):
         want, got = original[name].float(), written[name].float()
         assert got.shape == want.shape and ((got - want).norm() / want.norm()).item() < 0.15, name
+
+
+def test_fix_for_tensor_parallel_ranks_dequantizes_the_3d_experts_too(tmp_path, capsys):
+    """--tp slices a dequantized weight per rank; a 3-D experts tensor is dequantized whole (per expert, transposed)
+    and then sliced, and the ranks rebuild the single-checkpoint output byte for byte (unshard)."""
+    src = gpt_oss_export(tmp_path / "src")
+    code, out, err = run_captured(capsys, "fix", "--target", "vllm==0.32.0", src, "-o", tmp_path / "one")
+    assert code == 0, out + err
+    code, out, err = run_captured(capsys, "fix", "--target", "vllm==0.32.0", "--tp", "2", src, "-o", tmp_path / "tp")
+    assert code == 0, out + err
+    code, out, err = run_captured(capsys, "unshard", tmp_path / "tp", "-o", tmp_path / "back")
+    assert code == 0, out + err
+    from safetensors.torch import load_file
+    one, back = load_file(tmp_path / "one" / "model.safetensors"), {}
+    for f in sorted((tmp_path / "back").glob("*.safetensors")):
+        back.update(load_file(f))
+    assert one.keys() == back.keys() and all(torch.equal(one[k], back[k]) for k in one)
