@@ -31,26 +31,31 @@ def _transposed_nvfp4(weight: torch.Tensor) -> dict[str, torch.Tensor]:
             "_weight_scale_2": scale_2.reshape(()).float(), "_input_scale": torch.tensor(0.02)}
 
 
-def gpt_oss_export(root: Path) -> Path:
+def gpt_oss_export(root: Path, original: Path | None = None) -> Path:
     """A tiny ModelOpt-style NVFP4 gpt-oss: packed attention, packed 3-D experts with underscore leaves, BF16 biases."""
     gen = torch.Generator().manual_seed(0)
+    bf16: dict[str, torch.Tensor] = {}  # the model it was quantized from, as transformers saves it (`original`)
     tensors = {"model.embed_tokens.weight": torch.randn(128, HIDDEN, generator=gen).bfloat16(),
                "lm_head.weight": torch.randn(128, HIDDEN, generator=gen).bfloat16(),
                "model.norm.weight": torch.ones(HIDDEN, dtype=torch.bfloat16)}
     for layer in range(2):
         base = f"model.layers.{layer}"
-        o = (torch.randn(HIDDEN, HIDDEN, generator=gen) * 0.05).bfloat16()
+        o = bf16[f"{base}.self_attn.o_proj.weight"] = (torch.randn(HIDDEN, HIDDEN, generator=gen) * 0.05).bfloat16()
         packed, scale, scale_2 = nvfp4.quantize(o, nvfp4.global_scale(o))
         tensors.update({f"{base}.self_attn.o_proj.weight": packed, f"{base}.self_attn.o_proj.weight_scale": scale,
                         f"{base}.self_attn.o_proj.weight_scale_2": scale_2, f"{base}.self_attn.o_proj.input_scale": torch.tensor(0.01),
                         f"{base}.mlp.router.weight": torch.randn(E, HIDDEN, generator=gen).bfloat16(),
                         f"{base}.mlp.router.bias": torch.zeros(E, dtype=torch.bfloat16)})
         for proj, (inn, out) in (("gate_up_proj", (HIDDEN, 2 * INTER)), ("down_proj", (INTER, HIDDEN))):
-            weight = (torch.randn(E, inn, out, generator=gen) * 0.05).bfloat16()
+            weight = bf16[f"{base}.mlp.experts.{proj}"] = (torch.randn(E, inn, out, generator=gen) * 0.05).bfloat16()
             tensors.update({f"{base}.mlp.experts.{proj}{leaf}": t for leaf, t in _transposed_nvfp4(weight).items()})
             tensors[f"{base}.mlp.experts.{proj}_bias"] = torch.zeros(E, out, dtype=torch.bfloat16)
     root.mkdir(parents=True)
     save_file(tensors, root / "model.safetensors", metadata={"format": "pt"})
+    if original is not None:
+        original.mkdir(parents=True)
+        save_file({n: t for n, t in tensors.items() if t.dtype == torch.bfloat16} | bf16, original / "model.safetensors")
+        (original / "config.json").write_text(json.dumps({"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss"}))
     excluded = ["lm_head", "model.embed_tokens", "model.layers.0.mlp.router", "model.layers.1.mlp.router"]
     (root / "config.json").write_text(json.dumps({"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
                                                   "quantization_config": {"quant_algo": "NVFP4", "quant_method": "modelopt",
@@ -152,3 +157,38 @@ def test_fix_for_tensor_parallel_ranks_dequantizes_the_3d_experts_too(tmp_path, 
     for f in sorted((tmp_path / "back").glob("*.safetensors")):
         back.update(load_file(f))
     assert one.keys() == back.keys() and all(torch.equal(one[k], back[k]) for k in one)
+
+
+def _recipe(path: Path, action: str, modules: list[str]) -> Path:
+    path.write_text(f'name = "t"\ndescription = "t"\n[[rules]]\naction = "{action}"\nmodules = {json.dumps(modules)}\n')
+    return path
+
+
+def test_take_original_reads_the_originals_leafless_3d_experts(tmp_path, capsys):
+    """transformers' BF16 original names the experts `...experts.gate_up_proj` (no `.weight`): take_original takes them."""
+    src = gpt_oss_export(tmp_path / "src")
+    assert run_captured(capsys, "fix", "--target", "bf16", src, "-o", tmp_path / "orig")[0] == 0
+    recipe = _recipe(tmp_path / "r.toml", "take_original", ["model.layers.0.mlp.experts.*"])
+    code, out, err = run_captured(capsys, "fix", "--recipe", recipe, "--original", tmp_path / "orig", "--force", src,
+                                  "-o", tmp_path / "out")  # a dequantized copy is not the model it was quantized from
+    assert code == 0, out + err
+    from safetensors.torch import load_file
+    want, got = load_file(tmp_path / "orig" / "model.safetensors"), load_file(tmp_path / "out" / "model.safetensors")
+    assert torch.equal(got["model.layers.0.mlp.experts.down_proj"], want["model.layers.0.mlp.experts.down_proj"])
+
+
+def test_requantizing_3d_experts_is_refused_in_one_line(tmp_path, capsys):
+    src = gpt_oss_export(tmp_path / "src")
+    assert run_captured(capsys, "fix", "--target", "bf16", src, "-o", tmp_path / "orig")[0] == 0
+    recipe = _recipe(tmp_path / "r.toml", "requantize", ["model.layers.0.mlp.experts.*"])
+    code, out, err = run_captured(capsys, "fix", "--recipe", recipe, "--original", tmp_path / "orig", src, "-o", tmp_path / "out")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "3-D" in err and not (tmp_path / "out").exists(), out + err
+
+
+def test_the_original_of_3d_experts_is_verified_by_requantizing_each_expert(tmp_path, capsys):
+    """fix --original checks the original reproduces the stored codes; the 3-D experts count, quantized as ModelOpt
+    did (each expert transposed), so the true original passes without --force."""
+    src = gpt_oss_export(tmp_path / "src", original=tmp_path / "orig")
+    recipe = _recipe(tmp_path / "r.toml", "take_original", ["model.layers.0.mlp.experts.*"])
+    code, out, err = run_captured(capsys, "fix", "--recipe", recipe, "--original", tmp_path / "orig", src, "-o", tmp_path / "out")
+    assert code == 0 and "original verified: 6 of 6 modules reproduce byte-for-byte" in out, out + err

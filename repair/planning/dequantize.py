@@ -43,8 +43,7 @@ def dequantize_step(m: StoredModule, infos: dict[str, TensorInfo], fmt: Format, 
     if algorithm == "NVFP4_AWQ":
         _check_pre_quant_scale(m, infos, where, dtype, fmt.GLOBAL_SCALE_IS_DIVISOR)
     inputs = tuple(m.tensor(role) for role in DEQUANTIZE_INPUTS[algorithm])
-    out = m.name if m.tensor("weight") == m.name else f"{m.name}.weight"  # 3-D experts keep transformers' leafless name
-    return Dequantize(TensorRef(out, dtype, m.logical_shape), inputs, module=m.name, algorithm=algorithm)
+    return Dequantize(TensorRef(m.weight_name, dtype, m.logical_shape), inputs, module=m.name, algorithm=algorithm)
 
 
 def _at(info: TensorInfo, where: str) -> str:
