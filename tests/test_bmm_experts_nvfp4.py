@@ -78,6 +78,13 @@ def test_inspect_reads_each_3d_experts_tensor_as_one_packed_module(tmp_path, cap
         assert not any(n.startswith(f"model.layers.0.mlp.experts.{proj}_weight_scale") for n in modules), sorted(modules)
 
 
+def test_inspects_table_lists_the_packed_3d_experts(tmp_path, capsys):
+    src = gpt_oss_export(tmp_path / "src")
+    code, out, err = run_captured(capsys, "inspect", src)
+    row = next((line for line in out.splitlines() if line.startswith("model.layers.1.mlp.experts.gate_up_proj ")), "")
+    assert code == 0 and row.split()[1] == "nvfp4" and "[4, 32, 64]" in row and "[4, 64, 64]" in row, out
+
+
 def test_doctor_predicts_vllms_own_refusal_with_its_words(tmp_path, capsys):
     """vLLM 0.32 builds the experts as one NVFP4 FusedMoE with no bias parameters; gpt_oss.py looks `down_proj_bias` up
     as `w2_bias` and raises (the profile's nvfp4_load_refused, fed through gpt_oss.py's load_weights by the generator)."""
