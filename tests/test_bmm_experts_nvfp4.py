@@ -199,3 +199,16 @@ def test_the_original_of_3d_experts_is_verified_by_requantizing_each_expert(tmp_
     recipe = _recipe(tmp_path / "r.toml", "take_original", ["model.layers.0.mlp.experts.*"])
     code, out, err = run_captured(capsys, "fix", "--recipe", recipe, "--original", tmp_path / "orig", src, "-o", tmp_path / "out")
     assert code == 0 and "original verified: 6 of 6 modules reproduce byte-for-byte" in out, out + err
+
+
+def test_a_packed_3d_tensor_beside_a_module_of_the_same_name_is_refused_in_one_line(tmp_path, capsys):
+    """`X` (packed experts) and `X.weight` would both be module X: which one a check reads would be an accident."""
+    from safetensors.torch import load_file
+    src = gpt_oss_export(tmp_path / "src")
+    tensors = load_file(src / "model.safetensors")
+    tensors["model.layers.0.mlp.experts.gate_up_proj.weight"] = torch.zeros(4, 4, dtype=torch.bfloat16)
+    save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
+    for command in (("inspect",), ("doctor", "--target", "vllm==0.32.0")):
+        code, out, err = run_captured(capsys, *command, src)
+        assert code == 2 and len(err.strip().splitlines()) == 1, out + err
+        assert "model.layers.0.mlp.experts.gate_up_proj.weight" in err and "gate_up_proj_weight_scale" in err, err

@@ -49,7 +49,7 @@ def group_modules(infos: dict[str, TensorInfo], leaves: dict[str, str]) -> list[
     modules = []
     sidecars = [(role, leaf) for role, leaf in leaves.items() if role != "weight"]
     for module, found in by_module.items():
-        modules.extend(_bmm_experts(module, found, leaves))  # takes their tensors out of `found`
+        modules.extend(_bmm_experts(module, found, leaves, by_module))  # takes their tensors out of `found`
         if not found:
             continue
         weight_leaf = leaves["weight"] if leaves["weight"] in found else "weight" if "weight" in found else None
@@ -64,7 +64,7 @@ def group_modules(infos: dict[str, TensorInfo], leaves: dict[str, str]) -> list[
     return sorted(modules, key=lambda m: m.name)
 
 
-def _bmm_experts(module: str, found: dict[str, TensorInfo], leaves: dict[str, str]) -> list[StoredModule]:
+def _bmm_experts(module: str, found: dict[str, TensorInfo], leaves: dict[str, str], by_module: dict) -> list[StoredModule]:
     """ModelOpt's BMM-style 3-D experts (gpt-oss, Llama4): weight `X` uint8 [E, in/2, out] beside `X_weight_scale`
     [E, in/16, out], `X_weight_scale_2`, `X_input_scale` (quant_utils.quantizer_attr_names(X)), the weight quantized
     transposed (unified_export_hf.py `_export_quantized_weight`, maybe_transpose_expert_weight_dimensions, 0.47):
@@ -79,8 +79,13 @@ def _bmm_experts(module: str, found: dict[str, TensorInfo], leaves: dict[str, st
         for _, name in roles:
             del found[name.rpartition(".")[2]]
         del found[leaf]
+        name = f"{module}.{leaf}" if module else leaf
+        if name in by_module:
+            other = next(iter(by_module[name].values()))
+            raise BadInput(f"{other.path or info.path}: {other.name} is stored beside the packed 3-D experts {info.name} "
+                           f"(with {scale.name}), so both would be module {name}; {BROKEN_EXPORT}")
         experts, half_in, columns = info.shape
-        out.append(StoredModule(f"{module}.{leaf}" if module else leaf, "nvfp4", info.shape, (experts, half_in * 2, columns),
+        out.append(StoredModule(name, "nvfp4", info.shape, (experts, half_in * 2, columns),
                                 (("weight", info.name),) + roles))
     return out
 
