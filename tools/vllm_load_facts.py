@@ -87,20 +87,26 @@ def load_renames(model, placed: dict, fused: dict) -> dict[str, str]:
 NVFP4_LEAVES = (("weight_scale", 16, "float8_e4m3fn"), ("weight_scale_2", 0, "float32"), ("input_scale", 0, "float32"))
 
 
-def nvfp4_refusals(model, weights: dict, placed: dict) -> dict[str, str]:
+def nvfp4_refusals(model, weights: dict, placed: dict, tensors: dict | None = None) -> dict[str, str]:
     """Checkpoint module pattern -> vLLM's error, where the class's own load_weights fails on one of ModelOpt's NVFP4
     leaves of a module it builds quantized (bloom.py reshapes every query_key_value tensor, a 0-d scale too; zamba2.py's
-    mapper renames `.0.weight` but not `.0.input_scale`). Each leaf is fed alone, as a meta tensor, through the recording
-    loaders (nothing is copied: an error is load_weights' own); a module whose BF16 weight alone fails makes no claim."""
+    mapper renames `.0.weight` but not `.0.input_scale`; gpt_oss.py looks a 3-D experts tensor's `_bias`, which ModelOpt
+    keeps beside it, up among the NVFP4 FusedMoE's parameters, which have no bias). Each leaf is fed alone, as a meta
+    tensor, through the recording loaders (nothing is copied: an error is load_weights' own); a module whose BF16 weight
+    alone fails makes no claim. `tensors` (name -> (shape, dtype)): the saved checkpoint, for a 3-D tensor's siblings."""
     from vllm_declared import placements
 
     out: dict[str, str] = {}
     for ckpt, (name, shape, dtype) in weights.items():
-        if not placed.get(ckpt, {}).get("quantized") or len(shape) != 2 or not name.endswith(".weight") \
-                or pattern(ckpt) in out or EXPERT.search(ckpt):
+        if not placed.get(ckpt, {}).get("quantized") or pattern(ckpt) in out or EXPERT.search(ckpt):
             continue
-        leaves = [(name, shape, dtype)] + [(f"{ckpt}.{leaf}", [shape[0], shape[1] // per] if per else [], kind)
-                                           for leaf, per, kind in NVFP4_LEAVES]
+        if len(shape) == 3 and name == ckpt:
+            leaves = [(name, shape, dtype)] + bmm_leaves(ckpt, shape, tensors or {})
+        elif len(shape) == 2 and name.endswith(".weight"):
+            leaves = [(name, shape, dtype)] + [(f"{ckpt}.{leaf}", [shape[0], shape[1] // per] if per else [], kind)
+                                               for leaf, per, kind in NVFP4_LEAVES]
+        else:
+            continue
         for i, leaf in enumerate(leaves):
             try:
                 placements(model, {leaf[0]: leaf})
@@ -109,6 +115,16 @@ def nvfp4_refusals(model, weights: dict, placed: dict) -> dict[str, str]:
                     out[pattern(ckpt)] = f"{type(e).__name__}: {str(e)[:160]}"
                 break
     return dict(sorted(out.items()))
+
+
+def bmm_leaves(ckpt: str, shape: list[int], tensors: dict) -> list[tuple[str, list[int], str]]:
+    """ModelOpt 0.47's NVFP4 tensors beside a 3-D experts tensor `X` [E, in, out] stored with no leaf (gpt-oss, Llama4;
+    modelopt/torch/export/unified_export_hf.py _export_quantized_weight, quantizer_attr_names(X)): `X_weight_scale`
+    [E, in/16, out], `X_weight_scale_2`, `X_input_scale`, and the tensors saved beside it (`X_bias`), kept unchanged."""
+    experts, inn, columns = shape
+    scales = [(f"{ckpt}_{leaf}", [experts, inn // per, columns] if per else [], kind) for leaf, per, kind in NVFP4_LEAVES]
+    kept = [(n, list(s), d) for n, (s, d) in sorted(tensors.items()) if n.startswith(ckpt + "_") and n.endswith("_bias")]
+    return scales + kept
 
 
 def quant_prefixes(model, placed: dict, fused: dict) -> dict[str, str]:

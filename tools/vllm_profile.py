@@ -175,7 +175,7 @@ def profile(arch: str, names: dict[str, str]) -> dict:
         tensors = saved_tensors(arch, export)
         weights = saved_weights(tensors)
         placed = placed_weights(model, weights)
-        refusals = nvfp4_refusals(model, weights, placed)
+        refusals = nvfp4_refusals(model, weights, placed, tensors)
         dropped = dropped_tensors(model, {n: (n, *kind) for n, kind in tensors.items()})
     layers = export_layer_rules(arch, model if export == config else None, tensors, export, refused)
     prefixes, loads = quant_prefixes(model, placed, fused), load_renames(model, placed, fused)

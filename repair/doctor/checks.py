@@ -12,7 +12,7 @@ from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
 from repair.formats.modules import StoredModule
-from repair.formats.nvfp4_packed import SHARED_GLOBAL_SCALE
+from repair.formats.nvfp4_packed import SHARED_GLOBAL_SCALE, block_scale_shape
 from repair.formats.nvfp4_health import global_scale_problem, read_f32_scalar
 from repair.doctor.scales import ScaleValues
 from repair.targets.layer_names import named_elsewhere
@@ -137,16 +137,16 @@ def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precisio
 
 def _module_health(m: StoredModule, located, precision, scale_2, read, divisor: bool) -> list[Finding]:
     out = []
-    logical_out, logical_in = m.logical_shape
+    expected = block_scale_shape(m.logical_shape)
     scale_name = m.tensor("weight_scale")
     if scale_name is None:
         out.append(Finding(Severity.ERROR, Kind.MISSING_WEIGHT_SCALE, m.name, f"{m.name}: packed weight without weight_scale; it cannot be dequantized (use --original)"))
         return out
     scale = located[scale_name][1]
     stats = None
-    if scale.shape != (logical_out, logical_in // 16) or scale.dtype != "F8_E4M3":
+    if scale.shape != expected or scale.dtype != "F8_E4M3":
         out.append(Finding(Severity.ERROR, Kind.SCALE_SHAPE, scale_name,
-                           f"{scale_name}: {scale.dtype} {list(scale.shape)}, expected F8_E4M3 {[logical_out, logical_in // 16]}"))
+                           f"{scale_name}: {scale.dtype} {list(scale.shape)}, expected F8_E4M3 {list(expected)}"))
     elif (stats := read.blocks(scale_name)) is not None:
         of = "" if stats.count == scale.nbytes else f" in a sample of {stats.count} of {scale.nbytes} (doctor --deep counts them all)"
         if stats.nan or stats.negative:

@@ -104,7 +104,7 @@ def as_text(result: Inspection) -> str:
         f"{'module':<44} {'precision':<9} {'stored':<15} {'logical':<15} {'expected':<15} {'declared':<10} {'algorithm':<12} declared algorithm",
     ]
     for v in result.modules:
-        if not v.module.tensor("weight") or len(v.module.logical_shape) != 2:
+        if not v.module.tensor("weight") or len(v.module.logical_shape) not in (2, 3):  # 3-D: packed experts
             continue
         expected = _shape(v.expected_shape) if v.expected_shape is not None else "?"
         mark = "" if v.expected_shape in (None, v.module.logical_shape) else "  <- shape mismatch"

@@ -26,6 +26,7 @@ import numpy as np
 from repair.codec.scale_values import nvfp4_codes_needed_many
 from repair.formats.modules import StoredModule
 from repair.formats.nvfp4_health import SAMPLE_BYTES, BlockScaleStats, read_f32_scalar, sample_windows, stats_of
+from repair.formats.nvfp4_packed import block_scale_shape
 from repair.errors import BadInput
 from repair.io.byte_source import LocalFiles, parallel_tensors
 from repair.io.checkpoint import Checkpoint
@@ -179,7 +180,7 @@ def _block_scales(ckpt: Checkpoint, modules: dict[str, StoredModule]) -> list[tu
     for m in sorted(modules.values(), key=lambda m: m.name):
         name = m.tensor("weight_scale") if m.is_quantized and m.precision != "fp8" else None
         info = infos.get(name) if name else None
-        if info is not None and info.dtype == "F8_E4M3" and info.shape == (m.logical_shape[0], m.logical_shape[1] // 16):
+        if info is not None and info.dtype == "F8_E4M3" and info.shape == block_scale_shape(m.logical_shape):
             out.append((m, info))
     return out
 

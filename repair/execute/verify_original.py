@@ -62,9 +62,9 @@ def assess_original(plan: Plan, force: bool = False, jobs: int = 1) -> OriginalA
         if error is not None:
             errors[m.name] = error
         if same is None:  # the original's weight is not float data, or not finite
-            non_finite.append(f"{m.name}.weight")
+            non_finite.append(m.weight_name)
         (verified if same else mismatched).append(m.name)
-    checked = {f"{m.name}.weight" for m in packed}
+    checked = {m.weight_name for m in packed}
     non_finite += [n for n in _taken(plan) if n not in checked and not _finite(computer.load(n, "original"))]
     result = OriginalAssessment(tuple(verified), tuple(mismatched), errors, force, tuple(non_finite))
     _refuse_garbage(plan, result, _taken(plan))
@@ -79,7 +79,7 @@ def assess_original(plan: Plan, force: bool = False, jobs: int = 1) -> OriginalA
 def _check(computer: Computer, orig_infos: dict, m) -> tuple[bool | None, float | None]:
     """One packed module against the original: (reproduced, relative error); (False, None) when the original has
     no such weight or another shape, (None, None) when its weight is not finite float data. Any thread."""
-    name = f"{m.name}.weight"
+    name = m.weight_name
     if name not in orig_infos or orig_infos[name].shape != m.logical_shape:
         return False, None
     weight = computer.load(name, "original")
@@ -91,10 +91,17 @@ def _check(computer: Computer, orig_infos: dict, m) -> tuple[bool | None, float 
 def _nvfp4_reproduces(computer: Computer, m, weight: torch.Tensor) -> tuple[bool, float]:
     """(quantizing the original with the stored global scale gives the stored codes and block scales, relative error)."""
     stored = [computer.load(m.tensor(r)) for r in ("weight", "weight_scale", "weight_scale_2")]
-    again = nvfp4.quantize(weight, stored[2])
-    same = torch.equal(nvfp4.canonical_codes(again[0]), nvfp4.canonical_codes(stored[0])) and torch.equal(
-        again[1].view(torch.uint8), stored[1].view(torch.uint8))
+    if weight.dim() == 3:  # ModelOpt's BMM experts: each expert quantized as its [out, in] Linear, stored transposed
+        pairs = [(w.t(), p.t(), s.t()) for w, p, s in zip(weight, stored[0], stored[1])]
+    else:
+        pairs = [(weight, stored[0], stored[1])]
+    same = all(_same_codes(nvfp4.quantize(w.contiguous(), stored[2]), p, s) for w, p, s in pairs)
     return same, _relative_error(nvfp4.dequantize(*stored, torch.float32), weight)
+
+
+def _same_codes(again, packed: torch.Tensor, scale: torch.Tensor) -> bool:
+    return torch.equal(nvfp4.canonical_codes(again[0]), nvfp4.canonical_codes(packed.contiguous())) and torch.equal(
+        again[1].view(torch.uint8), scale.contiguous().view(torch.uint8))
 
 
 def _fp8_reproduces(computer: Computer, m, weight: torch.Tensor) -> tuple[bool, float]:

@@ -36,6 +36,12 @@ class StoredModule:
         return tuple(name for _, name in self.roles)
 
     @property
+    def weight_name(self) -> str:
+        """The full-precision weight's tensor name: `X.weight`, or the module's own name for 3-D experts stored with no
+        leaf (transformers' `mlp.experts.gate_up_proj`, which ModelOpt's packed layout keeps: formats/nvfp4_packed.py)."""
+        return self.name if self.tensor("weight") == self.name else f"{self.name}.weight"
+
+    @property
     def is_quantized(self) -> bool:
         return self.precision in QUANTIZED_PRECISIONS
 

@@ -49,6 +49,9 @@ def group_modules(infos: dict[str, TensorInfo], leaves: dict[str, str]) -> list[
     modules = []
     sidecars = [(role, leaf) for role, leaf in leaves.items() if role != "weight"]
     for module, found in by_module.items():
+        modules.extend(_bmm_experts(module, found, leaves, by_module))  # takes their tensors out of `found`
+        if not found:
+            continue
         weight_leaf = leaves["weight"] if leaves["weight"] in found else "weight" if "weight" in found else None
         if weight_leaf is None:
             modules.extend(_plain(info) for info in found.values())
@@ -59,6 +62,32 @@ def group_modules(infos: dict[str, TensorInfo], leaves: dict[str, str]) -> list[
             owned = {weight_leaf} | {leaf for _, leaf in sidecars if leaf in found}
             modules.extend(_plain(info) for leaf, info in found.items() if leaf not in owned)
     return sorted(modules, key=lambda m: m.name)
+
+
+def _bmm_experts(module: str, found: dict[str, TensorInfo], leaves: dict[str, str], by_module: dict) -> list[StoredModule]:
+    """ModelOpt's BMM-style 3-D experts (gpt-oss, Llama4): weight `X` uint8 [E, in/2, out] beside `X_weight_scale`
+    [E, in/16, out], `X_weight_scale_2`, `X_input_scale` (quant_utils.quantizer_attr_names(X)), the weight quantized
+    transposed (unified_export_hf.py `_export_quantized_weight`, maybe_transpose_expert_weight_dimensions, 0.47):
+    one packed module `module.X` of logical shape [E, in, out]. Its tensors are taken out of `found`."""
+    out = []
+    for leaf, info in list(found.items()):
+        scale = found.get(f"{leaf}_{leaves['weight_scale']}")
+        if info.dtype != "U8" or len(info.shape) != 3 or scale is None or scale.dtype != "F8_E4M3":
+            continue
+        roles = tuple((role, found[f"{leaf}_{stored}"].name) for role, stored in leaves.items()
+                      if role != "weight" and f"{leaf}_{stored}" in found)
+        for _, name in roles:
+            del found[name.rpartition(".")[2]]
+        del found[leaf]
+        name = f"{module}.{leaf}" if module else leaf
+        if name in by_module:
+            other = next(iter(by_module[name].values()))
+            raise BadInput(f"{other.path or info.path}: {other.name} is stored beside the packed 3-D experts {info.name} "
+                           f"(with {scale.name}), so both would be module {name}; {BROKEN_EXPORT}")
+        experts, half_in, columns = info.shape
+        out.append(StoredModule(name, "nvfp4", info.shape, (experts, half_in * 2, columns),
+                                (("weight", info.name),) + roles))
+    return out
 
 
 def _plain(info: TensorInfo) -> StoredModule:
@@ -97,6 +126,16 @@ def _fp8_block(weight: TensorInfo, scale: TensorInfo | None) -> bool:
             and scale.shape == tuple(-(-d // FP8_BLOCK) for d in weight.shape))
 
 
+def block_scale_shape(logical_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The fp8 block-scale shape of a packed weight: [out, in/16] for a Linear's [out, in], [E, in/16, out] for ModelOpt's
+    transposed 3-D experts [E, in, out] (`_bmm_experts`)."""
+    if len(logical_shape) == 3:
+        experts, logical_in, out = logical_shape
+        return experts, logical_in // BLOCK, out
+    out, logical_in = logical_shape
+    return out, logical_in // BLOCK
+
+
 def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str, leaves: dict[str, str],
                  divisor: bool = False, out_dtype: str = "BF16") -> None:
     """Raise BadInput unless a packed module can be dequantized: scales present, shaped and usable.
@@ -105,17 +144,18 @@ def check_packed(module: StoredModule, infos: dict[str, TensorInfo], where: str,
     time; dequantizing a NaN, infinite or non-positive scale would write garbage that looks fixed.
     """
     weight = infos[module.tensor("weight")]
-    out, logical_in = module.logical_shape
-    if logical_in % BLOCK:
+    columns = module.logical_shape[1]  # the input (block) dimension in both layouts
+    if columns % BLOCK:
         raise BadInput(
-            f"{_at(weight, where)}: packed shape {list(weight.shape)} unpacks to {logical_in} input columns, "
+            f"{_at(weight, where)}: packed shape {list(weight.shape)} unpacks to {columns} input columns, "
             f"not a multiple of the {BLOCK}-element block; {BROKEN_EXPORT}"
         )
     scale = _sidecar(module, "weight_scale", infos, weight, where, leaves)
-    if scale.dtype != "F8_E4M3" or scale.shape != (out, logical_in // BLOCK):
+    expected = block_scale_shape(module.logical_shape)
+    if scale.dtype != "F8_E4M3" or scale.shape != expected:
         raise BadInput(
             f"{_at(scale, where)}: {scale.dtype} {list(scale.shape)} does not fit packed weight {list(weight.shape)} "
-            f"(expected F8_E4M3 {[out, logical_in // BLOCK]}); {BROKEN_EXPORT}"
+            f"(expected F8_E4M3 {list(expected)}); {BROKEN_EXPORT}"
         )
     scale_2 = _sidecar(module, "weight_scale_2", infos, weight, where, leaves)
     if scale_2.dtype != "F32" or scale_2.shape not in ((), (1,)):

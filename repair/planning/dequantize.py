@@ -33,6 +33,9 @@ def dequantize_step(m: StoredModule, infos: dict[str, TensorInfo], fmt: Format, 
         raise BadInput(f"{where}: {m.name}: dequantizing {algorithm or m.precision} is not supported; leave the module out of "
                        "the recipe; under --target, declare it in the config as it is stored (doctor says how) or pick "
                        "a target other than bf16")
+    if len(m.logical_shape) == 3 and algorithm not in ("NVFP4", "W4A16_NVFP4"):  # codec/nvfp4.py reads 3-D experts only
+        raise BadInput(f"{where}: {m.name}: dequantizing {algorithm} 3-D experts is not supported; re-export them NVFP4, or "
+                       "pick a target that keeps them as stored")
     if algorithm == "FP8":
         _check_fp8_scale(m, infos, where, dtype)
     else:
@@ -40,7 +43,7 @@ def dequantize_step(m: StoredModule, infos: dict[str, TensorInfo], fmt: Format, 
     if algorithm == "NVFP4_AWQ":
         _check_pre_quant_scale(m, infos, where, dtype, fmt.GLOBAL_SCALE_IS_DIVISOR)
     inputs = tuple(m.tensor(role) for role in DEQUANTIZE_INPUTS[algorithm])
-    return Dequantize(TensorRef(f"{m.name}.weight", dtype, m.logical_shape), inputs, module=m.name, algorithm=algorithm)
+    return Dequantize(TensorRef(m.weight_name, dtype, m.logical_shape), inputs, module=m.name, algorithm=algorithm)
 
 
 def _at(info: TensorInfo, where: str) -> str:

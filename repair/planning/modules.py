@@ -57,7 +57,7 @@ def _check_no_stray(m: StoredModule, outputs: tuple[TensorStep, ...], infos: dic
 
 def _original_step(m: StoredModule, original: Checkpoint, dtype: str) -> TensorStep:
     """The original's BF16 weight for this module, checked against the checkpoint's logical shape."""
-    name = f"{m.name}.weight"
+    name = m.weight_name
     info = original.infos().get(name)
     if info is None:
         raise BadInput(f"{original.root}: {name} is missing from the original; pass the original of this exact model")
@@ -89,6 +89,9 @@ def requantize_algorithm(m: StoredModule, declared: str | None, where: str) -> s
 
 def _requantize_steps(m: StoredModule, ckpt: Checkpoint, original: Checkpoint, modules, declared: str | None) -> tuple[TensorStep, ...]:
     algorithm = requantize_algorithm(m, declared, str(ckpt.root))
+    if len(m.logical_shape) != 2:
+        raise BadInput(f"{ckpt.root}: {m.name}: requantizing {len(m.logical_shape)}-D experts is not supported (ModelOpt packs them "
+                       "transposed per expert); dequantize or take_original them")
     group = [n for n in fused_group(m.name, modules) if requantize_algorithm(modules[n], declared, str(ckpt.root)) == algorithm]  # one shared scale
     for name in group:
         _original_step(modules[name], original, "BF16")  # validates presence and shape

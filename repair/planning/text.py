@@ -122,7 +122,7 @@ def _change_text(c: ModuleChange) -> str:
     after = {t.name.rsplit(".", 1)[1]: t for t in c.after}
     dropped = [leaf for leaf in before if leaf not in after]
     stored = c.before[0] if c.before else None  # a module's weight comes first, whatever its format calls it
-    new = after.get("weight")
+    new = after.get("weight") or (c.after[0] if c.after else None)  # 3-D experts: the weight is the module's own name
     shape = lambda t: f"{'nvfp4' if t.dtype == 'U8' else t.dtype.lower()} {list(t.shape)}"  # noqa: E731
     what = {
         ChangeAction.DEQUANTIZE: lambda: f"dequantize {_algorithm(c)}{shape(stored)} -> {shape(new)}",

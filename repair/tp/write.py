@@ -223,9 +223,10 @@ class _Slicer:
 
 
 def _made_whole(step) -> bool:
-    """Requantized tensors, and dequantized FP8 / NVFP4_AWQ weights (one module's tensor, on numpy), are made whole
-    by the plan's Computer and then sliced; plain NVFP4 is dequantized slice by slice."""
-    return isinstance(step, Requantize) or (isinstance(step, Dequantize) and step.algorithm in NUMPY_ONLY)
+    """Requantized tensors, dequantized FP8 / NVFP4_AWQ weights (one module's tensor, on numpy) and 3-D NVFP4 experts
+    (transposed per expert, codec/nvfp4.py) are made whole by the plan's Computer and then sliced; 2-D NVFP4 is
+    dequantized slice by slice."""
+    return isinstance(step, Requantize) or (isinstance(step, Dequantize) and (step.algorithm in NUMPY_ONLY or len(step.out.shape) == 3))
 
 
 def _as_tensor(data: bytearray, dtype: str, shape):
