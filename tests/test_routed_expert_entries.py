@@ -15,7 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from safetensors import safe_open
 
+from repair.formats.base import routed_layer
 from repair.formats.modelopt_nvfp4 import containing, modelopt_rule
+from tests.test_regex_index import vllm_modelopt_excludes
 from tests.conftest import read_json, run_captured
 from tools.real_fixture import REAL_MODELS, write_real_model
 
@@ -85,3 +87,17 @@ DOTTED = st.lists(PART, min_size=1, max_size=6).map(".".join)
 def test_containing_is_the_experts_branch_entry_by_entry(entries, layers):
     """The one-pass lookup equals is_layer_skipped's test as written: `prefix in entry`, both holding "experts"."""
     assert containing(entries, layers) == {e for e in entries if "experts" in e and any("experts" in p and p in e for p in layers)}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(entries=st.lists(DOTTED | st.sampled_from(["experts\n1", "s\nexperts", "*experts*", "mlp.experts.1*"]), min_size=1, max_size=6),
+       names=st.lists(DOTTED | st.just("model.experts\n1.experts.0.up"), min_size=1, max_size=6))
+def test_excludes_is_vllms_rule_on_the_layer_vllm_asks(entries, names):
+    """modelopt_rule on any name equals vLLM's is_layer_excluded on the name its layer asks with (tests/test_regex_index
+    has the substring/fnmatch half as written there), hostile newlines included."""
+    rule = modelopt_rule(entries)
+    for name in names:
+        layer = routed_layer(name)
+        vllm = any(vllm_modelopt_excludes(layer, e) for e in entries) or (
+            "experts" in layer and any("experts" in e and layer in e for e in entries))
+        assert rule.excludes(name) == vllm, (name, entries)

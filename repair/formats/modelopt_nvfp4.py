@@ -55,7 +55,11 @@ class ModelOptRule:
             return False
         found = self._experts.get(layer)
         if found is None:
-            found = self._experts[layer] = any(layer in e for e in self.patterns if "experts" in e)
+            if "" not in self._experts:  # the entries holding "experts", one per line: one C search per layer
+                self._experts[""] = "\n".join(e for e in self.patterns if "experts" in e)
+            joined = self._experts[""]
+            found = self._experts[layer] = (layer in joined if "\n" not in layer else
+                                            any(layer in e for e in self.patterns if "experts" in e))
         return found
 
     def shard_excluded(self, prefix: str) -> bool:
