@@ -101,3 +101,17 @@ def test_excludes_is_vllms_rule_on_the_layer_vllm_asks(entries, names):
         vllm = any(vllm_modelopt_excludes(layer, e) for e in entries) or (
             "experts" in layer and any("experts" in e and layer in e for e in entries))
         assert rule.excludes(name) == vllm, (name, entries)
+
+
+@pytest.mark.parametrize("targets", ["vllm==0.32.0,sglang==0.5.23", "vllm==0.28.0,vllm==0.32.0,sglang==0.5.23,trtllm==1.2.0"])
+def test_fix_for_several_targets_names_the_layer_and_drops_the_expert_entries(capsys, one_bf16_expert, tmp_path, targets):
+    """SGLang and TensorRT-LLM read no per-expert entry (their MoE asks only `...mlp.experts`): fix names the layer
+    whole, and the per-expert entries, which vLLM read and SGLang calls unused, go (they refused: exit 2)."""
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", one_bf16_expert, "-o", out, "--target", targets)
+    assert code == 0, err
+    listed = read_json(out / "hf_quant_config.json")["quantization"]["exclude_modules"]
+    assert MOE in listed and not set(EXPERT_ENTRIES) & set(listed), [e for e in listed if MOE in e]
+    for target in targets.split(","):
+        code, report, err = run_captured(capsys, "doctor", out, "--target", target, "--strict")
+        assert code == 0, (target, report, err)

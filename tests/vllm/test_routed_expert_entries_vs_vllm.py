@@ -59,10 +59,40 @@ def test_vllm_refuses_the_layout_as_doctor_says_and_loads_fixs_output(capsys, tm
     code, out, err = run_captured(capsys, "doctor", src, "--target", TARGET, "--json")
     errors = [f for f in json.loads(out)["findings"] if f["severity"] == "error"]
     assert code == 1 and errors and all(MOE in json.dumps(f) for f in errors), errors
-    assert run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", TARGET)[0] == 0
-    refused, loaded = in_vllm("vllm_load.py", src, tmp_path / "out", "--moe-emulation")
+    for i, targets in enumerate((TARGET, f"{TARGET},sglang==0.5.23")):  # the second names the layer whole
+        assert run_captured(capsys, "fix", src, "-o", tmp_path / f"out{i}", "--target", targets)[0] == 0
+    refused, *outputs = in_vllm("vllm_load.py", src, tmp_path / "out0", tmp_path / "out1", "--moe-emulation")
     assert not refused["ok"] and "layers.10.mlp.experts" in refused["error"], refused
-    assert loaded["ok"], (loaded.get("error_type"), loaded.get("error"))
-    methods = {k: v["method"] for k, v in loaded["methods"].items() if k.endswith(".mlp.experts.routed_experts")}
-    assert methods.pop(f"{MOE}.routed_experts") == "UnquantizedFusedMoEMethod", methods
-    assert methods and set(methods.values()) == {"ModelOptNvFp4FusedMoE"}, methods
+    for loaded in outputs:
+        assert loaded["ok"], (loaded["dir"], loaded.get("error_type"), loaded.get("error"))
+        methods = {k: v["method"] for k, v in loaded["methods"].items() if k.endswith(".mlp.experts.routed_experts")}
+        assert methods.pop(f"{MOE}.routed_experts") == "UnquantizedFusedMoEMethod", methods
+        assert methods and set(methods.values()) == {"ModelOptNvFp4FusedMoE"}, methods
+
+
+MAPPED = r"""
+import json, sys
+from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4Config
+from vllm.model_executor.models.gpt_oss import GptOssForCausalLM
+from vllm.model_executor.models.llama4 import Llama4ForCausalLM
+out = {}
+for cls, block in ((GptOssForCausalLM, "mlp"), (Llama4ForCausalLM, "feed_forward")):
+    entries = ["lm_head"] + [f"model.layers.0.{block}.experts.{p}" for p in ("gate_up_proj", "down_proj")]
+    cfg = ModelOptNvFp4Config.from_config({"quantization": {"quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None, "exclude_modules": entries}})
+    cfg.packed_modules_mapping = getattr(cls, "packed_modules_mapping", {})
+    cfg.apply_vllm_mapper(cls.hf_to_vllm_mapper)
+    out[cls.__name__] = [cfg.is_layer_excluded(f"model.layers.{n}.{block}.experts") for n in range(2)]
+print(json.dumps(out))
+"""
+
+
+def test_leafless_3d_expert_entries_exclude_their_fused_moe_after_the_models_mapper():
+    """tests/test_fix_runtime_prefixes.py: ModelOpt-style entries naming 3-D experts' stored tensors (`...experts.
+    gate_up_proj`) exclude the FusedMoE `...experts` (the entry contains its name), as modelopt_rule says."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    proc = subprocess.run([str(VLLM_PY), "-c", MAPPED], capture_output=True, text=True, timeout=600, env=env, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    vllm = json.loads(proc.stdout.splitlines()[-1])
+    for arch, block in (("GptOssForCausalLM", "mlp"), ("Llama4ForCausalLM", "feed_forward")):
+        rule = modelopt_rule(["lm_head"] + [f"model.layers.0.{block}.experts.{p}" for p in ("gate_up_proj", "down_proj")])
+        assert vllm[arch] == [rule.excludes(f"model.layers.{n}.{block}.experts") for n in range(2)] == [True, False], arch
