@@ -68,7 +68,7 @@ def excluded_packed_findings(modules: dict[str, StoredModule], schemes: dict[str
             stored = "packed NVFP4" if m.precision == "nvfp4" else m.algorithm
             layer = routed_layer(family.runtime_name(name))
             how = "it" if layer == family.runtime_name(name) else (
-                f"its routed-experts layer {layer!r} (the name the runtime asks about every expert of it)")
+                "its routed-experts layer (`...experts`, the one name the runtime asks about every expert of it)")
             out.append(Finding(Severity.ERROR, Kind.CONFIG_CONTRADICTION, name,
                                f"{name}: stored {stored}, but the config excludes {how}, so {target.spec} builds it unquantized "
                                f"and cannot load its {stored} tensors; dequantize it (fix --target does), or take it out "
