@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from repair.arch import Architecture
 from repair.doctor.findings import Finding, Kind, Severity
-from repair.formats.base import Declaration
+from repair.formats.base import Declaration, routed_layer
 from repair.formats.modules import FULL_PRECISIONS, StoredModule
 from repair.targets.precision import built, declared_algorithm
 from repair.targets.profiles import Target
@@ -66,8 +66,11 @@ def excluded_packed_findings(modules: dict[str, StoredModule], schemes: dict[str
         m = modules[name]
         if scheme == "bf16" and m.is_quantized and family.declared(name, declaration) == "excluded":
             stored = "packed NVFP4" if m.precision == "nvfp4" else m.algorithm
+            layer = routed_layer(family.runtime_name(name))
+            how = "it" if layer == family.runtime_name(name) else (
+                "its routed-experts layer (`...experts`, the one name the runtime asks about every expert of it)")
             out.append(Finding(Severity.ERROR, Kind.CONFIG_CONTRADICTION, name,
-                               f"{name}: stored {stored}, but the config excludes it, so {target.spec} builds it unquantized "
+                               f"{name}: stored {stored}, but the config excludes {how}, so {target.spec} builds it unquantized "
                                f"and cannot load its {stored} tensors; dequantize it (fix --target does), or take it out "
                                "of the exclusions if it is meant to be quantized"))
     return out

@@ -16,13 +16,13 @@ layer names, which the architecture maps from the checkpoint's (repair/arch/).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from repair.errors import BadInput
 from repair.formats import nvfp4_packed
 from repair.formats.algorithms import MIXED, kv_cache_declared, refusal, single_algo
-from repair.formats.base import Covers, Declaration
+from repair.formats.base import Covers, Declaration, routed_layer
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 from repair.io.regex_index import PatternIndex, glob, substring
 
@@ -40,9 +40,27 @@ class ModelOptRule:
     exact: frozenset[str]
     patterns: tuple[str, ...]
     index: PatternIndex  # owner i: patterns[i]'s substring test and fnmatch tests (a trailing `*` also as nothing and `.*`)
+    _experts: dict = field(default_factory=dict, compare=False, hash=False, repr=False)  # layer -> an entry contains it
 
     def excludes(self, prefix: str) -> bool:
-        return prefix in self.exact or self.index.matches(prefix)
+        """Asked with a routed expert's name (`...experts.1.gate_proj`), answers for its layer `...experts`: vLLM's
+        FusedMoE asks its quant config only with the layer's own name."""
+        layer = routed_layer(prefix)
+        return layer in self.exact or self.index.matches(layer) or self._expert_entry_contains(layer)
+
+    def _expert_entry_contains(self, layer: str) -> bool:
+        """is_layer_skipped's experts branch (exact mode, a layer name holding "experts"): skipped when the name is
+        contained in an entry holding "experts", so one expert's entry skips its whole MoE layer."""
+        if "experts" not in layer:
+            return False
+        found = self._experts.get(layer)
+        if found is None:
+            if "" not in self._experts:  # the entries holding "experts", one per line: one C search per layer
+                self._experts[""] = "\n".join(e for e in self.patterns if "experts" in e)
+            joined = self._experts[""]
+            found = self._experts[layer] = (layer in joined if "\n" not in layer else
+                                            any(layer in e for e in self.patterns if "experts" in e))
+        return found
 
     def shard_excluded(self, prefix: str) -> bool:
         """is_layer_skipped's "exact" mode, which ModelOpt's is_layer_excluded uses for fused layers."""
@@ -50,7 +68,26 @@ class ModelOptRule:
 
     def used_entries(self, prefixes: Iterable[str]) -> frozenset[str]:
         """The entries that exclude at least one of `prefixes` on their own (the others match no layer)."""
-        return frozenset(self.patterns[i] for i in self.index.used(prefixes))
+        layers = {routed_layer(p) for p in prefixes}
+        return frozenset(self.patterns[i] for i in self.index.used(layers)) | containing(self.patterns, layers)
+
+
+def containing(entries: Iterable[str], layers: Iterable[str]) -> set[str]:
+    """The entries holding "experts" that contain one of the `layers` holding "experts" (is_layer_skipped's experts
+    branch), in one pass over the entries: a layer inside an entry puts its first "experts" on one of the entry's, so
+    each of those is looked up once per (offset of "experts" in a layer, layer length)."""
+    groups: dict[tuple[int, int], set[str]] = {}
+    for layer in layers:
+        if (at := layer.find("experts")) >= 0:
+            groups.setdefault((at, len(layer)), set()).add(layer)
+    found = set()
+    for e in entries if groups else ():
+        at = e.find("experts")
+        while at >= 0 and e not in found:
+            if any(at >= j and e[at - j:at - j + n] in group for (j, n), group in groups.items()):
+                found.add(e)
+            at = e.find("experts", at + 1)
+    return found
 
 
 _GLOB_CHARS = frozenset("*?[")  # without them fnmatch is equality, which the substring test already covers

@@ -16,7 +16,7 @@ from repair import arch
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.missing import missing_modules, unbuilt as not_built
 from repair.errors import BadInput, UsageError
-from repair.formats.base import Declaration
+from repair.formats.base import Declaration, routed_layer
 from repair.io.checkpoint import Checkpoint
 from repair.planning.from_target import recipe_for_target
 from repair.planning.recipe import Action, Recipe
@@ -70,7 +70,8 @@ def unused_exclusions(ckpt: Checkpoint, recipe: Recipe, before: tuple[Diagnosis,
     names: the plan's exclusion writer counts on it (it adds no entry already listed). HYV3's stored-name
     `shared_mlp.down_proj` is unused to vLLM 0.28 (it asks `mlp.down_proj`) and read by 0.32. An entry a target reads
     only as a pattern (`mlp.down_proj`, a substring to vLLM, nothing to TensorRT-LLM's fnmatch) goes: the plan writes
-    exact entries for what it excluded."""
+    exact entries for what it excluded. A routed expert's entry is no stored module's to any target (each MoE is asked
+    by its layer's name): the plan names that layer whole where a target does not read the expert entries."""
     if not recipe.from_target or recipe.drop_quantization:
         return frozenset()
     reading = [d for d in before if d.target.profile.allows_quant_config]  # bf16 reads no exclusion list
@@ -80,7 +81,7 @@ def unused_exclusions(ckpt: Checkpoint, recipe: Recipe, before: tuple[Diagnosis,
     for d, unused in zip(reading, flagged):
         if read := disputed - unused:  # only when targets disagree: one pass over the modules per such target
             family = target_family(d.target, ckpt.config)
-            found -= read & {fmt.exclusion_entry(family.exclusion_name(m)) for m in modules}
+            found -= read & {fmt.exclusion_entry(family.exclusion_name(m)) for m in modules if routed_layer(m) == m}
     return frozenset(found)
 
 

@@ -88,3 +88,18 @@ def test_each_expert_fails_or_loads_as_doctor_predicts(name, folders, loaded):
     silent = {m: findings[m]["code"] for m in taken - set(refused) if m in findings}
     assert silent and set(silent.values()) == {"silent-garbage"}, (silent, sorted(findings))
     assert all(findings[m]["runtime_error"] is None for m in silent)
+
+
+def test_fix_of_per_expert_entries_for_vllm_and_sglang_loads_in_sglang(tmp_path):
+    """ModelOpt's per-expert entries (`...experts.1.gate_proj`: vLLM reads them as excluding the MoE, SGLang reads
+    nothing): fix for both names the layer and drops them (tests/test_routed_expert_entries.py); SGLang builds that MoE
+    BF16 and the others NVFP4, no error, no weight skipped."""
+    from tests.test_routed_expert_entries import EXPERT_ENTRIES, write_one_bf16_expert
+
+    src = _published_keys(write_one_bf16_expert(tmp_path / "src", EXPERT_ENTRIES))
+    code, report = repair_json("fix", src, "-o", tmp_path / "out", "--target", TARGETS[1])
+    assert code == 0, report
+    line = load_in_sglang([tmp_path / "out"])[tmp_path / "out"]
+    weights = [t for t in line.get("skipped", []) if t.endswith(".weight") and not drafts(tmp_path / "out", t)]
+    assert line["ok"] and not weights, (line.get("error_type"), line.get("error"), weights)
+    assert line["layers"][MOE]["scheme"] == "bf16" and line["layers"]["model.layers.9.mlp.experts"]["scheme"] == "nvfp4"
