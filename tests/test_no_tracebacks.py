@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,17 +58,22 @@ def test_ctrl_c_while_the_cli_is_still_importing_is_an_interrupt_not_a_traceback
 
 
 def test_ctrl_c_at_any_early_moment_never_prints_a_traceback(broken):
-    """From the first line of ours on. Before it, the interpreter's own start (importing `site`) reports a Ctrl-C
-    as a fatal error of its own; no program can catch that, so such a run is not counted."""
+    """From the first line of ours on. Before it, the interpreter's own start (importing `site`, or runpy still
+    looking up the package: a traceback with no frame of ours, seen on a loaded machine at 0.05 s) reports a Ctrl-C
+    its own way; no program can catch that, so such a run is not counted, and most runs must count."""
+    counted = 0
     for delay in (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5):
         process = subprocess.Popen([sys.executable, "-m", "repair", "doctor", str(broken)], stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
         time.sleep(delay)
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=60)
-        if "init_import_site" in err:
+        frames = re.findall(r'File "([^"]+)"', err)
+        if "init_import_site" in err or (frames and all(f.startswith("<frozen ") for f in frames)):
             continue
+        counted += 1
         assert "Traceback" not in err and process.returncode in (0, 130), (delay, process.returncode, err)
+    assert counted >= 5, counted
 
 
 def test_layer_algorithms_memory_is_linear_in_the_config_size():
