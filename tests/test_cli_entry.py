@@ -113,6 +113,20 @@ def test_header_commands_on_a_local_folder_import_no_hub_code_or_other_commands(
     assert done.returncode == 0, done.stderr
 
 
+def test_fix_without_a_progress_bar_imports_no_progress_bar_library(broken, tmp_path):
+    """`fix --quiet` (or stderr not a terminal) shows no bar: tqdm's import (~12 ms, its version lookup reads package
+    metadata) is the start-up every fix would pay for nothing (BENCHMARKS, #27.3 fifth pass)."""
+    code = (
+        "import sys; from repair.cli import main\n"
+        "try: main(['fix', sys.argv[1], '-o', sys.argv[2], '--quiet'])\n"
+        "except SystemExit as exit: assert exit.code in (0, None), exit.code\n"
+        "assert 'tqdm' not in sys.modules, 'tqdm was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(broken), str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / REPORT_NAME).is_file()
+
+
 @pytest.mark.parametrize("export", ["broken_export", "ct_export"])
 def test_fix_to_bf16_dequantizes_without_importing_torch(request, tmp_path, export):
     """All of `--target bf16` is dequantizing, which runs on numpy tables: no ~1-1.5 s torch import."""

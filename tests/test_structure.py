@@ -44,6 +44,7 @@ LAZY_IMPORTS = {
     "torch": "import costs ~1 s and 200 MB; inspect, doctor and the table-path fix never pay it",
     "huggingface_hub": "the Hub client is slow to import and only hub sources and `hub` commands need it",
     "repair.hub.client": "our wrapper of huggingface_hub: lazy for the same reason",
+    "tqdm": "~12 ms to import (it reads its package metadata); only a bar that is shown needs it (repair/io/progress.py)",
     "<modules importing torch at the top>": "importing them imports torch (computed from the code: torch_modules())",
     "<anything in repair/cli/>": "command modules import their stage on use, so `ckpt-repair --help` starts fast",
     "<anything in repair/__init__.py>": "`import repair` stays cheap; repair.plan/run import the API on first call",
@@ -230,6 +231,7 @@ def _lazy_allowed(edge: Import) -> bool:
     return (
         _inside(edge.target, "torch")
         or _inside(edge.target, "huggingface_hub")
+        or _inside(edge.target, "tqdm")
         or edge.target == "repair.hub.client"
         or edge.target in torch_modules()
         or _inside(edge.source, "repair.cli")

@@ -34,6 +34,6 @@ def doctor(src: Path, target_spec: str | None, tp: int, strict: bool, as_json: b
 
 def _bar(total: int):
     """--deep's progress: bytes of block scales, rate and time left (on a terminal only)."""
-    from tqdm import tqdm
+    from repair.io.progress import byte_bar
 
-    return tqdm(total=total, unit="B", unit_scale=True, desc="block scales", leave=False, disable=not sys.stderr.isatty())
+    return byte_bar(total, "block scales", sys.stderr.isatty())

@@ -35,7 +35,7 @@ from repair.io.safetensors import TensorInfo
 
 SAMPLED, SCANNED, NOT_READ = "sampled", "scanned", "not read"
 SCAN_CHUNK = 4 << 20  # bytes a local block-scale scan reads at a time (and checks while they are in the CPU's cache)
-Progress = Callable[[int], AbstractContextManager]  # total bytes -> a bar with update(n) (the CLI passes tqdm)
+Progress = Callable[[int], AbstractContextManager]  # total bytes -> a bar with update(n) (the CLI passes io/progress.byte_bar)
 
 
 @dataclass(frozen=True)

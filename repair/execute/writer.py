@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tqdm import tqdm
-
 from repair.planning import check as plan_check
 from repair.planning.target_check import cannot_repair, contradiction
 from repair.doctor.findings import Severity
@@ -23,6 +21,7 @@ from repair.execute.parallel import default_jobs, in_order, runs
 from repair.io.atomic import WRITTEN, build_atomically, check_files, check_header, defect, own_output, write_json
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_file, sha256_pinned
+from repair.io.progress import byte_bar
 from repair.io.ranges import source_of
 from repair.io.shard_writer import OutTensor, ShardWriter
 from repair.io.staging import PARTIAL_TAG, remove_stale_partials
@@ -105,13 +104,13 @@ def _needed(plan: Plan) -> int:
     return sum(nbytes(t.out.dtype, t.out.shape) for s in plan.shards for t in s.tensors)
 
 
-def _progress(plan: Plan, enabled: bool | None) -> tqdm:
+def _progress(plan: Plan, enabled: bool | None):
     total = sum(s.size for s in plan.source.shards)
     show = sys.stderr.isatty() if enabled is None else enabled
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="repair", disable=not show, leave=False)
+    return byte_bar(total, "repair", show, divisor=1024)
 
 
-def _write_all(plan: Plan, tmp: Path, bar: tqdm, jobs: int) -> dict[str, dict[str, str]]:
+def _write_all(plan: Plan, tmp: Path, bar, jobs: int) -> dict[str, dict[str, str]]:
     """Write every output file; return {file: {"source": sha256, "output": sha256}}: each input's over the
     bytes read through its pinned handle, each output's over the bytes written, from the same buffers."""
     src = plan.source

@@ -16,7 +16,6 @@ from contextlib import ExitStack, closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tqdm import tqdm
 
 from repair.errors import BadInput, InternalError
 from repair.execute.compute import NUMPY_ONLY, requantized_module
@@ -26,6 +25,7 @@ from repair.io.atomic import build_atomically, check_files, check_header, check_
 from repair.io.dtypes import nbytes
 from repair.io.hashing import copy_file_hashed, sha256_pinned
 from repair.io.names import path_text
+from repair.io.progress import byte_bar
 from repair.io.ranges import read_tensor, source_of
 from repair.io.safetensors import TensorInfo
 from repair.io.shard_writer import OutTensor, ShardWriter, encode_header
@@ -104,7 +104,7 @@ def _write_ranks(tpp: TpPlan, tmp: Path, progress: bool | None, jobs: int = 1) -
     total = sum(nbytes(t.step.out.dtype, t.step.out.shape) for t in tpp.tensors)
     show = progress if progress is not None else os.isatty(2)
     hashes: dict[int, dict[str, str]] = {}
-    with ExitStack() as stack, tqdm(total=total, unit="B", unit_scale=True, desc="tp", disable=not show, leave=False) as bar:
+    with ExitStack() as stack, byte_bar(total, "tp", show) as bar:
         writers = []
         for rank in range(tp):
             folder = tmp / rank_folder(rank)
