@@ -7,8 +7,8 @@ Contenders alternate round by round (order rotating), each writing a fresh folde
 the same with the sha256 of every output file, and of every input and output file (two processes at
 once: the report records both), bare `cp -r`, this checkout's `fix` and OTHER's `fix` (same
 interpreter, each importing its own code, compiled once beforehand into a bytecode cache outside both
-checkouts: an installed package ships its .pyc files, and a run that compiles every module, as this
-machine's PYTHONDONTWRITEBYTECODE=1 makes it, pays ~0.1 s of CPU no user pays).
+checkouts (measure.as_installed): an installed package has its .pyc files, and a run that compiles every
+module, as this machine's PYTHONDONTWRITEBYTECODE=1 makes it, pays ~0.1 s of CPU no user pays).
 Wall and CPU (user + system of the process and its children, from wait4) are medians. The last run
 of each `fix` is kept and compared file by file: every tensor and config file must be byte-identical.
 """
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tools.bench import inputs
+from tools.bench import inputs, measure
 from tools.bench.measure import PY, REPO
 
 
@@ -48,8 +48,7 @@ def contenders(src: Path, work: Path, other: Path) -> dict[str, tuple[str, Path,
     cp = work / "cp"
 
     def fix(side: Path, name: str):
-        env = f"env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX={work / 'pycache'} PYTHONPATH={side}"
-        return f"{env} {PY} -m repair fix {src} -o {work / name} --quiet", side, name
+        return f"env PYTHONPATH={side} {PY} -m repair fix {src} -o {work / name} --quiet", side, name
     sha = "openssl dgst -sha256 -r"  # OpenSSL's SHA-256 (SHA-NI here), as hashlib's; coreutils' sha256sum is ~4x slower
     return {
         "cp -r + sync": (f"cp -r {src} {cp} && sync {cp}/* {cp}", REPO, "cp"),
@@ -94,6 +93,7 @@ def main() -> None:
     parser.add_argument("--gb", type=float, default=4.7)
     parser.add_argument("--only", choices=("31b", "multi"))
     args = parser.parse_args()
+    measure.as_installed()  # both checkouts run from a bytecode cache, as installed (their modules are compiled by the untimed runs)
     results = {"load_start": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="ckpt-onepass-") as tmp:
         work = Path(tmp)
