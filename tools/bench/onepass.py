@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tools.bench import inputs, measure
-from tools.bench.measure import PY, REPO
+from tools.bench import inputs
+from tools.bench.measure import PY, REPO, as_installed
 
 
 def run(cmd: str, cwd: Path = REPO) -> tuple[float, float]:
@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument("--gb", type=float, default=4.7)
     parser.add_argument("--only", choices=("31b", "multi"))
     args = parser.parse_args()
-    measure.as_installed()  # both checkouts run from a bytecode cache, as installed (their modules are compiled by the untimed runs)
+    as_installed()  # both checkouts run from a bytecode cache, as installed (their modules are compiled by the untimed runs)
     results = {"load_start": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="ckpt-onepass-") as tmp:
         work = Path(tmp)
