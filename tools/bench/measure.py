@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import statistics
@@ -15,19 +16,21 @@ from typing import Callable
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 CLI = [PY, "-m", "repair"]
-BYTECODE = Path(tempfile.gettempdir()) / "ckpt-bench-pycache"
 
 
-def as_installed() -> None:
+def as_installed() -> Path:
     """Every Python the benchmark starts from now on runs from compiled bytecode, as an installed package does
     (pip compiles a wheel's modules at install; a plain `pip install -e .` writes them on first import).
 
     This machine sets PYTHONDONTWRITEBYTECODE=1, so without this every timed run of ours compiled every module it
     imported: ~0.1 s of CPU per `fix` (BENCHMARKS, #27.3 fifth pass) that no user pays. The cache lives outside the
     checkouts (PYTHONPYCACHEPREFIX), is filled by untimed runs here, and is shared by every contender (torch's
-    import in the floor too), so each pays the same: none compiles while timed."""
+    import in the floor too), so each pays the same: none compiles while timed. It is a fresh private folder (0700)
+    removed when the benchmark ends: a shared, guessable one in /tmp would let anyone plant bytecode we then run."""
+    cache = Path(tempfile.mkdtemp(prefix="ckpt-bench-pycache-"))
+    atexit.register(shutil.rmtree, cache, True)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    os.environ["PYTHONPYCACHEPREFIX"] = str(BYTECODE)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(cache)
     from repair.demo.examples import TINY, write_assistant
 
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-warm-") as tmp:
@@ -36,6 +39,7 @@ def as_installed() -> None:
                      ["doctor", str(src), "--target", "vllm==0.32.0"], ["inspect", str(src)]):
             subprocess.run([*CLI, *args], capture_output=True, cwd=REPO)
     subprocess.run([PY, "-c", "import torch, safetensors.torch, numpy"], capture_output=True)
+    return cache
 
 
 def timed(cmd: list[str] | str, shell: bool = False, cwd: Path = REPO) -> tuple[float, int]:
