@@ -26,13 +26,7 @@ pytestmark = [pytest.mark.vllm, requires_vllm]
 
 ARCHS = sorted(json.loads(SHIPPED.read_text())["architectures"])
 # architecture -> why no tiny export is written for it (the tool's reason must contain it); strict: fixed = failure here
-NO_EXPORT: dict[str, str] = {
-    # transformers' class builds a QSA indexer in every attention layer, so its checkpoints carry the indexer_* fields
-    # (tools/vllm_profile_configs.py PUBLISHED gives them); with indexer_n_heads set, vLLM 0.32 builds QSA attention
-    # (qwen4_exp/nvidia/model.py:243), whose backend refuses to exist without FlashAttention (nvidia/qsa.py:253):
-    # no Qwen4Exp a checkpoint describes is built on CPU. (The profile's row is the QSA-less build of its small config.)
-    "Qwen4ExpForCausalLM": "Qwen4Exp QSA requires FlashAttention",
-}
+NO_EXPORT: dict[str, str] = {}
 # architecture -> vLLM's error on the BF16 checkpoint of the same config and names (no quantization): vLLM 0.32 loads
 # no checkpoint of it, so the quantized export has nothing to judge. Strict: the error must be this one.
 BF16_REFUSED: dict[str, str] = {
@@ -84,6 +78,7 @@ def exported(checked, arch: str, request, check: str) -> dict:
         assert not line["ok"] and NO_EXPORT[arch] in line["why"], line
         pytest.skip(f"no tiny export: {line['why'][:200]}")
     assert line["ok"], line["why"]
+    assert line["stand_in_calls"] == [], f"building or loading it called a stand-in: {line['stand_in_calls']}"
     bf16 = line.get("bf16_load") or {"ok": True}
     if arch in BF16_REFUSED:  # strict: once vLLM loads the BF16 export, the entry must go
         assert not bf16["ok"] and BF16_REFUSED[arch] in f"{bf16['error_type']}: {bf16['error']}", bf16
@@ -94,6 +89,21 @@ def exported(checked, arch: str, request, check: str) -> dict:
     if (arch, check) in DISAGREE:
         request.applymarker(pytest.mark.xfail(strict=True, reason=DISAGREE[arch, check]))
     return line
+
+
+@pytest.mark.parametrize("arch", ["Qwen4ExpForCausalLM"])
+def test_qwen4exp_is_built_with_its_qsa_attention_and_calls_no_flash_attention(checked, arch, request):
+    """transformers' Qwen4Exp class writes a QSA indexer into every attention layer, and with its indexer_* fields vLLM
+    0.32 builds QSA attention (qwen4_exp/nvidia/model.py:243), whose backend asks whether FlashAttention exists
+    (nvidia/qsa.py:252). tools/vllm_runtime.py's flash_attention_stand_in answers yes for that module only, and puts
+    a placeholder that raises and is recorded in place of every FlashAttention entry point: the export is judged by
+    the QSA model vLLM builds from a real checkpoint's config, and none of those was called building or loading it."""
+    line = exported(checked, arch, request, "inspect")
+    indexer = sorted(m for m in line["declared"] if ".self_attn.indexer." in m)
+    assert indexer and not any(line["declared"][m] for m in indexer), line["declared"]
+    # QSA's fused q/k/v/indexer linear takes no ModelOpt FP4 (model.py without_modelopt_fp4): stored BF16, as vLLM builds it
+    assert not any(line["declared"][m] for m in line["declared"] if m.endswith(("self_attn.q_proj", "self_attn.k_proj")))
+    assert line["healthy_load"]["ok"], line["healthy_load"]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
