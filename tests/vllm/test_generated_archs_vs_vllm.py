@@ -14,9 +14,14 @@ with vLLM's own loader on CPU (real weights, weights tracked) and records what v
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 
+from repair.codec import nvfp4
 from tests.conftest import run_captured
 
 from .probe import requires_vllm
@@ -104,6 +109,46 @@ def test_qwen4exp_is_built_with_its_qsa_attention_and_calls_no_flash_attention(c
     # QSA's fused q/k/v/indexer linear takes no ModelOpt FP4 (model.py without_modelopt_fp4): stored BF16, as vLLM builds it
     assert not any(line["declared"][m] for m in line["declared"] if m.endswith(("self_attn.q_proj", "self_attn.k_proj")))
     assert line["healthy_load"]["ok"], line["healthy_load"]
+
+
+def with_qsa_projections_packed(healthy: Path, folder: Path) -> list[str]:
+    """A copy of the healthy Qwen4Exp export whose QSA q/k/v and indexer q/k are stored NVFP4 (ModelOpt's leaves, one
+    weight_scale_2 for the four: they feed one linear) and not excluded, as a quantize-every-linear export writes
+    them; the modules packed are returned."""
+    shutil.copytree(healthy, folder)
+    tensors = load_file(folder / "model.safetensors")
+    modules = sorted(n[: -len(".weight")] for n in tensors if n.endswith(
+        ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "indexer.index_qk_proj.weight")))
+    scale_2 = max(nvfp4.global_scale(tensors[f"{m}.weight"]) for m in modules)
+    for m in modules:
+        packed, scale, _ = nvfp4.quantize(tensors[f"{m}.weight"], scale_2)
+        tensors.update({f"{m}.weight": packed, f"{m}.weight_scale": scale, f"{m}.weight_scale_2": scale_2.clone(),
+                        f"{m}.input_scale": torch.tensor(0.02)})
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    quant = json.loads((folder / "hf_quant_config.json").read_text())
+    quant["quantization"]["exclude_modules"] = [e for e in quant["quantization"]["exclude_modules"] if e not in modules]
+    (folder / "hf_quant_config.json").write_text(json.dumps(quant, indent=1))
+    return modules
+
+
+@pytest.mark.parametrize("arch", ["Qwen4ExpForCausalLM"])
+def test_qwen4exp_qsa_projections_stored_packed(checked, arch, request, tmp_path, capsys):
+    """vLLM 0.32 builds QSA's one q/k/v/indexer linear without ModelOpt FP4 (nvidia/model.py without_modelopt_fp4), so
+    the four stored packed fail its load; doctor says so for each (the profile's row, from the QSA build), and fix
+    dequantizes them into a copy vLLM loads. (From the QSA-less profile doctor called them healthy.)"""
+    line = exported(checked, arch, request, "broken")
+    modules = with_qsa_projections_packed(Path(line["healthy"]), tmp_path / "packed")
+    assert modules and any(".indexer." in m for m in modules), modules
+    loaded = in_vllm("vllm_load.py", tmp_path / "packed", "--moe-emulation")[0]
+    assert not loaded["ok"] and loaded["stand_in_calls"] == [], loaded
+    code, out, err = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", tmp_path / "packed", "--json")
+    assert code == 1, out + err
+    named = {f["subject"] for f in json.loads(out)["findings"] if f["severity"] == "error"}
+    assert set(modules) <= named, (modules, named)
+    code, out, err = run_captured(capsys, "fix", "--target", "vllm==0.32.0", tmp_path / "packed", "-o", tmp_path / "out")
+    assert code == 0, out + err
+    loaded = in_vllm("vllm_load.py", tmp_path / "out", "--moe-emulation")[0]
+    assert loaded["ok"] and loaded["stand_in_calls"] == [], loaded
 
 
 @pytest.mark.parametrize("arch", ARCHS)
