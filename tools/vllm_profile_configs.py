@@ -51,10 +51,12 @@ EXTRA: dict[str, dict] = {
     # fields, which its config leaves None, and validates them together (kv heads 1, budget a multiple of the ratio):
     # every checkpoint it writes has them. vLLM reads indexer_n_heads to choose QSA attention (qwen4_exp/nvidia/
     # model.py:243, amd/model.py:217) and the rest in indexer_qsa.py:115-119 (amd: 99-103); it builds that attention
-    # on CPU with tools/vllm_runtime.py's flash_attention_stand_in. Small values; no published config here.
+    # on CPU with tools/vllm_runtime.py's flash_attention_stand_in. Small values; no published config here, but
+    # budget / ratio = 512, the smaller of the two values vLLM 0.30 accepts (models/qwen4_exp/config.py:152; 0.32 has no
+    # such check), so 0.30 is judged on what it refuses in a config transformers writes (layer type indexed_attention)
     # output_gate_type: silu | swish | sigmoid (models/qwen4_exp)
     "Qwen4ExpForCausalLM": {"output_gate_type": "sigmoid", "indexer_n_heads": 4, "indexer_kv_heads": 1,
-                            "indexer_head_dim": 16, "indexer_budget": 64, "indexer_compress_ratio": 4},
+                            "indexer_head_dim": 16, "indexer_budget": 2048, "indexer_compress_ratio": 4},
     # the MTP layer count published Qwen3.5 / Qwen3-Next configs carry (vLLM's config/speculative.py reads it)
     "Qwen3_5ForCausalLM": {"mtp_num_hidden_layers": 1}, "Qwen3_5MoeForCausalLM": {"mtp_num_hidden_layers": 1},
     "Qwen3NextForCausalLM": {"num_nextn_predict_layers": 1},
