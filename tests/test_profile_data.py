@@ -183,3 +183,21 @@ def test_zamba2_adapters_are_asked_under_the_shared_blocks_prefix(layer, adapter
     assert module_state(VLLM.entries["Zamba2ForCausalLM"], ADAPTER.format(layer, adapter, 0)) == "quantized"
     falcon = arch.architecture({"architectures": ["FalconH1ForCausalLM"]})
     assert falcon.runtime_name("model.layers.0.mamba.in_proj") == "model.layers.0.mamba.in_proj"
+
+
+@pytest.mark.parametrize("checkpoint", ["model.layers.3.self_attn.q_proj", "model.layers.3.self_attn.k_proj",
+                                        "model.layers.3.self_attn.v_proj", "model.layers.3.self_attn.indexer.index_qk_proj",
+                                        "model.layers.3.attn_hyper_connection.input_mix_weight_down"])
+def test_qwen4exp_rows_are_its_qsa_build(checkpoint):
+    """Every Qwen4Exp checkpoint carries the QSA indexer (transformers' class builds one in every attention layer), and
+    from such a config vLLM 0.32 builds QSA attention: one linear for q/k/v and the indexer's q/k
+    (qwen4_exp/nvidia/qsa.py Qwen4ExpQSAQKVIndexerLinear) that takes no ModelOpt FP4 method (nvidia/model.py
+    without_modelopt_fp4). The profile is generated from that build (tools/vllm_runtime.py flash_attention_stand_in),
+    not from the QSA-less one no checkpoint describes, where the same layer is a quantized QKVParallelLinear. Every
+    checkpoint shard of a fused layer built unquantized takes its role (the hyper-connection mixer's too)."""
+    entry = VLLM.entries["Qwen4ExpForCausalLM"]
+    assert entry["modules"]["model.layers.*.self_attn.qkv_proj"] == {"state": "unquantized",
+                                                                     "layer": "Qwen4ExpQSAQKVIndexerLinear"}
+    row = arch.architecture({"architectures": ["Qwen4ExpForCausalLM"]})
+    assert [r for r in row.unquantized_roles if r.covers(checkpoint, "modelopt-nvfp4", "NVFP4")], row.unquantized_roles
+    assert not [r for r in row.unquantized_roles if r.covers("model.layers.3.self_attn.o_proj", "modelopt-nvfp4", "NVFP4")]

@@ -32,7 +32,7 @@ class _PlaceholderMeta(type):
     def __getattr__(cls, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        return _placeholder(f"{cls.__qualname__}.{name}")
+        return placeholder(f"{cls.__qualname__}.{name}")
 
     def __call__(cls, *args, **kwargs):
         if not cls.__dict__.get("_stand_in"):
@@ -47,7 +47,7 @@ class _Placeholder(metaclass=_PlaceholderMeta):
     """Base of the placeholders, which carry `_stand_in` in their own namespace; a class derived from one does not."""
 
 
-def _placeholder(qualname: str) -> type:
+def placeholder(qualname: str) -> type:
     return _PlaceholderMeta(qualname.rpartition(".")[2], (_Placeholder,), {"__qualname__": qualname, "_stand_in": True})
 
 
@@ -55,7 +55,7 @@ class _StubModule(types.ModuleType):
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        value = _placeholder(f"{self.__name__}.{name}")
+        value = placeholder(f"{self.__name__}.{name}")
         setattr(self, name, value)
         return value
 

@@ -8,6 +8,8 @@ For each ARCH, one JSON line on stdout, in the order given:
     {"arch": ARCH, "ok": true, "healthy": DIR, "broken": DIR, "broken_module": "...", "broken_kind": "router" | "excluded",
      "declared": {checkpoint module: vLLM builds it quantized (bool)}, "healthy_load": LOAD, "broken_load": LOAD}
     {"arch": ARCH, "ok": false, "why": "..."}                    (no checkpoint could be written for it)
+Each line also has "stand_in_calls": every call into a stand-in (torchvision, FlashAttention: tools/vllm_runtime.py)
+while its checkpoints were built, judged and loaded; each raised, so a result that reached one is not vLLM's own.
 LOAD = {"ok": bool, "error_type": ..., "error": ...}: vLLM's own loader on CPU (tools/vllm_load.py's path, weights
 tracked), the real weights of the folder. When the healthy export does not load, "bf16_load" says whether vLLM loads
 transformers' own BF16 checkpoint of the same model (if not, its names are not vLLM's: nothing about quantization).
@@ -41,7 +43,7 @@ from vllm_declared import decide, setup
 from vllm_load import load
 from vllm_profile import QUANTIZATION, no_triton_allocator, refused_layer
 from vllm_profile_configs import PUBLISHED, model_types, small_config
-from vllm_runtime import Loader, emit, reported
+from vllm_runtime import STAND_IN_CALLS, Loader, emit, reported
 
 PRODUCER = {"name": "modelopt", "version": "0.33.0"}  # the hf_quant_config.json form of tests/data/real's exports
 EMBEDDING = "Embedding"  # vLLM's embedding layer classes (VocabParallelEmbedding, ...): ModelOpt lists none
@@ -253,11 +255,13 @@ def main(argv: list[str]) -> int:
         model_class = ModelRegistry._try_load_model_cls(arch)
         if model_class is not None:
             ModelRegistry.register_model(arch, model_class)  # in-process: no inspection subprocess per architecture
+        calls = len(STAND_IN_CALLS)
         try:
             line = check(arch, root, names, loader)
         except Exception as e:  # noqa: BLE001 - no checkpoint for it: the reason is the result
             traceback.print_exc(file=sys.stderr)
             line = {"arch": arch, "ok": False, "why": f"{type(e).__name__}: {str(e)[:300]}"}
+        line["stand_in_calls"] = STAND_IN_CALLS[calls:]
         gc.collect()
         log(f"{arch}: {'ok' if line['ok'] else line['why'][:120]}")
         emit(line)

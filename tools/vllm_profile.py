@@ -25,8 +25,8 @@ import tempfile
 import time
 import traceback
 
-from vllm_runtime import (enable_cpu_nvfp4, inspect_in_process, nvfp4_moe_emulation_fallback, torchvision_stand_in,
-                          world_of_one)
+from vllm_runtime import (enable_cpu_nvfp4, flash_attention_stand_in, inspect_in_process, nvfp4_moe_emulation_fallback,
+                          torchvision_stand_in, world_of_one)
 from vllm_profile_configs import PUBLISHED, NoConfig, model_types, small_config
 from vllm_layer_facts import layer_rules
 from vllm_missing_weights import missing_weights
@@ -301,6 +301,7 @@ def main(argv: list[str]) -> int:
     enable_cpu_nvfp4()
     nvfp4_moe_emulation_fallback()
     torchvision_stand_in()
+    flash_attention_stand_in()
     no_triton_allocator()
     record_asked_prefixes()
     register_drafters()

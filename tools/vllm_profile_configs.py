@@ -47,10 +47,19 @@ EXTRA: dict[str, dict] = {
                              "mamba_head_dim": 16, "n_groups": 1, "ssm_state_size": 16},
     "KimiLinearForCausalLM": {"num_experts_per_token": 2, "linear_head_dim": 16, "linear_num_heads": 4,
                               "num_attention_heads": 4, "num_key_value_heads": 4},  # models/kimi_linear.py
-    "Qwen4ExpForCausalLM": {"output_gate_type": "sigmoid"},
+    # transformers' class builds a QSA indexer in every attention layer (modeling_qwen4_exp.py:837) from the indexer_*
+    # fields, which its config leaves None, and validates them together (kv heads 1, budget a multiple of the ratio):
+    # every checkpoint it writes has them. vLLM reads indexer_n_heads to choose QSA attention (qwen4_exp/nvidia/
+    # model.py:243, amd/model.py:217) and the rest in indexer_qsa.py:115-119 (amd: 99-103); it builds that attention
+    # on CPU with tools/vllm_runtime.py's flash_attention_stand_in. Small values; no published config here, but
+    # budget / ratio = 512, the smaller of the two values vLLM 0.30 accepts (models/qwen4_exp/config.py:152; 0.32 has no
+    # such check), so 0.30 is judged on what it refuses in a config transformers writes (layer type indexed_attention)
+    # output_gate_type: silu | swish | sigmoid (models/qwen4_exp)
+    "Qwen4ExpForCausalLM": {"output_gate_type": "sigmoid", "indexer_n_heads": 4, "indexer_kv_heads": 1,
+                            "indexer_head_dim": 16, "indexer_budget": 2048, "indexer_compress_ratio": 4},
     # the MTP layer count published Qwen3.5 / Qwen3-Next configs carry (vLLM's config/speculative.py reads it)
     "Qwen3_5ForCausalLM": {"mtp_num_hidden_layers": 1}, "Qwen3_5MoeForCausalLM": {"mtp_num_hidden_layers": 1},
-    "Qwen3NextForCausalLM": {"num_nextn_predict_layers": 1},  # models/qwen4_exp: silu | swish | sigmoid
+    "Qwen3NextForCausalLM": {"num_nextn_predict_layers": 1},
     # vllm/models/inkling/nvidia/model.py reads these fields of the published config
     "InklingForCausalLM": {"padded_vocab_size": 256, "use_embed_norm": False, "dense_mlp_idx": 0,
                            "use_global_scale": False, "sconv_kernel_size": 4,
@@ -154,12 +163,6 @@ PUBLISHED: dict[str, dict] = {
     # the class's default 15 KV-shared layers (of 35) outnumber the 4 kept; transformers' class then finds no earlier
     # layer of a shared layer's kind. One shared layer is the smallest layout that keeps KV sharing
     "Gemma3nForCausalLM": {"num_kv_shared_layers": 1},
-    # transformers' class builds a QSA indexer in every attention layer (modeling_qwen4_exp.py:837) from these fields,
-    # which its config leaves None, and validates them together (kv heads 1, budget a multiple of the ratio): every
-    # checkpoint it writes has them. vLLM reads indexer_n_heads to choose QSA attention (qwen4_exp/nvidia/model.py:243,
-    # amd/model.py:217) and the rest in indexer_qsa.py:115-119 (amd: 99-103). Small values; no published config here
-    "Qwen4ExpForCausalLM": {"indexer_n_heads": 4, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 64,
-                            "indexer_compress_ratio": 4},
 }
 
 

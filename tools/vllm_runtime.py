@@ -13,7 +13,9 @@ Shims, each only letting vLLM 0.32's own code run on a CPU host:
     TP group's size/rank optionally overridden so the layers allocate (and the weight loaders narrow to) rank R of N;
   * ``torchvision_stand_in`` + ``inspect_in_process``: model files whose text or vision towers never use torchvision
     import it through transformers' image processors (gemma4_mm.py, qwen3_5.py); see their docstrings for why the
-    stand-in decides nothing.
+    stand-in decides nothing;
+  * ``flash_attention_stand_in``: an attention layer whose constructor refuses without FlashAttention (Qwen4Exp's QSA)
+    is built and loaded, which runs no attention kernel; every FlashAttention entry point is a recorded placeholder.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import sys
 
 from sglang_stubs import CALLED as STAND_IN_CALLS  # noqa: F401  (re-exported: every call into a stand-in)
 from sglang_stubs import install as install_stand_ins
+from sglang_stubs import placeholder
 
 JSON_OUT = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
 sys.stdout.flush()
@@ -79,6 +82,44 @@ def torchvision_stand_in() -> bool:
     if is_torchvision_available():  # not cached after all: transformers would now take the stand-in for the real one
         raise RuntimeError("transformers sees the torchvision stand-in as installed")
     return True
+
+
+# architecture -> the model module whose attention constructor asks FlashAttention's availability check, and refuses
+# to build without it, though building and loading the layer run no attention kernel. vLLM 0.32:
+# models/qwen4_exp/nvidia/qsa.py:252 (Qwen4ExpQSAFlashAttentionImpl.__init__; the kernels run only in forward_qsa).
+FLASH_ATTENTION_ASKED = {"Qwen4ExpForCausalLM": "vllm.models.qwen4_exp.nvidia.qsa"}
+# what FlashAttentionImpl (v1/attention/backends/flash_attn.py) imports from fa_utils only where FlashAttention exists
+FLASH_ATTENTION_ENTRY_POINTS = ("flash_attn_varlen_func", "get_scheduler_metadata", "reshape_and_cache_flash",
+                                "compile_flash_attn_varlen_func_from_specs", "flash_attn_supports_sinks")
+
+
+def flash_attention_stand_in() -> list[str]:
+    """On a host without FlashAttention, the modules of FLASH_ATTENTION_ASKED (in this vLLM's registry) are told it
+    exists; the modules told so are returned.
+
+    Why it decides nothing: only those modules' own name for the check answers yes (every other backend still sees
+    none), and every entry point the answer vouches for, absent from flash_attn.py here, becomes a placeholder that
+    raises and is recorded in STAND_IN_CALLS when called (tools/sglang_stubs.py): a build or load that reached a
+    FlashAttention kernel fails and is listed, never runs on a stand-in's result."""
+    from vllm import ModelRegistry
+    from vllm.v1.attention.backends import fa_utils, flash_attn
+
+    if fa_utils.is_flash_attn_varlen_func_available():
+        return []
+    for name in FLASH_ATTENTION_ENTRY_POINTS:
+        if not hasattr(flash_attn, name):
+            setattr(flash_attn, name, placeholder(f"{flash_attn.__name__}.{name}"))
+    told = []
+    for arch, module_name in FLASH_ATTENTION_ASKED.items():
+        if arch in ModelRegistry.get_supported_archs() and ModelRegistry._try_load_model_cls(arch) is not None:
+            module = sys.modules.get(module_name)
+            if module is not None and hasattr(module, "is_flash_attn_varlen_func_available"):
+                module.is_flash_attn_varlen_func_available = lambda: True
+                told.append(module_name)
+    if told:
+        print(f"[vllm_runtime] shim: FlashAttention stand-in (every entry point recorded) for {', '.join(told)}",
+              file=sys.stderr, flush=True)
+    return told
 
 
 def inspect_in_process(architectures) -> None:

@@ -138,12 +138,19 @@ def never_quantized_roles(profile: ReleaseProfile, entry: dict) -> tuple[Unquant
             by_layer.setdefault((module["layer"], nvfp4_only), []).append(vllm_pattern)
     roles = []
     for (layer, nvfp4_only), patterns in sorted(by_layer.items()):
-        names = patterns + [ckpt for ckpt, mapped in renames.items() if mapped in patterns]
+        names = patterns + [ckpt for ckpt, mapped in renames.items() if mapped in patterns] + fused_shards(entry, patterns)
         roles.append(UnquantizedRole(f"{layer} layer", pattern_regex(names),
                                      f"{profile.label} builds {', '.join(sorted(patterns))} as {layer} without a "
                                      f"quantized method (its model code, recorded in {profile.source})",
                                      **(NVFP4_ONLY if nvfp4_only else {})))
     return tuple(roles)
+
+
+def fused_shards(entry: dict, patterns: list[str]) -> list[str]:
+    """The checkpoint names of the shards of every fused layer among `patterns`: a layer built unquantized is
+    unquantized in each shard it loads (Qwen4Exp's QSA q/k/v/indexer linear: `self_attn.q_proj`, ...)."""
+    fused = entry.get("fused", {})
+    return [f"{parent}.{shard}" for parent, _, leaf in (p.rpartition(".") for p in patterns) for shard in fused.get(leaf, ())]
 
 
 def with_drafter(entry: dict) -> tuple[dict, dict]:

@@ -14,9 +14,14 @@ with vLLM's own loader on CPU (real weights, weights tracked) and records what v
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 
+from repair.codec import nvfp4
 from tests.conftest import run_captured
 
 from .probe import requires_vllm
@@ -26,13 +31,7 @@ pytestmark = [pytest.mark.vllm, requires_vllm]
 
 ARCHS = sorted(json.loads(SHIPPED.read_text())["architectures"])
 # architecture -> why no tiny export is written for it (the tool's reason must contain it); strict: fixed = failure here
-NO_EXPORT: dict[str, str] = {
-    # transformers' class builds a QSA indexer in every attention layer, so its checkpoints carry the indexer_* fields
-    # (tools/vllm_profile_configs.py PUBLISHED gives them); with indexer_n_heads set, vLLM 0.32 builds QSA attention
-    # (qwen4_exp/nvidia/model.py:243), whose backend refuses to exist without FlashAttention (nvidia/qsa.py:253):
-    # no Qwen4Exp a checkpoint describes is built on CPU. (The profile's row is the QSA-less build of its small config.)
-    "Qwen4ExpForCausalLM": "Qwen4Exp QSA requires FlashAttention",
-}
+NO_EXPORT: dict[str, str] = {}
 # architecture -> vLLM's error on the BF16 checkpoint of the same config and names (no quantization): vLLM 0.32 loads
 # no checkpoint of it, so the quantized export has nothing to judge. Strict: the error must be this one.
 BF16_REFUSED: dict[str, str] = {
@@ -84,6 +83,7 @@ def exported(checked, arch: str, request, check: str) -> dict:
         assert not line["ok"] and NO_EXPORT[arch] in line["why"], line
         pytest.skip(f"no tiny export: {line['why'][:200]}")
     assert line["ok"], line["why"]
+    assert line["stand_in_calls"] == [], f"building or loading it called a stand-in: {line['stand_in_calls']}"
     bf16 = line.get("bf16_load") or {"ok": True}
     if arch in BF16_REFUSED:  # strict: once vLLM loads the BF16 export, the entry must go
         assert not bf16["ok"] and BF16_REFUSED[arch] in f"{bf16['error_type']}: {bf16['error']}", bf16
@@ -94,6 +94,61 @@ def exported(checked, arch: str, request, check: str) -> dict:
     if (arch, check) in DISAGREE:
         request.applymarker(pytest.mark.xfail(strict=True, reason=DISAGREE[arch, check]))
     return line
+
+
+@pytest.mark.parametrize("arch", ["Qwen4ExpForCausalLM"])
+def test_qwen4exp_is_built_with_its_qsa_attention_and_calls_no_flash_attention(checked, arch, request):
+    """transformers' Qwen4Exp class writes a QSA indexer into every attention layer, and with its indexer_* fields vLLM
+    0.32 builds QSA attention (qwen4_exp/nvidia/model.py:243), whose backend asks whether FlashAttention exists
+    (nvidia/qsa.py:252). tools/vllm_runtime.py's flash_attention_stand_in answers yes for that module only, and puts
+    a placeholder that raises and is recorded in place of every FlashAttention entry point: the export is judged by
+    the QSA model vLLM builds from a real checkpoint's config, and none of those was called building or loading it."""
+    line = exported(checked, arch, request, "inspect")
+    indexer = sorted(m for m in line["declared"] if ".self_attn.indexer." in m)
+    assert indexer and not any(line["declared"][m] for m in indexer), line["declared"]
+    # QSA's fused q/k/v/indexer linear takes no ModelOpt FP4 (model.py without_modelopt_fp4): stored BF16, as vLLM builds it
+    assert not any(line["declared"][m] for m in line["declared"] if m.endswith(("self_attn.q_proj", "self_attn.k_proj")))
+    assert line["healthy_load"]["ok"], line["healthy_load"]
+
+
+def with_qsa_projections_packed(healthy: Path, folder: Path) -> list[str]:
+    """A copy of the healthy Qwen4Exp export whose QSA q/k/v and indexer q/k are stored NVFP4 (ModelOpt's leaves, one
+    weight_scale_2 for the four: they feed one linear) and not excluded, as a quantize-every-linear export writes
+    them; the modules packed are returned."""
+    shutil.copytree(healthy, folder)
+    tensors = load_file(folder / "model.safetensors")
+    modules = sorted(n[: -len(".weight")] for n in tensors if n.endswith(
+        ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "indexer.index_qk_proj.weight")))
+    scale_2 = max(nvfp4.global_scale(tensors[f"{m}.weight"]) for m in modules)
+    for m in modules:
+        packed, scale, _ = nvfp4.quantize(tensors[f"{m}.weight"], scale_2)
+        tensors.update({f"{m}.weight": packed, f"{m}.weight_scale": scale, f"{m}.weight_scale_2": scale_2.clone(),
+                        f"{m}.input_scale": torch.tensor(0.02)})
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    quant = json.loads((folder / "hf_quant_config.json").read_text())
+    quant["quantization"]["exclude_modules"] = [e for e in quant["quantization"]["exclude_modules"] if e not in modules]
+    (folder / "hf_quant_config.json").write_text(json.dumps(quant, indent=1))
+    return modules
+
+
+@pytest.mark.parametrize("arch", ["Qwen4ExpForCausalLM"])
+def test_qwen4exp_qsa_projections_stored_packed(checked, arch, request, tmp_path, capsys):
+    """vLLM 0.32 builds QSA's one q/k/v/indexer linear without ModelOpt FP4 (nvidia/model.py without_modelopt_fp4), so
+    the four stored packed fail its load; doctor says so for each (the profile's row, from the QSA build), and fix
+    dequantizes them into a copy vLLM loads. (From the QSA-less profile doctor called them healthy.)"""
+    line = exported(checked, arch, request, "broken")
+    modules = with_qsa_projections_packed(Path(line["healthy"]), tmp_path / "packed")
+    assert modules and any(".indexer." in m for m in modules), modules
+    loaded = in_vllm("vllm_load.py", tmp_path / "packed", "--moe-emulation")[0]
+    assert not loaded["ok"] and loaded["stand_in_calls"] == [], loaded
+    code, out, err = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", tmp_path / "packed", "--json")
+    assert code == 1, out + err
+    named = {f["subject"] for f in json.loads(out)["findings"] if f["severity"] == "error"}
+    assert set(modules) <= named, (modules, named)
+    code, out, err = run_captured(capsys, "fix", "--target", "vllm==0.32.0", tmp_path / "packed", "-o", tmp_path / "out")
+    assert code == 0, out + err
+    loaded = in_vllm("vllm_load.py", tmp_path / "out", "--moe-emulation")[0]
+    assert loaded["ok"] and loaded["stand_in_calls"] == [], loaded
 
 
 @pytest.mark.parametrize("arch", ARCHS)
