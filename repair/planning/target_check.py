@@ -107,7 +107,7 @@ def _settled(f: Finding, changed: set[str], recipe: Recipe, declaration: Declara
     if f.code in (Kind.MISSING_MODULE, Kind.DROPPED_TENSOR):  # no change to the files settles either
         return False
     if f.code == Kind.NULL_EXCLUSIONS:
-        return True  # the plan writes a list where the runtime reads the null one (build._config_edits)
+        return True  # the plan writes a list where the runtime reads the null one (config_edits.config_edits)
     if (f.code == Kind.CONFIG_CONTRADICTION or f.config_bound) and recipe.drop_quantization:
         return True  # the config's claim goes with it, and every packed module is dequantized (build._check_supported)
     if f.code in CONFIG_FINDINGS or f.code == Kind.KV_CACHE_SCALES:
