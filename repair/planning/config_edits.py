@@ -52,9 +52,10 @@ def config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recipe
         bf16 = sorted(set(bf16) | set(extra))
     entries = {n: fmt.exclusion_entry(n) for n in bf16}  # an entry already listed is not added (it covers for some target)
     added = tuple(e for n, e in entries.items() if not all(covers(x, n) or e in x for x in lists))
-    if any(t.profile.rules and t.profile.rules.matchers.get("entries") == "plain" for t in targets):
-        plain = {fmt.exclusion_entry(n): n for n in bf16}  # a release whose matcher has no `re:` (TensorRT-LLM < 1.3)
-        config, added = plain_entries(config, plain), tuple(plain.get(a, a) for a in added)
+    reads_plain = [bool(t.profile.rules and t.profile.rules.matchers.get("entries") == "plain") for t in targets]
+    if any(reads_plain):  # a release whose matcher has no `re:` (TensorRT-LLM < 1.3): each module's plain name too
+        plain = {e: n for n in bf16 if (e := fmt.exclusion_entry(n)) != n}
+        config, added = plain_entries(config, plain, keep=not all(reads_plain), added=added)
     refuse_pattern_names(ckpt.root, added, bf16)
     after = fmt.exclusion_lists(config, hf_quant)
     for name in packed:
