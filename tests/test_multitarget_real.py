@@ -101,8 +101,7 @@ def test_one_excluded_routed_expert_fixes_for_vllm_and_trtllm_at_once(capsys, tm
     """One routed expert excluded (attack on the trtmtp change): vLLM builds the routed experts as one layer, so fix
     dequantizes all of them; TensorRT-LLM reads that layer's exclusion only by its own name (`...mlp.experts`),
     never a per-expert entry. Each target alone succeeds, so together one output must too: the MoE layer's name,
-    which every target reads as covering its experts. The input's per-expert entry stays: vLLM reads it (its experts
-    branch), so TensorRT-LLM's doctor notes it and counts it not; the fix adds no per-expert entry of its own."""
+    which every target reads as covering its experts, in place of per-expert entries TensorRT-LLM calls unused."""
     from safetensors import safe_open
 
     src = share_sibling_input_scales(write_real_model(tmp_path / "src", "deepseek-v3-0324"))
@@ -114,7 +113,7 @@ def test_one_excluded_routed_expert_fixes_for_vllm_and_trtllm_at_once(capsys, tm
     code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", target)
     assert code == 0, err
     listed = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
-    assert moe in listed and [e for e in listed if e.startswith(moe + ".")] == [expert], listed
+    assert moe in listed and not [e for e in listed if e.startswith(moe + ".")], listed
     for one in target.split(","):
         code, text, err = run_captured(capsys, "doctor", out, "--target", one, "--strict")
         assert code == 0, (one, text, err)

@@ -37,7 +37,8 @@ def unused_entries(ckpt: Checkpoint, declaration: Declaration, modules: dict[str
                              module_driven(other))
         except BadInput:  # its matcher refuses one of the entries: that release loads no such file
             continue
-        out.update({e: other.spec for e in left if e not in unread})
+        still = set(unread)
+        out.update({e: other.spec for e in left if e not in still})
         left = unread
         if not left:
             break
@@ -54,14 +55,46 @@ def _unread(config: dict | None, declaration: Declaration, entries: tuple[str, .
         return ()
     elsewhere = named_elsewhere(config, names) | (set(names) if by_stored_name else set())
     prefixes = {family.runtime_name(n) for n in names} | {"lm_head"} | elsewhere
-    used = set(declaration.used_entries(prefixes, entries))  # one pass over the names, not entries x names (the format's rule)
+    fused_layers = family.fused_groups(set(names) | elsewhere)
+    if entries is not None:  # another release's reading of what the target left: plain entries that cannot name one
+        segments = frozenset(s for n in (*prefixes, *(f for f, _ in fused_layers)) for s in n.lower().split("."))
+        entries = tuple(e for e in entries if _may_name(e, segments))  # of its names are not compiled one by one
+    used = _used(declaration, entries, prefixes)
     # a fused layer's name (qkv_proj) and its shards' (q_proj) both name it: one runtime reads one, another the other
     # (TensorRT-LLM 1.0 only the fused name), and fix --target a,b writes both, never "an entry matching no module"
     # (or, compressed-tensors, a `re:` entry for the fused name, which SGLang asks where no packed mapping splits it)
     # ... also over the names a release asks (SGLang fuses Gemma 4's vision `q_proj.linear` into `self_attn.qkv_proj`)
-    fused_layers = family.fused_groups(set(names) | elsewhere)
     used |= {n for fused, shards in fused_layers for n in (fused, *shards)}
-    leftover = tuple(p for p in listed if p not in used)
+    leftover = tuple(p for p in (listed if entries is None else entries) if p not in used)
     if leftover and fused_layers:
-        used |= declaration.used_entries({family.runtime_name(fused) for fused, _ in fused_layers}, leftover)
+        used |= _used(declaration, leftover, {family.runtime_name(fused) for fused, _ in fused_layers})
     return tuple(p for p in listed if p not in used)
+
+
+def _used(declaration: Declaration, entries: tuple[str, ...] | None, prefixes) -> set[str]:
+    """The entries that exclude one of `prefixes` on their own. The format's rule does it in one indexed pass; a
+    runtime's own rule is asked entry by entry (a rule compiled per entry), so for another release's reading of a long
+    list it is asked about halves first: a half that names none of the prefixes is one compile, not one per entry
+    (a list names a layer when one of its entries does). 4,000 entries naming nothing took 9x main's doctor."""
+    if declaration.matcher is None or entries is None:
+        return set(declaration.used_entries(prefixes, entries))
+    hit = [p for p in prefixes if declaration.excludes(p, entries)]
+    if not hit or len(entries) == 1:
+        return set(entries) if hit else set()
+    half = len(entries) // 2
+    return _used(declaration, entries[:half], hit) | _used(declaration, entries[half:], hit)
+
+
+PATTERN_SYNTAX = frozenset("*?[]()+{}^$|\\")  # what some runtime reads as glob or regex syntax in an entry
+
+
+def _may_name(entry: str, segments: frozenset[str]) -> bool:
+    """Whether an entry could name a layer whose names' dotted segments (lower case) are `segments`, under any reading
+    of a plain entry (exact, dotted suffix, ancestor, a substring either way: vLLM's experts branch): its inner
+    segments are whole segments, its outer two are within one. A pattern entry always could."""
+    if entry.startswith("re:") or not PATTERN_SYNTAX.isdisjoint(entry):
+        return True
+    parts = entry.lower().split(".")
+    if not all(p in segments for p in parts[1:-1]):
+        return False
+    return all(end in segments or any(end in s for s in segments) for end in {parts[0], parts[-1]})
