@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_captured
-from tests.trtllm_helpers import edit_json, share_sibling_input_scales
+from tests.trtllm_helpers import edit_json
 from tools.real_fixture import write_real_model
 
 TARGETS = ("vllm==0.32.0", "sglang==0.5.23", "trtllm==1.0")
@@ -28,7 +28,7 @@ def mtp_not_excluded(dsv3: dict) -> None:
 
 @pytest.mark.parametrize("key, change", [("qwen3-32b", one_shard_excluded), ("deepseek-v3-0324", mtp_not_excluded)])
 def test_three_runtime_fix_passes_strict_doctor_for_each(capsys, tmp_path, key, change):
-    src = share_sibling_input_scales(write_real_model(tmp_path / "src", key))
+    src = write_real_model(tmp_path / "src", key)
     edit_json(src / "hf_quant_config.json", change)
     out = tmp_path / "out"
     code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", ",".join(TARGETS))
@@ -82,7 +82,7 @@ def test_bf16_mtp_layer_is_excluded_by_the_layer_name_the_release_reads(capsys, 
     the layer's name, taken from the data, in place of the per-module entries every target reads it as covering."""
     from repair.targets.profiles import resolve_many
 
-    src = share_sibling_input_scales(write_real_model(tmp_path / "src", "deepseek-v3-0324"))
+    src = write_real_model(tmp_path / "src", "deepseek-v3-0324")
     edit_json(src / "hf_quant_config.json", mtp_not_excluded)
     out = tmp_path / "out"
     code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", target)
@@ -104,7 +104,7 @@ def test_one_excluded_routed_expert_fixes_for_vllm_and_trtllm_at_once(capsys, tm
     which every target reads as covering its experts, in place of per-expert entries TensorRT-LLM calls unused."""
     from safetensors import safe_open
 
-    src = share_sibling_input_scales(write_real_model(tmp_path / "src", "deepseek-v3-0324"))
+    src = write_real_model(tmp_path / "src", "deepseek-v3-0324")
     with safe_open(src / "model.safetensors", "pt") as f:
         expert = min(n for n in f.keys() if ".mlp.experts." in n).rsplit(".", 2)[0]  # e.g. model.layers.10.mlp.experts.0
     moe = expert.rpartition(".")[0]
@@ -124,7 +124,7 @@ def test_bf16_moe_layer_that_is_no_mtp_layer_is_named_whole_for_trtllm(capsys, t
     """A BF16 layer past num_hidden_layers that the config does not declare an MTP layer (num_nextn_predict_layers 0):
     no bare layer name, but its routed experts are still one MoE TensorRT-LLM reads only as `...mlp.experts`; fix's
     per-expert entries failed its own self-check (exit 3, "matches no module") before it named the MoE layer."""
-    src = share_sibling_input_scales(write_real_model(tmp_path / "src", "deepseek-v3-0324"))
+    src = write_real_model(tmp_path / "src", "deepseek-v3-0324")
     edit_json(src / "hf_quant_config.json", mtp_not_excluded)
     edit_json(src / "config.json", lambda c: c.update(num_nextn_predict_layers=0))
     out = tmp_path / "out"
@@ -151,7 +151,7 @@ def test_one_routed_expert_stored_bf16_fixes_for_each_runtime(capsys, tmp_path, 
 
     model = REAL_MODELS["deepseek-v3-0324"]
     model = dataclasses.replace(model, bf16=model.bf16 + r"|^model\.layers\.10\.mlp\.experts\.1\.")
-    src = share_sibling_input_scales(write_real_model(tmp_path / "src", "deepseek-v3-0324", model))
+    src = write_real_model(tmp_path / "src", "deepseek-v3-0324", model)
     edit_json(src / "hf_quant_config.json", lambda d: d["quantization"]["exclude_modules"].append("model.layers.10.mlp.experts.1*"))
     out = tmp_path / "out"
     code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", target)
@@ -174,7 +174,7 @@ def test_mtp_layer_partly_quantized_names_its_bf16_experts_layer(capsys, tmp_pat
 
     model = REAL_MODELS["deepseek-v3-0324"]
     model = dataclasses.replace(model, bf16=r"\.self_attn\.|\.mlp\.gate$|^model\.layers\.61\.(?!self_attn|mlp\.shared_experts)|^lm_head$")
-    src = share_sibling_input_scales(write_real_model(tmp_path / "src", "deepseek-v3-0324", model))
+    src = write_real_model(tmp_path / "src", "deepseek-v3-0324", model)
     kept = ["model.layers.61.self_attn*", "model.layers.61.shared_head*", "model.layers.61.eh_proj", "model.layers.61.mlp.gate"]
     edit_json(src / "hf_quant_config.json", lambda d: d["quantization"].update(exclude_modules=[
         e for e in d["quantization"]["exclude_modules"] if not e.startswith("model.layers.61")] + kept))

@@ -15,7 +15,7 @@ from repair.targets import profiles
 from repair.targets.matchers import exclusion_matcher
 from repair.targets.runtime_rules import DATA, LLAMA_FUSIONS
 from repair.targets.sglang_match import Building
-from tests.trtllm_helpers import doctor_json, edit_json, findings, share_sibling_input_scales
+from tests.trtllm_helpers import doctor_json, edit_json, findings
 from tools.real_fixture import write_real_model
 
 REAL = Path(__file__).parent / "data" / "real"
@@ -86,12 +86,12 @@ def test_fused_layer_any_shard_excluded_is_bf16_and_never_refused():
 
 @pytest.fixture(scope="module")
 def qwen3(tmp_path_factory) -> Path:
-    return share_sibling_input_scales(write_real_model(tmp_path_factory.mktemp("trt") / "qwen3-32b", "qwen3-32b"))
+    return write_real_model(tmp_path_factory.mktemp("trt") / "qwen3-32b", "qwen3-32b")
 
 
 @pytest.fixture(scope="module")
 def deepseek(tmp_path_factory) -> Path:
-    return share_sibling_input_scales(write_real_model(tmp_path_factory.mktemp("trt") / "dsv3", "deepseek-v3-0324"))
+    return write_real_model(tmp_path_factory.mktemp("trt") / "dsv3", "deepseek-v3-0324")
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -173,7 +173,7 @@ def test_eagle3_draft_follows_its_own_config(capsys, tmp_path):
     its layers NVFP4 and its excluded lm_head BF16, as its config says; the same draft dequantized (no quantization
     config at all) is clean too: nothing of the target's method is inherited (SGLang inherits it, sglang PR #28196)."""
     from tools.layout_fixture import write_layout
-    src = share_sibling_input_scales(write_layout(tmp_path / "draft", "modelopt-eagle3-draft"))
+    src = write_layout(tmp_path / "draft", "modelopt-eagle3-draft")
     for release in RELEASES:
         _, report = doctor_json(capsys, src, f"trtllm=={release}")
         assert [f["code"] for f in findings(report)] == ["unused-exclusion"]  # model.embed_tokens: not stored in a draft

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.conftest import run_captured
-from tests.trtllm_helpers import doctor_json, edit_json, findings, share_sibling_input_scales, write_deepseek_v4
+from tests.trtllm_helpers import doctor_json, edit_json, findings, write_deepseek_v4
 from tools.layout_fixture import write_layout
 from tools.real_fixture import write_real_model
 
@@ -21,7 +21,7 @@ BROADCAST = "RuntimeError: The size of tensor a ({}) must match the size of tens
 
 @pytest.fixture(scope="module")
 def qwen3(tmp_path_factory) -> Path:
-    return share_sibling_input_scales(write_real_model(tmp_path_factory.mktemp("trt") / "qwen3-32b", "qwen3-32b"))
+    return write_real_model(tmp_path_factory.mktemp("trt") / "qwen3-32b", "qwen3-32b")
 
 
 def copy_of(src: Path, dst: Path, tensors=None, quant=None) -> Path:
@@ -70,13 +70,13 @@ def test_report_10_glm_mtp_layer_not_exported(capsys, tmp_path):
     and the model serves only without MTP. ModelOpt's own GLM-4.x MoE export (tests/data/real/modelopt-glm4-moe:
     3 layers, num_nextn_predict_layers 1) stores no MTP layer model.layers.3: a warning (it loads without MTP); an
     MTP layer stored without k_proj/v_proj is an error with that assertion."""
-    src = share_sibling_input_scales(write_layout(tmp_path / "glm", "modelopt-glm4-moe"))
+    src = write_layout(tmp_path / "glm", "modelopt-glm4-moe")
     code, report = doctor_json(capsys, src, "trtllm==1.2.0")
     (absent,) = findings(report)
     assert (code, absent["code"], absent["subject"], absent["runtime_error"]) == (0, "missing-module", "model.layers.3", "AssertionError")
     assert "model.layers.3.self_attn.qkv_proj" in absent["message"]
-    partial = share_sibling_input_scales(write_layout(tmp_path / "glm2", "modelopt-glm4-moe", change={
-        "model.layers.3.self_attn.q_proj.weight": ("BF16", (64, 64))}))
+    partial = write_layout(tmp_path / "glm2", "modelopt-glm4-moe", change={
+        "model.layers.3.self_attn.q_proj.weight": ("BF16", (64, 64))})
     code, report = doctor_json(capsys, partial, "trtllm==1.2.0")
     (qkv,) = [f for f in findings(report, "load-error") if f["subject"].endswith("qkv_proj")]
     assert (code, qkv["runtime_error"]) == (1, "AssertionError")
@@ -180,6 +180,21 @@ def test_laguna_regex_ignore_entries_are_silently_unmatched_before_pr_13844(caps
     fixed_is_clean(capsys, src, tmp_path / "out", "trtllm==1.1.0")
     ignore = __import__("json").loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]["ignore"]
     assert "model.layers.0.self_attn.o_proj" in ignore
+
+
+def test_healthy_laguna_export_loads_in_trtllm_1_4_whose_gated_mlps_fuse_gate_up(capsys, tmp_path):
+    """TensorRT-LLM 1.4 builds Laguna's dense MLP and shared expert as one fused gate_up_proj (trtllm-1.4.json
+    `model_fusions`), whose loader asserts one input_scale across gate and up. A producer gives siblings that read one
+    input one activation scale (tools/real_fixture.py, ModelOpt's preprocess_linear_fusion): the healthy export is clean;
+    only scales that really differ are the loader's assertion (the fixture drew them per module, a false error)."""
+    src = write_real_model(tmp_path / "laguna", "ct-laguna-moe")
+    code, report = doctor_json(capsys, src, "trtllm==1.4.0", "--strict")
+    assert (code, findings(report)) == (0, [])
+    up = "model.layers.1.mlp.shared_expert.up_proj.input_global_scale"
+    broken = copy_of(src, tmp_path / "differ", tensors=lambda t: t.update({up: t[up] * 2}))
+    code, report = doctor_json(capsys, broken, "trtllm==1.4.0")
+    stops = {s["error"] for s in report["runtime_stops_at"]}
+    assert code == 1 and stops == {"AssertionError: The input_scale should be same for all the weights"}, report
 
 
 def test_the_load_stops_at_the_first_failing_module_in_named_modules_order(capsys, qwen3, tmp_path):

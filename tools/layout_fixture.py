@@ -37,6 +37,7 @@ def layout_tensors(names: dict[str, tuple[str, tuple[int, ...]]], seed: int = 0)
     full = {n[: -len(".weight")]: (torch.randn(s[0], s[1] * 2, generator=gen) * 0.05).to(torch.bfloat16)
             for n, (d, s) in names.items() if n.endswith(".weight") and d == "U8"}
     out: dict[str, torch.Tensor] = {}
+    inputs: dict[str, float] = {}  # fused siblings read one input: one input_scale (tools/real_fixture.py input_group)
     for name, (dtype, shape) in names.items():
         module, _, leaf = name.rpartition(".")
         if leaf == "weight" and dtype == "U8":
@@ -44,7 +45,10 @@ def layout_tensors(names: dict[str, tuple[str, tuple[int, ...]]], seed: int = 0)
             packed, scale, scale_2 = nvfp4.quantize(full[module], max(nvfp4.global_scale(full[s]) for s in siblings))
             out.update({name: packed, f"{module}.weight_scale": scale, f"{module}.weight_scale_2": scale_2})
         elif dtype == "F32" and len(shape) == 0:
-            out.setdefault(name, torch.tensor(0.01 + torch.rand((), generator=gen).item()))
+            drawn = 0.01 + torch.rand((), generator=gen).item()
+            if leaf == "input_scale":  # the first sibling's draw, for every sibling (each still draws: the rest unchanged)
+                drawn = inputs.setdefault(_siblings(module)[0], drawn)
+            out.setdefault(name, torch.tensor(drawn))
         elif dtype == "I64":
             out[name] = torch.arange(shape[0], dtype=torch.int64)
         elif dtype != "F8_E4M3":

@@ -32,9 +32,13 @@ def llama_tensors(names: list[str], seed: int = 0) -> dict[str, torch.Tensor]:
     """A value for every name of a Llama-style NVFP4 export: packed projections, scalar scales, BF16 rest."""
     gen = torch.Generator().manual_seed(seed)
     out: dict[str, torch.Tensor] = {}
+    inputs: dict[str, float] = {}  # fused siblings (q/k/v, gate/up) share one input_scale, as _nvfp4_leaves says
     for name in names:
         match = _PROJ_LEAF.match(name)
-        if match and match[3] == "weight":
+        if match and match[3] == "input_scale":
+            drawn = 0.01 + torch.rand((), generator=gen).item()  # each draws (the other values stay as they were)
+            out[name] = torch.tensor(inputs.setdefault(input_group(match[1]), drawn))
+        elif match and match[3] == "weight":
             weight = (torch.randn(PROJ_SHAPES[match[2]], generator=gen) * 0.05).to(torch.bfloat16)
             packed, scale, scale_2 = nvfp4.quantize(weight)
             out.update({f"{match[1]}.weight": packed, f"{match[1]}.weight_scale": scale, f"{match[1]}.weight_scale_2": scale_2})
@@ -150,6 +154,12 @@ _NOT_LINEAR = re.compile(r"embed_tokens$|norm$|position_embedding|^model\.layers
 _SIBLINGS = re.compile(r"^(.*)\.(q_proj|k_proj|v_proj|gate_proj|up_proj)$")
 
 
+def input_group(module: str) -> str:
+    """The group of linears reading one input tensor that `module` is in: fused siblings (q/k/v, gate/up) share one."""
+    sib = _SIBLINGS.match(module)
+    return f"{sib[1]}.{'qkv' if sib[2] in ('q_proj', 'k_proj', 'v_proj') else 'gate_up'}" if sib else module
+
+
 def transformers_names(model: RealModel) -> dict[str, tuple[int, ...]]:
     """Tensor name -> shape of transformers' own model class for `model.config`, in checkpoint layout:
     fused expert tensors split per expert (experts.N.{gate,up,down}_proj, as published), tied lm_head dropped."""
@@ -199,10 +209,11 @@ def checkpoint_tensors(model: RealModel, names: dict[str, tuple[int, ...]], seed
     gen = torch.Generator().manual_seed(seed)
     weights = {n: (torch.randn(s, generator=gen) * 0.05).to(torch.bfloat16) for n, s in names.items() if len(s) == 2}
     out: dict[str, torch.Tensor] = {}
+    inputs: dict[str, float] = {}  # a sibling group's one activation scale
     for name, shape in names.items():
         module = name.removesuffix(".weight")
         if name.endswith(".weight") and len(shape) == 2 and not _NOT_LINEAR.search(module) and not re.search(model.bf16, module):
-            out.update(_nvfp4_leaves(model, module, weights, gen))
+            out.update(_nvfp4_leaves(model, module, weights, gen, inputs))
         elif len(shape) == 2:
             out[name] = weights[name]
         elif name.endswith("e_score_correction_bias"):
@@ -212,13 +223,19 @@ def checkpoint_tensors(model: RealModel, names: dict[str, tuple[int, ...]], seed
     return out
 
 
-def _nvfp4_leaves(model: RealModel, module: str, weights: dict, gen: torch.Generator) -> dict[str, torch.Tensor]:
+def _nvfp4_leaves(model: RealModel, module: str, weights: dict, gen: torch.Generator,
+                  inputs: dict[str, float]) -> dict[str, torch.Tensor]:
+    """One module's NVFP4 tensors. Fused siblings (q/k/v, gate/up: one input tensor) share weight_scale_2 and the
+    activation scale: ModelOpt 0.47 unifies both over modules that share an input (unified_export_hf.py
+    `_fuse_shared_input_modules` -> quant_utils.py `preprocess_linear_fusion`: input_quantizer.amax = the group's
+    max), and any calibrator observes one input tensor alike (llm-compressor's input_global_scale)."""
     sib = _SIBLINGS.match(module)
     group = [f"{sib[1]}.{p}.weight" for p in (("q_proj", "k_proj", "v_proj") if sib[2] in ("q_proj", "k_proj", "v_proj")
                                              else ("gate_proj", "up_proj"))] if sib else [f"{module}.weight"]
     scale_2 = max(nvfp4.global_scale(weights[n]) for n in group if n in weights)
     packed, scale, scale_2 = nvfp4.quantize(weights[f"{module}.weight"], scale_2)
-    input_scale = torch.tensor(0.01 + torch.rand((), generator=gen).item())
+    drawn = 0.01 + torch.rand((), generator=gen).item()  # each draws (the other values stay as they were)
+    input_scale = torch.tensor(inputs.setdefault(input_group(module), drawn))  # the first sibling's, in name order
     if model.fmt == "compressed-tensors":
         return {f"{module}.weight_packed": packed, f"{module}.weight_scale": scale,
                 f"{module}.weight_global_scale": 1.0 / scale_2, f"{module}.input_global_scale": 1.0 / input_scale}

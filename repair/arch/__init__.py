@@ -25,10 +25,10 @@ def newest(runtime: str = "vllm") -> ReleaseProfile | None:
 
 def architecture(config: dict | None, profile: ReleaseProfile | None = None, borrowed: bool = False) -> Architecture:
     """The row covering this config.json: a hand row, else the profile's generated row (default: the newest vLLM
-    release's; `borrowed`: as another runtime takes it, without the profiled runtime's own name facts), else GENERIC."""
+    release's), else GENERIC; `borrowed`: as another runtime takes either, without vLLM's own name facts."""
     hand = next((a for a in ARCHITECTURES if a.matches(config)), None)
     if hand is not None:
-        return hand
+        return hand.borrowed() if borrowed else hand
     listed = (config or {}).get("architectures")
     name = listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else None
     profile = profile or newest()

@@ -10,7 +10,7 @@ without a row gets `GENERIC`: identity names and no loader profile.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Callable
 
@@ -86,6 +86,13 @@ class Architecture:
     def dropped(self, config: dict | None) -> frozenset[str]:
         """Checkpoint module names this release builds in no layer of that name, for this config.json."""
         return dropped_modules(self.dropped_in_layers, config)
+
+    def borrowed(self) -> Architecture:
+        """The row as a runtime whose rules borrow it (SGLang, TensorRT-LLM) takes it: without the names vLLM's own model
+        code gives the layers (a hand row's runtime_name / exclusion_name: the Gemma 4 assistant's `draft_model.`
+        prefixes, which only vLLM's speculative wrapper adds), as a generated row drops its `prefixes` (profiled.py
+        OWN_CODE); that runtime asks the checkpoint's names."""
+        return replace(self, runtime_name=identity, exclusion_name=identity)
 
     def matches(self, config: dict | None) -> bool:
         if not config:

@@ -15,33 +15,26 @@ from repair.formats.modules import StoredModule
 from repair.formats.nvfp4_packed import SHARED_GLOBAL_SCALE, block_scale_shape
 from repair.formats.nvfp4_health import global_scale_problem, read_f32_scalar
 from repair.doctor.scales import ScaleValues
-from repair.targets.layer_names import named_elsewhere
+from repair.doctor.unused_entries import unused_entries
 from repair.targets.profiles import Target
 
 FLOAT_BITS = {"F32": np.uint32, "BF16": np.uint16, "F16": np.uint16}  # a pre_quant_scale's dtypes, as bit patterns
 
 
 def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[str, StoredModule], specs: dict[str, ModuleSpec],
-                    family: Architecture, by_stored_name: bool = False) -> list[Finding]:
-    """Exclusions that match nothing, the two config files disagreeing, and modules stored against their declaration.
+                    family: Architecture, by_stored_name: bool = False,
+                    target: Target | None = None) -> tuple[list[Finding], list[Finding]]:
+    """(findings, notes): exclusions that match no module (a note where another shipped release reads the entry:
+    doctor/unused_entries.py), the two config files disagreeing, and modules stored against their declaration.
     `by_stored_name`: the target's loader asks each module under its checkpoint name (TensorRT-LLM's module-driven one),
     not under the family's runtime names (vLLM's: the Gemma 4 assistant's `draft_model.` prefixes)."""
-    findings = []
-    elsewhere = named_elsewhere(ckpt.config, specs or modules) | (set(modules) if by_stored_name else set())
-    prefixes = {family.runtime_name(n) for n in (specs or modules)} | {"lm_head"} | elsewhere
-    used = declaration.used_entries(prefixes)  # one pass over the names, not entries x names (the format's rule)
-    # a fused layer's name (qkv_proj) and its shards' (q_proj) both name it: one runtime reads one, another the other
-    # (TensorRT-LLM 1.0 only the fused name), and fix --target a,b writes both, never "an entry matching no module"
-    # (or, compressed-tensors, a `re:` entry for the fused name, which SGLang asks where no packed mapping splits it)
-    # ... also over the names a release asks (SGLang fuses Gemma 4's vision `q_proj.linear` into `self_attn.qkv_proj`)
-    fused_layers = family.fused_groups(set(specs or modules) | elsewhere)
-    used |= {n for fused, shards in fused_layers for n in (fused, *shards)}
-    leftover = tuple(p for p in declaration.exclusions if p not in used)
-    if leftover and fused_layers:
-        used |= declaration.used_entries({family.runtime_name(fused) for fused, _ in fused_layers}, leftover)
-    for pattern in declaration.exclusions:
-        if pattern not in used:
+    findings, notes = [], []
+    for pattern, reader in unused_entries(ckpt, declaration, modules, specs, family, by_stored_name, target).items():
+        if reader is None:
             findings.append(Finding(Severity.WARNING, Kind.UNUSED_EXCLUSION, pattern, f"exclusion {pattern!r} matches no module of this model"))
+        else:  # written for another runtime (fix --target a,b writes each one's spelling): harmless here
+            notes.append(Finding(Severity.WARNING, Kind.UNUSED_EXCLUSION, pattern, f"exclusion {pattern!r} names no module as "
+                                 f"{target.spec if target else 'this runtime'} reads it; {reader} reads it (another runtime's spelling)"))
     if declaration.ignore is not None and declaration.exclude_modules is not None and set(declaration.ignore) != set(declaration.exclude_modules):
         only_cfg = sorted(set(declaration.ignore) - set(declaration.exclude_modules))
         only_hf = sorted(set(declaration.exclude_modules) - set(declaration.ignore))
@@ -59,7 +52,7 @@ def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[st
             findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name, f"{m.name}: the config excludes it but its tensors are {'packed NVFP4' if m.precision == 'nvfp4' else m.algorithm}"))
         elif declaration.quantized and not m.is_quantized and not excluded:
             findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name, f"{m.name}: the config declares it quantized but it is stored {m.precision}"))
-    return findings
+    return findings, notes
 
 
 def unquantized_role_findings(declaration: Declaration, modules: dict[str, StoredModule], family: Architecture,

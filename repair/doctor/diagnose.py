@@ -83,7 +83,8 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += _handshake_findings(modules, precision, target, family)
     findings += runtime_refusal_findings(declaration, target)
     findings += null
-    findings += config_findings(ckpt, declaration, modules, specs, family, module_driven(target))
+    config, config_notes = config_findings(ckpt, declaration, modules, specs, family, module_driven(target), target)
+    findings += config
     findings += unquantized_role_findings(declaration, modules, family, target.profile.knows_layer_roles)
     findings += nvfp4_load_refusal_findings(modules, family, target.profile.knows_layer_roles)
     findings += dropped_tensor_findings(infos, family, target, declaration.quantized)
@@ -92,7 +93,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     mismatched, notes = algorithm_findings(declaration, modules, specs, family, precision)
     findings += layer_map_findings(declaration) + mismatched
     kv_cache, kv_notes = kv_cache_findings(declaration, infos)
-    notes += kv_notes
+    notes += kv_notes + config_notes
     findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.allows_quant_config:
         findings += fused_findings(declaration, modules, family, target) + fused_algorithm_findings(declaration, modules, family, target)

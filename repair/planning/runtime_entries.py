@@ -40,12 +40,17 @@ def refuse_colliding_names(root: object, families, made, modules) -> None:
                            "nothing was written; rename or remove one of them in the checkpoint")
 
 
-def plain_entries(config: dict | None, plain: dict[str, str]) -> dict | None:
-    """config.json's `ignore` with the format's pattern entries written as the module names they stand for."""
+def plain_entries(config: dict | None, plain: dict[str, str], keep: bool, added: tuple[str, ...]) -> tuple[dict | None, tuple[str, ...]]:
+    """(config, the entries the plan adds) with config.json's `ignore` pattern entries (`plain`: entry -> the module
+    it stands for) written as the module names: in their place when every target reads only plain entries, beside
+    them (`keep`) when another target reads the pattern and not the name (vLLM's drafter names are `draft_model.`)."""
+    def spelled(entry: str) -> list[str]:
+        return [entry, plain[entry]] if keep and entry in plain else [plain.get(entry, entry)]
+
     qc = (config or {}).get("quantization_config")
     if isinstance(qc, dict) and isinstance(qc.get("ignore"), list):
-        qc["ignore"] = [plain.get(e, e) for e in qc["ignore"]]
-    return config
+        qc["ignore"] = list(dict.fromkeys(e for entry in qc["ignore"] for e in spelled(entry)))
+    return config, tuple(dict.fromkeys(e for entry in added for e in spelled(entry)))
 
 
 def runtime_names(targets, family, names: list[str]) -> list[str]:

@@ -71,11 +71,12 @@ def unused_exclusions(ckpt: Checkpoint, recipe: Recipe, before: tuple[Diagnosis,
     `shared_mlp.down_proj` is unused to vLLM 0.28 (it asks `mlp.down_proj`) and read by 0.32. An entry a target reads
     only as a pattern (`mlp.down_proj`, a substring to vLLM, nothing to TensorRT-LLM's fnmatch) goes: the plan writes
     exact entries for what it excluded. A routed expert's entry is no stored module's to any target (each MoE is asked
-    by its layer's name): the plan names that layer whole where a target does not read the expert entries."""
+    by its layer's name): the plan names that layer whole where a target does not read the expert entries. An entry
+    only a release outside the fix's targets reads (doctor's note, not a warning) is one no target reads: it goes too."""
     if not recipe.from_target or recipe.drop_quantization:
         return frozenset()
     reading = [d for d in before if d.target.profile.allows_quant_config]  # bf16 reads no exclusion list
-    flagged = [{f.subject for f in d.findings if f.code == Kind.UNUSED_EXCLUSION} for d in reading]
+    flagged = [{f.subject for f in d.findings + d.notes if f.code == Kind.UNUSED_EXCLUSION} for d in reading]  # notes: read elsewhere
     found = set().union(*flagged)
     disputed = found - set.intersection(*flagged) if flagged else set()
     for d, unused in zip(reading, flagged):
@@ -107,7 +108,7 @@ def _settled(f: Finding, changed: set[str], recipe: Recipe, declaration: Declara
     if f.code in (Kind.MISSING_MODULE, Kind.DROPPED_TENSOR):  # no change to the files settles either
         return False
     if f.code == Kind.NULL_EXCLUSIONS:
-        return True  # the plan writes a list where the runtime reads the null one (build._config_edits)
+        return True  # the plan writes a list where the runtime reads the null one (config_edits.config_edits)
     if (f.code == Kind.CONFIG_CONTRADICTION or f.config_bound) and recipe.drop_quantization:
         return True  # the config's claim goes with it, and every packed module is dequantized (build._check_supported)
     if f.code in CONFIG_FINDINGS or f.code == Kind.KV_CACHE_SCALES:

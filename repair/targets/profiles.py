@@ -155,6 +155,14 @@ def _data_target(spec: str, runtime: str, version: tuple[int, ...]) -> Target:
     return Target(spec, profile, release_at_or_below(rows.group(1), tuple(int(p or 0) for p in rows.groups()[1:])), version)
 
 
+def shipped_targets() -> tuple[Target, ...]:
+    """One target per release whose own reading ships: each generated vLLM profile's, each rules file's (what doctor
+    asks before calling an exclusion entry one that matches no module: doctor/unused_entries.py)."""
+    specs = [f"vllm=={'.'.join(map(str, p.release))}" for p in arch.PROFILES if p.runtime == "vllm"]
+    specs += [f"{p.runtime}=={'.'.join(map(str, p.min_version))}" for p in DATA_PROFILES]
+    return tuple(resolve(s) for s in specs)
+
+
 MAX_TARGETS = 16  # `--target a,b,...`: each is a diagnosis (and a derived recipe) of its own
 
 
