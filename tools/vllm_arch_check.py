@@ -10,7 +10,8 @@ For each ARCH, one JSON line on stdout, in the order given:
     {"arch": ARCH, "ok": false, "why": "..."}                    (no checkpoint could be written for it)
 LOAD = {"ok": bool, "error_type": ..., "error": ...}: vLLM's own loader on CPU (tools/vllm_load.py's path, weights
 tracked), the real weights of the folder. When the healthy export does not load, "bf16_load" says whether vLLM loads
-transformers' own BF16 checkpoint of the same model (if not, its names are not vLLM's: nothing about quantization).
+transformers' own BF16 checkpoint of the same model (if not, vLLM loads no checkpoint of it: the tier compares its error
+with the profile's `load_refused`, which tools/vllm_load_refused.py records the same way).
 
 The checkpoint: the profile's small config (tools/vllm_profile_configs.py, plus its PUBLISHED fields where
 transformers' class and vLLM's file build different layers from the same config); the tensor names and shapes are what
