@@ -36,7 +36,8 @@ def section(doc: dict, name: str) -> list[str]:
              f"transformers: **{len(archs)} of {with_config} ({100 * len(archs) // max(with_config, 1)}%)**",
              f"- quantization config used: `{json.dumps(doc['quantization'], sort_keys=True)}`",
              "- MTP drafters: " + (", ".join(f"`{a}` ({e['mtp'].get('architecture') or 'not built: ' + e['mtp']['unbuilt'][:60]})"
-                                             for a, e in sorted(archs.items()) if "mtp" in e) or "none"), "",
+                                             for a, e in sorted(archs.items()) if "mtp" in e) or "none"),
+             *refused_lines(doc), "",
              "Profiled: " + ", ".join(f"`{a}`" for a in sorted(archs)) + ".", "", "Not profiled, and why:", ""]
     by_category: dict[str, list[str]] = {}
     for arch, reason in sorted(missing.items()):
@@ -46,6 +47,15 @@ def section(doc: dict, name: str) -> list[str]:
         lines += [f"  - `{a}`: {missing[a].splitlines()[0][:160]}" for a in names] if not cat.startswith("no config") else \
                  ["  - " + ", ".join(f"`{a}`" for a in names)]
     return lines + [""]
+
+
+def refused_lines(doc: dict) -> list[str]:
+    """The profiled architectures the release loads no checkpoint of (`load_refused`, tools/vllm_load_refused.py)."""
+    if not doc.get("load_refused_checked"):
+        return []
+    refused = {a: e["load_refused"] for a, e in sorted(doc["architectures"].items()) if "load_refused" in e}
+    return ["- loads no checkpoint of (its own loader on transformers' BF16 checkpoint fails in the model's load_weights, "
+            "`load_refused`): " + (", ".join(f"`{a}` (`{why[:100]}`)" for a, why in refused.items()) or "none")]
 
 
 def render() -> str:
@@ -78,7 +88,7 @@ RULES_FORM = [
     "`runtime`, `release` (X.Y.Z), `source` (`wheel` or `repo`+`commit`, `files` read, `sha256`/`index`), and `rules`:", "",
     "- `matchers`: per config kind (`modelopt`, `compressed-tensors`, `quantized_layers`) a rule name registered in",
     "  `repair/targets/matchers.py` (`EXCLUSION_MATCHERS`, `LAYER_MATCHERS`); each is a function of the data;",
-    "- `follows_draft_config`; `layer_rows` (the `vllm==X` profile whose layer roles and model fusions apply; not vLLM's own name facts: its `prefixes` other than the routed experts', `nvfp4_load_refused`, `dropped`);",
+    "- `follows_draft_config`; `layer_rows` (the `vllm==X` profile whose layer roles and model fusions apply; not vLLM's own name facts: its `prefixes` other than the routed experts', `nvfp4_load_refused`, `dropped`, `load_refused`);",
     "- `fused`: `policy` (`raise_on_listed_mix`, `any_shard_excluded_bf16`), `error` (template, `{prefix}`), `wildcard`;",
     "- `fallback_fused`: the release treats qkv_proj/gate_up_proj as fused without the model's packed mapping;",
     "- `unknown_tensors`: `policy` (`raise`, `skip`, `log_skip`) and `text`; `refused_algorithms`: quant_algo -> error;",

@@ -12,7 +12,8 @@ Each line also has "stand_in_calls": every call into a stand-in (torchvision, Fl
 while its checkpoints were built, judged and loaded; each raised, so a result that reached one is not vLLM's own.
 LOAD = {"ok": bool, "error_type": ..., "error": ...}: vLLM's own loader on CPU (tools/vllm_load.py's path, weights
 tracked), the real weights of the folder. When the healthy export does not load, "bf16_load" says whether vLLM loads
-transformers' own BF16 checkpoint of the same model (if not, its names are not vLLM's: nothing about quantization).
+transformers' own BF16 checkpoint of the same model (if not, vLLM loads no checkpoint of it: the tier compares its error
+with the profile's `load_refused`, which tools/vllm_load_refused.py records the same way).
 
 The checkpoint: the profile's small config (tools/vllm_profile_configs.py, plus its PUBLISHED fields where
 transformers' class and vLLM's file build different layers from the same config); the tensor names and shapes are what
@@ -41,8 +42,9 @@ import traceback
 import vllm_declared
 from vllm_declared import decide, setup
 from vllm_load import load
+from vllm_load_refused import bf16_export, export_config, transformers_names, write_tensors
 from vllm_profile import QUANTIZATION, no_triton_allocator, refused_layer
-from vllm_profile_configs import PUBLISHED, model_types, small_config
+from vllm_profile_configs import model_types
 from vllm_runtime import STAND_IN_CALLS, Loader, emit, reported
 
 PRODUCER = {"name": "modelopt", "version": "0.33.0"}  # the hf_quant_config.json form of tests/data/real's exports
@@ -70,43 +72,6 @@ def build_on_meta_else_cpu(vc, model_config):
         return initialize_model(vc, model_config=model_config)
 
 
-def bf16_export(arch: str, config: dict, folder: str) -> dict:
-    """transformers' model class for `config`, saved (tiny, BF16): (name -> tensor of its checkpoint, the names of
-    its modules that are not nn.Linear: ModelOpt quantizes linears (and experts, which save as per-expert names that
-    are no module of transformers' class), not GPT-2's Conv1D or embeddings)."""
-    import torch
-    import transformers
-    from safetensors.torch import load_file
-
-    cls = getattr(transformers, arch, None)
-    if cls is None:
-        raise LookupError("transformers has no model class of this name to write its checkpoint names")
-    torch.manual_seed(0)
-    model = cls(cls.config_class(**{k: v for k, v in config.items() if k != "model_type"})).to(torch.bfloat16)
-    model.save_pretrained(folder, safe_serialization=True)
-    tensors: dict = {}
-    for file in sorted(f for f in os.listdir(folder) if f.endswith(".safetensors")):
-        tensors.update(load_file(os.path.join(folder, file)))
-    not_linear = {n for n, m in model.named_modules() if not isinstance(m, torch.nn.Linear)}
-    return tensors, not_linear
-
-
-def transformers_names(model_type: str, tensors: dict) -> dict:
-    """`tensors` renamed by every WeightRenaming of transformers' conversion mapping for `model_type` (the names its
-    class holds; save_pretrained writes them back to the published ones). Some vLLM files read these instead (vLLM 0.32's
-    olmo_hybrid.py: input_layernorm, not the published attention_layer_norm). Converters (fused experts) are kept."""
-    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
-    from transformers.core_model_loading import WeightRenaming
-
-    renamings = [r for r in get_checkpoint_conversion_mapping(model_type) or () if isinstance(r, WeightRenaming)]
-    out = {}
-    for name, tensor in tensors.items():
-        for renaming in renamings:
-            name = renaming.rename_source_key(name)[0]
-        out[name] = tensor
-    return out
-
-
 def quantize_all(probe: str, config: dict) -> dict:
     """vLLM's decision per module of the checkpoint in `probe` under the profile's quantize-everything config; a layer
     vLLM's NVFP4 method refuses to build (a 4-wide Gemma 3n AltUp linear) is excluded and the build retried, as the
@@ -127,8 +92,6 @@ def quantize_all(probe: str, config: dict) -> dict:
 def vllm_placed(probe: str, config: dict, tensors: dict) -> tuple[dict, dict]:
     """(vLLM's decision per module, the checkpoint's tensors) for transformers' published names, else for its own
     names where vLLM's load_weights refuses the published ones (the first error stands when both fail)."""
-    from safetensors.torch import save_file
-
     try:
         return quantize_all(probe, config), tensors
     except Exception:
@@ -136,11 +99,7 @@ def vllm_placed(probe: str, config: dict, tensors: dict) -> tuple[dict, dict]:
         if set(renamed) == set(tensors):
             raise
         first = sys.exc_info()[1]
-    for file in [f for f in os.listdir(probe) if f.endswith(".safetensors")] + ["model.safetensors.index.json"]:
-        if os.path.exists(os.path.join(probe, file)):
-            os.remove(os.path.join(probe, file))
-    save_file({k: v.contiguous() for k, v in renamed.items()}, os.path.join(probe, "model.safetensors"),
-              metadata={"format": "pt"})
+    write_tensors(probe, renamed)
     try:
         return quantize_all(probe, config), renamed
     except Exception as e:
@@ -196,12 +155,7 @@ def broken_choice(placed: dict, tensors: dict, quantized: set[str]) -> tuple[str
 
 
 def check(arch: str, root: str, names: dict, loader: Loader) -> dict:
-    config, _ = small_config(arch, names)
-    config = dict(config, architectures=[arch], torch_dtype="bfloat16", **PUBLISHED.get(arch, {}))
-    if isinstance(config.get("pad_token_id"), int) and config["pad_token_id"] >= config.get("vocab_size", 1 << 30):
-        config["pad_token_id"] = None  # the class default names a token of the full vocabulary
-    if config.get("num_nextn_predict_layers"):
-        config["num_nextn_predict_layers"] = 0  # transformers' class writes no MTP layer (vLLM then wants them)
+    config = export_config(arch, names)
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", arch):  # a class name: it names a folder this tool removes
         raise ValueError(f"not an architecture name: {arch!r}")
     base = os.path.join(root, arch)

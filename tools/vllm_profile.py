@@ -12,7 +12,8 @@ the quant config). Every module holding a 2-D weight is recorded under its name 
   "unquantized" an Unquantized* method (the quant config was asked and declined: embeddings, ...);
   "none"        no quant_method: built without the quant config (quant_config=None, or a plain torch Linear).
 Also: the class's packed_modules_mapping (fused layers) and what its hf_to_vllm_mapper does to each checkpoint
-weight name transformers' own model class gives the config (name patterns). The output is data for
+weight name transformers' own model class gives the config (name patterns); and `load_refused`, vLLM's error where its
+loader takes no BF16 checkpoint of transformers' names at all (tools/vllm_load_refused.py). The output is data for
 repair/targets/data/ (tools/vllm_profile_write.py formats it). Imports nothing from ``repair``.
 """
 
@@ -25,10 +26,11 @@ import tempfile
 import time
 import traceback
 
-from vllm_runtime import (enable_cpu_nvfp4, flash_attention_stand_in, inspect_in_process, nvfp4_moe_emulation_fallback,
+from vllm_runtime import (Loader, enable_cpu_nvfp4, flash_attention_stand_in, inspect_in_process, nvfp4_moe_emulation_fallback,
                           torchvision_stand_in, world_of_one)
 from vllm_profile_configs import PUBLISHED, NoConfig, model_types, small_config
 from vllm_layer_facts import layer_rules
+from vllm_load_refused import load_refused
 from vllm_missing_weights import missing_weights
 from vllm_null_lists import null_exclusions_refused
 from vllm_load_facts import (dropped_tensors, log, load_renames, nvfp4_refusals, pattern, placed_weights, quant_prefixes,
@@ -143,7 +145,7 @@ def build_model(folder: str, initialize_model, drafter: bool = False):
     raise AssertionError("unreachable")
 
 
-def profile(arch: str, names: dict[str, str]) -> dict:
+def profile(arch: str, names: dict[str, str], loader: Loader) -> dict:
     from vllm import ModelRegistry
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.utils import initialize_model
@@ -179,12 +181,14 @@ def profile(arch: str, names: dict[str, str]) -> dict:
         dropped = dropped_tensors(model, {n: (n, *kind) for n, kind in tensors.items()})
     layers = export_layer_rules(arch, model if export == config else None, tensors, export, refused)
     prefixes, loads = quant_prefixes(model, placed, fused), load_renames(model, placed, fused)
+    refused_load = load_refused(arch, names, loader)
     return {"config": {"source": source, "model_type": config.get("model_type")}, **extra,
             "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
             "renames": renames(type(model), checkpoint_names(transformers_model(arch, config, "meta"))),
             **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
             **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}),
-            **({"dropped_in_layers": layers} if layers else {}), **mtp}
+            **({"dropped_in_layers": layers} if layers else {}), **mtp,
+            **({"load_refused": refused_load} if refused_load else {})}
 
 
 def write_config(folder: str, arch: str, config: dict, refused: list[str]) -> None:
@@ -305,16 +309,18 @@ def main(argv: list[str]) -> int:
     no_triton_allocator()
     record_asked_prefixes()
     register_drafters()
+    loader = Loader(False)
     names = model_types()
     archs = sorted(only or _TEXT_GENERATION_MODELS)
     result = {"runtime": "vllm", "release": vllm.__version__.split("+")[0], "quantization": QUANTIZATION,
               "missing_weights": missing_weights(lambda quantized: small_llama(quantized, names)),
               "null_exclusions_refused": null_exclusions_refused(),
+              "load_refused_checked": True,  # every row says whether vLLM loads any checkpoint of it (`load_refused`)
               "registered": len(_TEXT_GENERATION_MODELS), "architectures": {}, "unprofiled": {}}
     for arch in archs:
         t0 = time.perf_counter()
         try:
-            result["architectures"][arch] = profile(arch, names)
+            result["architectures"][arch] = profile(arch, names, loader)
         except NoConfig as e:
             result["unprofiled"][arch] = str(e)
         except Exception as e:  # noqa: BLE001 - vLLM refused to build it: recorded as the reason

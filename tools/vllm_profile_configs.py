@@ -160,6 +160,13 @@ PUBLISHED: dict[str, dict] = {
     "AXK1ForCausalLM": {"first_k_dense_replace": 0},
     # zamba2.py:165 builds the shared attention's qkv_proj with as many K/V heads as query heads (no kv-head count)
     "Zamba2ForCausalLM": {"num_key_value_heads": 4},  # = SMALL's num_attention_heads
+    # vLLM 0.28/0.30 phi.py build qkv_proj with as many K/V heads as query heads (:94) and fc1 4 * hidden_size wide
+    # (:148, no n_inner); published Phi configs (phi-1, phi-1_5, phi-2) are both: num_key_value_heads null (MHA),
+    # intermediate_size 4 * hidden_size. (0.32 registers Phi on its Transformers backend: not profiled there)
+    "PhiForCausalLM": {"num_key_value_heads": 4, "intermediate_size": 256},  # SMALL's heads; 4 * its hidden_size
+    # vLLM 0.28 hunyuan_v1.py:225 builds query/key_layernorm only if use_qk_norm, which published Hunyuan dense configs
+    # (tencent/Hunyuan-7B-Instruct) set; transformers' class always builds them (modeling_hunyuan_v1_dense.py:180)
+    "HunYuanDenseV1ForCausalLM": {"use_qk_norm": True},
     # the class's default 15 KV-shared layers (of 35) outnumber the 4 kept; transformers' class then finds no earlier
     # layer of a shared layer's kind. One shared layer is the smallest layout that keeps KV sharing
     "Gemma3nForCausalLM": {"num_kv_shared_layers": 1},

@@ -53,6 +53,17 @@ class DroppedTensor:
 
 
 @dataclass(frozen=True)
+class RefusedLoad:
+    """The runtime release's own loader takes no checkpoint of this architecture, whatever its quantization: its model
+    class's load_weights raised `error` on transformers' own BF16 checkpoint of it (vLLM 0.28-0.32's dbrx.py and
+    olmo_hybrid.py), recorded from its code (tools/vllm_load_refused.py)."""
+
+    error: str  # the runtime's exception, `Type: message`
+    release: str  # the release, as messages name it ("vllm 0.32.0")
+    source: str  # the profile file it is recorded in
+
+
+@dataclass(frozen=True)
 class LayerKind:
     """How a runtime builds one layer role: its tensor-parallel style and class name."""
 
@@ -82,6 +93,7 @@ class Architecture:
     nvfp4_load_refused: tuple[tuple[str, str], ...] = ()  # (re.search on checkpoint names, why): load_weights fails on NVFP4
     dropped_tensors: tuple[DroppedTensor, ...] = ()  # tensors load_weights takes and fills no parameter with
     dropped_in_layers: tuple[LayerDrop, ...] = ()  # modules the runtime builds in some layers only (arch/layer_rules.py)
+    load_refused: RefusedLoad | None = None  # the release loads no checkpoint of it (its load_weights fails)
 
     def dropped(self, config: dict | None) -> frozenset[str]:
         """Checkpoint module names this release builds in no layer of that name, for this config.json."""

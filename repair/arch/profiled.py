@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from importlib.resources import files
 
-from repair.arch.base import Architecture, DroppedTensor
+from repair.arch.base import Architecture, DroppedTensor, RefusedLoad
 from repair.arch.layer_rules import LayerDrop
 from repair.arch.roles import GENERIC_ROLES, UnquantizedRole
 
@@ -31,7 +31,7 @@ STAR = re.compile(r"\.\*(?=\.|$)")
 PLACED = re.compile(r"\{(\d{1,3})\}")
 # what the profiled runtime's own model code does with names, not which layers it builds: the prefix a layer hands its
 # quant config (Afmoe's lm_head: "" in vLLM 0.32, "lm_head" in SGLang 0.5.23's afmoe.py), what load_weights refuses or drops
-OWN_CODE = frozenset({"prefixes", "nvfp4_load_refused", "dropped"})
+OWN_CODE = frozenset({"prefixes", "nvfp4_load_refused", "dropped", "load_refused"})
 # but 3-D experts (GraniteMoe's input_linear, Llama4's experts.gate_up_proj) load into the routed experts' FusedMoE, which
 # each runtime's model asks about under its `experts` module: SGLang 0.5.23 granitemoe.py:142-151, llama4.py:120-129
 ROUTED_EXPERTS = ".experts"
@@ -87,6 +87,7 @@ class ReleaseProfile:
     unprofiled: dict  # architecture -> why not
     missing_weights: dict = field(default_factory=dict)  # what its loader does with unfilled weights (vllm_missing_weights.py)
     null_exclusions_refused: dict = field(default_factory=dict)  # quant method -> its config reader's error on a null list
+    load_checked: bool = False  # every row records whether the release loads any checkpoint of it (`load_refused`)
 
     @property
     def label(self) -> str:
@@ -116,7 +117,8 @@ def read_profiles() -> tuple[ReleaseProfile, ...]:
         if "architectures" not in doc:
             continue  # a rules-only release file (repair/targets/runtime_rules.py reads it)
         out.append(ReleaseProfile(doc["runtime"], release_of(doc["release"]), item.name, doc["architectures"], doc["unprofiled"],
-                                  doc.get("missing_weights", {}), doc.get("null_exclusions_refused", {})))
+                                  doc.get("missing_weights", {}), doc.get("null_exclusions_refused", {}),
+                                  doc.get("load_refused_checked") is True))
     return tuple(sorted(out, key=lambda p: (p.runtime, p.release)))
 
 
@@ -182,9 +184,18 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
                                   f"recorded in {profile.source})") for p, fact in sorted(entry.get("dropped", {}).items()))
     drops = tuple(LayerDrop(module, run, field, profile.source) for module, rule in sorted(entry.get("dropped_in_layers", {}).items())
                   for run, field in sorted(rule.items()))
+    load = entry.get("load_refused")
+    load_refused = RefusedLoad(load, profile.label, profile.source) if isinstance(load, str) and load else None
     return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
                         unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused,
-                        nvfp4_load_refused=refused, dropped_tensors=dropped, dropped_in_layers=drops, **names)
+                        nvfp4_load_refused=refused, dropped_tensors=dropped, dropped_in_layers=drops,
+                        load_refused=load_refused, **names)
+
+
+def releases_loading(profiles: tuple[ReleaseProfile, ...], runtime: str, name: str) -> tuple[str, ...]:
+    """The shipped releases of `runtime` whose profile checked and records no refusal to load architecture `name`."""
+    return tuple(p.label for p in profiles if p.runtime == runtime and p.load_checked and name in p.entries
+                 and not p.entries[name].get("load_refused"))
 
 
 def module_state(entry: dict, module: str) -> str | None:

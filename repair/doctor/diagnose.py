@@ -15,6 +15,7 @@ from repair.doctor.checks import (config_findings, fused_findings, health_findin
 from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
                                     kv_scale_health, layer_map_findings, null_list_findings, runtime_refusal_findings)
 from repair.doctor.dropped import dropped_tensor_findings
+from repair.doctor.refused_load import load_refused_findings
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.fused import fused_storage_findings
 from repair.doctor.missing import consequence, missing_findings, unbuilt
@@ -88,6 +89,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += unquantized_role_findings(declaration, modules, family, target.profile.knows_layer_roles)
     findings += nvfp4_load_refusal_findings(modules, family, target.profile.knows_layer_roles)
     findings += dropped_tensor_findings(infos, family, target, declaration.quantized)
+    findings += load_refused_findings(family, target, architecture_name(ckpt.config), tp)
     # without a loader profile (no specs), what the target builds each stored quantized module as, for the health checks
     built = precision if specs else stored_precision([m.name for m in modules.values() if m.is_quantized], declaration, target, family)
     mismatched, notes = algorithm_findings(declaration, modules, specs, family, precision)

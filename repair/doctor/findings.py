@@ -48,6 +48,7 @@ class Kind(StrEnum):
     RUNTIME_SCHEME = "runtime-scheme"
     MISSING_MODULE = "missing-module"
     DROPPED_TENSOR = "dropped-tensor"
+    LOAD_REFUSED = "load-refused"  # the release loads no checkpoint of this architecture (its own load_weights fails)
     PRE_QUANT_SCALE = "pre-quant-scale"
 
 

@@ -1,8 +1,8 @@
 """The shipped vLLM 0.32 profile is what vLLM 0.32 builds, and issue 26's misread classes are vLLM's own verdicts.
 
-- tools/vllm_profile.py regenerates repair/targets/data/vllm-0.32.json in this venv (~1 minute: every registered
-  architecture built on the meta device) and the shipped file must equal it: a vLLM or generator change that the
-  data does not follow fails here.
+- tools/vllm_profile.py regenerates repair/targets/data/vllm-0.32.json in this venv (~3 minutes: every registered
+  architecture built on the meta device, and transformers' BF16 checkpoint of each loaded by vLLM's own loader for
+  `load_refused`) and the shipped file must equal it: a vLLM or generator change that the data does not follow fails here.
 - GLM-4.x MoE routers: vLLM's loader (tools/vllm_load.py) gives them UnquantizedLinearMethod, and inspect says "-".
 - Qwen3 with one BF16 k_proj: vLLM stops on the shape check doctor names; the healthy export loads, doctor is clean.
 - compressed-tensors: W4A4 without activation scales fails vLLM's weights check and doctor's; with them both pass;

@@ -1,0 +1,42 @@
+"""An architecture the target release loads no checkpoint of, whatever its quantization (the profile's `load_refused`).
+
+vLLM 0.28 to 0.32 raise in the model class's own load_weights on every checkpoint of DBRX (dbrx.py looks the fused
+experts up as `blocks.N.ffn.experts.w13_weight`, a name its FusedMoE no longer has: `KeyError`, vllm-project/vllm#49004)
+and of OLMo Hybrid (olmo_hybrid.py's conv1d loader indexes with a shard id it never receives: `TypeError`,
+vllm-project/vllm#55858). The generator records the error from vLLM's own load of transformers' BF16 checkpoint
+(tools/vllm_load_refused.py). No change to the files settles it, so it is one error for the whole checkpoint, quoted
+in vLLM's words, and `fix` refuses it in one line.
+"""
+
+from __future__ import annotations
+
+from repair import arch
+from repair.arch import Architecture
+from repair.arch.profiled import releases_loading
+from repair.doctor.findings import Finding, Kind, Severity
+from repair.targets.profiles import Target
+
+
+def load_refused_findings(family: Architecture, target: Target, name: str, tp: int) -> list[Finding]:
+    """One error when the target's release loads no checkpoint of architecture `name` (only for the runtime whose code
+    the row records: knows_layer_roles); none otherwise, nor for a release older than every shipped profile (its rows
+    are the oldest profile's, and a load failure may be that release's regression)."""
+    refused = family.load_refused
+    older = target.version is not None and target.release is not None and target.release.release > target.version
+    if refused is None or not target.profile.knows_layer_roles or older:
+        return []
+    return [Finding(Severity.ERROR, Kind.LOAD_REFUSED, name,
+                    f"{name}: {refused.release}'s load_weights fails on every checkpoint of this architecture, whatever its "
+                    f"quantization: its own loader raises {refused.error} on transformers' BF16 checkpoint of it (recorded "
+                    f"in {refused.source}); no change to the files makes this release load it: "
+                    f"{advice(target.profile.runtime, name)}", refused.error, tuple(range(tp)))]
+
+
+def advice(runtime: str, name: str) -> str:
+    """What to do: the shipped releases whose own load takes it, else a release past the profiled ones."""
+    loading = releases_loading(arch.PROFILES, runtime, name)
+    if loading:
+        return f"serve it with {' or '.join(loading)}, whose own load takes it (its profile records no such failure)"
+    checked = [p.label for p in arch.PROFILES if p.runtime == runtime and p.load_checked]
+    return (f"serve it with a release whose model code is fixed (none of the profiled {', '.join(checked)} loads it: "
+            "look this error up in the runtime's issues for the release that fixes it) or with another runtime")
