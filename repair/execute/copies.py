@@ -24,7 +24,7 @@ AHEAD_BYTES = 4 << 30  # and their bytes: ~2 s of this disk's writes, a sixth of
 
 
 class WholeCopies:
-    """Copies of whole input shards, started at once, in the order given; `digest(name)` in that order."""
+    """Copies of whole input shards, started at once by `with`, in the order given; `digest(name)` in that order."""
 
     def __init__(self, jobs: dict[str, tuple[PinnedFile, Path]]):
         self._turns = {name: turn for turn, name in enumerate(jobs)}
@@ -33,11 +33,20 @@ class WholeCopies:
         self._sizes = {name: src.size for name, (src, _) in jobs.items()}
         self._stopped = False
         self._room = threading.Condition()
+        self._started: list[HashedOutput] = []  # every copy made, whether or not its Future was kept: stop() closes them
+        self._jobs = jobs
         self._pool = ThreadPoolExecutor(COPIERS, thread_name_prefix="ckpt-repair-copy")
-        self._copies: dict[str, Future] = {
-            name: self._pool.submit(self._copy, self._turns[name], src, dst) for name, (src, dst) in jobs.items()}
+        self._copies: dict[str, Future] = {}
 
     def __enter__(self) -> "WholeCopies":
+        """Starts the copies here, not in __init__: an interrupt before `with` holds the object starts none, and one
+        between two submissions (no __exit__ runs then) stops those begun before it leaves."""
+        try:
+            for name, (src, dst) in self._jobs.items():
+                self._copies[name] = self._pool.submit(self._copy, self._turns[name], src, dst)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -63,12 +72,9 @@ class WholeCopies:
         with self._room:
             self._stopped = True
             self._room.notify_all()
-        for copy in self._copies.values():
-            copy.cancel()
-        self._pool.shutdown(wait=True)
-        for copy in self._copies.values():
-            if not copy.cancelled() and copy.exception() is None and copy.result() is not None:
-                copy.result().abort()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for out in self._started:
+            out.abort()
 
     def _copy(self, turn: int, src: PinnedFile, dst: Path) -> HashedOutput | None:
         with self._room:
@@ -77,7 +83,10 @@ class WholeCopies:
             if self._stopped:
                 return None
             self._ahead += src.size
-        return copy_file_started(src, dst)
+        out = copy_file_started(src, dst)
+        with self._room:  # stop() waits for every running copy, then closes each one listed here
+            self._started.append(out)
+        return out
 
     def _may_start(self, turn: int, size: int) -> bool:
         return turn < self._taken + COPIERS or (turn < self._taken + AHEAD and self._ahead + size <= AHEAD_BYTES)
