@@ -13,7 +13,8 @@ the quant config). Every module holding a 2-D weight is recorded under its name 
   "none"        no quant_method: built without the quant config (quant_config=None, or a plain torch Linear).
 Also: the class's packed_modules_mapping (fused layers) and what its hf_to_vllm_mapper does to each checkpoint
 weight name transformers' own model class gives the config (name patterns); and `load_refused`, vLLM's error where its
-loader takes no BF16 checkpoint of transformers' names at all (tools/vllm_load_refused.py). The output is data for
+loader takes no BF16 checkpoint of transformers' names at all (tools/vllm_load_refused.py); and `modelopt_fp4_only`,
+the layers built unquantized under ModelOpt's NVFP4 config alone (tools/vllm_format_states.py). The output is data for
 repair/targets/data/ (tools/vllm_profile_write.py formats it). Imports nothing from ``repair``.
 """
 
@@ -30,6 +31,7 @@ from vllm_runtime import (Loader, enable_cpu_nvfp4, flash_attention_stand_in, in
                           torchvision_stand_in, world_of_one)
 from vllm_profile_configs import PUBLISHED, NoConfig, model_types, small_config
 from vllm_layer_facts import layer_rules
+from vllm_format_states import modelopt_fp4_only
 from vllm_load_refused import load_refused
 from vllm_missing_weights import missing_weights
 from vllm_null_lists import null_exclusions_refused
@@ -182,13 +184,15 @@ def profile(arch: str, names: dict[str, str], loader: Loader) -> dict:
     layers = export_layer_rules(arch, model if export == config else None, tensors, export, refused)
     prefixes, loads = quant_prefixes(model, placed, fused), load_renames(model, placed, fused)
     refused_load = load_refused(arch, names, loader)
+    nvfp4_only = modelopt_fp4_only(arch, config, refused, modules, build_model, state_of)
     return {"config": {"source": source, "model_type": config.get("model_type")}, **extra,
             "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
             "renames": renames(type(model), checkpoint_names(transformers_model(arch, config, "meta"))),
             **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
             **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}),
             **({"dropped_in_layers": layers} if layers else {}), **mtp,
-            **({"load_refused": refused_load} if refused_load else {})}
+            **({"load_refused": refused_load} if refused_load else {}),
+            **({"modelopt_fp4_only": nvfp4_only} if nvfp4_only else {})}
 
 
 def write_config(folder: str, arch: str, config: dict, refused: list[str]) -> None:

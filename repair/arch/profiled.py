@@ -129,14 +129,17 @@ def pattern_regex(patterns: list[str]) -> str:
 
 def never_quantized_roles(profile: ReleaseProfile, entry: dict) -> tuple[UnquantizedRole, ...]:
     """One role per layer class the release builds without a quantized method, matched on checkpoint names: the
-    vLLM pattern itself and every checkpoint pattern its weight mapper renames to it. A drafter-only layer the NVFP4
-    config declined (state "unquantized", e.g. Qwen3.5's mtp.fc, forced unquantized for modelopt_fp4 only) holds
-    under the profiled NVFP4 config only; one built with no quant method at all ("none": DeepSeek's eh_proj) always."""
+    vLLM pattern itself and every checkpoint pattern its weight mapper renames to it. A layer the NVFP4 config
+    declined that the same code quantizes under compressed-tensors' config (`modelopt_fp4_only`, generated: Qwen4Exp's
+    QSA qkv_proj), and a drafter-only one it declined (state "unquantized", e.g. Qwen3.5's mtp.fc, forced unquantized
+    for modelopt_fp4 only), hold under ModelOpt's NVFP4 only; one built with no quant method ("none") always."""
     by_layer: dict[tuple[str, bool], list[str]] = {}
     modules, renames = with_drafter(entry)
+    modelopt_only = set(entry.get("modelopt_fp4_only", ()))
     for vllm_pattern, module in modules.items():
         if module["state"] in NEVER_QUANTIZED and not _generic(vllm_pattern):
-            nvfp4_only = vllm_pattern not in entry["modules"] and module["state"] == "unquantized"
+            declined = module["state"] == "unquantized"
+            nvfp4_only = declined and (vllm_pattern not in entry["modules"] or vllm_pattern in modelopt_only)
             by_layer.setdefault((module["layer"], nvfp4_only), []).append(vllm_pattern)
     roles = []
     for (layer, nvfp4_only), patterns in sorted(by_layer.items()):

@@ -158,6 +158,35 @@ def test_qwen4exp_qsa_projections_stored_packed(checked, arch, request, tmp_path
     assert loaded["ok"] and loaded["stand_in_calls"] == [], loaded
 
 
+def as_compressed_tensors(modelopt: Path, folder: Path) -> Path:
+    """compressed-tensors' own conversion (tools/ct_export.py) of a ModelOpt export of this module: its exclusions
+    become `ignore`, every other linear llm-compressor's NVFP4 (`weight_packed`, `weight_global_scale` = 1/x)."""
+    from tools.ct_export import convert_modelopt
+
+    config = json.loads((modelopt / "config.json").read_text())
+    exclude = json.loads((modelopt / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    config["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "ignore": exclude}
+    (modelopt / "config.json").write_text(json.dumps(config, indent=1))
+    return convert_modelopt(modelopt, folder)
+
+
+@pytest.mark.parametrize("arch", ["Qwen4ExpForCausalLM"])
+def test_qwen4exp_qsa_projections_quantized_under_compressed_tensors(checked, arch, request, tmp_path, capsys):
+    """QSA's linear drops ModelOpt's FP4 config only (nvidia/model.py without_modelopt_fp4 hands any other through): the
+    same four projections stored compressed-tensors NVFP4 load in vLLM 0.32 quantized, and doctor must agree (the
+    profile's `modelopt_fp4_only`, from tools/vllm_format_states.py; before it, doctor called each of them an error)."""
+    line = exported(checked, arch, request, "healthy")
+    modules = with_qsa_projections_packed(Path(line["healthy"]), tmp_path / "packed")
+    ct = as_compressed_tensors(tmp_path / "packed", tmp_path / "ct")
+    loaded = in_vllm("vllm_load.py", ct, "--moe-emulation")[0]
+    assert loaded["ok"] and loaded["stand_in_calls"] == [], loaded
+    qkv = {m.rpartition(".")[0] + ".qkv_proj" for m in modules if ".indexer." not in m}
+    assert {loaded["methods"][m]["scheme"] for m in qkv} == {"CompressedTensorsW4A4Fp4"}, loaded["methods"]
+    code, out, err = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", ct, "--json")
+    errors = [f for f in json.loads(out)["findings"] if f["severity"] == "error"]
+    assert code == 0 and not errors, errors
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_inspect_declares_what_vllm_builds(checked, arch, request, capsys):
     line = exported(checked, arch, request, "inspect")
