@@ -174,7 +174,8 @@ def as_compressed_tensors(modelopt: Path, folder: Path) -> Path:
 def test_qwen4exp_qsa_projections_quantized_under_compressed_tensors(checked, arch, request, tmp_path, capsys):
     """QSA's linear drops ModelOpt's FP4 config only (nvidia/model.py without_modelopt_fp4 hands any other through): the
     same four projections stored compressed-tensors NVFP4 load in vLLM 0.32 quantized, and doctor must agree (the
-    profile's `modelopt_fp4_only`, from tools/vllm_format_states.py; before it, doctor called each of them an error)."""
+    profile's `modelopt_fp4_only`, from tools/vllm_format_states.py; before it, doctor called each of them an error),
+    and fix has nothing to fix."""
     line = exported(checked, arch, request, "healthy")
     modules = with_qsa_projections_packed(Path(line["healthy"]), tmp_path / "packed")
     ct = as_compressed_tensors(tmp_path / "packed", tmp_path / "ct")
@@ -185,6 +186,8 @@ def test_qwen4exp_qsa_projections_quantized_under_compressed_tensors(checked, ar
     code, out, err = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", ct, "--json")
     errors = [f for f in json.loads(out)["findings"] if f["severity"] == "error"]
     assert code == 0 and not errors, errors
+    code, out, err = run_captured(capsys, "fix", "--target", "vllm==0.32.0", ct, "-o", tmp_path / "out")
+    assert code == 0 and "nothing to fix" in out + err and not (tmp_path / "out").exists(), out + err
 
 
 @pytest.mark.parametrize("arch", ARCHS)
