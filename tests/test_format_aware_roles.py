@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import save_file
 
@@ -71,3 +72,25 @@ def test_doctor_takes_qwen4exp_qsa_projections_quantized_under_compressed_tensor
     findings = json.loads(out)["findings"]
     named = {f["subject"] for f in findings if f["severity"] == "error"}
     assert not named & {f"model.layers.3.{leaf}" for leaf in QSA}, [f for f in findings if f["severity"] == "error"]
+
+
+@pytest.mark.parametrize("name", ["Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3NextForCausalLM"])
+def test_the_drafter_layer_forced_unquantized_for_modelopt_fp4_alone_is_generated(name):
+    """Qwen3.5 / Qwen3-Next's MTP drafter builds `fc` with no quant config only under modelopt_fp4
+    (model_executor/models/qwen3_5_mtp.py:95, qwen3_next_mtp.py:76). The profile says so from the drafter built again
+    under compressed-tensors' config, where fc is quantized; it was a guess about every drafter layer the NVFP4 config
+    declined. The role holds under ModelOpt NVFP4 only."""
+    entry = VLLM.entries[name]
+    assert entry["mtp"]["modelopt_fp4_only"] == ["model.fc"]
+    row = arch.architecture({"architectures": [name]})
+    assert [r for r in row.unquantized_roles if r.covers("mtp.fc", "modelopt-nvfp4", "NVFP4")]
+    assert not [r for r in row.unquantized_roles if r.covers("mtp.fc", "compressed-tensors")]
+
+
+def test_no_drafter_layer_is_nvfp4_only_without_the_generated_fact():
+    """A drafter layer the NVFP4 config declined, that compressed-tensors' config does not quantize either (DeepSeekMTP's
+    router gate), is a role under every format."""
+    entry = VLLM.entries["DeepseekV3ForCausalLM"]
+    assert "modelopt_fp4_only" not in entry["mtp"] and entry["mtp"]["modules"]["model.layers.*.mtp_block.mlp.gate"]["state"] == "unquantized"
+    row = arch.architecture({"architectures": ["DeepseekV3ForCausalLM"]})
+    assert [r for r in row.unquantized_roles if r.covers("model.layers.61.mtp_block.mlp.gate", "compressed-tensors")]

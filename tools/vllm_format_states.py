@@ -33,9 +33,11 @@ def ignored(patterns: list[str]) -> list[str]:
     return ["re:^" + re.escape(p).replace(re.escape("*"), r"\d+") + "$" for p in patterns]
 
 
-def modelopt_fp4_only(arch: str, config: dict, refused: list[str], modules: dict, build, state_of) -> list[str]:
+def modelopt_fp4_only(arch: str, config: dict, refused: list[str], modules: dict, build, state_of,
+                      drafter: bool = False) -> list[str]:
     """The patterns of `modules` (the ModelOpt build's) built unquantized there and quantized under compressed-tensors'
-    NVFP4 config; [] when none is unquantized, or vLLM builds no compressed-tensors model of it here (logged)."""
+    NVFP4 config; [] when none is unquantized, or vLLM builds no compressed-tensors model of it here (logged).
+    `drafter`: of the MTP drafter vLLM builds for the config (Qwen3.5's `fc`: qwen3_5_mtp.py:95 drops modelopt_fp4)."""
     from vllm.model_executor.model_loader.utils import initialize_model
 
     declined = [p for p, m in modules.items() if m["state"] == "unquantized"]
@@ -46,7 +48,7 @@ def modelopt_fp4_only(arch: str, config: dict, refused: list[str], modules: dict
             json.dump(dict(config, architectures=[arch], quantization_config=dict(CT_NVFP4, ignore=ignored(refused)),
                            torch_dtype="bfloat16"), f)
         try:
-            model = build(folder, initialize_model)[0]
+            model = build(folder, initialize_model, drafter=drafter)[0]
         except Exception as e:  # noqa: BLE001 - no compressed-tensors build: the rows stay format-blind, as before
             log(f"{arch}: no compressed-tensors build ({type(e).__name__}: {str(e)[:120]})")
             return []

@@ -185,6 +185,9 @@ def profile(arch: str, names: dict[str, str], loader: Loader) -> dict:
     prefixes, loads = quant_prefixes(model, placed, fused), load_renames(model, placed, fused)
     refused_load = load_refused(arch, names, loader)
     nvfp4_only = modelopt_fp4_only(arch, config, refused, modules, build_model, state_of)
+    drafter_only = modelopt_fp4_only(arch, config, refused, mtp["mtp"].get("modules", {}), build_model, state_of,
+                                     drafter=True) if mtp else []
+    mtp = {"mtp": dict(mtp["mtp"], modelopt_fp4_only=drafter_only)} if drafter_only else mtp
     return {"config": {"source": source, "model_type": config.get("model_type")}, **extra,
             "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
             "renames": renames(type(model), checkpoint_names(transformers_model(arch, config, "meta"))),

@@ -130,16 +130,16 @@ def pattern_regex(patterns: list[str]) -> str:
 def never_quantized_roles(profile: ReleaseProfile, entry: dict) -> tuple[UnquantizedRole, ...]:
     """One role per layer class the release builds without a quantized method, matched on checkpoint names: the
     vLLM pattern itself and every checkpoint pattern its weight mapper renames to it. A layer the NVFP4 config
-    declined that the same code quantizes under compressed-tensors' config (`modelopt_fp4_only`, generated: Qwen4Exp's
-    QSA qkv_proj), and a drafter-only one it declined (state "unquantized", e.g. Qwen3.5's mtp.fc, forced unquantized
-    for modelopt_fp4 only), hold under ModelOpt's NVFP4 only; one built with no quant method ("none") always."""
+    declined that the same code quantizes under compressed-tensors' config (`modelopt_fp4_only`, generated, of the
+    main model or its MTP drafter: Qwen4Exp's QSA qkv_proj, Qwen3.5's mtp.fc) holds under ModelOpt's NVFP4 only."""
     by_layer: dict[tuple[str, bool], list[str]] = {}
     modules, renames = with_drafter(entry)
-    modelopt_only = set(entry.get("modelopt_fp4_only", ()))
+    drafter = entry.get("mtp", {})
+    modelopt_only = {*entry.get("modelopt_fp4_only", ()),
+                     *(p for p in drafter.get("modelopt_fp4_only", ()) if p not in entry["modules"])}
     for vllm_pattern, module in modules.items():
         if module["state"] in NEVER_QUANTIZED and not _generic(vllm_pattern):
-            declined = module["state"] == "unquantized"
-            nvfp4_only = declined and (vllm_pattern not in entry["modules"] or vllm_pattern in modelopt_only)
+            nvfp4_only = module["state"] == "unquantized" and vllm_pattern in modelopt_only
             by_layer.setdefault((module["layer"], nvfp4_only), []).append(vllm_pattern)
     roles = []
     for (layer, nvfp4_only), patterns in sorted(by_layer.items()):
