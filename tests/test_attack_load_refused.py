@@ -1,0 +1,46 @@
+"""Attacks on `load-refused` (#26 wave 2): the ways a user meets an architecture the target release loads no
+checkpoint of, beyond the plain `doctor --target vllm==0.32.0`. vLLM's own load fails on every rank, so where doctor
+says where each rank stops (`runtime_stops_at`, the text's "would stop", the side-by-side verdict), it says this."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_captured
+from tests.test_doctor_load_refused import DBRX_ERROR, write_dbrx
+
+
+@pytest.fixture(scope="module")
+def dbrx(tmp_path_factory) -> Path:
+    return write_dbrx(tmp_path_factory.mktemp("dbrx-attack") / "nvfp4", quantized=True)
+
+
+def doctor_json(capsys, folder: Path, *args: str) -> tuple[int, dict]:
+    code, out, err = run_captured(capsys, "doctor", folder, "--json", *args)
+    assert code in (0, 1), err
+    return code, json.loads(out)
+
+
+def test_every_rank_stops_with_vllms_error(dbrx, capsys):
+    """vLLM's load_weights raises on every rank: doctor --json must not say no rank stops."""
+    code, found = doctor_json(capsys, dbrx, "--target", "vllm==0.32.0", "--tp", "2")
+    assert code == 1
+    assert [(s["rank"], s["error"]) for s in found["runtime_stops_at"]] == [(0, DBRX_ERROR), (1, DBRX_ERROR)], found
+
+
+def test_the_text_says_where_the_runtime_stops(dbrx, capsys):
+    code, out, err = run_captured(capsys, "doctor", dbrx, "--target", "vllm==0.32.0")
+    assert code == 1 and f"the runtime would stop at DbrxForCausalLM with:\n    {DBRX_ERROR}" in out, out + err
+
+
+def test_side_by_side_says_vllm_does_not_load_it_and_sglang_has_no_such_stop(dbrx, capsys):
+    code, out, err = run_captured(capsys, "doctor", dbrx, "--target", "vllm==0.32.0,sglang==0.5.23")
+    verdicts = dict(line.split(None, 1) for line in out.splitlines()[1:3])
+    assert "does not load (stops at DbrxForCausalLM)" in verdicts["vllm==0.32.0"], out
+    assert "does not load" not in verdicts["sglang==0.5.23"], out
+    code, found = doctor_json(capsys, dbrx, "--target", "vllm==0.32.0,sglang==0.5.23")
+    stops = {t["target"]: t["runtime_stops_at"] for t in found["targets"]}
+    assert stops["sglang==0.5.23"] == [] and [s["error"] for s in stops["vllm==0.32.0"]] == [DBRX_ERROR], stops
