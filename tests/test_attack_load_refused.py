@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_captured
+from tests.hub_workflow_helpers import hub, hub_env  # noqa: F401 - fixtures
 from tests.test_doctor_load_refused import DBRX_ERROR, write_dbrx
 
 
@@ -44,3 +45,31 @@ def test_side_by_side_says_vllm_does_not_load_it_and_sglang_has_no_such_stop(dbr
     code, found = doctor_json(capsys, dbrx, "--target", "vllm==0.32.0,sglang==0.5.23")
     stops = {t["target"]: t["runtime_stops_at"] for t in found["targets"]}
     assert stops["sglang==0.5.23"] == [] and [s["error"] for s in stops["vllm==0.32.0"]] == [DBRX_ERROR], stops
+
+
+def test_hub_doctor_and_fix_say_what_the_local_ones_do(dbrx, hub, capsys, tmp_path):
+    """The same checkpoint on the Hub (the local server, the real huggingface_hub client): the same verdict, and
+    `hub fix` refuses in one line before creating anything."""
+    hub.add_repo("alice/dbrx", dbrx)
+    remote = doctor_json(capsys, "alice/dbrx", "--target", "vllm==0.32.0", "--tp", "2")
+    local = doctor_json(capsys, dbrx, "--target", "vllm==0.32.0", "--tp", "2")
+    assert remote[0] == local[0] == 1 and remote[1]["findings"] == local[1]["findings"]
+    assert remote[1]["runtime_stops_at"] == local[1]["runtime_stops_at"] != []
+    code, out, err = run_captured(capsys, "hub", "fix", "alice/dbrx", "--to", "alice/dbrx-fixed", "--target", "vllm==0.32.0")
+    [line] = [x for x in err.splitlines() if x.startswith("error:")]  # after hub fix's progress lines (source, token)
+    assert code == 2 and DBRX_ERROR in line and "nothing was written" in line, out + err
+    assert not [r for r in hub.requests if r.method in ("POST", "PUT", "DELETE")], "a refusal created or uploaded something"
+
+
+def test_the_web_check_shows_the_stop_and_the_refused_plan(dbrx):
+    """The page's Check (repair.web.analyze, the library's doctor and plan): vLLM does not load it, where each rank
+    stops, and the plan's one-line refusal; SGLang's verdict beside it has no such stop."""
+    from repair.web.analyze import analyze
+
+    answer = analyze({"source": str(dbrx), "target": "vllm==0.32.0,sglang==0.5.23", "tp": 2})
+    verdicts = {v["target"]: v for v in answer["verdicts"]}
+    assert verdicts["vllm==0.32.0"]["exit_code"] == 1
+    assert [s["error"] for s in verdicts["vllm==0.32.0"]["stops"]] == [DBRX_ERROR, DBRX_ERROR]
+    assert verdicts["sglang==0.5.23"]["stops"] == []
+    assert any("[load-refused]" in line and "vllm==0.32.0" in line for line in answer["findings"]["error"]), answer["findings"]
+    assert answer["plan_text"] is None and DBRX_ERROR in answer["plan_error"], answer["plan_error"]
