@@ -2,16 +2,14 @@
 indexer, and a config without QSA. vLLM 0.32 judges each (tools/vllm_load.py, its own loader on CPU, the FlashAttention
 stand-in never called); doctor --target vllm==0.32.0 must exit 0 exactly when vLLM loads it.
 
-The shipped row is vLLM's QSA build (qwen4_exp/nvidia/model.py:243: `indexer_n_heads` set), whatever the config says:
-- with `indexer_*` null vLLM builds Qwen3NextAttention, whose fused qkv_proj takes NVFP4 q/k/v; the row calls them a
-  QSA linear vLLM builds unquantized (doctor: config-contradiction errors on a checkpoint vLLM loads);
+The profile records vLLM's QSA build (qwen4_exp/nvidia/model.py:243: `indexer_n_heads` set) and, as `without`, the
+build with the indexer_* fields null (Qwen3NextAttention, whose fused qkv_proj takes the quant config): a checkpoint
+without QSA whose q/k/v are NVFP4 loads, and doctor says so. Left (strict xfails: the fix turns each into a failure):
 - that qkv_proj keeps the class's packed_modules_mapping (q, k, v and indexer.index_qk_proj), so excluding q/k/v makes
   vLLM 0.32 refuse the model ("Detected some but not all shards ... are quantized": the indexer shard, which such a
-  checkpoint has not, is not excluded); doctor says healthy;
+  checkpoint has not, is not excluded); doctor's fused check asks only the shards stored, and says healthy;
 - with QSA but the indexer's tensors left out of the checkpoint, vLLM stops on its norms never initialised; doctor says
-  healthy (generated rows know no expected module).
-Each is a strict xfail until the profile records the non-QSA build as a config variant and doctor knows the QSA
-indexer's expected tensors: the fix turns it into a failure, and the mark must go."""
+  healthy (generated rows know no expected module)."""
 
 from __future__ import annotations
 
@@ -64,9 +62,9 @@ def variant(healthy: Path, folder: Path, qsa: bool, indexer: bool, packed_qkv: b
 
 
 CASES = {  # name -> (qsa, indexer, packed_qkv), what vLLM 0.32 did (this test asserts it again), why doctor disagrees
-    "no-qsa-packed-qkv": ((False, False, True), True, "the row is the QSA build: q/k/v called a linear built unquantized"),
-    "no-qsa-excluded-qkv": ((False, False, False), False, "the row is the QSA build: its qkv_proj is built unquantized, so "
-                            "no exclusion of a shard is checked against the others (the indexer shard)"),
+    "no-qsa-packed-qkv": ((False, False, True), True, None),
+    "no-qsa-excluded-qkv": ((False, False, False), False, "doctor's fused check asks the stored shards only, vLLM's "
+                            "is_layer_skipped every shard of the class's mapping (the indexer's, not stored, not excluded)"),
     "qsa-without-indexer": ((True, False, False), False, "generated rows know no expected module: the indexer's norms "
                             "are never initialised"),
 }
@@ -78,7 +76,8 @@ def test_doctor_agrees_with_vllm(healthy, case, tmp_path, capsys, request):
     folder = variant(healthy, tmp_path / case, *form)
     loaded = in_vllm("vllm_load.py", folder, "--moe-emulation")[0]
     assert loaded["ok"] == loads and loaded["stand_in_calls"] == [], loaded
-    request.applymarker(pytest.mark.xfail(strict=True, reason=why))
+    if why:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=why))
     code, out, err = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", folder)
     assert code in (0, 1), err
     assert (code == 0) == loaded["ok"], f"{case}: doctor exits {code}, vLLM 0.32: {loaded.get('error')}\n{out[-1500:]}"
