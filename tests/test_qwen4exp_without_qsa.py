@@ -69,3 +69,19 @@ def test_the_row_differs_only_where_vllms_two_builds_do():
     plain = arch.architecture({"architectures": ["Qwen4ExpForCausalLM"], "text_config": {"indexer_n_heads": None}})
     assert qsa.fused_layers == plain.fused_layers
     assert {r.pattern for r in qsa.unquantized_roles} - {r.pattern for r in plain.unquantized_roles}
+
+
+
+@pytest.mark.parametrize("config,qsa", [
+    ({"text_config": {"indexer_n_heads": 4}}, True),  # vLLM reads hf_text_config: a VLM's text part
+    ({"indexer_n_heads": 0}, True),  # vLLM asks `is not None`: 0 is QSA (its indexer then refuses; not ours to say)
+])
+def test_the_config_part_vllm_reads_decides(config, qsa):
+    row = arch.architecture({"architectures": ["Qwen4ExpForCausalLM"], **config})
+    assert any(r.covers(QKV[0], "modelopt-nvfp4", "NVFP4") for r in row.unquantized_roles) == qsa, config
+
+
+@pytest.mark.parametrize("text_config", ["hostile", ["x"], None, 7])
+def test_a_text_config_that_is_no_object_reads_the_config_itself(text_config):
+    config = {"architectures": ["Qwen4ExpForCausalLM"], "text_config": text_config, "indexer_n_heads": 4}
+    assert any(r.covers(QKV[0], "modelopt-nvfp4", "NVFP4") for r in arch.architecture(config).unquantized_roles)
