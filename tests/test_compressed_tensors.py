@@ -7,6 +7,7 @@ so the same repair applies; its dequantized values must equal the ModelOpt path'
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -202,3 +203,28 @@ def test_fix_for_vllm_and_tensorrt_llm_keeps_the_entries_each_reads(capsys, ct_e
     assert set(ENTRIES) | set(HANDSHAKE) <= set(ignore), ignore
     for target in targets.split(","):
         assert run_captured(capsys, "doctor", out, "--target", target, "--strict")[0] == 0, target
+
+
+@pytest.mark.parametrize("ignore, targets", [
+    (["lm_head", "post_projection"], "vllm==0.32.0,trtllm==1.2.0"),
+    (["lm_head", "pre_projection", "post_projection", "post_projection", "lm_head"], "vllm==0.32.0,trtllm==1.2.0"),
+    (["lm_head", "re:(.*\\.)?pre_projection$", "pre_projection", "re:(.*\\.)?pre_projection$"],
+     "vllm==0.32.0,sglang==0.5.23,trtllm==1.2.0,trtllm==1.4.0"),
+])
+def test_fix_for_several_targets_keeps_an_entry_listed_before_that_one_target_reads(capsys, ct_export, tmp_path, ignore, targets):
+    """An export already listing TensorRT-LLM < 1.3's plain `post_projection` (vLLM asks `draft_model.post_projection`,
+    so to vLLM it names no module): fix took it out as unused to one target although another target reads it as its
+    module's own name, so fix --target vllm,trtllm==1.2 refused ('TensorRT-LLM builds post_projection as nvfp4')."""
+    src = tmp_path / "src"
+    shutil.copytree(ct_export, src)
+    config = read_json(src / "config.json")
+    config["quantization_config"]["ignore"] = ignore
+    (src / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", targets, "--quiet")
+    assert code == 0, err
+    written = read_json(out / "config.json")["quantization_config"]["ignore"]
+    assert set(ENTRIES) | set(HANDSHAKE) <= set(written), written
+    for target in targets.split(","):
+        code, report, _ = run_captured(capsys, "doctor", out, "--target", target, "--strict")
+        assert code == 0, (target, report)
