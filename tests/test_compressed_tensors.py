@@ -196,13 +196,18 @@ def test_fix_for_vllm_and_tensorrt_llm_keeps_the_entries_each_reads(capsys, ct_e
     """TensorRT-LLM < 1.3 reads no `re:` entry, vLLM matches the drafter's `draft_model.` names only through one: fix
     rewrote every `re:` entry as a plain name, vLLM then built the handshake NVFP4 over BF16 weights and fix's
     self-check exited 3. Both entries are written, and the output passes doctor --strict for each target."""
-    out = tmp_path / "out"
-    code, _, err = run_captured(capsys, "fix", ct_export, "-o", out, "--target", targets, "--quiet")
-    assert code == 0, err
-    ignore = read_json(out / "config.json")["quantization_config"]["ignore"]
+    ignore = _fixed_for_each(capsys, ct_export, tmp_path / "out", targets)
     assert set(ENTRIES) | set(HANDSHAKE) <= set(ignore), ignore
+
+
+def _fixed_for_each(capsys, src, out, targets: str) -> list[str]:
+    """fix --target `targets` into `out`; its `ignore` list, once doctor --strict passes the output for each target."""
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", targets, "--quiet")
+    assert code == 0, err
     for target in targets.split(","):
-        assert run_captured(capsys, "doctor", out, "--target", target, "--strict")[0] == 0, target
+        code, report, _ = run_captured(capsys, "doctor", out, "--target", target, "--strict")
+        assert code == 0, (target, report)
+    return read_json(out / "config.json")["quantization_config"]["ignore"]
 
 
 @pytest.mark.parametrize("ignore, targets", [
@@ -220,11 +225,5 @@ def test_fix_for_several_targets_keeps_an_entry_listed_before_that_one_target_re
     config = read_json(src / "config.json")
     config["quantization_config"]["ignore"] = ignore
     (src / "config.json").write_text(json.dumps(config))
-    out = tmp_path / "out"
-    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", targets, "--quiet")
-    assert code == 0, err
-    written = read_json(out / "config.json")["quantization_config"]["ignore"]
+    written = _fixed_for_each(capsys, src, tmp_path / "out", targets)
     assert set(ENTRIES) | set(HANDSHAKE) <= set(written), written
-    for target in targets.split(","):
-        code, report, _ = run_captured(capsys, "doctor", out, "--target", target, "--strict")
-        assert code == 0, (target, report)
