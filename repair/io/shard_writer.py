@@ -91,10 +91,10 @@ class ShardWriter:
         try:
             if self._source is not None:
                 self.source_digest = self._source.hexdigest()
-        except BaseException:
+            self._out.close()
+        except BaseException:  # Ctrl-C as the hashing is waited for: the file is closed and its thread stopped all the same
             self._abort()
             raise
-        self._out.close()
         if self._pending:
             raise InternalError(WRITER, f"{self.path}: tensors never written: {[t.name for t in self._pending]}")
 
