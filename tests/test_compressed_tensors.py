@@ -7,6 +7,7 @@ so the same repair applies; its dequantized values must equal the ModelOpt path'
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -195,10 +196,34 @@ def test_fix_for_vllm_and_tensorrt_llm_keeps_the_entries_each_reads(capsys, ct_e
     """TensorRT-LLM < 1.3 reads no `re:` entry, vLLM matches the drafter's `draft_model.` names only through one: fix
     rewrote every `re:` entry as a plain name, vLLM then built the handshake NVFP4 over BF16 weights and fix's
     self-check exited 3. Both entries are written, and the output passes doctor --strict for each target."""
-    out = tmp_path / "out"
-    code, _, err = run_captured(capsys, "fix", ct_export, "-o", out, "--target", targets, "--quiet")
-    assert code == 0, err
-    ignore = read_json(out / "config.json")["quantization_config"]["ignore"]
+    ignore = _fixed_for_each(capsys, ct_export, tmp_path / "out", targets)
     assert set(ENTRIES) | set(HANDSHAKE) <= set(ignore), ignore
+
+
+def _fixed_for_each(capsys, src, out, targets: str) -> list[str]:
+    """fix --target `targets` into `out`; its `ignore` list, once doctor --strict passes the output for each target."""
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", targets, "--quiet")
+    assert code == 0, err
     for target in targets.split(","):
-        assert run_captured(capsys, "doctor", out, "--target", target, "--strict")[0] == 0, target
+        code, report, _ = run_captured(capsys, "doctor", out, "--target", target, "--strict")
+        assert code == 0, (target, report)
+    return read_json(out / "config.json")["quantization_config"]["ignore"]
+
+
+@pytest.mark.parametrize("ignore, targets", [
+    (["lm_head", "post_projection"], "vllm==0.32.0,trtllm==1.2.0"),
+    (["lm_head", "pre_projection", "post_projection", "post_projection", "lm_head"], "vllm==0.32.0,trtllm==1.2.0"),
+    (["lm_head", "re:(.*\\.)?pre_projection$", "pre_projection", "re:(.*\\.)?pre_projection$"],
+     "vllm==0.32.0,sglang==0.5.23,trtllm==1.2.0,trtllm==1.4.0"),
+])
+def test_fix_for_several_targets_keeps_an_entry_listed_before_that_one_target_reads(capsys, ct_export, tmp_path, ignore, targets):
+    """An export already listing TensorRT-LLM < 1.3's plain `post_projection` (vLLM asks `draft_model.post_projection`,
+    so to vLLM it names no module): fix took it out as unused to one target although another target reads it as its
+    module's own name, so fix --target vllm,trtllm==1.2 refused ('TensorRT-LLM builds post_projection as nvfp4')."""
+    src = tmp_path / "src"
+    shutil.copytree(ct_export, src)
+    config = read_json(src / "config.json")
+    config["quantization_config"]["ignore"] = ignore
+    (src / "config.json").write_text(json.dumps(config))
+    written = _fixed_for_each(capsys, src, tmp_path / "out", targets)
+    assert set(ENTRIES) | set(HANDSHAKE) <= set(written), written

@@ -32,7 +32,7 @@ CT_CONFIG = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantiz
 def test_the_profile_says_which_unquantized_rows_hold_under_modelopt_nvfp4_only():
     entry = VLLM.entries["Qwen4ExpForCausalLM"]
     assert entry["modelopt_fp4_only"] == ["model.layers.*.self_attn.qkv_proj"]
-    row = arch.architecture({"architectures": ["Qwen4ExpForCausalLM"]})
+    row = arch.architecture({"architectures": ["Qwen4ExpForCausalLM"], "indexer_n_heads": 4})  # a QSA checkpoint
     for leaf in QSA:
         module = f"model.layers.3.{leaf}"
         assert [r for r in row.unquantized_roles if r.covers(module, "modelopt-nvfp4", "NVFP4")], module

@@ -33,8 +33,8 @@ def test_coverage_numbers_are_the_datas():
 
 @pytest.mark.parametrize("name", sorted(VLLM.entries))
 def test_every_profiled_architecture_gets_its_generated_row(name):
-    entry = VLLM.entries[name]
-    row = arch.architecture({"architectures": [name]})
+    entry = VLLM.entries[name]  # its config: the profiled build's, with the fields a `without` build lacks set
+    row = arch.architecture({"architectures": [name], **dict.fromkeys(entry.get("without", {}).get("fields", ()), 1)})
     if row in arch.ARCHITECTURES:
         pytest.skip(f"{name}: a hand row ({row.name}) keeps knowledge no profile records")
     assert row.fused_layers == {k: tuple(v) for k, v in entry["fused"].items()}
@@ -192,12 +192,14 @@ def test_qwen4exp_rows_are_its_qsa_build(checkpoint):
     """Every Qwen4Exp checkpoint carries the QSA indexer (transformers' class builds one in every attention layer), and
     from such a config vLLM 0.32 builds QSA attention: one linear for q/k/v and the indexer's q/k
     (qwen4_exp/nvidia/qsa.py Qwen4ExpQSAQKVIndexerLinear) that takes no ModelOpt FP4 method (nvidia/model.py
-    without_modelopt_fp4). The profile is generated from that build (tools/vllm_runtime.py flash_attention_stand_in),
-    not from the QSA-less one no checkpoint describes, where the same layer is a quantized QKVParallelLinear. Every
-    checkpoint shard of a fused layer built unquantized takes its role (the hyper-connection mixer's too)."""
+    without_modelopt_fp4). The profile is generated from that build (tools/vllm_runtime.py flash_attention_stand_in);
+    the QSA-less one vLLM builds from a config without indexer_n_heads (the same layer a quantized QKVParallelLinear)
+    is its `without` (tests/test_qwen4exp_without_qsa.py). Every checkpoint shard of a fused layer built unquantized
+    takes its role (the hyper-connection mixer's too)."""
     entry = VLLM.entries["Qwen4ExpForCausalLM"]
     assert entry["modules"]["model.layers.*.self_attn.qkv_proj"] == {"state": "unquantized",
                                                                      "layer": "Qwen4ExpQSAQKVIndexerLinear"}
-    row = arch.architecture({"architectures": ["Qwen4ExpForCausalLM"]})
+    assert entry["without"]["modules"]["model.layers.*.self_attn.qkv_proj"] == {"state": "quantized", "layer": "QKVParallelLinear"}
+    row = arch.architecture({"architectures": ["Qwen4ExpForCausalLM"], "indexer_n_heads": 4})
     assert [r for r in row.unquantized_roles if r.covers(checkpoint, "modelopt-nvfp4", "NVFP4")], row.unquantized_roles
     assert not [r for r in row.unquantized_roles if r.covers("model.layers.3.self_attn.o_proj", "modelopt-nvfp4", "NVFP4")]

@@ -29,7 +29,7 @@ import traceback
 
 from vllm_runtime import (Loader, enable_cpu_nvfp4, flash_attention_stand_in, inspect_in_process, nvfp4_moe_emulation_fallback,
                           torchvision_stand_in, world_of_one)
-from vllm_profile_configs import PUBLISHED, NoConfig, model_types, small_config
+from vllm_profile_configs import PUBLISHED, WITHOUT, NoConfig, model_types, small_config
 from vllm_layer_facts import layer_rules
 from vllm_format_states import modelopt_fp4_only
 from vllm_load_refused import load_refused
@@ -184,6 +184,7 @@ def profile(arch: str, names: dict[str, str], loader: Loader) -> dict:
     layers = export_layer_rules(arch, model if export == config else None, tensors, export, refused)
     prefixes, loads = quant_prefixes(model, placed, fused), load_renames(model, placed, fused)
     refused_load = load_refused(arch, names, loader)
+    without = built_without(arch, config, refused, modules)
     nvfp4_only = modelopt_fp4_only(arch, config, refused, modules, build_model, state_of)
     drafter_only = modelopt_fp4_only(arch, config, refused, mtp["mtp"].get("modules", {}), build_model, state_of,
                                      drafter=True) if mtp else []
@@ -194,8 +195,22 @@ def profile(arch: str, names: dict[str, str], loader: Loader) -> dict:
             **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
             **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}),
             **({"dropped_in_layers": layers} if layers else {}), **mtp,
-            **({"load_refused": refused_load} if refused_load else {}),
+            **({"load_refused": refused_load} if refused_load else {}), **({"without": without} if without else {}),
             **({"modelopt_fp4_only": nvfp4_only} if nvfp4_only else {})}
+
+
+def built_without(arch: str, config: dict, refused: list[str], modules: dict) -> dict:
+    """{"fields", "modules"}: vLLM's model built again with WITHOUT's fields null (another attention class), when
+    its modules differ from the profiled build's; {} otherwise."""
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    fields = WITHOUT.get(arch)
+    if not fields:
+        return {}
+    with tempfile.TemporaryDirectory() as folder:
+        write_config(folder, arch, {**config, **dict.fromkeys(fields)}, refused)
+        other = modules_of(build_model(folder, initialize_model)[0])
+    return {"fields": list(fields), "modules": other} if other != modules else {}
 
 
 def write_config(folder: str, arch: str, config: dict, refused: list[str]) -> None:

@@ -68,6 +68,14 @@ EXTRA: dict[str, dict] = {
                            "inference_moe_w13_interleaved": True, "use_gate_bias": True},  # moe.py asserts these
     "Zamba2ForCausalLM": {"head_dim": 32, "attention_head_dim": 32},  # models/zamba2.py: head_dim * heads == 2 * hidden_size
 }
+# architecture -> config fields vLLM's model code reads to build another attention when they are absent or null: the
+# profile builds the model again without them and records its modules (`without`), which doctor takes for a config
+# lacking them. Qwen4Exp: no indexer_n_heads, no QSA: Qwen3NextAttention, whose q/k/v take the quant config
+# (qwen4_exp/nvidia/model.py:243-251; the QSA linear drops ModelOpt FP4, model.py:104 without_modelopt_fp4)
+WITHOUT: dict[str, tuple[str, ...]] = {
+    "Qwen4ExpForCausalLM": ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budget",
+                            "indexer_compress_ratio"),
+}
 DROP = ("architectures", "auto_map", "transformers_version", "dtype", "torch_dtype", "quantization_config")
 SUB_CONFIGS = ("text_config", "language_config", "llm_config", "thinker_config")
 

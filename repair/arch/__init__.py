@@ -32,7 +32,7 @@ def architecture(config: dict | None, profile: ReleaseProfile | None = None, bor
     listed = (config or {}).get("architectures")
     name = listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else None
     profile = profile or newest()
-    row = profile.row(name, borrowed) if profile is not None and name is not None else None
+    row = profile.row(name, borrowed, config) if profile is not None and name is not None else None
     return GENERIC if row is None else row
 
 

@@ -20,7 +20,7 @@ from functools import cached_property
 from importlib.resources import files
 
 from repair.arch.base import Architecture, DroppedTensor, RefusedLoad
-from repair.arch.layer_rules import LayerDrop
+from repair.arch.layer_rules import LayerDrop, text_part
 from repair.arch.roles import GENERIC_ROLES, UnquantizedRole
 
 DATA = files("repair") / "targets" / "data"
@@ -93,14 +93,24 @@ class ReleaseProfile:
     def label(self) -> str:
         return f"{self.runtime} {'.'.join(map(str, self.release))}"
 
-    def row(self, name: str, borrowed: bool = False) -> Architecture | None:
+    def row(self, name: str, borrowed: bool = False, config: dict | None = None) -> Architecture | None:
         """The architecture's row; `borrowed`: for another runtime whose rules take this release's layer roles and fused
-        layers (`layer_rows`), without what only this runtime's code says (`OWN_CODE`) but the routed experts' prefix."""
-        entry = self.entries.get(name)
+        layers (`layer_rows`), without what only this runtime's code says (`OWN_CODE`) but the routed experts' prefix.
+        `config`: a config lacking the fields the profiled build read (`without`) takes the modules vLLM builds then."""
+        entry = as_configured(self.entries.get(name), config)
         if entry is not None and borrowed:
             moe = {k: v for k, v in entry.get("prefixes", {}).items() if v.endswith(ROUTED_EXPERTS)}
             entry = {k: v for k, v in entry.items() if k not in OWN_CODE} | ({"prefixes": moe} if moe else {})
         return None if entry is None else generated_row(self, name, entry)
+
+
+def as_configured(entry: dict | None, config: dict | None) -> dict | None:
+    """The entry as vLLM builds the model for `config`: its `without` modules (Qwen4Exp without indexer_*: no QSA,
+    q/k/v quantized) when every field that build lacks is absent or null in the config's text part, else as profiled."""
+    without = (entry or {}).get("without")
+    if not without or config is None or any(text_part(config).get(f) is not None for f in without["fields"]):
+        return entry
+    return {**entry, "modules": without["modules"]}
 
 
 def release_of(text: str) -> tuple[int, ...]:

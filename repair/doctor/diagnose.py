@@ -127,6 +127,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         loads, precision = module_loads
         findings = [f for f in findings if not replaced_by_loads(f)] + loads
         first = load_stops(loads, tp) or first
+    first = first or _build_stops(findings, tp, (Kind.LOAD_REFUSED,))  # its load_weights raises on every rank
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
     return Diagnosis(target, tp, tuple(findings), first, precision, bits, architecture_name(ckpt.config), simulated, tuple(notes),
@@ -178,10 +179,10 @@ def _degree_findings(specs, precision, config, tp: int) -> list[Finding]:
                     f"degrees that work: {works}", p.runtime_error, tuple(range(tp))) for p in found]
 
 
-def _build_stops(findings: list[Finding], tp: int) -> tuple[vllm_loader.Outcome, ...]:
+def _build_stops(findings: list[Finding], tp: int, kinds: tuple[Kind, ...] = BUILD_STOPS) -> tuple[vllm_loader.Outcome, ...]:
     """Where every rank stops when the runtime refuses the model while reading the config or building a layer (before
-    any weight loads): the first such error."""
-    refused = [f for f in findings if f.code in BUILD_STOPS and f.severity is Severity.ERROR and f.runtime_error]
+    any weight loads), or (`kinds`: LOAD_REFUSED) its own load_weights fails whatever the checkpoint: the first such error."""
+    refused = [f for f in findings if f.code in kinds and f.severity is Severity.ERROR and f.runtime_error]
     return tuple(vllm_loader.Outcome(refused[0].subject, r, "error", refused[0].runtime_error) for r in range(tp)) if refused else ()
 
 

@@ -12,6 +12,7 @@ always starts, so none is ever left without room.
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -35,7 +36,8 @@ class WholeCopies:
         self._room = threading.Condition()
         self._started: list[HashedOutput] = []  # every copy made, whether or not its Future was kept: stop() closes them
         self._jobs = jobs
-        self._pool = ThreadPoolExecutor(COPIERS, thread_name_prefix="ckpt-repair-copy")
+        self._threads = f"ckpt-repair-copy-{id(self):x}"  # this pool's threads' names start so (stop() joins them)
+        self._pool = ThreadPoolExecutor(COPIERS, thread_name_prefix=self._threads)
         self._copies: dict[str, Future] = {}
 
     def __enter__(self) -> "WholeCopies":
@@ -73,6 +75,9 @@ class WholeCopies:
             self._stopped = True
             self._room.notify_all()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        for thread in threading.enumerate():  # a Ctrl-C inside submit() can start a thread the pool never lists
+            if thread.name.startswith(self._threads + "_") and thread is not threading.current_thread():
+                _join(thread)
         for out in self._started:
             out.abort()
 
@@ -90,3 +95,13 @@ class WholeCopies:
 
     def _may_start(self, turn: int, size: int) -> bool:
         return turn < self._taken + COPIERS or (turn < self._taken + AHEAD and self._ahead + size <= AHEAD_BYTES)
+
+
+def _join(thread: threading.Thread) -> None:
+    """Join a thread whose start() an interrupt cut short: the system thread exists, and it reports started soon
+    (a thread that never does runs nothing, and is not waited for past a few seconds)."""
+    for _ in range(5000):
+        try:
+            return thread.join()
+        except RuntimeError:  # "cannot join thread before it is started"
+            time.sleep(0.001)

@@ -17,17 +17,11 @@ import errno
 import hashlib
 import mmap
 import os
-import queue
 import sys
-import threading
 from pathlib import Path
-from typing import Callable
 
+from repair.io.hasher import CHUNK, Hasher
 from repair.io.pins import PinnedFile
-
-CHUNK = 16 << 20  # bytes per copy / hash / write step (measured: 16 MiB costs less CPU than 4)
-AHEAD = 4096  # chunks the writer may copy ahead of the hashing (64 GiB: they are in the page cache, not in memory of ours)
-HELD = 2 * CHUNK  # bytes of written buffers (computed tensors) kept alive until hashed, per output file
 
 _SYNC_FILE_RANGE: list = []  # [libc sync_file_range or None], resolved on first use
 
@@ -58,56 +52,6 @@ def write_all(fd: int, data: memoryview, at: int) -> None:
     while data:
         done = os.pwrite(fd, data, at)
         data, at = data[done:], at + done
-
-
-class Hasher:
-    """One thread feeding digests, job after job in submission order. The writer may run `AHEAD` chunks
-    ahead of it (copied chunks hold no memory: they are hashed from the page cache, so the copy and its
-    writeback are not held back by hashing), but buffers it holds for hashing stay under `HELD` bytes.
-    An error in a job is raised by the next `submit` or by `drain`."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._error: BaseException | None = None
-        self._pending, self._held = 0, 0
-        self._room = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="sha256", daemon=True)
-        self._thread.start()
-
-    def submit(self, job: Callable[[], None], held: int = 0) -> None:
-        """Run `job` (it feeds a digest) after the jobs before it; `held`: the bytes of the buffer it keeps alive."""
-        with self._room:
-            while self._error is None and (self._pending >= AHEAD or (held and self._held and self._held + held > HELD)):
-                self._room.wait()
-            self._raise()
-            self._pending += 1
-            self._held += held
-        self._jobs.put((job, held))
-
-    def drain(self) -> None:
-        """Wait until every job is hashed and stop the thread; raises a job's error."""
-        if self._thread.is_alive():
-            self._jobs.put(None)
-            self._thread.join()
-        self._raise()
-
-    def _raise(self) -> None:
-        if self._error is not None:
-            raise self._error
-
-    def _run(self) -> None:
-        while (item := self._jobs.get()) is not None:
-            job, held = item
-            try:
-                if self._error is None:
-                    job()
-            except BaseException as exc:  # re-raised in the writer's thread
-                self._error = exc
-            finally:
-                with self._room:
-                    self._pending -= 1
-                    self._held -= held
-                    self._room.notify_all()
 
 
 class SourceDigest:
@@ -179,7 +123,11 @@ class HashedOutput:
         self.digest = hashlib.sha256()
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         self.written = 0
-        self._hasher = Hasher()
+        try:
+            self._hasher = Hasher()
+        except BaseException:  # interrupted before the caller holds the file: closed here
+            os.close(self.fd)
+            raise
 
     def write(self, data, placed: bool = False) -> None:
         """Append `data` (not changed afterwards: it is hashed while later chunks are written); placed: `place` wrote it."""
@@ -250,7 +198,12 @@ class HashedOutput:
 
 def copy_file_hashed(src: PinnedFile, dst: Path) -> str:
     """Copy a pinned input file whole; the sha256 of the bytes read, which are the bytes written."""
-    return copy_file_started(src, dst).close()
+    out = copy_file_started(src, dst)
+    try:
+        return out.close()
+    except BaseException:  # interrupted as it waits for the hashing: the file is closed and its thread stopped
+        out.abort()
+        raise
 
 
 def copy_file_started(src: PinnedFile, dst: Path) -> HashedOutput:

@@ -72,28 +72,37 @@ class ShardWriter:
         self._placed: dict[str, object] = {}  # name -> the bytes `place` wrote there
         self._out = HashedOutput(self.path)
         self.digest = self._out.digest
-        self._source = SourceDigest(source) if source is not None else None
+        self._source: SourceDigest | None = None
         self.source_digest: str | None = None
-        self._out.write(header)
+        try:  # until `with` holds it, nobody else closes the file or stops its hashing (Ctrl-C here left both)
+            self._source = SourceDigest(source) if source is not None else None
+            self._out.write(header)
+        except BaseException:
+            self._abort()
+            raise
 
     def __enter__(self) -> "ShardWriter":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:  # the source's thread reads the output back: it stops before the output closes
-            if self._source is not None:
-                self._source.abort()
-            self._out.abort()
+        if exc_type is not None:
+            self._abort()
             return
         try:
             if self._source is not None:
                 self.source_digest = self._source.hexdigest()
-        except BaseException:
-            self._out.abort()
+            self._out.close()
+        except BaseException:  # Ctrl-C as the hashing is waited for: the file is closed and its thread stopped all the same
+            self._abort()
             raise
-        self._out.close()
         if self._pending:
             raise InternalError(WRITER, f"{self.path}: tensors never written: {[t.name for t in self._pending]}")
+
+    def _abort(self) -> None:
+        """The source's thread reads the output back: it stops before the output closes."""
+        if self._source is not None:
+            self._source.abort()
+        self._out.abort()
 
     def _next(self, name: str) -> OutTensor:
         expected = self._pending.pop() if self._pending else None

@@ -73,7 +73,9 @@ def unused_exclusions(ckpt: Checkpoint, recipe: Recipe, before: tuple[Diagnosis,
     `shared_mlp.down_proj` is unused to vLLM 0.28 (it asks `mlp.down_proj`) and read by 0.32. An entry a target reads
     only as a pattern (`mlp.down_proj`, a substring to vLLM, nothing to TensorRT-LLM's fnmatch) goes: the plan writes
     exact entries for what it excluded. A routed expert's entry is no stored module's to any target (each MoE is asked
-    by its layer's name): the plan names that layer whole where a target does not read the expert entries. An entry
+    by its layer's name): the plan names that layer whole where a target does not read the expert entries. The exact
+    entry is the format's spelling or the module's plain name: a compressed-tensors export listing `post_projection`
+    for TensorRT-LLM < 1.3 (no `re:`) keeps it under --target vllm,trtllm==1.2 (vLLM asks `draft_model.` names). An entry
     only a release outside the fix's targets reads (doctor's note, not a warning) is one no target reads: it goes too."""
     if not recipe.from_target or recipe.drop_quantization:
         return frozenset()
@@ -84,7 +86,8 @@ def unused_exclusions(ckpt: Checkpoint, recipe: Recipe, before: tuple[Diagnosis,
     for d, unused in zip(reading, flagged):
         if read := disputed - unused:  # only when targets disagree: one pass over the modules per such target
             family = target_family(d.target, ckpt.config)
-            found -= read & {fmt.exclusion_entry(family.exclusion_name(m)) for m in modules if routed_layer(m) == m}
+            names = [family.exclusion_name(m) for m in modules if routed_layer(m) == m]  # in the format's spelling or as
+            found -= read & ({fmt.exclusion_entry(n) for n in names} | set(names))  # the plain name (TensorRT-LLM < 1.3)
     return frozenset(found)
 
 

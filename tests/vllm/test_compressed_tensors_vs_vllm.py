@@ -51,6 +51,13 @@ def folders(ct_export, tmp_path_factory) -> dict:
     config = json.loads((out["plain-ignore"] / "config.json").read_text())
     config["quantization_config"]["ignore"] = ["lm_head", *HANDSHAKE]  # ModelOpt-style names: no match under compressed-tensors
     (out["plain-ignore"] / "config.json").write_text(json.dumps(config))
+    listed = root / "trtllm-listed"  # an export already listing TensorRT-LLM < 1.3's plain name, fixed for both
+    shutil.copytree(ct_export, listed)
+    config = json.loads((listed / "config.json").read_text())
+    config["quantization_config"]["ignore"] = ["lm_head", "post_projection"]
+    (listed / "config.json").write_text(json.dumps(config))
+    out["multi"] = root / "multi"
+    assert cli("fix", listed, "-o", out["multi"], "--quiet", "--target", "vllm==0.32.0,trtllm==1.2.0")[0] == 0
     return out
 
 
@@ -66,15 +73,16 @@ def _head_and_set(message: str) -> tuple[str, frozenset]:
     return head, frozenset(m.strip() for m in members.rstrip("}").split(",")) if members else frozenset()
 
 
-@pytest.mark.parametrize("name", ["converted", "fixed", "bf16"])
+@pytest.mark.parametrize("name", ["converted", "fixed", "bf16", "multi"])
 def test_what_doctor_says_loads_loads(installed, folders, name):
     result = installed[name]
     assert result["ok"], result
     assert doctor(folders[name], "vllm==0.32.0")["runtime_stops_at"] == []
 
 
-def test_fixed_handshake_layers_are_built_bf16_with_the_dequantized_shape(installed):
-    params = installed["fixed"]["params"]
+@pytest.mark.parametrize("name", ["fixed", "multi"])
+def test_fixed_handshake_layers_are_built_bf16_with_the_dequantized_shape(installed, name):
+    params = installed[name]["params"]
     for module, shape in (("pre_projection", [64, 192]), ("post_projection", [96, 64])):
         assert params[vllm_name(f"{module}.weight")] == {"dtype": "bfloat16", "shape": shape}
         assert not [p for p in params if p.startswith(vllm_name(module) + ".") and not p.endswith(".weight")]

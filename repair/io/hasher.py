@@ -1,0 +1,64 @@
+"""One thread feeding digests (io/hashing.py): sha256 runs beside the writer (hashlib releases the GIL)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Callable
+
+CHUNK = 16 << 20  # bytes per copy / hash / write step (measured: 16 MiB costs less CPU than 4)
+AHEAD = 4096  # chunks the writer may copy ahead of the hashing (64 GiB: they are in the page cache, not in memory of ours)
+HELD = 2 * CHUNK  # bytes of written buffers (computed tensors) kept alive until hashed, per output file
+
+
+class Hasher:
+    """One thread feeding digests, job after job in submission order. The writer may run `AHEAD` chunks
+    ahead of it (copied chunks hold no memory: they are hashed from the page cache, so the copy and its
+    writeback are not held back by hashing), but buffers it holds for hashing stay under `HELD` bytes.
+    An error in a job is raised by the next `submit` or by `drain`."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._pending, self._held = 0, 0
+        self._room = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="sha256", daemon=True)
+        try:
+            self._thread.start()
+        except BaseException:  # interrupted as it started: nobody holds this hasher to stop its thread
+            self._jobs.put(None)
+            raise
+
+    def submit(self, job: Callable[[], None], held: int = 0) -> None:
+        """Run `job` (it feeds a digest) after the jobs before it; `held`: the bytes of the buffer it keeps alive."""
+        with self._room:
+            while self._error is None and (self._pending >= AHEAD or (held and self._held and self._held + held > HELD)):
+                self._room.wait()
+            self._raise()
+            self._pending += 1
+            self._held += held
+        self._jobs.put((job, held))
+
+    def drain(self) -> None:
+        """Wait until every job is hashed and stop the thread; raises a job's error."""
+        self._jobs.put(None)  # always (a stopped thread reads no more): no interrupt lands between a check and the put
+        self._thread.join()
+        self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            job, held = item
+            try:
+                if self._error is None:
+                    job()
+            except BaseException as exc:  # re-raised in the writer's thread
+                self._error = exc
+            finally:
+                with self._room:
+                    self._pending -= 1
+                    self._held -= held
+                    self._room.notify_all()

@@ -1,0 +1,100 @@
+"""Ctrl-C or SIGTERM at any point of a multi-shard fix, in-process: the run says so (exit 130), and it leaves no temp
+folder beside OUT, no thread it started and no file it opened under the output's folder.
+
+The signal is real (signal.raise_signal), raised just before one step of the writer runs: on the main thread, or on
+a copier thread (the kernel may hand a process's signal to any thread; Python runs the handler on the main one). The
+bar is shown or not: tqdm's bar starts a monitor thread of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import repair.execute.copies as copies
+import repair.execute.writer as writer
+import repair.io.atomic as atomic
+import repair.io.hashing as hashing
+import repair.io.shard_writer as shard_writer
+from repair.demo.examples import TINY, write_assistant
+from tests.conftest import run_captured
+
+# the first shard rewritten (pre/post_projection), five kept whole: copies run ahead while the rewrite computes
+SHARDS = [[f"model.layers.{i}.{part}."] for i in range(2) for part in ("self_attn", "mlp")] + [["model.norm."]]
+
+POINTS = {  # where: (object, attribute) wrapped so the signal is raised as it is called
+    "first_digest": (copies.WholeCopies, "digest"),
+    "copier_thread": (copies, "copy_file_started"),
+    "rewrite": (shard_writer.ShardWriter, "write"),
+    "rewrite_opening": (shard_writer, "SourceDigest"),  # the rewritten shard's output file is open, `with` not entered
+    "json_files": (writer, "write_json"),
+    "self_check": (writer, "_self_check"),
+    "fsync": (atomic, "fsync_tree"),
+    "closing_a_file": (hashing.HashedOutput, "close"),  # waiting for a file's hashing (the rewrite's, a copied file's)
+}
+ONE_FILE_ONLY = {"first_digest", "copier_thread", "rewrite_opening", "self_check", "json_files"}  # steps fix --tp has not
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> Path:
+    return write_assistant(tmp_path_factory.mktemp("interrupt-in-process") / "src", TINY, shards=SHARDS)
+
+
+def _files_open_under(folder: Path) -> list[str]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(folder)):
+            found.append(target)
+    return found
+
+
+def _threads_left(before: set[threading.Thread]) -> list[str]:
+    """Threads started since `before` still alive after a while; but tqdm's monitor, one per process from its first
+    bar on (tqdm 4.67 stops it at exit only, interrupted or not)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        left = [t.name for t in threading.enumerate() if t not in before and t.is_alive() and t.name != "tqdm_monitor"]
+        if not left:
+            return []
+        time.sleep(0.02)
+    return left
+
+
+@pytest.mark.parametrize("tp", [(), ("--tp", "2")], ids=["", "tp"])
+@pytest.mark.parametrize("bar", [False, True], ids=["no-bar", "bar"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("point", sorted(POINTS))
+def test_an_interrupt_at_any_step_leaves_no_temp_folder_thread_or_open_file(point, sig, bar, tp, src, tmp_path, capsys, monkeypatch):
+    owner, attribute = POINTS[point]
+    if tp and point in ONE_FILE_ONLY:
+        pytest.skip("fix --tp writes rank files, not whole copies or a rewritten shard")
+    real = getattr(owner, attribute)
+    raised = []
+
+    def interrupted(*args, **kwargs):
+        if not raised:
+            raised.append(threading.current_thread().name)
+            signal.raise_signal(sig)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, attribute, interrupted)
+    if bar:
+        real_bar = writer.byte_bar
+        monkeypatch.setattr(writer, "byte_bar", lambda total, desc, show, **kw: real_bar(total, desc, True, **kw))
+    before = set(threading.enumerate())
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--jobs", "2", *tp, *(() if bar else ("--quiet",)))
+    assert raised, f"{point} was never reached"
+    assert code == 130 and err.strip().splitlines()[-1] == "interrupted; nothing was written", err
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == []
+    assert _threads_left(before) == []
+    assert _files_open_under(tmp_path) == []

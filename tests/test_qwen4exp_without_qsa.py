@@ -1,0 +1,87 @@
+"""Qwen4Exp's row follows its config (#26 wave 2 attack): vLLM 0.32 builds QSA attention only when indexer_n_heads is
+set (qwen4_exp/nvidia/model.py:243), and QSA's fused q/k/v/indexer linear drops ModelOpt FP4 (model.py:104); without
+it, Qwen3NextAttention's qkv_proj takes the quant config. The profile records both builds (the generator builds the
+model again with the indexer_* fields null: `without`), so a checkpoint without QSA whose q/k/v are NVFP4 is healthy,
+and one with QSA is not. vLLM 0.32 itself judges the same checkpoints in tests/vllm/test_attack_qwen4exp.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from repair import arch
+from tests.conftest import run_captured
+from tests.test_doctor_load_refused import nvfp4
+
+INDEXER = {"indexer_n_heads": 4, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 2048,
+           "indexer_compress_ratio": 4}
+ATTN = "model.layers.3.self_attn"
+QKV = [f"{ATTN}.{p}_proj" for p in "qkv"]
+
+
+def write(folder: Path, indexer: dict) -> Path:
+    """One Qwen4Exp full-attention layer: q/k/v/o NVFP4 (a quantize-every-linear ModelOpt export), the indexer's
+    projection BF16 where the config has one."""
+    folder.mkdir(parents=True)
+    tensors = {"model.embed_tokens.weight": torch.zeros(256, 64, dtype=torch.bfloat16)}
+    for module, rows in ((QKV[0], 128), (QKV[1], 16), (QKV[2], 16), (f"{ATTN}.o_proj", 64)):
+        tensors |= nvfp4(module, rows, 64)
+    if indexer:
+        tensors[f"{ATTN}.indexer.index_qk_proj.weight"] = torch.zeros(80, 64, dtype=torch.bfloat16)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    config = {"architectures": ["Qwen4ExpForCausalLM"], "model_type": "qwen4_exp_text", "hidden_size": 64,
+              "num_hidden_layers": 4, "vocab_size": 256, **indexer}
+    (folder / "config.json").write_text(json.dumps(config))
+    quant = {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16,
+             "exclude_modules": ["lm_head"] + ([f"{ATTN}.indexer.index_qk_proj"] if indexer else [])}
+    (folder / "hf_quant_config.json").write_text(json.dumps({"producer": {"name": "modelopt", "version": "0.33.0"},
+                                                             "quantization": quant}))
+    return folder
+
+
+def contradicted(capsys, folder: Path) -> set[str]:
+    code, out, err = run_captured(capsys, "doctor", folder, "--target", "vllm==0.32.0", "--json")
+    assert code in (0, 1), err
+    return {f["subject"] for f in json.loads(out)["findings"] if f["code"] == "config-contradiction"}
+
+
+def test_without_qsa_packed_qkv_is_what_vllm_builds(tmp_path, capsys):
+    assert contradicted(capsys, write(tmp_path / "plain", {})) == set()
+
+
+@pytest.mark.parametrize("nulls", [False, True])
+def test_with_qsa_packed_qkv_is_an_error_and_null_fields_mean_no_qsa(tmp_path, capsys, nulls):
+    if nulls:  # the fields present but null, as transformers' config writes them when unset: no QSA either
+        folder = write(tmp_path / "nulls", {})
+        config = json.loads((folder / "config.json").read_text()) | dict.fromkeys(INDEXER)
+        (folder / "config.json").write_text(json.dumps(config))
+        assert contradicted(capsys, folder) == set()
+    else:
+        assert contradicted(capsys, write(tmp_path / "qsa", INDEXER)) == set(QKV)
+
+
+def test_the_row_differs_only_where_vllms_two_builds_do():
+    qsa = arch.architecture({"architectures": ["Qwen4ExpForCausalLM"], **INDEXER})
+    plain = arch.architecture({"architectures": ["Qwen4ExpForCausalLM"], "text_config": {"indexer_n_heads": None}})
+    assert qsa.fused_layers == plain.fused_layers
+    assert {r.pattern for r in qsa.unquantized_roles} - {r.pattern for r in plain.unquantized_roles}
+
+
+
+@pytest.mark.parametrize("config,qsa", [
+    ({"text_config": {"indexer_n_heads": 4}}, True),  # vLLM reads hf_text_config: a VLM's text part
+    ({"indexer_n_heads": 0}, True),  # vLLM asks `is not None`: 0 is QSA (its indexer then refuses; not ours to say)
+])
+def test_the_config_part_vllm_reads_decides(config, qsa):
+    row = arch.architecture({"architectures": ["Qwen4ExpForCausalLM"], **config})
+    assert any(r.covers(QKV[0], "modelopt-nvfp4", "NVFP4") for r in row.unquantized_roles) == qsa, config
+
+
+@pytest.mark.parametrize("text_config", ["hostile", ["x"], None, 7])
+def test_a_text_config_that_is_no_object_reads_the_config_itself(text_config):
+    config = {"architectures": ["Qwen4ExpForCausalLM"], "text_config": text_config, "indexer_n_heads": 4}
+    assert any(r.covers(QKV[0], "modelopt-nvfp4", "NVFP4") for r in arch.architecture(config).unquantized_roles)

@@ -1,0 +1,83 @@
+"""Qwen4Exp checkpoints beside the tier's healthy QSA export (#26 wave 2 attack): stored names with and without the
+indexer, and a config without QSA. vLLM 0.32 judges each (tools/vllm_load.py, its own loader on CPU, the FlashAttention
+stand-in never called); doctor --target vllm==0.32.0 must exit 0 exactly when vLLM loads it.
+
+The profile records vLLM's QSA build (qwen4_exp/nvidia/model.py:243: `indexer_n_heads` set) and, as `without`, the
+build with the indexer_* fields null (Qwen3NextAttention, whose fused qkv_proj takes the quant config): a checkpoint
+without QSA whose q/k/v are NVFP4 loads, and doctor says so. Left (strict xfails: the fix turns each into a failure):
+- that qkv_proj keeps the class's packed_modules_mapping (q, k, v and indexer.index_qk_proj), so excluding q/k/v makes
+  vLLM 0.32 refuse the model ("Detected some but not all shards ... are quantized": the indexer shard, which such a
+  checkpoint has not, is not excluded); doctor's fused check asks only the shards stored, and says healthy;
+- with QSA but the indexer's tensors left out of the checkpoint, vLLM stops on its norms never initialised; doctor says
+  healthy (generated rows know no expected module)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from repair.codec import nvfp4
+from tests.conftest import run_captured
+
+from .probe import requires_vllm
+from .test_profiles_vs_vllm import in_vllm
+
+pytestmark = [pytest.mark.vllm, requires_vllm]
+ARCH = "Qwen4ExpForCausalLM"
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory) -> Path:
+    [line] = in_vllm("vllm_arch_check.py", tmp_path_factory.mktemp("qwen4exp"), ARCH)
+    assert line["ok"] and line["healthy_load"]["ok"] and line["stand_in_calls"] == [], line
+    return Path(line["healthy"])
+
+
+def variant(healthy: Path, folder: Path, qsa: bool, indexer: bool, packed_qkv: bool) -> Path:
+    """The healthy export with the config's indexer_* null (qsa=False), the indexer's tensors and exclusions left out
+    (indexer=False), and q/k/v stored NVFP4 and not excluded (packed_qkv, one weight_scale_2 for the fused three)."""
+    shutil.copytree(healthy, folder)
+    tensors = {k: v for k, v in load_file(folder / "model.safetensors").items() if indexer or ".indexer." not in k}
+    qkv = sorted(n[: -len(".weight")] for n in tensors if n.endswith(("attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight")))
+    if packed_qkv:
+        scale_2 = max(nvfp4.global_scale(tensors[f"{m}.weight"]) for m in qkv)
+        for m in qkv:
+            packed, scale, _ = nvfp4.quantize(tensors[f"{m}.weight"], scale_2)
+            tensors |= {f"{m}.weight": packed, f"{m}.weight_scale": scale, f"{m}.weight_scale_2": scale_2.clone(),
+                        f"{m}.input_scale": torch.tensor(0.02)}
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((folder / "config.json").read_text())
+    config |= {} if qsa else {k: None for k in config if k.startswith("indexer_")}
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
+    quant = json.loads((folder / "hf_quant_config.json").read_text())
+    quant["quantization"]["exclude_modules"] = [e for e in quant["quantization"]["exclude_modules"]
+                                                if (indexer or ".indexer." not in e) and not (packed_qkv and e in qkv)]
+    (folder / "hf_quant_config.json").write_text(json.dumps(quant, indent=1))
+    return folder
+
+
+CASES = {  # name -> (qsa, indexer, packed_qkv), what vLLM 0.32 did (this test asserts it again), why doctor disagrees
+    "no-qsa-packed-qkv": ((False, False, True), True, None),
+    "no-qsa-excluded-qkv": ((False, False, False), False, "doctor's fused check asks the stored shards only, vLLM's "
+                            "is_layer_skipped every shard of the class's mapping (the indexer's, not stored, not excluded)"),
+    "qsa-without-indexer": ((True, False, False), False, "generated rows know no expected module: the indexer's norms "
+                            "are never initialised"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_doctor_agrees_with_vllm(healthy, case, tmp_path, capsys, request):
+    form, loads, why = CASES[case]
+    folder = variant(healthy, tmp_path / case, *form)
+    loaded = in_vllm("vllm_load.py", folder, "--moe-emulation")[0]
+    assert loaded["ok"] == loads and loaded["stand_in_calls"] == [], loaded
+    if why:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=why))
+    code, out, err = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", folder)
+    assert code in (0, 1), err
+    assert (code == 0) == loaded["ok"], f"{case}: doctor exits {code}, vLLM 0.32: {loaded.get('error')}\n{out[-1500:]}"
