@@ -158,7 +158,7 @@ def _data_target(spec: str, runtime: str, version: tuple[int, ...]) -> Target:
 def shipped_targets() -> tuple[Target, ...]:
     """One target per release whose own reading ships: each generated vLLM profile's, each rules file's (what doctor
     asks before calling an exclusion entry one that matches no module: doctor/unused_entries.py)."""
-    specs = [f"vllm=={'.'.join(map(str, p.release))}" for p in arch.PROFILES if p.runtime == "vllm"]
+    specs = [f"{p.runtime}=={'.'.join(map(str, p.release))}" for p in arch.PROFILES]
     specs += [f"{p.runtime}=={'.'.join(map(str, p.min_version))}" for p in DATA_PROFILES]
     return tuple(resolve(s) for s in specs)
 
