@@ -23,13 +23,14 @@ ATTN = "model.layers.3.self_attn"
 QKV = [f"{ATTN}.{p}_proj" for p in "qkv"]
 
 
-def write(folder: Path, indexer: dict) -> Path:
+def write(folder: Path, indexer: dict, excluded: tuple[str, ...] = ()) -> Path:
     """One Qwen4Exp full-attention layer: q/k/v/o NVFP4 (a quantize-every-linear ModelOpt export), the indexer's
-    projection BF16 where the config has one."""
+    projection BF16 where the config has one; `excluded`: entries added to the list, q/k/v then stored BF16."""
     folder.mkdir(parents=True)
     tensors = {"model.embed_tokens.weight": torch.zeros(256, 64, dtype=torch.bfloat16)}
     for module, rows in ((QKV[0], 128), (QKV[1], 16), (QKV[2], 16), (f"{ATTN}.o_proj", 64)):
-        tensors |= nvfp4(module, rows, 64)
+        plain = excluded and module in QKV
+        tensors |= {f"{module}.weight": torch.zeros(rows, 64, dtype=torch.bfloat16)} if plain else nvfp4(module, rows, 64)
     if indexer:
         tensors[f"{ATTN}.indexer.index_qk_proj.weight"] = torch.zeros(80, 64, dtype=torch.bfloat16)
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
@@ -37,16 +38,20 @@ def write(folder: Path, indexer: dict) -> Path:
               "num_hidden_layers": 4, "vocab_size": 256, **indexer}
     (folder / "config.json").write_text(json.dumps(config))
     quant = {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16,
-             "exclude_modules": ["lm_head"] + ([f"{ATTN}.indexer.index_qk_proj"] if indexer else [])}
+             "exclude_modules": ["lm_head", *excluded] + ([f"{ATTN}.indexer.index_qk_proj"] if indexer else [])}
     (folder / "hf_quant_config.json").write_text(json.dumps({"producer": {"name": "modelopt", "version": "0.33.0"},
                                                              "quantization": quant}))
     return folder
 
 
-def contradicted(capsys, folder: Path) -> set[str]:
+def contradicted(capsys, folder: Path, code: str = "config-contradiction") -> set[str]:
+    return {f["subject"] for f in findings(capsys, folder) if f["code"] == code}
+
+
+def findings(capsys, folder: Path) -> list[dict]:
     code, out, err = run_captured(capsys, "doctor", folder, "--target", "vllm==0.32.0", "--json")
     assert code in (0, 1), err
-    return {f["subject"] for f in json.loads(out)["findings"] if f["code"] == "config-contradiction"}
+    return json.loads(out)["findings"]
 
 
 def test_without_qsa_packed_qkv_is_what_vllm_builds(tmp_path, capsys):
@@ -85,3 +90,18 @@ def test_the_config_part_vllm_reads_decides(config, qsa):
 def test_a_text_config_that_is_no_object_reads_the_config_itself(text_config):
     config = {"architectures": ["Qwen4ExpForCausalLM"], "text_config": text_config, "indexer_n_heads": 4}
     assert any(r.covers(QKV[0], "modelopt-nvfp4", "NVFP4") for r in arch.architecture(config).unquantized_roles)
+
+
+def test_without_qsa_excluding_q_k_v_by_name_is_refused_as_vllm_asks_the_indexer_shard(tmp_path, capsys):
+    """vLLM 0.32's is_layer_skipped asks every shard of the class's packed_modules_mapping (the profile's `fused`:
+    q, k, v and indexer.index_qk_proj, model.py:703), also in Qwen3NextAttention's qkv_proj without QSA: the indexer
+    shard, neither stored nor listed, disagrees with the three listed ones (tier: test_attack_qwen4exp.py)."""
+    [qkv] = [f for f in findings(capsys, write(tmp_path / "plain", {}, tuple(QKV))) if f["code"] == "fused-shards"]
+    assert qkv["subject"] == f"{ATTN}.qkv_proj" and qkv["severity"] == "error", qkv
+    assert "indexer.index_qk_proj" in qkv["message"] and "Detected some but not all shards" in qkv["runtime_error"], qkv
+
+
+@pytest.mark.parametrize("listed", [(*QKV, f"{ATTN}.qkv_proj"), (f"{ATTN}.*",), (f"{ATTN}.qkv_proj",)])
+def test_without_qsa_a_list_vllm_reads_as_the_whole_fused_layer_is_no_refusal(tmp_path, capsys, listed):
+    """vLLM first tests the fused name itself (quant_utils.py:662), and a wildcard names no shard exactly."""
+    assert contradicted(capsys, write(tmp_path / "plain", {}, listed), "fused-shards") == set()

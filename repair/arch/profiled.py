@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from importlib.resources import files
 
 from repair.arch.base import Architecture, DroppedTensor, RefusedLoad
@@ -202,7 +202,13 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
     return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
                         unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused,
                         nvfp4_load_refused=refused, dropped_tensors=dropped, dropped_in_layers=drops,
-                        load_refused=load_refused, **names)
+                        load_refused=load_refused, built_quantized=partial(built_quantized, entry), **names)
+
+
+def built_quantized(entry: dict, module: str) -> bool:
+    """Whether the release builds the layer (a checkpoint module, or a fused layer by its own name) with a quantized
+    method when nothing is excluded, in every layer of its pattern: its quant config was asked about it."""
+    return module_state(entry, module) == "quantized"
 
 
 def releases_loading(profiles: tuple[ReleaseProfile, ...], runtime: str, name: str) -> tuple[str, ...]:

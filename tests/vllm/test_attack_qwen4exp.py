@@ -4,12 +4,13 @@ stand-in never called); doctor --target vllm==0.32.0 must exit 0 exactly when vL
 
 The profile records vLLM's QSA build (qwen4_exp/nvidia/model.py:243: `indexer_n_heads` set) and, as `without`, the
 build with the indexer_* fields null (Qwen3NextAttention, whose fused qkv_proj takes the quant config): a checkpoint
-without QSA whose q/k/v are NVFP4 loads, and doctor says so. Left (strict xfails: the fix turns each into a failure):
-- that qkv_proj keeps the class's packed_modules_mapping (q, k, v and indexer.index_qk_proj), so excluding q/k/v makes
-  vLLM 0.32 refuse the model ("Detected some but not all shards ... are quantized": the indexer shard, which such a
-  checkpoint has not, is not excluded); doctor's fused check asks only the shards stored, and says healthy;
-- with QSA but the indexer's tensors left out of the checkpoint, vLLM stops on its norms never initialised; doctor says
-  healthy (generated rows know no expected module)."""
+without QSA whose q/k/v are NVFP4 loads, and doctor says so. Without QSA, qkv_proj keeps the class's
+packed_modules_mapping (q, k, v and indexer.index_qk_proj, model.py:703), so excluding q/k/v by name makes vLLM 0.32
+refuse the model ("Detected some but not all shards ... are quantized": the indexer shard, which such a checkpoint has
+not, is not excluded); doctor asks the whole mapping the profile records for a layer built quantized (one that asks
+its quant config), and says so; listing the fused name too loads (vLLM tests it first, quant_utils.py:662).
+Left (strict xfail: the fix turns it into a failure): with QSA but the indexer's tensors left out of the checkpoint,
+vLLM stops on its norms never initialised; doctor says healthy (generated rows know no expected module)."""
 
 from __future__ import annotations
 
@@ -38,9 +39,10 @@ def healthy(tmp_path_factory) -> Path:
     return Path(line["healthy"])
 
 
-def variant(healthy: Path, folder: Path, qsa: bool, indexer: bool, packed_qkv: bool) -> Path:
+def variant(healthy: Path, folder: Path, qsa: bool, indexer: bool, packed_qkv: bool, fused_named: bool = False) -> Path:
     """The healthy export with the config's indexer_* null (qsa=False), the indexer's tensors and exclusions left out
-    (indexer=False), and q/k/v stored NVFP4 and not excluded (packed_qkv, one weight_scale_2 for the fused three)."""
+    (indexer=False), q/k/v stored NVFP4 and not excluded (packed_qkv, one weight_scale_2 for the fused three), and the
+    fused `self_attn.qkv_proj` of each layer storing q/k/v listed too (fused_named)."""
     shutil.copytree(healthy, folder)
     tensors = {k: v for k, v in load_file(folder / "model.safetensors").items() if indexer or ".indexer." not in k}
     qkv = sorted(n[: -len(".weight")] for n in tensors if n.endswith(("attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight")))
@@ -57,14 +59,15 @@ def variant(healthy: Path, folder: Path, qsa: bool, indexer: bool, packed_qkv: b
     quant = json.loads((folder / "hf_quant_config.json").read_text())
     quant["quantization"]["exclude_modules"] = [e for e in quant["quantization"]["exclude_modules"]
                                                 if (indexer or ".indexer." not in e) and not (packed_qkv and e in qkv)]
+    quant["quantization"]["exclude_modules"] += sorted({f"{m.rpartition('.')[0]}.qkv_proj" for m in qkv}) if fused_named else []
     (folder / "hf_quant_config.json").write_text(json.dumps(quant, indent=1))
     return folder
 
 
-CASES = {  # name -> (qsa, indexer, packed_qkv), what vLLM 0.32 did (this test asserts it again), why doctor disagrees
+CASES = {  # name -> (qsa, indexer, packed_qkv[, fused_named]), what vLLM 0.32 did (this test asserts it again), why doctor disagrees
     "no-qsa-packed-qkv": ((False, False, True), True, None),
-    "no-qsa-excluded-qkv": ((False, False, False), False, "doctor's fused check asks the stored shards only, vLLM's "
-                            "is_layer_skipped every shard of the class's mapping (the indexer's, not stored, not excluded)"),
+    "no-qsa-excluded-qkv": ((False, False, False), False, None),  # is_layer_skipped asks the indexer's shard too
+    "no-qsa-excluded-qkv-fused-named": ((False, False, False, True), True, None),  # the fused name is tested first
     "qsa-without-indexer": ((True, False, False), False, "generated rows know no expected module: the indexer's norms "
                             "are never initialised"),
 }
