@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from repair import arch
 from tests.conftest import run_captured
@@ -20,6 +20,7 @@ from tests.test_doctor_load_refused import nvfp4
 INDEXER = {"indexer_n_heads": 4, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 2048,
            "indexer_compress_ratio": 4}
 ATTN = "model.layers.3.self_attn"
+INDEXER_NORMS = ("q_layernorm", "k_layernorm")
 QKV = [f"{ATTN}.{p}_proj" for p in "qkv"]
 
 
@@ -32,7 +33,8 @@ def write(folder: Path, indexer: dict, excluded: tuple[str, ...] = ()) -> Path:
         plain = excluded and module in QKV
         tensors |= {f"{module}.weight": torch.zeros(rows, 64, dtype=torch.bfloat16)} if plain else nvfp4(module, rows, 64)
     if indexer:
-        tensors[f"{ATTN}.indexer.index_qk_proj.weight"] = torch.zeros(80, 64, dtype=torch.bfloat16)
+        tensors |= {f"{ATTN}.indexer.index_qk_proj.weight": torch.zeros(80, 64, dtype=torch.bfloat16),
+                    **{f"{ATTN}.indexer.{n}.weight": torch.ones(16, dtype=torch.bfloat16) for n in INDEXER_NORMS}}
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     config = {"architectures": ["Qwen4ExpForCausalLM"], "model_type": "qwen4_exp_text", "hidden_size": 64,
               "num_hidden_layers": 4, "vocab_size": 256, **indexer}
@@ -105,3 +107,23 @@ def test_without_qsa_excluding_q_k_v_by_name_is_refused_as_vllm_asks_the_indexer
 def test_without_qsa_a_list_vllm_reads_as_the_whole_fused_layer_is_no_refusal(tmp_path, capsys, listed):
     """vLLM first tests the fused name itself (quant_utils.py:662), and a wildcard names no shard exactly."""
     assert contradicted(capsys, write(tmp_path / "plain", {}, listed), "fused-shards") == set()
+
+
+@pytest.mark.parametrize("left_out", ["index_qk_proj", "q_layernorm", "all"])
+def test_with_qsa_the_indexer_vllm_loads_is_expected(tmp_path, capsys, left_out):
+    """vLLM 0.32's QSA build loads the indexer's projection (into qkv_proj) and norms, which its build without QSA has no
+    parameter for (the profile's `without.loads_only_with`): a QSA checkpoint without them runs on uninitialised memory,
+    or stops where vLLM tracks weights (tier: test_attack_qwen4exp.py's qsa-without-indexer)."""
+    folder = write(tmp_path / "qsa", INDEXER)
+    indexer = {f"{ATTN}.indexer.{n}" for n in ("index_qk_proj", *INDEXER_NORMS)}
+    lost = indexer if left_out == "all" else {f"{ATTN}.indexer.{left_out}"}
+    tensors = load_file(folder / "model.safetensors")
+    save_file({k: v for k, v in tensors.items() if k.rpartition(".")[0] not in lost}, folder / "model.safetensors")
+    missing = [f for f in findings(capsys, folder) if f["code"] == "missing-module"]
+    assert {f["subject"] for f in missing} == lost and all(f["severity"] == "error" for f in missing), missing
+    assert all("indexer_n_heads" in f["message"] and "enable_weights_track" in f["message"] for f in missing), missing
+
+
+def test_without_qsa_no_indexer_is_expected_and_with_it_stored_nothing_is_missing(tmp_path, capsys):
+    assert contradicted(capsys, write(tmp_path / "plain", {}), "missing-module") == set()
+    assert contradicted(capsys, write(tmp_path / "qsa", INDEXER), "missing-module") == set()

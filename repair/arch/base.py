@@ -97,6 +97,9 @@ class Architecture:
     # checkpoint-side layer name (a fused one: `...self_attn.qkv_proj`) -> the release builds it with a quantized method
     # when nothing is excluded, so it asked its quant config (a generated row's state); None: not known (hand, generic)
     built_quantized: Callable[[str], bool] | None = None
+    # (checkpoint module pattern, `*` a layer number; why): loaded in every layer that stores a module of its block
+    # (Qwen4Exp's QSA indexer under self_attn: the profile's `without.loads_only_with`)
+    required_modules: tuple[tuple[str, str], ...] = ()
 
     def dropped(self, config: dict | None) -> frozenset[str]:
         """Checkpoint module names this release builds in no layer of that name, for this config.json."""
