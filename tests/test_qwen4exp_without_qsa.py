@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from repair import arch
+from repair.doctor.missing import missing_modules
 from tests.conftest import run_captured
 from tests.test_doctor_load_refused import nvfp4
 
@@ -127,3 +128,13 @@ def test_with_qsa_the_indexer_vllm_loads_is_expected(tmp_path, capsys, left_out)
 def test_without_qsa_no_indexer_is_expected_and_with_it_stored_nothing_is_missing(tmp_path, capsys):
     assert contradicted(capsys, write(tmp_path / "plain", {}), "missing-module") == set()
     assert contradicted(capsys, write(tmp_path / "qsa", INDEXER), "missing-module") == set()
+
+
+def test_hostile_layer_names_expect_nothing_and_never_crash():
+    """Layer "numbers" that are no ASCII number of at most 6 digits name no layer (and int() is never asked of them)."""
+    row = arch.architecture({"architectures": ["Qwen4ExpForCausalLM"], **INDEXER})
+    names = [f"model.layers.{n}.self_attn.q_proj.weight" for n in ("²", "1234567", "-1", "", "0x1", "٣")]
+    assert missing_modules(names, {}, row.name, {}, frozenset(), row.required_modules) == {}
+    assert set(missing_modules(["model.layers.007.self_attn.q_proj.weight"], {}, row.name, {}, frozenset(),
+                               row.required_modules)) == {f"model.layers.007.self_attn.indexer.{n}" for n in
+                                                          ("index_qk_proj", *INDEXER_NORMS)}

@@ -90,13 +90,13 @@ def missing_modules(tensors: Iterable[str], specs: dict[str, ModuleSpec], family
     modules the runtime builds in no layer of this name (the profile's per-layer rules), never expected; `required`:
     the row's `required_modules`."""
     names = set(tensors)
-    present = names | {t.rpartition(".")[0] for t in names}
     if specs:
+        present = names | {t.rpartition(".")[0] for t in names}
         return {s: f"{family} defines it (its expected modules, from config.json)" for s in sorted(specs) if s not in present}
     module, _, leaf = zip(*(t.rpartition(".") for t in names)) if names else ((), (), ())
     kept = {m for m, x in zip(module, leaf) if x not in SCALE_ONLY}
     gaps = _layer_gaps(kept, layer_kinds(config))
-    found = {**_tail_layers(kept, decoder_depth(config)), **gaps, **_required_gaps(present, required)}
+    found = {**_tail_layers(kept, decoder_depth(config)), **gaps, **_required_gaps(set(module), required)}
     return dict(sorted((name, why) for name, why in found.items() if name not in dropped))
 
 
@@ -108,19 +108,27 @@ def missing_findings(tensors: Iterable[str], specs: dict[str, ModuleSpec], famil
             for name, why in missing_modules(tensors, specs, family, config, dropped, required).items()]
 
 
-def _required_gaps(present: set[str], required: tuple[tuple[str, str], ...]) -> dict[str, str]:
+def _required_gaps(modules: set[str], required: tuple[tuple[str, str], ...]) -> dict[str, str]:
     """The modules a required pattern (`model.layers.*.self_attn.indexer.q_layernorm`) names in each layer that stores
-    a module of its block (the segment after its one `*`: `self_attn`) but not that one."""
-    out = {}
+    a module of its block (the segment after its one `*`: `self_attn`) but not that one; one pass over the stored
+    modules per (stack, block)."""
+    wanted: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
     for pattern, why in required:
         head, star, rest = pattern.partition(".*.")
         block = rest.partition(".")[0]
-        if not star or "*" in rest or block == rest:
-            continue  # no layer number, several, or no block to find the layers by
-        sibling = re.compile(re.escape(head) + r"\.([0-9]{1,6})\." + re.escape(block) + r"\.")
-        for layer in sorted({m[1] for name in present if (m := sibling.match(name))}, key=int):
-            if f"{head}.{layer}.{rest}" not in present:
-                out[f"{head}.{layer}.{rest}"] = f"{why}, and layer {layer} stores {block} modules"
+        if star and "*" not in rest and block != rest:  # else no layer number, several, or no block to find layers by
+            wanted[(f"{head}.", f"{block}.")].append((rest, why))
+    out = {}
+    for (head, block), rests in wanted.items():
+        layers = set()
+        for name in modules:
+            if name.startswith(head):
+                layer, _, tail = name[len(head):].partition(".")
+                if tail.startswith(block) and layer.isascii() and layer.isdigit() and len(layer) <= 6:
+                    layers.add(layer)
+        for layer in sorted(layers, key=int):
+            out.update({f"{head}{layer}.{rest}": f"{why}, and layer {layer} stores {block[:-1]} modules"
+                        for rest, why in rests if f"{head}{layer}.{rest}" not in modules})
     return out
 
 
