@@ -17,6 +17,7 @@ from repair import arch
 from repair.doctor.missing import missing_modules
 from tests.conftest import run_captured
 from tests.test_doctor_load_refused import nvfp4
+from tests.test_doctor_missing import drop_recipe
 
 INDEXER = {"indexer_n_heads": 4, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 2048,
            "indexer_compress_ratio": 4}
@@ -138,3 +139,14 @@ def test_hostile_layer_names_expect_nothing_and_never_crash():
     assert set(missing_modules(["model.layers.007.self_attn.q_proj.weight"], {}, row.name, {}, frozenset(),
                                row.required_modules)) == {f"model.layers.007.self_attn.indexer.{n}" for n in
                                                           ("index_qk_proj", *INDEXER_NORMS)}
+
+
+def test_a_drop_rule_removing_the_qsa_indexer_is_refused_before_writing(tmp_path, capsys):
+    """The output would lack a module the QSA build loads (doctor: missing-module), so its self-check would fail (exit
+    3, our bug): fix refuses the drop rule in one line instead, exit 2, nothing written."""
+    folder = write(tmp_path / "qsa", INDEXER)
+    norm = f"{ATTN}.indexer.q_layernorm"
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--recipe",
+                                  drop_recipe(tmp_path, "vllm==0.32.0", norm), "--quiet")
+    assert code == 2 and err.count("\n") == 1 and norm in err and "drop rule" in err, (code, err)
+    assert not (tmp_path / "out").exists()
