@@ -11,7 +11,7 @@ not, is not excluded); doctor asks the whole mapping the profile records for a l
 its quant config), and says so; listing the fused name too loads (vLLM tests it first, quant_utils.py:662).
 With QSA but the indexer's tensors left out of the checkpoint, vLLM (tracking weights) stops on its norms never
 initialised; the profile records the modules only the QSA build loads (`without.loads_only_with`), and doctor calls
-each one missing."""
+each one missing. Left (strict xfail, LEFT): a config without QSA over a checkpoint that still stores the indexer."""
 
 from __future__ import annotations
 
@@ -71,15 +71,24 @@ CASES = {  # name -> (qsa, indexer, packed_qkv[, fused_named]), whether vLLM 0.3
     "no-qsa-excluded-qkv": ((False, False, False), False),  # is_layer_skipped asks the indexer's shard too
     "no-qsa-excluded-qkv-fused-named": ((False, False, False, True), True),  # the fused name is tested first
     "qsa-without-indexer": ((True, False, False), False),  # the indexer's norms are never initialised
+    "no-qsa-packed-qkv-with-indexer": ((False, True, True), False),  # the listed indexer shard disagrees with q/k/v
+    "no-qsa-excluded-qkv-with-indexer": ((False, True, False), False),  # no parameter for the indexer: load_weights raises
+}
+LEFT = {  # case -> why doctor still disagrees (strict xfail)
+    "no-qsa-excluded-qkv-with-indexer": "the profile records the modules only the QSA build loads (loads_only_with), not "
+                                        "that the build without QSA raises on them (\"There is no module or parameter named "
+                                        "'layers.N.self_attn.indexer'\"); doctor says healthy",
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_doctor_agrees_with_vllm(healthy, case, tmp_path, capsys):
+def test_doctor_agrees_with_vllm(healthy, case, tmp_path, capsys, request):
     form, loads = CASES[case]
     folder = variant(healthy, tmp_path / case, *form)
     loaded = in_vllm("vllm_load.py", folder, "--moe-emulation")[0]
     assert loaded["ok"] == loads and loaded["stand_in_calls"] == [], loaded
+    if case in LEFT:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=LEFT[case]))
     code, out, err = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", folder, "--json")
     assert code in (0, 1), err
     assert (code == 0) == loaded["ok"], f"{case}: doctor exits {code}, vLLM 0.32: {loaded.get('error')}\n{out[-1500:]}"
