@@ -11,42 +11,51 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from repair import arch
+from repair.doctor.missing import missing_modules
 from tests.conftest import run_captured
 from tests.test_doctor_load_refused import nvfp4
+from tests.test_doctor_missing import drop_recipe
 
 INDEXER = {"indexer_n_heads": 4, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 2048,
            "indexer_compress_ratio": 4}
 ATTN = "model.layers.3.self_attn"
+INDEXER_NORMS = ("q_layernorm", "k_layernorm")
 QKV = [f"{ATTN}.{p}_proj" for p in "qkv"]
 
 
-def write(folder: Path, indexer: dict) -> Path:
+def write(folder: Path, indexer: dict, excluded: tuple[str, ...] = ()) -> Path:
     """One Qwen4Exp full-attention layer: q/k/v/o NVFP4 (a quantize-every-linear ModelOpt export), the indexer's
-    projection BF16 where the config has one."""
+    projection BF16 where the config has one; `excluded`: entries added to the list, q/k/v then stored BF16."""
     folder.mkdir(parents=True)
     tensors = {"model.embed_tokens.weight": torch.zeros(256, 64, dtype=torch.bfloat16)}
     for module, rows in ((QKV[0], 128), (QKV[1], 16), (QKV[2], 16), (f"{ATTN}.o_proj", 64)):
-        tensors |= nvfp4(module, rows, 64)
+        plain = excluded and module in QKV
+        tensors |= {f"{module}.weight": torch.zeros(rows, 64, dtype=torch.bfloat16)} if plain else nvfp4(module, rows, 64)
     if indexer:
-        tensors[f"{ATTN}.indexer.index_qk_proj.weight"] = torch.zeros(80, 64, dtype=torch.bfloat16)
+        tensors |= {f"{ATTN}.indexer.index_qk_proj.weight": torch.zeros(80, 64, dtype=torch.bfloat16),
+                    **{f"{ATTN}.indexer.{n}.weight": torch.ones(16, dtype=torch.bfloat16) for n in INDEXER_NORMS}}
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     config = {"architectures": ["Qwen4ExpForCausalLM"], "model_type": "qwen4_exp_text", "hidden_size": 64,
               "num_hidden_layers": 4, "vocab_size": 256, **indexer}
     (folder / "config.json").write_text(json.dumps(config))
     quant = {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16,
-             "exclude_modules": ["lm_head"] + ([f"{ATTN}.indexer.index_qk_proj"] if indexer else [])}
+             "exclude_modules": ["lm_head", *excluded] + ([f"{ATTN}.indexer.index_qk_proj"] if indexer else [])}
     (folder / "hf_quant_config.json").write_text(json.dumps({"producer": {"name": "modelopt", "version": "0.33.0"},
                                                              "quantization": quant}))
     return folder
 
 
-def contradicted(capsys, folder: Path) -> set[str]:
+def contradicted(capsys, folder: Path, code: str = "config-contradiction") -> set[str]:
+    return {f["subject"] for f in findings(capsys, folder) if f["code"] == code}
+
+
+def findings(capsys, folder: Path) -> list[dict]:
     code, out, err = run_captured(capsys, "doctor", folder, "--target", "vllm==0.32.0", "--json")
     assert code in (0, 1), err
-    return {f["subject"] for f in json.loads(out)["findings"] if f["code"] == "config-contradiction"}
+    return json.loads(out)["findings"]
 
 
 def test_without_qsa_packed_qkv_is_what_vllm_builds(tmp_path, capsys):
@@ -85,3 +94,59 @@ def test_the_config_part_vllm_reads_decides(config, qsa):
 def test_a_text_config_that_is_no_object_reads_the_config_itself(text_config):
     config = {"architectures": ["Qwen4ExpForCausalLM"], "text_config": text_config, "indexer_n_heads": 4}
     assert any(r.covers(QKV[0], "modelopt-nvfp4", "NVFP4") for r in arch.architecture(config).unquantized_roles)
+
+
+def test_without_qsa_excluding_q_k_v_by_name_is_refused_as_vllm_asks_the_indexer_shard(tmp_path, capsys):
+    """vLLM 0.32's is_layer_skipped asks every shard of the class's packed_modules_mapping (the profile's `fused`:
+    q, k, v and indexer.index_qk_proj, model.py:703), also in Qwen3NextAttention's qkv_proj without QSA: the indexer
+    shard, neither stored nor listed, disagrees with the three listed ones (tier: test_attack_qwen4exp.py)."""
+    [qkv] = [f for f in findings(capsys, write(tmp_path / "plain", {}, tuple(QKV))) if f["code"] == "fused-shards"]
+    assert qkv["subject"] == f"{ATTN}.qkv_proj" and qkv["severity"] == "error", qkv
+    assert "indexer.index_qk_proj" in qkv["message"] and "Detected some but not all shards" in qkv["runtime_error"], qkv
+
+
+@pytest.mark.parametrize("listed", [(*QKV, f"{ATTN}.qkv_proj"), (f"{ATTN}.*",), (f"{ATTN}.qkv_proj",)])
+def test_without_qsa_a_list_vllm_reads_as_the_whole_fused_layer_is_no_refusal(tmp_path, capsys, listed):
+    """vLLM first tests the fused name itself (quant_utils.py:662), and a wildcard names no shard exactly."""
+    assert contradicted(capsys, write(tmp_path / "plain", {}, listed), "fused-shards") == set()
+
+
+@pytest.mark.parametrize("left_out", ["index_qk_proj", "q_layernorm", "all"])
+def test_with_qsa_the_indexer_vllm_loads_is_expected(tmp_path, capsys, left_out):
+    """vLLM 0.32's QSA build loads the indexer's projection (into qkv_proj) and norms, which its build without QSA has no
+    parameter for (the profile's `without.loads_only_with`): a QSA checkpoint without them runs on uninitialised memory,
+    or stops where vLLM tracks weights (tier: test_attack_qwen4exp.py's qsa-without-indexer)."""
+    folder = write(tmp_path / "qsa", INDEXER)
+    indexer = {f"{ATTN}.indexer.{n}" for n in ("index_qk_proj", *INDEXER_NORMS)}
+    lost = indexer if left_out == "all" else {f"{ATTN}.indexer.{left_out}"}
+    tensors = load_file(folder / "model.safetensors")
+    save_file({k: v for k, v in tensors.items() if k.rpartition(".")[0] not in lost}, folder / "model.safetensors")
+    missing = [f for f in findings(capsys, folder) if f["code"] == "missing-module"]
+    assert {f["subject"] for f in missing} == lost and all(f["severity"] == "error" for f in missing), missing
+    assert all("indexer_n_heads" in f["message"] and "enable_weights_track" in f["message"] for f in missing), missing
+
+
+def test_without_qsa_no_indexer_is_expected_and_with_it_stored_nothing_is_missing(tmp_path, capsys):
+    assert contradicted(capsys, write(tmp_path / "plain", {}), "missing-module") == set()
+    assert contradicted(capsys, write(tmp_path / "qsa", INDEXER), "missing-module") == set()
+
+
+def test_hostile_layer_names_expect_nothing_and_never_crash():
+    """Layer "numbers" that are no ASCII number of at most 6 digits name no layer (and int() is never asked of them)."""
+    row = arch.architecture({"architectures": ["Qwen4ExpForCausalLM"], **INDEXER})
+    names = [f"model.layers.{n}.self_attn.q_proj.weight" for n in ("²", "1234567", "-1", "", "0x1", "٣")]
+    assert missing_modules(names, {}, row.name, {}, frozenset(), row.required_modules) == {}
+    assert set(missing_modules(["model.layers.007.self_attn.q_proj.weight"], {}, row.name, {}, frozenset(),
+                               row.required_modules)) == {f"model.layers.007.self_attn.indexer.{n}" for n in
+                                                          ("index_qk_proj", *INDEXER_NORMS)}
+
+
+def test_a_drop_rule_removing_the_qsa_indexer_is_refused_before_writing(tmp_path, capsys):
+    """The output would lack a module the QSA build loads (doctor: missing-module), so its self-check would fail (exit
+    3, our bug): fix refuses the drop rule in one line instead, exit 2, nothing written."""
+    folder = write(tmp_path / "qsa", INDEXER)
+    norm = f"{ATTN}.indexer.q_layernorm"
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--recipe",
+                                  drop_recipe(tmp_path, "vllm==0.32.0", norm), "--quiet")
+    assert code == 2 and err.count("\n") == 1 and norm in err and "drop rule" in err, (code, err)
+    assert not (tmp_path / "out").exists()

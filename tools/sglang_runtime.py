@@ -58,6 +58,7 @@ def setup(path: str):
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
     torch.cuda.get_device_capability = lambda device=None: BLACKWELL
+    gpu_mamba_cache()
     args = ServerArgs(model_path=path, device=DEVICE)
     set_global_server_args_for_scheduler(args)
     publish(args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0))
@@ -69,6 +70,15 @@ def setup(path: str):
         _WORLD.append(True)
     initialize_moe_config()
     return args
+
+
+def gpu_mamba_cache() -> None:
+    """The GPU server's platform fact for hybrid (Mamba / linear-attention) models: its Mamba cache keeps state
+    snapshots (arg_groups/mamba_hook.py:102-112 answers False on CPU, and server-args resolution then asserts at
+    :120, before any layer is built: Qwen4Exp, Qwen3-Next). It sizes a cache, not which method a layer gets."""
+    from sglang.srt.arg_groups import mamba_hook
+
+    mamba_hook._platform_supports_mamba_cache_extra_buffer = lambda: True
 
 
 def tensor_parallel(size: int, rank: int) -> None:

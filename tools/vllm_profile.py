@@ -32,6 +32,7 @@ from vllm_runtime import (Loader, enable_cpu_nvfp4, flash_attention_stand_in, in
 from vllm_profile_configs import PUBLISHED, WITHOUT, NoConfig, model_types, small_config
 from vllm_layer_facts import layer_rules
 from vllm_format_states import modelopt_fp4_only
+from vllm_without_loads import loads_only_with
 from vllm_load_refused import load_refused
 from vllm_missing_weights import missing_weights
 from vllm_null_lists import null_exclusions_refused
@@ -184,7 +185,7 @@ def profile(arch: str, names: dict[str, str], loader: Loader) -> dict:
     layers = export_layer_rules(arch, model if export == config else None, tensors, export, refused)
     prefixes, loads = quant_prefixes(model, placed, fused), load_renames(model, placed, fused)
     refused_load = load_refused(arch, names, loader)
-    without = built_without(arch, config, refused, modules)
+    without = built_without(arch, config, refused, (model, vc), tensors)
     nvfp4_only = modelopt_fp4_only(arch, config, refused, modules, build_model, state_of)
     drafter_only = modelopt_fp4_only(arch, config, refused, mtp["mtp"].get("modules", {}), build_model, state_of,
                                      drafter=True) if mtp else []
@@ -199,9 +200,10 @@ def profile(arch: str, names: dict[str, str], loader: Loader) -> dict:
             **({"modelopt_fp4_only": nvfp4_only} if nvfp4_only else {})}
 
 
-def built_without(arch: str, config: dict, refused: list[str], modules: dict) -> dict:
-    """{"fields", "modules"}: vLLM's model built again with WITHOUT's fields null (another attention class), when
-    its modules differ from the profiled build's; {} otherwise."""
+def built_without(arch: str, config: dict, refused: list[str], built: tuple, tensors: dict) -> dict:
+    """{"fields", "modules", "loads_only_with"}: vLLM's model built again with WITHOUT's fields null (another attention
+    class), when its modules differ from the profiled build's (`built`: (model, VllmConfig)); {} otherwise. With the
+    checkpoint modules of transformers' export (`tensors`) the profiled build loads and this one does not."""
     from vllm.model_executor.model_loader.utils import initialize_model
 
     fields = WITHOUT.get(arch)
@@ -209,8 +211,12 @@ def built_without(arch: str, config: dict, refused: list[str], modules: dict) ->
         return {}
     with tempfile.TemporaryDirectory() as folder:
         write_config(folder, arch, {**config, **dict.fromkeys(fields)}, refused)
-        other = modules_of(build_model(folder, initialize_model)[0])
-    return {"fields": list(fields), "modules": other} if other != modules else {}
+        other, other_vc = build_model(folder, initialize_model)
+    modules = modules_of(other)
+    if modules == modules_of(built[0]):
+        return {}
+    only = loads_only_with(*built, other, other_vc, tensors)
+    return {"fields": list(fields), "modules": modules, **({"loads_only_with": only} if only else {})}
 
 
 def write_config(folder: str, arch: str, config: dict, refused: list[str]) -> None:

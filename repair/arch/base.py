@@ -94,6 +94,12 @@ class Architecture:
     dropped_tensors: tuple[DroppedTensor, ...] = ()  # tensors load_weights takes and fills no parameter with
     dropped_in_layers: tuple[LayerDrop, ...] = ()  # modules the runtime builds in some layers only (arch/layer_rules.py)
     load_refused: RefusedLoad | None = None  # the release loads no checkpoint of it (its load_weights fails)
+    # checkpoint-side layer name (a fused one: `...self_attn.qkv_proj`) -> the release builds it with a quantized method
+    # when nothing is excluded, so it asked its quant config (a generated row's state); None: not known (hand, generic)
+    built_quantized: Callable[[str], bool] | None = None
+    # (checkpoint module pattern, `*` a layer number; why): loaded in every layer that stores a module of its block
+    # (Qwen4Exp's QSA indexer under self_attn: the profile's `without.loads_only_with`)
+    required_modules: tuple[tuple[str, str], ...] = ()
 
     def dropped(self, config: dict | None) -> frozenset[str]:
         """Checkpoint module names this release builds in no layer of that name, for this config.json."""
@@ -143,6 +149,16 @@ class Architecture:
                 if len(members) > 1:
                     out.append((parent + fused, members))
         return out
+
+    def asked_shards(self, fused: str, stored: tuple[str, ...]) -> tuple[str, ...]:
+        """The shard names vLLM's exclusion test asks for the fused layer `fused` (checkpoint names): where the layer asks
+        its quant config (`built_quantized`), the class's whole packed mapping, stored or not (quant_utils.py
+        is_layer_skipped, 0.32: Qwen4Exp's qkv_proj asks `indexer.index_qk_proj` in a model built without QSA too);
+        else, or where that is not known, the `stored` shards (a layer built with no quant config asks nothing)."""
+        if self.built_quantized is None or not self.built_quantized(fused):
+            return stored
+        parent, _, leaf = fused.rpartition(".")
+        return tuple(f"{parent}.{s}" if parent else s for s in self.fused_layers.get(leaf, ())) or stored
 
     def exclusion_matcher(self, declaration: Declaration) -> Covers:
         """covers(exclusions, module): the format's rule, applied to the name the runtime gives the module."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from importlib.resources import files
 
 from repair.arch.base import Architecture, DroppedTensor, RefusedLoad
@@ -31,7 +31,7 @@ STAR = re.compile(r"\.\*(?=\.|$)")
 PLACED = re.compile(r"\{(\d{1,3})\}")
 # what the profiled runtime's own model code does with names, not which layers it builds: the prefix a layer hands its
 # quant config (Afmoe's lm_head: "" in vLLM 0.32, "lm_head" in SGLang 0.5.23's afmoe.py), what load_weights refuses or drops
-OWN_CODE = frozenset({"prefixes", "nvfp4_load_refused", "dropped", "load_refused"})
+OWN_CODE = frozenset({"prefixes", "nvfp4_load_refused", "dropped", "load_refused", "loads_only_with"})
 # but 3-D experts (GraniteMoe's input_linear, Llama4's experts.gate_up_proj) load into the routed experts' FusedMoE, which
 # each runtime's model asks about under its `experts` module: SGLang 0.5.23 granitemoe.py:142-151, llama4.py:120-129
 ROUTED_EXPERTS = ".experts"
@@ -106,10 +106,13 @@ class ReleaseProfile:
 
 def as_configured(entry: dict | None, config: dict | None) -> dict | None:
     """The entry as vLLM builds the model for `config`: its `without` modules (Qwen4Exp without indexer_*: no QSA,
-    q/k/v quantized) when every field that build lacks is absent or null in the config's text part, else as profiled."""
+    q/k/v quantized) when every field that build lacks is absent or null in the config's text part, else as profiled,
+    with the modules only that build loads (`loads_only_with`: QSA's indexer) where a config says so."""
     without = (entry or {}).get("without")
-    if not without or config is None or any(text_part(config).get(f) is not None for f in without["fields"]):
+    if not without or config is None:
         return entry
+    if any(text_part(config).get(f) is not None for f in without["fields"]):
+        return {**entry, "loads_only_with": without.get("loads_only_with", [])}
     return {**entry, "modules": without["modules"]}
 
 
@@ -197,12 +200,23 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
                                   f"recorded in {profile.source})") for p, fact in sorted(entry.get("dropped", {}).items()))
     drops = tuple(LayerDrop(module, run, field, profile.source) for module, rule in sorted(entry.get("dropped_in_layers", {}).items())
                   for run, field in sorted(rule.items()))
+    fields = " / ".join(entry.get("without", {}).get("fields", ())[:1])
+    required = tuple((p, f"{profile.label} builds {name} with it where config.json sets {fields}, as this one does, and "
+                         f"its load_weights fills a parameter from it (recorded in {profile.source})")
+                     for p in entry.get("loads_only_with", ()))
     load = entry.get("load_refused")
     load_refused = RefusedLoad(load, profile.label, profile.source) if isinstance(load, str) and load else None
     return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
                         unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused,
                         nvfp4_load_refused=refused, dropped_tensors=dropped, dropped_in_layers=drops,
-                        load_refused=load_refused, **names)
+                        load_refused=load_refused, built_quantized=partial(built_quantized, entry), required_modules=required,
+                        **names)
+
+
+def built_quantized(entry: dict, module: str) -> bool:
+    """Whether the release builds the layer (a checkpoint module, or a fused layer by its own name) with a quantized
+    method when nothing is excluded, in every layer of its pattern: its quant config was asked about it."""
+    return module_state(entry, module) == "quantized"
 
 
 def releases_loading(profiles: tuple[ReleaseProfile, ...], runtime: str, name: str) -> tuple[str, ...]:

@@ -86,13 +86,25 @@ def nvfp4_load_refusal_findings(modules: dict[str, StoredModule], family: Archit
 def fused_findings(declaration: Declaration, modules: dict[str, StoredModule], family: Architecture, target: Target) -> list[Finding]:
     """Fused layers whose shards the config declares at different precisions: the runtime refuses to build the model."""
     findings, who = [], target.profile.speaker
-    for fused, shards in family.fused_groups(modules):
+    for fused, stored in family.fused_groups(modules):
+        # vLLM's reading (no rules file) asks every shard of the class's packed mapping, stored or not; a rules file's
+        # own rule (SGLang, TensorRT-LLM) decides from its own mapping
+        shards = family.asked_shards(fused, stored) if target.profile.rules is None else stored
         error = declaration.format.fused_refusal(family.runtime_name(fused), tuple(family.runtime_name(s) for s in shards),
                                                  declaration.rule())
         if error is None or not declaration.quantized:
             continue
-        leaf = {s: s.rpartition(".")[2] for s in shards}
+        parent = fused.rpartition(".")[0]
+        leaf = {s: s.removeprefix(f"{parent}.") for s in shards}
         excluded = [leaf[s] for s in shards if declaration.rule().shard_excluded(family.runtime_name(s))]
+        unstored = [leaf[s] for s in shards if s not in stored]
+        if unstored and excluded:
+            findings.append(Finding(Severity.ERROR, Kind.FUSED_SHARDS, fused,
+                                    f"{fused}: {who} builds {', '.join(leaf.values())} as one layer and asks the config about "
+                                    f"each shard, also {', '.join(unstored)}, which this checkpoint does not store; the config "
+                                    f"excludes {', '.join(excluded)} by name and not the others, so {who} refuses the model "
+                                    f"while building it; name the fused layer itself ({family.exclusion_name(fused)}) in the config", error))
+            continue
         if len(excluded) in (0, len(shards)):  # not a mix: the runtime cannot build the fused layer the config describes
             findings.append(Finding(Severity.ERROR, Kind.FUSED_SHARDS, fused,
                                     f"{fused}: {who} builds {', '.join(leaf.values())} as one layer, and the config "

@@ -104,7 +104,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         findings += fused_storage_findings(declaration, modules, family, target)
     findings += float8_findings(modules, infos) + missing_findings(
         infos, specs, family.name, ckpt.config, unbuilt(target, family, ckpt.config),
-        consequence(target, declaration.quantized))
+        consequence(target, declaration.quantized), family.required_modules)
     said = {f.subject for f in mismatched}  # a layer declared NVFP4 stored without input_scale: said once, as a mismatch
     with ScaleValues(ckpt, modules, fmt.GLOBAL_SCALE_IS_DIVISOR, deep, progress, shared) as values:
         findings += [f for f in health_findings(ckpt, modules, built, fmt.GLOBAL_SCALE_IS_DIVISOR, values, target.profile.speaker)

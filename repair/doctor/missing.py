@@ -84,10 +84,11 @@ def _checks(outcome: dict) -> str:
     return "does not check for unfilled weights"
 
 
-def missing_modules(tensors: Iterable[str], specs: dict[str, ModuleSpec], family: str,
-                    config: dict | None = None, dropped: frozenset[str] = frozenset()) -> dict[str, str]:
+def missing_modules(tensors: Iterable[str], specs: dict[str, ModuleSpec], family: str, config: dict | None = None,
+                    dropped: frozenset[str] = frozenset(), required: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
     """Expected module (or tensor) name -> why it is expected, for every one no stored tensor provides; `dropped`:
-    modules the runtime builds in no layer of this name (the profile's per-layer rules), never expected."""
+    modules the runtime builds in no layer of this name (the profile's per-layer rules), never expected; `required`:
+    the row's `required_modules`."""
     names = set(tensors)
     if specs:
         present = names | {t.rpartition(".")[0] for t in names}
@@ -95,15 +96,40 @@ def missing_modules(tensors: Iterable[str], specs: dict[str, ModuleSpec], family
     module, _, leaf = zip(*(t.rpartition(".") for t in names)) if names else ((), (), ())
     kept = {m for m, x in zip(module, leaf) if x not in SCALE_ONLY}
     gaps = _layer_gaps(kept, layer_kinds(config))
-    found = {**_tail_layers(kept, decoder_depth(config)), **gaps}
+    found = {**_tail_layers(kept, decoder_depth(config)), **gaps, **_required_gaps(set(module), required)}
     return dict(sorted((name, why) for name, why in found.items() if name not in dropped))
 
 
 def missing_findings(tensors: Iterable[str], specs: dict[str, ModuleSpec], family: str, config: dict | None = None,
-                     dropped: frozenset[str] = frozenset(), then: str = ADVICE) -> list[Finding]:
+                     dropped: frozenset[str] = frozenset(), then: str = ADVICE,
+                     required: tuple[tuple[str, str], ...] = ()) -> list[Finding]:
     """`then`: what the target does with it (`consequence`)."""
     return [Finding(Severity.ERROR, Kind.MISSING_MODULE, name, f"{name}: not stored, but {why}; {then}")
-            for name, why in missing_modules(tensors, specs, family, config, dropped).items()]
+            for name, why in missing_modules(tensors, specs, family, config, dropped, required).items()]
+
+
+def _required_gaps(modules: set[str], required: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """The modules a required pattern (`model.layers.*.self_attn.indexer.q_layernorm`) names in each layer that stores
+    a module of its block (the segment after its one `*`: `self_attn`) but not that one; one pass over the stored
+    modules per (stack, block)."""
+    wanted: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
+    for pattern, why in required:
+        head, star, rest = pattern.partition(".*.")
+        block = rest.partition(".")[0]
+        if star and "*" not in rest and block != rest:  # else no layer number, several, or no block to find layers by
+            wanted[(f"{head}.", f"{block}.")].append((rest, why))
+    out = {}
+    for (head, block), rests in wanted.items():
+        layers = set()
+        for name in modules:
+            if name.startswith(head):
+                layer, _, tail = name[len(head):].partition(".")
+                if tail.startswith(block) and layer.isascii() and layer.isdigit() and len(layer) <= 6:
+                    layers.add(layer)
+        for layer in sorted(layers, key=int):
+            out.update({f"{head}{layer}.{rest}": f"{why}, and layer {layer} stores {block[:-1]} modules"
+                        for rest, why in rests if f"{head}{layer}.{rest}" not in modules})
+    return out
 
 
 def layer_kinds(config: dict | None) -> dict[int, str]:

@@ -97,11 +97,12 @@ def _refuse_dropped_expected(ckpt: Checkpoint, target: str, dropped: set[str], b
     if not dropped:
         return
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
-    family, names = arch.architecture(ckpt.config).name, ckpt.infos()
+    row, names = arch.architecture(ckpt.config), ckpt.infos()
     each = [not_built(d.target, arch.architecture(ckpt.config, d.target.release), ckpt.config) for d in before]
     unbuilt = frozenset.intersection(*each) if each else frozenset()
-    before = missing_modules(names, specs, family, ckpt.config, unbuilt)
-    after = missing_modules((t for t in names if t.rpartition(".")[0] not in dropped), specs, family, ckpt.config, unbuilt)
+    before = missing_modules(names, specs, row.name, ckpt.config, unbuilt, row.required_modules)
+    after = missing_modules((t for t in names if t.rpartition(".")[0] not in dropped), specs, row.name, ckpt.config, unbuilt,
+                            row.required_modules)
     lost = [n for n in after if n not in before]
     if lost:
         raise UsageError(f"{ckpt.root}: the drop rule removes {lost[0]}, but {after[lost[0]]}, so the output would lack "

@@ -4,16 +4,19 @@ stand-in never called); doctor --target vllm==0.32.0 must exit 0 exactly when vL
 
 The profile records vLLM's QSA build (qwen4_exp/nvidia/model.py:243: `indexer_n_heads` set) and, as `without`, the
 build with the indexer_* fields null (Qwen3NextAttention, whose fused qkv_proj takes the quant config): a checkpoint
-without QSA whose q/k/v are NVFP4 loads, and doctor says so. Left (strict xfails: the fix turns each into a failure):
-- that qkv_proj keeps the class's packed_modules_mapping (q, k, v and indexer.index_qk_proj), so excluding q/k/v makes
-  vLLM 0.32 refuse the model ("Detected some but not all shards ... are quantized": the indexer shard, which such a
-  checkpoint has not, is not excluded); doctor's fused check asks only the shards stored, and says healthy;
-- with QSA but the indexer's tensors left out of the checkpoint, vLLM stops on its norms never initialised; doctor says
-  healthy (generated rows know no expected module)."""
+without QSA whose q/k/v are NVFP4 loads, and doctor says so. Without QSA, qkv_proj keeps the class's
+packed_modules_mapping (q, k, v and indexer.index_qk_proj, model.py:703), so excluding q/k/v by name makes vLLM 0.32
+refuse the model ("Detected some but not all shards ... are quantized": the indexer shard, which such a checkpoint has
+not, is not excluded); doctor asks the whole mapping the profile records for a layer built quantized (one that asks
+its quant config), and says so; listing the fused name too loads (vLLM tests it first, quant_utils.py:662).
+With QSA but the indexer's tensors left out of the checkpoint, vLLM (tracking weights) stops on its norms never
+initialised; the profile records the modules only the QSA build loads (`without.loads_only_with`), and doctor calls
+each one missing. Left (strict xfail, LEFT): a config without QSA over a checkpoint that still stores the indexer."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -38,9 +41,10 @@ def healthy(tmp_path_factory) -> Path:
     return Path(line["healthy"])
 
 
-def variant(healthy: Path, folder: Path, qsa: bool, indexer: bool, packed_qkv: bool) -> Path:
+def variant(healthy: Path, folder: Path, qsa: bool, indexer: bool, packed_qkv: bool, fused_named: bool = False) -> Path:
     """The healthy export with the config's indexer_* null (qsa=False), the indexer's tensors and exclusions left out
-    (indexer=False), and q/k/v stored NVFP4 and not excluded (packed_qkv, one weight_scale_2 for the fused three)."""
+    (indexer=False), q/k/v stored NVFP4 and not excluded (packed_qkv, one weight_scale_2 for the fused three), and the
+    fused `self_attn.qkv_proj` of each layer storing q/k/v listed too (fused_named)."""
     shutil.copytree(healthy, folder)
     tensors = {k: v for k, v in load_file(folder / "model.safetensors").items() if indexer or ".indexer." not in k}
     qkv = sorted(n[: -len(".weight")] for n in tensors if n.endswith(("attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight")))
@@ -57,27 +61,39 @@ def variant(healthy: Path, folder: Path, qsa: bool, indexer: bool, packed_qkv: b
     quant = json.loads((folder / "hf_quant_config.json").read_text())
     quant["quantization"]["exclude_modules"] = [e for e in quant["quantization"]["exclude_modules"]
                                                 if (indexer or ".indexer." not in e) and not (packed_qkv and e in qkv)]
+    quant["quantization"]["exclude_modules"] += sorted({f"{m.rpartition('.')[0]}.qkv_proj" for m in qkv}) if fused_named else []
     (folder / "hf_quant_config.json").write_text(json.dumps(quant, indent=1))
     return folder
 
 
-CASES = {  # name -> (qsa, indexer, packed_qkv), what vLLM 0.32 did (this test asserts it again), why doctor disagrees
-    "no-qsa-packed-qkv": ((False, False, True), True, None),
-    "no-qsa-excluded-qkv": ((False, False, False), False, "doctor's fused check asks the stored shards only, vLLM's "
-                            "is_layer_skipped every shard of the class's mapping (the indexer's, not stored, not excluded)"),
-    "qsa-without-indexer": ((True, False, False), False, "generated rows know no expected module: the indexer's norms "
-                            "are never initialised"),
+CASES = {  # name -> (qsa, indexer, packed_qkv[, fused_named]), whether vLLM 0.32 loads it (this test asserts it again)
+    "no-qsa-packed-qkv": ((False, False, True), True),
+    "no-qsa-excluded-qkv": ((False, False, False), False),  # is_layer_skipped asks the indexer's shard too
+    "no-qsa-excluded-qkv-fused-named": ((False, False, False, True), True),  # the fused name is tested first
+    "qsa-without-indexer": ((True, False, False), False),  # the indexer's norms are never initialised
+    "no-qsa-packed-qkv-with-indexer": ((False, True, True), False),  # the listed indexer shard disagrees with q/k/v
+    "no-qsa-excluded-qkv-with-indexer": ((False, True, False), False),  # no parameter for the indexer: load_weights raises
+}
+LEFT = {  # case -> why doctor still disagrees (strict xfail)
+    "no-qsa-excluded-qkv-with-indexer": "the profile records the modules only the QSA build loads (loads_only_with), not "
+                                        "that the build without QSA raises on them (\"There is no module or parameter named "
+                                        "'layers.N.self_attn.indexer'\"); doctor says healthy",
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_doctor_agrees_with_vllm(healthy, case, tmp_path, capsys, request):
-    form, loads, why = CASES[case]
+    form, loads = CASES[case]
     folder = variant(healthy, tmp_path / case, *form)
     loaded = in_vllm("vllm_load.py", folder, "--moe-emulation")[0]
     assert loaded["ok"] == loads and loaded["stand_in_calls"] == [], loaded
-    if why:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=why))
-    code, out, err = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", folder)
+    if case in LEFT:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=LEFT[case]))
+    code, out, err = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", folder, "--json")
     assert code in (0, 1), err
     assert (code == 0) == loaded["ok"], f"{case}: doctor exits {code}, vLLM 0.32: {loaded.get('error')}\n{out[-1500:]}"
+    if not loaded["ok"]:  # for vLLM's reason: its error text, or each weight it names left unfilled
+        errors = [f for f in json.loads(out)["findings"] if f["severity"] == "error"]
+        said = {f.get("runtime_error") for f in errors} | {f"{f['subject']}.weight" for f in errors if f["code"] == "missing-module"}
+        named = re.findall(r"'([^']+)'", loaded["error"]) if "not initialized" in loaded["error"] else [loaded["error"]]
+        assert set(named) <= said, (loaded["error"], errors)

@@ -1,0 +1,43 @@
+"""Checkpoint modules only one of an architecture's two builds loads (run in .venv-vllm, by vllm_profile.py).
+
+Where config fields choose the attention class (vLLM 0.32's Qwen4Exp builds QSA only when `indexer_n_heads` is set:
+models/qwen4_exp/nvidia/model.py:243), the profile records the build with those fields null as `without`. The QSA
+build's load_weights takes the indexer's tensors (its projection into the fused qkv_proj, model.py:704; its two
+norms as their own parameters), which the build without them has no parameter for: a QSA checkpoint that lacks them
+runs on uninitialised memory, or stops where vLLM tracks weights; a checkpoint without QSA that stores them is
+refused. Each module of transformers' export of the profiled config is fed alone, as a meta tensor, through each
+build's own load_weights (tools/vllm_declared.py's recording loaders: nothing is copied). Recorded: the modules the
+profiled build places and the `without` build places nothing of, as name patterns (`without.loads_only_with`).
+Imports nothing from ``repair``.
+"""
+
+from __future__ import annotations
+
+from vllm_load_facts import pattern
+
+
+def loads_only_with(model, vc, other, other_vc, tensors: dict[str, tuple[list[int], str]]) -> list[str]:
+    """Name patterns of the checkpoint modules (transformers' export of the profiled config: `tensors`, name ->
+    (shape, dtype)) all of whose tensors `model`'s load_weights places and none of which `other`'s places (it raises,
+    "There is no module or parameter named ...", or drops them); each module is fed alone."""
+    by_module: dict[str, dict] = {}
+    for name, (shape, dtype) in tensors.items():
+        by_module.setdefault(name.rpartition(".")[0], {})[name] = (name, shape, dtype)
+    placed, elsewhere = _placed(model, vc, by_module), _placed(other, other_vc, by_module)
+    return sorted({pattern(m) for m in by_module if placed[m] == len(by_module[m]) and not elsewhere[m]})
+
+
+def _placed(model, vc, by_module: dict[str, dict]) -> dict[str, int]:
+    """Module -> how many of its tensors the model's own load_weights places, each module fed alone (0 where it raises)."""
+    from vllm.config import set_current_vllm_config
+    from vllm_declared import placements
+    from vllm_runtime import world_of_one
+
+    out = {}
+    with world_of_one(vc), set_current_vllm_config(vc):
+        for module, weights in by_module.items():
+            try:
+                out[module] = len(placements(model, weights))
+            except Exception:  # noqa: BLE001 - the build's own load_weights refused the names: none placed
+                out[module] = 0
+    return out
