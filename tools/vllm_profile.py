@@ -27,7 +27,7 @@ import tempfile
 import time
 import traceback
 
-from vllm_runtime import (Loader, enable_cpu_nvfp4, flash_attention_stand_in, inspect_in_process, nvfp4_moe_emulation_fallback,
+from vllm_runtime import (Loader, enable_cpu_nvfp4, kernel_stand_ins, inspect_in_process, nvfp4_moe_emulation_fallback,
                           torchvision_stand_in, world_of_one)
 from vllm_profile_configs import PUBLISHED, WITHOUT, NoConfig, model_types, small_config
 from vllm_layer_facts import layer_rules
@@ -327,7 +327,7 @@ def main(argv: list[str]) -> int:
     enable_cpu_nvfp4()
     nvfp4_moe_emulation_fallback()
     torchvision_stand_in()
-    flash_attention_stand_in()
+    kernel_stand_ins()
     no_triton_allocator()
     record_asked_prefixes()
     register_drafters()

@@ -67,6 +67,13 @@ EXTRA: dict[str, dict] = {
                            "q_bias": False, "o_bias": False, "gate_activation": "sigmoid", "norm_after_topk": True,
                            "inference_moe_w13_interleaved": True, "use_gate_bias": True},  # moe.py asserts these
     "Zamba2ForCausalLM": {"head_dim": 32, "attention_head_dim": 32},  # models/zamba2.py: head_dim * heads == 2 * hidden_size
+    # transformers derives mlp_layer_types from first_k_dense_replace (configuration_deepseek_v32.py:133-136,
+    # configuration_glm_moe_dsa.py:153-156), vLLM reads first_k_dense_replace alone (models/deepseek_v2.py:1295): the
+    # class's default list cut to its kinds would make layer 1 dense in transformers and MoE in vLLM
+    # the class's special-token ids (120000+) lie past SMALL's vocabulary: transformers' embedding refuses its pad id
+    "HYV4ForCausalLM": {"pad_token_id": 2, "bos_token_id": 0, "eos_token_id": 1},
+    **{a: {"first_k_dense_replace": 1, "mlp_layer_types": ["dense", "sparse"]}
+       for a in ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")},
 }
 # architecture -> config fields vLLM's model code reads to build another attention when they are absent or null: the
 # profile builds the model again without them and records its modules (`without`), which doctor takes for a config
@@ -178,6 +185,10 @@ PUBLISHED: dict[str, dict] = {
     # the class's default 15 KV-shared layers (of 35) outnumber the 4 kept; transformers' class then finds no earlier
     # layer of a shared layer's kind. One shared layer is the smallest layout that keeps KV sharing
     "Gemma3nForCausalLM": {"num_kv_shared_layers": 1},
+    # deepseek_v2.py:327 builds gate.e_score_correction_bias only for topk_method "noaux_tc", a field neither
+    # transformers class has (vLLM reads them as vllm/transformers_utils/config.py:92 DeepseekV3Config and transformers'
+    # GlmMoeDsaConfig), while transformers' classes always build the bias: DeepSeek-V3.2's and GLM-5's configs set it
+    **{a: {"topk_method": "noaux_tc"} for a in ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")},
 }
 
 
