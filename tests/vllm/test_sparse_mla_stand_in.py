@@ -1,4 +1,4 @@
-"""tools/vllm_sparse_stand_ins.py's sparse_mla_stand_in decides nothing: in vLLM 0.32's own process the CPU platform's
+"""tools/vllm_gpu_stand_ins.py's sparse_mla_stand_in decides nothing: in vLLM 0.32's own process the CPU platform's
 answer changes only where it refused (a layer asking for sparse MLA: platforms/cpu.py:150), to vLLM's own FlashMLA
 sparse backend; dense MLA and plain attention get the platform's own backends, and each FlashMLA entry point the
 stand-in puts in place raises and is recorded. Without it, vLLM 0.32 refuses to build DeepSeek-V3.2 and GLM-5 here."""
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.vllm, requires_vllm]
 ORACLE = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-import vllm_runtime, vllm_sparse_stand_ins
+import vllm_runtime, vllm_gpu_stand_ins
 from vllm_declared import setup
 from vllm.platforms import current_platform
 from vllm.v1.attention.selector import AttentionSelectorConfig
@@ -42,7 +42,7 @@ def outcome(entry_point):
     except Exception as e:
         return type(e).__name__
 
-raised = [outcome(getattr(flashmla_sparse, n)) for n in vllm_sparse_stand_ins.FLASHMLA_ENTRY_POINTS]
+raised = [outcome(getattr(flashmla_sparse, n)) for n in vllm_gpu_stand_ins.FLASHMLA_ENTRY_POINTS]
 vllm_runtime.emit({"before": before, "after": after, "raised": raised, "calls": vllm_runtime.STAND_IN_CALLS})
 """
 

@@ -1,4 +1,4 @@
-"""Stand-ins that let vLLM build (and load the weights of) sparse-attention models on a CPU host; each decides nothing.
+"""Stand-ins that let vLLM build (and load the weights of) GPU-only model code on a CPU host; each decides nothing.
 
 Building a layer and loading its weights run no attention kernel, but vLLM 0.32 refuses to construct a sparse-MLA
 layer on CPU before any weight exists: platforms/cpu.py:150 (`get_attn_backend_cls`) raises "Sparse Attention is not
