@@ -153,7 +153,7 @@ def decide(folder: str) -> dict:
     mtp = bool(config.get("num_nextn_predict_layers"))
     inspect_in_process(config.get("architectures"))
     args = dict(model=os.path.abspath(folder), skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128,
-                enforce_eager=True, load_format="dummy", enable_prefix_caching=False)
+                enforce_eager=True, load_format="dummy")
     if mtp:
         args["speculative_config"] = {"method": "mtp", "num_speculative_tokens": 1}
     vc = EngineArgs(**args).create_engine_config()

@@ -12,21 +12,11 @@ tools/vllm_runtime.py's ``kernel_stand_ins`` (imports nothing from ``repair``):
     platform's own.
   * the workspace manager vLLM's GPU worker initialises before it builds a model (v1/worker/gpu_worker.py:551): the
     sparse impl reserves its scratch at construction (flashmla_sparse.py:838); here it is initialised on the meta
-    device, so the reservation allocates nothing;
-  * ``no_gemm_ar_import``: Kimi Linear's model (models/kimi_k3/nvidia/model.py:1139 -> :184) imports the CuTe DSL
-    GEMM-AR kernels (`import cutlass`, not installable here) whenever VLLM_KIMI_K3_GEMM_AR is on (envs.py:1683, on by
-    default), only for their own check to answer "no" off CUDA (kernels/linear/cute_dsl/gemm_rs_ar.py:1122): vLLM's
-    own switch turns it off where the platform is not CUDA, which is that same "no" without the import;
-  * ``cuda_handle_stand_ins``: model code that makes CUDA streams and events while it builds, to overlap kernels in
-    forward (Kimi Linear: models/kimi_k3/nvidia/model.py:1155, kda.py:621, mla.py:235; Inkling's
-    `torch.cuda.Event`, "Tried to instantiate dummy base class Event" on a torch without CUDA): where torch has no
-    CUDA, `torch.cuda.Stream` / `torch.cuda.Event` make inert handles; making one runs nothing, and every use of one
-    (wait, record, synchronize, entering it) is a placeholder that raises and is recorded.
+    device, so the reservation allocates nothing.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
 from sglang_stubs import placeholder
@@ -69,37 +59,4 @@ def sparse_mla_stand_in() -> bool:
         init_workspace_manager(torch.device("meta"))
     print(f"[vllm_runtime] shim: sparse MLA stand-in ({SPARSE_MLA_BACKEND}, every FlashMLA entry point recorded)",
           file=sys.stderr, flush=True)
-    return True
-
-
-def no_gemm_ar_import() -> bool:
-    """True when vLLM's GEMM-AR switch was turned off here (not CUDA, and the user did not set it)."""
-    from vllm.platforms import current_platform
-
-    if current_platform.is_cuda() or "VLLM_KIMI_K3_GEMM_AR" in os.environ:
-        return False
-    os.environ["VLLM_KIMI_K3_GEMM_AR"] = "0"
-    return True
-
-
-class _CudaHandle:
-    """A CUDA stream or event made while a model is built: nothing runs; any use raises and is recorded."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        pass
-
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return placeholder(f"torch.cuda.{type(self).__name__}.{name}")
-
-
-def cuda_handle_stand_ins() -> bool:
-    """True when installed (torch here has no CUDA: its own Stream / Event refuse to be made at all)."""
-    import torch
-
-    if torch.cuda.is_available():
-        return False
-    torch.cuda.Stream = type("Stream", (_CudaHandle,), {"__qualname__": "Stream"})
-    torch.cuda.Event = type("Event", (_CudaHandle,), {"__qualname__": "Event"})
     return True

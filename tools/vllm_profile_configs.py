@@ -45,12 +45,8 @@ EXTRA: dict[str, dict] = {
     # builds the relu2 non-gated MoE of Nemotron 3 only on CUDA/ROCm/XPU (fused_moe/config.py), so those rows are absent
     "NemotronHForCausalLM": {"layers_block_type": ["linear_attention", "full_attention", "mlp"], "mamba_num_heads": 8,
                              "mamba_head_dim": 16, "n_groups": 1, "ssm_state_size": 16},
-    # models/kimi_linear.py; 0.32 builds it from models/kimi_k3/nvidia/model.py, whose MLA is NoPE-only (:918)
     "KimiLinearForCausalLM": {"num_experts_per_token": 2, "linear_head_dim": 16, "linear_num_heads": 4,
-                              "num_attention_heads": 4, "num_key_value_heads": 4, "mla_use_nope": True,
-                              # its special-token ids (163000+) lie past SMALL's vocabulary: transformers'
-                              # embedding refuses the pad id (token ids are no layer's shape)
-                              "pad_token_id": 2, "bos_token_id": 0, "eos_token_id": 1},
+                              "num_attention_heads": 4, "num_key_value_heads": 4},  # models/kimi_linear.py
     # transformers' class builds a QSA indexer in every attention layer (modeling_qwen4_exp.py:837) from the indexer_*
     # fields, which its config leaves None, and validates them together (kv heads 1, budget a multiple of the ratio):
     # every checkpoint it writes has them. vLLM reads indexer_n_heads to choose QSA attention (qwen4_exp/nvidia/
@@ -74,6 +70,8 @@ EXTRA: dict[str, dict] = {
     # transformers derives mlp_layer_types from first_k_dense_replace (configuration_deepseek_v32.py:133-136,
     # configuration_glm_moe_dsa.py:153-156), vLLM reads first_k_dense_replace alone (models/deepseek_v2.py:1295): the
     # class's default list cut to its kinds would make layer 1 dense in transformers and MoE in vLLM
+    # the class's special-token ids (120000+) lie past SMALL's vocabulary: transformers' embedding refuses its pad id
+    "HYV4ForCausalLM": {"pad_token_id": 2, "bos_token_id": 0, "eos_token_id": 1},
     **{a: {"first_k_dense_replace": 1, "mlp_layer_types": ["dense", "sparse"]}
        for a in ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")},
 }

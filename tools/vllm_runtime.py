@@ -17,8 +17,7 @@ Shims, each only letting vLLM 0.32's own code run on a CPU host:
   * ``flash_attention_stand_in``: an attention layer whose constructor refuses without FlashAttention (Qwen4Exp's QSA)
     is built and loaded, which runs no attention kernel; every FlashAttention entry point is a recorded placeholder;
   * ``kernel_stand_ins``: that one and tools/vllm_gpu_stand_ins.py's (sparse MLA layers, which the CPU platform
-    refuses to construct; Kimi Linear's CUDA-only GEMM-AR import; CUDA streams and events made at build), each
-    deciding nothing.
+    refuses to construct), each deciding nothing.
 """
 
 from __future__ import annotations
@@ -127,12 +126,10 @@ def flash_attention_stand_in() -> list[str]:
 
 def kernel_stand_ins() -> None:
     """Every attention stand-in: layers whose constructor refuses on CPU are built and loaded, no kernel runs on one."""
-    from vllm_gpu_stand_ins import cuda_handle_stand_ins, no_gemm_ar_import, sparse_mla_stand_in
+    from vllm_gpu_stand_ins import sparse_mla_stand_in
 
     flash_attention_stand_in()
     sparse_mla_stand_in()
-    no_gemm_ar_import()
-    cuda_handle_stand_ins()
 
 
 def inspect_in_process(architectures) -> None:
