@@ -41,6 +41,10 @@ def sparse_mla_stand_in() -> bool:
         return False
     if not current_platform.is_cpu() or not hasattr(AttentionBackendEnum, SPARSE_MLA_BACKEND):
         return False
+    try:
+        getattr(AttentionBackendEnum, SPARSE_MLA_BACKEND).get_class()
+    except ImportError:  # vLLM 0.28: the backend's module imports FlashAttention's (absent here): the refusal stands
+        return False
     for name in FLASHMLA_ENTRY_POINTS:
         setattr(flashmla_sparse, name, placeholder(f"{flashmla_sparse.__name__}.{name}"))
     platform = type(current_platform)
@@ -60,3 +64,4 @@ def sparse_mla_stand_in() -> bool:
     print(f"[vllm_runtime] shim: sparse MLA stand-in ({SPARSE_MLA_BACKEND}, every FlashMLA entry point recorded)",
           file=sys.stderr, flush=True)
     return True
+

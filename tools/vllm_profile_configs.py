@@ -67,11 +67,19 @@ EXTRA: dict[str, dict] = {
                            "q_bias": False, "o_bias": False, "gate_activation": "sigmoid", "norm_after_topk": True,
                            "inference_moe_w13_interleaved": True, "use_gate_bias": True},  # moe.py asserts these
     "Zamba2ForCausalLM": {"head_dim": 32, "attention_head_dim": 32},  # models/zamba2.py: head_dim * heads == 2 * hidden_size
+    # published DeepSeek-V4 configs give the per-layer kinds as `compress_ratios` (0 / 4 / 128, one per layer) and
+    # `num_hash_layers` (tests/data/real/redhatai-deepseek-v4-flash-nvfp4-fp8/config.json): what vLLM reads
+    # (models/deepseek_v4/attention.py:233, nvidia/model.py:1088); transformers folds them into layer_types /
+    # mlp_layer_types (configuration_deepseek_v4.py:236-268), which vLLM's own DeepseekV4Config
+    # (transformers_utils/configs/deepseek_v4.py) hands to transformers' generic validator (configuration_utils.py:577),
+    # refusing "hash_moe": so the small config is written in the published form, one layer of each attention kind.
+    # Head sizes: the published ones, the only ones vLLM's compressor takes (deepseek_v4/compressor.py:295-313)
+    "DeepseekV4ForCausalLM": {"layer_types": None, "mlp_layer_types": None, "num_hidden_layers": 3,
+                              "compress_ratios": [0, 4, 128], "num_hash_layers": 1, "head_dim": 512,
+                              "qk_rope_head_dim": 64, "index_head_dim": 128},
     # transformers derives mlp_layer_types from first_k_dense_replace (configuration_deepseek_v32.py:133-136,
     # configuration_glm_moe_dsa.py:153-156), vLLM reads first_k_dense_replace alone (models/deepseek_v2.py:1295): the
     # class's default list cut to its kinds would make layer 1 dense in transformers and MoE in vLLM
-    # the class's special-token ids (120000+) lie past SMALL's vocabulary: transformers' embedding refuses its pad id
-    "HYV4ForCausalLM": {"pad_token_id": 2, "bos_token_id": 0, "eos_token_id": 1},
     **{a: {"first_k_dense_replace": 1, "mlp_layer_types": ["dense", "sparse"]}
        for a in ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")},
 }
