@@ -195,7 +195,9 @@ PUBLISHED: dict[str, dict] = {
     "Gemma3nForCausalLM": {"num_kv_shared_layers": 1},
     # deepseek_v2.py:327 builds gate.e_score_correction_bias only for topk_method "noaux_tc", a field neither
     # transformers class has (vLLM reads them as vllm/transformers_utils/config.py:92 DeepseekV3Config and transformers'
-    # GlmMoeDsaConfig), while transformers' classes always build the bias: DeepSeek-V3.2's and GLM-5's configs set it
+    # GlmMoeDsaConfig), while transformers' classes always build the bias: DeepSeek-V3.2's config sets it (as every
+    # DeepSeek-V3 config); GLM-5's is inferred, not read here: without it vLLM 0.32 loads no GLM-5 checkpoint (KeyError
+    # on the bias: this generator's load_refused before the field)
     **{a: {"topk_method": "noaux_tc"} for a in ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")},
 }
 
