@@ -12,7 +12,8 @@ tools/vllm_runtime.py's ``kernel_stand_ins`` (imports nothing from ``repair``):
     platform's own.
   * the workspace manager vLLM's GPU worker initialises before it builds a model (v1/worker/gpu_worker.py:551): the
     sparse impl reserves its scratch at construction (flashmla_sparse.py:838); here it is initialised on the meta
-    device, so the reservation allocates nothing.
+    device (so the reservation allocates nothing) when the first sparse layer is answered: vLLM's CPU worker makes
+    none, and until then every other model sees that.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def sparse_mla_stand_in() -> bool:
         return False
     try:
         getattr(AttentionBackendEnum, SPARSE_MLA_BACKEND).get_class()
-    except ImportError:  # vLLM 0.28: the backend's module imports FlashAttention's (absent here): the refusal stands
+    except ImportError:  # the backend's own module does not import here: the platform's refusal stands
         return False
     for name in FLASHMLA_ENTRY_POINTS:
         setattr(flashmla_sparse, name, placeholder(f"{flashmla_sparse.__name__}.{name}"))
@@ -56,11 +57,11 @@ def sparse_mla_stand_in() -> bool:
         except NotImplementedError:
             if not attn_selector_config.use_sparse:
                 raise
+            if not is_workspace_manager_initialized():  # only once a sparse layer is built: others see vLLM's CPU state
+                init_workspace_manager(torch.device("meta"))
             return getattr(AttentionBackendEnum, SPARSE_MLA_BACKEND).get_path()
 
     platform.get_attn_backend_cls = classmethod(get_attn_backend_cls)
-    if not is_workspace_manager_initialized():
-        init_workspace_manager(torch.device("meta"))
     print(f"[vllm_runtime] shim: sparse MLA stand-in ({SPARSE_MLA_BACKEND}, every FlashMLA entry point recorded)",
           file=sys.stderr, flush=True)
     return True

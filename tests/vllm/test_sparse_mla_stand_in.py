@@ -33,9 +33,14 @@ def ask(use_mla, use_sparse):
     except Exception as e:
         return f"{type(e).__name__}: {e}"
 
+from vllm.v1.worker.workspace import is_workspace_manager_initialized as workspace
+
 before = [ask(False, False), ask(True, False), ask(True, True)]
 setup()  # every stand-in the vLLM tools install (tools/vllm_runtime.py kernel_stand_ins)
-after = [ask(False, False), ask(True, False), ask(True, True)]
+after = [ask(False, False), ask(True, False)]
+workspaces = [workspace()]  # vLLM's CPU worker makes none: only a sparse layer's answer does
+after.append(ask(True, True))
+workspaces.append(workspace())
 def outcome(entry_point):
     try:
         return repr(entry_point(1, 2))
@@ -43,7 +48,8 @@ def outcome(entry_point):
         return type(e).__name__
 
 raised = [outcome(getattr(flashmla_sparse, n)) for n in vllm_gpu_stand_ins.FLASHMLA_ENTRY_POINTS]
-vllm_runtime.emit({"before": before, "after": after, "raised": raised, "calls": vllm_runtime.STAND_IN_CALLS})
+vllm_runtime.emit({"before": before, "after": after, "workspaces": workspaces, "raised": raised,
+                   "calls": vllm_runtime.STAND_IN_CALLS})
 """
 
 
@@ -56,6 +62,7 @@ def test_only_a_refused_sparse_layer_is_answered_and_every_flashmla_entry_point_
     assert got["before"][2] == "NotImplementedError: Sparse Attention is not supported on CPU.", got
     assert got["after"][:2] == got["before"][:2], got  # dense MLA, plain attention: the platform's own answer
     assert got["after"][2] == "vllm.v1.attention.backends.mla.flashmla_sparse.FlashMLASparseBackend", got
+    assert got["workspaces"] == [False, True], got
     names = ["flash_mla_sparse_fwd", "flash_mla_with_kvcache", "get_mla_metadata"]
     assert got["raised"] == ["StubCalled"] * len(names), got
     assert got["calls"] == [f"vllm.v1.attention.backends.mla.flashmla_sparse.{n}" for n in names], got
