@@ -48,7 +48,7 @@ import struct
 import sys
 import traceback
 
-from vllm_runtime import (emit, enable_cpu_nvfp4, flash_attention_stand_in, inspect_in_process,
+from vllm_runtime import (emit, enable_cpu_nvfp4, inspect_in_process, kernel_stand_ins,
                           nvfp4_moe_emulation_fallback, torchvision_stand_in, world_of_one)
 
 # the tensor that names a module's stored weight, in each format
@@ -79,7 +79,7 @@ def setup() -> None:
     enable_cpu_nvfp4()
     nvfp4_moe_emulation_fallback()
     torchvision_stand_in()
-    flash_attention_stand_in()
+    kernel_stand_ins()
 
 
 def placements(model, weights: dict, loaded: set | None = None) -> dict[str, dict]:

@@ -90,13 +90,13 @@ def main(argv: list[str]) -> int:
     from vllm.model_executor.model_loader.utils import initialize_model
     from vllm_profile import build_model, no_triton_allocator, saved_tensors, write_config
     from vllm_profile_configs import PUBLISHED, model_types, small_config
-    from vllm_runtime import (emit, enable_cpu_nvfp4, flash_attention_stand_in, nvfp4_moe_emulation_fallback,
+    from vllm_runtime import (emit, enable_cpu_nvfp4, kernel_stand_ins, nvfp4_moe_emulation_fallback,
                               torchvision_stand_in)
 
     enable_cpu_nvfp4()
     nvfp4_moe_emulation_fallback()
     torchvision_stand_in()
-    flash_attention_stand_in()
+    kernel_stand_ins()
     no_triton_allocator()
     arch, overrides = argv[0], json.load(open(argv[1], encoding="utf-8"))
     refused = overrides.pop("_refused", [])

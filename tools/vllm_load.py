@@ -42,7 +42,7 @@ import json
 import sys
 import time
 
-from vllm_runtime import (STAND_IN_CALLS, Loader, emit, enable_cpu_nvfp4, flash_attention_stand_in, inspect_in_process,
+from vllm_runtime import (STAND_IN_CALLS, Loader, emit, enable_cpu_nvfp4, kernel_stand_ins, inspect_in_process,
                           nvfp4_moe_emulation_fallback, reported, torchvision_stand_in, tracked)
 
 
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     try:
         enable_cpu_nvfp4()
         torchvision_stand_in()
-        flash_attention_stand_in()
+        kernel_stand_ins()
         if args.moe_emulation:
             nvfp4_moe_emulation_fallback()
         loader = Loader(args.hash, extra=quant_methods)

@@ -15,7 +15,7 @@ Also: the class's packed_modules_mapping (fused layers) and what its hf_to_vllm_
 weight name transformers' own model class gives the config (name patterns); and `load_refused`, vLLM's error where its
 loader takes no BF16 checkpoint of transformers' names at all (tools/vllm_load_refused.py); and `modelopt_fp4_only`,
 the layers built unquantized under ModelOpt's NVFP4 config alone (tools/vllm_format_states.py). The output is data for
-repair/targets/data/ (tools/vllm_profile_write.py formats it). Imports nothing from ``repair``.
+repair/targets/data/ (written as is, JSON indented by 1). Imports nothing from ``repair``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import tempfile
 import time
 import traceback
 
-from vllm_runtime import (Loader, enable_cpu_nvfp4, flash_attention_stand_in, inspect_in_process, nvfp4_moe_emulation_fallback,
+from vllm_runtime import (Loader, enable_cpu_nvfp4, kernel_stand_ins, inspect_in_process, nvfp4_moe_emulation_fallback,
                           torchvision_stand_in, world_of_one)
 from vllm_profile_configs import PUBLISHED, WITHOUT, NoConfig, model_types, small_config
 from vllm_layer_facts import layer_rules
@@ -333,7 +333,7 @@ def main(argv: list[str]) -> int:
     enable_cpu_nvfp4()
     nvfp4_moe_emulation_fallback()
     torchvision_stand_in()
-    flash_attention_stand_in()
+    kernel_stand_ins()
     no_triton_allocator()
     record_asked_prefixes()
     register_drafters()

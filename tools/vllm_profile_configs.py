@@ -67,6 +67,21 @@ EXTRA: dict[str, dict] = {
                            "q_bias": False, "o_bias": False, "gate_activation": "sigmoid", "norm_after_topk": True,
                            "inference_moe_w13_interleaved": True, "use_gate_bias": True},  # moe.py asserts these
     "Zamba2ForCausalLM": {"head_dim": 32, "attention_head_dim": 32},  # models/zamba2.py: head_dim * heads == 2 * hidden_size
+    # published DeepSeek-V4 configs give the per-layer kinds as `compress_ratios` (0 / 4 / 128, one per layer) and
+    # `num_hash_layers` (tests/data/real/redhatai-deepseek-v4-flash-nvfp4-fp8/config.json): what vLLM reads
+    # (models/deepseek_v4/attention.py:233, nvidia/model.py:1088); transformers folds them into layer_types /
+    # mlp_layer_types (configuration_deepseek_v4.py:236-268), which vLLM's own DeepseekV4Config
+    # (transformers_utils/configs/deepseek_v4.py) hands to transformers' generic validator (configuration_utils.py:577),
+    # refusing "hash_moe": so the small config is written in the published form, one layer of each attention kind.
+    # Head sizes: the published ones, the only ones vLLM's compressor takes (deepseek_v4/compressor.py:295-313)
+    "DeepseekV4ForCausalLM": {"layer_types": None, "mlp_layer_types": None, "num_hidden_layers": 3,
+                              "compress_ratios": [0, 4, 128], "num_hash_layers": 1, "head_dim": 512,
+                              "qk_rope_head_dim": 64, "index_head_dim": 128},
+    # transformers derives mlp_layer_types from first_k_dense_replace (configuration_deepseek_v32.py:133-136,
+    # configuration_glm_moe_dsa.py:153-156), vLLM reads first_k_dense_replace alone (models/deepseek_v2.py:1295): the
+    # class's default list cut to its kinds would make layer 1 dense in transformers and MoE in vLLM
+    **{a: {"first_k_dense_replace": 1, "mlp_layer_types": ["dense", "sparse"]}
+       for a in ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")},
 }
 # architecture -> config fields vLLM's model code reads to build another attention when they are absent or null: the
 # profile builds the model again without them and records its modules (`without`), which doctor takes for a config
@@ -178,6 +193,12 @@ PUBLISHED: dict[str, dict] = {
     # the class's default 15 KV-shared layers (of 35) outnumber the 4 kept; transformers' class then finds no earlier
     # layer of a shared layer's kind. One shared layer is the smallest layout that keeps KV sharing
     "Gemma3nForCausalLM": {"num_kv_shared_layers": 1},
+    # deepseek_v2.py:327 builds gate.e_score_correction_bias only for topk_method "noaux_tc", a field neither
+    # transformers class has (vLLM reads them as vllm/transformers_utils/config.py:92 DeepseekV3Config and transformers'
+    # GlmMoeDsaConfig), while transformers' classes always build the bias: DeepSeek-V3.2's config sets it (as every
+    # DeepSeek-V3 config); GLM-5's is inferred, not read here: without it vLLM 0.32 loads no GLM-5 checkpoint (KeyError
+    # on the bias: this generator's load_refused before the field)
+    **{a: {"topk_method": "noaux_tc"} for a in ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")},
 }
 
 

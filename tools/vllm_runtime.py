@@ -15,7 +15,9 @@ Shims, each only letting vLLM 0.32's own code run on a CPU host:
     import it through transformers' image processors (gemma4_mm.py, qwen3_5.py); see their docstrings for why the
     stand-in decides nothing;
   * ``flash_attention_stand_in``: an attention layer whose constructor refuses without FlashAttention (Qwen4Exp's QSA)
-    is built and loaded, which runs no attention kernel; every FlashAttention entry point is a recorded placeholder.
+    is built and loaded, which runs no attention kernel; every FlashAttention entry point is a recorded placeholder;
+  * ``kernel_stand_ins``: that one and tools/vllm_gpu_stand_ins.py's (sparse MLA layers, which the CPU platform
+    refuses to construct), each deciding nothing.
 """
 
 from __future__ import annotations
@@ -120,6 +122,14 @@ def flash_attention_stand_in() -> list[str]:
         print(f"[vllm_runtime] shim: FlashAttention stand-in (every entry point recorded) for {', '.join(told)}",
               file=sys.stderr, flush=True)
     return told
+
+
+def kernel_stand_ins() -> None:
+    """Every attention stand-in: layers whose constructor refuses on CPU are built and loaded, no kernel runs on one."""
+    from vllm_gpu_stand_ins import sparse_mla_stand_in
+
+    flash_attention_stand_in()
+    sparse_mla_stand_in()
 
 
 def inspect_in_process(architectures) -> None:

@@ -69,6 +69,13 @@ FIX_REFUSED: dict[str, str] = {
     # (transformers' and the published name): no change to the files makes 0.32 read it (profile: `dropped`)
     "LagunaForCausalLM": "[dropped-tensor] model.layers.1.mlp.experts.e_score_correction_bias",
 }
+# architecture -> vLLM 0.32's error on transformers' own BF16 checkpoint of the profile's small config where it is raised
+# outside the class's load_weights (so no `load_refused`: a checkpoint of other names may load): the exports carry
+# transformers' names, which vLLM 0.32 does not take, so nothing here judges the row (its module states are vLLM's own
+# build). Strict: the error must be this one. HYV4: transformers saves `model.layers.N.hc_pre.hc_attn_layer.hc_base`
+# (its conversion_mapping.py "hy_v4" renamings reversed), vLLM 0.32 holds `model.layers.N.hc_attn_layer.hc_pre.hc_base`
+# (models/hy_v4/nvidia/model.py:145; its hf_to_vllm_mapper, :621, maps no hc_ name), and fills neither
+UNJUDGED: dict[str, str] = {"HYV4ForCausalLM": "ValueError: Following weights were not initialized from checkpoint"}
 # (architecture, "inspect" | "healthy" | "broken" | "fix") -> why `inspect`/`doctor` and vLLM 0.32 disagree today (strict xfail:
 # a fix turns it into a failure here, and the entry must go). Each was found by this test.
 DISAGREE: dict[tuple[str, str], str] = {}
@@ -91,6 +98,9 @@ def exported(checked, arch: str, request, check: str) -> dict:
     assert line["ok"], line["why"]
     assert line["stand_in_calls"] == [], f"building or loading it called a stand-in: {line['stand_in_calls']}"
     bf16 = line.get("bf16_load") or {"ok": True}
+    if arch in UNJUDGED:  # strict: once vLLM loads transformers' checkpoint of it, the entry must go
+        assert f"{bf16.get('error_type')}: {bf16.get('error')}".startswith(UNJUDGED[arch]), bf16
+        pytest.skip(f"vLLM 0.32 loads no checkpoint of transformers' names: {UNJUDGED[arch]}")
     shipped = ROWS[arch].get("load_refused")
     if arch in BF16_REFUSED:  # strict: once vLLM loads the BF16 export, the entry must go
         error = f"{bf16['error_type']}: {bf16['error']}"

@@ -1,0 +1,68 @@
+"""Stand-ins that let vLLM build (and load the weights of) GPU-only model code on a CPU host; each decides nothing.
+
+Building a layer and loading its weights run no attention kernel, but vLLM 0.32 refuses to construct a sparse-MLA
+layer on CPU before any weight exists: platforms/cpu.py:150 (`get_attn_backend_cls`) raises "Sparse Attention is not
+supported on CPU." for every layer asking `use_sparse` (DeepSeek-V3.2 and GLM-5's DSA: models/deepseek_v2.py:1215
+builds MLAAttention with `is_sparse`; layers/attention/mla_attention.py:513 asks the platform). Shims, imported by
+tools/vllm_runtime.py's ``kernel_stand_ins`` (imports nothing from ``repair``):
+  * ``sparse_mla_stand_in``: where the CPU platform refuses a sparse layer, the platform's answer becomes vLLM's own
+    FlashMLA sparse backend (v1/attention/backends/mla/flashmla_sparse.py, the sparse backend of CUDA's priority lists,
+    platforms/cuda.py:96-152), whose FlashMLA kernels (v1/attention/ops/flashmla.py: `_raise_flashmla_unavailable`
+    here) become placeholders that raise and are recorded (tools/sglang_stubs.py). Every other layer's answer is the
+    platform's own.
+  * the workspace manager vLLM's GPU worker initialises before it builds a model (v1/worker/gpu_worker.py:551): the
+    sparse impl reserves its scratch at construction (flashmla_sparse.py:838); here it is initialised on the meta
+    device (so the reservation allocates nothing) when the first sparse layer is answered: vLLM's CPU worker makes
+    none, and until then every other model sees that.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from sglang_stubs import placeholder
+
+SPARSE_MLA_BACKEND = "FLASHMLA_SPARSE"  # AttentionBackendEnum member (v1/attention/backends/registry.py)
+# what flashmla_sparse.py imports from v1/attention/ops/flashmla.py: FlashMLA's CUDA kernels
+FLASHMLA_ENTRY_POINTS = ("flash_mla_sparse_fwd", "flash_mla_with_kvcache", "get_mla_metadata")
+
+
+def sparse_mla_stand_in() -> bool:
+    """True when installed: the CPU platform refuses sparse MLA here (a release without sparse MLA, or a platform
+    that has one, is left as it is)."""
+    import torch
+
+    from vllm.platforms import current_platform
+
+    try:
+        from vllm.v1.attention.backends.mla import flashmla_sparse
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+        from vllm.v1.worker.workspace import init_workspace_manager, is_workspace_manager_initialized
+    except ImportError:  # an older release: no sparse MLA backend to stand in for
+        return False
+    if not current_platform.is_cpu() or not hasattr(AttentionBackendEnum, SPARSE_MLA_BACKEND):
+        return False
+    try:
+        getattr(AttentionBackendEnum, SPARSE_MLA_BACKEND).get_class()
+    except ImportError:  # the backend's own module does not import here: the platform's refusal stands
+        return False
+    for name in FLASHMLA_ENTRY_POINTS:
+        setattr(flashmla_sparse, name, placeholder(f"{flashmla_sparse.__name__}.{name}"))
+    platform = type(current_platform)
+    refusing = platform.get_attn_backend_cls
+
+    def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):
+        try:
+            return refusing(selected_backend, attn_selector_config, num_heads)
+        except NotImplementedError:
+            if not attn_selector_config.use_sparse:
+                raise
+            if not is_workspace_manager_initialized():  # only once a sparse layer is built: others see vLLM's CPU state
+                init_workspace_manager(torch.device("meta"))
+            return getattr(AttentionBackendEnum, SPARSE_MLA_BACKEND).get_path()
+
+    platform.get_attn_backend_cls = classmethod(get_attn_backend_cls)
+    print(f"[vllm_runtime] shim: sparse MLA stand-in ({SPARSE_MLA_BACKEND}, every FlashMLA entry point recorded)",
+          file=sys.stderr, flush=True)
+    return True
+
