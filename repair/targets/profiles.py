@@ -16,6 +16,7 @@ from typing import Mapping
 
 from repair import arch
 from repair.arch.profiled import ReleaseProfile
+from repair.arch.registry import Resolved, resolve as resolve_listed
 from repair.errors import UsageError
 from repair.targets.runtime_rules import RuntimeRules, shipped_rules
 
@@ -76,13 +77,18 @@ class Target:
     release: ReleaseProfile | None = None  # the generated profile whose rows apply (newest shipped release <= the target's)
     version: tuple[int, ...] | None = None  # the release the user asked for
 
+    def built(self, config: dict | None) -> Resolved:
+        """Which of config.json's `architectures` this target builds (arch/registry.py): by its release's own registry
+        where the generated profile is this target's runtime's, else (another runtime's rules) the first listed."""
+        own = self.release is not None and self.profile.rules is None
+        return resolve_listed(config, self.release.registry if own else None)
+
     def bind(self, declaration, family, config: dict | None):
         """The declaration as this target reads it: a rules-file release's own matchers, else unchanged (vLLM's)."""
         rules = self.profile.rules
         if rules is None or not declaration.quantized:
             return declaration
-        listed = (config or {}).get("architectures")
-        name = listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else ""
+        name = self.built(config).name or ""
         return rules.bind(declaration, rules.building(name, family.fused_layers, config), config)
 
     @property

@@ -1,0 +1,89 @@
+"""Which of config.json's `architectures` a runtime release builds: the one place that reads that list.
+
+vLLM (0.28 to 0.32, the same `resolve_model_cls` in model_executor/models/registry.py) builds the first listed name
+its registry has; only when none is registered does `model_impl="auto"` fall back to the Transformers backend, for the
+FIRST name, when transformers has a model class of it that the backend takes; otherwise it refuses the model. The
+profile's `registry`, `transformers_fallback`, `unsupported` and `retired` are those facts, generated from the release's own
+registry (tools/vllm_registry.py). A release whose profile has no such data (another runtime's rules, which borrow
+vLLM's rows) is read as before: the first listed name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_SHOWN = 120  # characters of a hostile name a message repeats
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The names one release's registry builds a class of, and what it does with any other."""
+
+    names: frozenset[str]  # every name `resolve_model_cls` takes (text, multimodal, pooling, speculative, backend)
+    fallback: frozenset[str]  # names not registered that its Transformers backend takes (the transformers beside it)
+    unsupported: str  # its refusal, "{architectures}" standing for the listed names
+    retired: dict  # name -> its own refusal (the release that last served it, or the plugin that does)
+    malformed: dict  # "list" | "string" -> what its config validation says of a non-list / a non-string entry
+    label: str  # "vllm 0.32.0", as messages name the release
+    source: str  # the profile file the facts come from
+
+    @classmethod
+    def read(cls, doc: dict, label: str, source: str) -> Registry | None:
+        names, fallback, text = doc.get("registry"), doc.get("transformers_fallback"), doc.get("unsupported")
+        if not (isinstance(names, list) and isinstance(fallback, list) and isinstance(text, str)):
+            return None
+        return cls(frozenset(names), frozenset(fallback), text, dict(doc.get("retired") or {}),
+                   dict(doc.get("malformed") or {}), label, source)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What the release builds for a config: `name`, the listed name whose class it builds (None: no listed name);
+    `backend`: "transformers" when that class is the Transformers backend's (the profile's rows do not describe it);
+    `error`: the release's refusal when it builds nothing."""
+
+    name: str | None
+    backend: str = ""
+    error: str | None = None
+    malformed: bool = False  # refused as no list of names at all (its config validation), not for the names
+
+
+def listed_names(config: dict | None) -> tuple[str, ...]:
+    """config.json's `architectures` as a runtime reads it: a list's string entries (anything else names nothing)."""
+    listed = (config or {}).get("architectures") if isinstance(config, dict) else None
+    return tuple(a for a in listed if isinstance(a, str)) if isinstance(listed, list) else ()
+
+
+def resolve(config: dict | None, registry: Registry | None) -> Resolved:
+    """The listed name `registry`'s release builds (model_impl="auto", no --convert); without a registry the first
+    listed name, as every reader did before the registry was recorded."""
+    names = listed_names(config)
+    bad = malformed(config, registry.malformed) if registry is not None else None
+    if bad is not None:
+        return Resolved(None, error=bad, malformed=True)
+    if registry is None or not names:
+        return Resolved(names[0] if names else None)
+    found = next((a for a in names if a in registry.names), None)
+    if found is not None:
+        return Resolved(found)
+    if names[0] in registry.fallback:
+        return Resolved(names[0], "transformers")
+    retired = next((registry.retired[a] for a in names if a in registry.retired), None)
+    if retired is not None:
+        return Resolved(None, error=f"ValueError: {retired}")
+    shown = [a if len(a) <= MAX_SHOWN else a[:MAX_SHOWN] + "..." for a in names[:8]] + (["..."] if len(names) > 8 else [])
+    return Resolved(None, error=f"ValueError: {registry.unsupported.replace('{architectures}', str(shown))}")
+
+
+def malformed(config: dict | None, said: dict) -> str | None:
+    """The release's refusal of an `architectures` that is no list of strings (pydantic's, in vLLM's ModelConfig),
+    where its profile records one; absent or null lists nothing (vLLM then names the class from model_type)."""
+    listed = config.get("architectures") if isinstance(config, dict) else None
+    if listed is None:
+        return None
+    if not isinstance(listed, list):
+        return f"ValidationError: architectures: {said['list']} (got {type(listed).__name__})" if "list" in said else None
+    index = next((i for i, a in enumerate(listed) if not isinstance(a, str)), None)
+    if index is None or "string" not in said:
+        return None
+    return f"ValidationError: architectures.{index}: {said['string']} (got {type(listed[index]).__name__})"
