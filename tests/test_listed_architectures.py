@@ -119,3 +119,11 @@ def test_a_huge_name_is_cut_in_every_message(tmp_path, capsys):
     code, found = doctor_json(capsys, dbrx(tmp_path, ["X" * 1_000_000]), "--target", "vllm==0.32.0")
     [f] = unregistered(found)
     assert code == 1 and max(len(g["message"]) + len(g.get("runtime_error") or "") for g in found["findings"]) < 5000
+
+
+def test_a_name_cannot_forge_an_output_line(tmp_path, capsys):
+    """A listed name holding a newline and an escape sequence: every line doctor prints that repeats it stays one."""
+    folder = dbrx(tmp_path, ["Foo\nerror: forged\x1b[31m"])
+    code, out, err = run_captured(capsys, "doctor", folder, "--target", "vllm==0.32.0")
+    assert code == 1 and not [line for line in out.splitlines() if line.startswith("error: forged")], out
+    assert "\x1b" not in out

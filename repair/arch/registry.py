@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from repair.errors import one_line
+
 MAX_SHOWN = 120  # characters of a hostile name a message repeats
+
+
+def shown(name: str) -> str:
+    """A listed name as a message repeats it: cut, and escaped so that it cannot forge another output line."""
+    return one_line(name[:MAX_SHOWN] + ("..." if len(name) > MAX_SHOWN else ""))
 
 
 @dataclass(frozen=True)
@@ -71,8 +78,8 @@ def resolve(config: dict | None, registry: Registry | None) -> Resolved:
     retired = next((registry.retired[a] for a in names if a in registry.retired), None)
     if retired is not None:
         return Resolved(None, error=f"ValueError: {retired}")
-    shown = [a if len(a) <= MAX_SHOWN else a[:MAX_SHOWN] + "..." for a in names[:8]] + (["..."] if len(names) > 8 else [])
-    return Resolved(None, error=f"ValueError: {registry.unsupported.replace('{architectures}', str(shown))}")
+    listed = [a if len(a) <= MAX_SHOWN else a[:MAX_SHOWN] + "..." for a in names[:8]] + (["..."] if len(names) > 8 else [])
+    return Resolved(None, error=f"ValueError: {registry.unsupported.replace('{architectures}', one_line(str(listed)))}")
 
 
 def malformed(config: dict | None, said: dict) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from repair import arch, formats
 from repair.arch import Architecture, ModuleSpec
-from repair.arch.registry import MAX_SHOWN, listed_names
+from repair.arch.registry import listed_names, shown
 from repair.doctor.built_layers import built_layer_findings
 from repair.doctor.checks import (config_findings, fused_findings, health_findings, nvfp4_load_refusal_findings,
                                   unquantized_role_findings)
@@ -142,7 +142,7 @@ def architecture_name(config: dict | None, target: Target) -> str:
     """The listed model class the target builds (else the first listed, else the model_type), as messages show it."""
     listed = listed_names(config)
     name = target.built(config).name or (listed[0] if listed else None)
-    return name[:MAX_SHOWN] if name else str((config or {}).get("model_type") or "this model")[:MAX_SHOWN]
+    return shown(name or str((config or {}).get("model_type") or "this model"))
 
 
 def _unquantized_stop(ckpt: Checkpoint, modules: dict[str, StoredModule]) -> vllm_loader.Outcome | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from repair import arch
 from repair.arch import Architecture
 from repair.arch.profiled import releases_loading
-from repair.arch.registry import MAX_SHOWN, listed_names, resolve
+from repair.arch.registry import listed_names, resolve, shown
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.targets.profiles import Target
 
@@ -52,7 +52,7 @@ def registry_findings(target: Target, config: dict | None, tp: int) -> tuple[lis
     if target.release is None or target.release.registry is None or any(a.matches(config) for a in arch.ARCHITECTURES):
         return [], []
     listed, source = listed_names(config), target.release.registry.source
-    shown = ", ".join(a[:MAX_SHOWN] for a in listed[:4]) + (f" (and {len(listed) - 4} more)" if len(listed) > 4 else "")
+    names = ", ".join(shown(a) for a in listed[:4]) + (f" (and {len(listed) - 4} more)" if len(listed) > 4 else "")
     who = target.release.registry.label
     if resolved.malformed:
         return [Finding(Severity.ERROR, Kind.UNREGISTERED, "architectures",
@@ -62,15 +62,15 @@ def registry_findings(target: Target, config: dict | None, tp: int) -> tuple[lis
     if resolved.error is not None:
         serving = [p.label for p in arch.PROFILES if p.registry is not None and resolve(config, p.registry).error is None]
         where = f"serve it with {' or '.join(serving)}, which build one" if serving else "serve it with another runtime"
-        return [Finding(Severity.ERROR, Kind.UNREGISTERED, shown or "architectures",
-                        f"{shown or 'config.json'}: {who} has no model class of any architecture config.json lists (its "
+        return [Finding(Severity.ERROR, Kind.UNREGISTERED, names or "architectures",
+                        f"{names or 'config.json'}: {who} has no model class of any architecture config.json lists (its "
                         f"registry, recorded in {source}), nor does its Transformers backend take the first one, so it "
                         f"refuses the model while reading the config: {resolved.error}; list the model's class as {who} "
                         f"registers it in config.json's `architectures`, or {where}", resolved.error, tuple(range(tp)))], []
     if resolved.backend:
-        return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, resolved.name[:MAX_SHOWN],
-                            f"{resolved.name[:MAX_SHOWN]}: {who} has no model class of its own for any listed architecture "
-                            f"(its registry, recorded in {source}), so it builds transformers' {resolved.name[:MAX_SHOWN]} "
+        return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, resolved.name,
+                            f"{resolved.name}: {who} has no model class of its own for any listed architecture "
+                            f"(its registry, recorded in {source}), so it builds transformers' {resolved.name} "
                             f"through its Transformers backend (model_impl=\"auto\"); the profile's layer rows do not "
                             "describe that backend, so doctor checks this model's layers as a generic one's")]
     return [], []
