@@ -127,3 +127,22 @@ def test_a_name_cannot_forge_an_output_line(tmp_path, capsys):
     code, out, err = run_captured(capsys, "doctor", folder, "--target", "vllm==0.32.0")
     assert code == 1 and not [line for line in out.splitlines() if line.startswith("error: forged")], out
     assert "\x1b" not in out
+
+
+def test_sglang_builds_the_first_name_it_registers_and_is_not_judged_without_one():
+    """SGLang 0.5.23's resolve_model_cls builds the first listed name its registry has (its rules file's `registry`,
+    the wheel's EntryClass lists; tests/sglang/test_registry_vs_sglang.py asks SGLang); with none registered its
+    Transformers fallback is not recorded, so the first listed name is read, as before, and no error is claimed."""
+    from repair.targets.profiles import resolve
+
+    sglang, older = resolve("sglang==0.5.23"), resolve("sglang==0.5.9")
+    assert sglang.built({"architectures": ["NotARealForCausalLM", "DbrxForCausalLM"]}).name == "DbrxForCausalLM"
+    assert sglang.built({"architectures": ["NotARealForCausalLM"]}) == older.built({"architectures": ["NotARealForCausalLM"]})
+    assert sglang.built({"architectures": ["NotARealForCausalLM"]}).error is None
+    assert older.built({"architectures": ["NotARealForCausalLM", "DbrxForCausalLM"]}).name == "NotARealForCausalLM"
+
+
+def test_a_release_older_than_every_profile_is_not_judged_by_the_oldest_registry(tmp_path, capsys):
+    """vLLM 0.25 is older than every shipped profile: a name 0.28 does not register may be one 0.25 did."""
+    code, found = doctor_json(capsys, dbrx(tmp_path, ["NotARealForCausalLM"]), "--target", "vllm==0.25.0")
+    assert not unregistered(found)

@@ -4,8 +4,10 @@ vLLM (0.28 to 0.32, the same `resolve_model_cls` in model_executor/models/regist
 its registry has; only when none is registered does `model_impl="auto"` fall back to the Transformers backend, for the
 FIRST name, when transformers has a model class of it that the backend takes; otherwise it refuses the model. The
 profile's `registry`, `transformers_fallback`, `unsupported` and `retired` are those facts, generated from the release's own
-registry (tools/vllm_registry.py). A release whose profile has no such data (another runtime's rules, which borrow
-vLLM's rows) is read as before: the first listed name.
+registry (tools/vllm_registry.py). SGLang 0.5.23 builds the first listed name it registers too (models/registry.py
+`resolve_model_cls`); its rules file records only the names (`registry`, the wheel's EntryClass lists: the Transformers
+fallback asks every listed name there, model_loader/utils.py `resolve_transformers_arch`, not recorded), so with none
+registered it is read as before, as is a release with no such data: the first listed name.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class Registry:
 
     names: frozenset[str]  # every name `resolve_model_cls` takes (text, multimodal, pooling, speculative, backend)
     fallback: frozenset[str]  # names not registered that its Transformers backend takes (the transformers beside it)
-    unsupported: str  # its refusal, "{architectures}" standing for the listed names
+    unsupported: str | None  # its refusal, "{architectures}" standing for the listed names; None: not recorded
     retired: dict  # name -> its own refusal (the release that last served it, or the plugin that does)
     malformed: dict  # "list" | "string" -> what its config validation says of a non-list / a non-string entry
     label: str  # "vllm 0.32.0", as messages name the release
@@ -41,6 +43,11 @@ class Registry:
             return None
         return cls(frozenset(names), frozenset(fallback), text, dict(doc.get("retired") or {}),
                    dict(doc.get("malformed") or {}), label, source)
+
+    @classmethod
+    def named(cls, names: frozenset[str], label: str, source: str) -> Registry | None:
+        """Only the registered names (a rules file's `registry`): what the release does with none listed is not known."""
+        return cls(names, frozenset(), None, {}, {}, label, source) if names else None
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,8 @@ def resolve(config: dict | None, registry: Registry | None) -> Resolved:
     found = next((a for a in names if a in registry.names), None)
     if found is not None:
         return Resolved(found)
+    if registry.unsupported is None:  # what it does then is not recorded: the first listed name, as before
+        return Resolved(names[0])
     if names[0] in registry.fallback:
         return Resolved(names[0], "transformers")
     retired = next((registry.retired[a] for a in names if a in registry.retired), None)

@@ -48,12 +48,12 @@ def registry_findings(target: Target, config: dict | None, tp: int) -> tuple[lis
     (arch/registry.py): one error, in its own words, when it builds none (it refuses the model while reading the
     config, on every rank); a note when it falls back to its Transformers backend, whose layers no profile row
     describes. None for a hand row's checkpoint (the Gemma 4 assistant: vLLM loads it as a draft under another name)."""
-    resolved = target.built(config)
-    if target.release is None or target.release.registry is None or any(a.matches(config) for a in arch.ARCHITECTURES):
+    resolved, registry = target.built(config), target.registry
+    if registry is None or any(a.matches(config) for a in arch.ARCHITECTURES):
         return [], []
-    listed, source = listed_names(config), target.release.registry.source
+    listed, source = listed_names(config), registry.source
     names = ", ".join(shown(a) for a in listed[:4]) + (f" (and {len(listed) - 4} more)" if len(listed) > 4 else "")
-    who = target.release.registry.label
+    who = registry.label
     if resolved.malformed:
         return [Finding(Severity.ERROR, Kind.UNREGISTERED, "architectures",
                         f"config.json's `architectures` is not a list of class names, which {who} refuses while validating "
