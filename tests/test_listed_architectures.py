@@ -146,3 +146,14 @@ def test_a_release_older_than_every_profile_is_not_judged_by_the_oldest_registry
     """vLLM 0.25 is older than every shipped profile: a name 0.28 does not register may be one 0.25 did."""
     code, found = doctor_json(capsys, dbrx(tmp_path, ["NotARealForCausalLM"]), "--target", "vllm==0.25.0")
     assert not unregistered(found)
+
+
+def test_remote_code_in_auto_map_is_a_note_saying_what_each_flag_does(tmp_path, capsys):
+    """auto_map names an AutoModel class: vLLM's fallback loads it under --trust-remote-code (registry.py
+    _try_resolve_transformers), and refuses without: doctor cannot know the flag, so it says both, as a note."""
+    folder = write_dbrx(tmp_path / "remote", quantized=True, config=dict(
+        DBRX, architectures=["MyRemoteForCausalLM"], auto_map={"AutoConfig": "x.C", "AutoModelForCausalLM": "x.M"}))
+    code, found = doctor_json(capsys, folder, "--target", "vllm==0.32.0")
+    assert not unregistered(found) and not found["runtime_stops_at"]
+    [note] = [n for n in found["notes"] if n["code"] == "unregistered-architecture"]
+    assert "--trust-remote-code" in note["message"] and "not supported for now" in note["message"], note

@@ -53,8 +53,9 @@ class Registry:
 @dataclass(frozen=True)
 class Resolved:
     """What the release builds for a config: `name`, the listed name whose class it builds (None: no listed name);
-    `backend`: "transformers" when that class is the Transformers backend's (the profile's rows do not describe it);
-    `error`: the release's refusal when it builds nothing."""
+    `backend`: "transformers" when that class is the Transformers backend's (the profile's rows do not describe it),
+    "remote code" when it is so only under --trust-remote-code (config.json's auto_map), `error` then saying what it
+    does without; `error`: the release's refusal when it builds nothing."""
 
     name: str | None
     backend: str = ""
@@ -84,11 +85,24 @@ def resolve(config: dict | None, registry: Registry | None) -> Resolved:
         return Resolved(names[0])
     if names[0] in registry.fallback:
         return Resolved(names[0], "transformers")
+    if remote_code(config):  # --trust-remote-code: the auto_map's class, through the same backend; refused without it
+        return Resolved(names[0], "remote code", refusal(names, registry))
+    return Resolved(None, error=refusal(names, registry))
+
+
+def refusal(names: tuple[str, ...], registry: Registry) -> str:
+    """`_raise_for_unsupported`'s words for these names: the first retired one's own message, else the release's."""
     retired = next((registry.retired[a] for a in names if a in registry.retired), None)
     if retired is not None:
-        return Resolved(None, error=f"ValueError: {retired}")
+        return f"ValueError: {retired}"
     listed = [a if len(a) <= MAX_SHOWN else a[:MAX_SHOWN] + "..." for a in names[:8]] + (["..."] if len(names) > 8 else [])
-    return Resolved(None, error=f"ValueError: {registry.unsupported.replace('{architectures}', one_line(str(listed)))}")
+    return f"ValueError: {registry.unsupported.replace('{architectures}', one_line(str(listed)))}"
+
+
+def remote_code(config: dict | None) -> bool:
+    """config.json's auto_map names an AutoModel* class (`_try_resolve_transformers` loads it under --trust-remote-code)."""
+    auto_map = config.get("auto_map") if isinstance(config, dict) else None
+    return isinstance(auto_map, dict) and any(isinstance(k, str) and k.startswith("AutoModel") for k in auto_map)
 
 
 def malformed(config: dict | None, said: dict) -> str | None:

@@ -59,7 +59,7 @@ def registry_findings(target: Target, config: dict | None, tp: int) -> tuple[lis
                         f"config.json's `architectures` is not a list of class names, which {who} refuses while validating "
                         f"the config (recorded in {source}): {resolved.error}; write it as a list of the model's class "
                         'names, e.g. ["LlamaForCausalLM"]', resolved.error, tuple(range(tp)))], []
-    if resolved.error is not None:
+    if resolved.error is not None and not resolved.backend:
         serving = [p.label for p in arch.PROFILES if p.registry is not None and resolve(config, p.registry).error is None]
         where = f"serve it with {' or '.join(serving)}, which build one" if serving else "serve it with another runtime"
         return [Finding(Severity.ERROR, Kind.UNREGISTERED, names or "architectures",
@@ -67,6 +67,12 @@ def registry_findings(target: Target, config: dict | None, tp: int) -> tuple[lis
                         f"registry, recorded in {source}), nor does its Transformers backend take the first one, so it "
                         f"refuses the model while reading the config: {resolved.error}; list the model's class as {who} "
                         f"registers it in config.json's `architectures`, or {where}", resolved.error, tuple(range(tp)))], []
+    if resolved.backend == "remote code":
+        return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, names,
+                            f"{names}: {who} has no model class of any listed architecture (its registry, recorded in "
+                            f"{source}); served with --trust-remote-code it builds the class config.json's auto_map names "
+                            "through its Transformers backend, whose layers the profile's rows do not describe (doctor "
+                            f"checks them as a generic model's); without that flag it refuses: {resolved.error}")]
     if resolved.backend:
         return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, resolved.name,
                             f"{resolved.name}: {who} has no model class of its own for any listed architecture "

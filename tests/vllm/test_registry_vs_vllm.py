@@ -66,13 +66,17 @@ def forms(registry) -> dict[str, list[str]]:
 def test_doctor_names_the_class_vllm_builds(profile, tmp_path):
     target = resolve(f"vllm=={'.'.join(map(str, profile.release))}")
     cases = forms(profile.registry)
-    for name, listed in cases.items():
+    configs = {name: dict(DBRX, architectures=listed) for name, listed in cases.items()}
+    configs["remote-code"] = dict(DBRX, architectures=["MyRemoteForCausalLM"], auto_map={"AutoModelForCausalLM": "x.M"})
+    for name, config in configs.items():
         (tmp_path / name).mkdir()
-        (tmp_path / name / "config.json").write_text(json.dumps(dict(DBRX, architectures=listed)))
-    answers = in_vllm(*(tmp_path / name for name in cases))
-    for (name, listed), answer in zip(cases.items(), answers):
-        built = target.built(dict(DBRX, architectures=listed))
-        if built.malformed:  # refused by its config validation: where and why, in its words
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    answers = in_vllm(*(tmp_path / name for name in configs))
+    for (name, config), answer in zip(configs.items(), answers):
+        built = target.built(config)
+        if built.backend == "remote code":  # the tool serves without --trust-remote-code: refused, in these words
+            assert "architecture" not in answer and built.error.removeprefix("ValueError: ") in answer["error"], (name, answer)
+        elif built.malformed:  # refused by its config validation: where and why, in its words
             where, said = built.error.removeprefix("ValidationError: ").split(" (got ")[0].split(": ")
             assert "architecture" not in answer and f"{where}\n  {said} [" in answer["error"], (name, answer)
         elif built.error is not None:  # refused: vLLM's own words, as doctor quotes them
