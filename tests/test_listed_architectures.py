@@ -157,3 +157,13 @@ def test_remote_code_in_auto_map_is_a_note_saying_what_each_flag_does(tmp_path, 
     assert not unregistered(found) and not found["runtime_stops_at"]
     [note] = [n for n in found["notes"] if n["code"] == "unregistered-architecture"]
     assert "--trust-remote-code" in note["message"] and "not supported for now" in note["message"], note
+
+
+@pytest.mark.parametrize("name", ["DbrxForSequenceClassification", "DbrxModel", "DbrxForRewardModeling"])
+def test_a_task_suffix_on_a_registered_class_is_that_class_not_a_refusal(tmp_path, capsys, name):
+    """vLLM builds DbrxForCausalLM converted for these (registry.py _normalize_arch, its suffix table recorded as
+    `suffixes`): no unregistered-architecture error, and the DBRX row applies."""
+    from repair.targets.profiles import resolve
+
+    assert resolve("vllm==0.32.0").built({"architectures": [name]}).name == "DbrxForCausalLM"
+    assert not unregistered(doctor_json(capsys, dbrx(tmp_path, [name]), "--target", "vllm==0.32.0")[1])

@@ -15,7 +15,8 @@ Also: the class's packed_modules_mapping (fused layers) and what its hf_to_vllm_
 weight name transformers' own model class gives the config (name patterns); and `load_refused`, vLLM's error where its
 loader takes no BF16 checkpoint of transformers' names at all (tools/vllm_load_refused.py); and `modelopt_fp4_only`,
 the layers built unquantized under ModelOpt's NVFP4 config alone (tools/vllm_format_states.py); and which listed name
-of a config the release builds (`registry`, `transformers_fallback`, `unsupported`, `retired`: tools/vllm_registry.py).
+of a config the release builds (`registry`, `transformers_fallback`, `unsupported`, `retired`, `malformed`, `suffixes`:
+tools/vllm_registry.py).
 The output is data for
 repair/targets/data/ (tools/vllm_profile_write.py formats it). Imports nothing from ``repair``.
 """

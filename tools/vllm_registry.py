@@ -43,7 +43,16 @@ def registry_facts() -> dict:
     return {"registry": registered, "transformers_fallback": sorted(fallback_names(set(registered))),
             "unsupported": unsupported_text(ModelRegistry, UNKNOWN),
             "retired": {name: unsupported_text(ModelRegistry, [name]) for name in sorted(retired) if name not in registered},
-            "malformed": malformed_refusals()}
+            "malformed": malformed_refusals(), "suffixes": suffix_defaults()}
+
+
+def suffix_defaults() -> list[list[str]]:
+    """[suffix, runner, convert] in vLLM's order (config/model.py `iter_architecture_defaults`): a name it does not
+    register whose suffix is one of these is built as the first registered name with another of them in its place
+    (registry.py `_normalize_arch`), converted (a pooling or classify head on the causal LM)."""
+    from vllm.config.model import iter_architecture_defaults
+
+    return [[suffix, runner, convert] for suffix, (runner, convert) in iter_architecture_defaults()]
 
 
 def malformed_refusals() -> dict[str, str]:

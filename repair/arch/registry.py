@@ -2,7 +2,10 @@
 
 vLLM (0.28 to 0.32, the same `resolve_model_cls` in model_executor/models/registry.py) builds the first listed name
 its registry has; only when none is registered does `model_impl="auto"` fall back to the Transformers backend, for the
-FIRST name, when transformers has a model class of it that the backend takes; otherwise it refuses the model. The
+FIRST name, when transformers has a model class of it that the backend takes (a name with a pooling or classify task
+suffix first becomes the registered class with another suffix, converted: `_normalize_arch`; the runner and convert
+type are read from the first listed name's suffix, which is vLLM's reading for one listed name); otherwise it
+refuses the model. The
 profile's `registry`, `transformers_fallback`, `unsupported` and `retired` are those facts, generated from the release's own
 registry (tools/vllm_registry.py). SGLang 0.5.23 builds the first listed name it registers too (models/registry.py
 `resolve_model_cls`); its rules file records only the names (`registry`, the wheel's EntryClass lists: the Transformers
@@ -35,6 +38,7 @@ class Registry:
     malformed: dict  # "list" | "string" -> what its config validation says of a non-list / a non-string entry
     label: str  # "vllm 0.32.0", as messages name the release
     source: str  # the profile file the facts come from
+    suffixes: tuple = ()  # (suffix, runner, convert) in its order: an unregistered name's task suffix (_normalize_arch)
 
     @classmethod
     def read(cls, doc: dict, label: str, source: str) -> Registry | None:
@@ -42,12 +46,24 @@ class Registry:
         if not (isinstance(names, list) and isinstance(fallback, list) and isinstance(text, str)):
             return None
         return cls(frozenset(names), frozenset(fallback), text, dict(doc.get("retired") or {}),
-                   dict(doc.get("malformed") or {}), label, source)
+                   dict(doc.get("malformed") or {}), label, source, tuple(tuple(s) for s in doc.get("suffixes", ())))
 
     @classmethod
     def named(cls, names: frozenset[str], label: str, source: str) -> Registry | None:
         """Only the registered names (a rules file's `registry`): what the release does with none listed is not known."""
         return cls(names, frozenset(), None, {}, {}, label, source) if names else None
+
+    def defaults(self, name: str) -> tuple[str, str, str] | None:
+        """(suffix, runner, convert) of the first task suffix `name` ends with (try_match_architecture_defaults)."""
+        return next((s for s in self.suffixes if name.endswith(s[0])), None)
+
+    def normalized(self, name: str) -> str | None:
+        """The registered name vLLM builds for an unregistered `name` with a task suffix: the suffix replaced by the
+        first one, in its order, that gives a registered name (`_normalize_arch`); None when none does."""
+        match = self.defaults(name)
+        if match is None:
+            return None
+        return next((base for s in self.suffixes if (base := name.replace(match[0], s[0])) in self.names), None)
 
 
 @dataclass(frozen=True)
@@ -83,7 +99,13 @@ def resolve(config: dict | None, registry: Registry | None) -> Resolved:
         return Resolved(found)
     if registry.unsupported is None:  # what it does then is not recorded: the first listed name, as before
         return Resolved(names[0])
-    if names[0] in registry.fallback:
+    first = registry.defaults(names[0])
+    if names[0] in registry.fallback and (first is None or first[2] == "none"):  # before resolving convert_type
+        return Resolved(names[0], "transformers")
+    base = next((b for a in names if (b := registry.normalized(a)) is not None), None)
+    if base is not None:  # a task suffix on a registered class (DbrxForSequenceClassification): that class, converted
+        return Resolved(base)
+    if names[0] in registry.fallback:  # "before resolving runner_type": the Transformers backend after all
         return Resolved(names[0], "transformers")
     if remote_code(config):  # --trust-remote-code: the auto_map's class, through the same backend; refused without it
         return Resolved(names[0], "remote code", refusal(names, registry))
