@@ -75,10 +75,6 @@ def test_the_web_check_shows_the_stop_and_the_refused_plan(dbrx):
     assert answer["plan_text"] is None and DBRX_ERROR in answer["plan_error"], answer["plan_error"]
 
 
-@pytest.mark.xfail(strict=True, reason="doctor reads architectures[0] only; vLLM 0.32 builds the first listed name its "
-                   "registry has (model_executor/models/registry.py:1357-1362, resolve_model_cls: 1415-1419), and the "
-                   "profiles record only the text-generation part of the registry (`registered`: a count), so an unknown "
-                   "first name cannot be told from a multimodal or pooling class vLLM would build instead")
 def test_a_refused_architecture_listed_after_one_vllm_does_not_know(tmp_path, capsys):
     """config.json listing a name no vLLM registers before DbrxForCausalLM: vLLM skips it and builds DBRX."""
     folder = write_dbrx(tmp_path / "two", quantized=True, config=dict(DBRX, architectures=["NotARealForCausalLM", "DbrxForCausalLM"]))

@@ -37,7 +37,7 @@ def section(doc: dict, name: str) -> list[str]:
              f"- quantization config used: `{json.dumps(doc['quantization'], sort_keys=True)}`",
              "- MTP drafters: " + (", ".join(f"`{a}` ({e['mtp'].get('architecture') or 'not built: ' + e['mtp']['unbuilt'][:60]})"
                                              for a, e in sorted(archs.items()) if "mtp" in e) or "none"),
-             *refused_lines(doc), "",
+             *refused_lines(doc), *registry_lines(doc), "",
              "Profiled: " + ", ".join(f"`{a}`" for a in sorted(archs)) + ".", "", "Not profiled, and why:", ""]
     by_category: dict[str, list[str]] = {}
     for arch, reason in sorted(missing.items()):
@@ -47,6 +47,16 @@ def section(doc: dict, name: str) -> list[str]:
         lines += [f"  - `{a}`: {missing[a].splitlines()[0][:160]}" for a in names] if not cat.startswith("no config") else \
                  ["  - " + ", ".join(f"`{a}`" for a in names)]
     return lines + [""]
+
+
+def registry_lines(doc: dict) -> list[str]:
+    """Which listed name the release builds (tools/vllm_registry.py): its whole registry and what else it does."""
+    if "registry" not in doc:
+        return []
+    return [f"- whole registry (the names `resolve_model_cls` builds a class of, the first listed one it has): "
+            f"{len(doc['registry'])}; unregistered names its Transformers backend takes (`transformers_fallback`): "
+            f"{len(doc['transformers_fallback'])}; any other is refused: `{doc['unsupported']}` (or, for "
+            f"{len(doc['retired'])} retired names, their own message)"]
 
 
 def refused_lines(doc: dict) -> list[str]:

@@ -5,7 +5,9 @@
 
 Read from the wheel (never imported): every model file's `EntryClass` (the architectures SGLang registers) and the
 class-level `packed_modules_mapping` each one has (through its base classes), which is what the quant config's
-is_layer_skipped is told (model_loader/loader.py `_get_quantization_config`). The matching rules per release are
+is_layer_skipped is told (model_loader/loader.py `_get_quantization_config`); the EntryClass names are the release's
+`registry`: with any listed name registered, models/registry.py `resolve_model_cls` builds the first one (0.5.23:
+models/registry.py:93-114), which repair/arch/registry.py reads. The matching rules per release are
 the table RULES below, found by diffing the wheels' quantization/utils.py, modelopt_quant.py and
 compressed_tensors/utils.py (see docs/runtime_profiles.md); the tool checks that each rule's marker text is in the
 wheel it names, so a table row that no longer describes the wheel fails here, not in a user's run.
@@ -163,6 +165,7 @@ def profile(path: Path) -> dict:
                                        if NULL_EXCLUSIONS["marker"] in text.get(NULL_EXCLUSIONS["file"], "") else {})
     body["plain_layers"] = {a: r["layers"] for a, r in PLAIN_LAYERS.items() if r["marker"] in text.get(r["file"], "")}
     body["stacked_unchecked"] = unchecked  # arch -> stacked names whose loader branch raises KeyError on extra tensors
+    body["registry"] = sorted(set(registered))  # every EntryClass: the names resolve_model_cls takes, first listed one it has
     return {"runtime": "sglang", "release": release,
             "source": {"wheel": path.name, "sha256": digest, "index": "https://pypi.org/project/sglang/",
                        "files": sorted(rules["markers"]), "registered_architectures": len(registered)},

@@ -14,8 +14,10 @@ the quant config). Every module holding a 2-D weight is recorded under its name 
 Also: the class's packed_modules_mapping (fused layers) and what its hf_to_vllm_mapper does to each checkpoint
 weight name transformers' own model class gives the config (name patterns); and `load_refused`, vLLM's error where its
 loader takes no BF16 checkpoint of transformers' names at all (tools/vllm_load_refused.py); and `modelopt_fp4_only`,
-the layers built unquantized under ModelOpt's NVFP4 config alone (tools/vllm_format_states.py). The output is data for
-repair/targets/data/ (written as is, JSON indented by 1). Imports nothing from ``repair``.
+the layers built unquantized under ModelOpt's NVFP4 config alone (tools/vllm_format_states.py); and which listed name
+of a config the release builds (`registry`, `transformers_fallback`, `unsupported`, `retired`, `malformed`, `suffixes`:
+tools/vllm_registry.py); and, for a row built two ways (`without`), the modules only the full build loads
+(`loads_only_with`: tools/vllm_without_loads.py). The output is data for repair/targets/data/ (tools/vllm_profile_write.py formats it). Imports nothing from ``repair``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from vllm_format_states import modelopt_fp4_only
 from vllm_without_loads import loads_only_with
 from vllm_load_refused import load_refused
 from vllm_missing_weights import missing_weights
+from vllm_registry import registry_facts
 from vllm_null_lists import null_exclusions_refused
 from vllm_load_facts import (dropped_tensors, log, load_renames, nvfp4_refusals, pattern, placed_weights, quant_prefixes,
                              record_asked_prefixes, renames)
@@ -355,6 +358,8 @@ def main(argv: list[str]) -> int:
             traceback.print_exc(file=sys.stderr)
             result["unprofiled"][arch] = f"vLLM cannot build it from the small config: {type(e).__name__}: {str(e)[:200]}"
         log(f"{arch}: {'ok' if arch in result['architectures'] else result['unprofiled'][arch][:100]} ({time.perf_counter() - t0:.1f} s)")
+    rows = {k: result.pop(k) for k in ("architectures", "unprofiled")}  # last: transformers' whole model zoo imported
+    result |= registry_facts() | rows
     with open(out_path, "w") as f:
         json.dump(result, f, indent=1, sort_keys=False)
     return 0

@@ -12,6 +12,7 @@ from repair.arch.base import GENERIC, Architecture, LayerKind, ModuleSpec
 from repair.arch.gemma4_assistant import GEMMA4_ASSISTANT
 from repair.arch.moe_routers import QWEN3_5
 from repair.arch.profiled import ReleaseProfile, read_profiles
+from repair.arch.registry import resolve
 
 ARCHITECTURES: tuple[Architecture, ...] = (GEMMA4_ASSISTANT, QWEN3_5)  # whole rows no profile replaces
 PROFILES: tuple[ReleaseProfile, ...] = read_profiles()
@@ -25,13 +26,13 @@ def newest(runtime: str = "vllm") -> ReleaseProfile | None:
 
 def architecture(config: dict | None, profile: ReleaseProfile | None = None, borrowed: bool = False) -> Architecture:
     """The row covering this config.json: a hand row, else the profile's generated row (default: the newest vLLM
-    release's), else GENERIC; `borrowed`: as another runtime takes either, without vLLM's own name facts."""
+    release's) for the listed name that release builds (arch/registry.py), else GENERIC; `borrowed`: as another
+    runtime takes either, without vLLM's own name facts (nor its registry: the first listed name)."""
     hand = next((a for a in ARCHITECTURES if a.matches(config)), None)
     if hand is not None:
         return hand.borrowed() if borrowed else hand
-    listed = (config or {}).get("architectures")
-    name = listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else None
     profile = profile or newest()
+    name = resolve(config, None if borrowed or profile is None else profile.registry).name
     row = profile.row(name, borrowed, config) if profile is not None and name is not None else None
     return GENERIC if row is None else row
 

@@ -21,6 +21,7 @@ from importlib.resources import files
 
 from repair.arch.base import Architecture, DroppedTensor, RefusedLoad
 from repair.arch.layer_rules import LayerDrop, text_part
+from repair.arch.registry import Registry
 from repair.arch.roles import GENERIC_ROLES, UnquantizedRole
 
 DATA = files("repair") / "targets" / "data"
@@ -88,6 +89,7 @@ class ReleaseProfile:
     missing_weights: dict = field(default_factory=dict)  # what its loader does with unfilled weights (vllm_missing_weights.py)
     null_exclusions_refused: dict = field(default_factory=dict)  # quant method -> its config reader's error on a null list
     load_checked: bool = False  # every row records whether the release loads any checkpoint of it (`load_refused`)
+    registry: Registry | None = None  # which listed name of a config it builds (arch/registry.py); None: not recorded
 
     @property
     def label(self) -> str:
@@ -129,9 +131,11 @@ def read_profiles() -> tuple[ReleaseProfile, ...]:
         doc = json.loads(item.read_text(encoding="utf-8"))
         if "architectures" not in doc:
             continue  # a rules-only release file (repair/targets/runtime_rules.py reads it)
-        out.append(ReleaseProfile(doc["runtime"], release_of(doc["release"]), item.name, doc["architectures"], doc["unprofiled"],
+        release = release_of(doc["release"])
+        label = f"{doc['runtime']} {'.'.join(map(str, release))}"
+        out.append(ReleaseProfile(doc["runtime"], release, item.name, doc["architectures"], doc["unprofiled"],
                                   doc.get("missing_weights", {}), doc.get("null_exclusions_refused", {}),
-                                  doc.get("load_refused_checked") is True))
+                                  doc.get("load_refused_checked") is True, Registry.read(doc, label, item.name)))
     return tuple(sorted(out, key=lambda p: (p.runtime, p.release)))
 
 

@@ -36,8 +36,7 @@ def built_layer_findings(declaration: Declaration, target: Target, config: dict 
     """One error per built layer pattern the config gives no way to build (at the first layer number refused), in
     the runtime's words; the first is where the build stops."""
     rules = target.profile.rules
-    listed = (config or {}).get("architectures")
-    name = listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else None
+    name = target.built(config).name
     built = rules.built_layers.get(name) if rules is not None and name is not None else None
     if not built or not declaration.quantized:
         return []

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from repair import arch, formats
 from repair.arch import Architecture, ModuleSpec
+from repair.arch.registry import listed_names, shown
 from repair.doctor.built_layers import built_layer_findings
 from repair.doctor.checks import (config_findings, fused_findings, health_findings, nvfp4_load_refusal_findings,
                                   unquantized_role_findings)
 from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
                                     kv_scale_health, layer_map_findings, null_list_findings, runtime_refusal_findings)
 from repair.doctor.dropped import dropped_tensor_findings
-from repair.doctor.refused_load import load_refused_findings
+from repair.doctor.refused_load import load_refused_findings, registry_findings
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.fused import fused_storage_findings
 from repair.doctor.missing import consequence, missing_findings, unbuilt
@@ -89,13 +90,15 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += unquantized_role_findings(declaration, modules, family, target.profile.knows_layer_roles)
     findings += nvfp4_load_refusal_findings(modules, family, target.profile.knows_layer_roles)
     findings += dropped_tensor_findings(infos, family, target, declaration.quantized)
-    findings += load_refused_findings(family, target, architecture_name(ckpt.config), tp)
+    findings += load_refused_findings(family, target, architecture_name(ckpt.config, target), tp)
+    unregistered, backend = registry_findings(target, ckpt.config, tp)
+    findings += unregistered
     # without a loader profile (no specs), what the target builds each stored quantized module as, for the health checks
     built = precision if specs else stored_precision([m.name for m in modules.values() if m.is_quantized], declaration, target, family)
     mismatched, notes = algorithm_findings(declaration, modules, specs, family, precision)
     findings += layer_map_findings(declaration) + mismatched
     kv_cache, kv_notes = kv_cache_findings(declaration, infos)
-    notes += kv_notes + config_notes
+    notes += kv_notes + config_notes + backend
     findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.allows_quant_config:
         findings += fused_findings(declaration, modules, family, target) + fused_algorithm_findings(declaration, modules, family, target)
@@ -128,18 +131,18 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         findings = [f for f in findings if not replaced_by_loads(f)] + loads
         first = load_stops(loads, tp) or first
     first = first or _build_stops(findings, tp, (Kind.LOAD_REFUSED,))  # its load_weights raises on every rank
+    first = _build_stops(findings, tp, (Kind.UNREGISTERED,)) or first  # refused while reading the config: before all
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
-    return Diagnosis(target, tp, tuple(findings), first, precision, bits, architecture_name(ckpt.config), simulated, tuple(notes),
-                     values.report())
+    return Diagnosis(target, tp, tuple(findings), first, precision, bits, architecture_name(ckpt.config, target), simulated,
+                     tuple(notes), values.report())
 
 
-def architecture_name(config: dict | None) -> str:
-    """The model class config.json names (else its model_type), as messages show it."""
-    listed = (config or {}).get("architectures")
-    if isinstance(listed, list) and listed and isinstance(listed[0], str):
-        return listed[0]
-    return str((config or {}).get("model_type") or "this model")
+def architecture_name(config: dict | None, target: Target) -> str:
+    """The listed model class the target builds (else the first listed, else the model_type), as messages show it."""
+    listed = listed_names(config)
+    name = target.built(config).name or (listed[0] if listed else None)
+    return shown(name or str((config or {}).get("model_type") or "this model"))
 
 
 def _unquantized_stop(ckpt: Checkpoint, modules: dict[str, StoredModule]) -> vllm_loader.Outcome | None:

@@ -49,6 +49,7 @@ class Kind(StrEnum):
     MISSING_MODULE = "missing-module"
     DROPPED_TENSOR = "dropped-tensor"
     LOAD_REFUSED = "load-refused"  # the release loads no checkpoint of this architecture (its own load_weights fails)
+    UNREGISTERED = "unregistered-architecture"  # the release has no model class of any listed architecture
     PRE_QUANT_SCALE = "pre-quant-scale"
 
 

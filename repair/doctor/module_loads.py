@@ -61,9 +61,7 @@ def module_load_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], dec
     if tp > MAX_DEGREE:  # each rank is simulated: a hostile --tp must not make doctor loop (or list) a billion ranks
         return [Finding(Severity.ERROR, Kind.TP_IMPOSSIBLE, "--tp", f"tensor parallel {tp}: doctor simulates at most "
                         f"{MAX_DEGREE} ranks of {rules.speaker}'s loader; give a degree the model's layers can be split over")], {}
-    listed = (ckpt.config or {}).get("architectures")
-    architecture = listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else ""
-    building = trtllm_building(rules.building(architecture, family.fused_layers))
+    building = trtllm_building(rules.building(target.built(ckpt.config).name or "", family.fused_layers))
     linears = {n: m for n, m in modules.items() if m.tensor("weight") and len(m.logical_shape) >= 2}
     layers = _layers(linears, declaration, building, ckpt.config or {}, target, family)
     schemes = {s: layer.scheme for layer in layers for s in layer.shards if s}

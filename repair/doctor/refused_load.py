@@ -13,6 +13,7 @@ from __future__ import annotations
 from repair import arch
 from repair.arch import Architecture
 from repair.arch.profiled import releases_loading
+from repair.arch.registry import listed_names, resolve, shown
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.targets.profiles import Target
 
@@ -40,3 +41,42 @@ def advice(runtime: str, name: str) -> str:
     checked = [p.label for p in arch.PROFILES if p.runtime == runtime and p.load_checked]
     return (f"serve it with a release whose model code is fixed (none of the profiled {', '.join(checked)} loads it: "
             "look this error up in the runtime's issues for the release that fixes it) or with another runtime")
+
+
+def registry_findings(target: Target, config: dict | None, tp: int) -> tuple[list[Finding], list[Finding]]:
+    """(findings, notes) on which class the target's release builds for config.json's `architectures`
+    (arch/registry.py): one error, in its own words, when it builds none (it refuses the model while reading the
+    config, on every rank); a note when it falls back to its Transformers backend, whose layers no profile row
+    describes. None for a hand row's checkpoint (the Gemma 4 assistant: vLLM loads it as a draft under another name)."""
+    resolved, registry = target.built(config), target.registry
+    if registry is None or any(a.matches(config) for a in arch.ARCHITECTURES):
+        return [], []
+    listed, source = listed_names(config), registry.source
+    names = ", ".join(shown(a) for a in listed[:4]) + (f" (and {len(listed) - 4} more)" if len(listed) > 4 else "")
+    who = registry.label
+    if resolved.malformed:
+        return [Finding(Severity.ERROR, Kind.UNREGISTERED, "architectures",
+                        f"config.json's `architectures` is not a list of class names, which {who} refuses while validating "
+                        f"the config (recorded in {source}): {resolved.error}; write it as a list of the model's class "
+                        'names, e.g. ["LlamaForCausalLM"]', resolved.error, tuple(range(tp)))], []
+    if resolved.error is not None and not resolved.backend:
+        serving = [p.label for p in arch.PROFILES if p.registry is not None and resolve(config, p.registry).error is None]
+        where = f"serve it with {' or '.join(serving)}, which build one" if serving else "serve it with another runtime"
+        return [Finding(Severity.ERROR, Kind.UNREGISTERED, names or "architectures",
+                        f"{names or 'config.json'}: {who} has no model class of any architecture config.json lists (its "
+                        f"registry, recorded in {source}), nor does its Transformers backend take the first one, so it "
+                        f"refuses the model while reading the config: {resolved.error}; list the model's class as {who} "
+                        f"registers it in config.json's `architectures`, or {where}", resolved.error, tuple(range(tp)))], []
+    if resolved.backend == "remote code":
+        return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, names,
+                            f"{names}: {who} has no model class of any listed architecture (its registry, recorded in "
+                            f"{source}); served with --trust-remote-code it builds the class config.json's auto_map names "
+                            "through its Transformers backend, whose layers the profile's rows do not describe (doctor "
+                            f"checks them as a generic model's); without that flag it refuses: {resolved.error}")]
+    if resolved.backend:
+        return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, resolved.name,
+                            f"{resolved.name}: {who} has no model class of its own for any listed architecture "
+                            f"(its registry, recorded in {source}), so it builds transformers' {resolved.name} "
+                            f"through its Transformers backend (model_impl=\"auto\"); the profile's layer rows do not "
+                            "describe that backend, so doctor checks this model's layers as a generic one's")]
+    return [], []

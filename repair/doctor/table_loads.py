@@ -33,9 +33,9 @@ def table_loads(modules: dict[str, StoredModule], schemes: dict[str, str], ckpt:
     """(findings, the first error per rank in load order) for every stored layer the target builds; `leaves` are the
     parameter names a packed layer of the checkpoint's format has (Format.RUNTIME_LEAVES)."""
     rules = target.profile.rules
-    architecture = ((ckpt.config or {}).get("architectures") or [""])[0]
-    building = rules.building(architecture if isinstance(architecture, str) else "", family.fused_layers, ckpt.config)
-    entry = target.release.entries.get(architecture, {}) if target.release and isinstance(architecture, str) else {}
+    architecture = target.built(ckpt.config).name or ""
+    building = rules.building(architecture, family.fused_layers, ckpt.config)
+    entry = target.release.entries.get(architecture, {}) if target.release else {}
     located = ckpt.locate()
     kv = _kv_heads(ckpt.config or {})  # fewer KV heads than ranks: QKVParallelLinear replicates them (k/v rows whole heads)
     findings, errors = [], []

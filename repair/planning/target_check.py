@@ -32,7 +32,11 @@ ADVICE = {Kind.UNUSED_EXCLUSION: "remove the entries that match nothing from the
           Kind.DROPPED_TENSOR: "no change to the files makes this release read the tensor: serve the model with a release "
                                "whose model code does, or fix for another target",
           Kind.LOAD_REFUSED: "no change to the files makes this release load the model (doctor says which releases do); "
-                             "fix for another target"}
+                             "fix for another target",
+          Kind.UNREGISTERED: "name the model's class as the release registers it in config.json's `architectures` "
+                             "(doctor says which releases build one), or fix for another target"}
+UNSETTLED = (Kind.MISSING_MODULE, Kind.DROPPED_TENSOR, Kind.LOAD_REFUSED, Kind.UNREGISTERED)  # no plan's change settles these
+FIRST = (Kind.UNREGISTERED, Kind.LOAD_REFUSED)  # a release that builds or loads nothing of the model: named first
 DEFAULT_ADVICE = ("re-download or re-export the checkpoint, or repair those modules with a recipe (--original to take or "
                   "requantize them)")
 
@@ -111,7 +115,7 @@ def _refuse_dropped_expected(ckpt: Checkpoint, target: str, dropped: set[str], b
 
 def _settled(f: Finding, changed: set[str], recipe: Recipe, declaration: Declaration, fused: dict[str, tuple[str, ...]]) -> bool:
     """Whether the plan (its changed modules and config edits) takes finding `f` away."""
-    if f.code in (Kind.MISSING_MODULE, Kind.DROPPED_TENSOR, Kind.LOAD_REFUSED):  # no change to the files settles these
+    if f.code in UNSETTLED:
         return False
     if f.code == Kind.NULL_EXCLUSIONS:
         return True  # the plan writes a list where the runtime reads the null one (config_edits.config_edits)
@@ -185,7 +189,7 @@ def _unnameable(ckpt: Checkpoint, diagnosis: Diagnosis, left: list[Finding]) -> 
 def cannot_repair(root: object, target: str, left: list[Finding]) -> BadInput:
     """The one line for findings a --target repair leaves (planning, and the writer's check of its output); a release
     that loads no checkpoint of the model is named first, as no repair of any other finding helps then."""
-    left = sorted(left, key=lambda f: f.code != Kind.LOAD_REFUSED)
+    left = sorted(left, key=lambda f: FIRST.index(f.code) if f.code in FIRST else len(FIRST))
     advice = ADVICE.get(left[0].code, DEFAULT_ADVICE)
     return BadInput(f"{root}: --target {target} cannot repair {len(left)} finding(s) doctor --strict reports for it "
                     f"([{left[0].code}] {left[0].message.split('; ')[0]}, ...), so its output would not pass; nothing was written; "

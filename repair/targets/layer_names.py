@@ -16,6 +16,7 @@ from typing import Callable
 from repair import arch
 from repair.arch.base import Architecture
 from repair.arch.profiled import AskedPrefixes
+from repair.arch.registry import resolve
 from repair.targets.profiles import DATA_PROFILES
 
 
@@ -31,13 +32,9 @@ class RenamedFirst:
         return found if found != module else self.rows(module)
 
 
-def architecture_name(config: dict | None) -> str | None:
-    listed = (config or {}).get("architectures")
-    return listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else None
-
-
 def _pairs(rules, config: dict | None) -> tuple[tuple[str, str], ...]:
-    names = rules.layer_names.get(architecture_name(config) or "") if rules is not None else None
+    """A rules file's `layer_names` for the architecture it builds: the first listed (arch/registry.py, no registry)."""
+    names = rules.layer_names.get(resolve(config, None).name or "") if rules is not None else None
     return tuple(sorted(names.items())) if names else ()
 
 
@@ -66,9 +63,9 @@ def named_elsewhere(config: dict | None, modules) -> set[str]:
     release's profile prefixes: HYV3's shared_mlp.down_proj is `mlp.down_proj` to vLLM 0.28 only): the checkpoint's
     name and that release's. fix --target a,b writes both (each runtime reads one), so an entry naming either names a module of this
     model, whichever target doctor checks."""
-    name = architecture_name(config) or ""
     asked = [_pairs(p.rules, config) for p in DATA_PROFILES]  # SGLang's layer_names
-    asked += [tuple(sorted(p.entries[name]["prefixes"].items())) for p in arch.PROFILES  # each vLLM release's prefixes
+    built = [(p, resolve(config, p.registry).name or "") for p in arch.PROFILES]  # the class each vLLM release builds
+    asked += [tuple(sorted(p.entries[name]["prefixes"].items())) for p, name in built  # and that release's prefixes
               if name in p.entries and p.entries[name].get("prefixes")]
     out: set[str] = set()
     for pairs in filter(None, asked):

@@ -16,6 +16,7 @@ from typing import Mapping
 
 from repair import arch
 from repair.arch.profiled import ReleaseProfile
+from repair.arch.registry import Registry, Resolved, resolve as resolve_listed
 from repair.errors import UsageError
 from repair.targets.runtime_rules import RuntimeRules, shipped_rules
 
@@ -76,13 +77,26 @@ class Target:
     release: ReleaseProfile | None = None  # the generated profile whose rows apply (newest shipped release <= the target's)
     version: tuple[int, ...] | None = None  # the release the user asked for
 
+    @property
+    def registry(self) -> Registry | None:
+        """The target release's own model registry: its rules file's, else its generated profile's where that is this
+        runtime's (another runtime's rules borrow vLLM's rows, never its registry); None where none is recorded."""
+        rules = self.profile.rules
+        if rules is not None:
+            return Registry.named(rules.registry, rules.label, rules.source)
+        older = self.version is not None and self.release is not None and self.release.release > self.version
+        return self.release.registry if self.release is not None and not older else None  # an older release's may differ
+
+    def built(self, config: dict | None) -> Resolved:
+        """Which of config.json's `architectures` this target builds (arch/registry.py), by its release's registry."""
+        return resolve_listed(config, self.registry)
+
     def bind(self, declaration, family, config: dict | None):
         """The declaration as this target reads it: a rules-file release's own matchers, else unchanged (vLLM's)."""
         rules = self.profile.rules
         if rules is None or not declaration.quantized:
             return declaration
-        listed = (config or {}).get("architectures")
-        name = listed[0] if isinstance(listed, list) and listed and isinstance(listed[0], str) else ""
+        name = self.built(config).name or ""
         return rules.bind(declaration, rules.building(name, family.fused_layers, config), config)
 
     @property

@@ -66,6 +66,7 @@ class RuntimeRules:
     # shards} its model builds where the layer rows' runtime builds separate layers (TensorRT-LLM's Laguna GatedMLP)
     missing_weights: Mapping[str, str] = field(default_factory=dict)  # {"linear", "norm"} -> "refused" | "unchecked":
     # what its loader does with a weight the checkpoint does not store (probed; {} where not known)
+    registry: frozenset[str] = frozenset()  # every name its model registry has (the wheel's EntryClass); empty: unknown
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -260,7 +261,7 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         tuple(body.get("ct_target_order", ())), body.get("built_layers", {}), body.get("layer_names", {}),
                         body.get("null_exclusions_refused", {}), {a: tuple(v) for a, v in body.get("own_layers", {}).items()},
                         {a: {k: tuple(v) for k, v in m.items()} for a, m in body.get("model_fusions", {}).items()},
-                        body.get("missing_weights", {}))
+                        body.get("missing_weights", {}), frozenset(body.get("registry", ())))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:

@@ -1,0 +1,43 @@
+"""Which of config.json's `architectures` SGLang 0.5.23 builds, asked of SGLang itself (tools/sglang_registry.py: its
+ModelConfig and `get_model_architecture`), against doctor's reading of the shipped rules file's `registry`
+(repair/arch/registry.py through Target.built): with any listed name registered, the first such one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from repair.targets.profiles import resolve
+from tests.test_doctor_load_refused import DBRX
+
+from .probe import REPO, SGLANG_PY, TARGET, clean_env, requires_sglang
+
+pytestmark = [pytest.mark.sglang, requires_sglang]
+FORMS = {"unknown-then-dbrx": ["NotARealForCausalLM", "DbrxForCausalLM"], "dbrx-then-llama": ["DbrxForCausalLM", "LlamaForCausalLM"],
+         "llama-then-dbrx": ["LlamaForCausalLM", "DbrxForCausalLM"], "two-unknown-then-dbrx": ["A", "B", "DbrxForCausalLM"]}
+
+
+def in_sglang(*args) -> list[dict]:
+    proc = subprocess.run([str(SGLANG_PY), str(REPO / "tools" / "sglang_registry.py"), *map(str, args)], capture_output=True,
+                          text=True, timeout=900, env=clean_env(), cwd="/")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def test_the_shipped_registry_holds_every_name_sglang_registers_here():
+    """The wheel's EntryClass lists (shipped) cover the installed registry (which lacks the files that fail to import
+    on this host)."""
+    [found] = in_sglang()
+    assert set(found["registered"]) <= resolve(TARGET).registry.names
+
+
+def test_sglang_builds_the_first_listed_name_it_registers(tmp_path):
+    target = resolve(TARGET)
+    for name, listed in FORMS.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(dict(DBRX, architectures=listed)))
+    answers = in_sglang(*(tmp_path / name for name in FORMS))
+    for (name, listed), answer in zip(FORMS.items(), answers):
+        assert answer.get("architecture") == target.built(dict(DBRX, architectures=listed)).name, (name, answer)

@@ -1,0 +1,169 @@
+"""Which of config.json's `architectures` a vLLM release builds (repair/arch/registry.py), from each profile's own
+registry (tools/vllm_registry.py; tests/vllm/test_registry_vs_vllm.py checks every verdict here against vLLM itself):
+the first listed name the release registers; none registered: its Transformers backend for the first name when
+transformers has that class; else vLLM refuses the model while reading the config, in its own words."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from repair import arch
+from tests.conftest import run_captured
+from tests.test_doctor_load_refused import DBRX, DBRX_ERROR, write_dbrx
+
+REGISTRY = {p.label: p.registry for p in arch.PROFILES if p.runtime == "vllm"}
+NEWEST, OLDEST = REGISTRY["vllm 0.32.0"], REGISTRY["vllm 0.28.0"]
+# a name vLLM 0.32 retired that 0.28 still builds (its own message names the release), taken from the data
+RETIRED = next(n for n in sorted(NEWEST.retired) if n in OLDEST.names and n not in NEWEST.fallback)
+FALLBACK = next(n for n in sorted(NEWEST.fallback) if n.endswith("ForCausalLM"))  # transformers' class, no vLLM one
+
+
+def doctor_json(capsys, folder: Path, *args: str) -> tuple[int, dict]:
+    code, out, err = run_captured(capsys, "doctor", folder, "--json", *args)
+    assert code in (0, 1) and "Traceback" not in err, err
+    return code, json.loads(out)
+
+
+def dbrx(tmp_path: Path, listed, quantized: bool = True) -> Path:
+    return write_dbrx(tmp_path / "ckpt", quantized=quantized, config=dict(DBRX, architectures=listed))
+
+
+def unregistered(found: dict) -> list[dict]:
+    return [f for f in found["findings"] if f["code"] == "unregistered-architecture"]
+
+
+def test_no_listed_name_registered_is_refused_in_vllms_words_on_every_rank(tmp_path, capsys):
+    code, found = doctor_json(capsys, dbrx(tmp_path, ["NotARealForCausalLM"]), "--target", "vllm==0.32.0", "--tp", "2")
+    error = "ValueError: " + NEWEST.unsupported.replace("{architectures}", "['NotARealForCausalLM']")
+    [f] = unregistered(found)
+    assert code == 1 and f["runtime_error"] == error and f["severity"] == "error", f
+    assert [(s["rank"], s["error"]) for s in found["runtime_stops_at"]] == [(0, error), (1, error)]
+    assert not [f for f in found["findings"] if f["code"] == "load-refused"]  # no DBRX class is built: no KeyError claimed
+
+
+def test_fix_for_that_release_refuses_in_one_line(tmp_path, capsys):
+    folder, out_dir = dbrx(tmp_path, ["NotARealForCausalLM"]), tmp_path / "fixed"
+    code, out, err = run_captured(capsys, "fix", folder, "-o", out_dir, "--target", "vllm==0.32.0")
+    [line] = [x for x in err.splitlines() if x.strip()]
+    assert code == 2 and "[unregistered-architecture]" in line and "not supported for now" in line, err
+    assert "nothing was written" in line and not out_dir.exists()
+
+
+def test_the_first_registered_name_is_built_even_after_thousands_of_unknown_ones(tmp_path, capsys):
+    """vLLM skips every unregistered name (10^5 of them here) and builds DBRX, whose load_weights fails."""
+    listed = [f"Unknown{i}ForCausalLM" for i in range(100_000)] + ["DbrxForCausalLM"]
+    code, found = doctor_json(capsys, dbrx(tmp_path, listed), "--target", "vllm==0.32.0")
+    assert code == 1 and not unregistered(found)
+    assert [f["runtime_error"] for f in found["findings"] if f["code"] == "load-refused"] == [DBRX_ERROR]
+
+
+def test_a_name_one_release_retired_is_refused_by_it_only_with_its_own_message(tmp_path, capsys):
+    folder = dbrx(tmp_path, [RETIRED])
+    code, found = doctor_json(capsys, folder, "--target", "vllm==0.32.0")
+    [f] = unregistered(found)
+    assert code == 1 and f["runtime_error"] == f"ValueError: {NEWEST.retired[RETIRED]}" and "vllm 0.28.0" in f["message"], f
+    assert not unregistered(doctor_json(capsys, folder, "--target", "vllm==0.28.0")[1])
+
+
+def test_a_transformers_class_vllm_does_not_register_is_a_note_about_the_backend(tmp_path, capsys):
+    code, found = doctor_json(capsys, dbrx(tmp_path, [FALLBACK, "NotARealForCausalLM"], quantized=False),
+                              "--target", "vllm==0.32.0")
+    assert not unregistered(found) and not found["runtime_stops_at"]
+    [note] = [n for n in found["notes"] if n["code"] == "unregistered-architecture"]
+    assert "Transformers backend" in note["message"] and FALLBACK in note["message"], note
+
+
+def test_another_runtime_is_not_judged_by_vllms_registry(tmp_path, capsys):
+    code, found = doctor_json(capsys, dbrx(tmp_path, ["NotARealForCausalLM"]), "--target", "vllm==0.32.0,sglang==0.5.23")
+    verdicts = {t["target"]: t for t in found["targets"]}
+    assert unregistered(verdicts["vllm==0.32.0"]) and not unregistered(verdicts["sglang==0.5.23"])
+
+
+def test_the_gemma4_assistant_is_not_judged_by_the_registry(tmp_path, capsys):
+    """vLLM 0.32 registers no Gemma4AssistantForCausalLM: it loads the assistant as a draft model, renamed
+    Gemma4MTPModel (config/speculative.py), which the hand row describes."""
+    from repair.demo.examples import write_assistant
+
+    folder = write_assistant(tmp_path / "assistant")
+    assert json.loads((folder / "config.json").read_text())["architectures"][0] not in NEWEST.names
+    assert not unregistered(doctor_json(capsys, folder, "--target", "vllm==0.32.0")[1])
+
+
+@pytest.mark.parametrize("listed,where", [("DbrxForCausalLM", "architectures"), ({"0": "DbrxForCausalLM"}, "architectures"),
+                                          (7, "architectures"), (["DbrxForCausalLM", None, {"a": 1}], "architectures.1"),
+                                          ([["DbrxForCausalLM"]], "architectures.0")])
+def test_architectures_not_a_list_of_strings_is_refused_as_vllms_config_validation_does(tmp_path, capsys, listed, where):
+    """vLLM's ModelConfig validates `architectures` as a list of strings (pydantic): anything else is refused before
+    any class is looked up, in the words the profile records (`malformed`); fix refuses in one line."""
+    folder = dbrx(tmp_path, listed)
+    code, found = doctor_json(capsys, folder, "--target", "vllm==0.32.0", "--tp", "2")
+    [f] = unregistered(found)
+    assert code == 1 and f["runtime_error"].startswith(f"ValidationError: {where}: Input should be a valid "), f
+    assert [s["error"] for s in found["runtime_stops_at"]] == [f["runtime_error"]] * 2
+    assert not [f for f in found["findings"] if f["code"] == "load-refused"]
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--target", "vllm==0.32.0")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "[unregistered-architecture]" in err, err
+
+
+@pytest.mark.parametrize("listed", [None, []])
+def test_no_listed_names_is_not_judged(tmp_path, capsys, listed):
+    """Null or empty: vLLM names the class from model_type itself (transformers' mapping), which no profile records."""
+    code, found = doctor_json(capsys, dbrx(tmp_path, listed), "--target", "vllm==0.32.0")
+    assert not unregistered(found)
+
+
+def test_a_huge_name_is_cut_in_every_message(tmp_path, capsys):
+    code, found = doctor_json(capsys, dbrx(tmp_path, ["X" * 1_000_000]), "--target", "vllm==0.32.0")
+    [f] = unregistered(found)
+    assert code == 1 and max(len(g["message"]) + len(g.get("runtime_error") or "") for g in found["findings"]) < 5000
+
+
+def test_a_name_cannot_forge_an_output_line(tmp_path, capsys):
+    """A listed name holding a newline and an escape sequence: every line doctor prints that repeats it stays one."""
+    folder = dbrx(tmp_path, ["Foo\nerror: forged\x1b[31m"])
+    code, out, err = run_captured(capsys, "doctor", folder, "--target", "vllm==0.32.0")
+    assert code == 1 and not [line for line in out.splitlines() if line.startswith("error: forged")], out
+    assert "\x1b" not in out
+
+
+def test_sglang_builds_the_first_name_it_registers_and_is_not_judged_without_one():
+    """SGLang 0.5.23's resolve_model_cls builds the first listed name its registry has (its rules file's `registry`,
+    the wheel's EntryClass lists; tests/sglang/test_registry_vs_sglang.py asks SGLang); with none registered its
+    Transformers fallback is not recorded, so the first listed name is read, as before, and no error is claimed."""
+    from repair.targets.profiles import resolve
+
+    sglang, older = resolve("sglang==0.5.23"), resolve("sglang==0.5.9")
+    assert sglang.built({"architectures": ["NotARealForCausalLM", "DbrxForCausalLM"]}).name == "DbrxForCausalLM"
+    assert sglang.built({"architectures": ["NotARealForCausalLM"]}) == older.built({"architectures": ["NotARealForCausalLM"]})
+    assert sglang.built({"architectures": ["NotARealForCausalLM"]}).error is None
+    assert older.built({"architectures": ["NotARealForCausalLM", "DbrxForCausalLM"]}).name == "NotARealForCausalLM"
+
+
+def test_a_release_older_than_every_profile_is_not_judged_by_the_oldest_registry(tmp_path, capsys):
+    """vLLM 0.25 is older than every shipped profile: a name 0.28 does not register may be one 0.25 did."""
+    code, found = doctor_json(capsys, dbrx(tmp_path, ["NotARealForCausalLM"]), "--target", "vllm==0.25.0")
+    assert not unregistered(found)
+
+
+def test_remote_code_in_auto_map_is_a_note_saying_what_each_flag_does(tmp_path, capsys):
+    """auto_map names an AutoModel class: vLLM's fallback loads it under --trust-remote-code (registry.py
+    _try_resolve_transformers), and refuses without: doctor cannot know the flag, so it says both, as a note."""
+    folder = write_dbrx(tmp_path / "remote", quantized=True, config=dict(
+        DBRX, architectures=["MyRemoteForCausalLM"], auto_map={"AutoConfig": "x.C", "AutoModelForCausalLM": "x.M"}))
+    code, found = doctor_json(capsys, folder, "--target", "vllm==0.32.0")
+    assert not unregistered(found) and not found["runtime_stops_at"]
+    [note] = [n for n in found["notes"] if n["code"] == "unregistered-architecture"]
+    assert "--trust-remote-code" in note["message"] and "not supported for now" in note["message"], note
+
+
+@pytest.mark.parametrize("name", ["DbrxForSequenceClassification", "DbrxModel", "DbrxForRewardModeling"])
+def test_a_task_suffix_on_a_registered_class_is_that_class_not_a_refusal(tmp_path, capsys, name):
+    """vLLM builds DbrxForCausalLM converted for these (registry.py _normalize_arch, its suffix table recorded as
+    `suffixes`): no unregistered-architecture error, and the DBRX row applies."""
+    from repair.targets.profiles import resolve
+
+    assert resolve("vllm==0.32.0").built({"architectures": [name]}).name == "DbrxForCausalLM"
+    assert not unregistered(doctor_json(capsys, dbrx(tmp_path, [name]), "--target", "vllm==0.32.0")[1])
