@@ -53,7 +53,7 @@ def execute(
     out = Path(out)
     plan_check.check_plan(plan)  # a Plan built or edited outside make_plan (Python API) is checked too
     original = plan.original.root if plan.original else None
-    report = build_atomically(plan.source.root, out, overwrite, lambda tmp: _build(plan, tmp, out, progress, options, sections, after, jobs or default_jobs()),
+    report = build_atomically(plan.source.root, out, overwrite, lambda tmp, _: _build(plan, tmp, out, progress, options, sections, after, jobs or default_jobs()),
                               original=original, needed_bytes=lambda: _needed(plan))
     return Result(out, report)
 
