@@ -104,33 +104,43 @@ def test_an_interrupt_at_any_step_leaves_no_temp_folder_thread_or_open_file(poin
     assert _files_open_under(tmp_path) == []
 
 
-TP_OPENINGS = {  # (module, class, which call): the signal lands once the object exists (its file open, its thread
-    # started) and before the run holds it to close, e.g. between a constructor's return and `enter_context`
-    "rank_0_file": (tp_write, "ShardWriter", 1),
-    "rank_1_file": (tp_write, "ShardWriter", 2),
-    "first_source_digest": (source_digests, "SourceDigest", 1),
-    "second_source_digest": (source_digests, "SourceDigest", 2),
+OPENINGS = {  # command flags, the (module, name)s of the call, which call: the signal lands once the object exists
+    # (its file open, its thread started) and before the run holds it to close (between a constructor's return and
+    # `with` or `enter_context`)
+    "tp_rank_0_file": (("--tp", "2"), [(tp_write, "ShardWriter")], 1),
+    "tp_rank_1_file": (("--tp", "2"), [(tp_write, "ShardWriter")], 2),
+    "tp_first_source_digest": (("--tp", "2"), [(source_digests, "SourceDigest")], 1),
+    "tp_second_source_digest": (("--tp", "2"), [(source_digests, "SourceDigest")], 2),
+    "rewritten_shard": ((), [(writer, "ShardWriter")], 1),
+    "last_whole_copy": ((), [(hashing, "copy_file_started"), (copies, "copy_file_started")], "last"),  # a small file's
 }
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("point", sorted(TP_OPENINGS))
-def test_an_interrupt_as_fix_tp_opens_a_file_leaves_no_thread_or_open_file(point, sig, src, tmp_path, capsys, monkeypatch):
-    owner, attribute, nth = TP_OPENINGS[point]
-    real, opened = getattr(owner, attribute), []
-
-    def opened_then_interrupted(*args, **kwargs):
-        made = real(*args, **kwargs)
-        opened.append(made)
-        if len(opened) == nth:
-            signal.raise_signal(sig)
-        return made
-
-    monkeypatch.setattr(owner, attribute, opened_then_interrupted)
+@pytest.mark.parametrize("point", sorted(OPENINGS))
+def test_an_interrupt_as_a_file_is_opened_leaves_no_thread_or_open_file(point, sig, src, tmp_path, capsys, monkeypatch):
+    flags, calls, nth = OPENINGS[point]
+    opened = []
+    if nth == "last":  # count the calls of an uninterrupted run first
+        for owner, attribute in calls:
+            real = getattr(owner, attribute)
+            monkeypatch.setattr(owner, attribute, lambda *a, real=real, **k: opened.append(1) or real(*a, **k))
+        assert run_cli("fix", src, "-o", tmp_path / "count", "--quiet", *flags) == 0
+        shutil.rmtree(tmp_path / "count")
+        monkeypatch.undo()
+        nth, opened = len(opened), []
+    for owner, attribute in calls:
+        def opened_then_interrupted(*args, real=getattr(owner, attribute), **kwargs):
+            made = real(*args, **kwargs)
+            opened.append(made)
+            if len(opened) == nth:
+                signal.raise_signal(sig)
+            return made
+        monkeypatch.setattr(owner, attribute, opened_then_interrupted)
     before = set(threading.enumerate())
     out = tmp_path / "out"
-    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--tp", "2", "--quiet")
-    assert len(opened) == nth
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--quiet", *flags)
+    assert len(opened) >= nth
     assert code == 130 and err.strip().splitlines()[-1] == "interrupted; nothing was written", err
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == []
     assert _threads_left(before) == []

@@ -14,7 +14,7 @@ class SourceDigests:
     order: a shard's tensors are together); `with` finishes the last, or stops its thread on an error or interrupt."""
 
     def __init__(self, plan, gate: InterruptGate):
-        self._inputs = {s.path.name: source_of(s) for s in plan.source.shards}
+        self._inputs = {s.path.name: s for s in plan.source.shards}  # opened (if not pinned at plan time) when reached
         self._gate = gate
         self._name: str | None = None
         self._digest: SourceDigest | None = None
@@ -35,12 +35,12 @@ class SourceDigests:
             self._finish()
             with self._gate.held():  # its hashing thread starts: a signal waits until this object holds it to stop
                 self._name = shard
-                self._digest = SourceDigest(self._inputs[shard]) if shard in self._inputs else None
+                self._digest = SourceDigest(source_of(self._inputs[shard])) if shard in self._inputs else None
         return self._digest
 
     def sha256(self, name: str) -> str:
         """An input shard's sha256: from the copies' reads, else (no tensor of its output shard was written) read now."""
-        return self.done[name] if name in self.done else sha256_pinned(self._inputs[name])
+        return self.done[name] if name in self.done else sha256_pinned(source_of(self._inputs[name]))
 
     def _finish(self) -> None:
         if self._digest is not None:
