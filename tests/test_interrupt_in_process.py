@@ -40,8 +40,11 @@ POINTS = {  # where: (object, attribute) wrapped so the signal is raised as it i
     "self_check": (writer, "_self_check"),
     "fsync": (atomic, "fsync_tree"),
     "closing_a_file": (hashing.HashedOutput, "close"),  # waiting for a file's hashing (the rewrite's, a copied file's)
+    "source_digest": (hashing.SourceDigest, "hexdigest"),  # waiting for an input shard's hashing (fix --tp: each shard's)
+    "tp_json_files": (tp_write, "write_json"),  # fix --tp: each rank's config, the manifest, the report
 }
-ONE_FILE_ONLY = {"rewrite_opening", "self_check", "json_files"}  # steps fix --tp has not (its small files are whole copies too)
+ONE_FILE_ONLY = {"rewrite_opening", "self_check", "json_files"}
+TP_ONLY = {"tp_json_files"}  # steps fix --tp has not (its small files are whole copies too)
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +84,8 @@ def test_an_interrupt_at_any_step_leaves_no_temp_folder_thread_or_open_file(poin
     owner, attribute = POINTS[point]
     if tp and point in ONE_FILE_ONLY:
         pytest.skip("fix --tp writes rank files, not whole copies or a rewritten shard")
+    if not tp and point in TP_ONLY:
+        pytest.skip("a step of fix --tp only")
     real = getattr(owner, attribute)
     raised = []
 
@@ -93,7 +98,8 @@ def test_an_interrupt_at_any_step_leaves_no_temp_folder_thread_or_open_file(poin
     monkeypatch.setattr(owner, attribute, interrupted)
     if bar:
         real_bar = writer.byte_bar
-        monkeypatch.setattr(writer, "byte_bar", lambda total, desc, show, **kw: real_bar(total, desc, True, **kw))
+        for module in (writer, tp_write):
+            monkeypatch.setattr(module, "byte_bar", lambda total, desc, show, **kw: real_bar(total, desc, True, **kw))
     before = set(threading.enumerate())
     out = tmp_path / "out"
     code, _, err = run_captured(capsys, "fix", src, "-o", out, "--jobs", "2", *tp, *(() if bar else ("--quiet",)))
