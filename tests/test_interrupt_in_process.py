@@ -9,6 +9,7 @@ bar is shown or not: tqdm's bar starts a monitor thread of its own.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -21,8 +22,11 @@ import repair.execute.writer as writer
 import repair.io.atomic as atomic
 import repair.io.hashing as hashing
 import repair.io.shard_writer as shard_writer
+import repair.tp.source_digests as source_digests
+import repair.tp.unshard as unshard_module
+import repair.tp.write as tp_write
 from repair.demo.examples import TINY, write_assistant
-from tests.conftest import run_captured
+from tests.conftest import run_captured, run_cli
 
 # the first shard rewritten (pre/post_projection), five kept whole: copies run ahead while the rewrite computes
 SHARDS = [[f"model.layers.{i}.{part}."] for i in range(2) for part in ("self_attn", "mlp")] + [["model.norm."]]
@@ -36,8 +40,11 @@ POINTS = {  # where: (object, attribute) wrapped so the signal is raised as it i
     "self_check": (writer, "_self_check"),
     "fsync": (atomic, "fsync_tree"),
     "closing_a_file": (hashing.HashedOutput, "close"),  # waiting for a file's hashing (the rewrite's, a copied file's)
+    "source_digest": (hashing.SourceDigest, "hexdigest"),  # waiting for an input shard's hashing (fix --tp: each shard's)
+    "tp_json_files": (tp_write, "write_json"),  # fix --tp: each rank's config, the manifest, the report
 }
-ONE_FILE_ONLY = {"first_digest", "copier_thread", "rewrite_opening", "self_check", "json_files"}  # steps fix --tp has not
+ONE_FILE_ONLY = {"rewrite_opening", "self_check", "json_files"}
+TP_ONLY = {"tp_json_files"}  # steps fix --tp has not (its small files are whole copies too)
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +84,8 @@ def test_an_interrupt_at_any_step_leaves_no_temp_folder_thread_or_open_file(poin
     owner, attribute = POINTS[point]
     if tp and point in ONE_FILE_ONLY:
         pytest.skip("fix --tp writes rank files, not whole copies or a rewritten shard")
+    if not tp and point in TP_ONLY:
+        pytest.skip("a step of fix --tp only")
     real = getattr(owner, attribute)
     raised = []
 
@@ -89,10 +98,110 @@ def test_an_interrupt_at_any_step_leaves_no_temp_folder_thread_or_open_file(poin
     monkeypatch.setattr(owner, attribute, interrupted)
     if bar:
         real_bar = writer.byte_bar
-        monkeypatch.setattr(writer, "byte_bar", lambda total, desc, show, **kw: real_bar(total, desc, True, **kw))
+        for module in (writer, tp_write):
+            monkeypatch.setattr(module, "byte_bar", lambda total, desc, show, **kw: real_bar(total, desc, True, **kw))
     before = set(threading.enumerate())
     out = tmp_path / "out"
     code, _, err = run_captured(capsys, "fix", src, "-o", out, "--jobs", "2", *tp, *(() if bar else ("--quiet",)))
+    assert raised, f"{point} was never reached"
+    assert code == 130 and err.strip().splitlines()[-1] == "interrupted; nothing was written", err
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == []
+    assert _threads_left(before) == []
+    assert _files_open_under(tmp_path) == []
+
+
+OPENINGS = {  # command flags, the (module, name)s of the call, which call: the signal lands once the object exists
+    # (its file open, its thread started) and before the run holds it to close (between a constructor's return and
+    # `with` or `enter_context`)
+    "tp_rank_0_file": (("--tp", "2"), [(tp_write, "ShardWriter")], 1),
+    "tp_rank_1_file": (("--tp", "2"), [(tp_write, "ShardWriter")], 2),
+    "tp_first_source_digest": (("--tp", "2"), [(source_digests, "SourceDigest")], 1),
+    "tp_second_source_digest": (("--tp", "2"), [(source_digests, "SourceDigest")], 2),
+    "rewritten_shard": ((), [(writer, "ShardWriter")], 1),
+    "last_whole_copy": ((), [(hashing, "copy_file_started"), (copies, "copy_file_started")], "last"),  # a small file's
+}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("point", sorted(OPENINGS))
+def test_an_interrupt_as_a_file_is_opened_leaves_no_thread_or_open_file(point, sig, src, tmp_path, capsys, monkeypatch):
+    flags, calls, nth = OPENINGS[point]
+    opened = []
+    if nth == "last":  # count the calls of an uninterrupted run first
+        for owner, attribute in calls:
+            real = getattr(owner, attribute)
+            monkeypatch.setattr(owner, attribute, lambda *a, real=real, **k: opened.append(1) or real(*a, **k))
+        assert run_cli("fix", src, "-o", tmp_path / "count", "--quiet", *flags) == 0
+        shutil.rmtree(tmp_path / "count")
+        monkeypatch.undo()
+        nth, opened = len(opened), []
+    for owner, attribute in calls:
+        def opened_then_interrupted(*args, real=getattr(owner, attribute), **kwargs):
+            made = real(*args, **kwargs)
+            opened.append(made)
+            if len(opened) == nth:
+                signal.raise_signal(sig)
+            return made
+        monkeypatch.setattr(owner, attribute, opened_then_interrupted)
+    before = set(threading.enumerate())
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", src, "-o", out, "--quiet", *flags)
+    assert len(opened) >= nth
+    assert code == 130 and err.strip().splitlines()[-1] == "interrupted; nothing was written", err
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == []
+    assert _threads_left(before) == []
+    assert _files_open_under(tmp_path) == []
+
+
+UNSHARD_POINTS = {  # where: (object, attribute, raised after the call returns instead of before)
+    "shard_opened": (unshard_module, "HashedOutput", True),  # a rebuilt shard's file open, its `try` not entered yet
+    "concat": (unshard_module, "_concat", False),
+    "small_file": (copies.WholeCopies, "digest", False),
+    "small_file_opened": (hashing, "HashedOutput", True),  # a small file's copy open, before the copy holds it
+    "small_file_copied": (copies, "copy_file_started", True),  # copied, before anything waits for its hashing
+    "index_opened": (unshard_module, "HashedOutput", "last"),  # the index's file open, before it is written and closed
+    "index_written": (hashing.HashedOutput, "write", "last"),  # the index's bytes being hashed
+    "self_check": (unshard_module, "_self_check", False),
+    "fsync": (atomic, "fsync_tree", False),
+    "closing_a_file": (hashing.HashedOutput, "close", False),
+}
+
+
+@pytest.fixture(scope="module")
+def tp_out(src, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("interrupt-unshard") / "tp"
+    assert run_cli("fix", src, "-o", out, "--tp", "2", "--quiet") == 0
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("point", sorted(UNSHARD_POINTS))
+def test_an_interrupt_at_any_step_of_unshard_leaves_no_temp_folder_thread_or_open_file(point, sig, tp_out, tmp_path, capsys, monkeypatch):
+    owner, attribute, after = UNSHARD_POINTS[point]
+    real = getattr(owner, attribute)
+    calls, raised = [], []
+    if after == "last":  # count the calls of an uninterrupted run first: the index is the last file unshard opens
+        monkeypatch.setattr(owner, attribute, lambda *a, **k: calls.append(1) or real(*a, **k))
+        assert run_cli("unshard", tp_out, "-o", tmp_path / "count") == 0
+        shutil.rmtree(tmp_path / "count")
+    last = len(calls)
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if after and not raised and (after is True or len(calls) == 2 * last):
+            value = real(*args, **kwargs)
+            raised.append(point)
+            signal.raise_signal(sig)
+            return value
+        if not after and not raised:
+            raised.append(point)
+            signal.raise_signal(sig)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, attribute, interrupted)
+    before = set(threading.enumerate())
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "unshard", tp_out, "-o", out)
     assert raised, f"{point} was never reached"
     assert code == 130 and err.strip().splitlines()[-1] == "interrupted; nothing was written", err
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == []

@@ -25,9 +25,15 @@ AHEAD_BYTES = 4 << 30  # and their bytes: ~2 s of this disk's writes, a sixth of
 
 
 class WholeCopies:
-    """Copies of whole input shards, started at once by `with`, in the order given; `digest(name)` in that order."""
+    """Copies of whole input shards, started at once by `with`, in the order given; `digest(name)` in that order.
 
-    def __init__(self, jobs: dict[str, tuple[PinnedFile, Path]]):
+    `finish`: each copier waits for its copy's hashing itself, so a finished copy holds no thread, file or page-cache
+    claim, and every copy may finish ahead of the writer (`fix --tp`, `unshard`: small files, whose digests are
+    taken only once the tensors are written). The copies still run on at most `COPIERS` threads, off the writer's.
+    """
+
+    def __init__(self, jobs: dict[str, tuple[PinnedFile, Path]], *, finish: bool = False):
+        self._finish = finish
         self._turns = {name: turn for turn, name in enumerate(jobs)}
         self._taken = 0  # digests taken so far, in order: copy number `taken` is the one the writer needs next
         self._ahead = 0  # bytes of the copies started whose digest is not taken yet
@@ -81,7 +87,7 @@ class WholeCopies:
         for out in self._started:
             out.abort()
 
-    def _copy(self, turn: int, src: PinnedFile, dst: Path) -> HashedOutput | None:
+    def _copy(self, turn: int, src: PinnedFile, dst: Path) -> HashedOutput | _Hashed | None:
         with self._room:
             while not (self._stopped or self._may_start(turn, src.size)):
                 self._room.wait()
@@ -91,10 +97,20 @@ class WholeCopies:
         out = copy_file_started(src, dst)
         with self._room:  # stop() waits for every running copy, then closes each one listed here
             self._started.append(out)
-        return out
+        return _Hashed(out.close()) if self._finish else out
 
     def _may_start(self, turn: int, size: int) -> bool:
-        return turn < self._taken + COPIERS or (turn < self._taken + AHEAD and self._ahead + size <= AHEAD_BYTES)
+        return self._finish or turn < self._taken + COPIERS or (turn < self._taken + AHEAD and self._ahead + size <= AHEAD_BYTES)
+
+
+class _Hashed:
+    """A copy its copier closed (`finish`): only its sha256 is left to take."""
+
+    def __init__(self, digest: str):
+        self._digest = digest
+
+    def close(self) -> str:
+        return self._digest
 
 
 def _join(thread: threading.Thread) -> None:

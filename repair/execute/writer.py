@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import closing
+from contextlib import ExitStack, closing, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -20,11 +20,11 @@ from repair.execute.compute import Computer, Located, computed_unit, requantized
 from repair.execute.parallel import default_jobs, in_order, runs
 from repair.io.atomic import WRITTEN, build_atomically, check_files, check_header, defect, own_output, write_json
 from repair.io.dtypes import nbytes
-from repair.io.hashing import copy_file_hashed, sha256_file, sha256_pinned
+from repair.io.hashing import sha256_file, sha256_pinned
 from repair.io.progress import byte_bar
 from repair.io.ranges import source_of
 from repair.io.shard_writer import OutTensor, ShardWriter
-from repair.io.staging import PARTIAL_TAG, remove_stale_partials
+from repair.io.staging import PARTIAL_TAG, InterruptGate, remove_stale_partials
 from repair.planning.model import Copy, Plan, ShardOp, ShardStep
 from repair.execute.report import REPORT_NAME, DoctorRecord, Sections, build_report
 
@@ -53,16 +53,17 @@ def execute(
     out = Path(out)
     plan_check.check_plan(plan)  # a Plan built or edited outside make_plan (Python API) is checked too
     original = plan.original.root if plan.original else None
-    report = build_atomically(plan.source.root, out, overwrite, lambda tmp: _build(plan, tmp, out, progress, options, sections, after, jobs or default_jobs()),
+    report = build_atomically(plan.source.root, out, overwrite, lambda tmp, gate: _build(plan, tmp, out, progress, options, sections, after, jobs or default_jobs(), gate),
                               original=original, needed_bytes=lambda: _needed(plan))
     return Result(out, report)
 
 
-def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dict | None, sections: Sections, after, jobs: int) -> dict:
+def _build(plan: Plan, tmp: Path, out: Path, progress: bool | None, options: dict | None, sections: Sections, after, jobs: int,
+           gate: InterruptGate) -> dict:
     """Write and check every file inside the temp folder; return the report."""
     try:
         with _progress(plan, progress) as bar:
-            hashes = _write_all(plan, tmp, bar, jobs)
+            hashes = _write_all(plan, tmp, bar, jobs, gate)
     except EOFError:  # an input got shorter while it was read: say which
         check_inputs(plan)
         raise
@@ -110,27 +111,30 @@ def _progress(plan: Plan, enabled: bool | None):
     return byte_bar(total, "repair", show, divisor=1024)
 
 
-def _write_all(plan: Plan, tmp: Path, bar, jobs: int) -> dict[str, dict[str, str]]:
+def _write_all(plan: Plan, tmp: Path, bar, jobs: int, gate: InterruptGate) -> dict[str, dict[str, str]]:
     """Write every output file; return {file: {"source": sha256, "output": sha256}}: each input's over the
-    bytes read through its pinned handle, each output's over the bytes written, from the same buffers."""
+    bytes read through its pinned handle, each output's over the bytes written, from the same buffers. Small files
+    are copied whole beside the shards, off this thread (no Ctrl-C lands inside their copy)."""
     src = plan.source
     shards = {s.path.name: source_of(s) for s in src.shards}  # the pinned handles (a shard's path may be a Hub mirror's)
     hashes: dict[str, dict[str, str]] = {}
     # Whole-shard copies (read once, hashed as written) start at once beside the rewrites, each copied ahead of
     # its hashing (execute/copies.py): the disk and both cores stay busy while the main thread computes.
     whole = {s.name: (shards[s.name], tmp / s.name) for s in plan.shards if s.op == ShardOp.COPY_FILE}
-    with WholeCopies(whole) as copies:
+    for name in plan.copied_files:
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+    small = {name: (src.input(name), tmp / name) for name in plan.copied_files}
+    with WholeCopies(whole) as copies, WholeCopies(small, finish=True) as small_copies:
         for step in plan.shards:
             if step.op == ShardOp.COPY_FILE:
                 digest = copies.digest(step.name)
                 hashes[step.name] = {"source": digest, "output": digest}
             else:
-                hashes[step.name] = _rewrite(plan, step, tmp / step.name, jobs=jobs)
+                hashes[step.name] = _rewrite(plan, step, tmp / step.name, jobs=jobs, gate=gate)
             bar.update(shards[step.name].size)
-    for name in plan.copied_files:
-        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        digest = copy_file_hashed(src.input(name), tmp / name)
-        hashes[name] = {"source": digest, "output": digest}
+        for name in plan.copied_files:
+            digest = small_copies.digest(name)
+            hashes[name] = {"source": digest, "output": digest}
     for name, content in plan.json_files.items():
         hashes[name] = {"source": input_sha256(src, name), "output": write_json(tmp / name, content)}
     return hashes
@@ -152,19 +156,24 @@ def check_inputs(plan) -> None:
         plan.original.pins.check("--original")
 
 
-def _rewrite(plan: Plan, step: ShardStep, dst: Path, hash_source: bool = True, jobs: int = 1) -> dict[str, str | None]:
+def _rewrite(plan: Plan, step: ShardStep, dst: Path, hash_source: bool = True, jobs: int = 1,
+             gate: InterruptGate | None = None) -> dict[str, str | None]:
     """Stream one changed shard: copy untouched tensors' bytes, compute the changed ones; the source's and
     the output's sha256, the source's from the same reads (its other bytes are read as the copy passes them).
 
     torch (~1.4 s to import) is imported at the first computed tensor that needs it, not before:
     copies already written are hashed by the writer's thread meanwhile instead of after. Computed tensors
-    are made `jobs` ahead of the writer (execute/parallel.py).
+    are made `jobs` ahead of the writer (execute/parallel.py). The file opens with `gate`'s signals held until the
+    stack owns it: a Ctrl-C between the constructor's return and `with` would leave it open and its hashing running.
     """
     located = located_inputs(plan)
     computer = computer_for(plan, located)
     header = [OutTensor(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors]
     home = next(source_of(s) for s in plan.source.shards if s.path.name == step.name) if hash_source else None
-    with ShardWriter(dst, header, step.metadata, source=home) as writer:
+    with ExitStack() as stack:
+        with gate.held() if gate is not None else nullcontext():
+            writer = stack.enter_context(ShardWriter(dst, header, step.metadata, source=home))
+
         def made_and_placed(unit):  # on a worker: the result goes into the file there, not on the one writing thread
             made = computer.unit_bytes(unit)
             for t, data in zip(unit, made):

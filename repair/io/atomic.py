@@ -19,7 +19,7 @@ from repair.io.hashing import sha256_file
 from repair.io.output import publish, staged
 from repair.io.ownership import Proof, prove_ours
 from repair.io.safetensors import read_header
-from repair.io.staging import MARKER, apply_modes, fsync_tree
+from repair.io.staging import MARKER, InterruptGate, apply_modes, fsync_tree
 
 T = TypeVar("T")
 WRITTEN = "the check of the written output"  # what a failed self-check names, unless the command says otherwise
@@ -60,18 +60,19 @@ def check_output(src: Path, out: Path, overwrite: bool, original: Path | None = 
     return proof if prove else None
 
 
-def build_atomically(src: Path, out: Path, overwrite: bool, build: Callable[[Path], T], *, original: Path | None = None,
+def build_atomically(src: Path, out: Path, overwrite: bool, build: Callable[[Path, InterruptGate], T], *, original: Path | None = None,
                      needed_bytes: Callable[[], int] | None = None) -> T:
-    """Check OUT, run `build(tmp)` in a temp folder beside it, then give the files SRC's modes, flush
+    """Check OUT, run `build(tmp, gate)` in a temp folder beside it, then give the files SRC's modes, flush
     them and publish the folder by one rename; returns what `build` returned.
 
-    `build` writes and checks every file; `needed_bytes` sizes the output for a disk-full message.
+    `build` writes and checks every file; `gate.held()` makes a signal wait out a step that must not be cut in two
+    (a file opened and not yet owned by a cleanup); `needed_bytes` sizes the output for a disk-full message.
     """
     proof = check_output(src, out, overwrite, original, prove=True)
     inputs = tuple(Path(p) for p in (src, original) if p is not None)
     try:
         with staged(out, inputs) as (tmp, state):
-            value = build(tmp)
+            value = build(tmp, state)
             apply_modes(tmp, src)
             fsync_tree(tmp)
             publish(tmp, out, state, overwrite, proof)

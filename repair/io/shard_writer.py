@@ -128,12 +128,13 @@ class ShardWriter:
         self._out.place(view, at)
         self._placed[name] = data
 
-    def copy(self, name: str, src: PinnedFile, info: TensorInfo) -> None:
-        """Copy a tensor's stored bytes from the input's handle without decoding them."""
+    def copy(self, name: str, src: PinnedFile, info: TensorInfo, source: SourceDigest | None = None) -> None:
+        """Copy a tensor's stored bytes from the input's handle without decoding them; `source`: the input's digest
+        these bytes feed, when another writer owns it (`fix --tp`'s ranks share one per input shard)."""
         expected = self._next(name)
         if info.nbytes != expected.nbytes:
             raise InternalError(WRITER, f"{self.path}: {name}: source has {info.nbytes} bytes, header says {expected.nbytes}")
         try:
-            self._out.copy(src, info.start, info.nbytes, self._source)
+            self._out.copy(src, info.start, info.nbytes, source or self._source)
         except EOFError:
             raise BadInput(f"{src.path}: {name}: file ended while copying; it is truncated, re-download it") from None

@@ -14,15 +14,18 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from repair.errors import BadInput
 from repair.io.atomic import build_atomically, check_files, check_header, write_json
 from repair.io.dtypes import nbytes
-from repair.io.hashing import HashedOutput, copy_file_hashed, sha256_pinned
+from repair.io.hashing import HashedOutput, sha256_pinned
 from repair.io.names import file_type_problem, regular_file
 from repair.io.pins import PinnedFile, Pins
 from repair.io.safetensors import TensorInfo, read_header
+from repair.io.staging import InterruptGate
 from repair.io.shard_writer import OutTensor, encode_header
+from repair.execute.copies import WholeCopies
 from repair.execute.report import REPORT_NAME, unshard_report
 from repair.tp.io import pread_exact
 from repair.tp.manifest import MANIFEST, RANK_FILE, Manifest, read_manifest
@@ -43,7 +46,7 @@ def unshard(src: Path, out: Path, *, overwrite: bool = False) -> UnshardResult:
     pins = Pins()  # the manifest and every rank file, opened once: every byte is read through these handles
     manifest = read_manifest(src, pins)
     ranks = _check_ranks(manifest, pins)
-    return build_atomically(src, out, overwrite, lambda tmp: _build(src, manifest, ranks, pins, tmp, out))
+    return build_atomically(src, out, overwrite, lambda tmp, gate: _build(src, manifest, ranks, pins, tmp, out, gate))
 
 
 def _check_ranks(manifest: Manifest, pins: Pins) -> list[dict[str, TensorInfo]]:
@@ -68,24 +71,40 @@ def _sha256(pinned: PinnedFile) -> str:
         raise BadInput(f"{pinned.path}: file ended while reading; it was truncated, re-run `fix --tp`") from None
 
 
-def _build(src: Path, manifest: Manifest, ranks: list[dict[str, TensorInfo]], pins: Pins, tmp: Path, out: Path) -> UnshardResult:
+def _build(src: Path, manifest: Manifest, ranks: list[dict[str, TensorInfo]], pins: Pins, tmp: Path, out: Path,
+           gate: InterruptGate) -> UnshardResult:
     hashes: dict[str, str] = {}
     files = [pins.get(r.files[RANK_FILE][0]) for r in manifest.ranks]
-    for shard in manifest.shards:
-        _parent(tmp, shard["name"])
-        hashes[shard["name"]] = _write_shard(tmp / shard["name"], shard, manifest.tensors, ranks, pins, files)
-    for name in manifest.files:
-        hashes[name] = copy_file_hashed(pins.get(manifest.ranks[0].files[name][0]), _parent(tmp, name))
+    small = {name: (pins.get(manifest.ranks[0].files[name][0]), _parent(tmp, name)) for name in manifest.files}
+    with WholeCopies(small, finish=True) as copies:  # rank 0's small files, copied beside the shards (and off the main thread)
+        for shard in manifest.shards:
+            _parent(tmp, shard["name"])
+            hashes[shard["name"]] = _write_shard(tmp / shard["name"], shard, manifest.tensors, ranks, pins, files, gate)
+        for name in manifest.files:
+            hashes[name] = copies.digest(name)
     if manifest.index:
         name, text = manifest.index
-        index = HashedOutput(_parent(tmp, name))
-        index.write(text.encode("utf-8"))
-        hashes[name] = index.close()
+        hashes[name] = _hashed_file(_parent(tmp, name), gate, lambda index: index.write(text.encode("utf-8")))
     report = unshard_report(src, sha256_pinned(pins.get(manifest.path)), manifest.tp, manifest.source, hashes)
     write_json(tmp / REPORT_NAME, report)
     _self_check(tmp, out, manifest, set(hashes) | {REPORT_NAME})
     pins.check("SRC")  # last: a rank file or the manifest changed while it was read, and nothing is published
     return UnshardResult(out, report)
+
+
+def _hashed_file(path: Path, gate: InterruptGate, fill: Callable[[HashedOutput], None]) -> str:
+    """A new file written by `fill`; the sha256 of the bytes written. It opens with signals held until this frame owns
+    it, and any error or interrupt closes it and stops its hashing thread before the temp folder goes."""
+    written = None
+    try:
+        with gate.held():
+            written = HashedOutput(path)
+        fill(written)
+        return written.close()
+    except BaseException:
+        if written is not None:
+            written.abort()
+        raise
 
 
 def _parent(tmp: Path, name: str) -> Path:
@@ -102,11 +121,11 @@ def _header(shard: dict, tensors: dict) -> bytes:
     return encode_header([OutTensor(n, tensors[n]["dtype"], tuple(tensors[n]["shape"])) for n in shard["tensors"]], shard["metadata"])
 
 
-def _write_shard(path: Path, shard: dict, tensors: dict, ranks: list[dict[str, TensorInfo]], pins: Pins, files: list[PinnedFile]) -> str:
+def _write_shard(path: Path, shard: dict, tensors: dict, ranks: list[dict[str, TensorInfo]], pins: Pins, files: list[PinnedFile],
+                 gate: InterruptGate) -> str:
     """Stream one standard shard: header, then each tensor rebuilt from the ranks; returns the sha256 of
     the bytes written (hashed from the buffers they were written from)."""
-    out = HashedOutput(path)
-    try:
+    def fill(out: HashedOutput) -> None:
         out.write(_header(shard, tensors))
         for name in shard["tensors"]:
             entry = tensors[name]
@@ -115,14 +134,11 @@ def _write_shard(path: Path, shard: dict, tensors: dict, ranks: list[dict[str, T
             _concat(out, entry, parts, files)
             if out.written - before != nbytes(entry["dtype"], tuple(entry["shape"])):
                 raise BadInput(f"{name}: the ranks' slices do not add up to {entry['shape']}; the manifest and rank files disagree")
+    try:
+        return _hashed_file(path, gate, fill)
     except EOFError:
-        out.abort()
         pins.check("SRC")  # names the file that got shorter
         raise BadInput(f"{path.name}: a rank file ended while it was read; it was truncated, re-run `fix --tp`") from None
-    except BaseException:
-        out.abort()
-        raise
-    return out.close()
 
 
 def _rank_info(infos: dict[str, TensorInfo], name: str, entry: dict, rank: int) -> TensorInfo:

@@ -16,30 +16,29 @@ from contextlib import ExitStack, closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-
 from repair.errors import BadInput, InternalError
+from repair.execute.copies import WholeCopies
 from repair.execute.compute import NUMPY_ONLY, requantized_module
 from repair.execute.parallel import default_jobs, in_order, runs
 from repair.execute.writer import check_inputs, computer_for, global_scale_is_divisor, input_sha256, located_inputs
-from repair.io.atomic import build_atomically, check_files, check_header, check_output, json_text, write_json
+from repair.io.atomic import build_atomically, check_files, check_header, check_output, write_json
 from repair.io.dtypes import nbytes
-from repair.io.hashing import copy_file_hashed, sha256_pinned
-from repair.io.names import path_text
+from repair.io.hashing import SourceDigest
 from repair.io.progress import byte_bar
 from repair.io.ranges import read_tensor, source_of
 from repair.io.safetensors import TensorInfo
-from repair.io.shard_writer import OutTensor, ShardWriter, encode_header
+from repair.io.shard_writer import OutTensor, ShardWriter
+from repair.io.staging import InterruptGate
 from repair.execute.report import REPORT_NAME, Sections, TpRecord, build_report, input_sections, recipe_options
-from repair.planning.model import Copy, Dequantize, Plan, Requantize, ShardOp
+from repair.planning.model import Copy, Dequantize, Plan, Requantize
 from repair.planning.text import plan_as_json, plan_as_text
-from repair.tp.plan import BLOCK, VOCAB_PADDING, TpPlan, TpTensor, plan_tp, summary_text
-from repair.tp.manifest import FORMAT, MANIFEST, RANK_FILE, rank_folder, read_manifest
+from repair.tp.plan import BLOCK, TpPlan, TpTensor, plan_tp, summary_text
+from repair.tp.manifest import MANIFEST, RANK_FILE, rank_folder, read_manifest
+from repair.tp.record import index_name, manifest as tp_manifest
 from repair.tp.io import contiguous, read_slice, sub_range
+from repair.tp.source_digests import SourceDigests
 
 CHECK = "the check of the written per-rank output"
-VOCAB_NOTE = (f"vLLM pads the vocabulary to a multiple of {VOCAB_PADDING} and gives each rank padded/tp rows; only real rows "
-              "are stored, so rank r holds rows [r*padded/tp, min((r+1)*padded/tp, vocab)) and the last rank(s) may be short "
-              "(vLLM zero-fills its padding rows at load)")
 
 
 @dataclass(frozen=True)
@@ -54,17 +53,16 @@ def write_tp(tpp: TpPlan, out: Path, *, overwrite: bool = False, progress: bool 
     """Write the per-rank checkpoints, the manifest and the report to `out`, atomically; `jobs` tensors computed at once."""
     plan = tpp.plan
 
-    def build(tmp: Path) -> TpResult:
+    def build(tmp: Path, gate: InterruptGate) -> TpResult:
         try:
-            rank_hashes = _write_ranks(tpp, tmp, progress, jobs or default_jobs())
+            rank_hashes, sources = _write_ranks(tpp, tmp, gate, progress, jobs or default_jobs())
         except EOFError:  # an input got shorter while it was read: say which
             check_inputs(plan)
             raise
-        manifest = _manifest(tpp, rank_hashes)
+        manifest = tp_manifest(tpp, rank_hashes)
         outputs = {f"{rank_folder(r)}/{n}": {"source": None, "output": h} for r, files in rank_hashes.items() for n, h in files.items()}
         outputs[MANIFEST] = {"source": None, "output": write_json(tmp / MANIFEST, manifest)}
-        sources = tuple((n, _source_sha256(plan, n)) for n in _source_files(plan))
-        split = replace(sections, tp=TpRecord(tpp.tp, tpp.source, MANIFEST), source_files=sources)
+        split = replace(sections, tp=TpRecord(tpp.tp, tpp.source, MANIFEST), source_files=tuple(sources.items()))
         report = build_report(plan, outputs, {**(options or {}), "tp": tpp.tp}, split)
         write_json(tmp / REPORT_NAME, report)
         _self_check(tpp, tmp, out, set(outputs) | {REPORT_NAME})
@@ -79,66 +77,72 @@ def _original_root(plan) -> Path | None:
     return original.root if original is not None else None
 
 
-def _source_files(plan) -> list[str]:
-    names = [s.name for s in plan.shards] + list(plan.copied_files) + [n for n in plan.json_files if (plan.source.root / n).exists()]
-    return sorted(set(names))
+def _write_ranks(tpp: TpPlan, tmp: Path, gate: InterruptGate, progress: bool | None,
+                 jobs: int = 1) -> tuple[dict[int, dict[str, str]], dict[str, str]]:
+    """Every rank's tensor file (tensor by tensor, rank by rank) and small files: the sha256 of each file written, and
+    of each input file read (by name, sorted), both from the same reads. Computed tensors are made `jobs` ahead of the
+    writers (execute/parallel.py); the small files are copied beside them, off this thread (execute/copies.py).
 
-
-def _source_sha256(plan, name: str) -> str:
-    """An input's sha256 through its pinned handle (a config or index: of the bytes parsed at plan time)."""
-    shard = next((s for s in plan.source.shards if s.path.name == name), None)
-    return sha256_pinned(source_of(shard)) if shard is not None else input_sha256(plan.source, name)
-
-
-def _index_name(plan) -> str | None:
-    name = plan.source.index_name
-    return name if name and (name in plan.json_files or name in plan.copied_files) else None
-
-
-def _write_ranks(tpp: TpPlan, tmp: Path, progress: bool | None, jobs: int = 1) -> dict[int, dict[str, str]]:
-    """Every rank's tensor file (tensor by tensor, rank by rank) and small files; sha256 per file. Computed tensors
-    are made `jobs` ahead of the writers (execute/parallel.py)."""
+    A rank file opens with signals held until the stack owns it: a Ctrl-C between its opening and `enter_context`
+    would leave its file open and its hashing running."""
     plan, tp = tpp.plan, tpp.tp
     first_meta = next((s.metadata for s in plan.shards if s.metadata), None) or {}
     slicer = _Slicer(plan, tp)
     total = sum(nbytes(t.step.out.dtype, t.step.out.shape) for t in tpp.tensors)
     show = progress if progress is not None else os.isatty(2)
-    hashes: dict[int, dict[str, str]] = {}
-    with ExitStack() as stack, byte_bar(total, "tp", show) as bar:
-        writers = []
+    small = _small_copies(plan, tmp, tp)
+    with WholeCopies(small, finish=True) as copies:
+        with ExitStack() as stack, byte_bar(total, "tp", show) as bar:
+            writers = []
+            for rank in range(tp):
+                header = [OutTensor(t.step.out.name, t.step.out.dtype, t.rank_shape(_range(t, rank, tp))) for t in tpp.tensors]
+                meta = {**first_meta, "format": first_meta.get("format", "pt"), "tp_rank": str(rank), "tp_size": str(tp)}
+                with gate.held():
+                    writers.append(stack.enter_context(ShardWriter(tmp / rank_folder(rank) / RANK_FILE, header, meta)))
+            reads = stack.enter_context(SourceDigests(plan, gate))  # opens nothing until its first shard
+            units = in_order(runs(tpp.tensors, lambda t: requantized_module(t.step)), slicer.parts, lambda u: any(map(slicer.needs_bytes, u)), jobs)
+            stack.enter_context(closing(units))  # a failed write stops the computing at once
+            for unit, made in units:
+                for t, parts in zip(unit, made or [None] * len(unit)):
+                    slicer.write(t, writers, parts, reads.of(t.shard))
+                    bar.update(nbytes(t.step.out.dtype, t.step.out.shape))
+        copied = {name: copies.digest(name) for name in small}
+    hashes = {rank: {RANK_FILE: writer.digest.hexdigest()} for rank, writer in enumerate(writers)}
+    for name in (n for n in plan.copied_files if n != index_name(plan)):
         for rank in range(tp):
-            folder = tmp / rank_folder(rank)
-            folder.mkdir()
-            header = [OutTensor(t.step.out.name, t.step.out.dtype, t.rank_shape(_range(t, rank, tp))) for t in tpp.tensors]
-            meta = {**first_meta, "format": first_meta.get("format", "pt"), "tp_rank": str(rank), "tp_size": str(tp)}
-            writers.append(stack.enter_context(ShardWriter(folder / RANK_FILE, header, meta)))
-        units = in_order(runs(tpp.tensors, lambda t: requantized_module(t.step)), slicer.parts, lambda u: any(map(slicer.needs_bytes, u)), jobs)
-        stack.enter_context(closing(units))  # a failed write stops the computing at once
-        for unit, made in units:
-            for t, parts in zip(unit, made or [None] * len(unit)):
-                slicer.write(t, writers, parts)
-                bar.update(nbytes(t.step.out.dtype, t.step.out.shape))
-    for rank, writer in enumerate(writers):
-        hashes[rank] = {RANK_FILE: writer.digest.hexdigest(), **_small_files(plan, tmp / rank_folder(rank))}
-    return hashes
+            hashes[rank][name] = copied[f"{rank_folder(rank)}/{name}"]
+    for name, content in plan.json_files.items():
+        if name != index_name(plan):
+            for rank in range(tp):
+                hashes[rank][name] = write_json(tmp / rank_folder(rank) / name, content)
+    return hashes, _input_hashes(plan, reads, copied)
+
+
+def _small_copies(plan, tmp: Path, tp: int) -> dict[str, tuple]:
+    """Every rank's copy of the files the standard output copies whole (but its index), by output name, in rank order;
+    the rank folders are made here."""
+    index, jobs = index_name(plan), {}
+    for rank in range(tp):
+        (tmp / rank_folder(rank)).mkdir()
+        for name in plan.copied_files:
+            if name != index:
+                (tmp / rank_folder(rank) / name).parent.mkdir(parents=True, exist_ok=True)
+                jobs[f"{rank_folder(rank)}/{name}"] = (plan.source.input(name), tmp / rank_folder(rank) / name)
+    return jobs
+
+
+def _input_hashes(plan, reads: SourceDigests, copied: dict[str, str]) -> dict[str, str | None]:
+    """Each input file's sha256 by name, sorted: a shard's from the copies' reads, a copied file's from rank 0's copy
+    (the bytes read), a config or index's of the bytes parsed at plan time."""
+    hashes: dict[str, str | None] = {s.name: reads.sha256(s.name) for s in plan.shards}
+    hashes.update((n, copied.get(f"{rank_folder(0)}/{n}") or input_sha256(plan.source, n)) for n in plan.copied_files)
+    hashes.update((n, input_sha256(plan.source, n)) for n in plan.json_files if (plan.source.root / n).exists())
+    return dict(sorted(hashes.items()))
 
 
 def _range(t: TpTensor, rank: int, tp: int):
     ranges = t.spec.ranges(tp)
     return ranges[rank] if ranges else None
-
-
-def _small_files(plan, folder: Path) -> dict[str, str]:
-    """The standard output's config and other small files, minus its index."""
-    index, hashes = _index_name(plan), {}
-    for name in plan.copied_files:
-        if name != index:
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            hashes[name] = copy_file_hashed(plan.source.input(name), folder / name)
-    for name, content in plan.json_files.items():
-        if name != index:
-            hashes[name] = write_json(folder / name, content)
-    return hashes
 
 
 class _Slicer:
@@ -174,17 +178,18 @@ class _Slicer:
     def _copied(self, t: TpTensor, rng) -> bool:
         return isinstance(t.step, Copy) and (t.spec.dim is None or (rng is not None and contiguous(t.step.out.shape, t.spec.dim)))
 
-    def write(self, t: TpTensor, writers: list[ShardWriter], parts: list | None) -> None:
-        """Write one tensor to every rank: its made bytes, else its stored bytes by range (no buffer at all)."""
+    def write(self, t: TpTensor, writers: list[ShardWriter], parts: list | None, digest: SourceDigest | None = None) -> None:
+        """Write one tensor to every rank: its made bytes, else its stored bytes by range (no buffer at all). The copies
+        feed `digest` each input byte once, in file order: a replicated tensor's from rank 0, a split one's from each rank."""
         step, name = t.step, t.step.out.name
         shard, info = self.located[getattr(step, "source", "checkpoint")][step.inputs[0]]
         for rank, w in enumerate(writers):
             if parts is not None and parts[rank] is not None:
                 w.write(name, parts[rank])
             elif t.spec.dim is None:
-                w.copy(name, source_of(shard), info)
+                w.copy(name, source_of(shard), info, digest if rank == 0 else None)
             else:
-                w.copy(name, source_of(shard), sub_range(info, t.spec.dim, *_range(t, rank, self.tp).stored))
+                w.copy(name, source_of(shard), sub_range(info, t.spec.dim, *_range(t, rank, self.tp).stored), digest)
 
     def _rank_bytes(self, t: TpTensor, rng, source: str, whole):
         from repair.io import tensors
@@ -233,40 +238,6 @@ def _as_tensor(data: bytearray, dtype: str, shape):
     from repair.io import tensors
 
     return tensors.from_bytes(data, TensorInfo("", dtype, tuple(shape), 0, nbytes(dtype, tuple(shape))))
-
-
-def _manifest(tpp: TpPlan, rank_hashes: dict[int, dict[str, str]]) -> dict:
-    """What each rank holds, and how to rebuild the standard output byte for byte."""
-    plan = tpp.plan
-    return {
-        "format": FORMAT, "version": 1, "tp": tpp.tp, "source": path_text(plan.source.root),
-        "parallel_plan": tpp.source, "vocab_padding": VOCAB_NOTE,
-        "ranks": [{"rank": r, "folder": rank_folder(r), "files": files} for r, files in sorted(rank_hashes.items())],
-        "standard": {"shards": [_shard_entry(plan, s) for s in plan.shards],
-                     "files": sorted(n for n in rank_hashes[0] if n != RANK_FILE), "index": _index_entry(plan)},
-        "tensors": {t.step.out.name: t.entry(tpp.tp) for t in tpp.tensors},
-    }
-
-
-def _shard_entry(plan, step) -> dict:
-    """A standard shard: its tensors in order and metadata; a copied shard whose header is not canonical keeps it verbatim."""
-    entry = {"name": step.name, "metadata": step.metadata, "tensors": [t.out.name for t in step.tensors]}
-    if step.op == ShardOp.COPY_FILE:
-        shard = next(s for s in plan.source.shards if s.path.name == step.name)
-        raw = bytes(source_of(shard).read(0, shard.data_start))  # the header as pinned at plan time
-        canonical = encode_header([OutTensor(t.out.name, t.out.dtype, t.out.shape) for t in step.tensors], step.metadata)
-        if raw != canonical:
-            entry["header"] = raw[8:].decode("utf-8")
-    return entry
-
-
-def _index_entry(plan) -> dict | None:
-    name = _index_name(plan)
-    if name is None:
-        return None
-    pinned = None if name in plan.json_files else plan.source.input(name)
-    text = json_text(plan.json_files[name]) if pinned is None else bytes(pinned.read(0, pinned.size)).decode("utf-8")
-    return {"name": name, "text": text}
 
 
 def _self_check(tpp: TpPlan, tmp: Path, out: Path, expected: set[str]) -> None:

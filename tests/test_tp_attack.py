@@ -1,0 +1,29 @@
+"""`fix --tp` as a careless user runs it: on one rank folder of an earlier `fix --tp` output instead of on the
+standard checkpoint. Its tensors are slices and its config the whole model's: splitting them again writes a
+layout no runtime loads. Refused in one line (exit 2) that says to unshard first, and nothing is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from repair.demo.examples import TINY, write_assistant
+from tests.conftest import run_captured, run_cli
+
+
+@pytest.fixture(scope="module")
+def tp_out(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("tp-attack")
+    src = write_assistant(base / "src", TINY)
+    assert run_cli("fix", src, "-o", base / "tp", "--tp", "2", "--quiet") == 0
+    return base / "tp"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_fix_tp_on_a_rank_folder_is_refused_in_one_line(rank, tp_out, tmp_path, capsys):
+    out = tmp_path / "out"
+    code, _, err = run_captured(capsys, "fix", tp_out / f"rank-{rank}", "-o", out, "--tp", "2", "--quiet")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"rank {rank} of 2" in err and "unshard" in err, err
+    assert not out.exists() and list(tmp_path.iterdir()) == []
