@@ -17,6 +17,7 @@ registered it is read as before, as is a release with no such data: the first li
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from repair.errors import one_line
 
@@ -57,8 +58,20 @@ class Registry:
     def defaults(self, name: str, runner: str | None = None, convert: str | None = None) -> tuple[str, str, str] | None:
         """(suffix, runner, convert) of the first task suffix `name` ends with, of this runner and convert type where
         given (try_match_architecture_defaults)."""
+        if not name.endswith(self.ends):  # one C call for most names: a hostile list of 10^6 must stay cheap
+            return None
         return next((s for s in self.suffixes if name.endswith(s[0]) and runner in (None, s[1]) and convert in (None, s[2])),
                     None)
+
+    @cached_property
+    def ends(self) -> tuple[str, ...]:
+        return tuple(s[0] for s in self.suffixes)
+
+    @cached_property
+    def stems(self) -> frozenset[str]:
+        """Each registered name with a task suffix cut off: a name whose suffix, occurring once, leaves another stem
+        normalizes to nothing."""
+        return frozenset(n[:-len(e)] for n in self.names for e in self.ends if n.endswith(e))
 
     def task(self, names: tuple[str, ...]) -> tuple[str, str]:
         """(runner, convert) vLLM's ModelConfig reads from the listed names with --runner/--convert auto: the first
@@ -79,7 +92,7 @@ class Registry:
         type, where given): the suffix replaced by the first one, in its order, that gives a registered name
         (`_normalize_arch`); None when none does."""
         match = self.defaults(name, runner, convert)
-        if match is None:
+        if match is None or (name.count(match[0]) == 1 and name[:-len(match[0])] not in self.stems):
             return None
         return next((base for s in self.suffixes if (base := name.replace(match[0], s[0])) in self.names), None)
 
