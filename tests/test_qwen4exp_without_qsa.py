@@ -84,12 +84,6 @@ def test_the_row_differs_only_where_vllms_two_builds_do():
 @pytest.mark.parametrize("config,qsa", [
     ({"text_config": {"indexer_n_heads": 4}}, True),  # vLLM reads hf_text_config: a VLM's text part
     ({"indexer_n_heads": 0}, True),  # vLLM asks `is not None`: 0 is QSA (its indexer then refuses; not ours to say)
-    # vLLM 0.32 asks indexer_n_heads alone (qwen4_exp/nvidia/model.py:243, amd/model.py:217, model_executor/models/
-    # config.py:931): the other indexer_* fields set with it null build no QSA
-    pytest.param({"indexer_n_heads": None, "indexer_budget": 2048, "indexer_compress_ratio": 4}, False,
-                 marks=pytest.mark.xfail(strict=True, reason="the profile's `without.fields` records the five fields "
-                                         "the generator nulled together, not the one vLLM's build asks; as_configured "
-                                         "reads QSA when any is set (and then expects the indexer: missing-module)")),
 ])
 def test_the_config_part_vllm_reads_decides(config, qsa):
     row = arch.architecture({"architectures": ["Qwen4ExpForCausalLM"], **config})
