@@ -167,3 +167,32 @@ def test_a_task_suffix_on_a_registered_class_is_that_class_not_a_refusal(tmp_pat
 
     assert resolve("vllm==0.32.0").built({"architectures": [name]}).name == "DbrxForCausalLM"
     assert not unregistered(doctor_json(capsys, dbrx(tmp_path, [name]), "--target", "vllm==0.32.0")[1])
+
+
+@pytest.mark.parametrize("listed,built", [
+    (["DbrxModel", "LlamaForCausalLM"], "DbrxForCausalLM"),  # the runner is read from DbrxModel: pooling, converted
+    (["LlamaForSequenceClassification", "DbrxForCausalLM"], "LlamaForCausalLM"),
+    (["NotARealForCausalLM", "DbrxModel"], None),  # runner "generate": DbrxModel's "Model" suffix is not matched
+    (["NotARealForCausalLM", "DbrxForSequenceClassification"], None)])
+def test_listed_names_are_tried_in_order_under_the_runner_the_first_suffix_sets(listed, built):
+    """vLLM tries each listed name in order, a task-suffixed one normalized under the runner and convert type its
+    ModelConfig read from the first name that has one (config/model.py _get_default_runner_type, registry.py
+    _normalize_arch): not the first registered name wherever it stands (tests/vllm/test_registry_vs_vllm.py asks vLLM)."""
+    from repair.targets.profiles import resolve
+
+    found = resolve("vllm==0.32.0").built({"architectures": listed})
+    assert found.name == built and (found.error is None) == (built is not None), found
+
+
+def test_sglang_reads_the_row_of_the_class_it_builds_not_of_the_first_listed(tmp_path, capsys):
+    """SGLang 0.5.23 builds DeepseekV3ForCausalLM for [unknown, DeepseekV3ForCausalLM] (its `registry`): the rows it
+    borrows are that class's (DeepSeek-R1's published exclusions split fused_qkv_a_proj), as for the plain list."""
+    from tools.real_fixture import write_real_model
+
+    plain = write_real_model(tmp_path / "plain", "deepseek-r1")
+    listed = write_real_model(tmp_path / "listed", "deepseek-r1")
+    config = json.loads((listed / "config.json").read_text())
+    (listed / "config.json").write_text(json.dumps(dict(config, architectures=["NotARealForCausalLM", *config["architectures"]])))
+    said = [{(f["code"], f["subject"]) for f in doctor_json(capsys, folder, "--target", "sglang==0.5.23")[1]["findings"]}
+            for folder in (plain, listed)]
+    assert said[0] == said[1] and any(code == "fused-shards" for code, _ in said[0]), said

@@ -93,3 +93,12 @@ def test_fix_dequantizes_the_whole_fused_layer_sglang_builds(tmp_path, capsys):
     for target in (VLLM, SGLANG):
         code, text, err = run_captured(capsys, "doctor", str(out), "--target", target, "--strict")
         assert code == 0, (target, text, err)
+
+
+def test_the_names_are_those_of_the_class_sglang_builds_not_of_the_first_listed(tmp_path, capsys):
+    """SGLang 0.5.23 builds the first listed name it registers (its `registry`): an unknown name listed before
+    Gemma4ForConditionalGeneration changes nothing it asks, nor anything doctor says of it."""
+    plain, listed = linear_named(tmp_path / "plain"), linear_named(tmp_path / "listed")
+    edit_json(listed / "config.json", lambda d: d.update(architectures=["NotARealForCausalLM", *d["architectures"]]))
+    said = [{(f["code"], f["subject"]) for f in doctor(capsys, folder, SGLANG)[1]["findings"]} for folder in (plain, listed)]
+    assert said[0] == said[1] and said[0], said

@@ -12,7 +12,7 @@ from repair.arch.base import GENERIC, Architecture, LayerKind, ModuleSpec
 from repair.arch.gemma4_assistant import GEMMA4_ASSISTANT
 from repair.arch.moe_routers import QWEN3_5
 from repair.arch.profiled import ReleaseProfile, read_profiles
-from repair.arch.registry import resolve
+from repair.arch.registry import Registry, resolve
 
 ARCHITECTURES: tuple[Architecture, ...] = (GEMMA4_ASSISTANT, QWEN3_5)  # whole rows no profile replaces
 PROFILES: tuple[ReleaseProfile, ...] = read_profiles()
@@ -24,15 +24,17 @@ def newest(runtime: str = "vllm") -> ReleaseProfile | None:
     return found[-1] if found else None
 
 
-def architecture(config: dict | None, profile: ReleaseProfile | None = None, borrowed: bool = False) -> Architecture:
+def architecture(config: dict | None, profile: ReleaseProfile | None = None, borrowed: bool = False,
+                 registry: Registry | None = None) -> Architecture:
     """The row covering this config.json: a hand row, else the profile's generated row (default: the newest vLLM
     release's) for the listed name that release builds (arch/registry.py), else GENERIC; `borrowed`: as another
-    runtime takes either, without vLLM's own name facts (nor its registry: the first listed name)."""
+    runtime takes either, without vLLM's own name facts, for the listed name that runtime's `registry` builds
+    (None: the first listed name)."""
     hand = next((a for a in ARCHITECTURES if a.matches(config)), None)
     if hand is not None:
         return hand.borrowed() if borrowed else hand
     profile = profile or newest()
-    name = resolve(config, None if borrowed or profile is None else profile.registry).name
+    name = resolve(config, registry if borrowed else profile.registry if profile is not None else None).name
     row = profile.row(name, borrowed, config) if profile is not None and name is not None else None
     return GENERIC if row is None else row
 

@@ -1,11 +1,12 @@
 """Which of config.json's `architectures` a runtime release builds: the one place that reads that list.
 
-vLLM (0.28 to 0.32, the same `resolve_model_cls` in model_executor/models/registry.py) builds the first listed name
-its registry has; only when none is registered does `model_impl="auto"` fall back to the Transformers backend, for the
-FIRST name, when transformers has a model class of it that the backend takes (a name with a pooling or classify task
-suffix first becomes the registered class with another suffix, converted: `_normalize_arch`; the runner and convert
-type are read from the first listed name's suffix, which is vLLM's reading for one listed name); otherwise it
-refuses the model. The
+vLLM (0.28 to 0.32, the same `resolve_model_cls` in model_executor/models/registry.py) tries each listed name in
+order: a registered one, or one whose task suffix replaced gives a registered class, built converted
+(`_normalize_arch`; only a suffix of the runner and convert type its ModelConfig read from the first listed name
+registered or suffixed: config/model.py `_get_default_runner_type`, so [X, DbrxModel] after an unknown XForCausalLM is
+refused, and [DbrxModel, LlamaForCausalLM] builds DBRX). Only when no listed name is registered does
+`model_impl="auto"` fall back to the Transformers backend, for the FIRST name, when transformers has a model class of
+it that the backend takes; otherwise it refuses the model. The
 profile's `registry`, `transformers_fallback`, `unsupported` and `retired` are those facts, generated from the release's own
 registry (tools/vllm_registry.py). SGLang 0.5.23 builds the first listed name it registers too (models/registry.py
 `resolve_model_cls`); its rules file records only the names (`registry`, the wheel's EntryClass lists: the Transformers
@@ -16,6 +17,7 @@ registered it is read as before, as is a release with no such data: the first li
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from repair.errors import one_line
 
@@ -53,15 +55,44 @@ class Registry:
         """Only the registered names (a rules file's `registry`): what the release does with none listed is not known."""
         return cls(names, frozenset(), None, {}, {}, label, source) if names else None
 
-    def defaults(self, name: str) -> tuple[str, str, str] | None:
-        """(suffix, runner, convert) of the first task suffix `name` ends with (try_match_architecture_defaults)."""
-        return next((s for s in self.suffixes if name.endswith(s[0])), None)
+    def defaults(self, name: str, runner: str | None = None, convert: str | None = None) -> tuple[str, str, str] | None:
+        """(suffix, runner, convert) of the first task suffix `name` ends with, of this runner and convert type where
+        given (try_match_architecture_defaults)."""
+        if not name.endswith(self.ends):  # one C call for most names: a hostile list of 10^6 must stay cheap
+            return None
+        return next((s for s in self.suffixes if name.endswith(s[0]) and runner in (None, s[1]) and convert in (None, s[2])),
+                    None)
 
-    def normalized(self, name: str) -> str | None:
-        """The registered name vLLM builds for an unregistered `name` with a task suffix: the suffix replaced by the
-        first one, in its order, that gives a registered name (`_normalize_arch`); None when none does."""
-        match = self.defaults(name)
-        if match is None:
+    @cached_property
+    def ends(self) -> tuple[str, ...]:
+        return tuple(s[0] for s in self.suffixes)
+
+    @cached_property
+    def stems(self) -> frozenset[str]:
+        """Each registered name with a task suffix cut off: a name whose suffix, occurring once, leaves another stem
+        normalizes to nothing."""
+        return frozenset(n[:-len(e)] for n in self.names for e in self.ends if n.endswith(e))
+
+    def task(self, names: tuple[str, ...]) -> tuple[str, str]:
+        """(runner, convert) vLLM's ModelConfig reads from the listed names with --runner/--convert auto: the first
+        name registered or with a task suffix (of that runner, for the convert type) sets each
+        (_get_default_runner_type, _get_default_convert_type; a registered name's own runner is read from its suffix,
+        "generate" without one)."""
+        own = {a: (self.defaults(a) or ("", "generate"))[1] for a in names if a in self.names}
+        runner = next((own[a] if a in own else d[1] for a in names if a in own or (d := self.defaults(a))), "generate")
+        for a in names:
+            if own.get(a) == runner:
+                return runner, "none"
+            if (d := self.defaults(a, runner)) is not None:
+                return runner, d[2]
+        return runner, "embed" if runner == "pooling" else "none"
+
+    def normalized(self, name: str, runner: str | None = None, convert: str | None = None) -> str | None:
+        """The registered name vLLM builds for an unregistered `name` with a task suffix (of this runner and convert
+        type, where given): the suffix replaced by the first one, in its order, that gives a registered name
+        (`_normalize_arch`); None when none does."""
+        match = self.defaults(name, runner, convert)
+        if match is None or (name.count(match[0]) == 1 and name[:-len(match[0])] not in self.stems):
             return None
         return next((base for s in self.suffixes if (base := name.replace(match[0], s[0])) in self.names), None)
 
@@ -94,16 +125,15 @@ def resolve(config: dict | None, registry: Registry | None) -> Resolved:
         return Resolved(None, error=bad, malformed=True)
     if registry is None or not names:
         return Resolved(names[0] if names else None)
-    found = next((a for a in names if a in registry.names), None)
-    if found is not None:
-        return Resolved(found)
-    if registry.unsupported is None:  # what it does then is not recorded: the first listed name, as before
+    runner, convert = registry.task(names)
+    registered = any(a in registry.names for a in names)
+    if not registered and registry.unsupported is None:  # what it does then is not recorded: the first listed name
         return Resolved(names[0])
-    first = registry.defaults(names[0])
-    if names[0] in registry.fallback and (first is None or first[2] == "none"):  # before resolving convert_type
+    if not registered and names[0] in registry.fallback and convert == "none":  # "after resolving convert_type"
         return Resolved(names[0], "transformers")
-    base = next((b for a in names if (b := registry.normalized(a)) is not None), None)
-    if base is not None:  # a task suffix on a registered class (DbrxForSequenceClassification): that class, converted
+    # each name in order, a task suffix on a registered class (DbrxForSequenceClassification) being that class, converted
+    base = next((b for a in names if (b := a if a in registry.names else registry.normalized(a, runner, convert))), None)
+    if base is not None:
         return Resolved(base)
     if names[0] in registry.fallback:  # "before resolving runner_type": the Transformers backend after all
         return Resolved(names[0], "transformers")

@@ -33,8 +33,8 @@ class RenamedFirst:
 
 
 def _pairs(rules, config: dict | None) -> tuple[tuple[str, str], ...]:
-    """A rules file's `layer_names` for the architecture it builds: the first listed (arch/registry.py, no registry)."""
-    names = rules.layer_names.get(resolve(config, None).name or "") if rules is not None else None
+    """A rules file's `layer_names` for the listed architecture its release builds (arch/registry.py, its `registry`)."""
+    names = rules.layer_names.get(resolve(config, rules.model_registry).name or "") if rules is not None else None
     return tuple(sorted(names.items())) if names else ()
 
 
@@ -50,7 +50,8 @@ def target_family(target, config: dict | None, family: Architecture | None = Non
     """`family` (default: `arch.architecture(config, target.release)`, borrowed when the target is another runtime's
     rules file: vLLM's prefixes, refusals and drops are vLLM's code), with the target release's own layer names where
     its data has them."""
-    family = family or arch.architecture(config, target.release, borrowed=target.profile.rules is not None)
+    family = family or arch.architecture(config, target.release, borrowed=target.profile.rules is not None,
+                                         registry=target.registry)
     pairs = _pairs(target.profile.rules, config)
     if not pairs:
         return family

@@ -83,7 +83,7 @@ class Target:
         runtime's (another runtime's rules borrow vLLM's rows, never its registry); None where none is recorded."""
         rules = self.profile.rules
         if rules is not None:
-            return Registry.named(rules.registry, rules.label, rules.source)
+            return rules.model_registry
         older = self.version is not None and self.release is not None and self.release.release > self.version
         return self.release.registry if self.release is not None and not older else None  # an older release's may differ
 

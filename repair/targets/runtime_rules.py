@@ -15,6 +15,7 @@ from importlib.resources import files
 from types import MappingProxyType
 from typing import Mapping
 
+from repair.arch.registry import Registry
 from repair.formats.base import Declaration
 from repair.targets.config_lists import flat_exclusions, list_sources, source_named
 from repair.targets.matchers import KINDS, exclusion_matcher, layer_matcher
@@ -75,6 +76,11 @@ class RuntimeRules:
     @property
     def label(self) -> str:
         return f"{self.runtime} {'.'.join(map(str, self.release))}"
+
+    @property
+    def model_registry(self) -> Registry | None:
+        """Its `registry` as arch/registry.py reads it (None: not recorded, the first listed name is built)."""
+        return Registry.named(self.registry, self.label, self.source)
 
     @property
     def speaker(self) -> str:

@@ -11,7 +11,8 @@ not, is not excluded); doctor asks the whole mapping the profile records for a l
 its quant config), and says so; listing the fused name too loads (vLLM tests it first, quant_utils.py:662).
 With QSA but the indexer's tensors left out of the checkpoint, vLLM (tracking weights) stops on its norms never
 initialised; the profile records the modules only the QSA build loads (`without.loads_only_with`), and doctor calls
-each one missing. Left (strict xfail, LEFT): a config without QSA over a checkpoint that still stores the indexer."""
+each one missing. Left (strict xfail, LEFT): a config without QSA over a checkpoint that still stores the indexer;
+a config with indexer_n_heads alone null, which transformers refuses before vLLM builds anything."""
 
 from __future__ import annotations
 
@@ -41,10 +42,11 @@ def healthy(tmp_path_factory) -> Path:
     return Path(line["healthy"])
 
 
-def variant(healthy: Path, folder: Path, qsa: bool, indexer: bool, packed_qkv: bool, fused_named: bool = False) -> Path:
+def variant(healthy: Path, folder: Path, qsa: bool, indexer: bool, packed_qkv: bool, fused_named: bool = False,
+            nulled: str = "") -> Path:
     """The healthy export with the config's indexer_* null (qsa=False), the indexer's tensors and exclusions left out
     (indexer=False), q/k/v stored NVFP4 and not excluded (packed_qkv, one weight_scale_2 for the fused three), and the
-    fused `self_attn.qkv_proj` of each layer storing q/k/v listed too (fused_named)."""
+    fused `self_attn.qkv_proj` of each layer storing q/k/v listed too (fused_named); `nulled`: only that field null."""
     shutil.copytree(healthy, folder)
     tensors = {k: v for k, v in load_file(folder / "model.safetensors").items() if indexer or ".indexer." not in k}
     qkv = sorted(n[: -len(".weight")] for n in tensors if n.endswith(("attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight")))
@@ -56,7 +58,7 @@ def variant(healthy: Path, folder: Path, qsa: bool, indexer: bool, packed_qkv: b
                         f"{m}.input_scale": torch.tensor(0.02)}
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     config = json.loads((folder / "config.json").read_text())
-    config |= {} if qsa else {k: None for k in config if k.startswith("indexer_")}
+    config |= {} if qsa else {k: None for k in config if k.startswith("indexer_") and k.startswith(nulled or "indexer_")}
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     quant = json.loads((folder / "hf_quant_config.json").read_text())
     quant["quantization"]["exclude_modules"] = [e for e in quant["quantization"]["exclude_modules"]
@@ -73,11 +75,17 @@ CASES = {  # name -> (qsa, indexer, packed_qkv[, fused_named]), whether vLLM 0.3
     "qsa-without-indexer": ((True, False, False), False),  # the indexer's norms are never initialised
     "no-qsa-packed-qkv-with-indexer": ((False, True, True), False),  # the listed indexer shard disagrees with q/k/v
     "no-qsa-excluded-qkv-with-indexer": ((False, True, False), False),  # no parameter for the indexer: load_weights raises
+    # only indexer_n_heads null, the others set: transformers' config refuses it ("QSA config is missing required
+    # fields", configuration_qwen4_exp.py:217), so vLLM never reaches its own indexer_n_heads test (model.py:243)
+    "n-heads-null-packed-qkv": ((False, False, True, False, "indexer_n_heads"), False),
 }
 LEFT = {  # case -> why doctor still disagrees (strict xfail)
     "no-qsa-excluded-qkv-with-indexer": "the profile records the modules only the QSA build loads (loads_only_with), not "
                                         "that the build without QSA raises on them (\"There is no module or parameter named "
                                         "'layers.N.self_attn.indexer'\"); doctor says healthy",
+    "n-heads-null-packed-qkv": "doctor reads QSA when any indexer_* field is set and then calls the indexer missing and "
+                               "q/k/v contradicted; vLLM stops earlier, at transformers' validation of the partial QSA "
+                               "config (\"QSA config is missing required fields\"), which no profile records",
 }
 
 

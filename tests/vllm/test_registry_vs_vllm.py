@@ -5,7 +5,7 @@ as `vllm serve` resolves the class), against doctor's reading of the shipped pro
   registry gives now.
 - For each listed form (an unknown name before a registered one, only unknown names, a name vLLM retired, a
   transformers class vLLM does not register, two registered names, task suffixes on a registered class
-  (`_normalize_arch`); a string, a dict, a non-string entry; an auto_map without --trust-remote-code), vLLM
+  (`_normalize_arch`), under the runner the first suffixed name sets; a string, a dict, a non-string entry; an auto_map without --trust-remote-code), vLLM
   resolves the class doctor says it builds: the same listed name, its Transformers backend, or a refusal whose words
   doctor quotes.
 """
@@ -63,7 +63,13 @@ def forms(registry) -> dict[str, list[str]]:
            "non-string-entry": ["DbrxForCausalLM", 7], "a-string": "DbrxForCausalLM", "a-dict": {"0": "DbrxForCausalLM"},
            "classify-suffix": ["DbrxForSequenceClassification"], "model-suffix": ["DbrxModel"],
            "reward-suffix": ["DbrxForRewardModeling"], "token-class-of-a-transformers-class": ["LlamaForTokenClassification"],
-           "unknown-with-a-suffix": ["NotARealForSequenceClassification"]}
+           "unknown-with-a-suffix": ["NotARealForSequenceClassification"],
+           # the runner and convert type come from the first suffixed name; each name is tried in order under them
+           "model-suffix-then-llama": ["DbrxModel", "LlamaForCausalLM"],
+           "classify-suffix-then-dbrx": ["LlamaForSequenceClassification", "DbrxForCausalLM"],
+           "unknown-then-model-suffix": ["NotARealForCausalLM", "DbrxModel"],
+           "unknown-then-classify-suffix": ["NotARealForCausalLM", "DbrxForSequenceClassification"],
+           "suffix-on-suffix": ["DbrxForCausalLMForSequenceClassification"]}
     return out | ({"retired": [retired]} if retired else {})
 
 
