@@ -196,3 +196,28 @@ def test_sglang_reads_the_row_of_the_class_it_builds_not_of_the_first_listed(tmp
     said = [{(f["code"], f["subject"]) for f in doctor_json(capsys, folder, "--target", "sglang==0.5.23")[1]["findings"]}
             for folder in (plain, listed)]
     assert said[0] == said[1] and any(code == "fused-shards" for code, _ in said[0]), said
+
+
+def test_a_release_past_the_newest_profile_gets_a_note_not_a_refusal(tmp_path, capsys):
+    """Registries grow with every release (0.30 -> 0.32 added ExaoneMoEForCausalLM, among others): vLLM 0.33 may
+    register a class 0.32 does not, so the newest profile's "not supported" is said as a note; doctor exits 0 and
+    `fix --target` is not refused for it."""
+    folder = dbrx(tmp_path, ["NotARealForCausalLM"])
+    code, found = doctor_json(capsys, folder, "--target", "vllm==0.33.0")
+    assert code == 0 and not unregistered(found) and not found["runtime_stops_at"], found["findings"]
+    [note] = [n for n in found["notes"] if n["code"] == "unregistered-architecture"]
+    assert "vllm 0.32.0" in note["message"] and "0.33.0" in note["message"] and "not supported for now" in note["message"], note
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "fixed", "--target", "vllm==0.33.0", "--dry-run")
+    assert code == 0 and "unregistered" not in err, err
+
+
+def test_a_release_between_profiles_is_refused_only_when_the_newer_profile_refuses_too(tmp_path, capsys):
+    """0.31 takes 0.30's rows; a class 0.32 registers and 0.30 does not may be 0.31's (a note); one neither registers
+    is not (vLLM's error, as for a profiled release)."""
+    code, found = doctor_json(capsys, dbrx(tmp_path, ["NotARealForCausalLM"]), "--target", "vllm==0.31.0")
+    [f] = unregistered(found)
+    assert code == 1 and f["severity"] == "error", f
+    code, found = doctor_json(capsys, dbrx(tmp_path / "b", ["ExaoneMoEForCausalLM"]), "--target", "vllm==0.31.0")
+    assert not unregistered(found), found["findings"]
+    [note] = [n for n in found["notes"] if n["code"] == "unregistered-architecture"]
+    assert "vllm 0.32.0" in note["message"], note

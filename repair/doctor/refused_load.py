@@ -62,6 +62,13 @@ def registry_findings(target: Target, config: dict | None, tp: int) -> tuple[lis
     if resolved.error is not None and not resolved.backend:
         serving = [p.label for p in arch.PROFILES if p.registry is not None and resolve(config, p.registry).error is None]
         where = f"serve it with {' or '.join(serving)}, which build one" if serving else "serve it with another runtime"
+        if not _refused_at_or_after(target, config):
+            return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, names or "architectures",
+                                f"{names or 'config.json'}: {who}, the newest profiled release at or below {target.spec}, "
+                                f"has no model class of any architecture config.json lists (its registry, recorded in "
+                                f"{source}) and refuses the model: {resolved.error}; registries grow with every release "
+                                f"and no profiled release at or after {target.spec} says the same, so check that "
+                                f"{target.spec} registers it, or {where}")]
         return [Finding(Severity.ERROR, Kind.UNREGISTERED, names or "architectures",
                         f"{names or 'config.json'}: {who} has no model class of any architecture config.json lists (its "
                         f"registry, recorded in {source}), nor does its Transformers backend take the first one, so it "
@@ -80,3 +87,14 @@ def registry_findings(target: Target, config: dict | None, tp: int) -> tuple[lis
                             f"through its Transformers backend (model_impl=\"auto\"); the profile's layer rows do not "
                             "describe that backend, so doctor checks this model's layers as a generic one's")]
     return [], []
+
+
+def _refused_at_or_after(target: Target, config: dict | None) -> bool:
+    """Whether a profiled release of the target's runtime at or after the target's own refuses the listed names too.
+    A class is added in some release and stays (retired names aside, which carry their own message), so a refusal
+    by the release itself or a later one holds for the target; a refusal by an earlier one alone may not."""
+    runtime, version = target.profile.runtime, target.version
+    if version is None:
+        return True
+    return any(p.runtime == runtime and p.release >= version and p.registry is not None
+               and resolve(config, p.registry).error is not None for p in arch.PROFILES)
