@@ -30,3 +30,13 @@ def test_fix_on_a_rank_folder_is_refused_in_one_line(rank, args, tp_out, tmp_pat
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"rank {rank} of 2" in err and "unshard" in err, err
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [("fix", "--quiet"), ("fix", "--tp", "2", "--quiet"), ("doctor",), ("inspect",)])
+def test_a_command_on_the_tp_output_folder_says_to_unshard_it(command, tp_out, tmp_path, capsys):
+    """The folder holding tp_manifest.json and the rank folders has no shard of its own: the one line says what it is."""
+    out = ("-o", tmp_path / "out") if command[0] == "fix" else ()
+    code, _, err = run_captured(capsys, command[0], tp_out, *out, *command[1:])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "fix --tp" in err and "unshard" in err, err
+    assert list(tmp_path.iterdir()) == []
