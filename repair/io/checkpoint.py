@@ -166,6 +166,9 @@ def _refuse_without_safetensors(root: Path, files: list[str]) -> None:
             f"{root / pickles[0]}: pickle checkpoints are refused (loading them can run code); "
             "convert to safetensors first"
         )
+    if "tp_manifest.json" in files:  # repair/tp/manifest.py's MANIFEST: the folder `fix --tp` wrote, its ranks below it
+        raise BadInput(f"{root}: the per-rank output of an earlier `fix --tp`, not a checkpoint; run `ckpt-repair unshard` on it "
+                       "first, then use the checkpoint it rebuilds")
     raise BadInput(f"{root}: no .safetensors files found; give a safetensors checkpoint folder")
 
 

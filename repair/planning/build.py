@@ -13,6 +13,7 @@ from repair.errors import BadInput, UsageError
 from repair.formats.base import Format
 from repair.io.checkpoint import CONFIG, HF_QUANT_CONFIG, Checkpoint
 from repair.io.dtypes import nbytes
+from repair.io.names import path_text
 from repair.io.output import REPORT_NAME
 from repair.io.safetensors import ShardHeader
 from repair.formats.modules import StoredModule
@@ -75,6 +76,7 @@ def _not_the_default_model(where: str, modules: list[StoredModule]) -> str:
 def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = None, before: tuple[Diagnosis, ...] | None = None) -> Plan:
     """Plan the repair of `ckpt` by `recipe` without reading any tensor data. `before`: doctor's verdict on `ckpt` for
     each of the recipe's targets, where the caller has it (else asked here); the plan carries it to the report."""
+    refuse_rank_files(ckpt)
     if before is None:
         before = diagnose_each(ckpt, resolve_many(recipe.from_target)) if recipe.from_target else ()
     fmt = formats.detect(ckpt)
@@ -103,6 +105,17 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     refuse_empty_plan(ckpt, recipe, plan.is_noop, before)
     plan_check.check_plan(plan)  # looked up on the module: tests switch it off to reach the writer's own checks
     return plan
+
+
+def refuse_rank_files(ckpt: Checkpoint) -> None:
+    """A rank folder of an earlier `fix --tp` output holds slices under the whole model's config: repaired as it is or
+    split again, it makes a layout no runtime loads. Known by the metadata our rank files carry (decimal `tp_rank`
+    and `tp_size`)."""
+    for shard in ckpt.shards:
+        rank, size = ((shard.metadata or {}).get(k) for k in ("tp_rank", "tp_size"))
+        if all(isinstance(v, str) and v.isdecimal() and len(v) <= 9 for v in (rank, size)):
+            raise UsageError(f"{path_text(shard.path)}: a per-rank file an earlier `fix --tp` wrote (rank {rank} of {size}); run "
+                             "`ckpt-repair unshard` on the folder that holds its tp_manifest.json, then fix the checkpoint it rebuilds")
 
 
 def _check_supported(ckpt: Checkpoint, fmt: Format, actions: dict[str, Action], original: Checkpoint | None, recipe: Recipe,

@@ -19,14 +19,13 @@ from repair import arch
 from repair.arch.tp_plans import TRANSFORMERS_TP_PLANS, TRANSFORMERS_TP_STYLES
 from repair.errors import UsageError
 from repair.formats.modules import split_name
-from repair.io.names import path_text
 from repair.planning import check as plan_check
+from repair.planning.build import refuse_rank_files
 from repair.planning.model import Plan, TensorStep
 from repair.targets.tp_rules import (  # noqa: F401 (BLOCK, VOCAB_PADDING: the writer's units)
     BLOCK, HEAD_ROLES, SPLIT_STYLES, VOCAB_PADDING, ParallelSpec, RankRange, check_degree, heads_of,
 )
 from repair.tp.check import check_tp_plan
-from repair.tp.manifest import MANIFEST
 
 GLOBAL_SCALES = ("weight_scale_2", "input_scale")
 
@@ -153,7 +152,7 @@ def plan_tp(plan: Plan, tp: int) -> TpPlan:
     reason = plan.format.unsupported("tp")
     if reason:
         raise UsageError(f"{plan.source.root}: {reason}")
-    _refuse_rank_files(plan)
+    refuse_rank_files(plan.source)  # a Plan built by hand (Python API) is checked too
     steps = [(s.name, t) for s in plan.shards for t in s.tensors]
     styles = style_plan(plan.source.config, str(plan.source.root / "config.json"))
     specs = tensor_specs([t.out for _, t in steps], styles)
@@ -162,16 +161,6 @@ def plan_tp(plan: Plan, tp: int) -> TpPlan:
     tpp = TpPlan(plan, tp, tuple(TpTensor(shard, step, spec) for (shard, step), spec in zip(steps, specs)), styles.source)
     check_tp_plan(tpp)
     return tpp
-
-
-def _refuse_rank_files(plan: Plan) -> None:
-    """A rank folder of an earlier `fix --tp` output holds slices under the whole model's config: split again, it makes
-    a layout no runtime loads. Known by the metadata our rank files carry (decimal `tp_rank` and `tp_size`)."""
-    for shard in plan.source.shards:
-        rank, size = ((shard.metadata or {}).get(k) for k in ("tp_rank", "tp_size"))
-        if all(isinstance(v, str) and v.isdecimal() and len(v) <= 9 for v in (rank, size)):
-            raise UsageError(f"{path_text(shard.path)}: a per-rank file an earlier `fix --tp` wrote (rank {rank} of {size}); run "
-                             f"`ckpt-repair unshard` on the folder that holds its {MANIFEST}, then fix the checkpoint it rebuilds")
 
 
 def _refuse_split_pre_quant_scale(plan: Plan, specs) -> None:
