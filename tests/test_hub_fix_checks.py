@@ -200,22 +200,39 @@ def marked(folder: Path, pid: int) -> Path:
     return folder
 
 
-def test_a_killed_run_leaves_a_work_folder_the_next_run_removes(hub, broken, tmp_path, capsys):
+def signalled_at_first_download(hub, broken, work: Path, sig: int) -> tuple[subprocess.Popen, str]:
+    """`hub fix` in a child process, sent `sig` once it says it downloads its first shard (before any fork exists),
+    while every request it still needs waits on the server's lock; the child and the rest of its stderr."""
     hub.add_repo(SRC, broken)
-    work = tmp_path / "work"
     work.mkdir()
     child = subprocess.Popen([sys.executable, "-m", "repair", "hub", "fix", SRC, "--to", "alice/fixed", "--workdir", str(work)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        for line in child.stderr:  # progress lines; the first shard download comes before any fork exists
+        for line in child.stderr:
             if line.startswith("download "):
                 break
-        with hub.store.lock:  # every request the run still needs (its commit at least) waits here
-            child.send_signal(signal.SIGKILL)
-            child.wait(timeout=60)
+        with hub.store.lock:
+            child.send_signal(sig)
+            rest = child.stderr.read()
+        child.wait(timeout=60)
     finally:
         child.kill()
         child.stderr.close()
+    return child, rest
+
+
+def test_a_terminated_run_removes_its_work_folder_and_forks_nothing(hub, broken, tmp_path):
+    """SIGTERM (a service manager, `timeout`, the web page's shutdown) acts as Ctrl-C does: the work folder, which
+    holds downloaded shards, is removed on the way out, one line says so, exit 130; no fork was made."""
+    child, rest = signalled_at_first_download(hub, broken, tmp_path / "work", signal.SIGTERM)
+    assert child.returncode == 130 and "interrupted; nothing was written" in rest and "Traceback" not in rest, rest
+    assert [p.name for p in (tmp_path / "work").iterdir()] == []
+    assert "alice/fixed" not in [m.id for m in HfApi(endpoint=hub.endpoint).list_models(author="alice")]
+
+
+def test_a_killed_run_leaves_a_work_folder_the_next_run_removes(hub, broken, tmp_path, capsys):
+    work = tmp_path / "work"
+    child, _ = signalled_at_first_download(hub, broken, work, signal.SIGKILL)
     left = [p for p in work.iterdir() if p.name.startswith("ckpt-repair-hub-")]
     assert [p.name.split("-")[3] for p in left] == [str(child.pid)] and (left[0] / MARKER).is_file()
     assert "alice/fixed" not in [m.id for m in HfApi(endpoint=hub.endpoint).list_models(author="alice")]  # forked only after the checks

@@ -10,6 +10,8 @@ import json
 import os
 import signal
 import sys
+import threading
+from contextlib import contextmanager
 
 import click
 
@@ -38,6 +40,11 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: tool errors become one line on stderr and their exit code (2 bad input, 3 internal error)."""
     _printable_paths()
     PUBLISHED.clear()  # per run: an in-process caller (the tests, the API user) runs main more than once
+    with _terminate_as_interrupt():
+        _run(argv)
+
+
+def _run(argv: list[str] | None) -> None:
     try:
         cli.main(args=argv, prog_name="ckpt-repair", standalone_mode=False)
     except RepairError as err:
@@ -52,6 +59,22 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         _interrupted()
+
+
+@contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM (a service manager, `timeout`, the web page's shutdown) does what Ctrl-C does for the whole run, so
+    every command's cleanup runs: `hub fix`'s work folder of downloaded shards, a Hub doctor's mirror. Without it
+    SIGTERM ends the process at once and leaves them for the next run's stale-folder removal. A parent's SIG_IGN is
+    kept; `fix`'s writer installs its own gate while it writes (io/staging.interrupts_raise)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _interrupted() -> None:
