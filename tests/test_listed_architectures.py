@@ -221,3 +221,10 @@ def test_a_release_between_profiles_is_refused_only_when_the_newer_profile_refus
     assert not unregistered(found), found["findings"]
     [note] = [n for n in found["notes"] if n["code"] == "unregistered-architecture"]
     assert "vllm 0.32.0" in note["message"], note
+
+
+def test_a_retired_name_is_refused_past_the_newest_profile_too(tmp_path, capsys):
+    """A retired name carries vLLM's own "was supported until" message: no later release brings it back."""
+    code, found = doctor_json(capsys, dbrx(tmp_path, [RETIRED]), "--target", "vllm==0.33.0")
+    [f] = unregistered(found)
+    assert code == 1 and f["severity"] == "error" and f["runtime_error"] == f"ValueError: {NEWEST.retired[RETIRED]}", f

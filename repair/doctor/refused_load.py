@@ -93,8 +93,8 @@ def _refused_at_or_after(target: Target, config: dict | None) -> bool:
     """Whether a profiled release of the target's runtime at or after the target's own refuses the listed names too.
     A class is added in some release and stays (retired names aside, which carry their own message), so a refusal
     by the release itself or a later one holds for the target; a refusal by an earlier one alone may not."""
-    runtime, version = target.profile.runtime, target.version
-    if version is None:
-        return True
+    runtime, version, registry = target.profile.runtime, target.version, target.registry
+    if version is None or (registry is not None and any(a in registry.retired for a in listed_names(config))):
+        return True  # a retired name (vLLM's own "was supported until", or a plugin's) does not come back
     return any(p.runtime == runtime and p.release >= version and p.registry is not None
                and resolve(config, p.registry).error is not None for p in arch.PROFILES)
