@@ -38,6 +38,8 @@ def test_every_profiled_architecture_gets_its_generated_row(name):
     if row in arch.ARCHITECTURES:
         pytest.skip(f"{name}: a hand row ({row.name}) keeps knowledge no profile records")
     assert row.fused_layers == {k: tuple(v) for k, v in entry["fused"].items()}
+    again = {"architectures": [name], **dict.fromkeys(entry.get("without", {}).get("fields", ()), 1)}
+    assert arch.architecture(again) == row  # a row is a value: the same facts compare equal (every field is data)
     never = [p for p, m in entry["modules"].items() if m["state"] in NEVER_QUANTIZED]
     for pattern in never:
         module = pattern.replace("*", "3")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import cached_property
 from importlib.resources import files
 
 from repair.arch.base import Architecture, DroppedTensor, RefusedLoad
@@ -213,14 +213,20 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
     return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
                         unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused,
                         nvfp4_load_refused=refused, dropped_tensors=dropped, dropped_in_layers=drops,
-                        load_refused=load_refused, built_quantized=partial(built_quantized, entry), required_modules=required,
+                        load_refused=load_refused, built_quantized=BuiltQuantized(entry), required_modules=required,
                         **names)
 
 
-def built_quantized(entry: dict, module: str) -> bool:
-    """Whether the release builds the layer (a checkpoint module, or a fused layer by its own name) with a quantized
-    method when nothing is excluded, in every layer of its pattern: its quant config was asked about it."""
-    return module_state(entry, module) == "quantized"
+@dataclass(frozen=True)
+class BuiltQuantized:
+    """Whether the release builds a layer (a checkpoint module, or a fused layer by its own name) with a quantized
+    method when nothing is excluded, in every layer of its pattern: its quant config was asked about it. A value
+    holding the profile entry, so rows compare by their facts (a closure would make equal rows unequal)."""
+
+    entry: dict
+
+    def __call__(self, module: str) -> bool:
+        return module_state(self.entry, module) == "quantized"
 
 
 def releases_loading(profiles: tuple[ReleaseProfile, ...], runtime: str, name: str) -> tuple[str, ...]:
