@@ -101,5 +101,5 @@ def test_an_unprofiled_release_takes_the_rows_at_or_below_it_and_says_whose(dbrx
     """Between or past the profiled releases, the fact is the profile at or below it, named as such (as every other
     row is), never the target's own words."""
     code, found = doctor_json(capsys, dbrx, "--target", target)
-    [f] = [f for f in found["findings"] if f["code"] == "load-refused"]
-    assert code == 1 and f["message"].startswith(f"DbrxForCausalLM: {release}'s load_weights fails"), f["message"]
+    [f] = [f for f in found["findings"] + found["notes"] if f["code"] == "load-refused"]  # past 0.32: a note
+    assert f["message"].startswith(f"DbrxForCausalLM: {release}'s load_weights fails"), f["message"]

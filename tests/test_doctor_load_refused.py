@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from repair import arch
-from repair.arch.profiled import ReleaseProfile, releases_loading
+from repair.arch.profiled import ReleaseProfile, load_refusal_holds, releases_loading
 from repair.targets.profiles import resolve
 from tests.conftest import run_captured
 
@@ -144,3 +144,33 @@ def test_a_release_is_suggested_only_where_its_profile_checked_and_loads_it():
                 ReleaseProfile("vllm", (0, 31, 0), "vllm-0.31.json", {}, {}, load_checked=True),  # not profiled
                 ReleaseProfile("sglang", (0, 5, 0), "sglang-0.5.json", entries, {}, load_checked=True))
     assert releases_loading(profiles, "vllm", "DbrxForCausalLM") == ("vllm 0.29.0",)
+
+
+def test_a_release_past_every_profile_gets_a_note_not_a_refusal(dbrx, tmp_path, capsys):
+    """vllm==0.33.0 takes 0.32's rows, but a later release may have fixed its load_weights (the issues name the
+    fix): the newest profile's failure is said as a note; doctor exits 0 and `fix --target` is not refused for it."""
+    code, found = run_captured(capsys, "doctor", dbrx, "--target", "vllm==0.33.0", "--json")[:2]
+    report = json.loads(found)
+    assert not [f for f in report["findings"] if f["code"] == "load-refused"] and not report["runtime_stops_at"], report
+    [note] = [n for n in report["notes"] if n["code"] == "load-refused"]
+    assert DBRX_ERROR in note["message"] and code == 0, note
+    assert "vllm 0.32.0" in note["message"] and "vllm==0.33.0" in note["message"], note["message"]
+    code, out, err = run_captured(capsys, "fix", dbrx, "-o", tmp_path / "fixed", "--target", "vllm==0.33.0", "--dry-run")
+    assert code == 0 and "load_weights" not in err, err
+
+
+def test_a_release_between_profiles_is_refused_when_the_newer_profile_refuses_too(dbrx, capsys):
+    """vllm==0.31.0 takes 0.30's rows; 0.32 fails the same way, so 0.31 does too (a fix is not undone)."""
+    code, found = doctor(capsys, dbrx, "vllm==0.31.0")
+    [f] = [f for f in found if f["code"] == "load-refused"]
+    assert code == 1 and f["severity"] == "error" and f["runtime_error"] == DBRX_ERROR, f
+
+
+def test_between_profiles_a_newer_profile_that_loads_it_makes_a_note():
+    """When the next profiled release loads it, the target's release may be the one that fixed it: a note."""
+    entries = {"DbrxForCausalLM": {"load_refused": "KeyError: 'x'"}}
+    profiles = (ReleaseProfile("vllm", (0, 30, 0), "vllm-0.30.json", entries, {}, load_checked=True),
+                ReleaseProfile("vllm", (0, 32, 0), "vllm-0.32.json", {"DbrxForCausalLM": {}}, {}, load_checked=True))
+    assert not load_refusal_holds(profiles, "vllm", (0, 31, 0), "DbrxForCausalLM")
+    assert load_refusal_holds(profiles, "vllm", (0, 30, 0), "DbrxForCausalLM")
+    assert load_refusal_holds(profiles, "vllm", (0, 29, 0), "DbrxForCausalLM")

@@ -235,6 +235,15 @@ def releases_loading(profiles: tuple[ReleaseProfile, ...], runtime: str, name: s
                  and not p.entries[name].get("load_refused"))
 
 
+
+def load_refusal_holds(profiles: tuple[ReleaseProfile, ...], runtime: str, version: tuple[int, ...] | None, name: str) -> bool:
+    """Whether a profiled release of `runtime` at or after `version` (None: the newest) records that it loads no
+    checkpoint of architecture `name`. A model's loader fixed in some release stays fixed, so such a refusal holds for
+    the asked release; one recorded only by an older release may have been fixed since."""
+    ours = [p for p in profiles if p.runtime == runtime]
+    since = version if version is not None else max((p.release for p in ours), default=())
+    return any(p.load_checked and p.release >= since and p.entries.get(name, {}).get("load_refused") for p in ours)
+
 def module_state(entry: dict, module: str) -> str | None:
     """What the release builds a checkpoint module as ("quantized", "unquantized", "none"), None when not recorded:
     the module's pattern, renamed by the weight mapper, else folded into its fused layer."""

@@ -90,15 +90,15 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += unquantized_role_findings(declaration, modules, family, target.profile.knows_layer_roles)
     findings += nvfp4_load_refusal_findings(modules, family, target.profile.knows_layer_roles)
     findings += dropped_tensor_findings(infos, family, target, declaration.quantized)
-    findings += load_refused_findings(family, target, architecture_name(ckpt.config, target), tp)
+    refused, refused_notes = load_refused_findings(family, target, architecture_name(ckpt.config, target), tp)
     unregistered, backend = registry_findings(target, ckpt.config, tp)
-    findings += unregistered
+    findings += refused + unregistered
     # without a loader profile (no specs), what the target builds each stored quantized module as, for the health checks
     built = precision if specs else stored_precision([m.name for m in modules.values() if m.is_quantized], declaration, target, family)
     mismatched, notes = algorithm_findings(declaration, modules, specs, family, precision)
     findings += layer_map_findings(declaration) + mismatched
     kv_cache, kv_notes = kv_cache_findings(declaration, infos)
-    notes += kv_notes + config_notes + backend
+    notes += kv_notes + config_notes + backend + refused_notes
     findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.allows_quant_config:
         findings += fused_findings(declaration, modules, family, target) + fused_algorithm_findings(declaration, modules, family, target)

@@ -12,25 +12,31 @@ from __future__ import annotations
 
 from repair import arch
 from repair.arch import Architecture
-from repair.arch.profiled import releases_loading
+from repair.arch.profiled import load_refusal_holds, releases_loading
 from repair.arch.registry import listed_names, resolve, shown
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.targets.profiles import Target
 
 
-def load_refused_findings(family: Architecture, target: Target, name: str, tp: int) -> list[Finding]:
-    """One error when the target's release loads no checkpoint of architecture `name` (only for the runtime whose code
-    the row records: knows_layer_roles); none otherwise, nor for a release older than every shipped profile (its rows
-    are the oldest profile's, and a load failure may be that release's regression)."""
+def load_refused_findings(family: Architecture, target: Target, name: str, tp: int) -> tuple[list[Finding], list[Finding]]:
+    """(findings, notes): one error when the target's release loads no checkpoint of architecture `name` (only for the
+    runtime whose code the row records: knows_layer_roles); a note instead when no profiled release at or after the
+    target's records it (a later release may have fixed its loader); nothing for a release older than every shipped
+    profile (its rows are the oldest profile's, and a load failure may be that release's regression)."""
     refused = family.load_refused
     older = target.version is not None and target.release is not None and target.release.release > target.version
     if refused is None or not target.profile.knows_layer_roles or older:
-        return []
+        return [], []
+    said = (f"{name}: {refused.release}'s load_weights fails on every checkpoint of this architecture, whatever its "
+            f"quantization: its own loader raises {refused.error} on transformers' BF16 checkpoint of it (recorded in "
+            f"{refused.source})")
+    if not load_refusal_holds(arch.PROFILES, target.profile.runtime, target.version, name):
+        return [], [Finding(Severity.WARNING, Kind.LOAD_REFUSED, name,
+                            f"{said}; no profiled release at or after {target.spec} records this, and a later release may "
+                            f"have fixed its loader: check that {target.spec} loads it, or {advice(target.profile.runtime, name)}")]
     return [Finding(Severity.ERROR, Kind.LOAD_REFUSED, name,
-                    f"{name}: {refused.release}'s load_weights fails on every checkpoint of this architecture, whatever its "
-                    f"quantization: its own loader raises {refused.error} on transformers' BF16 checkpoint of it (recorded "
-                    f"in {refused.source}); no change to the files makes this release load it: "
-                    f"{advice(target.profile.runtime, name)}", refused.error, tuple(range(tp)))]
+                    f"{said}; no change to the files makes this release load it: {advice(target.profile.runtime, name)}",
+                    refused.error, tuple(range(tp)))], []
 
 
 def advice(runtime: str, name: str) -> str:
