@@ -103,3 +103,15 @@ def test_an_unprofiled_release_takes_the_rows_at_or_below_it_and_says_whose(dbrx
     code, found = doctor_json(capsys, dbrx, "--target", target)
     [f] = [f for f in found["findings"] + found["notes"] if f["code"] == "load-refused"]  # past 0.32: a note
     assert f["message"].startswith(f"DbrxForCausalLM: {release}'s load_weights fails"), f["message"]
+
+
+def test_hub_fix_past_every_profile_says_the_note_it_does_not_refuse(dbrx, hub, capsys):
+    """`hub fix --target vllm==0.33.0` is not refused for DBRX (nothing to fix here, and a dry run with bf16 too),
+    but says doctor's load-refused note, as the local fix does, and uploads nothing for the noop."""
+    hub.add_repo("alice/dbrx", dbrx)
+    for target, more in (("vllm==0.33.0", ()), ("vllm==0.33.0,bf16", ("--dry-run",))):
+        code, out, err = run_captured(capsys, "hub", "fix", "alice/dbrx", "--to", "alice/dbrx-fixed", "--target", target, *more)
+        assert code == 0, err
+        said = out + err
+        assert said.count(DBRX_ERROR) == 1 and "note for vllm==0.33.0: [load-refused] DbrxForCausalLM" in said, said
+    assert not [r for r in hub.requests if r.method in ("POST", "PUT", "DELETE")], "a noop or dry run uploaded something"
