@@ -30,6 +30,7 @@ def fix(src: Path, out: Path, overwrite: bool, tp: int | None, **values) -> None
     """Repair SRC into OUT: dequantize wrongly packed layers and fix the exclusions."""
     from repair import api
     from repair.io.atomic import check_output
+    from repair.planning.target_check import load_doubts
     from repair.planning.text import plan_as_json, plan_as_text
 
     o = FixOptions.take(values)
@@ -49,11 +50,11 @@ def fix(src: Path, out: Path, overwrite: bool, tp: int | None, **values) -> None
         say(as_json, *fix_tp(plan, out, tp, dry_run=dry_run, overwrite=overwrite, progress=progress, force=force, jobs=o.jobs, detail=o.detail))
         return
     if plan.is_noop:
-        say(as_json, {"status": "noop", "plan": plan_as_json(plan)}, "\n".join([_noop_text(src, plan), *_doubts(plan)]))
+        say(as_json, {"status": "noop", "plan": plan_as_json(plan)}, "\n".join([_noop_text(src, plan), *load_doubts(plan.before)]))
         return
     check_output(src, out, overwrite, original)
     if dry_run:
-        say(as_json, {"status": "dry-run", "plan": plan_as_json(plan)}, "\n".join([plan_as_text(plan, o.verbose), *_doubts(plan), "(dry run: nothing written)"]))
+        say(as_json, {"status": "dry-run", "plan": plan_as_json(plan)}, "\n".join([plan_as_text(plan, o.verbose), *load_doubts(plan.before), "(dry run: nothing written)"]))
         return
     plan = localize_plan(plan)  # a Hub SRC / --original is downloaded (huggingface_hub's cache) to write a local OUT
     result = api.run(plan, out, overwrite=overwrite, progress=progress, force=force, jobs=o.jobs)
@@ -67,17 +68,10 @@ def _noop_text(src: Path, plan) -> str:
     return f"{src}: nothing to repair; it is already fixed. Nothing written."
 
 
-def _doubts(plan) -> list[str]:
-    """doctor's notes that a target may not load the model whatever its files say (a release past every profile that
-    records its load failure or registry refusal): fix is not refused for those, so it says them, once per target."""
-    from repair.planning.target_check import FIRST
-
-    return [f"note for {d.target.spec}: [{n.code}] {n.message}" for d in plan.before for n in d.notes if n.code in FIRST]
-
-
 def _summary(plan, result, o: FixOptions) -> str:
     """What was written, what is left and the --original check first; then, unless --quiet, the plan."""
     from repair.planning.model import ChangeAction
+    from repair.planning.target_check import load_doubts
     from repair.planning.text import plan_as_text, plan_warnings
 
     lines = [f"wrote {result.out} (report: {result.out / 'repair_report.json'})"]
@@ -85,7 +79,7 @@ def _summary(plan, result, o: FixOptions) -> str:
     for record in doctor.get("targets", [doctor]):  # several targets: one record each
         if record["after"]["findings"]:
             lines.append(f"{len(record['after']['findings'])} finding(s) remain for {record['target']}; run `ckpt-repair doctor {shlex.quote(str(result.out))} --target {shlex.quote(record['target'])}`")
-    lines += _doubts(plan)
+    lines += load_doubts(plan.before)
     original = result.report.get("original")
     if original:
         lines.append(f"original verified: {original['verified']} of {original['checked']} modules reproduce byte-for-byte"

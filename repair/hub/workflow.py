@@ -25,6 +25,7 @@ from repair.hub.source import RemoteSource, fetch_tensors, localize, open_remote
 from repair.hub.spec import hub_spec, repo_id
 from repair.planning.model import Plan, ShardOp
 from repair.planning.recipe import Recipe
+from repair.planning.target_check import load_doubts
 from repair.io.atomic import json_text, write_json
 from repair.io.output import PUBLISHED
 from repair import api
@@ -84,7 +85,7 @@ def _run(o: HubFix, spec, dst: str | None, work: Path, say) -> dict:
     summary = {"source": {"repo": repo.repo, "revision": spec.revision, "sha": repo.sha}, "original": _label(original),
                "plan": _plan_json(plan)}
     if plan.is_noop:
-        say(f"{repo.label}: nothing to repair; it is already fixed. Nothing uploaded.")
+        say("\n".join([f"{repo.label}: nothing to repair; it is already fixed. Nothing uploaded.", *load_doubts(plan.before)]))
         return {"status": "noop", **summary}
     options = recipe_options(plan)
     fid = card.fix_id(repo.label, plan.recipe.as_dict(), summary["original"])
@@ -239,7 +240,7 @@ def _summary(plan: Plan) -> str:
 
 
 def _say_state(say, plan, repo, dst, fork, fork_done, pr, existing_pr, title) -> None:
-    say(plan_as_text(plan))
+    say("\n".join([plan_as_text(plan), *load_doubts(plan.before)]))
     changed = [s.name for s in plan.shards if s.op == ShardOp.REWRITE]
     say(f"changed shards (the only shards downloaded): {', '.join(changed) or 'none'}; "
         f"{sum(1 for s in plan.shards if s.op == ShardOp.COPY_FILE)} unchanged shard(s) stay on the Hub")

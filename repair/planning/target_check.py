@@ -68,6 +68,12 @@ def refuse_empty_plan(ckpt: Checkpoint, recipe: Recipe, noop: bool, before: tupl
             raise _unnameable(ckpt, diagnosis, left) or cannot_repair(ckpt.root, diagnosis.target.spec, left)
 
 
+def load_doubts(before: tuple[Diagnosis, ...]) -> list[str]:
+    """doctor's notes that a target may not load the model whatever its files say (a release past every profile that
+    records its load failure or registry refusal): fix is not refused for those, so it says them, once per target."""
+    return [f"note for {d.target.spec}: [{n.code}] {n.message}" for d in before for n in d.notes if n.code in FIRST]
+
+
 def unused_exclusions(ckpt: Checkpoint, recipe: Recipe, before: tuple[Diagnosis, ...], modules, fmt) -> frozenset[str]:
     """The exclusion entries doctor finds matching no module (unused-exclusion), which `--target` takes out of the
     config: harmless to the runtime, but doctor --strict, which the target promises, counts them (a real ModelOpt
