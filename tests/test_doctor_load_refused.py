@@ -180,10 +180,10 @@ def test_between_profiles_a_newer_profile_that_loads_it_makes_a_note():
 def test_fix_for_a_release_past_every_profile_says_the_load_failure_it_does_not_refuse(dbrx, tmp_path, capsys, dry_run):
     """`fix --target vllm==0.33.0` is not refused for DBRX, but it must not be silent where it used to refuse: a user who
     runs only fix learns that 0.32's loader fails on every DBRX checkpoint and to check that 0.33 loads it (doctor's
-    note, said once), whether the plan changes nothing (this export) or writes a copy (with bf16 too)."""
-    for target in ("vllm==0.33.0", "vllm==0.33.0,bf16"):
-        out = tmp_path / f"fixed-{dry_run}-{target.replace(',', '-')}"
-        code, said, err = run_captured(capsys, "fix", dbrx, "-o", out, "--target", target, *(["--dry-run"] if dry_run else []))
+    note, said once), whether the plan changes nothing (this export) or writes a copy (with bf16 too, or per rank)."""
+    for target, tp in (("vllm==0.33.0", ()), ("vllm==0.33.0,bf16", ()), ("vllm==0.33.0", ("--tp", "2"))):
+        out = tmp_path / f"fixed-{dry_run}-{target.replace(',', '-')}-{len(tp)}"
+        code, said, err = run_captured(capsys, "fix", dbrx, "-o", out, "--target", target, *tp, *(["--dry-run"] if dry_run else []))
         assert code == 0, err
         assert said.count(DBRX_ERROR) == 1 and "check that vllm==0.33.0 loads it" in said, said
         assert "note for vllm==0.33.0: [load-refused] DbrxForCausalLM" in said, said
