@@ -47,7 +47,8 @@ def fix(src: Path, out: Path, overwrite: bool, tp: int | None, **values) -> None
         from repair.tp.write import fix_tp
 
         plan = plan if dry_run else localize_plan(plan)
-        say(as_json, *fix_tp(plan, out, tp, dry_run=dry_run, overwrite=overwrite, progress=progress, force=force, jobs=o.jobs, detail=o.detail))
+        written, text = fix_tp(plan, out, tp, dry_run=dry_run, overwrite=overwrite, progress=progress, force=force, jobs=o.jobs, detail=o.detail)
+        say(as_json, written, "\n".join([text, *load_doubts(plan.before)]))
         return
     if plan.is_noop:
         say(as_json, {"status": "noop", "plan": plan_as_json(plan)}, "\n".join([_noop_text(src, plan), *load_doubts(plan.before)]))
