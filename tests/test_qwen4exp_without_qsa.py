@@ -150,3 +150,59 @@ def test_a_drop_rule_removing_the_qsa_indexer_is_refused_before_writing(tmp_path
                                   drop_recipe(tmp_path, "vllm==0.32.0", norm), "--quiet")
     assert code == 2 and err.count("\n") == 1 and norm in err and "drop rule" in err, (code, err)
     assert not (tmp_path / "out").exists()
+
+
+INDEXER_REFUSED = "ValueError: There is no module or parameter named 'layers.3.self_attn.indexer' in Qwen4ExpModel."
+
+
+def doctor_json(capsys, folder: Path, target: str = "vllm==0.32.0") -> tuple[int, dict]:
+    code, out, err = run_captured(capsys, "doctor", folder, "--target", target, "--json")
+    assert code in (0, 1), err
+    return code, json.loads(out)
+
+
+def test_without_qsa_a_stored_indexer_is_refused_in_vllms_words(tmp_path, capsys):
+    """The build without QSA has no parameter for the indexer: its load_weights raises on the first indexer tensor
+    (the profile's `without.refused_only_with`, recorded from that build's own load_weights), on every rank."""
+    folder = write(tmp_path / "stored", INDEXER)
+    config = json.loads((folder / "config.json").read_text()) | dict.fromkeys(INDEXER)
+    (folder / "config.json").write_text(json.dumps(config))
+    code, report = doctor_json(capsys, folder)
+    [f] = [f for f in report["findings"] if f["code"] == "unexpected-tensor"]
+    assert code == 1 and f["severity"] == "error" and f["runtime_error"] == INDEXER_REFUSED, f
+    assert f["subject"].startswith(f"{ATTN}.indexer.") and "indexer_n_heads" in f["message"], f
+    assert [s["error"] for s in report["runtime_stops_at"]] == [INDEXER_REFUSED], report["runtime_stops_at"]
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--target", "vllm==0.32.0", "--quiet")
+    assert code == 2 and err.count("\n") == 1 and "unexpected-tensor" in err, (code, err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_with_qsa_the_stored_indexer_is_what_vllm_loads(tmp_path, capsys):
+    code, report = doctor_json(capsys, write(tmp_path / "qsa", INDEXER))
+    assert not [f for f in report["findings"] if f["code"] in ("unexpected-tensor", "config-refused")], report["findings"]
+
+
+@pytest.mark.parametrize("nulled", sorted(INDEXER))
+def test_a_qsa_config_with_one_field_null_is_refused_in_its_config_class_words(tmp_path, capsys, nulled):
+    """transformers' Qwen4ExpConfig, which vLLM runs while reading config.json, refuses a QSA config missing one of
+    its fields (the profile's `without.partly_null_refused`, recorded from vLLM's own config loading), before any
+    layer is built: on every rank, and nothing about layers is the stop."""
+    folder = write(tmp_path / nulled, {**INDEXER, nulled: None})
+    code, report = doctor_json(capsys, folder)
+    [f] = [f for f in report["findings"] if f["code"] == "config-refused"]
+    assert code == 1 and f["severity"] == "error" and f["subject"] == nulled, f
+    assert f["runtime_error"].endswith(f"ValueError: QSA config is missing required fields: ['{nulled}'].")
+    assert [s["error"] for s in report["runtime_stops_at"]] == [f["runtime_error"]], report["runtime_stops_at"]
+
+
+def test_a_qsa_config_with_several_fields_null_is_refused_without_a_made_up_text(tmp_path, capsys):
+    folder = write(tmp_path / "two", {**INDEXER, "indexer_budget": None, "indexer_head_dim": None})
+    code, report = doctor_json(capsys, folder)
+    [f] = [f for f in report["findings"] if f["code"] == "config-refused"]
+    assert code == 1 and f["runtime_error"] is None and "indexer_head_dim, indexer_budget" in f["message"], f
+
+
+def test_other_runtimes_are_not_told_vllms_facts(tmp_path, capsys):
+    folder = write(tmp_path / "one", {**INDEXER, "indexer_budget": None})
+    code, report = doctor_json(capsys, folder, "sglang==0.5.23")
+    assert not [f for f in report["findings"] if f["code"] in ("unexpected-tensor", "config-refused")], report["findings"]

@@ -204,7 +204,7 @@ def profile(arch: str, names: dict[str, str], loader: Loader) -> dict:
 
 
 def built_without(arch: str, config: dict, refused: list[str], built: tuple, tensors: dict) -> dict:
-    """{"fields", "modules", "loads_only_with"}: vLLM's model built again with WITHOUT's fields null (another attention
+    """{"fields", "modules", "loads_only_with", "refused_only_with", "partly_null_refused"}: vLLM's model built again with WITHOUT's fields null (another attention
     class), when its modules differ from the profiled build's (`built`: (model, VllmConfig)); {} otherwise. With the
     checkpoint modules of transformers' export (`tensors`) the profiled build loads and this one does not."""
     from vllm.model_executor.model_loader.utils import initialize_model
@@ -218,8 +218,27 @@ def built_without(arch: str, config: dict, refused: list[str], built: tuple, ten
     modules = modules_of(other)
     if modules == modules_of(built[0]):
         return {}
-    only = loads_only_with(*built, other, other_vc, tensors)
-    return {"fields": list(fields), "modules": modules, **({"loads_only_with": only} if only else {})}
+    only, refusals = loads_only_with(*built, other, other_vc, tensors)
+    partly = partly_refused(arch, config, refused, fields)
+    return {"fields": list(fields), "modules": modules, **({"loads_only_with": only} if only else {}),
+            **({"refused_only_with": refusals} if refusals else {}), **({"partly_null_refused": partly} if partly else {})}
+
+
+def partly_refused(arch: str, config: dict, refused: list[str], fields: tuple[str, ...]) -> dict[str, str]:
+    """Field -> the error vLLM's config loading (transformers' config class, which it runs) raises on a config with
+    that one of the `without` fields null and the others as profiled; fields it accepts so are left out."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    out = {}
+    for field in fields:
+        with tempfile.TemporaryDirectory() as folder:
+            write_config(folder, arch, {**config, field: None}, refused)
+            try:
+                EngineArgs(model=folder, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128, enforce_eager=True,
+                           load_format="dummy", trust_remote_code=False, enable_prefix_caching=False).create_engine_config()
+            except Exception as e:  # noqa: BLE001 - recorded: the release refuses such a config while reading it
+                out[field] = f"{type(e).__name__}: {e}"
+    return out
 
 
 def write_config(folder: str, arch: str, config: dict, refused: list[str]) -> None:

@@ -64,6 +64,19 @@ class RefusedLoad:
 
 
 @dataclass(frozen=True)
+class RefusedConfig:
+    """config.json sets some of the fields one build reads together and leaves others null, which the release refuses
+    while reading it (transformers' Qwen4ExpConfig, run by vLLM 0.32: "QSA config is missing required fields"),
+    recorded from its own config loading, one field null at a time (the profile's `without.partly_null_refused`)."""
+
+    fields: tuple[str, ...]  # the null ones, in the order the profile lists the build's fields
+    together: tuple[str, ...]  # every field of that build
+    error: str | None  # the exception, `Type: message`, where recorded for exactly these fields (one); None: not recorded
+    release: str  # the release, as messages name it ("vllm 0.32.0")
+    source: str  # the profile file it is recorded in
+
+
+@dataclass(frozen=True)
 class LayerKind:
     """How a runtime builds one layer role: its tensor-parallel style and class name."""
 
@@ -100,6 +113,10 @@ class Architecture:
     # (checkpoint module pattern, `*` a layer number; why): loaded in every layer that stores a module of its block
     # (Qwen4Exp's QSA indexer under self_attn: the profile's `without.loads_only_with`)
     required_modules: tuple[tuple[str, str], ...] = ()
+    # (checkpoint module pattern, `*` a layer number; the release's error, its layer numbers `*`; why): load_weights
+    # raises on it (Qwen4Exp without QSA has no parameter for the indexer: the profile's `without.refused_only_with`)
+    refused_modules: tuple[tuple[str, str, str], ...] = ()
+    refused_config: RefusedConfig | None = None  # the release refuses this config.json while reading it
 
     def dropped(self, config: dict | None) -> frozenset[str]:
         """Checkpoint module names this release builds in no layer of that name, for this config.json."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from importlib.resources import files
 
-from repair.arch.base import Architecture, DroppedTensor, RefusedLoad
+from repair.arch.base import Architecture, DroppedTensor, RefusedConfig, RefusedLoad
 from repair.arch.layer_rules import LayerDrop, text_part
 from repair.arch.registry import Registry
 from repair.arch.roles import GENERIC_ROLES, UnquantizedRole
@@ -32,7 +32,8 @@ STAR = re.compile(r"\.\*(?=\.|$)")
 PLACED = re.compile(r"\{(\d{1,3})\}")
 # what the profiled runtime's own model code does with names, not which layers it builds: the prefix a layer hands its
 # quant config (Afmoe's lm_head: "" in vLLM 0.32, "lm_head" in SGLang 0.5.23's afmoe.py), what load_weights refuses or drops
-OWN_CODE = frozenset({"prefixes", "nvfp4_load_refused", "dropped", "load_refused", "loads_only_with"})
+OWN_CODE = frozenset({"prefixes", "nvfp4_load_refused", "dropped", "load_refused", "loads_only_with", "refused_only_with",
+                      "partly_null_refused"})
 # but 3-D experts (GraniteMoe's input_linear, Llama4's experts.gate_up_proj) load into the routed experts' FusedMoE, which
 # each runtime's model asks about under its `experts` module: SGLang 0.5.23 granitemoe.py:142-151, llama4.py:120-129
 ROUTED_EXPERTS = ".experts"
@@ -108,14 +109,19 @@ class ReleaseProfile:
 
 def as_configured(entry: dict | None, config: dict | None) -> dict | None:
     """The entry as vLLM builds the model for `config`: its `without` modules (Qwen4Exp without indexer_*: no QSA,
-    q/k/v quantized) when every field that build lacks is absent or null in the config's text part, else as profiled,
-    with the modules only that build loads (`loads_only_with`: QSA's indexer) where a config says so."""
+    q/k/v quantized) when every field that build lacks is absent or null in the config's text part, with what its
+    load_weights raises on (`refused_only_with`: QSA's indexer); else as profiled, with the modules only that build
+    loads (`loads_only_with`) and, where some of those fields are null, how the release refuses that config
+    (`partly_null_refused`, the null fields')."""
     without = (entry or {}).get("without")
     if not without or config is None:
         return entry
-    if any(text_part(config).get(f) is not None for f in without["fields"]):
-        return {**entry, "loads_only_with": without.get("loads_only_with", [])}
-    return {**entry, "modules": without["modules"]}
+    null = [f for f in without["fields"] if text_part(config).get(f) is None]
+    if len(null) == len(without["fields"]):
+        return {**entry, "modules": without["modules"], "refused_only_with": without.get("refused_only_with", {})}
+    recorded = without.get("partly_null_refused", {})
+    partly = {f: recorded.get(f) for f in null} if null and set(null) <= set(recorded) else {}
+    return {**entry, "loads_only_with": without.get("loads_only_with", []), "partly_null_refused": partly}
 
 
 def release_of(text: str) -> tuple[int, ...]:
@@ -210,10 +216,18 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
                      for p in entry.get("loads_only_with", ()))
     load = entry.get("load_refused")
     load_refused = RefusedLoad(load, profile.label, profile.source) if isinstance(load, str) and load else None
+    partly, together = entry.get("partly_null_refused") or {}, tuple(entry.get("without", {}).get("fields", ()))
+    config = RefusedConfig(tuple(partly), together, next(iter(partly.values())) if len(partly) == 1 else None,
+                           profile.label, profile.source) if partly else None
+    refused_modules = tuple((p, error, f"{profile.label} builds {name} without the layers {fields} configures where "
+                                       f"config.json leaves it null, as this one does, and that build's load_weights has no "
+                                       f"parameter for it (recorded in {profile.source})")
+                            for p, error in sorted(entry.get("refused_only_with", {}).items()))
     return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
                         unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused,
                         nvfp4_load_refused=refused, dropped_tensors=dropped, dropped_in_layers=drops,
                         load_refused=load_refused, built_quantized=BuiltQuantized(entry), required_modules=required,
+                        refused_modules=refused_modules, refused_config=config,
                         **names)
 
 

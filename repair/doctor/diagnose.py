@@ -16,6 +16,7 @@ from repair.doctor.checks import (config_findings, fused_findings, health_findin
 from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
                                     kv_scale_health, layer_map_findings, null_list_findings, runtime_refusal_findings)
 from repair.doctor.dropped import dropped_tensor_findings
+from repair.doctor.config_builds import refused_config_findings, unexpected_tensor_findings
 from repair.doctor.refused_load import load_refused_findings, registry_findings
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.fused import fused_storage_findings
@@ -92,7 +93,8 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += dropped_tensor_findings(infos, family, target, declaration.quantized)
     refused, refused_notes = load_refused_findings(family, target, architecture_name(ckpt.config, target), tp)
     unregistered, backend = registry_findings(target, ckpt.config, tp)
-    findings += refused + unregistered
+    findings += refused + unregistered + refused_config_findings(family, target, tp)
+    findings += unexpected_tensor_findings(infos, family, target, tp)
     # without a loader profile (no specs), what the target builds each stored quantized module as, for the health checks
     built = precision if specs else stored_precision([m.name for m in modules.values() if m.is_quantized], declaration, target, family)
     mismatched, notes = algorithm_findings(declaration, modules, specs, family, precision)
@@ -130,8 +132,8 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         loads, precision = module_loads
         findings = [f for f in findings if not replaced_by_loads(f)] + loads
         first = load_stops(loads, tp) or first
-    first = first or _build_stops(findings, tp, (Kind.LOAD_REFUSED,))  # its load_weights raises on every rank
-    first = _build_stops(findings, tp, (Kind.UNREGISTERED,)) or first  # refused while reading the config: before all
+    first = first or _build_stops(findings, tp, (Kind.LOAD_REFUSED, Kind.UNEXPECTED_TENSOR))  # load_weights raises on every rank
+    first = _build_stops(findings, tp, (Kind.UNREGISTERED, Kind.CONFIG_REFUSED)) or first  # refused reading the config: before all
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
     return Diagnosis(target, tp, tuple(findings), first, precision, bits, architecture_name(ckpt.config, target), simulated,

@@ -11,8 +11,9 @@ not, is not excluded); doctor asks the whole mapping the profile records for a l
 its quant config), and says so; listing the fused name too loads (vLLM tests it first, quant_utils.py:662).
 With QSA but the indexer's tensors left out of the checkpoint, vLLM (tracking weights) stops on its norms never
 initialised; the profile records the modules only the QSA build loads (`without.loads_only_with`), and doctor calls
-each one missing. Left (strict xfail, LEFT): a config without QSA over a checkpoint that still stores the indexer;
-a config with indexer_n_heads alone null, which transformers refuses before vLLM builds anything."""
+each one missing. A config without QSA over a checkpoint that still stores the indexer: the build without QSA raises
+on it (`without.refused_only_with`); a config with one indexer_* field alone null: transformers' config class refuses
+it before vLLM builds anything (`without.partly_null_refused`), both recorded from vLLM's own code."""
 
 from __future__ import annotations
 
@@ -79,14 +80,7 @@ CASES = {  # name -> (qsa, indexer, packed_qkv[, fused_named]), whether vLLM 0.3
     # fields", configuration_qwen4_exp.py:217), so vLLM never reaches its own indexer_n_heads test (model.py:243)
     "n-heads-null-packed-qkv": ((False, False, True, False, "indexer_n_heads"), False),
 }
-LEFT = {  # case -> why doctor still disagrees (strict xfail)
-    "no-qsa-excluded-qkv-with-indexer": "the profile records the modules only the QSA build loads (loads_only_with), not "
-                                        "that the build without QSA raises on them (\"There is no module or parameter named "
-                                        "'layers.N.self_attn.indexer'\"); doctor says healthy",
-    "n-heads-null-packed-qkv": "doctor reads QSA when any indexer_* field is set and then calls the indexer missing and "
-                               "q/k/v contradicted; vLLM stops earlier, at transformers' validation of the partial QSA "
-                               "config (\"QSA config is missing required fields\"), which no profile records",
-}
+LEFT: dict[str, str] = {}  # case -> why doctor still disagrees (strict xfail): none left
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -103,5 +97,13 @@ def test_doctor_agrees_with_vllm(healthy, case, tmp_path, capsys, request):
     if not loaded["ok"]:  # for vLLM's reason: its error text, or each weight it names left unfilled
         errors = [f for f in json.loads(out)["findings"] if f["severity"] == "error"]
         said = {f.get("runtime_error") for f in errors} | {f"{f['subject']}.weight" for f in errors if f["code"] == "missing-module"}
-        named = re.findall(r"'([^']+)'", loaded["error"]) if "not initialized" in loaded["error"] else [loaded["error"]]
-        assert set(named) <= said, (loaded["error"], errors)
+        if "not initialized" in loaded["error"]:
+            assert set(re.findall(r"'([^']+)'", loaded["error"])) <= said, (loaded["error"], errors)
+        else:
+            assert said & {loaded["error"], f"{loaded['error_type']}: {loaded['error']}", vllms_words(loaded)}, (loaded, errors)
+
+
+def vllms_words(loaded: dict) -> str:
+    """vLLM's error as doctor quotes it: `Type: message`, where a message lists a layer's parameters (a set, printed in
+    no fixed order: "There is no module or parameter named ..."), up to that list."""
+    return f"{loaded['error_type']}: {loaded['error'].split('. The available parameters')[0]}."
