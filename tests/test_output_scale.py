@@ -146,7 +146,7 @@ def test_fix_summary_names_out_quoted_for_the_shell(tmp_path):
 
     out = tmp_path / "out dir; rm -rf ~"
     report = {"doctor": {"target": "vllm==0.32.0", "after": {"findings": [{"code": "x"}]}}}
-    text = _summary(SimpleNamespace(copied_files=()), SimpleNamespace(out=out, report=report), FixOptions(quiet=True))
+    text = _summary(SimpleNamespace(copied_files=(), before=()), SimpleNamespace(out=out, report=report), FixOptions(quiet=True))
     line = next(line for line in text.splitlines() if "remain" in line)
     assert _command(line) == ["ckpt-repair", "doctor", str(out), "--target", "vllm==0.32.0"]
 
