@@ -61,8 +61,10 @@ class SourceDigest:
     are read through the pinned handle as they are passed. A copy that goes back in the file makes it hash
     the whole file again at the end, through the same handle."""
 
-    def __init__(self, pinned: PinnedFile):
-        self.pinned, self._digest, self._at, self._ordered = pinned, hashlib.sha256(), 0, True
+    def __init__(self, pinned: PinnedFile, head=None, at: int = 0):
+        """`head`: a sha256 already fed the file's bytes [0, at) (a header hashed as it was parsed: read once)."""
+        self.pinned, self._at, self._ordered = pinned, at, True
+        self._digest = head if head is not None else hashlib.sha256()
         self._hasher = Hasher()
 
     def copied(self, offset: int, written: memoryview) -> None:
