@@ -23,7 +23,7 @@ from tests.conftest import run_captured, run_cli
 from tests.test_reliability_corpus import tree
 
 SHARDS = [[f"model.layers.{i}.{part}."] for i in range(2) for part in ("self_attn", "mlp")] + [["model.norm."]]
-SOME = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+SOME = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
                 database=None)
 
 
