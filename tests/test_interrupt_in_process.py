@@ -157,7 +157,7 @@ def test_an_interrupt_as_a_file_is_opened_leaves_no_thread_or_open_file(point, s
 UNSHARD_POINTS = {  # where: (object, attribute, raised after the call returns instead of before)
     "shard_opened": (unshard_module, "HashedOutput", True),  # a rebuilt shard's file open, its `try` not entered yet
     "concat": (unshard_module, "_concat", False),
-    "rank_digest_started": (rank_digests, "SourceDigest", True),  # a rank file's hashing thread started, before the list holds it
+    "rank_hasher_started": (rank_digests, "Hasher", True),  # a rank files' hashing thread started, before the list holds it
     "rank_digests_checked": (rank_digests.RankDigests, "check", False),  # every rank file's hashing being finished
     "rank_digest_finished": (hashing.SourceDigest, "hexdigest", False),  # waiting for a rank file's hashing
     "small_file": (copies.WholeCopies, "digest", False),

@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,26 @@ def test_any_one_changed_byte_of_any_rank_file_is_refused(tp_out, capsys, data):
         _refused(capsys, tp, root / "out", name)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_rank_digests_use_a_bounded_number_of_threads_whatever_tp_the_manifest_says(tmp_path, monkeypatch):
+    """tp comes from a shared manifest (hostile: up to 4096): the rank files' hashing threads are bounded by the
+    machine, not by tp, so no manifest can exhaust the threads a container allows (that would be a traceback)."""
+    src = write_assistant(tmp_path / "src", replace(TINY, heads=8, backbone=512, hidden=256, intermediate=1024))
+    tp = 8
+    assert run_cli("fix", src, "-o", tmp_path / "tp", "--tp", str(tp), "--quiet") == 0
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    started, real_start = [], threading.Thread.start
+
+    def counted(self):
+        if self.name.startswith("sha256"):
+            started.append(self.name)
+        return real_start(self)
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    assert run_cli("unshard", tmp_path / "tp", "-o", tmp_path / "out") == 0
+    monkeypatch.undo()
+    outputs = len(json.loads((tmp_path / "out" / "repair_report.json").read_text())["outputs"])
+    assert len(started) <= outputs + 2, f"{len(started)} hashing threads for tp {tp}, {outputs} output files"
+    assert run_cli("fix", src, "-o", tmp_path / "fixed", "--quiet") == 0
+    same = {n for n in tree(tmp_path / "fixed")} - {"repair_report.json"}
+    assert {n: h for n, h in tree(tmp_path / "out").items() if n in same} == {n: h for n, h in tree(tmp_path / "fixed").items() if n in same}

@@ -8,12 +8,15 @@ ranks' read only to be hashed. All are compared with tp_manifest.json at the end
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from repair.errors import BadInput
+from repair.io.hasher import Hasher
 from repair.io.hashing import SourceDigest, sha256_pinned
 from repair.io.pins import PinnedFile
 from repair.io.safetensors import TensorInfo, read_header
@@ -71,27 +74,30 @@ def differs(path: Path) -> BadInput:
 
 class RankDigests:
     """Each rank file's digest, fed by the rebuild's reads (`of(rank)`); `check` compares every rank file with the
-    manifest. Its hashing threads start with signals held, and an error or interrupt stops them (`with`)."""
+    manifest. The digests share one hashing thread per core at most (tp comes from a shared manifest: no tp may ask
+    for thousands of threads), started with signals held and stopped when `with` ends, whatever ends it."""
 
     def __init__(self, manifest: Manifest, ranks: list[RankFile], gate: InterruptGate):
         self._manifest, self._ranks, self._gate = manifest, ranks, gate
+        self._hashers: list[Hasher] = []
         self._digests: list[SourceDigest] = []
 
     def __enter__(self) -> "RankDigests":
         """Starts the hashing threads here, not in __init__: an interrupt before `with` holds the object starts none,
         and one between two starts stops those begun before it leaves."""
         try:
-            for rank in self._ranks:
+            for _ in range(min(len(self._ranks), max(2, os.cpu_count() or 1))):
                 with self._gate.held():  # its thread starts: a signal waits until this list holds it to stop
-                    self._digests.append(SourceDigest(rank.file, rank.head, rank.data_start))
+                    self._hashers.append(Hasher())
         except BaseException:
             self.abort()
             raise
+        hashers = self._hashers
+        self._digests = [SourceDigest(rank.file, rank.head, rank.data_start, hashers[r % len(hashers)]) for r, rank in enumerate(self._ranks)]
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
-            self.abort()
+        self.abort()
 
     def of(self, rank: int) -> SourceDigest:
         return self._digests[rank]
@@ -109,8 +115,10 @@ class RankDigests:
                     raise differs(path)
 
     def abort(self) -> None:
-        for digest in self._digests:
-            digest.abort()
+        """Stops every hashing thread (after the jobs it holds): before the temp folder goes, or at the end."""
+        for hasher in self._hashers:
+            with contextlib.suppress(BaseException):
+                hasher.drain()
 
 
 def _sha256(pinned: PinnedFile) -> str:
