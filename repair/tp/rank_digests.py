@@ -30,7 +30,7 @@ class RankFile:
 
     file: PinnedFile
     tensors: dict[str, TensorInfo]
-    head: object  # hashlib sha256 fed bytes [0, data_start): the digest of the whole file continues from it
+    head: "hashlib._Hash"  # sha256 fed bytes [0, data_start): the whole file's digest continues from a copy of it
     data_start: int
 
 
@@ -93,7 +93,7 @@ class RankDigests:
             self.abort()
             raise
         hashers = self._hashers
-        self._digests = [SourceDigest(rank.file, rank.head, rank.data_start, hashers[r % len(hashers)]) for r, rank in enumerate(self._ranks)]
+        self._digests = [SourceDigest(rank.file, rank.head.copy(), rank.data_start, hashers[r % len(hashers)]) for r, rank in enumerate(self._ranks)]
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
