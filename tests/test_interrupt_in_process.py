@@ -22,6 +22,7 @@ import repair.execute.writer as writer
 import repair.io.atomic as atomic
 import repair.io.hashing as hashing
 import repair.io.shard_writer as shard_writer
+import repair.tp.rank_digests as rank_digests
 import repair.tp.source_digests as source_digests
 import repair.tp.unshard as unshard_module
 import repair.tp.write as tp_write
@@ -156,6 +157,9 @@ def test_an_interrupt_as_a_file_is_opened_leaves_no_thread_or_open_file(point, s
 UNSHARD_POINTS = {  # where: (object, attribute, raised after the call returns instead of before)
     "shard_opened": (unshard_module, "HashedOutput", True),  # a rebuilt shard's file open, its `try` not entered yet
     "concat": (unshard_module, "_concat", False),
+    "rank_hasher_started": (rank_digests, "Hasher", True),  # a rank files' hashing thread started, before the list holds it
+    "rank_digests_checked": (rank_digests.RankDigests, "check", False),  # every rank file's hashing being finished
+    "rank_digest_finished": (hashing.SourceDigest, "hexdigest", False),  # waiting for a rank file's hashing
     "small_file": (copies.WholeCopies, "digest", False),
     "small_file_opened": (hashing, "HashedOutput", True),  # a small file's copy open, before the copy holds it
     "small_file_copied": (copies, "copy_file_started", True),  # copied, before anything waits for its hashing

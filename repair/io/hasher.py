@@ -39,6 +39,14 @@ class Hasher:
             self._held += held
         self._jobs.put((job, held))
 
+    def wait(self) -> None:
+        """Wait until every job submitted so far is done, the thread still running (one hasher shared by several
+        digests: one is finished while the others go on); raises a job's error. Nothing may submit meanwhile."""
+        with self._room:
+            while self._pending and self._error is None:
+                self._room.wait()
+        self._raise()
+
     def drain(self) -> None:
         """Wait until every job is hashed and stop the thread; raises a job's error."""
         self._jobs.put(None)  # always (a stopped thread reads no more): no interrupt lands between a check and the put

@@ -61,9 +61,13 @@ class SourceDigest:
     are read through the pinned handle as they are passed. A copy that goes back in the file makes it hash
     the whole file again at the end, through the same handle."""
 
-    def __init__(self, pinned: PinnedFile):
-        self.pinned, self._digest, self._at, self._ordered = pinned, hashlib.sha256(), 0, True
-        self._hasher = Hasher()
+    def __init__(self, pinned: PinnedFile, head=None, at: int = 0, hasher: Hasher | None = None):
+        """`head`: a sha256 already fed the file's bytes [0, at) (a header hashed as it was parsed: read once).
+        `hasher`: a thread shared with other digests, which its owner drains (unshard: a bounded number for any tp)."""
+        self.pinned, self._at, self._ordered = pinned, at, True
+        self._digest = head if head is not None else hashlib.sha256()
+        self._shared = hasher is not None
+        self._hasher = hasher if hasher is not None else Hasher()
 
     def copied(self, offset: int, written: memoryview) -> None:
         """Bytes [offset, offset + len(written)) of the input, as the copy wrote them (`written_view`)."""
@@ -89,15 +93,19 @@ class SourceDigest:
 
     def hexdigest(self) -> str:
         """Waits for the copied chunks, then hashes what is left of the file."""
-        self._hasher.drain()
+        if self._shared:
+            self._hasher.wait()
+        else:
+            self._hasher.drain()
         if not self._ordered:
             self._digest, self._at, self._ordered = hashlib.sha256(), 0, True
         self._fill(self.pinned.size)
         return self._digest.hexdigest()
 
     def abort(self) -> None:
-        with contextlib.suppress(BaseException):
-            self._hasher.drain()
+        if not self._shared:
+            with contextlib.suppress(BaseException):
+                self._hasher.drain()
 
 
 def written_view(fd: int, at: int, n: int) -> memoryview:

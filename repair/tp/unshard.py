@@ -1,8 +1,9 @@
 """`unshard`: rebuild the standard checkpoint from `fix --tp` output, byte for byte.
 
 Reads tp_manifest.json, hostile data, through repair/tp/manifest.py (every name and value
-checked first), and checks every rank file against its recorded sha256. Each
-standard shard is then written with the manifest's header (canonical, or the source's own
+checked first), and every rank file once: the bytes read to rebuild are the bytes hashed
+(repair/tp/rank_digests.py), and a rank file whose sha256 is not the manifest's is refused at the
+end, before anything is published. Each standard shard is then written with the manifest's header (canonical, or the source's own
 verbatim) and every tensor is concatenated back from the ranks' slices, streaming: dim-0 splits
 are copied rank after rank, other dims interleaved a few MiB of rows at a time, replicated
 tensors copied from rank 0. Config and other small files come from rank-0, the index from the
@@ -19,16 +20,17 @@ from typing import Callable
 from repair.errors import BadInput
 from repair.io.atomic import build_atomically, check_files, check_header, write_json
 from repair.io.dtypes import nbytes
-from repair.io.hashing import HashedOutput, sha256_pinned
+from repair.io.hashing import HashedOutput, SourceDigest, sha256_pinned
 from repair.io.names import file_type_problem, regular_file
 from repair.io.pins import PinnedFile, Pins
-from repair.io.safetensors import TensorInfo, read_header
+from repair.io.safetensors import TensorInfo
 from repair.io.staging import InterruptGate
 from repair.io.shard_writer import OutTensor, encode_header
 from repair.execute.copies import WholeCopies
 from repair.execute.report import REPORT_NAME, unshard_report
 from repair.tp.io import pread_exact
-from repair.tp.manifest import MANIFEST, RANK_FILE, Manifest, read_manifest
+from repair.tp.manifest import RANK_FILE, Manifest, read_manifest
+from repair.tp.rank_digests import RankDigests, RankFile, read_rank, refuse_if_changed
 
 CHUNK = 8 << 20  # bytes of interleaved rows assembled at a time
 CHECK = "the check of the rebuilt checkpoint"
@@ -46,42 +48,45 @@ def unshard(src: Path, out: Path, *, overwrite: bool = False) -> UnshardResult:
     pins = Pins()  # the manifest and every rank file, opened once: every byte is read through these handles
     manifest = read_manifest(src, pins)
     ranks = _check_ranks(manifest, pins)
+    _check_slices(manifest, ranks)
     return build_atomically(src, out, overwrite, lambda tmp, gate: _build(src, manifest, ranks, pins, tmp, out, gate))
 
 
-def _check_ranks(manifest: Manifest, pins: Pins) -> list[dict[str, TensorInfo]]:
-    """Every rank file a regular file with the sha256 the manifest records, pinned; returns each rank's tensor infos."""
-    infos = []
+def _check_ranks(manifest: Manifest, pins: Pins) -> list[RankFile]:
+    """Every rank file a regular file, pinned (nothing is read before all are: a FIFO or a missing file is refused
+    first); then each rank's tensor file header, hashed as it is read."""
     for rank in manifest.ranks:
-        for path, digest in rank.files.values():
+        for path, _ in rank.files.values():
             if file_type_problem(path) == "is missing":
                 raise BadInput(f"{path}: missing; the tp output is incomplete, re-run `fix --tp`")
-            regular_file(path, "re-run `fix --tp`")  # stat first: hashing a FIFO would block forever
-            if _sha256(pins.pin(path)) != digest:
-                raise BadInput(f"{path}: sha256 differs from {MANIFEST}; the file was changed or damaged, re-run `fix --tp`")
-        path = rank.files[RANK_FILE][0]
-        infos.append(read_header(path, pins.get(path)).by_name())
-    return infos
+            regular_file(path, "re-run `fix --tp`")  # stat first: opening a FIFO would block forever
+            pins.pin(path)
+    return [read_rank(path, pins.get(path), digest) for path, digest in (rank.files[RANK_FILE] for rank in manifest.ranks)]
 
 
-def _sha256(pinned: PinnedFile) -> str:
-    try:
-        return sha256_pinned(pinned)
-    except EOFError:
-        raise BadInput(f"{pinned.path}: file ended while reading; it was truncated, re-run `fix --tp`") from None
+def _check_slices(manifest: Manifest, ranks: list[RankFile]) -> None:
+    """Every tensor's slice on every rank is stored with the manifest's dtype and shape, before anything is written;
+    a rank file that is not says so by its sha256 when that differs from the manifest's (read again: the failure path)."""
+    for name, entry in manifest.tensors.items():
+        for r, rank in enumerate(ranks):
+            info, want = rank.tensors.get(name), tuple(entry["ranks"][r]["shape"])
+            if info is None or info.shape != want or info.dtype != entry["dtype"]:
+                refuse_if_changed(rank.file, manifest.ranks[r].files[RANK_FILE][1])
+                found = "missing" if info is None else f"{info.dtype} {list(info.shape)}"
+                raise BadInput(f"rank {r}: {name} is {found}, the manifest says {entry['dtype']} {list(want)}; re-run `fix --tp`")
 
 
-def _build(src: Path, manifest: Manifest, ranks: list[dict[str, TensorInfo]], pins: Pins, tmp: Path, out: Path,
+def _build(src: Path, manifest: Manifest, ranks: list[RankFile], pins: Pins, tmp: Path, out: Path,
            gate: InterruptGate) -> UnshardResult:
     hashes: dict[str, str] = {}
-    files = [pins.get(r.files[RANK_FILE][0]) for r in manifest.ranks]
     small = {name: (pins.get(manifest.ranks[0].files[name][0]), _parent(tmp, name)) for name in manifest.files}
-    with WholeCopies(small, finish=True) as copies:  # rank 0's small files, copied beside the shards (and off the main thread)
-        for shard in manifest.shards:
+    with RankDigests(manifest, ranks, gate) as digests, WholeCopies(small, finish=True) as copies:  # rank 0's small files,
+        for shard in manifest.shards:  # copied beside the shards (and off the main thread)
             _parent(tmp, shard["name"])
-            hashes[shard["name"]] = _write_shard(tmp / shard["name"], shard, manifest.tensors, ranks, pins, files, gate)
+            hashes[shard["name"]] = _write_shard(tmp / shard["name"], shard, manifest.tensors, ranks, digests, pins, gate)
         for name in manifest.files:
             hashes[name] = copies.digest(name)
+        digests.check(pins, {name: hashes[name] for name in manifest.files})  # before anything else is written
     if manifest.index:
         name, text = manifest.index
         hashes[name] = _hashed_file(_parent(tmp, name), gate, lambda index: index.write(text.encode("utf-8")))
@@ -121,7 +126,7 @@ def _header(shard: dict, tensors: dict) -> bytes:
     return encode_header([OutTensor(n, tensors[n]["dtype"], tuple(tensors[n]["shape"])) for n in shard["tensors"]], shard["metadata"])
 
 
-def _write_shard(path: Path, shard: dict, tensors: dict, ranks: list[dict[str, TensorInfo]], pins: Pins, files: list[PinnedFile],
+def _write_shard(path: Path, shard: dict, tensors: dict, ranks: list[RankFile], digests: RankDigests, pins: Pins,
                  gate: InterruptGate) -> str:
     """Stream one standard shard: header, then each tensor rebuilt from the ranks; returns the sha256 of
     the bytes written (hashed from the buffers they were written from)."""
@@ -129,9 +134,9 @@ def _write_shard(path: Path, shard: dict, tensors: dict, ranks: list[dict[str, T
         out.write(_header(shard, tensors))
         for name in shard["tensors"]:
             entry = tensors[name]
-            parts = [_rank_info(ranks[r], name, entry, r) for r in range(len(ranks))]
+            parts = [(rank.file, rank.tensors[name], digests.of(r)) for r, rank in enumerate(ranks)]  # checked by _check_slices
             before = out.written
-            _concat(out, entry, parts, files)
+            _concat(out, entry, parts)
             if out.written - before != nbytes(entry["dtype"], tuple(entry["shape"])):
                 raise BadInput(f"{name}: the ranks' slices do not add up to {entry['shape']}; the manifest and rank files disagree")
     try:
@@ -141,41 +146,38 @@ def _write_shard(path: Path, shard: dict, tensors: dict, ranks: list[dict[str, T
         raise BadInput(f"{path.name}: a rank file ended while it was read; it was truncated, re-run `fix --tp`") from None
 
 
-def _rank_info(infos: dict[str, TensorInfo], name: str, entry: dict, rank: int) -> TensorInfo:
-    info = infos.get(name)
-    want = tuple(entry["ranks"][rank]["shape"])
-    if info is None or info.shape != want or info.dtype != entry["dtype"]:
-        found = "missing" if info is None else f"{info.dtype} {list(info.shape)}"
-        raise BadInput(f"rank {rank}: {name} is {found}, the manifest says {entry['dtype']} {list(want)}; re-run `fix --tp`")
-    return info
+Part = tuple[PinnedFile, TensorInfo, SourceDigest]  # one rank's slice of a tensor, and the digest its reads feed
 
 
-def _concat(out: HashedOutput, entry: dict, parts: list[TensorInfo], files: list[PinnedFile]) -> None:
-    """Write the full tensor: rank 0's copy when replicated, else the ranks' slices joined along `dim`."""
+def _concat(out: HashedOutput, entry: dict, parts: list[Part]) -> None:
+    """Write the full tensor: rank 0's copy when replicated, else the ranks' slices joined along `dim`. Every byte
+    read from a rank file feeds that file's digest (the copies' as written, the interleaved rows' as read)."""
     dim = entry["dim"]
     if nbytes(entry["dtype"], tuple(entry["shape"])) == 0:
         return  # nothing to join (and an empty tensor's other dims may be huge: no loop over them)
     if dim is None:
-        out.copy(files[0], parts[0].start, parts[0].nbytes)
+        file, info, digest = parts[0]
+        out.copy(file, info.start, info.nbytes, digest)
         return
     shape = entry["shape"]
     outer = 1
     for d in shape[:dim]:
         outer *= d
     if outer == 1:
-        for file, info in zip(files, parts):
-            out.copy(file, info.start, info.nbytes)
+        for file, info, digest in parts:
+            out.copy(file, info.start, info.nbytes, digest)
         return
-    widths = [info.nbytes // outer for info in parts]  # each rank's bytes per outer row
+    widths = [info.nbytes // outer for _, info, _ in parts]  # each rank's bytes per outer row
     row = sum(widths)
     step = max(1, CHUNK // max(row, 1))
     for o0 in range(0, outer, step):
         k = min(step, outer - o0)
         buf = bytearray(k * row)
         col = 0
-        for file, info, w in zip(files, parts, widths):
+        for (file, info, digest), w in zip(parts, widths):
             part = bytearray(k * w)
             pread_exact(file.fd, info.start + o0 * w, memoryview(part), info.name)
+            digest.read(info.start + o0 * w, part)
             for i in range(k):
                 buf[i * row + col: i * row + col + w] = part[i * w:(i + 1) * w]
             col += w

@@ -1,0 +1,133 @@
+"""The sha256 of every rank file `unshard` reads, from the reads that rebuild the checkpoint: each byte read once.
+
+A rank file's header is hashed as it is parsed; its tensor bytes as the rebuild copies or reads them
+(io/hashing.SourceDigest), and the bytes no rebuild reads (a replicated tensor's copy on ranks past 0) through
+the same pinned handle as the digest passes them. Rank 0's small files are hashed by their whole copies, the other
+ranks' read only to be hashed. All are compared with tp_manifest.json at the end, before anything is published.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from repair.errors import BadInput
+from repair.io.hasher import Hasher
+from repair.io.hashing import SourceDigest, sha256_pinned
+from repair.io.pins import PinnedFile
+from repair.io.safetensors import TensorInfo, read_header
+from repair.io.staging import InterruptGate
+from repair.tp.manifest import MANIFEST, RANK_FILE, Manifest
+
+
+@dataclass(frozen=True)
+class RankFile:
+    """One rank's tensor file: its pinned handle, its tensors, and the sha256 of its header bytes as parsed."""
+
+    file: PinnedFile
+    tensors: dict[str, TensorInfo]
+    head: "hashlib._Hash"  # sha256 fed bytes [0, data_start): the whole file's digest continues from a copy of it
+    data_start: int
+
+
+class _HashedReads:
+    """A pinned file as read_header reads it (its size, `read_into`): the bytes read from offset 0 on are hashed as
+    they pass, so the header is never read again for its digest."""
+
+    def __init__(self, pinned: PinnedFile):
+        self.pinned, self.size, self.digest, self.at = pinned, pinned.size, hashlib.sha256(), 0
+
+    def read_into(self, offset: int, view: memoryview) -> int:
+        got = self.pinned.read_into(offset, view)
+        if offset == self.at:
+            self.digest.update(view[:got])
+            self.at += got
+        return got
+
+
+def read_rank(path: Path, pinned: PinnedFile, digest: str) -> RankFile:
+    """A rank file's header, hashed as read; a header that does not parse is named as damaged when the file's sha256
+    differs from the manifest (the cause), else by what is wrong with it."""
+    reads = _HashedReads(pinned)
+    try:
+        header = read_header(path, reads)  # type: ignore[arg-type]  # a PinnedFile's size and read_into
+    except BadInput:
+        refuse_if_changed(pinned, digest)
+        raise
+    return RankFile(pinned, header.by_name(), reads.digest, reads.at)
+
+
+def refuse_if_changed(pinned: PinnedFile, digest: str) -> None:
+    """After a rank file disagreed with the manifest: the one line saying it is not the file `fix --tp` wrote, when
+    its sha256 shows that (the file is read again: this is the failure path)."""
+    if _sha256(pinned) != digest:
+        raise differs(pinned.path)
+
+
+def differs(path: Path) -> BadInput:
+    return BadInput(f"{path}: sha256 differs from {MANIFEST}; the file was changed or damaged, re-run `fix --tp`")
+
+
+class RankDigests:
+    """Each rank file's digest, fed by the rebuild's reads (`of(rank)`); `check` compares every rank file with the
+    manifest. The digests share one hashing thread per core at most (tp comes from a shared manifest: no tp may ask
+    for thousands of threads), started with signals held and stopped when `with` ends, whatever ends it."""
+
+    def __init__(self, manifest: Manifest, ranks: list[RankFile], gate: InterruptGate):
+        self._manifest, self._ranks, self._gate = manifest, ranks, gate
+        self._hashers: list[Hasher] = []
+        self._digests: list[SourceDigest] = []
+
+    def __enter__(self) -> "RankDigests":
+        """Starts the hashing threads here, not in __init__: an interrupt before `with` holds the object starts none,
+        and one between two starts stops those begun before it leaves."""
+        try:
+            for _ in range(min(len(self._ranks), max(2, os.cpu_count() or 1))):
+                with self._gate.held():  # its thread starts: a signal waits until this list holds it to stop
+                    self._hashers.append(Hasher())
+        except BaseException:
+            self.abort()
+            raise
+        hashers = self._hashers
+        self._digests = [SourceDigest(rank.file, rank.head.copy(), rank.data_start, hashers[r % len(hashers)]) for r, rank in enumerate(self._ranks)]
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.abort()
+
+    def of(self, rank: int) -> SourceDigest:
+        return self._digests[rank]
+
+    def check(self, pins, copied: dict[str, str]) -> None:
+        """Every rank file's sha256 is the manifest's, or the one line naming the first that is not. `copied`: rank 0's
+        small files' digests, of the bytes their copies read; every other small file is read here to be hashed."""
+        for number, rank in enumerate(self._manifest.ranks):
+            for name, (path, digest) in rank.files.items():
+                if name == RANK_FILE:
+                    found = _whole(self._digests[number].pinned, self._digests[number].hexdigest)
+                else:
+                    found = copied[name] if number == 0 and name in copied else _sha256(pins.get(path))
+                if found != digest:
+                    raise differs(path)
+
+    def abort(self) -> None:
+        """Stops every hashing thread (after the jobs it holds): before the temp folder goes, or at the end."""
+        for hasher in self._hashers:
+            with contextlib.suppress(BaseException):
+                hasher.drain()
+
+
+def _sha256(pinned: PinnedFile) -> str:
+    return _whole(pinned, lambda: sha256_pinned(pinned))
+
+
+def _whole(pinned: PinnedFile, digest: Callable[[], str]) -> str:
+    """A digest finished by reading the rest of its file: a file that ends first was truncated (one line)."""
+    try:
+        return digest()
+    except EOFError:
+        raise BadInput(f"{pinned.path}: file ended while reading; it was truncated, re-run `fix --tp`") from None
