@@ -1,0 +1,95 @@
+"""SGLang 0.5.23's Transformers-backend fallback, as its rules file records it (tools/sglang_backend.py: its own gate,
+model_loader/utils.py `resolve_transformers_arch`, asked on every top-level transformers name; the SGLang tier,
+tests/sglang/test_registry_vs_sglang.py, checks these verdicts against SGLang's get_model_architecture).
+
+With no listed name in its registry, SGLang asks its Transformers backend about EVERY listed name, in order (vLLM asks
+about the first only): a name transformers lacks is refused ("Cannot find model module"), one whose transformers class
+is not backend-compatible is refused ("has no SGlang implementation"), before any layer is built, on every rank.
+Only when every name passes does it build the backend's class, whose layers no profile row describes: a note."""
+
+from __future__ import annotations
+
+import pytest
+
+from repair.targets.profiles import resolve
+from tests.conftest import run_captured
+from tests.test_doctor_load_refused import DBRX, write_dbrx
+from tests.test_listed_architectures import dbrx, doctor_json, unregistered
+
+TARGET = "sglang==0.5.23"
+BACKEND = resolve(TARGET).registry.backend
+INCOMPATIBLE = "Qwen4ExpForCausalLM"  # transformers 5.19's class, _supports_attention_backend False; SGLang has none
+TAKEN = "DiffLlamaForCausalLM"  # transformers' class the backend takes; SGLang registers none of that name
+REFUSAL = f"ValueError: {INCOMPATIBLE} has no SGlang implementation and the Transformers implementation is not compatible with SGLang."
+
+
+def missing(name: str) -> str:
+    return ("ValueError: Cannot find model module. " f"'{name}' is not a registered model in the Transformers library (only "
+            "relevant if the model is meant to be in Transformers) and 'AutoModel' is not present in the model config's "
+            "'auto_map' (relevant if the model is custom).")
+
+
+def test_the_recorded_gate_is_sglangs_own():
+    """The facts the tests below read are SGLang's (its words, the names it takes), not a hand table."""
+    assert BACKEND.asks_each and TAKEN in BACKEND.takes and TAKEN not in resolve(TARGET).registry.names
+    assert BACKEND.refuses[INCOMPATIBLE].replace("{architecture}", INCOMPATIBLE) == REFUSAL
+    assert INCOMPATIBLE not in resolve(TARGET).registry.names
+    assert BACKEND.missing.replace("{architecture}", "X") == missing("X")
+
+
+@pytest.mark.parametrize("listed,error", [([INCOMPATIBLE], REFUSAL), (["NotARealForCausalLM"], missing("NotARealForCausalLM")),
+                                          ([TAKEN, "NotARealForCausalLM"], missing("NotARealForCausalLM")),
+                                          ([INCOMPATIBLE, "NotARealForCausalLM"], REFUSAL)])
+def test_a_refused_name_stops_sglang_on_every_rank_in_its_own_words(tmp_path, capsys, listed, error):
+    code, found = doctor_json(capsys, dbrx(tmp_path, listed), "--target", TARGET, "--tp", "2")
+    [f] = unregistered(found)
+    assert code == 1 and f["severity"] == "error" and f["runtime_error"] == error, f
+    assert [(s["rank"], s["error"]) for s in found["runtime_stops_at"]] == [(0, error), (1, error)]
+    assert "SGLang" in f["message"] or "sglang" in f["message"], f
+
+
+def test_fix_refuses_a_model_sglang_refuses_in_one_line(tmp_path, capsys):
+    folder = dbrx(tmp_path, [INCOMPATIBLE])
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--target", TARGET)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "[unregistered-architecture]" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_names_the_backend_takes_are_a_note_not_an_error(tmp_path, capsys):
+    code, found = doctor_json(capsys, dbrx(tmp_path, [TAKEN], quantized=False), "--target", TARGET)
+    assert not unregistered(found) and not found["runtime_stops_at"]
+    [note] = [n for n in found["notes"] if n["code"] == "unregistered-architecture"]
+    assert "Transformers backend" in note["message"] and TAKEN in note["message"], note
+
+
+def test_a_registered_name_anywhere_in_the_list_is_built_without_asking_the_backend():
+    assert resolve(TARGET).built({"architectures": [INCOMPATIBLE, "DbrxForCausalLM"]}).name == "DbrxForCausalLM"
+
+
+def test_an_auto_map_automodel_is_a_note_and_another_key_changes_nothing(tmp_path, capsys):
+    """SGLang loads auto_map's `AutoModel` code for a name transformers lacks (it then asks that class); any other
+    key (AutoModelForCausalLM) leaves the name missing: refused."""
+    remote = {"architectures": ["MyRemoteForCausalLM"], "auto_map": {"AutoConfig": "x.C", "AutoModel": "x.M"}}
+    said = resolve(TARGET).built(remote)
+    assert said.error is not None and said.backend, said
+    other = resolve(TARGET).built(dict(remote, auto_map={"AutoModelForCausalLM": "x.M"}))
+    assert other.error == missing("MyRemoteForCausalLM") and not other.backend, other
+    folder = write_dbrx(tmp_path / "remote", quantized=True, config=dict(DBRX, **remote))
+    code, found = doctor_json(capsys, folder, "--target", TARGET)
+    assert not unregistered(found) and not found["runtime_stops_at"]
+    [note] = [n for n in found["notes"] if n["code"] == "unregistered-architecture"]
+    assert "auto_map" in note["message"] and said.error in note["message"], note
+
+
+def test_a_release_past_the_rules_gets_a_note_not_a_refusal(tmp_path, capsys):
+    """sglang==0.5.24 takes 0.5.23's rules; its registry (and transformers beside it) may have the class."""
+    code, found = doctor_json(capsys, dbrx(tmp_path, [INCOMPATIBLE]), "--target", "sglang==0.5.24")
+    assert not unregistered(found) and not found["runtime_stops_at"]
+    assert [n for n in found["notes"] if n["code"] == "unregistered-architecture"]
+
+
+def test_older_sglang_rules_record_no_registry_and_judge_nothing(tmp_path, capsys):
+    """0.5.9-0.5.11's rules files record neither the registry nor the fallback: the first listed name is read."""
+    for spec in ("sglang==0.5.9", "sglang==0.5.10", "sglang==0.5.11"):
+        assert resolve(spec).registry is None
+        assert not unregistered(doctor_json(capsys, dbrx(tmp_path / spec, [INCOMPATIBLE]), "--target", spec)[1])
