@@ -62,6 +62,13 @@ def test_names_the_backend_takes_are_a_note_not_an_error(tmp_path, capsys):
     assert "Transformers backend" in note["message"] and TAKEN in note["message"], note
 
 
+def test_a_name_the_gate_skips_unasked_is_taken():
+    """SGLang's gate passes a name starting "Transformers" without asking transformers (utils.py:113), so an unknown
+    `TransformersX` does not stop it: the backend builds the model."""
+    said = resolve(TARGET).built({"architectures": ["TransformersNotRealForCausalLM", TAKEN]})
+    assert said.error is None and said.backend == "transformers", said
+
+
 def test_a_registered_name_anywhere_in_the_list_is_built_without_asking_the_backend():
     assert resolve(TARGET).built({"architectures": [INCOMPATIBLE, "DbrxForCausalLM"]}).name == "DbrxForCausalLM"
 

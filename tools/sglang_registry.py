@@ -13,10 +13,12 @@ SGLang logs), so it is a subset of the wheel's.
 `transformers_backend` is asked of SGLang's own gate (model_loader/utils.py `resolve_transformers_arch`, which
 `get_model_architecture` runs with model_impl="auto" when no listed name is registered): every top-level name of the
 transformers installed beside it, one at a time, is `takes` (the gate returns: the backend builds the model) or
-refused (`refuses`: its error, the name as `{architecture}`, -> the names); `missing` is its error for a name
+refused (`refuses`: its ValueError, the name as `{architecture}`, -> the names), or `unanswered` (its class does
+not import on this host, e.g. an audio processor needing librosa: the serving host's packages decide); `missing` is its error for a name
 transformers lacks; `auto_map` the error for such a name when config.json's auto_map has that key and its code does
 not load (a key absent from it changes nothing); `asks` is "each" when a taken name listed before a missing one is
-refused too (the gate asks every listed name), else "first". Imports nothing from ``repair``.
+refused too (the gate asks every listed name), else "first"; `skips`, the leading words of registered names (e.g.
+"Transformers") with which an unknown name passes the gate unasked. Imports nothing from ``repair``.
 """
 
 from __future__ import annotations
@@ -67,34 +69,40 @@ def gate(names: list[str], folder: str, auto_map: dict | None = None) -> str | N
     return None
 
 
-def backend_facts() -> dict:
+def backend_facts(registered: list[str]) -> dict:
     """What SGLang's Transformers backend does with each name its registry lacks (see the module docstring)."""
+    import re
     import tempfile
 
     import transformers
 
-    takes, refuses = [], {}
+    words = sorted({m.group() for n in registered if (m := re.match(r"[A-Z][a-z0-9]*", n))})
+
+    takes, refuses, unanswered = [], {}, []
     with tempfile.TemporaryDirectory() as folder:  # no auto_map code in it: a key's module never loads
         for name in sorted(n for n in dir(transformers) if not n.startswith("_")):
             said = gate([name], folder)
             if said is None:
                 takes.append(name)
-            else:
+            elif said.startswith("ValueError: "):
                 refuses.setdefault(said.replace(name, "{architecture}"), []).append(name)
+            else:  # its class does not import here (a package this host lacks): the serving host's answer may differ
+                unanswered.append(name)
         missing = gate([UNKNOWN], folder).replace(UNKNOWN, "{architecture}")
         auto_map = {k: said.replace(UNKNOWN, "{architecture}") for k in AUTO_MAP_KEYS
                     if (said := gate([UNKNOWN], folder, {k: "absent_module.Absent"})) != missing.replace("{architecture}", UNKNOWN)}
         asks = "each" if takes and gate([takes[0], UNKNOWN], folder) is not None else "first"
-    return {"transformers": transformers.__version__, "asks": asks, "missing": missing, "auto_map": auto_map,
-            "refuses": {k: v for k, v in sorted(refuses.items()) if k != missing}, "takes": takes}
+        skips = [w for w in words if gate([w + UNKNOWN], folder) is None]
+    return {"transformers": transformers.__version__, "asks": asks, "skips": skips, "missing": missing, "auto_map": auto_map,
+            "refuses": {k: v for k, v in sorted(refuses.items()) if k != missing}, "unanswered": unanswered, "takes": takes}
 
 
 def main(argv: list[str]) -> int:
     if not argv:
         from sglang.srt.models.registry import ModelRegistry
 
-        OUT.write(json.dumps({"registered": sorted(ModelRegistry.get_supported_archs()),
-                              "transformers_backend": backend_facts()}) + "\n")
+        registered = sorted(ModelRegistry.get_supported_archs())
+        OUT.write(json.dumps({"registered": registered, "transformers_backend": backend_facts(registered)}) + "\n")
     for folder in argv:
         OUT.write(json.dumps(resolved(os.path.abspath(folder))) + "\n")
     return 0

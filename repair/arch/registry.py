@@ -114,16 +114,19 @@ class Backend:
     missing: str
     auto_map: Mapping[str, str] = field(default_factory=dict)
     asks_each: bool = True  # every listed name is asked, in order (else only the first)
+    skips: tuple[str, ...] = ()  # a name starting with one of these passes unasked (SGLang's "Transformers")
+    unanswered: frozenset[str] = frozenset()  # classes that did not import where recorded: no refusal is claimed
 
     @classmethod
     def read(cls, doc: object) -> Backend | None:
         """The rules file's `transformers_backend` block ({"takes", "refuses": {error: [names]}, "missing", "auto_map",
-        "asks"}); None when absent or not of that form."""
+        "asks", "skips", "unanswered"}); None when absent or not of that form."""
         if not isinstance(doc, dict) or not isinstance(doc.get("takes"), list) or not isinstance(doc.get("missing"), str):
             return None
         refuses = {n: said for said, names in (doc.get("refuses") or {}).items() for n in names}
         return cls(frozenset(doc["takes"]), MappingProxyType(refuses), doc["missing"],
-                   MappingProxyType(dict(doc.get("auto_map") or {})), doc.get("asks", "each") == "each")
+                   MappingProxyType(dict(doc.get("auto_map") or {})), doc.get("asks", "each") == "each",
+                   tuple(doc.get("skips") or ()), frozenset(doc.get("unanswered") or ()))
 
     def verdict(self, names: tuple[str, ...], config: dict | None) -> Resolved:
         """What the gate does with `names` (none registered): the first refused name's error; for a name transformers
@@ -134,7 +137,7 @@ class Backend:
         for name in names if self.asks_each else names[:1]:
             if name in self.refuses:
                 return Resolved(None, error=self.refuses[name].replace("{architecture}", shown(name)))
-            if name in self.takes:
+            if name in self.takes or name in self.unanswered or name.startswith(self.skips):
                 continue
             if remote is not None:
                 return Resolved(names[0], "auto_map", remote.replace("{architecture}", shown(name)))

@@ -26,7 +26,8 @@ FALLBACK = {"incompatible": {"architectures": ["Qwen4ExpForCausalLM"]}, "missing
             "taken-then-incompatible": {"architectures": ["DiffLlamaForCausalLM", "Qwen4ExpForCausalLM"]},
             "automodel-absent": {"architectures": ["NotARealForCausalLM"], "auto_map": {"AutoModel": "absent.Absent"}},
             "automodel-for-causal-lm": {"architectures": ["NotARealForCausalLM"], "auto_map": {"AutoModelForCausalLM": "absent.A"}},
-            "transformers-name": {"architectures": ["TransformersForCausalLM"]}}
+            "transformers-name": {"architectures": ["TransformersForCausalLM"]},
+            "transformers-prefixed-unknown": {"architectures": ["TransformersNotRealForCausalLM"]}}
 
 
 def in_sglang(*args) -> list[dict]:
