@@ -100,3 +100,20 @@ def test_older_sglang_rules_record_no_registry_and_judge_nothing(tmp_path, capsy
     for spec in ("sglang==0.5.9", "sglang==0.5.10", "sglang==0.5.11"):
         assert resolve(spec).registry is None
         assert not unregistered(doctor_json(capsys, dbrx(tmp_path / spec, [INCOMPATIBLE]), "--target", spec)[1])
+
+
+def test_a_hostile_name_is_cut_and_forges_no_line(tmp_path, capsys):
+    """SGLang repeats the listed name whole in its refusal; doctor cuts it and escapes a newline, so a 1 MB name or
+    one holding a line of its own stays one bounded line."""
+    code, found = doctor_json(capsys, dbrx(tmp_path / "huge", ["X" * 1_000_000]), "--target", TARGET)
+    [f] = unregistered(found)
+    assert code == 1 and len(f["message"]) + len(f["runtime_error"]) < 5000, f
+    code, out, err = run_captured(capsys, "doctor", dbrx(tmp_path / "forged", ["Foo\nerror: forged"]), "--target", TARGET)
+    assert code == 1 and not [line for line in out.splitlines() if line.startswith("error: forged")], out
+
+
+def test_a_long_list_is_judged_at_its_first_refused_name(tmp_path):
+    """200,000 listed names, the first one missing: the verdict names it, whatever follows."""
+    listed = ["NotARealForCausalLM"] + [TAKEN] * 200_000
+    assert resolve(TARGET).built({"architectures": listed}).error == missing("NotARealForCausalLM")
+    assert resolve(TARGET).built({"architectures": listed[1:] + [INCOMPATIBLE]}).error == REFUSAL
