@@ -133,15 +133,15 @@ def test_a_name_cannot_forge_an_output_line(tmp_path, capsys):
 def test_sglang_builds_the_first_name_it_registers_and_is_not_judged_without_one():
     """SGLang 0.5.23's resolve_model_cls builds the first listed name its registry has (its rules file's `registry`,
     the wheel's EntryClass lists; tests/sglang/test_registry_vs_sglang.py asks SGLang); with none registered its
-    Transformers backend's recorded gate refuses (tests/test_sglang_fallback.py); 0.5.9 records neither, so the first
-    listed name is read, as before, and no error is claimed."""
+    Transformers backend's recorded gate refuses (tests/test_sglang_fallback.py); 0.5.9 records its registry but not
+    that gate, so with none registered the first listed name is read, as before, and no error is claimed."""
     from repair.targets.profiles import resolve
 
     sglang, older = resolve("sglang==0.5.23"), resolve("sglang==0.5.9")
     assert sglang.built({"architectures": ["NotARealForCausalLM", "DbrxForCausalLM"]}).name == "DbrxForCausalLM"
     assert "Cannot find model module" in sglang.built({"architectures": ["NotARealForCausalLM"]}).error
     assert older.built({"architectures": ["NotARealForCausalLM"]}).error is None
-    assert older.built({"architectures": ["NotARealForCausalLM", "DbrxForCausalLM"]}).name == "NotARealForCausalLM"
+    assert older.built({"architectures": ["NotARealForCausalLM"]}).name == "NotARealForCausalLM"
 
 
 def test_a_release_older_than_every_profile_is_not_judged_by_the_oldest_registry(tmp_path, capsys):

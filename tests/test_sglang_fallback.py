@@ -95,10 +95,14 @@ def test_a_release_past_the_rules_gets_a_note_not_a_refusal(tmp_path, capsys):
     assert [n for n in found["notes"] if n["code"] == "unregistered-architecture"]
 
 
-def test_older_sglang_rules_record_no_registry_and_judge_nothing(tmp_path, capsys):
-    """0.5.9-0.5.11's rules files record neither the registry nor the fallback: the first listed name is read."""
+def test_older_sglang_rules_record_the_registry_but_not_the_fallback(tmp_path, capsys):
+    """0.5.9-0.5.11's rules files record their wheel's registry (the same resolve_model_cls: the first registered
+    listed name is built) but not their backend's gate, which needs each release installed with the transformers it
+    pins (4.57.1, 5.3.0, 5.6.0): with none registered the first listed name is read, and no refusal is claimed."""
     for spec in ("sglang==0.5.9", "sglang==0.5.10", "sglang==0.5.11"):
-        assert resolve(spec).registry is None
+        older = resolve(spec)
+        assert older.registry.backend is None and "DbrxForCausalLM" in older.registry.names
+        assert older.built({"architectures": ["NotARealForCausalLM", "DbrxForCausalLM"]}).name == "DbrxForCausalLM"
         assert not unregistered(doctor_json(capsys, dbrx(tmp_path / spec, [INCOMPATIBLE]), "--target", spec)[1])
 
 
