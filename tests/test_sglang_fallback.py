@@ -86,6 +86,7 @@ def test_an_auto_map_automodel_is_a_note_and_another_key_changes_nothing(tmp_pat
     assert not unregistered(found) and not found["runtime_stops_at"]
     [note] = [n for n in found["notes"] if n["code"] == "unregistered-architecture"]
     assert "auto_map" in note["message"] and said.error in note["message"], note
+    assert "even without --trust-remote-code" in note["message"], note  # tests/sglang/test_registry_vs_sglang.py
 
 
 def test_a_release_past_the_rules_gets_a_note_not_a_refusal(tmp_path, capsys):

@@ -88,8 +88,9 @@ def registry_findings(target: Target, config: dict | None, tp: int) -> tuple[lis
     if resolved.backend == "auto_map":
         return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, names,
                             f"{names}: neither {who}'s registry (recorded in {source}) nor transformers has a model class "
-                            "of this name, so its Transformers backend loads the class config.json's auto_map names as "
-                            "AutoModel (running that code) and builds it if that class is backend-compatible, with layers "
+                            "of this name, so its Transformers backend imports the module config.json's auto_map names "
+                            "as AutoModel, running that code even without --trust-remote-code (its gate never asks that "
+                            "flag), and builds it if that class is backend-compatible, with layers "
                             "the profile's rows do not describe (doctor checks them as a generic model's); if that code "
                             f"does not load it refuses: {resolved.error}")]
     if resolved.backend:

@@ -69,3 +69,18 @@ def test_the_backend_gate_doctor_reads_is_what_sglang_does(tmp_path):
             assert answer.get("architecture", "").startswith("Transformers"), (name, said, answer)
         else:
             assert answer.get("error") == said.error, (name, said, answer)
+
+
+def test_sglang_runs_auto_map_code_without_trust_remote_code(tmp_path):
+    """auto_map's AutoModel module, for a name transformers lacks: SGLang's gate imports it (utils.py:123-129) though
+    its ModelConfig was made without trust_remote_code, and builds the backend when that class passes; doctor's note
+    says so (the module here only writes a marker file)."""
+    marker = tmp_path / "ran"
+    folder = tmp_path / "remote"
+    folder.mkdir()
+    config = dict(DBRX, architectures=["MyRemoteForCausalLM"], auto_map={"AutoModel": "remote_mod.Remote"})
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "remote_mod.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\nclass Remote:\n    pass\n")
+    [answer] = in_sglang(folder)
+    assert marker.exists() and answer.get("architecture", "").startswith("Transformers"), answer
+    assert resolve(TARGET).built(config).backend == "auto_map"
