@@ -9,15 +9,19 @@ refused, and [DbrxModel, LlamaForCausalLM] builds DBRX). Only when no listed nam
 it that the backend takes; otherwise it refuses the model. The
 profile's `registry`, `transformers_fallback`, `unsupported` and `retired` are those facts, generated from the release's own
 registry (tools/vllm_registry.py). SGLang 0.5.23 builds the first listed name it registers too (models/registry.py
-`resolve_model_cls`); its rules file records only the names (`registry`, the wheel's EntryClass lists: the Transformers
-fallback asks every listed name there, model_loader/utils.py `resolve_transformers_arch`, not recorded), so with none
-registered it is read as before, as is a release with no such data: the first listed name.
+`resolve_model_cls`; its rules file's `registry`, the wheel's EntryClass lists); with none registered its Transformers
+backend asks about EVERY listed name in order (model_loader/utils.py:108-191 `resolve_transformers_arch`), refusing at
+the first one transformers lacks or whose class is not backend-compatible: the rules file's `transformers_backend`,
+asked of that function itself (tools/sglang_backend.py), read as a `Backend`. A release with no such data (SGLang
+0.5.9-0.5.11) is read as before: the first listed name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
+from types import MappingProxyType
+from typing import Mapping
 
 from repair.errors import one_line
 
@@ -41,6 +45,7 @@ class Registry:
     label: str  # "vllm 0.32.0", as messages name the release
     source: str  # the profile file the facts come from
     suffixes: tuple = ()  # (suffix, runner, convert) in its order: an unregistered name's task suffix (_normalize_arch)
+    backend: Backend | None = None  # its Transformers backend's gate name by name, where recorded (SGLang's)
 
     @classmethod
     def read(cls, doc: dict, label: str, source: str) -> Registry | None:
@@ -51,9 +56,10 @@ class Registry:
                    dict(doc.get("malformed") or {}), label, source, tuple(tuple(s) for s in doc.get("suffixes", ())))
 
     @classmethod
-    def named(cls, names: frozenset[str], label: str, source: str) -> Registry | None:
-        """Only the registered names (a rules file's `registry`): what the release does with none listed is not known."""
-        return cls(names, frozenset(), None, {}, {}, label, source) if names else None
+    def named(cls, names: frozenset[str], label: str, source: str, backend: Backend | None = None) -> Registry | None:
+        """The registered names (a rules file's `registry`) and, where recorded, its backend's gate; without that gate
+        what the release does with none listed is not known."""
+        return cls(names, frozenset(), None, {}, {}, label, source, backend=backend) if names else None
 
     def defaults(self, name: str, runner: str | None = None, convert: str | None = None) -> tuple[str, str, str] | None:
         """(suffix, runner, convert) of the first task suffix `name` ends with, of this runner and convert type where
@@ -98,11 +104,54 @@ class Registry:
 
 
 @dataclass(frozen=True)
+class Backend:
+    """A release's Transformers-backend gate on listed names its registry lacks, as recorded from the gate itself:
+    the names it takes, the ones it refuses (name -> its error, `{architecture}` standing for the name), its error for
+    a name transformers lacks, and for such a name whose auto_map key (`AutoModel`) names code that does not load."""
+
+    takes: frozenset[str]
+    refuses: Mapping[str, str]
+    missing: str
+    auto_map: Mapping[str, str] = field(default_factory=dict)
+    asks_each: bool = True  # every listed name is asked, in order (else only the first)
+    skips: tuple[str, ...] = ()  # a name starting with one of these passes unasked (SGLang's "Transformers")
+    unanswered: frozenset[str] = frozenset()  # classes that did not import where recorded: no refusal is claimed
+
+    @classmethod
+    def read(cls, doc: object) -> Backend | None:
+        """The rules file's `transformers_backend` block ({"takes", "refuses": {error: [names]}, "missing", "auto_map",
+        "asks", "skips", "unanswered"}); None when absent or not of that form."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("takes"), list) or not isinstance(doc.get("missing"), str):
+            return None
+        refuses = {n: said for said, names in (doc.get("refuses") or {}).items() for n in names}
+        return cls(frozenset(doc["takes"]), MappingProxyType(refuses), doc["missing"],
+                   MappingProxyType(dict(doc.get("auto_map") or {})), doc.get("asks", "each") == "each",
+                   tuple(doc.get("skips") or ()), frozenset(doc.get("unanswered") or ()))
+
+    def verdict(self, names: tuple[str, ...], config: dict | None) -> Resolved:
+        """What the gate does with `names` (none registered): the first refused name's error; for a name transformers
+        lacks with a recorded auto_map key, the remote class decides (the error is what it says when that code does not
+        load); else the backend builds the model."""
+        keys = config.get("auto_map") if isinstance(config, dict) else None
+        remote = next((said for key, said in self.auto_map.items() if isinstance(keys, dict) and key in keys), None)
+        for name in names if self.asks_each else names[:1]:
+            if name in self.refuses:
+                return Resolved(None, error=self.refuses[name].replace("{architecture}", shown(name)))
+            if name in self.takes or name in self.unanswered or name.startswith(self.skips):
+                continue
+            if remote is not None:
+                return Resolved(names[0], "auto_map", remote.replace("{architecture}", shown(name)))
+            return Resolved(None, error=self.missing.replace("{architecture}", shown(name)))
+        return Resolved(names[0], "transformers")
+
+
+@dataclass(frozen=True)
 class Resolved:
     """What the release builds for a config: `name`, the listed name whose class it builds (None: no listed name);
     `backend`: "transformers" when that class is the Transformers backend's (the profile's rows do not describe it),
     "remote code" when it is so only under --trust-remote-code (config.json's auto_map), `error` then saying what it
-    does without; `error`: the release's refusal when it builds nothing."""
+    does without; "auto_map" when the class auto_map's code defines decides, `error` then saying what it does when
+    that code does not load; `error`: the release's refusal when it builds nothing."""
 
     name: str | None
     backend: str = ""
@@ -127,6 +176,8 @@ def resolve(config: dict | None, registry: Registry | None) -> Resolved:
         return Resolved(names[0] if names else None)
     runner, convert = registry.task(names)
     registered = any(a in registry.names for a in names)
+    if not registered and registry.backend is not None:
+        return registry.backend.verdict(names, config)
     if not registered and registry.unsupported is None:  # what it does then is not recorded: the first listed name
         return Resolved(names[0])
     if not registered and names[0] in registry.fallback and convert == "none":  # "after resolving convert_type"

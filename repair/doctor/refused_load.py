@@ -13,9 +13,9 @@ from __future__ import annotations
 from repair import arch
 from repair.arch import Architecture
 from repair.arch.profiled import load_refusal_holds, releases_loading
-from repair.arch.registry import listed_names, resolve, shown
+from repair.arch.registry import Registry, listed_names, resolve, shown
 from repair.doctor.findings import Finding, Kind, Severity
-from repair.targets.profiles import Target
+from repair.targets.profiles import DATA_PROFILES, Target
 
 
 def load_refused_findings(family: Architecture, target: Target, name: str, tp: int) -> tuple[list[Finding], list[Finding]]:
@@ -77,8 +77,7 @@ def registry_findings(target: Target, config: dict | None, tp: int) -> tuple[lis
                                 f"{target.spec} registers it, or {where}")]
         return [Finding(Severity.ERROR, Kind.UNREGISTERED, names or "architectures",
                         f"{names or 'config.json'}: {who} has no model class of any architecture config.json lists (its "
-                        f"registry, recorded in {source}), nor does its Transformers backend take the first one, so it "
-                        f"refuses the model while reading the config: {resolved.error}; list the model's class as {who} "
+                        f"registry, recorded in {source}), {_backend_refuses(registry)}: {resolved.error}; list the model's class as {who} "
                         f"registers it in config.json's `architectures`, or {where}", resolved.error, tuple(range(tp)))], []
     if resolved.backend == "remote code":
         return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, names,
@@ -86,6 +85,14 @@ def registry_findings(target: Target, config: dict | None, tp: int) -> tuple[lis
                             f"{source}); served with --trust-remote-code it builds the class config.json's auto_map names "
                             "through its Transformers backend, whose layers the profile's rows do not describe (doctor "
                             f"checks them as a generic model's); without that flag it refuses: {resolved.error}")]
+    if resolved.backend == "auto_map":
+        return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, names,
+                            f"{names}: neither {who}'s registry (recorded in {source}) nor transformers has a model class "
+                            "of this name, so its Transformers backend imports the module config.json's auto_map names "
+                            "as AutoModel, running that code even without --trust-remote-code (its gate never asks that "
+                            "flag), and builds it if that class is backend-compatible, with layers "
+                            "the profile's rows do not describe (doctor checks them as a generic model's); if that code "
+                            f"does not load it refuses: {resolved.error}")]
     if resolved.backend:
         return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, resolved.name,
                             f"{resolved.name}: {who} has no model class of its own for any listed architecture "
@@ -95,6 +102,15 @@ def registry_findings(target: Target, config: dict | None, tp: int) -> tuple[lis
     return [], []
 
 
+def _backend_refuses(registry: Registry) -> str:
+    """How the release's Transformers backend came to refuse: the recorded gate asks every listed name (SGLang's,
+    before any layer is built); vLLM's asks about the first one while reading the config."""
+    if registry.backend is not None and registry.backend.asks_each:
+        return ("and its Transformers backend, which asks about every listed name in order, refuses one, so it refuses the "
+                "model before building any layer")
+    return "nor does its Transformers backend take the first one, so it refuses the model while reading the config"
+
+
 def _refused_at_or_after(target: Target, config: dict | None) -> bool:
     """Whether a profiled release of the target's runtime at or after the target's own refuses the listed names too.
     A class is added in some release and stays (retired names aside, which carry their own message), so a refusal
@@ -102,5 +118,6 @@ def _refused_at_or_after(target: Target, config: dict | None) -> bool:
     runtime, version, registry = target.profile.runtime, target.version, target.registry
     if version is None or (registry is not None and any(a in registry.retired for a in listed_names(config))):
         return True  # a retired name (vLLM's own "was supported until", or a plugin's) does not come back
-    return any(p.runtime == runtime and p.release >= version and p.registry is not None
-               and resolve(config, p.registry).error is not None for p in arch.PROFILES)
+    later = [p.registry for p in arch.PROFILES if p.runtime == runtime and p.release >= version] + \
+        [p.rules.model_registry for p in DATA_PROFILES if p.runtime == runtime and p.rules.release >= version]  # rules files
+    return any(r is not None and resolve(config, r).error is not None for r in later)

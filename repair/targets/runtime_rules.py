@@ -15,7 +15,7 @@ from importlib.resources import files
 from types import MappingProxyType
 from typing import Mapping
 
-from repair.arch.registry import Registry
+from repair.arch.registry import Backend, Registry
 from repair.formats.base import Declaration
 from repair.targets.config_lists import flat_exclusions, list_sources, source_named
 from repair.targets.matchers import KINDS, exclusion_matcher, layer_matcher
@@ -68,6 +68,7 @@ class RuntimeRules:
     missing_weights: Mapping[str, str] = field(default_factory=dict)  # {"linear", "norm"} -> "refused" | "unchecked":
     # what its loader does with a weight the checkpoint does not store (probed; {} where not known)
     registry: frozenset[str] = frozenset()  # every name its model registry has (the wheel's EntryClass); empty: unknown
+    backend: Backend | None = None  # its Transformers backend's gate on other names (tools/sglang_backend.py); None: unknown
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -80,7 +81,7 @@ class RuntimeRules:
     @property
     def model_registry(self) -> Registry | None:
         """Its `registry` as arch/registry.py reads it (None: not recorded, the first listed name is built)."""
-        return Registry.named(self.registry, self.label, self.source)
+        return Registry.named(self.registry, self.label, self.source, self.backend)
 
     @property
     def speaker(self) -> str:
@@ -267,7 +268,8 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         tuple(body.get("ct_target_order", ())), body.get("built_layers", {}), body.get("layer_names", {}),
                         body.get("null_exclusions_refused", {}), {a: tuple(v) for a, v in body.get("own_layers", {}).items()},
                         {a: {k: tuple(v) for k, v in m.items()} for a, m in body.get("model_fusions", {}).items()},
-                        body.get("missing_weights", {}), frozenset(body.get("registry", ())))
+                        body.get("missing_weights", {}), frozenset(body.get("registry", ())),
+                        Backend.read(body.get("transformers_backend")))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:

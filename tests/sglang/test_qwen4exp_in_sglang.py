@@ -7,9 +7,8 @@ built with the full quant config (models/qwen3_5.py:1332-1341) and the indexer i
 linear drops ModelOpt FP4 (qwen4_exp/nvidia/model.py:104). doctor reads no vLLM row for that class (vLLM's profile
 covers text-generation classes), so it predicts what SGLang builds. `Qwen4ExpForCausalLM`, the name vLLM's text class
 and transformers' export carry, SGLang does not register: get_model_architecture falls back to the Transformers
-backend, which refuses it (model_loader/utils.py:181-186) before any layer is built; doctor borrows vLLM's row for it
-and does not say so (strict xfail: which architecture a runtime builds is the `registry` stream's, from SGLang's own
-registry)."""
+backend, which refuses it (model_loader/utils.py:181-186) before any layer is built; doctor reads that refusal from
+the rules file's `transformers_backend` (SGLang's own gate, tools/sglang_backend.py) and says it in SGLang's words."""
 
 from __future__ import annotations
 
@@ -91,10 +90,8 @@ def test_sglang_builds_qsa_qkv_quantized_and_doctor_agrees(folders, loaded):
 
 
 @pytest.mark.parametrize("name", ["causal-qsa", "causal"])
-def test_sglang_builds_no_qwen4exp_for_causal_lm(folders, loaded, name, request):
+def test_sglang_builds_no_qwen4exp_for_causal_lm(folders, loaded, name):
     line = loaded[name]
     assert not line["ok"] and line["stage"] == "build" and line["error"] == REFUSAL, line
-    request.applymarker(pytest.mark.xfail(strict=True, reason="doctor takes vLLM's row for any name SGLang's registry "
-                                          "lacks (the registry stream: which architecture a runtime builds)"))
-    code, report = repair_json("doctor", folders[name], "--target", TARGET)
-    assert code == 1 and [s["error"] for s in report["runtime_stops_at"]] == [f"ValueError: {REFUSAL}"], report
+    code, report = repair_json("doctor", folders[name], "--target", TARGET, "--tp", "2")
+    assert code == 1 and [s["error"] for s in report["runtime_stops_at"]] == [f"ValueError: {REFUSAL}"] * 2, report

@@ -1,6 +1,8 @@
 """Which of config.json's `architectures` SGLang 0.5.23 builds, asked of SGLang itself (tools/sglang_registry.py: its
 ModelConfig and `get_model_architecture`), against doctor's reading of the shipped rules file's `registry`
-(repair/arch/registry.py through Target.built): with any listed name registered, the first such one."""
+(repair/arch/registry.py through Target.built): with any listed name registered, the first such one; with none, what
+its Transformers backend's gate does (the rules file's `transformers_backend`, tools/sglang_backend.py): the backend's
+class, or its refusal in its own words."""
 
 from __future__ import annotations
 
@@ -17,6 +19,15 @@ from .probe import REPO, SGLANG_PY, TARGET, clean_env, requires_sglang
 pytestmark = [pytest.mark.sglang, requires_sglang]
 FORMS = {"unknown-then-dbrx": ["NotARealForCausalLM", "DbrxForCausalLM"], "dbrx-then-llama": ["DbrxForCausalLM", "LlamaForCausalLM"],
          "llama-then-dbrx": ["LlamaForCausalLM", "DbrxForCausalLM"], "two-unknown-then-dbrx": ["A", "B", "DbrxForCausalLM"]}
+# none registered: SGLang's Transformers backend asks about each listed name (model_loader/utils.py resolve_transformers_arch)
+FALLBACK = {"incompatible": {"architectures": ["Qwen4ExpForCausalLM"]}, "missing": {"architectures": ["NotARealForCausalLM"]},
+            "taken": {"architectures": ["DiffLlamaForCausalLM"]},
+            "taken-then-missing": {"architectures": ["DiffLlamaForCausalLM", "NotARealForCausalLM"]},
+            "taken-then-incompatible": {"architectures": ["DiffLlamaForCausalLM", "Qwen4ExpForCausalLM"]},
+            "automodel-absent": {"architectures": ["NotARealForCausalLM"], "auto_map": {"AutoModel": "absent.Absent"}},
+            "automodel-for-causal-lm": {"architectures": ["NotARealForCausalLM"], "auto_map": {"AutoModelForCausalLM": "absent.A"}},
+            "transformers-name": {"architectures": ["TransformersForCausalLM"]},
+            "transformers-prefixed-unknown": {"architectures": ["TransformersNotRealForCausalLM"]}}
 
 
 def in_sglang(*args) -> list[dict]:
@@ -41,3 +52,35 @@ def test_sglang_builds_the_first_listed_name_it_registers(tmp_path):
     answers = in_sglang(*(tmp_path / name for name in FORMS))
     for (name, listed), answer in zip(FORMS.items(), answers):
         assert answer.get("architecture") == target.built(dict(DBRX, architectures=listed)).name, (name, answer)
+
+
+def test_the_backend_gate_doctor_reads_is_what_sglang_does(tmp_path):
+    """Each form asked of SGLang's get_model_architecture: where doctor says the backend builds it, SGLang resolves a
+    Transformers* class; where doctor says it is refused, SGLang raises those very words (an auto_map AutoModel whose
+    code does not load: the error doctor's note quotes)."""
+    target = resolve(TARGET)
+    for name, fields in FALLBACK.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(dict(DBRX, **fields)))
+    answers = in_sglang(*(tmp_path / name for name in FALLBACK))
+    for (name, fields), answer in zip(FALLBACK.items(), answers):
+        said = target.built(dict(DBRX, **fields))
+        if said.error is None:
+            assert answer.get("architecture", "").startswith("Transformers"), (name, said, answer)
+        else:
+            assert answer.get("error") == said.error, (name, said, answer)
+
+
+def test_sglang_runs_auto_map_code_without_trust_remote_code(tmp_path):
+    """auto_map's AutoModel module, for a name transformers lacks: SGLang's gate imports it (utils.py:123-129) though
+    its ModelConfig was made without trust_remote_code, and builds the backend when that class passes; doctor's note
+    says so (the module here only writes a marker file)."""
+    marker = tmp_path / "ran"
+    folder = tmp_path / "remote"
+    folder.mkdir()
+    config = dict(DBRX, architectures=["MyRemoteForCausalLM"], auto_map={"AutoModel": "remote_mod.Remote"})
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "remote_mod.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\nclass Remote:\n    pass\n")
+    [answer] = in_sglang(folder)
+    assert marker.exists() and answer.get("architecture", "").startswith("Transformers"), answer
+    assert resolve(TARGET).built(config).backend == "auto_map"
