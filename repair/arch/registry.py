@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from types import MappingProxyType
+from typing import Iterable, Mapping
 
 from repair.errors import one_line
 
@@ -77,15 +79,33 @@ class Registry:
         """(runner, convert) vLLM's ModelConfig reads from the listed names with --runner/--convert auto: the first
         name registered or with a task suffix (of that runner, for the convert type) sets each
         (_get_default_runner_type, _get_default_convert_type; a registered name's own runner is read from its suffix,
-        "generate" without one)."""
-        own = {a: (self.defaults(a) or ("", "generate"))[1] for a in names if a in self.names}
-        runner = next((own[a] if a in own else d[1] for a in names if a in own or (d := self.defaults(a))), "generate")
+        "generate" without one). Each walk stops at that name: a list of 10^5 unknown names costs one pass."""
+        own = {a: (self.defaults(a) or ("", "generate"))[1] for a in self.names.intersection(names)}
+        ends = self.ends
+        first = next((a for a in names if a in own or a.endswith(ends)), None)
+        runner = own[first] if first in own else self.defaults(first)[1] if first is not None else "generate"
+        ends = self.ends_of(runner)
         for a in names:
             if own.get(a) == runner:
                 return runner, "none"
-            if (d := self.defaults(a, runner)) is not None:
+            if a.endswith(ends) and (d := self.defaults(a, runner)) is not None:
                 return runner, d[2]
         return runner, "embed" if runner == "pooling" else "none"
+
+    def ends_of(self, runner: str, convert: str | None = None) -> tuple[str, ...]:
+        """The task suffixes of this runner (and convert type, where given)."""
+        return tuple(s[0] for s in self.suffixes if s[1] == runner and convert in (None, s[2]))
+
+    @cached_property
+    def normalizable(self) -> frozenset[str]:
+        """Every name a task suffix occurring once normalizes to a registered one from: a stem and any suffix (no
+        registered name holds a suffix twice, `doubled`, so a name holding its suffix twice normalizes to none)."""
+        return frozenset(stem + e for stem in self.stems for e in self.ends)
+
+    @cached_property
+    def doubled(self) -> bool:
+        """Some registered name holds a task suffix twice: only then can `name.replace` give it from a name that does."""
+        return any(n.count(e) > 1 for n in self.names for e in self.ends)
 
     def normalized(self, name: str, runner: str | None = None, convert: str | None = None) -> str | None:
         """The registered name vLLM builds for an unregistered `name` with a task suffix (of this runner and convert
@@ -113,26 +133,29 @@ class Resolved:
 def listed_names(config: dict | None) -> tuple[str, ...]:
     """config.json's `architectures` as a runtime reads it: a list's string entries (anything else names nothing)."""
     listed = (config or {}).get("architectures") if isinstance(config, dict) else None
-    return tuple(a for a in listed if isinstance(a, str)) if isinstance(listed, list) else ()
+    if not isinstance(listed, list):
+        return ()
+    if set(map(type, listed)) <= {str}:  # one C pass: a hostile list of 10^5 names is read at C speed
+        return tuple(listed)
+    return tuple(a for a in listed if isinstance(a, str))
 
 
-def resolve(config: dict | None, registry: Registry | None) -> Resolved:
+def resolve(config: dict | None, registry: Registry | None, names: tuple[str, ...] | None = None) -> Resolved:
     """The listed name `registry`'s release builds (model_impl="auto", no --convert); without a registry the first
-    listed name, as every reader did before the registry was recorded."""
-    names = listed_names(config)
-    bad = malformed(config, registry.malformed) if registry is not None else None
+    listed name, as every reader did before the registry was recorded. `names`: listed_names(config), when read."""
+    names = listed_names(config) if names is None else names
+    bad = malformed(config, registry.malformed, names) if registry is not None else None
     if bad is not None:
         return Resolved(None, error=bad, malformed=True)
     if registry is None or not names:
         return Resolved(names[0] if names else None)
     runner, convert = registry.task(names)
-    registered = any(a in registry.names for a in names)
+    registered = not registry.names.isdisjoint(names)
     if not registered and registry.unsupported is None:  # what it does then is not recorded: the first listed name
         return Resolved(names[0])
     if not registered and names[0] in registry.fallback and convert == "none":  # "after resolving convert_type"
         return Resolved(names[0], "transformers")
-    # each name in order, a task suffix on a registered class (DbrxForSequenceClassification) being that class, converted
-    base = next((b for a in names if (b := a if a in registry.names else registry.normalized(a, runner, convert))), None)
+    base = first_built(names, registry, runner, convert)
     if base is not None:
         return Resolved(base)
     if names[0] in registry.fallback:  # "before resolving runner_type": the Transformers backend after all
@@ -142,9 +165,41 @@ def resolve(config: dict | None, registry: Registry | None) -> Resolved:
     return Resolved(None, error=refusal(names, registry))
 
 
+def first_built(names: tuple[str, ...], registry: Registry, runner: str, convert: str) -> str | None:
+    """The class of the first listed name the release builds: a registered one, or one whose task suffix replaced
+    gives a registered class, built converted. Only a name that could normalize (`normalizable`) is normalized."""
+    maybe, every = registry.normalizable, registry.doubled
+    for a in names:
+        if a in registry.names:
+            return a
+        if (every or a in maybe) and (base := registry.normalized(a, runner, convert)) is not None:
+            return base
+    return None
+
+
+@dataclass(frozen=True)
+class Builds:
+    """Which listed name each release builds for one config.json: read once per config and per registry, then
+    passed along (a config listing 200,000 names is read a few times per run, not once per question asked of it)."""
+
+    listed: tuple[str, ...]  # config.json's `architectures` as a runtime reads it (listed_names)
+    verdicts: Mapping[str, Resolved]  # Registry.source -> what that release builds
+    unrecorded: Resolved  # a release whose registry is not recorded: the first listed name
+
+    @classmethod
+    def read(cls, config: dict | None, registries: Iterable[Registry]) -> Builds:
+        names = listed_names(config)
+        verdicts = {r.source: resolve(config, r, names) for r in registries}
+        return cls(names, MappingProxyType(verdicts), resolve(config, None, names))
+
+    def of(self, registry: Registry | None) -> Resolved:
+        """What `registry`'s release builds (one of the registries this was read with), None: not recorded."""
+        return self.unrecorded if registry is None else self.verdicts[registry.source]
+
+
 def refusal(names: tuple[str, ...], registry: Registry) -> str:
     """`_raise_for_unsupported`'s words for these names: the first retired one's own message, else the release's."""
-    retired = next((registry.retired[a] for a in names if a in registry.retired), None)
+    retired = None if registry.retired.keys().isdisjoint(names) else next(registry.retired[a] for a in names if a in registry.retired)
     if retired is not None:
         return f"ValueError: {retired}"
     listed = [a if len(a) <= MAX_SHOWN else a[:MAX_SHOWN] + "..." for a in names[:8]] + (["..."] if len(names) > 8 else [])
@@ -157,14 +212,17 @@ def remote_code(config: dict | None) -> bool:
     return isinstance(auto_map, dict) and any(isinstance(k, str) and k.startswith("AutoModel") for k in auto_map)
 
 
-def malformed(config: dict | None, said: dict) -> str | None:
+def malformed(config: dict | None, said: dict, names: tuple[str, ...] | None = None) -> str | None:
     """The release's refusal of an `architectures` that is no list of strings (pydantic's, in vLLM's ModelConfig),
-    where its profile records one; absent or null lists nothing (vLLM then names the class from model_type)."""
+    where its profile records one; absent or null lists nothing (vLLM then names the class from model_type).
+    `names`: listed_names(config), when read (as many as listed: every entry a string)."""
     listed = config.get("architectures") if isinstance(config, dict) else None
     if listed is None:
         return None
     if not isinstance(listed, list):
         return f"ValidationError: architectures: {said['list']} (got {type(listed).__name__})" if "list" in said else None
+    if len(listed_names(config) if names is None else names) == len(listed):
+        return None
     index = next((i for i, a in enumerate(listed) if not isinstance(a, str)), None)
     if index is None or "string" not in said:
         return None
