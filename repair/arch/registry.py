@@ -16,7 +16,7 @@ registered it is read as before, as is a release with no such data: the first li
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
 from typing import Iterable, Mapping
@@ -43,14 +43,18 @@ class Registry:
     label: str  # "vllm 0.32.0", as messages name the release
     source: str  # the profile file the facts come from
     suffixes: tuple = ()  # (suffix, runner, convert) in its order: an unregistered name's task suffix (_normalize_arch)
+    unlisted: Mapping[str, str] = field(default_factory=dict)  # model_type -> the class named when none is listed (get_config)
+    unlisted_refused: str | None = None  # its refusal of a list still empty then; None: what it does is not recorded
 
     @classmethod
     def read(cls, doc: dict, label: str, source: str) -> Registry | None:
         names, fallback, text = doc.get("registry"), doc.get("transformers_fallback"), doc.get("unsupported")
         if not (isinstance(names, list) and isinstance(fallback, list) and isinstance(text, str)):
             return None
+        unlisted = doc.get("unlisted") if isinstance(doc.get("unlisted"), dict) else {}
         return cls(frozenset(names), frozenset(fallback), text, dict(doc.get("retired") or {}),
-                   dict(doc.get("malformed") or {}), label, source, tuple(tuple(s) for s in doc.get("suffixes", ())))
+                   dict(doc.get("malformed") or {}), label, source, tuple(tuple(s) for s in doc.get("suffixes", ())),
+                   MappingProxyType(dict(unlisted.get("classes") or {})), unlisted.get("refused"))
 
     @classmethod
     def named(cls, names: frozenset[str], label: str, source: str) -> Registry | None:
@@ -92,6 +96,12 @@ class Registry:
                 return runner, d[2]
         return runner, "embed" if runner == "pooling" else "none"
 
+    def generative(self, name: str) -> str | None:
+        """The registered text-generation class of `name`'s stem (DbrxModel, DbrxForCausalLM -> DbrxForCausalLM)."""
+        match = self.defaults(name)
+        stem = name[:-len(match[0])] if match else name
+        return next((stem + s for s, runner, _ in self.suffixes if runner == "generate" and stem + s in self.names), None)
+
     def ends_of(self, runner: str, convert: str | None = None) -> tuple[str, ...]:
         """The task suffixes of this runner (and convert type, where given)."""
         return tuple(s[0] for s in self.suffixes if s[1] == runner and convert in (None, s[2]))
@@ -128,6 +138,8 @@ class Resolved:
     backend: str = ""
     error: str | None = None
     malformed: bool = False  # refused as no list of names at all (its config validation), not for the names
+    derived: str | None = None  # none listed: the class the release named from model_type (then resolved as listed)
+    runner: str | None = None  # and the runner it is built for ("pooling": an embedding or classifier model, no text)
 
 
 def listed_names(config: dict | None) -> tuple[str, ...]:
@@ -147,8 +159,10 @@ def resolve(config: dict | None, registry: Registry | None, names: tuple[str, ..
     bad = malformed(config, registry.malformed, names) if registry is not None else None
     if bad is not None:
         return Resolved(None, error=bad, malformed=True)
-    if registry is None or not names:
+    if registry is None or (not names and registry.unlisted_refused is None):
         return Resolved(names[0] if names else None)
+    if not names:
+        return from_model_type(config, registry)
     runner, convert = registry.task(names)
     registered = not registry.names.isdisjoint(names)
     if not registered and registry.unsupported is None:  # what it does then is not recorded: the first listed name
@@ -163,6 +177,18 @@ def resolve(config: dict | None, registry: Registry | None, names: tuple[str, ..
     if remote_code(config):  # --trust-remote-code: the auto_map's class, through the same backend; refused without it
         return Resolved(names[0], "remote code", refusal(names, registry))
     return Resolved(None, error=refusal(names, registry))
+
+
+def from_model_type(config: dict | None, registry: Registry) -> Resolved:
+    """None listed (absent, null, []): vLLM's get_config lists transformers' base class of the model_type
+    (transformers_utils/config.py, MODEL_MAPPING_NAMES), which the registry resolves as a listed one (a base `Model`
+    class: its causal LM converted to a pooling model); a model_type mapped to none stays unlisted and is refused."""
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    derived = registry.unlisted.get(model_type) if isinstance(model_type, str) else None
+    if derived is None:
+        return Resolved(None, error=f"ValueError: {registry.unlisted_refused}")
+    found = resolve(config, registry, (derived,))
+    return replace(found, derived=derived, runner=registry.task((derived,))[0])
 
 
 def first_built(names: tuple[str, ...], registry: Registry, runner: str, convert: str) -> str | None:

@@ -24,6 +24,7 @@ from repair.doctor.module_loads import load_stops, module_driven, module_load_fi
 from repair.doctor.scales import BlockReads, Progress, ScaleValues
 from repair.doctor.schemes import excluded_packed_findings, predicted_schemes, scheme_findings, unloadable_full_precision_findings
 from repair.doctor.table_loads import table_loads
+from repair.doctor.unlisted import unlisted_findings
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule, stored_bits
 from repair.io.checkpoint import HF_QUANT_CONFIG, Checkpoint
@@ -95,7 +96,9 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += dropped_tensor_findings(infos, family, target, declaration.quantized)
     refused, refused_notes = load_refused_findings(family, target, architecture_name(builds, resolved, ckpt.config), tp)
     unregistered, backend = registry_findings(target, builds, ckpt.config, tp)
-    findings += refused + unregistered
+    unlisted, unlisted_notes = unlisted_findings(target, builds, ckpt.config, tp)
+    findings += refused + unregistered + unlisted
+    backend += unlisted_notes
     # without a loader profile (no specs), what the target builds each stored quantized module as, for the health checks
     built = precision if specs else stored_precision([m.name for m in modules.values() if m.is_quantized], declaration, target, family)
     mismatched, notes = algorithm_findings(declaration, modules, specs, family, precision)

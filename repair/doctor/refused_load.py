@@ -66,6 +66,8 @@ def registry_findings(target: Target, builds: Builds, config: dict | None, tp: i
                         f"config.json's `architectures` is not a list of class names, which {who} refuses while validating "
                         f"the config (recorded in {source}): {resolved.error}; write it as a list of the model's class "
                         'names, e.g. ["LlamaForCausalLM"]', resolved.error, tuple(range(tp)))], []
+    if not listed:  # nothing listed: the class named from model_type (doctor/unlisted.py)
+        return [], []
     if resolved.error is not None and not resolved.backend:
         serving = [p.label for p in arch.PROFILES if p.registry is not None and builds.of(p.registry).error is None]
         where = f"serve it with {' or '.join(serving)}, which build one" if serving else "serve it with another runtime"
