@@ -89,3 +89,18 @@ def test_the_name_doctor_reports_is_the_class_whose_row_it_reads(tmp_path):
     assert verdict.architecture == "DbrxForCausalLM"
     assert target_family(target, open_checkpoint(folder).config).name == arch.architecture({"architectures": ["DbrxForCausalLM"]}, target.release).name
     assert not unregistered({"findings": [{"code": f.code.value} for f in verdict.findings]})
+
+
+def test_a_list_of_names_that_each_could_normalize_stays_cheap(reads):
+    """Each of 200,000 names could be a registered class's task form yet none is of the runner the first sets:
+    normalized once per distinct name, as vLLM would answer each the same (a bound on work, not a timing)."""
+    from repair.arch.registry import Registry as R
+
+    calls = []
+    normalized = R.normalized
+    listed = ["NotARealForSequenceClassification"] + ["DbrxForTextEncoding", "LlamaForTextEncoding"] * 100_000
+    target = resolve("vllm==0.32.0")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(R, "normalized", lambda self, *a: calls.append(a) or normalized(self, *a))
+        found = target.built({"architectures": listed})
+    assert found.error is not None and len(calls) <= 3, (found, len(calls))

@@ -193,13 +193,16 @@ def from_model_type(config: dict | None, registry: Registry) -> Resolved:
 
 def first_built(names: tuple[str, ...], registry: Registry, runner: str, convert: str) -> str | None:
     """The class of the first listed name the release builds: a registered one, or one whose task suffix replaced
-    gives a registered class, built converted. Only a name that could normalize (`normalizable`) is normalized."""
-    maybe, every = registry.normalizable, registry.doubled
+    gives a registered class, built converted. Only a name that could normalize (`normalizable`) is normalized, each
+    distinct name once (a hostile list repeating one is answered the same each time)."""
+    maybe, every, asked = registry.normalizable, registry.doubled, set()
     for a in names:
         if a in registry.names:
             return a
-        if (every or a in maybe) and (base := registry.normalized(a, runner, convert)) is not None:
-            return base
+        if (every or a in maybe) and a not in asked:
+            asked.add(a)
+            if (base := registry.normalized(a, runner, convert)) is not None:
+                return base
     return None
 
 

@@ -82,7 +82,7 @@ def test_doctor_names_the_class_vllm_builds(profile, tmp_path):
     # none listed: the class named from model_type (transformers' base model, built as a pooling model), or refused
     configs |= {"absent": {k: v for k, v in DBRX.items() if k != "architectures"}, "null": dict(DBRX, architectures=None),
                 "empty": dict(DBRX, architectures=[]), "unmapped-model-type": {k: v for k, v in DBRX.items() if k !=
-                "architectures"} | {"model_type": "gemma4_assistant"}}  # a transformers config with no base model
+                "architectures"} | {"model_type": "emu3_text_model"}}  # transformers has the config (0.28-0.32), no base model
     for name, config in configs.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(config))
