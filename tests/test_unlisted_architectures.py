@@ -79,3 +79,21 @@ def test_a_release_without_the_fact_reads_nothing_listed_as_before():
     """SGLang 0.5.23's rules record its registry's names only: nothing listed is not judged (no error claimed)."""
     built = resolve("sglang==0.5.23").built({"model_type": "dbrx"})
     assert built.name is None and built.error is None
+
+
+def test_a_base_model_the_release_builds_no_class_of_is_refused_in_its_words(tmp_path, capsys):
+    """bark -> BarkModel, which vLLM 0.32 neither registers nor normalizes, and its Transformers backend does not take:
+    refused as a listed one would be ("Model architectures ['BarkModel'] are not supported for now.")."""
+    assert NEWEST.unlisted["bark"] == "BarkModel"
+    code, found = doctor_json(capsys, unlisted(tmp_path, "absent", "bark"), "--target", "vllm==0.32.0", "--tp", "2")
+    [f] = unregistered(found)
+    error = "ValueError: " + NEWEST.unsupported.replace("{architectures}", "['BarkModel']")
+    assert code == 1 and f["severity"] == "error" and f["runtime_error"] == error and "BarkModel" in f["message"], f
+    assert [s["error"] for s in found["runtime_stops_at"]] == [error] * 2
+
+
+def test_a_base_model_its_transformers_backend_builds_says_so(tmp_path, capsys):
+    """albert -> AlbertModel: no vLLM class, built by its Transformers backend (as a pooling model)."""
+    code, found = doctor_json(capsys, unlisted(tmp_path, "absent", "albert"), "--target", "vllm==0.32.0")
+    [f] = unregistered(found)
+    assert f["severity"] == "warning" and "Transformers backend" in f["message"] and "pooling" in f["message"], f

@@ -27,16 +27,19 @@ def unlisted_findings(target: Target, builds: Builds, config: dict | None, tp: i
         return [], []
     resolved, who, source = target.built(builds), registry.label, registry.source
     model_type = shown(str((config or {}).get("model_type")))
-    if resolved.derived is None:
-        said = (f"config.json lists no architectures, and {who} names no class from its model_type {model_type!r} "
-                f"(the transformers beside it maps it to none; recorded in {source}), so it refuses the model while "
-                f"validating the config: {resolved.error}; list the model's class in `architectures`")
+    if resolved.error is not None and resolved.backend != "remote code":
+        named = (f"names no class from its model_type {model_type!r} (the transformers beside it maps it to none"
+                 if resolved.derived is None else f"names transformers' base model {resolved.derived} from its model_type "
+                 f"{model_type!r}, of which it builds no class (its registry")
+        said = (f"config.json lists no architectures, and {who} {named}; recorded in {source}), so it refuses the model "
+                f"while reading the config: {resolved.error}; list the model's class in `architectures`")
         if not _refused_at_or_after(target, builds):
             return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, "architectures", f"{said} (no profiled release at or "
-                                f"after {target.spec} says so, and a later transformers may map it: check {target.spec})")]
+                                f"after {target.spec} says so, and a later one may build it: check {target.spec})")]
         return [Finding(Severity.ERROR, Kind.UNREGISTERED, "architectures", said, resolved.error, tuple(range(tp)))], []
     built = resolved.name or resolved.derived
-    how = f"transformers' base model {resolved.derived}" + (f", built as {built}" if built != resolved.derived else "")
+    how = f"transformers' base model {resolved.derived}" + (f", built as {built}" if built != resolved.derived else "") + (
+        " through its Transformers backend" if resolved.backend else "")
     named = (f"config.json lists no architectures, so {who} names the class from model_type {model_type!r} (its "
              f"get_config, recorded in {source}): {how}")
     if resolved.runner != "pooling":
