@@ -56,7 +56,10 @@ def registry_lines(doc: dict) -> list[str]:
     return [f"- whole registry (the names `resolve_model_cls` builds a class of, the first listed one it has): "
             f"{len(doc['registry'])}; unregistered names its Transformers backend takes (`transformers_fallback`): "
             f"{len(doc['transformers_fallback'])}; any other is refused: `{doc['unsupported']}` (or, for "
-            f"{len(doc['retired'])} retired names, their own message)"]
+            f"{len(doc['retired'])} retired names, their own message)"] + ([
+            f"- none listed (absent, null or []): the class named from model_type, transformers' base model of "
+            f"{len(doc['unlisted']['classes'])} model types (`unlisted`, its get_config), built as listed; any other "
+            f"model_type is refused: `{doc['unlisted']['refused']}`"] if "unlisted" in doc else [])
 
 
 def refused_lines(doc: dict) -> list[str]:

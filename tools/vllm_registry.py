@@ -12,7 +12,8 @@ class of that name that the backend accepts (`_try_resolve_transformers`); `tran
 (the transformers installed beside this vLLM), so a name in neither list is refused with `unsupported`, vLLM's own
 `_raise_for_unsupported` text (its first sentence: the rest lists the whole registry), or `retired`'s where the first
 such listed name is one vLLM names a release or a plugin for; `malformed`, the sentence its config validation refuses a
-non-list `architectures` or a non-string entry with. The per-folder mode asks vLLM
+non-list `architectures` or a non-string entry with; `unlisted`, the class it names from model_type when none is listed
+(transformers' MODEL_MAPPING_NAMES, as its get_config reads it) and its refusal when it names none. The per-folder mode asks vLLM
 itself (`EngineArgs(...).create_engine_config()`, as `vllm serve` does): the tier checks doctor's reading against it.
 Imports nothing from ``repair``.
 """
@@ -43,7 +44,23 @@ def registry_facts() -> dict:
     return {"registry": registered, "transformers_fallback": sorted(fallback_names(set(registered))),
             "unsupported": unsupported_text(ModelRegistry, UNKNOWN),
             "retired": {name: unsupported_text(ModelRegistry, [name]) for name in sorted(retired) if name not in registered},
-            "malformed": malformed_refusals(), "suffixes": suffix_defaults()}
+            "malformed": malformed_refusals(), "suffixes": suffix_defaults(), "unlisted": unlisted_facts(ModelRegistry)}
+
+
+def unlisted_facts(registry) -> dict:
+    """What vLLM does with a config.json listing no architectures (absent, null or []): its get_config names the class
+    from model_type, by the transformers beside it (transformers_utils/config.py: `MODEL_MAPPING_NAMES[model_type]`,
+    a base model such as LlamaModel, which the registry then builds converted); a model_type it maps to no single
+    class leaves the list empty, which the registry refuses (`inspect_model_cls`: its words, `refused`)."""
+    from vllm.transformers_utils.config import MODEL_MAPPING_NAMES
+
+    try:
+        registry.inspect_model_cls([], None)
+    except ValueError as e:
+        refused = str(e)
+    else:
+        raise AssertionError("vLLM resolved an empty architectures list")
+    return {"classes": {k: v for k, v in sorted(MODEL_MAPPING_NAMES.items()) if isinstance(v, str)}, "refused": refused}
 
 
 def suffix_defaults() -> list[list[str]]:
@@ -107,7 +124,8 @@ def unsupported_text(registry, names: list[str]) -> str:
 
 
 def resolved(folder: str) -> dict:
-    """The architecture vLLM resolves for the folder's config.json (its ModelConfig's `architecture`), or its error."""
+    """The architecture vLLM resolves for the folder's config.json (its ModelConfig's `architecture`, and the runner it
+    builds it for), or its error."""
     from vllm.engine.arg_utils import EngineArgs
 
     try:
@@ -115,7 +133,7 @@ def resolved(folder: str) -> dict:
                         load_format="dummy", trust_remote_code=False).create_engine_config()
     except Exception as e:  # noqa: BLE001 - vLLM's refusal is the answer
         return {"folder": folder, "error": f"{type(e).__name__}: {str(e)[:2000]}"}
-    return {"folder": folder, "architecture": vc.model_config.architecture}
+    return {"folder": folder, "architecture": vc.model_config.architecture, "runner": vc.model_config.runner_type}
 
 
 def main(argv: list[str]) -> int:

@@ -12,7 +12,7 @@ from repair.arch.base import GENERIC, Architecture, LayerKind, ModuleSpec
 from repair.arch.gemma4_assistant import GEMMA4_ASSISTANT
 from repair.arch.moe_routers import QWEN3_5
 from repair.arch.profiled import ReleaseProfile, read_profiles
-from repair.arch.registry import Registry, resolve
+from repair.arch.registry import Resolved, resolve
 
 ARCHITECTURES: tuple[Architecture, ...] = (GEMMA4_ASSISTANT, QWEN3_5)  # whole rows no profile replaces
 PROFILES: tuple[ReleaseProfile, ...] = read_profiles()
@@ -25,23 +25,24 @@ def newest(runtime: str = "vllm") -> ReleaseProfile | None:
 
 
 def architecture(config: dict | None, profile: ReleaseProfile | None = None, borrowed: bool = False,
-                 registry: Registry | None = None) -> Architecture:
-    """The row covering this config.json: a hand row, else the profile's generated row (default: the newest vLLM
-    release's) for the listed name that release builds (arch/registry.py), else GENERIC; `borrowed`: as another
-    runtime takes either, without vLLM's own name facts, for the listed name that runtime's `registry` builds
-    (None: the first listed name)."""
-    hand = next((a for a in ARCHITECTURES if a.matches(config)), None)
+                 built: Resolved | None = None) -> Architecture:
+    """The row of the listed class a release builds for this config.json: `built` (the target's decision,
+    Target.built), else the one the profile's release builds (default: the newest vLLM release's; arch/registry.py).
+    A hand row for that class (or claiming the config's model_type), else the profile's generated row, else GENERIC;
+    `borrowed`: as another runtime takes either, without vLLM's own name facts."""
+    profile = profile or newest()
+    built = built or resolve(config, profile.registry if profile is not None else None)
+    hand = next((a for a in ARCHITECTURES if a.matches(built.name, config)), None)
     if hand is not None:
         return hand.borrowed() if borrowed else hand
-    profile = profile or newest()
-    name = resolve(config, registry if borrowed else profile.registry if profile is not None else None).name
-    row = profile.row(name, borrowed, config) if profile is not None and name is not None else None
+    row = profile.row(built.name, borrowed, config) if profile is not None and built.name is not None else None
     return GENERIC if row is None else row
 
 
-def expected_modules(config: dict | None, where: str = "config.json") -> dict[str, ModuleSpec] | None:
-    """Module specs for a known architecture, or None when the family is not known to us."""
-    found = architecture(config).expected_modules
+def expected_modules(config: dict | None, where: str = "config.json", row: Architecture | None = None) -> dict[str, ModuleSpec] | None:
+    """Module specs for a known architecture (`row`, the target's; default: the newest vLLM release's), or None when
+    the family is not known to us."""
+    found = (row or architecture(config)).expected_modules
     return found(config, where) if found is not None and config else None
 
 

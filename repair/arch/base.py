@@ -129,12 +129,15 @@ class Architecture:
         OWN_CODE); that runtime asks the checkpoint's names."""
         return replace(self, runtime_name=identity, exclusion_name=identity)
 
-    def matches(self, config: dict | None) -> bool:
-        if not config:
-            return False
-        listed = config.get("architectures")
-        named = isinstance(listed, list) and any(a in self.architectures for a in listed)
-        return named or config.get("model_type") in self.model_types
+    def matches(self, built: str | None, config: dict | None) -> bool:
+        """This row describes the class a release builds: `built`, the listed name it builds (arch/registry.py; not
+        any listed name: [DbrxForCausalLM, Qwen3_5MoeForConditionalGeneration] builds DBRX), or a model_type it claims."""
+        return built in self.architectures or self.claims(config)
+
+    def claims(self, config: dict | None) -> bool:
+        """The runtime builds this row for the config's model_type whatever `architectures` lists (vLLM 0.32 loads a
+        gemma4_assistant as the draft class Gemma4MTPModel: config/speculative.py:1019-1028)."""
+        return bool(self.model_types) and isinstance(config, dict) and config.get("model_type") in self.model_types
 
     def unquantized_role(self, module: str, declaration: Declaration) -> UnquantizedRole | None:
         """The role under which vLLM builds this checkpoint module unquantized whatever the config says, or None."""

@@ -18,20 +18,14 @@ asked of that function itself (tools/sglang_backend.py), read as a `Backend`. A 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
-from typing import Mapping
+from typing import Iterable, Mapping
 
+from repair.arch.backend import Backend
+from repair.arch.resolved import MAX_SHOWN, Resolved, shown
 from repair.errors import one_line
-
-MAX_SHOWN = 120  # characters of a hostile name a message repeats
-
-
-def shown(name: str) -> str:
-    """A listed name as a message repeats it: cut, and escaped so that it cannot forge another output line."""
-    return one_line(name[:MAX_SHOWN] + ("..." if len(name) > MAX_SHOWN else ""))
-
 
 @dataclass(frozen=True)
 class Registry:
@@ -45,6 +39,8 @@ class Registry:
     label: str  # "vllm 0.32.0", as messages name the release
     source: str  # the profile file the facts come from
     suffixes: tuple = ()  # (suffix, runner, convert) in its order: an unregistered name's task suffix (_normalize_arch)
+    unlisted: Mapping[str, str] = field(default_factory=dict)  # model_type -> the class named when none is listed (get_config)
+    unlisted_refused: str | None = None  # its refusal of a list still empty then; None: what it does is not recorded
     backend: Backend | None = None  # its Transformers backend's gate name by name, where recorded (SGLang's)
 
     @classmethod
@@ -52,8 +48,10 @@ class Registry:
         names, fallback, text = doc.get("registry"), doc.get("transformers_fallback"), doc.get("unsupported")
         if not (isinstance(names, list) and isinstance(fallback, list) and isinstance(text, str)):
             return None
+        unlisted = doc.get("unlisted") if isinstance(doc.get("unlisted"), dict) else {}
         return cls(frozenset(names), frozenset(fallback), text, dict(doc.get("retired") or {}),
-                   dict(doc.get("malformed") or {}), label, source, tuple(tuple(s) for s in doc.get("suffixes", ())))
+                   dict(doc.get("malformed") or {}), label, source, tuple(tuple(s) for s in doc.get("suffixes", ())),
+                   MappingProxyType(dict(unlisted.get("classes") or {})), unlisted.get("refused"))
 
     @classmethod
     def named(cls, names: frozenset[str], label: str, source: str, backend: Backend | None = None) -> Registry | None:
@@ -83,15 +81,39 @@ class Registry:
         """(runner, convert) vLLM's ModelConfig reads from the listed names with --runner/--convert auto: the first
         name registered or with a task suffix (of that runner, for the convert type) sets each
         (_get_default_runner_type, _get_default_convert_type; a registered name's own runner is read from its suffix,
-        "generate" without one)."""
-        own = {a: (self.defaults(a) or ("", "generate"))[1] for a in names if a in self.names}
-        runner = next((own[a] if a in own else d[1] for a in names if a in own or (d := self.defaults(a))), "generate")
+        "generate" without one). Each walk stops at that name: a list of 10^5 unknown names costs one pass."""
+        own = {a: (self.defaults(a) or ("", "generate"))[1] for a in self.names.intersection(names)}
+        ends = self.ends
+        first = next((a for a in names if a in own or a.endswith(ends)), None)
+        runner = own[first] if first in own else self.defaults(first)[1] if first is not None else "generate"
+        ends = self.ends_of(runner)
         for a in names:
             if own.get(a) == runner:
                 return runner, "none"
-            if (d := self.defaults(a, runner)) is not None:
+            if a.endswith(ends) and (d := self.defaults(a, runner)) is not None:
                 return runner, d[2]
         return runner, "embed" if runner == "pooling" else "none"
+
+    def generative(self, name: str) -> str | None:
+        """The registered text-generation class of `name`'s stem (DbrxModel, DbrxForCausalLM -> DbrxForCausalLM)."""
+        match = self.defaults(name)
+        stem = name[:-len(match[0])] if match else name
+        return next((stem + s for s, runner, _ in self.suffixes if runner == "generate" and stem + s in self.names), None)
+
+    def ends_of(self, runner: str, convert: str | None = None) -> tuple[str, ...]:
+        """The task suffixes of this runner (and convert type, where given)."""
+        return tuple(s[0] for s in self.suffixes if s[1] == runner and convert in (None, s[2]))
+
+    @cached_property
+    def normalizable(self) -> frozenset[str]:
+        """Every name a task suffix occurring once normalizes to a registered one from: a stem and any suffix (no
+        registered name holds a suffix twice, `doubled`, so a name holding its suffix twice normalizes to none)."""
+        return frozenset(stem + e for stem in self.stems for e in self.ends)
+
+    @cached_property
+    def doubled(self) -> bool:
+        """Some registered name holds a task suffix twice: only then can `name.replace` give it from a name that does."""
+        return any(n.count(e) > 1 for n in self.names for e in self.ends)
 
     def normalized(self, name: str, runner: str | None = None, convert: str | None = None) -> str | None:
         """The registered name vLLM builds for an unregistered `name` with a task suffix (of this runner and convert
@@ -103,87 +125,36 @@ class Registry:
         return next((base for s in self.suffixes if (base := name.replace(match[0], s[0])) in self.names), None)
 
 
-@dataclass(frozen=True)
-class Backend:
-    """A release's Transformers-backend gate on listed names its registry lacks, as recorded from the gate itself:
-    the names it takes, the ones it refuses (name -> its error, `{architecture}` standing for the name), its error for
-    a name transformers lacks, and for such a name whose auto_map key (`AutoModel`) names code that does not load."""
-
-    takes: frozenset[str]
-    refuses: Mapping[str, str]
-    missing: str
-    auto_map: Mapping[str, str] = field(default_factory=dict)
-    asks_each: bool = True  # every listed name is asked, in order (else only the first)
-    skips: tuple[str, ...] = ()  # a name starting with one of these passes unasked (SGLang's "Transformers")
-    unanswered: frozenset[str] = frozenset()  # classes that did not import where recorded: no refusal is claimed
-
-    @classmethod
-    def read(cls, doc: object) -> Backend | None:
-        """The rules file's `transformers_backend` block ({"takes", "refuses": {error: [names]}, "missing", "auto_map",
-        "asks", "skips", "unanswered"}); None when absent or not of that form."""
-        if not isinstance(doc, dict) or not isinstance(doc.get("takes"), list) or not isinstance(doc.get("missing"), str):
-            return None
-        refuses = {n: said for said, names in (doc.get("refuses") or {}).items() for n in names}
-        return cls(frozenset(doc["takes"]), MappingProxyType(refuses), doc["missing"],
-                   MappingProxyType(dict(doc.get("auto_map") or {})), doc.get("asks", "each") == "each",
-                   tuple(doc.get("skips") or ()), frozenset(doc.get("unanswered") or ()))
-
-    def verdict(self, names: tuple[str, ...], config: dict | None) -> Resolved:
-        """What the gate does with `names` (none registered): the first refused name's error; for a name transformers
-        lacks with a recorded auto_map key, the remote class decides (the error is what it says when that code does not
-        load); else the backend builds the model."""
-        keys = config.get("auto_map") if isinstance(config, dict) else None
-        remote = next((said for key, said in self.auto_map.items() if isinstance(keys, dict) and key in keys), None)
-        for name in names if self.asks_each else names[:1]:
-            if name in self.refuses:
-                return Resolved(None, error=self.refuses[name].replace("{architecture}", shown(name)))
-            if name in self.takes or name in self.unanswered or name.startswith(self.skips):
-                continue
-            if remote is not None:
-                return Resolved(names[0], "auto_map", remote.replace("{architecture}", shown(name)))
-            return Resolved(None, error=self.missing.replace("{architecture}", shown(name)))
-        return Resolved(names[0], "transformers")
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """What the release builds for a config: `name`, the listed name whose class it builds (None: no listed name);
-    `backend`: "transformers" when that class is the Transformers backend's (the profile's rows do not describe it),
-    "remote code" when it is so only under --trust-remote-code (config.json's auto_map), `error` then saying what it
-    does without; "auto_map" when the class auto_map's code defines decides, `error` then saying what it does when
-    that code does not load; `error`: the release's refusal when it builds nothing."""
-
-    name: str | None
-    backend: str = ""
-    error: str | None = None
-    malformed: bool = False  # refused as no list of names at all (its config validation), not for the names
-
-
 def listed_names(config: dict | None) -> tuple[str, ...]:
     """config.json's `architectures` as a runtime reads it: a list's string entries (anything else names nothing)."""
     listed = (config or {}).get("architectures") if isinstance(config, dict) else None
-    return tuple(a for a in listed if isinstance(a, str)) if isinstance(listed, list) else ()
+    if not isinstance(listed, list):
+        return ()
+    if set(map(type, listed)) <= {str}:  # one C pass: a hostile list of 10^5 names is read at C speed
+        return tuple(listed)
+    return tuple(a for a in listed if isinstance(a, str))
 
 
-def resolve(config: dict | None, registry: Registry | None) -> Resolved:
+def resolve(config: dict | None, registry: Registry | None, names: tuple[str, ...] | None = None) -> Resolved:
     """The listed name `registry`'s release builds (model_impl="auto", no --convert); without a registry the first
-    listed name, as every reader did before the registry was recorded."""
-    names = listed_names(config)
-    bad = malformed(config, registry.malformed) if registry is not None else None
+    listed name, as every reader did before the registry was recorded. `names`: listed_names(config), when read."""
+    names = listed_names(config) if names is None else names
+    bad = malformed(config, registry.malformed, names) if registry is not None else None
     if bad is not None:
         return Resolved(None, error=bad, malformed=True)
-    if registry is None or not names:
+    if registry is None or (not names and registry.unlisted_refused is None):
         return Resolved(names[0] if names else None)
+    if not names:
+        return from_model_type(config, registry)
     runner, convert = registry.task(names)
-    registered = any(a in registry.names for a in names)
+    registered = not registry.names.isdisjoint(names)
     if not registered and registry.backend is not None:
         return registry.backend.verdict(names, config)
     if not registered and registry.unsupported is None:  # what it does then is not recorded: the first listed name
         return Resolved(names[0])
     if not registered and names[0] in registry.fallback and convert == "none":  # "after resolving convert_type"
         return Resolved(names[0], "transformers")
-    # each name in order, a task suffix on a registered class (DbrxForSequenceClassification) being that class, converted
-    base = next((b for a in names if (b := a if a in registry.names else registry.normalized(a, runner, convert))), None)
+    base = first_built(names, registry, runner, convert)
     if base is not None:
         return Resolved(base)
     if names[0] in registry.fallback:  # "before resolving runner_type": the Transformers backend after all
@@ -193,9 +164,56 @@ def resolve(config: dict | None, registry: Registry | None) -> Resolved:
     return Resolved(None, error=refusal(names, registry))
 
 
+def from_model_type(config: dict | None, registry: Registry) -> Resolved:
+    """None listed (absent, null, []): vLLM's get_config lists transformers' base class of the model_type
+    (transformers_utils/config.py, MODEL_MAPPING_NAMES), which the registry resolves as a listed one (a base `Model`
+    class: its causal LM converted to a pooling model); a model_type mapped to none stays unlisted and is refused."""
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    derived = registry.unlisted.get(model_type) if isinstance(model_type, str) else None
+    if derived is None:
+        return Resolved(None, error=f"ValueError: {registry.unlisted_refused}")
+    found = resolve(config, registry, (derived,))
+    return replace(found, derived=derived, runner=registry.task((derived,))[0])
+
+
+def first_built(names: tuple[str, ...], registry: Registry, runner: str, convert: str) -> str | None:
+    """The class of the first listed name the release builds: a registered one, or one whose task suffix replaced
+    gives a registered class, built converted. Only a name that could normalize (`normalizable`) is normalized, each
+    distinct name once (a hostile list repeating one is answered the same each time)."""
+    maybe, every, asked = registry.normalizable, registry.doubled, set()
+    for a in names:
+        if a in registry.names:
+            return a
+        if (every or a in maybe) and a not in asked:
+            asked.add(a)
+            if (base := registry.normalized(a, runner, convert)) is not None:
+                return base
+    return None
+
+
+@dataclass(frozen=True)
+class Builds:
+    """Which listed name each release builds for one config.json: read once per config and per registry, then
+    passed along (a config listing 200,000 names is read a few times per run, not once per question asked of it)."""
+
+    listed: tuple[str, ...]  # config.json's `architectures` as a runtime reads it (listed_names)
+    verdicts: Mapping[str, Resolved]  # Registry.source -> what that release builds
+    unrecorded: Resolved  # a release whose registry is not recorded: the first listed name
+
+    @classmethod
+    def read(cls, config: dict | None, registries: Iterable[Registry]) -> Builds:
+        names = listed_names(config)
+        verdicts = {r.source: resolve(config, r, names) for r in registries}
+        return cls(names, MappingProxyType(verdicts), resolve(config, None, names))
+
+    def of(self, registry: Registry | None) -> Resolved:
+        """What `registry`'s release builds (one of the registries this was read with), None: not recorded."""
+        return self.unrecorded if registry is None else self.verdicts[registry.source]
+
+
 def refusal(names: tuple[str, ...], registry: Registry) -> str:
     """`_raise_for_unsupported`'s words for these names: the first retired one's own message, else the release's."""
-    retired = next((registry.retired[a] for a in names if a in registry.retired), None)
+    retired = None if registry.retired.keys().isdisjoint(names) else next(registry.retired[a] for a in names if a in registry.retired)
     if retired is not None:
         return f"ValueError: {retired}"
     listed = [a if len(a) <= MAX_SHOWN else a[:MAX_SHOWN] + "..." for a in names[:8]] + (["..."] if len(names) > 8 else [])
@@ -208,14 +226,17 @@ def remote_code(config: dict | None) -> bool:
     return isinstance(auto_map, dict) and any(isinstance(k, str) and k.startswith("AutoModel") for k in auto_map)
 
 
-def malformed(config: dict | None, said: dict) -> str | None:
+def malformed(config: dict | None, said: dict, names: tuple[str, ...] | None = None) -> str | None:
     """The release's refusal of an `architectures` that is no list of strings (pydantic's, in vLLM's ModelConfig),
-    where its profile records one; absent or null lists nothing (vLLM then names the class from model_type)."""
+    where its profile records one; absent or null lists nothing (vLLM then names the class from model_type).
+    `names`: listed_names(config), when read (as many as listed: every entry a string)."""
     listed = config.get("architectures") if isinstance(config, dict) else None
     if listed is None:
         return None
     if not isinstance(listed, list):
         return f"ValidationError: architectures: {said['list']} (got {type(listed).__name__})" if "list" in said else None
+    if len(listed_names(config) if names is None else names) == len(listed):
+        return None
     index = next((i for i, a in enumerate(listed) if not isinstance(a, str)), None)
     if index is None or "string" not in said:
         return None

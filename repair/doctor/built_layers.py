@@ -10,6 +10,7 @@ pattern is asked at every layer number, so a sublayer some layers lack (DeepSeek
 
 from __future__ import annotations
 
+from repair.arch.registry import Resolved
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.base import Declaration
 from repair.targets.profiles import Target
@@ -32,11 +33,11 @@ def _layer_count(config: dict | None) -> int:
     return min(value, MAX_LAYERS) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def built_layer_findings(declaration: Declaration, target: Target, config: dict | None) -> list[Finding]:
+def built_layer_findings(declaration: Declaration, target: Target, config: dict | None, built: Resolved) -> list[Finding]:
     """One error per built layer pattern the config gives no way to build (at the first layer number refused), in
-    the runtime's words; the first is where the build stops."""
+    the runtime's words; the first is where the build stops. `built`: the listed class the target builds."""
     rules = target.profile.rules
-    name = target.built(config).name
+    name = built.name
     built = rules.built_layers.get(name) if rules is not None and name is not None else None
     if not built or not declaration.quantized:
         return []

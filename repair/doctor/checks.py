@@ -16,6 +16,7 @@ from repair.formats.nvfp4_packed import SHARED_GLOBAL_SCALE, block_scale_shape
 from repair.formats.nvfp4_health import global_scale_problem, read_f32_scalar
 from repair.doctor.scales import ScaleValues
 from repair.doctor.unused_entries import unused_entries
+from repair.arch.registry import Builds
 from repair.targets.profiles import Target
 
 FLOAT_BITS = {"F32": np.uint32, "BF16": np.uint16, "F16": np.uint16}  # a pre_quant_scale's dtypes, as bit patterns
@@ -23,13 +24,14 @@ FLOAT_BITS = {"F32": np.uint32, "BF16": np.uint16, "F16": np.uint16}  # a pre_qu
 
 def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[str, StoredModule], specs: dict[str, ModuleSpec],
                     family: Architecture, by_stored_name: bool = False,
-                    target: Target | None = None) -> tuple[list[Finding], list[Finding]]:
+                    target: Target | None = None, builds: Builds | None = None) -> tuple[list[Finding], list[Finding]]:
     """(findings, notes): exclusions that match no module (a note where another shipped release reads the entry:
     doctor/unused_entries.py), the two config files disagreeing, and modules stored against their declaration.
     `by_stored_name`: the target's loader asks each module under its checkpoint name (TensorRT-LLM's module-driven one),
-    not under the family's runtime names (vLLM's: the Gemma 4 assistant's `draft_model.` prefixes)."""
+    not under the family's runtime names (vLLM's: the Gemma 4 assistant's `draft_model.` prefixes). `builds`: the
+    class each release builds for config.json (read_builds), when read."""
     findings, notes = [], []
-    for pattern, reader in unused_entries(ckpt, declaration, modules, specs, family, by_stored_name, target).items():
+    for pattern, reader in unused_entries(ckpt, declaration, modules, specs, family, by_stored_name, target, builds).items():
         if reader is None:
             findings.append(Finding(Severity.WARNING, Kind.UNUSED_EXCLUSION, pattern, f"exclusion {pattern!r} matches no module of this model"))
         else:  # written for another runtime (fix --target a,b writes each one's spelling): harmless here

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from repair import arch, formats
 from repair.arch import Architecture, ModuleSpec
-from repair.arch.registry import listed_names, shown
+from repair.arch.registry import Builds, Resolved, shown
 from repair.doctor.built_layers import built_layer_findings
 from repair.doctor.checks import (config_findings, fused_findings, health_findings, nvfp4_load_refusal_findings,
                                   unquantized_role_findings)
@@ -25,6 +25,7 @@ from repair.doctor.module_loads import load_stops, module_driven, module_load_fi
 from repair.doctor.scales import BlockReads, Progress, ScaleValues
 from repair.doctor.schemes import excluded_packed_findings, predicted_schemes, scheme_findings, unloadable_full_precision_findings
 from repair.doctor.table_loads import table_loads
+from repair.doctor.unlisted import unlisted_findings
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule, stored_bits
 from repair.io.checkpoint import HF_QUANT_CONFIG, Checkpoint
@@ -32,37 +33,40 @@ from repair.io.parse import collector_paused
 from repair.targets import tp_rules, vllm_loader
 from repair.targets.layer_names import target_family
 from repair.targets.precision import runtime_precision, stored_precision
-from repair.targets.profiles import Target
+from repair.targets.profiles import Target, read_builds
 
 __all__ = ["Diagnosis", "Finding", "diagnose"]
 BUILD_STOPS = (Kind.NULL_EXCLUSIONS, Kind.QUANT_CONFIG, Kind.FUSED_SHARDS)  # refusals before any weight loads
 
 
 def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1, *, deep: bool = False, progress: Progress | None = None,
-             shared: BlockReads | None = None) -> Diagnosis:
+             shared: BlockReads | None = None, builds: Builds | None = None) -> Diagnosis:
     """What `target` does with `ckpt` at `tp`; `deep` reads every NVFP4 block scale (see doctor/scales.py for what
     is read without it; `progress` makes the bar of a deep scan). Nothing is remembered between calls: `fix` asks
     once per target and passes the Diagnosis along (derived recipe, plan check, the report's 'before'); `shared`
-    carries one checkpoint's block-scale reads from one target's diagnosis to the next (diagnose_each)."""
+    carries one checkpoint's block-scale reads from one target's diagnosis to the next (diagnose_each), `builds` the
+    class each release builds for its config.json (read_builds: each listed name read once per release, not per check)."""
     with collector_paused():  # ~10 objects per module, no cycles: see io/parse.py
-        return _diagnose(ckpt, target, tp, deep, progress, shared)
+        return _diagnose(ckpt, target, tp, deep, progress, shared, builds or read_builds(ckpt.config))
 
 
 def diagnose_each(ckpt: Checkpoint, targets: tuple[Target, ...], tp: int = 1, *, deep: bool = False,
                   progress: Progress | None = None) -> tuple[Diagnosis, ...]:
     """One Diagnosis per target (`--target a,b,c`), in their order; the block scales are read (and, with `deep`,
     scanned) once for all of them: they are the checkpoint's, not a target's."""
-    shared: BlockReads = {}
-    return tuple(diagnose(ckpt, t, tp, deep=deep, progress=progress, shared=shared) for t in targets)
+    shared, builds = {}, read_builds(ckpt.config)
+    return tuple(diagnose(ckpt, t, tp, deep=deep, progress=progress, shared=shared, builds=builds) for t in targets)
 
 
-def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: Progress | None, shared: BlockReads | None) -> Diagnosis:
+def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: Progress | None, shared: BlockReads | None,
+              builds: Builds) -> Diagnosis:
     infos = ckpt.infos()
     fmt = formats.detect(ckpt)
     modules = {m.name: m for m in fmt.group_modules(infos)}
-    family = target_family(target, ckpt.config)
-    declaration = target.bind(fmt.read_declaration(ckpt), family, ckpt.config)
-    specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
+    resolved = target.built(builds)  # which listed class the target builds: decided here, obeyed by every check below
+    family = target_family(target, ckpt.config, builds)
+    declaration = target.bind(fmt.read_declaration(ckpt), family, ckpt.config, resolved)
+    specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json"), family) or {}
     precision = runtime_precision(specs, declaration, target, family)
     findings: list[Finding] = []
     first: tuple[vllm_loader.Outcome, ...] = ()
@@ -86,15 +90,17 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += _handshake_findings(modules, precision, target, family)
     findings += runtime_refusal_findings(declaration, target)
     findings += null
-    config, config_notes = config_findings(ckpt, declaration, modules, specs, family, module_driven(target), target)
+    config, config_notes = config_findings(ckpt, declaration, modules, specs, family, module_driven(target), target, builds)
     findings += config
     findings += unquantized_role_findings(declaration, modules, family, target.profile.knows_layer_roles)
     findings += nvfp4_load_refusal_findings(modules, family, target.profile.knows_layer_roles)
     findings += dropped_tensor_findings(infos, family, target, declaration.quantized)
-    refused, refused_notes = load_refused_findings(family, target, architecture_name(ckpt.config, target), tp)
-    unregistered, backend = registry_findings(target, ckpt.config, tp)
-    findings += refused + unregistered + refused_config_findings(family, target, tp)
+    refused, refused_notes = load_refused_findings(family, target, architecture_name(builds, resolved, ckpt.config), tp)
+    unregistered, backend = registry_findings(target, builds, ckpt.config, tp)
+    unlisted, unlisted_notes = unlisted_findings(target, builds, ckpt.config, tp)
+    findings += refused + unregistered + unlisted + refused_config_findings(family, target, tp)
     findings += unexpected_tensor_findings(infos, family, target, tp)
+    backend += unlisted_notes
     # without a loader profile (no specs), what the target builds each stored quantized module as, for the health checks
     built = precision if specs else stored_precision([m.name for m in modules.values() if m.is_quantized], declaration, target, family)
     mismatched, notes = algorithm_findings(declaration, modules, specs, family, precision)
@@ -104,7 +110,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.allows_quant_config:
         findings += fused_findings(declaration, modules, family, target) + fused_algorithm_findings(declaration, modules, family, target)
-        findings += built_layer_findings(declaration, target, ckpt.config)
+        findings += built_layer_findings(declaration, target, ckpt.config, resolved)
     if target.profile.rules is None:  # a rules file's loader table says what a shard that does not fit does (table_loads)
         findings += fused_storage_findings(declaration, modules, family, target)
     findings += float8_findings(modules, infos) + missing_findings(
@@ -115,14 +121,14 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         findings += [f for f in health_findings(ckpt, modules, built, fmt.GLOBAL_SCALE_IS_DIVISOR, values, target.profile.speaker)
                      if not (f.code == Kind.MISSING_INPUT_SCALE and f.subject in said)]
         # a module-driven loader (TensorRT-LLM's copy_weight): its own account, from its data (scalars read as above)
-        module_loads = module_load_findings(ckpt, modules, declaration, target, tp, family, values) if module_driven(target) else None
+        module_loads = module_load_findings(ckpt, modules, declaration, target, tp, family, values, resolved) if module_driven(target) else None
     if not specs or (target.profile.allows_quant_config and not simulated):
         precision = predicted_schemes(modules, declaration, family, target)
         findings += scheme_findings(modules, precision, declaration, family, target)
         excluded = excluded_packed_findings(modules, precision, declaration, family, target)
         excluded += unloadable_full_precision_findings(modules, precision, declaration, family, target)
         refused = target.profile.refused.get(declaration.quant_algo or "") or any(f.code == Kind.NULL_EXCLUSIONS for f in findings)  # the config is refused before any layer is built
-        loads, first = table_loads(modules, precision, ckpt, target, family, tp, fmt.RUNTIME_LEAVES) \
+        loads, first = table_loads(modules, precision, ckpt, target, family, tp, fmt.RUNTIME_LEAVES, resolved) \
             if target.profile.rules and not refused and not module_driven(target) else ([], first)
         first = _build_stops(findings, tp) if target.profile.rules and _build_stops(findings, tp) else first
         excluded = [f for f in excluded if f.subject not in {g.subject for g in loads}]  # the loader's outcome says more
@@ -136,14 +142,14 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     first = _build_stops(findings, tp, (Kind.UNREGISTERED, Kind.CONFIG_REFUSED)) or first  # refused reading the config: before all
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
-    return Diagnosis(target, tp, tuple(findings), first, precision, bits, architecture_name(ckpt.config, target), simulated,
+    return Diagnosis(target, tp, tuple(findings), first, precision, bits, architecture_name(builds, resolved, ckpt.config), simulated,
                      tuple(notes), values.report())
 
 
-def architecture_name(config: dict | None, target: Target) -> str:
-    """The listed model class the target builds (else the first listed, else the model_type), as messages show it."""
-    listed = listed_names(config)
-    name = target.built(config).name or (listed[0] if listed else None)
+def architecture_name(builds: Builds, resolved: Resolved, config: dict | None) -> str:
+    """The listed model class the target builds (`resolved`, else the first listed, else the model_type), as messages
+    show it."""
+    name = resolved.name or builds.unrecorded.name
     return shown(name or str((config or {}).get("model_type") or "this model"))
 
 

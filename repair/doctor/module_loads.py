@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from repair.arch.registry import Resolved
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule
@@ -54,14 +55,14 @@ def module_driven(target: Target) -> bool:
 
 
 def module_load_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], declaration: Declaration,
-                         target: Target, tp: int, family, read) -> tuple[list[Finding], dict[str, str]]:
+                         target: Target, tp: int, family, read, built: Resolved) -> tuple[list[Finding], dict[str, str]]:
     """(findings, the scheme the release builds each stored linear as) for a module-driven release; `read(path, info)`
     gives a stored scalar's bytes (doctor's ScaleValues: local files or the Hub's mirror)."""
     loaders, rules = target.profile.rules.loaders, target.profile.rules
     if tp > MAX_DEGREE:  # each rank is simulated: a hostile --tp must not make doctor loop (or list) a billion ranks
         return [Finding(Severity.ERROR, Kind.TP_IMPOSSIBLE, "--tp", f"tensor parallel {tp}: doctor simulates at most "
                         f"{MAX_DEGREE} ranks of {rules.speaker}'s loader; give a degree the model's layers can be split over")], {}
-    building = trtllm_building(rules.building(target.built(ckpt.config).name or "", family.fused_layers))
+    building = trtllm_building(rules.building(built.name or "", family.fused_layers))
     linears = {n: m for n, m in modules.items() if m.tensor("weight") and len(m.logical_shape) >= 2}
     layers = _layers(linears, declaration, building, ckpt.config or {}, target, family)
     schemes = {s: layer.scheme for layer in layers for s in layer.shards if s}

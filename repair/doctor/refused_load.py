@@ -13,7 +13,7 @@ from __future__ import annotations
 from repair import arch
 from repair.arch import Architecture
 from repair.arch.profiled import load_refusal_holds, releases_loading
-from repair.arch.registry import Registry, listed_names, resolve, shown
+from repair.arch.registry import Builds, Registry, shown
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.targets.profiles import DATA_PROFILES, Target
 
@@ -49,15 +49,16 @@ def advice(runtime: str, name: str) -> str:
             "look this error up in the runtime's issues for the release that fixes it) or with another runtime")
 
 
-def registry_findings(target: Target, config: dict | None, tp: int) -> tuple[list[Finding], list[Finding]]:
+def registry_findings(target: Target, builds: Builds, config: dict | None, tp: int) -> tuple[list[Finding], list[Finding]]:
     """(findings, notes) on which class the target's release builds for config.json's `architectures`
     (arch/registry.py): one error, in its own words, when it builds none (it refuses the model while reading the
     config, on every rank); a note when it falls back to its Transformers backend, whose layers no profile row
-    describes. None for a hand row's checkpoint (the Gemma 4 assistant: vLLM loads it as a draft under another name)."""
-    resolved, registry = target.built(config), target.registry
-    if registry is None or any(a.matches(config) for a in arch.ARCHITECTURES):
+    describes. None for a checkpoint a hand row claims by model_type (the Gemma 4 assistant: vLLM loads it as a draft
+    under another name). `builds`: config.json's `architectures` as every shipped release reads it (read_builds)."""
+    resolved, registry = target.built(builds), target.registry
+    if registry is None or any(a.claims(config) for a in arch.ARCHITECTURES):
         return [], []
-    listed, source = listed_names(config), registry.source
+    listed, source = builds.listed, registry.source
     names = ", ".join(shown(a) for a in listed[:4]) + (f" (and {len(listed) - 4} more)" if len(listed) > 4 else "")
     who = registry.label
     if resolved.malformed:
@@ -65,10 +66,12 @@ def registry_findings(target: Target, config: dict | None, tp: int) -> tuple[lis
                         f"config.json's `architectures` is not a list of class names, which {who} refuses while validating "
                         f"the config (recorded in {source}): {resolved.error}; write it as a list of the model's class "
                         'names, e.g. ["LlamaForCausalLM"]', resolved.error, tuple(range(tp)))], []
+    if not listed:  # nothing listed: the class named from model_type (doctor/unlisted.py)
+        return [], []
     if resolved.error is not None and not resolved.backend:
-        serving = [p.label for p in arch.PROFILES if p.registry is not None and resolve(config, p.registry).error is None]
+        serving = [p.label for p in arch.PROFILES if p.registry is not None and builds.of(p.registry).error is None]
         where = f"serve it with {' or '.join(serving)}, which build one" if serving else "serve it with another runtime"
-        if not _refused_at_or_after(target, config):
+        if not _refused_at_or_after(target, builds):
             return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, names or "architectures",
                                 f"{names or 'config.json'}: {who}, the newest profiled release at or below {target.spec}, "
                                 f"has no model class of any architecture config.json lists (its registry, recorded in "
@@ -111,13 +114,13 @@ def _backend_refuses(registry: Registry) -> str:
     return "nor does its Transformers backend take the first one, so it refuses the model while reading the config"
 
 
-def _refused_at_or_after(target: Target, config: dict | None) -> bool:
+def _refused_at_or_after(target: Target, builds: Builds) -> bool:
     """Whether a profiled release of the target's runtime at or after the target's own refuses the listed names too.
     A class is added in some release and stays (retired names aside, which carry their own message), so a refusal
     by the release itself or a later one holds for the target; a refusal by an earlier one alone may not."""
     runtime, version, registry = target.profile.runtime, target.version, target.registry
-    if version is None or (registry is not None and any(a in registry.retired for a in listed_names(config))):
+    if version is None or (registry is not None and not registry.retired.keys().isdisjoint(builds.listed)):
         return True  # a retired name (vLLM's own "was supported until", or a plugin's) does not come back
     later = [p.registry for p in arch.PROFILES if p.runtime == runtime and p.release >= version] + \
         [p.rules.model_registry for p in DATA_PROFILES if p.runtime == runtime and p.rules.release >= version]  # rules files
-    return any(r is not None and resolve(config, r).error is not None for r in later)
+    return any(r is not None and builds.of(r).error is not None for r in later)

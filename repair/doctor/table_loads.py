@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from repair.arch import Architecture
+from repair.arch.registry import Resolved
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.modules import FULL_PRECISIONS, StoredModule
 from repair.io.checkpoint import Checkpoint
@@ -29,11 +30,12 @@ DTYPE = {"bf16": "torch.bfloat16", "packed": "torch.uint8"}
 
 
 def table_loads(modules: dict[str, StoredModule], schemes: dict[str, str], ckpt: Checkpoint, target: Target,
-                family: Architecture, tp: int, leaves: dict[str, str]) -> tuple[list[Finding], tuple[Outcome, ...]]:
+                family: Architecture, tp: int, leaves: dict[str, str], built: Resolved) -> tuple[list[Finding], tuple[Outcome, ...]]:
     """(findings, the first error per rank in load order) for every stored layer the target builds; `leaves` are the
-    parameter names a packed layer of the checkpoint's format has (Format.RUNTIME_LEAVES)."""
+    parameter names a packed layer of the checkpoint's format has (Format.RUNTIME_LEAVES); `built`: the listed class
+    the target builds (Target.built)."""
     rules = target.profile.rules
-    architecture = target.built(ckpt.config).name or ""
+    architecture = built.name or ""
     building = rules.building(architecture, family.fused_layers, ckpt.config)
     entry = target.release.entries.get(architecture, {}) if target.release else {}
     located = ckpt.locate()

@@ -10,30 +10,34 @@ entry that matches no module: doctor for either target must not call it so (as n
 from __future__ import annotations
 
 from repair.arch import Architecture, ModuleSpec
+from repair.arch.registry import Builds
 from repair.doctor.module_loads import module_driven
 from repair.errors import BadInput
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule
 from repair.io.checkpoint import Checkpoint
 from repair.targets.layer_names import named_elsewhere, target_family
-from repair.targets.profiles import Target, shipped_targets
+from repair.targets.profiles import Target, read_builds, shipped_targets
 
 
 def unused_entries(ckpt: Checkpoint, declaration: Declaration, modules: dict[str, StoredModule], specs: dict[str, ModuleSpec],
-                   family: Architecture, by_stored_name: bool, target: Target | None = None) -> dict[str, str | None]:
+                   family: Architecture, by_stored_name: bool, target: Target | None = None,
+                   builds: Builds | None = None) -> dict[str, str | None]:
     """Entry -> the other shipped release that reads it as naming a module (None: none does), for the entries of the
     list the target reads (`declaration`, bound to it) that exclude no module of this model as the target names it
     (`family`; `by_stored_name`: its loader asks the checkpoint's names). Other releases are asked only about the
-    entries the target leaves (none, usually); one that refuses an entry (a regex it would hang on) reads it not."""
-    left = _unread(ckpt.config, declaration, None, specs or modules, family, by_stored_name)
+    entries the target leaves (none, usually); one that refuses an entry (a regex it would hang on) reads it not.
+    `builds`: the class each release builds for config.json (read_builds), read here when not given."""
+    builds = builds or read_builds(ckpt.config)
+    left = _unread(builds, declaration, None, specs or modules, family, by_stored_name)
     out: dict[str, str | None] = dict.fromkeys(left)
     raw = declaration.format.read_declaration(ckpt) if left else None
     for other in shipped_targets() if left else ():
         if target is not None and (other.profile, other.release) == (target.profile, target.release):
             continue
-        other_family = target_family(other, ckpt.config)
+        other_family = target_family(other, ckpt.config, builds)
         try:
-            unread = _unread(ckpt.config, other.bind(raw, other_family, ckpt.config), left, specs or modules, other_family,
+            unread = _unread(builds, other.bind(raw, other_family, ckpt.config, other.built(builds)), left, specs or modules, other_family,
                              module_driven(other))
         except BadInput:  # its matcher refuses one of the entries: that release loads no such file
             continue
@@ -45,7 +49,7 @@ def unused_entries(ckpt: Checkpoint, declaration: Declaration, modules: dict[str
     return out
 
 
-def _unread(config: dict | None, declaration: Declaration, entries: tuple[str, ...] | None, names, family: Architecture,
+def _unread(builds: Builds, declaration: Declaration, entries: tuple[str, ...] | None, names, family: Architecture,
             by_stored_name: bool) -> tuple[str, ...]:
     """`entries` (None: the whole list, whose compiled rule the declaration keeps) that exclude none of `names` (stored
     or expected modules) as one release reads them: under its runtime names and the names other releases ask
@@ -53,7 +57,7 @@ def _unread(config: dict | None, declaration: Declaration, entries: tuple[str, .
     listed = declaration.exclusions if entries is None else entries
     if not listed:
         return ()
-    elsewhere = named_elsewhere(config, names) | (set(names) if by_stored_name else set())
+    elsewhere = named_elsewhere(builds, names) | (set(names) if by_stored_name else set())
     prefixes = {family.runtime_name(n) for n in names} | {"lm_head"} | elsewhere
     fused_layers = family.fused_groups(set(names) | elsewhere)
     if entries is not None:  # another release's reading of what the target left: plain entries that cannot name one

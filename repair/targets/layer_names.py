@@ -16,7 +16,7 @@ from typing import Callable
 from repair import arch
 from repair.arch.base import Architecture
 from repair.arch.profiled import AskedPrefixes
-from repair.arch.registry import resolve
+from repair.arch.registry import Builds
 from repair.targets.profiles import DATA_PROFILES
 
 
@@ -32,40 +32,40 @@ class RenamedFirst:
         return found if found != module else self.rows(module)
 
 
-def _pairs(rules, config: dict | None) -> tuple[tuple[str, str], ...]:
-    """A rules file's `layer_names` for the listed architecture its release builds (arch/registry.py, its `registry`)."""
-    names = rules.layer_names.get(resolve(config, rules.model_registry).name or "") if rules is not None else None
+def _pairs(rules, name: str | None) -> tuple[tuple[str, str], ...]:
+    """A rules file's `layer_names` for `name`, the listed architecture its release builds (arch/registry.py)."""
+    names = rules.layer_names.get(name or "") if rules is not None else None
     return tuple(sorted(names.items())) if names else ()
 
 
-def release_names(target, config: dict | None) -> Callable[[str], str] | None:
+def release_names(target, config: dict | None, builds: Builds | None = None) -> Callable[[str], str] | None:
     """Checkpoint module -> the name the target release's own rules ask for it (its data's `layer_names`), else the
     module's own (None: every module's): how it groups stored modules into its fused layers (Gemma 4's vision
-    `q_proj.linear` is a shard)."""
-    pairs = _pairs(target.profile.rules, config)
+    `q_proj.linear` is a shard). `builds`: read_builds(config), when read."""
+    pairs = _pairs(target.profile.rules, target.built(builds or config).name)
     return AskedPrefixes(pairs) if pairs else None
 
 
-def target_family(target, config: dict | None, family: Architecture | None = None) -> Architecture:
-    """`family` (default: `arch.architecture(config, target.release)`, borrowed when the target is another runtime's
+def target_family(target, config: dict | None, builds: Builds | None = None) -> Architecture:
+    """The row of the class the target builds (`arch.architecture`, borrowed when the target is another runtime's
     rules file: vLLM's prefixes, refusals and drops are vLLM's code), with the target release's own layer names where
-    its data has them."""
-    family = family or arch.architecture(config, target.release, borrowed=target.profile.rules is not None,
-                                         registry=target.registry)
-    pairs = _pairs(target.profile.rules, config)
+    its data has them. `builds`: read_builds(config), when read (doctor reads it once per run)."""
+    built = target.built(builds or config)
+    family = arch.architecture(config, target.release, borrowed=target.profile.rules is not None, built=built)
+    pairs = _pairs(target.profile.rules, built.name)
     if not pairs:
         return family
     return replace(family, runtime_name=RenamedFirst(AskedPrefixes(pairs), family.runtime_name),
                    exclusion_name=RenamedFirst(AskedPrefixes(pairs, writable=True), family.exclusion_name))
 
 
-def named_elsewhere(config: dict | None, modules) -> set[str]:
+def named_elsewhere(builds: Builds, modules) -> set[str]:
     """For the stored modules some shipped release asks about under another name (SGLang's layer_names, a vLLM
     release's profile prefixes: HYV3's shared_mlp.down_proj is `mlp.down_proj` to vLLM 0.28 only): the checkpoint's
     name and that release's. fix --target a,b writes both (each runtime reads one), so an entry naming either names a module of this
-    model, whichever target doctor checks."""
-    asked = [_pairs(p.rules, config) for p in DATA_PROFILES]  # SGLang's layer_names
-    built = [(p, resolve(config, p.registry).name or "") for p in arch.PROFILES]  # the class each vLLM release builds
+    model, whichever target doctor checks. `builds`: the class each release builds for config.json (read_builds)."""
+    asked = [_pairs(p.rules, builds.of(p.rules.model_registry).name) for p in DATA_PROFILES]  # SGLang's layer_names
+    built = [(p, builds.of(p.registry).name or "") for p in arch.PROFILES]  # the class each vLLM release builds
     asked += [tuple(sorted(p.entries[name]["prefixes"].items())) for p, name in built  # and that release's prefixes
               if name in p.entries and p.entries[name].get("prefixes")]
     out: set[str] = set()

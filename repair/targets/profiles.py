@@ -16,7 +16,7 @@ from typing import Mapping
 
 from repair import arch
 from repair.arch.profiled import ReleaseProfile
-from repair.arch.registry import Registry, Resolved, resolve as resolve_listed
+from repair.arch.registry import Builds, Registry, Resolved, resolve as resolve_listed
 from repair.errors import UsageError
 from repair.targets.runtime_rules import RuntimeRules, shipped_rules
 
@@ -87,16 +87,24 @@ class Target:
         older = self.version is not None and self.release is not None and self.release.release > self.version
         return self.release.registry if self.release is not None and not older else None  # an older release's may differ
 
-    def built(self, config: dict | None) -> Resolved:
-        """Which of config.json's `architectures` this target builds (arch/registry.py), by its release's registry."""
-        return resolve_listed(config, self.registry)
+    def built(self, config: dict | None | Builds) -> Resolved:
+        """Which of config.json's `architectures` this target builds (arch/registry.py), by its release's registry: the
+        one decision every reader of the name obeys (doctor decides it once, from `read_builds`, and passes it along).
+        A vLLM release older than every profile: the class its layer rows' release builds, without that release's
+        verdict (a name it refuses may be one the older release registered)."""
+        found = config.of if isinstance(config, Builds) else lambda registry: resolve_listed(config, registry)
+        own = found(self.registry)
+        if self.registry is None and self.profile.rules is None and self.release is not None:
+            return Resolved(found(self.release.registry).name or own.name)
+        return own
 
-    def bind(self, declaration, family, config: dict | None):
-        """The declaration as this target reads it: a rules-file release's own matchers, else unchanged (vLLM's)."""
+    def bind(self, declaration, family, config: dict | None, built: Resolved | None = None):
+        """The declaration as this target reads it: a rules-file release's own matchers, else unchanged (vLLM's);
+        `built`: what it builds (Target.built), when decided."""
         rules = self.profile.rules
         if rules is None or not declaration.quantized:
             return declaration
-        name = self.built(config).name or ""
+        name = (built or self.built(config)).name or ""
         return rules.bind(declaration, rules.building(name, family.fused_layers, config), config)
 
     @property
@@ -118,6 +126,13 @@ class Target:
         older = self.version is not None and self.release.release > self.version
         return f"{self.profile.name}; layer rows from the {self.release.label} profile" + (
             " (none ships at or below this release: the oldest one)" if older else "")
+
+
+def read_builds(config: dict | None) -> Builds:
+    """config.json's `architectures` as every shipped release reads it (each generated profile's registry, each rules
+    file's), each list read once: what doctor passes along to every question of which class a release builds."""
+    registries = [p.registry for p in arch.PROFILES] + [p.rules.model_registry for p in DATA_PROFILES]
+    return Builds.read(config, [r for r in registries if r is not None])
 
 
 def release_at_or_below(runtime: str, version: tuple[int, ...]) -> ReleaseProfile | None:

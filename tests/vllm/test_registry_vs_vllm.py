@@ -5,7 +5,8 @@ as `vllm serve` resolves the class), against doctor's reading of the shipped pro
   registry gives now.
 - For each listed form (an unknown name before a registered one, only unknown names, a name vLLM retired, a
   transformers class vLLM does not register, two registered names, task suffixes on a registered class
-  (`_normalize_arch`), under the runner the first suffixed name sets; a string, a dict, a non-string entry; an auto_map without --trust-remote-code), vLLM
+  (`_normalize_arch`), under the runner the first suffixed name sets; a string, a dict, a non-string entry; an auto_map without --trust-remote-code;
+  none listed: absent, null, [], and a model_type transformers maps to no base model), vLLM
   resolves the class doctor says it builds: the same listed name, its Transformers backend, or a refusal whose words
   doctor quotes.
 """
@@ -50,7 +51,7 @@ def profile(facts):
 
 def test_the_shipped_registry_is_this_vllms(facts, profile):
     shipped = json.loads((REPO / "repair" / "targets" / "data" / profile.source).read_text())
-    for key in ("registry", "transformers_fallback", "unsupported", "retired"):
+    for key in ("registry", "transformers_fallback", "unsupported", "retired", "unlisted"):
         assert shipped[key] == facts[key], key
 
 
@@ -78,6 +79,10 @@ def test_doctor_names_the_class_vllm_builds(profile, tmp_path):
     cases = forms(profile.registry)
     configs = {name: dict(DBRX, architectures=listed) for name, listed in cases.items()}
     configs["remote-code"] = dict(DBRX, architectures=["MyRemoteForCausalLM"], auto_map={"AutoModelForCausalLM": "x.M"})
+    # none listed: the class named from model_type (transformers' base model, built as a pooling model), or refused
+    configs |= {"absent": {k: v for k, v in DBRX.items() if k != "architectures"}, "null": dict(DBRX, architectures=None),
+                "empty": dict(DBRX, architectures=[]), "unmapped-model-type": {k: v for k, v in DBRX.items() if k !=
+                "architectures"} | {"model_type": "emu3_text_model"}}  # transformers has the config (0.28-0.32), no base model
     for name, config in configs.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(config))
@@ -96,3 +101,4 @@ def test_doctor_names_the_class_vllm_builds(profile, tmp_path):
         else:  # vLLM reports the listed name; a task-suffixed one is built as the registered class it normalizes to
             said = answer.get("architecture")
             assert said == built.name or (said and profile.registry.normalized(said) == built.name), (name, answer, built)
+            assert built.derived is None or (said == built.derived and answer["runner"] == built.runner), (name, answer, built)
