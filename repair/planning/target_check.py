@@ -13,6 +13,7 @@ matches nothing, two quantized_layers maps that disagree). The writer checks doc
 from __future__ import annotations
 
 from repair import arch
+from repair.doctor.config_builds import unexpected_tensor_findings
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.missing import missing_modules, unbuilt as not_built
 from repair.errors import BadInput, UsageError
@@ -51,12 +52,13 @@ def refuse_unrepairable(ckpt: Checkpoint, recipe: Recipe, declaration: Declarati
     on the input, `before`), that its plan leaves."""
     if not recipe.from_target:
         return
-    _refuse_dropped_expected(ckpt, recipe.from_target, {n for n, a in actions.items() if a == Action.DROP}, before)
+    dropped = frozenset(n for n, a in actions.items() if a == Action.DROP)
+    _refuse_dropped_expected(ckpt, recipe.from_target, set(dropped), before)
     changed = {n for n, a in actions.items() if a != Action.KEEP}
     fused = arch.architecture(ckpt.config).fused_layers
     for diagnosis in before:
-        left = [f for f in diagnosis.findings
-                if f.severity in (Severity.ERROR, Severity.WARNING) and not _settled(f, changed, recipe, declaration, fused)]
+        left = [f for f in diagnosis.findings if f.severity in (Severity.ERROR, Severity.WARNING)
+                and not _settled(f, changed, recipe, declaration, fused) and not _dropped_away(f, ckpt, diagnosis, dropped)]
         if left:
             raise _unnameable(ckpt, diagnosis, left) or cannot_repair(ckpt.root, diagnosis.target.spec, left)
 
@@ -146,6 +148,17 @@ def _settled(f: Finding, changed: set[str], recipe: Recipe, declaration: Declara
         return any(f"{parent}.{shard}" in changed for shard in fused.get(layer, ())) or _covered(f.subject, changed)
     members = f.subject.split(", ") if f.code == Kind.SIBLINGS_SCALE_2 else [f.subject]
     return all(_covered(m, changed) for m in members)
+
+
+def _dropped_away(f: Finding, ckpt: Checkpoint, diagnosis: Diagnosis, dropped: frozenset[str]) -> bool:
+    """A stored tensor the release's build has no parameter for goes with the modules a drop rule leaves out (doctor's
+    advice for a config without the build that reads them): settled when the release raises that error on none kept.
+    fix --target never drops them itself: the config's fields may be what is wrong, and only the user knows."""
+    if f.code != Kind.UNEXPECTED_TENSOR or not dropped:
+        return False
+    family = target_family(diagnosis.target, ckpt.config)
+    kept = unexpected_tensor_findings(ckpt, family, diagnosis.target, diagnosis.tp, dropped)
+    return f.runtime_error not in {g.runtime_error for g in kept}
 
 
 def _covered(subject: str, changed: set[str]) -> bool:
