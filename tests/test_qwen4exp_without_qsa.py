@@ -249,11 +249,13 @@ def test_a_layer_vllm_refuses_while_building_stops_it_before_the_indexer_is_read
     assert stop["error"].startswith("Detected some but not all shards") and stop["tensor"] == f"{ATTN}.qkv_proj", stop
 
 
-def test_a_recipe_dropping_the_stored_indexer_settles_it(tmp_path, capsys):
+@pytest.mark.parametrize("listed", [False, True])
+def test_a_recipe_dropping_the_stored_indexer_settles_it(tmp_path, capsys, listed):
     """The fix doctor advises for a config without QSA (remove the indexer's tensors), written as a drop rule under
-    the target: fix writes it, and the output loads in the build without QSA. fix --target alone does not drop
-    them: the fields may be what is wrong (nulled by mistake in a QSA model), and only the user knows."""
-    folder = without_qsa_stored_indexer(tmp_path / "drop")
+    the target: fix writes it, and the output loads in the build without QSA (its projection's exclusion entry, a
+    ModelOpt QSA export's, goes with it: vLLM would ask it as qkv_proj's fourth shard). fix --target alone does not
+    drop them: the fields may be what is wrong (nulled by mistake in a QSA model), and only the user knows."""
+    folder = without_qsa_stored_indexer(tmp_path / "drop", listed)
     indexer = [f"{ATTN}.indexer.{n}" for n in ("index_qk_proj", *INDEXER_NORMS)]
     recipe = tmp_path / "drop.toml"
     recipe.write_text(f'name = "drop"\ntarget = "vllm==0.32.0"\n[[rules]]\naction = "drop"\nmodules = {json.dumps(indexer)}\n')
