@@ -110,3 +110,16 @@ def vllms_words(loaded: dict) -> str:
     """vLLM's error as doctor quotes it: `Type: message`, where a message lists a layer's parameters (a set, printed in
     no fixed order: "There is no module or parameter named ..."), up to that list."""
     return f"{loaded['error_type']}: {loaded['error'].split('. The available parameters')[0]}."
+
+
+def test_a_drop_rule_removing_the_indexer_of_a_config_without_qsa_loads(healthy, tmp_path, capsys):
+    """doctor's advice for a config without QSA over a stored indexer (unexpected-tensor), as a drop rule under the
+    target: fix writes it (the indexer's exclusion entries go with it), and vLLM 0.32 loads the output."""
+    folder = variant(healthy, tmp_path / "stored", False, True, True)
+    recipe = tmp_path / "drop.toml"
+    recipe.write_text('name = "drop"\ntarget = "vllm==0.32.0"\n[[rules]]\naction = "drop"\n'
+                      'modules = ["re:.*\\\\.self_attn\\\\.indexer\\\\..*"]\n')
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--recipe", recipe, "--quiet")
+    assert code == 0, (code, err)
+    loaded = in_vllm("vllm_load.py", tmp_path / "out", "--moe-emulation")[0]
+    assert loaded["ok"] and loaded["stand_in_calls"] == [], loaded
