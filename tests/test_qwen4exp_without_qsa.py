@@ -265,3 +265,25 @@ def test_a_recipe_dropping_the_stored_indexer_settles_it(tmp_path, capsys, liste
     assert code == 0 and not [f for f in report["findings"] if f["severity"] == "error"], report["findings"]
     code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "auto", "--target", "vllm==0.32.0", "--quiet")
     assert code == 2 and "unexpected-tensor" in err and not (tmp_path / "auto").exists(), (code, err)
+
+
+@pytest.mark.parametrize("stored", ["indexer.weights_proj.weight", "indexer.index_qk_proj.extra.weight", "indexer.scale"])
+def test_any_tensor_under_the_module_vllm_has_no_parameter_for_is_refused(tmp_path, capsys, stored):
+    """vLLM's weights loader raises on the module it names ('layers.N.self_attn.indexer'), whatever tensor below it
+    is stored: not only the three modules transformers' QSA export holds (tier: test_attack_qwen4exp.py)."""
+    folder = write(tmp_path / "extra", {})
+    tensors = load_file(folder / "model.safetensors") | {f"{ATTN}.{stored}": torch.ones(16, dtype=torch.bfloat16)}
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    code, report = doctor_json(capsys, folder)
+    assert [s["error"] for s in report["runtime_stops_at"]] == [INDEXER_REFUSED], report
+    [f] = [f for f in report["findings"] if f["code"] == "unexpected-tensor"]
+    assert code == 1 and f["subject"] == f"{ATTN}.{stored}".rpartition(".")[0], f
+
+
+@pytest.mark.parametrize("layer", ["٣", "3x", "03a"])
+def test_a_layer_number_that_is_no_ascii_number_is_not_read_as_one(tmp_path, capsys, layer):
+    folder = write(tmp_path / "odd", {})
+    tensors = load_file(folder / "model.safetensors") | {f"model.layers.{layer}.self_attn.indexer.index_qk_proj.weight": torch.ones(1)}
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    code, report = doctor_json(capsys, folder)
+    assert not [f for f in report["findings"] if f["code"] == "unexpected-tensor"], report["findings"]

@@ -123,3 +123,17 @@ def test_a_drop_rule_removing_the_indexer_of_a_config_without_qsa_loads(healthy,
     assert code == 0, (code, err)
     loaded = in_vllm("vllm_load.py", tmp_path / "out", "--moe-emulation")[0]
     assert loaded["ok"] and loaded["stand_in_calls"] == [], loaded
+
+
+def test_a_tensor_under_the_indexer_the_build_without_qsa_lacks_is_refused_in_vllms_words(healthy, tmp_path, capsys):
+    """A config without QSA over a checkpoint storing one tensor under a layer's `self_attn.indexer` that is none of
+    transformers' three indexer modules: vLLM raises on the module it has no parameter for, and doctor says so."""
+    folder = variant(healthy, tmp_path / "extra", False, False, True)
+    tensors = load_file(folder / "model.safetensors")
+    attn = next(n for n in sorted(tensors) if n.endswith(".self_attn.o_proj.weight")).rpartition(".o_proj")[0]
+    save_file(tensors | {f"{attn}.indexer.weights_proj.weight": torch.ones(4, 8, dtype=torch.bfloat16)},
+              folder / "model.safetensors", metadata={"format": "pt"})
+    loaded = in_vllm("vllm_load.py", folder, "--moe-emulation")[0]
+    assert not loaded["ok"] and "There is no module or parameter named" in loaded["error"], loaded
+    code, out, err = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", folder, "--json")
+    assert code == 1 and [s["error"] for s in json.loads(out)["runtime_stops_at"]] == [vllms_words(loaded)], (loaded, out[-1500:])
