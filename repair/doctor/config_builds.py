@@ -13,13 +13,12 @@ from __future__ import annotations
 import re
 
 from repair.arch import Architecture
-from repair.arch.profiled import pattern_regex
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.io.checkpoint import Checkpoint
 from repair.targets.profiles import Target
 
 LAYER_STAR = re.compile(r"(?<=\.)\*(?=\.|$)")
-LAYER_NUMBER = re.compile(r"\.(\d+)(?=\.|$)")
+LAYER_NUMBER = re.compile(r"\.([0-9]+)(?=\.|$)")  # ASCII: vLLM's layer list names its layers str(i)
 
 
 def refused_config_findings(family: Architecture, target: Target, tp: int) -> list[Finding]:
@@ -45,17 +44,16 @@ def unexpected_tensor_findings(ckpt: Checkpoint, family: Architecture, target: T
     layer numbers in the release's words. `dropped`: modules a plan leaves out of the output."""
     if not family.refused_modules or not target.profile.knows_layer_roles:
         return []
-    regexes = [(re.compile(pattern_regex([pattern])), error, why) for pattern, error, why in family.refused_modules]
+    regexes = [(re.compile(under(pattern)), error, why) for pattern, error, why in family.refused_modules]
     named = re.compile("|".join(r.pattern for r, _, _ in regexes))
     located = ckpt.locate()
-    stored = [n for n in ckpt.infos() if named.search(n.rpartition(".")[0]) and n.rpartition(".")[0] not in dropped]
+    stored = [n for n in ckpt.infos() if named.match(n) and n.rpartition(".")[0] not in dropped]
     raised: dict[str, list[tuple[str, str]]] = {}
     for name in sorted(stored, key=lambda n: (shard_order(located[n][0].path.name), n)):
-        module = name.rpartition(".")[0]
         for regex, error, why in regexes:
-            if regex.search(module):
-                numbers = iter(LAYER_NUMBER.findall(module))
-                raised.setdefault(LAYER_STAR.sub(lambda _: next(numbers, "*"), error), []).append((module, why))
+            if hit := regex.match(name):
+                numbers = iter(LAYER_NUMBER.findall(hit.group(0)))
+                raised.setdefault(LAYER_STAR.sub(lambda _: next(numbers, "*"), error), []).append((name.rpartition(".")[0], why))
     out = []
     for said, hits in raised.items():  # in load order: the first raises first
         (first, why), more = hits[0], len({m for m, _ in hits}) - 1
@@ -64,6 +62,11 @@ def unexpected_tensor_findings(ckpt: Checkpoint, family: Architecture, target: T
                            "modules' tensors, or set those fields if the model was trained with the layers they configure",
                            said, tuple(range(tp))))
     return out
+
+
+def under(pattern: str) -> str:
+    """A regex (re.match) for tensor names at or under a module pattern (`*` an ASCII layer number)."""
+    return re.escape(pattern).replace(re.escape("*"), "[0-9]+") + r"(?=\.|\Z)"
 
 
 def shard_order(file_name: str) -> tuple:
