@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from repair import formats
 from repair.doctor.diagnose import Diagnosis, diagnose_each
 from repair.execute.report import input_sections, recipe_options
 from repair.execute.parallel import default_jobs
@@ -49,7 +50,9 @@ def resolve_recipe(ckpt: Checkpoint, recipe: Recipe, before: tuple[Diagnosis, ..
     exactly. `before`: doctor's verdict on `ckpt` for each target, where the caller has it."""
     if not recipe.target:
         return recipe
-    derived = recipe_for_targets(ckpt, before or diagnose_each(ckpt, resolve_many(recipe.target)))
+    matcher = recipe.matcher(recipe.drop) if recipe.drop else None
+    dropped = frozenset(m.name for m in formats.detect(ckpt).group_modules(ckpt.infos()) if matcher and matcher.matches(m.name))
+    derived = recipe_for_targets(ckpt, before or diagnose_each(ckpt, resolve_many(recipe.target)), dropped)
     extra = tuple(n for n in derived.dequantize if n not in recipe.dequantize)
     return replace(recipe, dequantize=recipe.dequantize + extra, target=None, from_target=derived.from_target,
                    drop_quantization=recipe.drop_quantization or derived.drop_quantization)

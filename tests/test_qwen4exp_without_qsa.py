@@ -164,9 +164,7 @@ def doctor_json(capsys, folder: Path, target: str = "vllm==0.32.0") -> tuple[int
 def test_without_qsa_a_stored_indexer_is_refused_in_vllms_words(tmp_path, capsys):
     """The build without QSA has no parameter for the indexer: its load_weights raises on the first indexer tensor
     (the profile's `without.refused_only_with`, recorded from that build's own load_weights), on every rank."""
-    folder = write(tmp_path / "stored", INDEXER)
-    config = json.loads((folder / "config.json").read_text()) | dict.fromkeys(INDEXER)
-    (folder / "config.json").write_text(json.dumps(config))
+    folder = without_qsa_stored_indexer(tmp_path / "stored")  # the indexer unlisted: no layer is refused while built
     code, report = doctor_json(capsys, folder)
     [f] = [f for f in report["findings"] if f["code"] == "unexpected-tensor"]
     assert code == 1 and f["severity"] == "error" and f["runtime_error"] == INDEXER_REFUSED, f
@@ -206,3 +204,86 @@ def test_other_runtimes_are_not_told_vllms_facts(tmp_path, capsys):
     folder = write(tmp_path / "one", {**INDEXER, "indexer_budget": None})
     code, report = doctor_json(capsys, folder, "sglang==0.5.23")
     assert not [f for f in report["findings"] if f["code"] in ("unexpected-tensor", "config-refused")], report["findings"]
+
+
+def without_qsa_stored_indexer(folder: Path, listed: bool = False) -> Path:
+    """Every indexer_* field null over a checkpoint that stores the indexer; `listed`: its projection stays in the
+    exclusions, which vLLM asks as the fused qkv_proj's fourth shard while building the layer."""
+    write(folder, INDEXER)
+    config = json.loads((folder / "config.json").read_text()) | dict.fromkeys(INDEXER)
+    (folder / "config.json").write_text(json.dumps(config))
+    if not listed:
+        quant = json.loads((folder / "hf_quant_config.json").read_text())
+        quant["quantization"]["exclude_modules"] = ["lm_head"]
+        (folder / "hf_quant_config.json").write_text(json.dumps(quant))
+    return folder
+
+
+def test_vllm_stops_at_the_first_indexer_tensor_in_its_own_load_order(tmp_path, capsys):
+    """vLLM 0.32 reads the shards in natural order (weight_utils.py safetensors_weights_iterator: model-2 before
+    model-10) and each shard's names sorted; its load_weights raises on the first indexer tensor it meets: layer 3's
+    here, in model-2, though layer 11's name sorts first and its shard's name sorts first as text."""
+    folder = without_qsa_stored_indexer(tmp_path / "shards")
+    config = json.loads((folder / "config.json").read_text()) | {"num_hidden_layers": 12}
+    (folder / "config.json").write_text(json.dumps(config))
+    tensors = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    later = {k.replace(".layers.3.", ".layers.11."): v for k, v in tensors.items() if ".layers.3." in k}
+    shards = {"model-2.safetensors": tensors, "model-10.safetensors": later}
+    for shard, part in shards.items():
+        save_file(part, folder / shard, metadata={"format": "pt"})
+    weight_map = {name: shard for shard, part in shards.items() for name in part}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    code, report = doctor_json(capsys, folder)
+    assert [s["error"] for s in report["runtime_stops_at"]] == [INDEXER_REFUSED], report["runtime_stops_at"]
+    assert report["runtime_stops_at"][0]["tensor"].startswith(f"{ATTN}.indexer."), report["runtime_stops_at"]
+
+
+def test_a_layer_vllm_refuses_while_building_stops_it_before_the_indexer_is_read(tmp_path, capsys):
+    """The indexer's projection still listed: vLLM asks it as qkv_proj's fourth shard while building the layer and
+    refuses the model there ("Detected some but not all shards"), before load_weights meets the stored indexer
+    (tier: test_attack_qwen4exp.py's no-qsa-packed-qkv-with-indexer)."""
+    code, report = doctor_json(capsys, without_qsa_stored_indexer(tmp_path / "listed", listed=True))
+    assert {f["code"] for f in report["findings"]} >= {"unexpected-tensor", "fused-shards"}, report["findings"]
+    [stop] = report["runtime_stops_at"]
+    assert stop["error"].startswith("Detected some but not all shards") and stop["tensor"] == f"{ATTN}.qkv_proj", stop
+
+
+@pytest.mark.parametrize("listed", [False, True])
+def test_a_recipe_dropping_the_stored_indexer_settles_it(tmp_path, capsys, listed):
+    """The fix doctor advises for a config without QSA (remove the indexer's tensors), written as a drop rule under
+    the target: fix writes it, and the output loads in the build without QSA (its projection's exclusion entry, a
+    ModelOpt QSA export's, goes with it: vLLM would ask it as qkv_proj's fourth shard). fix --target alone does not
+    drop them: the fields may be what is wrong (nulled by mistake in a QSA model), and only the user knows."""
+    folder = without_qsa_stored_indexer(tmp_path / "drop", listed)
+    indexer = [f"{ATTN}.indexer.{n}" for n in ("index_qk_proj", *INDEXER_NORMS)]
+    recipe = tmp_path / "drop.toml"
+    recipe.write_text(f'name = "drop"\ntarget = "vllm==0.32.0"\n[[rules]]\naction = "drop"\nmodules = {json.dumps(indexer)}\n')
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--recipe", recipe, "--quiet")
+    assert code == 0, (code, err)
+    code, report = doctor_json(capsys, tmp_path / "out")
+    assert code == 0 and not [f for f in report["findings"] if f["severity"] == "error"], report["findings"]
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "auto", "--target", "vllm==0.32.0", "--quiet")
+    assert code == 2 and "unexpected-tensor" in err and not (tmp_path / "auto").exists(), (code, err)
+
+
+@pytest.mark.parametrize("stored", ["indexer.weights_proj.weight", "indexer.index_qk_proj.extra.weight", "indexer.scale"])
+def test_any_tensor_under_the_module_vllm_has_no_parameter_for_is_refused(tmp_path, capsys, stored):
+    """vLLM's weights loader raises on the module it names ('layers.N.self_attn.indexer'), whatever tensor below it
+    is stored: not only the three modules transformers' QSA export holds (tier: test_attack_qwen4exp.py)."""
+    folder = write(tmp_path / "extra", {})
+    tensors = load_file(folder / "model.safetensors") | {f"{ATTN}.{stored}": torch.ones(16, dtype=torch.bfloat16)}
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    code, report = doctor_json(capsys, folder)
+    assert [s["error"] for s in report["runtime_stops_at"]] == [INDEXER_REFUSED], report
+    [f] = [f for f in report["findings"] if f["code"] == "unexpected-tensor"]
+    assert code == 1 and f["subject"] == f"{ATTN}.{stored}".rpartition(".")[0], f
+
+
+@pytest.mark.parametrize("layer", ["٣", "3x", "03a"])
+def test_a_layer_number_that_is_no_ascii_number_is_not_read_as_one(tmp_path, capsys, layer):
+    folder = write(tmp_path / "odd", {})
+    tensors = load_file(folder / "model.safetensors") | {f"model.layers.{layer}.self_attn.indexer.index_qk_proj.weight": torch.ones(1)}
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    code, report = doctor_json(capsys, folder)
+    assert not [f for f in report["findings"] if f["code"] == "unexpected-tensor"], report["findings"]

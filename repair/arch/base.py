@@ -114,7 +114,8 @@ class Architecture:
     # (Qwen4Exp's QSA indexer under self_attn: the profile's `without.loads_only_with`)
     required_modules: tuple[tuple[str, str], ...] = ()
     # (checkpoint module pattern, `*` a layer number; the release's error, its layer numbers `*`; why): load_weights
-    # raises on it (Qwen4Exp without QSA has no parameter for the indexer: the profile's `without.refused_only_with`)
+    # raises on any tensor stored under it (Qwen4Exp without QSA has no parameter for the indexer: the module the
+    # profile's `without.refused_only_with` errors name)
     refused_modules: tuple[tuple[str, str, str], ...] = ()
     refused_config: RefusedConfig | None = None  # the release refuses this config.json while reading it
 

@@ -124,6 +124,15 @@ def as_configured(entry: dict | None, config: dict | None) -> dict | None:
     return {**entry, "loads_only_with": without.get("loads_only_with", []), "partly_null_refused": partly}
 
 
+def named_module(pattern: str, error: str) -> str:
+    """The checkpoint module pattern the release's error names (vLLM's weights loader: "There is no module or parameter
+    named 'layers.*.self_attn.indexer'"), the part of `pattern` ending with it: every tensor under it raises the same;
+    `pattern` itself where the error quotes no part of it."""
+    quoted = re.search(r"'([^']+)'", error)
+    at = f".{pattern}.".find(f".{quoted.group(1)}.") if quoted else -1
+    return pattern[:at + len(quoted.group(1))] if at >= 0 else pattern
+
+
 def release_of(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
@@ -222,7 +231,7 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
     refused_modules = tuple((p, error, f"{profile.label} builds {name} without the layers {fields} configures where "
                                        f"config.json leaves it null, as this one does, and that build's load_weights has no "
                                        f"parameter for it (recorded in {profile.source})")
-                            for p, error in sorted(entry.get("refused_only_with", {}).items()))
+                            for p, error in sorted({(named_module(p, e), e) for p, e in entry.get("refused_only_with", {}).items()}))
     return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
                         unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused,
                         nvfp4_load_refused=refused, dropped_tensors=dropped, dropped_in_layers=drops,

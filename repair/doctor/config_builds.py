@@ -11,15 +11,14 @@ partly_refused); each stops every rank, so each is one error, in the release's w
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
 from repair.arch import Architecture
-from repair.arch.profiled import pattern_regex
 from repair.doctor.findings import Finding, Kind, Severity
+from repair.io.checkpoint import Checkpoint
 from repair.targets.profiles import Target
 
 LAYER_STAR = re.compile(r"(?<=\.)\*(?=\.|$)")
-LAYER_NUMBER = re.compile(r"\.(\d+)(?=\.|$)")
+LAYER_NUMBER = re.compile(r"\.([0-9]+)(?=\.|$)")  # ASCII: vLLM's layer list names its layers str(i)
 
 
 def refused_config_findings(family: Architecture, target: Target, tp: int) -> list[Finding]:
@@ -37,23 +36,41 @@ def refused_config_findings(family: Architecture, target: Target, tp: int) -> li
                     refused.error, tuple(range(tp)))]
 
 
-def unexpected_tensor_findings(names: Iterable[str], family: Architecture, target: Target, tp: int) -> list[Finding]:
+def unexpected_tensor_findings(ckpt: Checkpoint, family: Architecture, target: Target, tp: int,
+                               dropped: frozenset[str] = frozenset()) -> list[Finding]:
     """One error per error text the release raises on the stored modules of the recorded patterns that its build for
-    this config has no parameter for (QSA's indexer projection and norms: one `...self_attn.indexer` error): named by
-    the first such module as names sort, with that module's layer numbers in the release's words."""
+    this config has no parameter for (QSA's indexer projection and norms: one `...self_attn.indexer` error per layer),
+    in the release's load order (the first is where it stops): named by its first such module, with that module's
+    layer numbers in the release's words. `dropped`: modules a plan leaves out of the output."""
     if not family.refused_modules or not target.profile.knows_layer_roles:
         return []
-    modules = sorted({n.rpartition(".")[0] for n in names})
+    regexes = [(re.compile(under(pattern)), error, why) for pattern, error, why in family.refused_modules]
+    named = re.compile("|".join(r.pattern for r, _, _ in regexes))
+    located = ckpt.locate()
+    stored = [n for n in ckpt.infos() if named.match(n) and n.rpartition(".")[0] not in dropped]
     raised: dict[str, list[tuple[str, str]]] = {}
-    for pattern, error, why in family.refused_modules:
-        regex = re.compile(pattern_regex([pattern]))
-        for module in (m for m in modules if regex.search(m)):
-            numbers = iter(LAYER_NUMBER.findall(module))
-            raised.setdefault(LAYER_STAR.sub(lambda _: next(numbers, "*"), error), []).append((module, why))
+    for name in sorted(stored, key=lambda n: (shard_order(located[n][0].path.name), n)):
+        for regex, error, why in regexes:
+            if hit := regex.match(name):
+                numbers = iter(LAYER_NUMBER.findall(hit.group(0)))
+                raised.setdefault(LAYER_STAR.sub(lambda _: next(numbers, "*"), error), []).append((name.rpartition(".")[0], why))
     out = []
-    for said, hits in raised.items():
-        (first, why), more = min(hits), f" (and {len(hits) - 1} more)" if len(hits) > 1 else ""
+    for said, hits in raised.items():  # in load order: the first raises first
+        (first, why), more = hits[0], len({m for m, _ in hits}) - 1
         out.append(Finding(Severity.ERROR, Kind.UNEXPECTED_TENSOR, first,
-                           f"{first}{more}: stored, but {why}: it raises {said}; remove those modules' tensors, or set "
-                           "those fields if the model was trained with the layers they configure", said, tuple(range(tp))))
-    return sorted(out, key=lambda f: f.subject)
+                           f"{first}{f' (and {more} more)' if more else ''}: stored, but {why}: it raises {said}; remove those "
+                           "modules' tensors, or set those fields if the model was trained with the layers they configure",
+                           said, tuple(range(tp))))
+    return out
+
+
+def under(pattern: str) -> str:
+    """A regex (re.match) for tensor names at or under a module pattern (`*` an ASCII layer number)."""
+    return re.escape(pattern).replace(re.escape("*"), "[0-9]+") + r"(?=\.|\Z)"
+
+
+def shard_order(file_name: str) -> tuple:
+    """vLLM's order of a checkpoint's shard files (weight_utils.py _natural_sort_key: model-2 before model-10), each
+    digit run a number (a name is at most 255 bytes: no int() of a hostile length)."""
+    parts = re.split(r"(\d+)", file_name[:255])
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))

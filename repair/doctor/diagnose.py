@@ -70,6 +70,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     precision = runtime_precision(specs, declaration, target, family)
     findings: list[Finding] = []
     first: tuple[vllm_loader.Outcome, ...] = ()
+    building: list[Finding] = []  # layers the runtime refuses while building them
     simulated = target.profile.simulates_loads and bool(specs)
     degree = _degree_findings(specs, precision, ckpt.config, tp) if simulated else []
     findings += degree
@@ -99,7 +100,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     unregistered, backend = registry_findings(target, builds, ckpt.config, tp)
     unlisted, unlisted_notes = unlisted_findings(target, builds, ckpt.config, tp)
     findings += refused + unregistered + unlisted + refused_config_findings(family, target, tp)
-    findings += unexpected_tensor_findings(infos, family, target, tp)
+    findings += unexpected_tensor_findings(ckpt, family, target, tp)
     backend += unlisted_notes
     # without a loader profile (no specs), what the target builds each stored quantized module as, for the health checks
     built = precision if specs else stored_precision([m.name for m in modules.values() if m.is_quantized], declaration, target, family)
@@ -109,7 +110,8 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     notes += kv_notes + config_notes + backend + refused_notes
     findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.allows_quant_config:
-        findings += fused_findings(declaration, modules, family, target) + fused_algorithm_findings(declaration, modules, family, target)
+        building = fused_findings(declaration, modules, family, target) + fused_algorithm_findings(declaration, modules, family, target)
+        findings += building
         findings += built_layer_findings(declaration, target, ckpt.config, resolved)
     if target.profile.rules is None:  # a rules file's loader table says what a shard that does not fit does (table_loads)
         findings += fused_storage_findings(declaration, modules, family, target)
@@ -138,7 +140,8 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         loads, precision = module_loads
         findings = [f for f in findings if not replaced_by_loads(f)] + loads
         first = load_stops(loads, tp) or first
-    first = first or _build_stops(findings, tp, (Kind.LOAD_REFUSED, Kind.UNEXPECTED_TENSOR))  # load_weights raises on every rank
+    # a layer refused while built stops every rank before load_weights, which raises on every rank
+    first = first or _build_stops(building, tp) or _build_stops(findings, tp, (Kind.LOAD_REFUSED, Kind.UNEXPECTED_TENSOR))
     first = _build_stops(findings, tp, (Kind.UNREGISTERED, Kind.CONFIG_REFUSED)) or first  # refused reading the config: before all
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)

@@ -94,7 +94,7 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     changes += kv_scale_drops(ckpt, changes) if recipe.drop_quantization or undeclared_kv else []
     shards, emptied = _shard_steps(ckpt, changes)
     config, hf_quant, added = config_edits(ckpt, fmt, declaration, recipe, actions, by_name)
-    unused = unused_exclusions(ckpt, recipe, before, by_name, fmt)
+    unused = unused_exclusions(ckpt, recipe, before, by_name, fmt, frozenset(n for n, a in actions.items() if a == Action.DROP))
     if unused:
         config, hf_quant = fmt.without_entries(config, hf_quant, unused)
     json_files = _json_files(ckpt, config, hf_quant, shards, bool(emptied))

@@ -30,19 +30,21 @@ FIXED_BY_DEQUANTIZING = (Kind.CONFIG_CONTRADICTION, Kind.LOAD_ERROR, Kind.RUNTIM
 STORED_ALGORITHM = (Kind.ALGORITHM_MISMATCH, Kind.MISSING_INPUT_SCALE)
 
 
-def recipe_for_targets(ckpt: Checkpoint, before: tuple[Diagnosis, ...]) -> Recipe:
+def recipe_for_targets(ckpt: Checkpoint, before: tuple[Diagnosis, ...], dropped: frozenset[str] = frozenset()) -> Recipe:
     """`--target a,b,c`: the union of each target's derived recipe (doctor's verdict on the input for each, in
     `before`). Every derived change makes a module BF16 and excluded, or drops the quantization config, and no
     target's loader fails on a module the checkpoint's own config excludes, so the union leaves every target clean;
-    the plan check and the writer's doctor check that on the plan and the output, target by target."""
-    recipes = [recipe_for_target(ckpt, d) for d in before]
+    the plan check and the writer's doctor check that on the plan and the output, target by target. `dropped`: the
+    modules the user's own rules drop."""
+    recipes = [recipe_for_target(ckpt, d, dropped) for d in before]
     dequantize = tuple(dict.fromkeys(n for r in recipes for n in r.dequantize))
     return Recipe(dequantize=dequantize, drop_quantization=any(r.drop_quantization for r in recipes),
                   from_target=specs_text(tuple(d.target for d in before)))
 
 
-def recipe_for_target(ckpt: Checkpoint, diagnosis: Diagnosis) -> Recipe:
-    """The smallest recipe for diagnosis.target, from doctor's verdict on the input (`diagnosis`)."""
+def recipe_for_target(ckpt: Checkpoint, diagnosis: Diagnosis, dropped: frozenset[str] = frozenset()) -> Recipe:
+    """The smallest recipe for diagnosis.target, from doctor's verdict on the input (`diagnosis`), beside the user's
+    drops (`dropped`)."""
     target = diagnosis.target
     fmt = formats.detect(ckpt)
     stored = fmt.group_modules(ckpt.infos())
@@ -54,7 +56,7 @@ def recipe_for_target(ckpt: Checkpoint, diagnosis: Diagnosis) -> Recipe:
     layers = Layers({m.name: m for m in stored}, family.fused_layers, release_names(target, ckpt.config))
     names = {m.name for m in modules} | excludable_leafless(stored, family)
     if not specs:
-        chosen = _contradicted(diagnosis, names, family.fused_layers)
+        chosen = _contradicted(diagnosis, names, family.fused_layers, dropped=dropped)
         return Recipe(dequantize=complete(_nameable(chosen, family), layers, f"{ckpt.root}: {target.spec}"), from_target=target.spec)
     precision = runtime_precision(specs, fmt.read_declaration(ckpt), target, family)
     chosen = list(_contradicted(diagnosis, names, {}, STORED_ALGORITHM))
@@ -89,14 +91,17 @@ def _nameable(chosen: tuple[str, ...], family: Architecture) -> tuple[str, ...]:
 
 
 def _contradicted(diagnosis: Diagnosis, names: set[str], fused: dict[str, tuple[str, ...]],
-                  kinds: tuple[Kind, ...] = FIXED_BY_DEQUANTIZING + STORED_ALGORITHM) -> tuple[str, ...]:
+                  kinds: tuple[Kind, ...] = FIXED_BY_DEQUANTIZING + STORED_ALGORITHM, dropped: frozenset[str] = frozenset()) -> tuple[str, ...]:
     """Modules doctor finds stored against the config (no loader profile: its checks are the whole truth we have).
     Dequantizing one makes it BF16 and excluded, which settles either side of the disagreement. A fused layer whose
-    shards disagree (its subject is the runtime name, e.g. `...qkv_proj`) is settled by dequantizing its shards."""
+    shards disagree (its subject is the runtime name, e.g. `...qkv_proj`) is settled by dequantizing its shards, unless
+    the user drops one of them (Qwen4Exp's indexer projection, which its build without QSA has no parameter for): the
+    shards left are another layer, which the writer's doctor check judges on the output."""
     findings = diagnosis.findings
     chosen = {f.subject for f in findings if f.code in kinds and f.subject in names}
     for f in findings:
         parent, _, layer = f.subject.rpartition(".")
-        if f.code == Kind.FUSED_SHARDS and layer in fused:
-            chosen.update(n for n in (f"{parent}.{shard}" for shard in fused[layer]) if n in names)
+        shards = [f"{parent}.{shard}" for shard in fused.get(layer, ())]
+        if f.code == Kind.FUSED_SHARDS and layer in fused and not dropped.intersection(shards):
+            chosen.update(n for n in shards if n in names)
     return tuple(sorted(chosen))

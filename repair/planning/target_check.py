@@ -13,6 +13,7 @@ matches nothing, two quantized_layers maps that disagree). The writer checks doc
 from __future__ import annotations
 
 from repair import arch
+from repair.doctor.config_builds import unexpected_tensor_findings
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.missing import missing_modules, unbuilt as not_built
 from repair.errors import BadInput, UsageError
@@ -51,12 +52,13 @@ def refuse_unrepairable(ckpt: Checkpoint, recipe: Recipe, declaration: Declarati
     on the input, `before`), that its plan leaves."""
     if not recipe.from_target:
         return
-    _refuse_dropped_expected(ckpt, recipe.from_target, {n for n, a in actions.items() if a == Action.DROP}, before)
+    dropped = frozenset(n for n, a in actions.items() if a == Action.DROP)
+    _refuse_dropped_expected(ckpt, recipe.from_target, set(dropped), before)
     changed = {n for n, a in actions.items() if a != Action.KEEP}
     fused = arch.architecture(ckpt.config).fused_layers
     for diagnosis in before:
-        left = [f for f in diagnosis.findings
-                if f.severity in (Severity.ERROR, Severity.WARNING) and not _settled(f, changed, recipe, declaration, fused)]
+        left = [f for f in diagnosis.findings if f.severity in (Severity.ERROR, Severity.WARNING)
+                and not _settled(f, changed, recipe, declaration, fused) and not _dropped_away(f, ckpt, diagnosis, dropped)]
         if left:
             raise _unnameable(ckpt, diagnosis, left) or cannot_repair(ckpt.root, diagnosis.target.spec, left)
 
@@ -78,7 +80,8 @@ def load_doubts(before: tuple[Diagnosis, ...]) -> list[str]:
     return [f"note for {d.target.spec}: [{n.code}] {n.message}" for d in before for n in d.notes if n.code in FIRST]
 
 
-def unused_exclusions(ckpt: Checkpoint, recipe: Recipe, before: tuple[Diagnosis, ...], modules, fmt) -> frozenset[str]:
+def unused_exclusions(ckpt: Checkpoint, recipe: Recipe, before: tuple[Diagnosis, ...], modules, fmt,
+                      dropped: frozenset[str] = frozenset()) -> frozenset[str]:
     """The exclusion entries doctor finds matching no module (unused-exclusion), which `--target` takes out of the
     config: harmless to the runtime, but doctor --strict, which the target promises, counts them (a real ModelOpt
     export lists e.g. an EAGLE draft's unstored `model.embed_tokens`, DeepSeek-R1 61 layers it does not have). One
@@ -90,9 +93,12 @@ def unused_exclusions(ckpt: Checkpoint, recipe: Recipe, before: tuple[Diagnosis,
     by its layer's name): the plan names that layer whole where a target does not read the expert entries. The exact
     entry is the format's spelling or the module's plain name: a compressed-tensors export listing `post_projection`
     for TensorRT-LLM < 1.3 (no `re:`) keeps it under --target vllm,trtllm==1.2 (vLLM asks `draft_model.` names). An entry
-    only a release outside the fix's targets reads (doctor's note, not a warning) is one no target reads: it goes too."""
+    only a release outside the fix's targets reads (doctor's note, not a warning) is one no target reads: it goes too.
+    So does an entry naming exactly a module a drop rule removes (`dropped`): the output would match nothing with it,
+    and vLLM asks it as a fused layer's shard (Qwen4Exp's listed indexer projection, without QSA: qkv_proj's fourth)."""
     if not recipe.from_target or recipe.drop_quantization:
         return frozenset()
+    gone = _entries_of(dropped, fmt, [target_family(d.target, ckpt.config) for d in before])
     reading = [d for d in before if d.target.profile.allows_quant_config]  # bf16 reads no exclusion list
     flagged = [{f.subject for f in d.findings + d.notes if f.code == Kind.UNUSED_EXCLUSION} for d in reading]  # notes: read elsewhere
     found = set().union(*flagged)
@@ -102,7 +108,14 @@ def unused_exclusions(ckpt: Checkpoint, recipe: Recipe, before: tuple[Diagnosis,
             family = target_family(d.target, ckpt.config)
             names = [family.exclusion_name(m) for m in modules if routed_layer(m) == m]  # in the format's spelling or as
             found -= read & ({fmt.exclusion_entry(n) for n in names} | set(names))  # the plain name (TensorRT-LLM < 1.3)
-    return frozenset(found)
+    listed = {e for entries in fmt.exclusion_lists(ckpt.config, ckpt.hf_quant_config) for e in entries if isinstance(e, str)}
+    return frozenset(found) | (gone & listed)
+
+
+def _entries_of(modules: frozenset[str], fmt, families: list) -> set[str]:
+    """The exact entries naming these modules: their names and the format's spelling, under each target's names too."""
+    names = set(modules) | {f.exclusion_name(m) for f in families for m in modules}
+    return names | {fmt.exclusion_entry(n) for n in names}
 
 
 def _refuse_dropped_expected(ckpt: Checkpoint, target: str, dropped: set[str], before: tuple[Diagnosis, ...]) -> None:
@@ -146,6 +159,17 @@ def _settled(f: Finding, changed: set[str], recipe: Recipe, declaration: Declara
         return any(f"{parent}.{shard}" in changed for shard in fused.get(layer, ())) or _covered(f.subject, changed)
     members = f.subject.split(", ") if f.code == Kind.SIBLINGS_SCALE_2 else [f.subject]
     return all(_covered(m, changed) for m in members)
+
+
+def _dropped_away(f: Finding, ckpt: Checkpoint, diagnosis: Diagnosis, dropped: frozenset[str]) -> bool:
+    """A stored tensor the release's build has no parameter for goes with the modules a drop rule leaves out (doctor's
+    advice for a config without the build that reads them): settled when the release raises that error on none kept.
+    fix --target never drops them itself: the config's fields may be what is wrong, and only the user knows."""
+    if f.code != Kind.UNEXPECTED_TENSOR or not dropped:
+        return False
+    family = target_family(diagnosis.target, ckpt.config)
+    kept = unexpected_tensor_findings(ckpt, family, diagnosis.target, diagnosis.tp, dropped)
+    return f.runtime_error not in {g.runtime_error for g in kept}
 
 
 def _covered(subject: str, changed: set[str]) -> bool:

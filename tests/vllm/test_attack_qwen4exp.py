@@ -99,11 +99,41 @@ def test_doctor_agrees_with_vllm(healthy, case, tmp_path, capsys, request):
         said = {f.get("runtime_error") for f in errors} | {f"{f['subject']}.weight" for f in errors if f["code"] == "missing-module"}
         if "not initialized" in loaded["error"]:
             assert set(re.findall(r"'([^']+)'", loaded["error"])) <= said, (loaded["error"], errors)
-        else:
-            assert said & {loaded["error"], f"{loaded['error_type']}: {loaded['error']}", vllms_words(loaded)}, (loaded, errors)
+        else:  # and where doctor names the stop, it is where vLLM stopped (a layer refused while built: before any load)
+            words = {loaded["error"], f"{loaded['error_type']}: {loaded['error']}", vllms_words(loaded)}
+            assert said & words, (loaded, errors)
+            stops = json.loads(out)["runtime_stops_at"]
+            assert all(s["error"] in words for s in stops), (loaded, stops)
 
 
 def vllms_words(loaded: dict) -> str:
     """vLLM's error as doctor quotes it: `Type: message`, where a message lists a layer's parameters (a set, printed in
     no fixed order: "There is no module or parameter named ..."), up to that list."""
     return f"{loaded['error_type']}: {loaded['error'].split('. The available parameters')[0]}."
+
+
+def test_a_drop_rule_removing_the_indexer_of_a_config_without_qsa_loads(healthy, tmp_path, capsys):
+    """doctor's advice for a config without QSA over a stored indexer (unexpected-tensor), as a drop rule under the
+    target: fix writes it (the indexer's exclusion entries go with it), and vLLM 0.32 loads the output."""
+    folder = variant(healthy, tmp_path / "stored", False, True, True)
+    recipe = tmp_path / "drop.toml"
+    recipe.write_text('name = "drop"\ntarget = "vllm==0.32.0"\n[[rules]]\naction = "drop"\n'
+                      'modules = ["re:.*\\\\.self_attn\\\\.indexer\\\\..*"]\n')
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--recipe", recipe, "--quiet")
+    assert code == 0, (code, err)
+    loaded = in_vllm("vllm_load.py", tmp_path / "out", "--moe-emulation")[0]
+    assert loaded["ok"] and loaded["stand_in_calls"] == [], loaded
+
+
+def test_a_tensor_under_the_indexer_the_build_without_qsa_lacks_is_refused_in_vllms_words(healthy, tmp_path, capsys):
+    """A config without QSA over a checkpoint storing one tensor under a layer's `self_attn.indexer` that is none of
+    transformers' three indexer modules: vLLM raises on the module it has no parameter for, and doctor says so."""
+    folder = variant(healthy, tmp_path / "extra", False, False, True)
+    tensors = load_file(folder / "model.safetensors")
+    attn = next(n for n in sorted(tensors) if n.endswith(".self_attn.o_proj.weight")).rpartition(".o_proj")[0]
+    save_file(tensors | {f"{attn}.indexer.weights_proj.weight": torch.ones(4, 8, dtype=torch.bfloat16)},
+              folder / "model.safetensors", metadata={"format": "pt"})
+    loaded = in_vllm("vllm_load.py", folder, "--moe-emulation")[0]
+    assert not loaded["ok"] and "There is no module or parameter named" in loaded["error"], loaded
+    code, out, err = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", folder, "--json")
+    assert code == 1 and [s["error"] for s in json.loads(out)["runtime_stops_at"]] == [vllms_words(loaded)], (loaded, out[-1500:])
