@@ -187,3 +187,29 @@ def test_the_rank_digests_use_a_bounded_number_of_threads_whatever_tp_the_manife
     assert run_cli("fix", src, "-o", tmp_path / "fixed", "--quiet") == 0
     same = {n for n in tree(tmp_path / "fixed")} - {"repair_report.json"}
     assert {n: h for n, h in tree(tmp_path / "out").items() if n in same} == {n: h for n, h in tree(tmp_path / "fixed").items() if n in same}
+
+
+def test_a_huge_sparse_rank_file_is_refused_without_reading_it_through(tp_out, tmp_path, capsys, monkeypatch):
+    """A rank file grown to a terabyte (sparse: `truncate -s 1T`, no disk used) cannot be what `fix --tp` wrote: its
+    size is past anything the manifest's tensors and a header can fill. It is refused at once, in one line naming it,
+    without hashing a terabyte of zeros to say so (that would be a hang in all but name)."""
+    tp = tmp_path / "tp"
+    shutil.copytree(tp_out, tp)
+    huge = tp / "rank-1" / "model.safetensors"
+    os.truncate(huge, 1 << 40)
+    read, real_preadv = [0], os.preadv
+
+    def bounded(fd, buffers, offset, *rest):
+        got = real_preadv(fd, buffers, offset, *rest)
+        read[0] += got
+        if read[0] > 1 << 30:
+            raise KeyboardInterrupt  # stops the run here: a GiB read already fails the test below
+        return got
+    monkeypatch.setattr(os, "preadv", bounded)
+    code, _, err = run_captured(capsys, "unshard", tp, "-o", tmp_path / "out")
+    monkeypatch.undo()
+    assert read[0] <= 1 << 30, f"{read[0]} bytes read to refuse a sparse terabyte"
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert str(huge) in err and "re-run `fix --tp`" in err, err
+    assert not (tmp_path / "out").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tp"]
