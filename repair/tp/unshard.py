@@ -30,7 +30,7 @@ from repair.execute.copies import WholeCopies
 from repair.execute.report import REPORT_NAME, unshard_report
 from repair.tp.io import pread_exact
 from repair.tp.manifest import RANK_FILE, Manifest, read_manifest
-from repair.tp.rank_digests import RankDigests, RankFile, read_rank, refuse_if_changed
+from repair.tp.rank_digests import RankDigests, RankFile, largest_rank_file, read_rank, refuse_if_changed
 
 CHUNK = 8 << 20  # bytes of interleaved rows assembled at a time
 CHECK = "the check of the rebuilt checkpoint"
@@ -61,7 +61,8 @@ def _check_ranks(manifest: Manifest, pins: Pins) -> list[RankFile]:
                 raise BadInput(f"{path}: missing; the tp output is incomplete, re-run `fix --tp`")
             regular_file(path, "re-run `fix --tp`")  # stat first: opening a FIFO would block forever
             pins.pin(path)
-    return [read_rank(path, pins.get(path), digest) for path, digest in (rank.files[RANK_FILE] for rank in manifest.ranks)]
+    return [read_rank(path, pins.get(path), digest, lambda r=r: largest_rank_file(manifest, r))
+            for r, (path, digest) in enumerate(rank.files[RANK_FILE] for rank in manifest.ranks)]
 
 
 def _check_slices(manifest: Manifest, ranks: list[RankFile]) -> None:
@@ -71,7 +72,7 @@ def _check_slices(manifest: Manifest, ranks: list[RankFile]) -> None:
         for r, rank in enumerate(ranks):
             info, want = rank.tensors.get(name), tuple(entry["ranks"][r]["shape"])
             if info is None or info.shape != want or info.dtype != entry["dtype"]:
-                refuse_if_changed(rank.file, manifest.ranks[r].files[RANK_FILE][1])
+                refuse_if_changed(rank.file, manifest.ranks[r].files[RANK_FILE][1], lambda: largest_rank_file(manifest, r))
                 found = "missing" if info is None else f"{info.dtype} {list(info.shape)}"
                 raise BadInput(f"rank {r}: {name} is {found}, the manifest says {entry['dtype']} {list(want)}; re-run `fix --tp`")
 
