@@ -213,3 +213,33 @@ def test_a_huge_sparse_rank_file_is_refused_without_reading_it_through(tp_out, t
     assert str(huge) in err and "re-run `fix --tp`" in err, err
     assert not (tmp_path / "out").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tp"]
+
+
+def test_a_rank_file_truncated_behind_a_shared_hashing_thread_is_the_one_named(tmp_path, capsys, monkeypatch):
+    """Ranks share hashing threads (one per core). When rank 2's file is truncated after the rebuild read its slices
+    but before its thread hashed the gaps (a replicated tensor it never copies), the thread's error must not be
+    blamed on rank 0, whose digest is finished first on the same thread: the line names the file that changed."""
+    from repair.io import hashing
+    from repair.tp import rank_digests
+    src = write_assistant(tmp_path / "src", replace(TINY, heads=8, backbone=512, hidden=256, intermediate=1024))
+    assert run_cli("fix", src, "-o", tmp_path / "tp", "--tp", "4", "--quiet") == 0
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # two threads: ranks 0 and 2 share one
+    rank2 = tmp_path / "tp" / "rank-2" / "model.safetensors"
+    release, real_update, real_check = threading.Event(), hashing.SourceDigest._update, rank_digests.RankDigests.check
+
+    def held(self, offset, view):
+        if self.pinned.path == rank2:
+            release.wait(30)  # rank 2's hashing waits until the rebuild is done
+        return real_update(self, offset, view)
+
+    def check(self, pins, copied):
+        os.truncate(rank2, read_header(rank2).data_start)  # after every read of the rebuild, before the hashing
+        release.set()
+        return real_check(self, pins, copied)
+    monkeypatch.setattr(hashing.SourceDigest, "_update", held)
+    monkeypatch.setattr(rank_digests.RankDigests, "check", check)
+    code, _, err = run_captured(capsys, "unshard", tmp_path / "tp", "-o", tmp_path / "out")
+    release.set()
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert str(rank2) in err and "rank-0" not in err, err
+    assert not (tmp_path / "out").exists()
