@@ -118,11 +118,20 @@ class RankDigests:
         for number, rank in enumerate(self._manifest.ranks):
             for name, (path, digest) in rank.files.items():
                 if name == RANK_FILE:
-                    found = _whole(self._digests[number].pinned, self._digests[number].hexdigest)
+                    found = self._finished(number, pins)
                 else:
                     found = copied[name] if number == 0 and name in copied else _sha256(pins.get(path))
                 if found != digest:
                     raise differs(path)
+
+    def _finished(self, number: int, pins) -> str:
+        """Rank `number`'s sha256. A file that ended early may be another rank's (a shared thread raises the first error
+        of any digest it feeds): the pins name the file that changed, else the error does (it names its file)."""
+        try:
+            return self._digests[number].hexdigest()
+        except EOFError as ended:
+            pins.check("SRC")
+            raise BadInput(f"{ended}; the file was truncated, re-run `fix --tp`") from None
 
     def abort(self) -> None:
         """Stops every hashing thread (after the jobs it holds): before the temp folder goes, or at the end."""
