@@ -243,3 +243,23 @@ def test_a_rank_file_truncated_behind_a_shared_hashing_thread_is_the_one_named(t
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert str(rank2) in err and "rank-0" not in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_rank_file_truncated_under_an_interleaved_read_is_named(tp_out, tmp_path, capsys, monkeypatch):
+    """A rank file cut short as a dim-1 slice is read row by row (through a buffer, not the kernel copy): one line
+    naming that rank file (not only the tensor), exit 2, nothing beside OUT."""
+    from repair.tp import unshard
+    tp = tmp_path / "tp"
+    shutil.copytree(tp_out, tp)
+    rank1 = tp / "rank-1" / "model.safetensors"
+    real_concat = unshard._concat
+
+    def cut(out, entry, parts):
+        if entry["dim"] not in (None, 0) and rank1.stat().st_size > read_header(rank1).data_start:
+            os.truncate(rank1, read_header(rank1).data_start)
+        return real_concat(out, entry, parts)
+    monkeypatch.setattr(unshard, "_concat", cut)
+    code, _, err = run_captured(capsys, "unshard", tp, "-o", tmp_path / "out")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert str(rank1) in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tp"]
