@@ -263,3 +263,28 @@ def test_a_rank_file_truncated_under_an_interleaved_read_is_named(tp_out, tmp_pa
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert str(rank1) in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tp"]
+
+
+@pytest.mark.parametrize("name", ["rank-0/tokenizer.json", "rank-1/config.json"])
+def test_a_small_rank_file_grown_sparse_is_refused_before_it_is_copied_or_hashed(name, tp_out, tmp_path, capsys, monkeypatch):
+    """Rank 0's small files are copied while they are hashed (read once), so one grown sparse to a terabyte would be
+    written out whole (filling the disk) before its sha256 refused it; another rank's is hashed through. The manifest
+    records every rank file's size: a file of another size is refused by a stat, before anything is read or written."""
+    tp = tmp_path / "tp"
+    shutil.copytree(tp_out, tp)
+    os.truncate(tp / name, 1 << 40)
+    moved, real_copy, real_preadv = [0], os.copy_file_range, os.preadv
+
+    def guard(got: int) -> int:
+        moved[0] += got
+        if moved[0] > 1 << 30:
+            raise KeyboardInterrupt  # stops the run before the disk fills: a GiB moved already fails the test below
+        return got
+    monkeypatch.setattr(os, "copy_file_range", lambda *a: guard(real_copy(*a)))
+    monkeypatch.setattr(os, "preadv", lambda *a: guard(real_preadv(*a)))
+    code, _, err = run_captured(capsys, "unshard", tp, "-o", tmp_path / "out")
+    monkeypatch.undo()
+    assert moved[0] <= 1 << 30, f"{moved[0]} bytes copied or read to refuse a sparse terabyte"
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert str(tp / name) in err and "re-run `fix --tp`" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tp"]
