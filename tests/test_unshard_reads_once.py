@@ -189,12 +189,18 @@ def test_the_rank_digests_use_a_bounded_number_of_threads_whatever_tp_the_manife
     assert {n: h for n, h in tree(tmp_path / "out").items() if n in same} == {n: h for n, h in tree(tmp_path / "fixed").items() if n in same}
 
 
-def test_a_huge_sparse_rank_file_is_refused_without_reading_it_through(tp_out, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("sizes", [True, False], ids=["manifest with sizes", "manifest without sizes"])
+def test_a_huge_sparse_rank_file_is_refused_without_reading_it_through(sizes, tp_out, tmp_path, capsys, monkeypatch):
     """A rank file grown to a terabyte (sparse: `truncate -s 1T`, no disk used) cannot be what `fix --tp` wrote: its
-    size is past anything the manifest's tensors and a header can fill. It is refused at once, in one line naming it,
-    without hashing a terabyte of zeros to say so (that would be a hang in all but name)."""
+    size is not the manifest's, and (a manifest without sizes) past anything its tensors and a header can fill. It is
+    refused at once, in one line naming it, without hashing a terabyte of zeros to say so (a hang in all but name)."""
     tp = tmp_path / "tp"
     shutil.copytree(tp_out, tp)
+    if not sizes:
+        manifest = json.loads((tp / "tp_manifest.json").read_text())
+        for rank in manifest["ranks"]:
+            del rank["sizes"]
+        (tp / "tp_manifest.json").write_text(json.dumps(manifest))
     huge = tp / "rank-1" / "model.safetensors"
     os.truncate(huge, 1 << 40)
     read, real_preadv = [0], os.preadv

@@ -28,7 +28,7 @@ from repair.io.staging import InterruptGate
 from repair.io.shard_writer import OutTensor, encode_header
 from repair.execute.copies import WholeCopies
 from repair.execute.report import REPORT_NAME, unshard_report
-from repair.tp.manifest import RANK_FILE, Manifest, read_manifest
+from repair.tp.manifest import MANIFEST, RANK_FILE, Manifest, read_manifest
 from repair.tp.rank_digests import RankDigests, RankFile, largest_rank_file, read_rank, refuse_if_changed
 
 CHUNK = 8 << 20  # bytes of interleaved rows assembled at a time
@@ -55,11 +55,14 @@ def _check_ranks(manifest: Manifest, pins: Pins) -> list[RankFile]:
     """Every rank file a regular file, pinned (nothing is read before all are: a FIFO or a missing file is refused
     first); then each rank's tensor file header, hashed as it is read."""
     for rank in manifest.ranks:
-        for path, _ in rank.files.values():
+        for name, (path, _) in rank.files.items():
             if file_type_problem(path) == "is missing":
                 raise BadInput(f"{path}: missing; the tp output is incomplete, re-run `fix --tp`")
             regular_file(path, "re-run `fix --tp`")  # stat first: opening a FIFO would block forever
-            pins.pin(path)
+            size = pins.pin(path).size
+            if name in rank.sizes and size != rank.sizes[name]:  # refused by a stat: a sparse terabyte is never read
+                raise BadInput(f"{path}: {size} bytes, {MANIFEST} records {rank.sizes[name]}; the file was changed or "
+                               "damaged, re-run `fix --tp`")
     return [read_rank(path, pins.get(path), digest, lambda r=r: largest_rank_file(manifest, r))
             for r, (path, digest) in enumerate(rank.files[RANK_FILE] for rank in manifest.ranks)]
 
