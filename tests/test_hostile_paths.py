@@ -271,3 +271,13 @@ def test_hub_cache_snapshot_given_by_a_relative_spelling_is_read_too(capsys, tmp
     monkeypatch.chdir(snap if where == "snapshot" else snap.parent)
     code, _, err = run_captured(capsys, "fix", spelling, "-o", tmp_path / "out", "--quiet")
     assert code == 0, err
+
+
+def test_a_manifest_grown_sparse_to_a_terabyte_is_refused_in_one_line(capsys, scene):
+    """tp_manifest.json is read whole to be parsed: one grown to a terabyte (sparse: no disk used) is refused by its
+    size in one line, never allocated (a MemoryError traceback) nor read through."""
+    os.truncate(scene["src"] / MANIFEST, 1 << 40)
+    code, _, err = run_captured(capsys, "unshard", scene["src"], "-o", scene["out"])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert str(scene["src"] / MANIFEST) in err and "bytes" in err, err
+    assert sorted(p.name for p in scene["root"].iterdir()) == ["tp", "victim"]

@@ -187,3 +187,110 @@ def test_the_rank_digests_use_a_bounded_number_of_threads_whatever_tp_the_manife
     assert run_cli("fix", src, "-o", tmp_path / "fixed", "--quiet") == 0
     same = {n for n in tree(tmp_path / "fixed")} - {"repair_report.json"}
     assert {n: h for n, h in tree(tmp_path / "out").items() if n in same} == {n: h for n, h in tree(tmp_path / "fixed").items() if n in same}
+
+
+@pytest.mark.parametrize("sizes", [True, False], ids=["manifest with sizes", "manifest without sizes"])
+def test_a_huge_sparse_rank_file_is_refused_without_reading_it_through(sizes, tp_out, tmp_path, capsys, monkeypatch):
+    """A rank file grown to a terabyte (sparse: `truncate -s 1T`, no disk used) cannot be what `fix --tp` wrote: its
+    size is not the manifest's, and (a manifest without sizes) past anything its tensors and a header can fill. It is
+    refused at once, in one line naming it, without hashing a terabyte of zeros to say so (a hang in all but name)."""
+    tp = tmp_path / "tp"
+    shutil.copytree(tp_out, tp)
+    if not sizes:
+        manifest = json.loads((tp / "tp_manifest.json").read_text())
+        for rank in manifest["ranks"]:
+            del rank["sizes"]
+        (tp / "tp_manifest.json").write_text(json.dumps(manifest))
+    huge = tp / "rank-1" / "model.safetensors"
+    os.truncate(huge, 1 << 40)
+    read, real_preadv = [0], os.preadv
+
+    def bounded(fd, buffers, offset, *rest):
+        got = real_preadv(fd, buffers, offset, *rest)
+        read[0] += got
+        if read[0] > 1 << 30:
+            raise KeyboardInterrupt  # stops the run here: a GiB read already fails the test below
+        return got
+    monkeypatch.setattr(os, "preadv", bounded)
+    code, _, err = run_captured(capsys, "unshard", tp, "-o", tmp_path / "out")
+    monkeypatch.undo()
+    assert read[0] <= 1 << 30, f"{read[0]} bytes read to refuse a sparse terabyte"
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert str(huge) in err and "re-run `fix --tp`" in err, err
+    assert not (tmp_path / "out").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tp"]
+
+
+def test_a_rank_file_truncated_behind_a_shared_hashing_thread_is_the_one_named(tmp_path, capsys, monkeypatch):
+    """Ranks share hashing threads (one per core). When rank 2's file is truncated after the rebuild read its slices
+    but before its thread hashed the gaps (a replicated tensor it never copies), the thread's error must not be
+    blamed on rank 0, whose digest is finished first on the same thread: the line names the file that changed."""
+    from repair.io import hashing
+    from repair.tp import rank_digests
+    src = write_assistant(tmp_path / "src", replace(TINY, heads=8, backbone=512, hidden=256, intermediate=1024))
+    assert run_cli("fix", src, "-o", tmp_path / "tp", "--tp", "4", "--quiet") == 0
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # two threads: ranks 0 and 2 share one
+    rank2 = tmp_path / "tp" / "rank-2" / "model.safetensors"
+    release, real_update, real_check = threading.Event(), hashing.SourceDigest._update, rank_digests.RankDigests.check
+
+    def held(self, offset, view):
+        if self.pinned.path == rank2:
+            release.wait(30)  # rank 2's hashing waits until the rebuild is done
+        return real_update(self, offset, view)
+
+    def check(self, pins, copied):
+        os.truncate(rank2, read_header(rank2).data_start)  # after every read of the rebuild, before the hashing
+        release.set()
+        return real_check(self, pins, copied)
+    monkeypatch.setattr(hashing.SourceDigest, "_update", held)
+    monkeypatch.setattr(rank_digests.RankDigests, "check", check)
+    code, _, err = run_captured(capsys, "unshard", tmp_path / "tp", "-o", tmp_path / "out")
+    release.set()
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert str(rank2) in err and "rank-0" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_rank_file_truncated_under_an_interleaved_read_is_named(tp_out, tmp_path, capsys, monkeypatch):
+    """A rank file cut short as a dim-1 slice is read row by row (through a buffer, not the kernel copy): one line
+    naming that rank file (not only the tensor), exit 2, nothing beside OUT."""
+    from repair.tp import unshard
+    tp = tmp_path / "tp"
+    shutil.copytree(tp_out, tp)
+    rank1 = tp / "rank-1" / "model.safetensors"
+    real_concat = unshard._concat
+
+    def cut(out, entry, parts):
+        if entry["dim"] not in (None, 0) and rank1.stat().st_size > read_header(rank1).data_start:
+            os.truncate(rank1, read_header(rank1).data_start)
+        return real_concat(out, entry, parts)
+    monkeypatch.setattr(unshard, "_concat", cut)
+    code, _, err = run_captured(capsys, "unshard", tp, "-o", tmp_path / "out")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert str(rank1) in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tp"]
+
+
+@pytest.mark.parametrize("name", ["rank-0/tokenizer.json", "rank-1/config.json"])
+def test_a_small_rank_file_grown_sparse_is_refused_before_it_is_copied_or_hashed(name, tp_out, tmp_path, capsys, monkeypatch):
+    """Rank 0's small files are copied while they are hashed (read once), so one grown sparse to a terabyte would be
+    written out whole (filling the disk) before its sha256 refused it; another rank's is hashed through. The manifest
+    records every rank file's size: a file of another size is refused by a stat, before anything is read or written."""
+    tp = tmp_path / "tp"
+    shutil.copytree(tp_out, tp)
+    os.truncate(tp / name, 1 << 40)
+    moved, real_copy, real_preadv = [0], os.copy_file_range, os.preadv
+
+    def guard(got: int) -> int:
+        moved[0] += got
+        if moved[0] > 1 << 30:
+            raise KeyboardInterrupt  # stops the run before the disk fills: a GiB moved already fails the test below
+        return got
+    monkeypatch.setattr(os, "copy_file_range", lambda *a: guard(real_copy(*a)))
+    monkeypatch.setattr(os, "preadv", lambda *a: guard(real_preadv(*a)))
+    code, _, err = run_captured(capsys, "unshard", tp, "-o", tmp_path / "out")
+    monkeypatch.undo()
+    assert moved[0] <= 1 << 30, f"{moved[0]} bytes copied or read to refuse a sparse terabyte"
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert str(tp / name) in err and "re-run `fix --tp`" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tp"]

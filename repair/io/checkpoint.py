@@ -117,9 +117,14 @@ def _pinned(pins: Pins, path: Path):
         raise BadInput(f"{path}: cannot read ({exc.strerror}); check the path and permissions") from None
 
 
+MAX_JSON_BYTES = 1 << 30  # far above any config, index or tp manifest; a larger one is refused before it is read whole
+
+
 def read_json(path: Path, pinned: PinnedFile | None = None) -> dict:
     """A small JSON object file (read through `pinned` when given), or BadInput naming the file and the defect."""
     fix = "fix or re-download it"
+    if pinned is not None and pinned.content is None and pinned.size > MAX_JSON_BYTES:  # a sparse terabyte: no traceback
+        raise BadInput(f"{path}: {pinned.size} bytes, over the {MAX_JSON_BYTES} a JSON file of a checkpoint can hold; {fix}")
     value = parse_json((pinned.content or pinned.read_all()) if pinned is not None else read_text(path, fix), path, fix)
     if not isinstance(value, dict):
         raise BadInput(f"{path}: expected a JSON object, found {type(value).__name__}; {fix}")

@@ -39,6 +39,7 @@ class RankFiles:
 
     folder: Path
     files: dict[str, tuple[Path, str]]  # name -> (path, sha256)
+    sizes: dict[str, int]  # name -> bytes, for each file (empty from a manifest written before sizes were recorded)
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,12 @@ def _rank(src: Path, rank: object, number: int) -> RankFiles:
         files[name] = (inside(folder, name, src / MANIFEST, _FIX), digest)
     if RANK_FILE not in files:
         raise _Bad(f"{key}.files does not record {RANK_FILE}")
-    return RankFiles(folder, files)
+    sizes = rank.get("sizes")
+    if sizes is not None:
+        sizes = {_name(n, f"{key}.sizes"): _int(v, f"{key}.sizes[{n!r}]", 0, 2**63) for n, v in _dict(sizes, f"{key}.sizes").items()}
+        if set(sizes) != set(files):
+            raise _Bad(f"{key}.sizes does not record the files {key}.files records")
+    return RankFiles(folder, files, sizes or {})
 
 
 def _tensor(entry: object, key: str, tp: int) -> dict:

@@ -19,7 +19,8 @@ from repair.errors import BadInput
 from repair.io.hasher import Hasher
 from repair.io.hashing import SourceDigest, sha256_pinned
 from repair.io.pins import PinnedFile
-from repair.io.safetensors import TensorInfo, read_header
+from repair.io.dtypes import nbytes
+from repair.io.safetensors import MAX_HEADER_BYTES, TensorInfo, read_header
 from repair.io.staging import InterruptGate
 from repair.tp.manifest import MANIFEST, RANK_FILE, Manifest
 
@@ -49,21 +50,30 @@ class _HashedReads:
         return got
 
 
-def read_rank(path: Path, pinned: PinnedFile, digest: str) -> RankFile:
+def read_rank(path: Path, pinned: PinnedFile, digest: str, most: Callable[[], int]) -> RankFile:
     """A rank file's header, hashed as read; a header that does not parse is named as damaged when the file's sha256
-    differs from the manifest (the cause), else by what is wrong with it."""
+    differs from the manifest (the cause), else by what is wrong with it. `most`: `largest_rank_file`'s, on failure."""
     reads = _HashedReads(pinned)
     try:
         header = read_header(path, reads)  # type: ignore[arg-type]  # a PinnedFile's size and read_into
     except BadInput:
-        refuse_if_changed(pinned, digest)
+        refuse_if_changed(pinned, digest, most)
         raise
     return RankFile(pinned, header.by_name(), reads.digest, reads.at)
 
 
-def refuse_if_changed(pinned: PinnedFile, digest: str) -> None:
+def largest_rank_file(manifest: Manifest, rank: int) -> int:
+    """The most bytes rank `rank`'s tensor file can hold: the largest header and the manifest's slices for that rank."""
+    return 8 + MAX_HEADER_BYTES + sum(nbytes(t["dtype"], tuple(t["ranks"][rank]["shape"])) for t in manifest.tensors.values())
+
+
+def refuse_if_changed(pinned: PinnedFile, digest: str, most: Callable[[], int]) -> None:
     """After a rank file disagreed with the manifest: the one line saying it is not the file `fix --tp` wrote, when
-    its sha256 shows that (the file is read again: this is the failure path)."""
+    its sha256 shows that (the file is read again: this is the failure path). A file larger than `most()` is refused by
+    its size: a sparse terabyte is never read through to say so."""
+    if pinned.size > most():
+        raise BadInput(f"{pinned.path}: {pinned.size} bytes, more than {MANIFEST}'s tensors for it and a header can fill; "
+                       "the file was changed or damaged, re-run `fix --tp`")
     if _sha256(pinned) != digest:
         raise differs(pinned.path)
 
@@ -108,11 +118,20 @@ class RankDigests:
         for number, rank in enumerate(self._manifest.ranks):
             for name, (path, digest) in rank.files.items():
                 if name == RANK_FILE:
-                    found = _whole(self._digests[number].pinned, self._digests[number].hexdigest)
+                    found = self._finished(number, pins)
                 else:
                     found = copied[name] if number == 0 and name in copied else _sha256(pins.get(path))
                 if found != digest:
                     raise differs(path)
+
+    def _finished(self, number: int, pins) -> str:
+        """Rank `number`'s sha256. A file that ended early may be another rank's (a shared thread raises the first error
+        of any digest it feeds): the pins name the file that changed, else the error does (it names its file)."""
+        try:
+            return self._digests[number].hexdigest()
+        except EOFError as ended:
+            pins.check("SRC")
+            raise BadInput(f"{ended}; the file was truncated, re-run `fix --tp`") from None
 
     def abort(self) -> None:
         """Stops every hashing thread (after the jobs it holds): before the temp folder goes, or at the end."""

@@ -3,6 +3,8 @@ byte (`unshard` reads it back, as hostile data, through tp/manifest.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from repair.io.atomic import json_text
 from repair.io.names import path_text
 from repair.io.ranges import source_of
@@ -22,13 +24,16 @@ def index_name(plan) -> str | None:
     return name if name and (name in plan.json_files or name in plan.copied_files) else None
 
 
-def manifest(tpp: TpPlan, rank_hashes: dict[int, dict[str, str]]) -> dict:
-    """What each rank holds, and how to rebuild the standard output byte for byte."""
+def manifest(tpp: TpPlan, rank_hashes: dict[int, dict[str, str]], tmp: Path) -> dict:
+    """What each rank holds (each file's sha256 and size, as written in `tmp`: `unshard` refuses a file of another
+    size by a stat, before reading it), and how to rebuild the standard output byte for byte."""
     plan = tpp.plan
     return {
         "format": FORMAT, "version": 1, "tp": tpp.tp, "source": path_text(plan.source.root),
         "parallel_plan": tpp.source, "vocab_padding": VOCAB_NOTE,
-        "ranks": [{"rank": r, "folder": rank_folder(r), "files": files} for r, files in sorted(rank_hashes.items())],
+        "ranks": [{"rank": r, "folder": rank_folder(r), "files": files,
+                   "sizes": {n: tmp.joinpath(rank_folder(r), *n.split("/")).stat().st_size for n in files}}
+                  for r, files in sorted(rank_hashes.items())],
         "standard": {"shards": [_shard_entry(plan, s) for s in plan.shards],
                      "files": sorted(n for n in rank_hashes[0] if n != RANK_FILE), "index": _index_entry(plan)},
         "tensors": {t.step.out.name: t.entry(tpp.tp) for t in tpp.tensors},

@@ -28,9 +28,8 @@ from repair.io.staging import InterruptGate
 from repair.io.shard_writer import OutTensor, encode_header
 from repair.execute.copies import WholeCopies
 from repair.execute.report import REPORT_NAME, unshard_report
-from repair.tp.io import pread_exact
-from repair.tp.manifest import RANK_FILE, Manifest, read_manifest
-from repair.tp.rank_digests import RankDigests, RankFile, read_rank, refuse_if_changed
+from repair.tp.manifest import MANIFEST, RANK_FILE, Manifest, read_manifest
+from repair.tp.rank_digests import RankDigests, RankFile, largest_rank_file, read_rank, refuse_if_changed
 
 CHUNK = 8 << 20  # bytes of interleaved rows assembled at a time
 CHECK = "the check of the rebuilt checkpoint"
@@ -56,12 +55,16 @@ def _check_ranks(manifest: Manifest, pins: Pins) -> list[RankFile]:
     """Every rank file a regular file, pinned (nothing is read before all are: a FIFO or a missing file is refused
     first); then each rank's tensor file header, hashed as it is read."""
     for rank in manifest.ranks:
-        for path, _ in rank.files.values():
+        for name, (path, _) in rank.files.items():
             if file_type_problem(path) == "is missing":
                 raise BadInput(f"{path}: missing; the tp output is incomplete, re-run `fix --tp`")
             regular_file(path, "re-run `fix --tp`")  # stat first: opening a FIFO would block forever
-            pins.pin(path)
-    return [read_rank(path, pins.get(path), digest) for path, digest in (rank.files[RANK_FILE] for rank in manifest.ranks)]
+            size = pins.pin(path).size
+            if name in rank.sizes and size != rank.sizes[name]:  # refused by a stat: a sparse terabyte is never read
+                raise BadInput(f"{path}: {size} bytes, {MANIFEST} records {rank.sizes[name]}; the file was changed or "
+                               "damaged, re-run `fix --tp`")
+    return [read_rank(path, pins.get(path), digest, lambda r=r: largest_rank_file(manifest, r))
+            for r, (path, digest) in enumerate(rank.files[RANK_FILE] for rank in manifest.ranks)]
 
 
 def _check_slices(manifest: Manifest, ranks: list[RankFile]) -> None:
@@ -71,7 +74,7 @@ def _check_slices(manifest: Manifest, ranks: list[RankFile]) -> None:
         for r, rank in enumerate(ranks):
             info, want = rank.tensors.get(name), tuple(entry["ranks"][r]["shape"])
             if info is None or info.shape != want or info.dtype != entry["dtype"]:
-                refuse_if_changed(rank.file, manifest.ranks[r].files[RANK_FILE][1])
+                refuse_if_changed(rank.file, manifest.ranks[r].files[RANK_FILE][1], lambda: largest_rank_file(manifest, r))
                 found = "missing" if info is None else f"{info.dtype} {list(info.shape)}"
                 raise BadInput(f"rank {r}: {name} is {found}, the manifest says {entry['dtype']} {list(want)}; re-run `fix --tp`")
 
@@ -176,7 +179,7 @@ def _concat(out: HashedOutput, entry: dict, parts: list[Part]) -> None:
         col = 0
         for (file, info, digest), w in zip(parts, widths):
             part = bytearray(k * w)
-            pread_exact(file.fd, info.start + o0 * w, memoryview(part), info.name)
+            file.read_into(info.start + o0 * w, memoryview(part))  # EOFError when cut short: the pins name the file
             digest.read(info.start + o0 * w, part)
             for i in range(k):
                 buf[i * row + col: i * row + col + w] = part[i * w:(i + 1) * w]

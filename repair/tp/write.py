@@ -59,7 +59,7 @@ def write_tp(tpp: TpPlan, out: Path, *, overwrite: bool = False, progress: bool 
         except EOFError:  # an input got shorter while it was read: say which
             check_inputs(plan)
             raise
-        manifest = tp_manifest(tpp, rank_hashes)
+        manifest = tp_manifest(tpp, rank_hashes, tmp)
         outputs = {f"{rank_folder(r)}/{n}": {"source": None, "output": h} for r, files in rank_hashes.items() for n, h in files.items()}
         outputs[MANIFEST] = {"source": None, "output": write_json(tmp / MANIFEST, manifest)}
         split = replace(sections, tp=TpRecord(tpp.tp, tpp.source, MANIFEST), source_files=tuple(sources.items()))
