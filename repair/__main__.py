@@ -12,7 +12,12 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 try:
     from repair.cli import console_main
-except KeyboardInterrupt:
+except BaseException as exc:  # a Ctrl-C, or one Python 3.11 wrapped in a RuntimeError (repair/errors.py interrupted)
+    cause = exc
+    while cause is not None and not isinstance(cause, KeyboardInterrupt):
+        cause = cause.__cause__
+    if cause is None:
+        raise
     sys.stderr.write("interrupted; nothing was written\n")
     sys.stderr.flush()
     os._exit(130)

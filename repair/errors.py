@@ -61,3 +61,13 @@ def short(value: object, limit: int = 80) -> str:
 def where(path: object, tensor: str | None = None) -> str:
     """Format a location as `file` or `file: tensor` for error lines."""
     return f"{path}: {tensor}" if tensor else str(path)
+
+
+def interrupted(exc: BaseException | None) -> bool:
+    """Whether a Ctrl-C (or SIGTERM, which the CLI turns into one) caused `exc`: Python 3.11 wraps one arriving while a
+    class is created (a dataclass field's __set_name__, in any import) in a RuntimeError whose cause it is."""
+    for _ in range(16):  # a cause chain a program can make circular or long: a bounded walk
+        if exc is None or isinstance(exc, KeyboardInterrupt):
+            return exc is not None
+        exc = exc.__cause__
+    return False

@@ -57,6 +57,17 @@ def test_ctrl_c_while_the_cli_is_still_importing_is_an_interrupt_not_a_traceback
     assert done.stderr.strip().splitlines() == ["interrupted; nothing was written"]
 
 
+@pytest.mark.parametrize("command", [["inspect", "{broken}"], ["doctor", "{broken}", "--target", "vllm==0.32.0"]])
+def test_ctrl_c_inside_a_class_body_is_an_interrupt_not_a_traceback(broken, command):
+    """Python 3.11 wraps a Ctrl-C that arrives while a class is created (a dataclass field's __set_name__, as CI saw at
+    0.15 s) in a RuntimeError whose cause it is: still an interrupt, one line, exit 130. The hook raises it so from
+    inside the CLI's imports, and (`later`) from a command's own imports, after main()'s try began."""
+    for when in ("wrapped", "wrapped-later"):
+        done = _cli(*[c.format(broken=broken) for c in command], env={"CKPT_REPAIR_INTERRUPT_AT_IMPORT": when})
+        assert done.returncode == 130 and "Traceback" not in done.stderr, (when, done.stderr)
+        assert done.stderr.strip().splitlines() == ["interrupted; nothing was written"], (when, done.stderr)
+
+
 def test_ctrl_c_at_any_early_moment_never_prints_a_traceback(broken):
     """From the first line of ours on. Before it, the interpreter's own start (importing `site`, or runpy still
     looking up the package: a traceback with no frame of ours, seen on a loaded machine at 0.05 s) reports a Ctrl-C

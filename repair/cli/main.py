@@ -17,10 +17,13 @@ import click
 
 from repair.version import __version__
 from repair.cli.lazy import LazyGroup
-from repair.errors import RepairError, one_line
+from repair.errors import RepairError, interrupted, one_line
 from repair.io.output import PUBLISHED
 
-if os.environ.get("CKPT_REPAIR_INTERRUPT_AT_IMPORT"):  # tests: a Ctrl-C arriving while the CLI is still importing
+HOOK = os.environ.get("CKPT_REPAIR_INTERRUPT_AT_IMPORT", "")  # tests: a Ctrl-C arriving while the CLI is still importing
+if HOOK == "wrapped":  # as Python 3.11 wraps one arriving while a class is created
+    raise RuntimeError("Error calling __set_name__ (a Ctrl-C in a class body)") from KeyboardInterrupt()
+if HOOK and HOOK != "wrapped-later":
     os.kill(os.getpid(), signal.SIGINT)
 
 COMMANDS = {name: f"repair.cli.{name}_cmd:{name}" for name in ("demo", "doctor", "fix", "hub", "inspect", "recipes", "serve", "unshard")}
@@ -58,6 +61,10 @@ def _run(argv: list[str] | None) -> None:
         click.echo(f"error: {one_line(err.format_message()).rstrip('.')}; see `{command} --help`", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
+        _interrupted()
+    except RuntimeError as err:
+        if not interrupted(err):
+            raise
         _interrupted()
 
 
