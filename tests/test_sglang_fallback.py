@@ -122,3 +122,15 @@ def test_a_long_list_is_judged_at_its_first_refused_name(tmp_path):
     listed = ["NotARealForCausalLM"] + [TAKEN] * 200_000
     assert resolve(TARGET).built({"architectures": listed}).error == missing("NotARealForCausalLM")
     assert resolve(TARGET).built({"architectures": listed[1:] + [INCOMPATIBLE]}).error == REFUSAL
+
+
+def test_an_auto_map_name_does_not_hide_a_later_refused_name(tmp_path, capsys):
+    """SGLang's gate goes on past a name auto_map's AutoModel answers for (utils.py:113-182 asks every listed name):
+    [MyRemote, Qwen4Exp] is refused whether that code loads (Qwen4Exp's refusal) or not (auto_map's), so it is an error
+    stopping every rank, not a note (tests/sglang/test_registry_vs_sglang.py: SGLang's words when the code loads)."""
+    remote = dict(DBRX, architectures=["MyRemoteForCausalLM", INCOMPATIBLE], auto_map={"AutoModel": "x.M"})
+    assert resolve(TARGET).built(remote).error == REFUSAL
+    code, found = doctor_json(capsys, write_dbrx(tmp_path / "remote", quantized=True, config=remote), "--target", TARGET,
+                              "--tp", "2")
+    [f] = unregistered(found)
+    assert code == 1 and f["severity"] == "error" and [s["rank"] for s in found["runtime_stops_at"]] == [0, 1], f

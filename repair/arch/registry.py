@@ -134,15 +134,16 @@ class Backend:
         load); else the backend builds the model."""
         keys = config.get("auto_map") if isinstance(config, dict) else None
         remote = next((said for key, said in self.auto_map.items() if isinstance(keys, dict) and key in keys), None)
+        by_remote = None  # the first name auto_map's class answers for: the gate goes on to the names after it
         for name in names if self.asks_each else names[:1]:
             if name in self.refuses:
                 return Resolved(None, error=self.refuses[name].replace("{architecture}", shown(name)))
             if name in self.takes or name in self.unanswered or name.startswith(self.skips):
                 continue
-            if remote is not None:
-                return Resolved(names[0], "auto_map", remote.replace("{architecture}", shown(name)))
-            return Resolved(None, error=self.missing.replace("{architecture}", shown(name)))
-        return Resolved(names[0], "transformers")
+            if remote is None:
+                return Resolved(None, error=self.missing.replace("{architecture}", shown(name)))
+            by_remote = by_remote or Resolved(names[0], "auto_map", remote.replace("{architecture}", shown(name)))
+        return by_remote or Resolved(names[0], "transformers")
 
 
 @dataclass(frozen=True)

@@ -84,3 +84,15 @@ def test_sglang_runs_auto_map_code_without_trust_remote_code(tmp_path):
     [answer] = in_sglang(folder)
     assert marker.exists() and answer.get("architecture", "").startswith("Transformers"), answer
     assert resolve(TARGET).built(config).backend == "auto_map"
+
+
+def test_sglang_asks_the_names_after_an_auto_map_one(tmp_path):
+    """[MyRemote, Qwen4Exp] with auto_map code that loads: SGLang's gate goes on to Qwen4Exp and refuses in its words,
+    as doctor says (an error, not the auto_map note)."""
+    folder = tmp_path / "remote"
+    folder.mkdir()
+    config = dict(DBRX, architectures=["MyRemoteForCausalLM", "Qwen4ExpForCausalLM"], auto_map={"AutoModel": "remote_mod.Remote"})
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "remote_mod.py").write_text("class Remote:\n    pass\n")
+    [answer] = in_sglang(folder)
+    assert answer.get("error") == resolve(TARGET).built(config).error, answer
