@@ -134,3 +134,28 @@ def test_an_auto_map_name_does_not_hide_a_later_refused_name(tmp_path, capsys):
                               "--tp", "2")
     [f] = unregistered(found)
     assert code == 1 and f["severity"] == "error" and [s["rank"] for s in found["runtime_stops_at"]] == [0, 1], f
+
+
+UNLISTED = {"absent": ..., "null": None, "empty": [], "mapping": {"Qwen4ExpForCausalLM": 1}, "empty-string": "",
+            "string": INCOMPATIBLE, "int-first": [5, INCOMPATIBLE], "null-first": [None], "number": 5, "bool": True}
+
+
+@pytest.mark.parametrize("form", UNLISTED)
+def test_an_architectures_naming_no_class_first_is_refused_on_every_rank(tmp_path, capsys, form):
+    """SGLang reads `architectures[0]` as a string while loading the config (hf_transformers/common.py
+    get_hf_text_config): absent, null, [], a mapping, "", a number or a first entry that is no string ends in its
+    TypeError/IndexError/KeyError/AttributeError, and a string's characters are asked one by one ('Q' is refused).
+    doctor said nothing and exited 0; it is one error on every rank in SGLang's recorded words (the SGLang tier asks
+    SGLang each form)."""
+    config = {k: v for k, v in dict(DBRX, architectures=UNLISTED[form]).items() if UNLISTED[form] is not ... or k != "architectures"}
+    said = resolve(TARGET).built(config)
+    assert said.error and said.malformed and BACKEND.unlisted, said
+    code, found = doctor_json(capsys, write_dbrx(tmp_path / "c", quantized=True, config=config), "--target", TARGET, "--tp", "2")
+    [f] = unregistered(found)
+    assert code == 1 and f["severity"] == "error" and f["runtime_error"] == said.error, f
+    assert [(s["rank"], s["error"]) for s in found["runtime_stops_at"]] == [(0, said.error), (1, said.error)]
+
+
+def test_a_first_listed_class_name_is_not_read_as_naming_none():
+    assert BACKEND.refused_unlisted(dict(DBRX, architectures=[TAKEN, 5])) is None
+    assert BACKEND.refused_unlisted(None) is None and BACKEND.refused_unlisted([]) is None

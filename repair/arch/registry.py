@@ -116,6 +116,7 @@ class Backend:
     asks_each: bool = True  # every listed name is asked, in order (else only the first)
     skips: tuple[str, ...] = ()  # a name starting with one of these passes unasked (SGLang's "Transformers")
     unanswered: frozenset[str] = frozenset()  # classes that did not import where recorded: no refusal is claimed
+    unlisted: Mapping[str, str | None] = field(default_factory=dict)  # form of an `architectures` naming nothing -> error
 
     @classmethod
     def read(cls, doc: object) -> Backend | None:
@@ -126,7 +127,20 @@ class Backend:
         refuses = {n: said for said, names in (doc.get("refuses") or {}).items() for n in names}
         return cls(frozenset(doc["takes"]), MappingProxyType(refuses), doc["missing"],
                    MappingProxyType(dict(doc.get("auto_map") or {})), doc.get("asks", "each") == "each",
-                   tuple(doc.get("skips") or ()), frozenset(doc.get("unanswered") or ()))
+                   tuple(doc.get("skips") or ()), frozenset(doc.get("unanswered") or ()),
+                   MappingProxyType(dict(doc.get("unlisted") or {})))
+
+    def refused_unlisted(self, config: dict | None) -> str | None:
+        """Its error, where recorded, for an `architectures` whose first entry is no class name (absent, null, [], a
+        mapping, "", a number, a string, whose characters it asks, or a first entry that is no string): SGLang reads
+        `architectures[0]` as a string while loading the config (hf_transformers/common.py get_hf_text_config)."""
+        listed = config.get("architectures", ...) if isinstance(config, dict) else "no config"
+        if not isinstance(config, dict) or isinstance(listed, list) and listed and isinstance(listed[0], str):
+            return None
+        said = self.unlisted.get(unlisted_form(listed))
+        kind = type(listed[0] if isinstance(listed, list) and listed else listed).__name__
+        first = listed[:1] if isinstance(listed, str) else ""
+        return said.replace("{first}", shown(first)).replace("{type}", kind) if said else None
 
     def verdict(self, names: tuple[str, ...], config: dict | None) -> Resolved:
         """What the gate does with `names` (none registered): the first refused name's error; for a name transformers
@@ -144,6 +158,17 @@ class Backend:
                 return Resolved(None, error=self.missing.replace("{architecture}", shown(name)))
             by_remote = by_remote or Resolved(names[0], "auto_map", remote.replace("{architecture}", shown(name)))
         return by_remote or Resolved(names[0], "transformers")
+
+
+def unlisted_form(listed: object) -> str | None:
+    """Which recorded form an `architectures` naming no class first is (`...`: the key is absent)."""
+    if listed is ... or listed is None:
+        return "absent" if listed is ... else "null"
+    if isinstance(listed, str):
+        return "string" if listed else "empty_string"
+    if isinstance(listed, (dict, list)):
+        return "mapping" if isinstance(listed, dict) else "not_a_string" if listed else "empty"
+    return "number" if isinstance(listed, (int, float)) else None
 
 
 @dataclass(frozen=True)
@@ -171,6 +196,8 @@ def resolve(config: dict | None, registry: Registry | None) -> Resolved:
     listed name, as every reader did before the registry was recorded."""
     names = listed_names(config)
     bad = malformed(config, registry.malformed) if registry is not None else None
+    if bad is None and registry is not None and registry.backend is not None:
+        bad = registry.backend.refused_unlisted(config)
     if bad is not None:
         return Resolved(None, error=bad, malformed=True)
     if registry is None or not names:

@@ -96,3 +96,21 @@ def test_sglang_asks_the_names_after_an_auto_map_one(tmp_path):
     (folder / "remote_mod.py").write_text("class Remote:\n    pass\n")
     [answer] = in_sglang(folder)
     assert answer.get("error") == resolve(TARGET).built(config).error, answer
+
+
+def test_sglang_refuses_an_architectures_naming_no_class_first_in_doctors_words(tmp_path):
+    """absent, null, [], a mapping, "", a string, a number, a first entry that is no string: SGLang's own ModelConfig
+    and get_model_architecture raise the very words doctor's error quotes (rules `transformers_backend.unlisted`)."""
+    forms = {"absent": ..., "null": None, "empty": [], "mapping": {"DbrxForCausalLM": 1}, "empty-string": "",
+             "string": "Qwen4ExpForCausalLM", "int-first": [5, "DbrxForCausalLM"], "null-first": [None], "float": 5.5,
+             "bool-first": [True]}
+    configs = {}
+    for name, listed in forms.items():
+        (tmp_path / name).mkdir()
+        configs[name] = {k: v for k, v in dict(DBRX, architectures=listed).items() if listed is not ... or k != "architectures"}
+        (tmp_path / name / "config.json").write_text(json.dumps(configs[name]))
+    answers = in_sglang(*(tmp_path / name for name in forms))
+    for (name, config), answer in zip(configs.items(), answers):
+        said = resolve(TARGET).built(config)
+        assert said.error is not None and answer.get("error") == said.error, (name, said, answer)
+
