@@ -159,3 +159,16 @@ def test_an_architectures_naming_no_class_first_is_refused_on_every_rank(tmp_pat
 def test_a_first_listed_class_name_is_not_read_as_naming_none():
     assert BACKEND.refused_unlisted(dict(DBRX, architectures=[TAKEN, 5])) is None
     assert BACKEND.refused_unlisted(None) is None and BACKEND.refused_unlisted([]) is None
+
+
+def test_a_later_entry_that_is_no_string_stops_the_gate(tmp_path, capsys):
+    """[DiffLlama, 5]: with none registered the gate lowers every entry before asking any (utils.py:35-36
+    _is_moe_model) and raises on 5, even after a refused name; doctor read only the strings and called it a note."""
+    said = resolve(TARGET).built(dict(DBRX, architectures=[TAKEN, 5]))
+    entry = BACKEND.unlisted["entry_not_a_string"]
+    assert said.error == entry.replace("{type}", "int") and not said.backend, said
+    assert resolve(TARGET).built(dict(DBRX, architectures=[INCOMPATIBLE, None])).error == entry.replace("{type}", "NoneType")
+    assert resolve(TARGET).built(dict(DBRX, architectures=["DbrxForCausalLM", 5])).name == "DbrxForCausalLM"
+    code, found = doctor_json(capsys, dbrx(tmp_path, [TAKEN, {"x": 1}]), "--target", TARGET)
+    [f] = unregistered(found)
+    assert code == 1 and f["runtime_error"] == entry.replace("{type}", "dict"), f

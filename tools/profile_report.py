@@ -129,7 +129,7 @@ RULES_FORM = [
     "  `missing` (its error for a name transformers lacks), `auto_map` {key: its error when that code does not load},",
     "  `asks` (`each` listed name, or the `first`), `skips` (leading words a name passes unasked with), `unanswered`",
     "  (classes that did not import where recorded: no refusal claimed), `unlisted` {form: its error for an `architectures`",
-    "  naming no class first: absent, null, [], a mapping, \"\", a string, a number, a first entry no string}; asked of",
+    "  naming no class first: absent, null, [], a mapping, \"\", a string, a number, a first entry no string; `entry_not_a_string`: any entry, none registered}; asked of",
     "  SGLang's own `resolve_transformers_arch` (and ModelConfig, for `unlisted`) on every top-level",
     "  name of the transformers beside it by `tools/sglang_backend.py`, kept likewise; read by `arch/registry.py`",
     "  `Backend`), `own_layers` (architecture -> module suffixes its model builds as",

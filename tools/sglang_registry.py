@@ -19,7 +19,8 @@ transformers lacks; `auto_map` the error for such a name when config.json's auto
 not load (a key absent from it changes nothing); `asks` is "each" when a taken name listed before a missing one is
 refused too (the gate asks every listed name), else "first"; `unlisted`, its error for each
 form of an `architectures` that lists no class name (absent, null, [], a mapping, "", a string, a first entry that is no
-string, a number: SGLang reads `architectures[0]` as a string while loading the config); `skips`, the leading words of registered names (e.g.
+string, a number: SGLang reads `architectures[0]` as a string while loading the config; `entry_not_a_string`: any
+later entry no string, which the gate lowers before asking any name); `skips`, the leading words of registered names (e.g.
 "Transformers") with which an unknown name passes the gate unasked. Imports nothing from ``repair``.
 """
 
@@ -95,9 +96,10 @@ def backend_facts(registered: list[str]) -> dict:
                     if (said := gate([UNKNOWN], folder, {k: "absent_module.Absent"})) != missing.replace("{architecture}", UNKNOWN)}
         asks = "each" if takes and gate([takes[0], UNKNOWN], folder) is not None else "first"
         skips = [w for w in words if gate([w + UNKNOWN], folder) is None]
+        entry = gate([UNKNOWN, 5], folder)  # an entry no string anywhere, before any name is asked (_is_moe_model)
     return {"transformers": transformers.__version__, "asks": asks, "skips": skips, "missing": missing, "auto_map": auto_map,
             "refuses": {k: v for k, v in sorted(refuses.items()) if k != missing}, "unanswered": unanswered,
-            "unlisted": unlisted_facts(), "takes": takes}
+            "unlisted": dict(unlisted_facts(), entry_not_a_string=entry and entry.replace("'int'", "'{type}'")), "takes": takes}
 
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 1,

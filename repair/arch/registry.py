@@ -148,6 +148,10 @@ class Backend:
         load); else the backend builds the model."""
         keys = config.get("auto_map") if isinstance(config, dict) else None
         remote = next((said for key, said in self.auto_map.items() if isinstance(keys, dict) and key in keys), None)
+        # resolve's names are the list's strings; the gate lowers every entry before asking any (_is_moe_model)
+        other = [type(a).__name__ for a in config["architectures"] if not isinstance(a, str)][:1]
+        if other and self.unlisted.get("entry_not_a_string"):
+            return Resolved(None, error=self.unlisted["entry_not_a_string"].replace("{type}", other[0]))
         by_remote = None  # the first name auto_map's class answers for: the gate goes on to the names after it
         for name in names if self.asks_each else names[:1]:
             if name in self.refuses:
