@@ -122,3 +122,53 @@ def test_a_long_list_is_judged_at_its_first_refused_name(tmp_path):
     listed = ["NotARealForCausalLM"] + [TAKEN] * 200_000
     assert resolve(TARGET).built({"architectures": listed}).error == missing("NotARealForCausalLM")
     assert resolve(TARGET).built({"architectures": listed[1:] + [INCOMPATIBLE]}).error == REFUSAL
+
+
+def test_an_auto_map_name_does_not_hide_a_later_refused_name(tmp_path, capsys):
+    """SGLang's gate goes on past a name auto_map's AutoModel answers for (utils.py:113-182 asks every listed name):
+    [MyRemote, Qwen4Exp] is refused whether that code loads (Qwen4Exp's refusal) or not (auto_map's), so it is an error
+    stopping every rank, not a note (tests/sglang/test_registry_vs_sglang.py: SGLang's words when the code loads)."""
+    remote = dict(DBRX, architectures=["MyRemoteForCausalLM", INCOMPATIBLE], auto_map={"AutoModel": "x.M"})
+    assert resolve(TARGET).built(remote).error == REFUSAL
+    code, found = doctor_json(capsys, write_dbrx(tmp_path / "remote", quantized=True, config=remote), "--target", TARGET,
+                              "--tp", "2")
+    [f] = unregistered(found)
+    assert code == 1 and f["severity"] == "error" and [s["rank"] for s in found["runtime_stops_at"]] == [0, 1], f
+
+
+UNLISTED = {"absent": ..., "null": None, "empty": [], "mapping": {"Qwen4ExpForCausalLM": 1}, "empty-string": "",
+            "string": INCOMPATIBLE, "int-first": [5, INCOMPATIBLE], "null-first": [None], "number": 5, "bool": True}
+
+
+@pytest.mark.parametrize("form", UNLISTED)
+def test_an_architectures_naming_no_class_first_is_refused_on_every_rank(tmp_path, capsys, form):
+    """SGLang reads `architectures[0]` as a string while loading the config (hf_transformers/common.py
+    get_hf_text_config): absent, null, [], a mapping, "", a number or a first entry that is no string ends in its
+    TypeError/IndexError/KeyError/AttributeError, and a string's characters are asked one by one ('Q' is refused).
+    doctor said nothing and exited 0; it is one error on every rank in SGLang's recorded words (the SGLang tier asks
+    SGLang each form)."""
+    config = {k: v for k, v in dict(DBRX, architectures=UNLISTED[form]).items() if UNLISTED[form] is not ... or k != "architectures"}
+    said = resolve(TARGET).built(config)
+    assert said.error and said.malformed and BACKEND.unlisted, said
+    code, found = doctor_json(capsys, write_dbrx(tmp_path / "c", quantized=True, config=config), "--target", TARGET, "--tp", "2")
+    [f] = unregistered(found)
+    assert code == 1 and f["severity"] == "error" and f["runtime_error"] == said.error, f
+    assert [(s["rank"], s["error"]) for s in found["runtime_stops_at"]] == [(0, said.error), (1, said.error)]
+
+
+def test_a_first_listed_class_name_is_not_read_as_naming_none():
+    assert BACKEND.refused_unlisted(dict(DBRX, architectures=[TAKEN, 5])) is None
+    assert BACKEND.refused_unlisted(None) is None and BACKEND.refused_unlisted([]) is None
+
+
+def test_a_later_entry_that_is_no_string_stops_the_gate(tmp_path, capsys):
+    """[DiffLlama, 5]: with none registered the gate lowers every entry before asking any (utils.py:35-36
+    _is_moe_model) and raises on 5, even after a refused name; doctor read only the strings and called it a note."""
+    said = resolve(TARGET).built(dict(DBRX, architectures=[TAKEN, 5]))
+    entry = BACKEND.unlisted["entry_not_a_string"]
+    assert said.error == entry.replace("{type}", "int") and not said.backend, said
+    assert resolve(TARGET).built(dict(DBRX, architectures=[INCOMPATIBLE, None])).error == entry.replace("{type}", "NoneType")
+    assert resolve(TARGET).built(dict(DBRX, architectures=["DbrxForCausalLM", 5])).name == "DbrxForCausalLM"
+    code, found = doctor_json(capsys, dbrx(tmp_path, [TAKEN, {"x": 1}]), "--target", TARGET)
+    [f] = unregistered(found)
+    assert code == 1 and f["runtime_error"] == entry.replace("{type}", "dict"), f

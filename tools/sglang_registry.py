@@ -17,7 +17,10 @@ refused (`refuses`: its ValueError, the name as `{architecture}`, -> the names),
 not import on this host, e.g. an audio processor needing librosa: the serving host's packages decide); `missing` is its error for a name
 transformers lacks; `auto_map` the error for such a name when config.json's auto_map has that key and its code does
 not load (a key absent from it changes nothing); `asks` is "each" when a taken name listed before a missing one is
-refused too (the gate asks every listed name), else "first"; `skips`, the leading words of registered names (e.g.
+refused too (the gate asks every listed name), else "first"; `unlisted`, its error for each
+form of an `architectures` that lists no class name (absent, null, [], a mapping, "", a string, a first entry that is no
+string, a number: SGLang reads `architectures[0]` as a string while loading the config; `entry_not_a_string`: any
+later entry no string, which the gate lowers before asking any name); `skips`, the leading words of registered names (e.g.
 "Transformers") with which an unknown name passes the gate unasked. Imports nothing from ``repair``.
 """
 
@@ -93,8 +96,34 @@ def backend_facts(registered: list[str]) -> dict:
                     if (said := gate([UNKNOWN], folder, {k: "absent_module.Absent"})) != missing.replace("{architecture}", UNKNOWN)}
         asks = "each" if takes and gate([takes[0], UNKNOWN], folder) is not None else "first"
         skips = [w for w in words if gate([w + UNKNOWN], folder) is None]
+        entry = gate([UNKNOWN, 5], folder)  # an entry no string anywhere, before any name is asked (_is_moe_model)
     return {"transformers": transformers.__version__, "asks": asks, "skips": skips, "missing": missing, "auto_map": auto_map,
-            "refuses": {k: v for k, v in sorted(refuses.items()) if k != missing}, "unanswered": unanswered, "takes": takes}
+            "refuses": {k: v for k, v in sorted(refuses.items()) if k != missing}, "unanswered": unanswered,
+            "unlisted": dict(unlisted_facts(), entry_not_a_string=entry and entry.replace("'int'", "'{type}'")), "takes": takes}
+
+
+LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 1,
+         "intermediate_size": 128, "vocab_size": 128}
+UNLISTED = {"absent": ..., "null": None, "empty": [], "mapping": {"LlamaForCausalLM": 1}, "empty_string": "",
+            "string": "LlamaForCausalLM", "not_a_string": [5], "number": 5}  # `architectures` listing no class name, each form once
+
+
+def unlisted_facts() -> dict:
+    """Each form of UNLISTED asked of SGLang's ModelConfig and get_model_architecture (a llama config): its error, the
+    first character of a string as `{first}` and the type of a first entry that is no string as `{type}`."""
+    import tempfile
+
+    said = {}
+    with tempfile.TemporaryDirectory() as root:
+        for form, listed in UNLISTED.items():
+            folder = os.path.join(root, form)
+            os.mkdir(folder)
+            config = dict(LLAMA) if listed is ... else dict(LLAMA, architectures=listed)
+            with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
+                json.dump(config, f)
+            error = resolved(folder).get("error")
+            said[form] = error and error.replace("'L'", "'{first}'").replace("'int'", "'{type}'")
+    return said
 
 
 def main(argv: list[str]) -> int:

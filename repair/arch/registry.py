@@ -140,6 +140,8 @@ def resolve(config: dict | None, registry: Registry | None, names: tuple[str, ..
     listed name, as every reader did before the registry was recorded. `names`: listed_names(config), when read."""
     names = listed_names(config) if names is None else names
     bad = malformed(config, registry.malformed, names) if registry is not None else None
+    if bad is None and registry is not None and registry.backend is not None:
+        bad = registry.backend.refused_unlisted(config)
     if bad is not None:
         return Resolved(None, error=bad, malformed=True)
     if registry is None or (not names and registry.unlisted_refused is None):

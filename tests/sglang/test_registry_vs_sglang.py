@@ -18,7 +18,8 @@ from .probe import REPO, SGLANG_PY, TARGET, clean_env, requires_sglang
 
 pytestmark = [pytest.mark.sglang, requires_sglang]
 FORMS = {"unknown-then-dbrx": ["NotARealForCausalLM", "DbrxForCausalLM"], "dbrx-then-llama": ["DbrxForCausalLM", "LlamaForCausalLM"],
-         "llama-then-dbrx": ["LlamaForCausalLM", "DbrxForCausalLM"], "two-unknown-then-dbrx": ["A", "B", "DbrxForCausalLM"]}
+         "llama-then-dbrx": ["LlamaForCausalLM", "DbrxForCausalLM"], "two-unknown-then-dbrx": ["A", "B", "DbrxForCausalLM"],
+         "dbrx-then-int": ["DbrxForCausalLM", 5]}
 # none registered: SGLang's Transformers backend asks about each listed name (model_loader/utils.py resolve_transformers_arch)
 FALLBACK = {"incompatible": {"architectures": ["Qwen4ExpForCausalLM"]}, "missing": {"architectures": ["NotARealForCausalLM"]},
             "taken": {"architectures": ["DiffLlamaForCausalLM"]},
@@ -27,7 +28,9 @@ FALLBACK = {"incompatible": {"architectures": ["Qwen4ExpForCausalLM"]}, "missing
             "automodel-absent": {"architectures": ["NotARealForCausalLM"], "auto_map": {"AutoModel": "absent.Absent"}},
             "automodel-for-causal-lm": {"architectures": ["NotARealForCausalLM"], "auto_map": {"AutoModelForCausalLM": "absent.A"}},
             "transformers-name": {"architectures": ["TransformersForCausalLM"]},
-            "transformers-prefixed-unknown": {"architectures": ["TransformersNotRealForCausalLM"]}}
+            "transformers-prefixed-unknown": {"architectures": ["TransformersNotRealForCausalLM"]},
+            "taken-then-int": {"architectures": ["DiffLlamaForCausalLM", 5]},
+            "incompatible-then-null": {"architectures": ["Qwen4ExpForCausalLM", None]}}
 
 
 def in_sglang(*args) -> list[dict]:
@@ -84,3 +87,35 @@ def test_sglang_runs_auto_map_code_without_trust_remote_code(tmp_path):
     [answer] = in_sglang(folder)
     assert marker.exists() and answer.get("architecture", "").startswith("Transformers"), answer
     assert resolve(TARGET).built(config).backend == "auto_map"
+
+
+def test_sglang_asks_the_names_after_an_auto_map_one(tmp_path):
+    """[MyRemote, Qwen4Exp] with auto_map code that loads: SGLang's gate goes on to Qwen4Exp and refuses in its words,
+    as doctor says (an error, not the auto_map note); without that code it refuses too, in auto_map's words."""
+    folder, absent = tmp_path / "remote", tmp_path / "absent"
+    config = dict(DBRX, architectures=["MyRemoteForCausalLM", "Qwen4ExpForCausalLM"], auto_map={"AutoModel": "remote_mod.Remote"})
+    for where in (folder, absent):
+        where.mkdir()
+        (where / "config.json").write_text(json.dumps(config))
+    (folder / "remote_mod.py").write_text("class Remote:\n    pass\n")
+    answer, without = in_sglang(folder, absent)
+    assert answer.get("error") == resolve(TARGET).built(config).error, answer
+    assert "loading the custom model from auto_map failed" in without.get("error", ""), without
+
+
+def test_sglang_refuses_an_architectures_naming_no_class_first_in_doctors_words(tmp_path):
+    """absent, null, [], a mapping, "", a string, a number, a first entry that is no string: SGLang's own ModelConfig
+    and get_model_architecture raise the very words doctor's error quotes (rules `transformers_backend.unlisted`)."""
+    forms = {"absent": ..., "null": None, "empty": [], "mapping": {"DbrxForCausalLM": 1}, "empty-string": "",
+             "string": "Qwen4ExpForCausalLM", "int-first": [5, "DbrxForCausalLM"], "null-first": [None], "float": 5.5,
+             "bool-first": [True]}
+    configs = {}
+    for name, listed in forms.items():
+        (tmp_path / name).mkdir()
+        configs[name] = {k: v for k, v in dict(DBRX, architectures=listed).items() if listed is not ... or k != "architectures"}
+        (tmp_path / name / "config.json").write_text(json.dumps(configs[name]))
+    answers = in_sglang(*(tmp_path / name for name in forms))
+    for (name, config), answer in zip(configs.items(), answers):
+        said = resolve(TARGET).built(config)
+        assert said.error is not None and answer.get("error") == said.error, (name, said, answer)
+
