@@ -3,7 +3,8 @@ its ModelConfig and `get_model_architecture`). Unlike vLLM (tests/vllm/test_regi
 model_type), SGLang names none: its config reader indexes the list before any class is looked up, so every such config
 stops with a Python error while the config is read (absent or null: srt/configs/model_config.py:699
 `self.hf_config.architectures[0] in mm_disabled_models`, TypeError; []: srt/utils/hf_transformers/config.py:237
-`config.architectures[0] == "Phi4MMForCausalLM"`, IndexError)."""
+`config.architectures[0] == "Phi4MMForCausalLM"`, IndexError). The rules file records those words
+(`transformers_backend.unlisted`, tools/sglang_registry.py), and doctor says SGLang stops there on every rank."""
 
 from __future__ import annotations
 
@@ -32,10 +33,6 @@ def test_sglang_refuses_a_config_listing_no_architectures_while_reading_it(tmp_p
     assert [a.get("error") for a in answers] == [error for _, error in FORMS.values()], answers
 
 
-@pytest.mark.xfail(strict=True, reason="doctor --target sglang==0.5.23 reads no architectures as the first listed name "
-                   "(none) and says nothing: SGLang's reading of an unlisted config is not recorded in its rules file "
-                   "(repair/targets/data/sglang-0.5.23.json, the sglfallback stream's), so arch/registry.py has no "
-                   "`unlisted` for it; recording it needs a run of SGLang's ModelConfig, as this test does")
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_doctor_says_sglang_stops_there_on_every_rank(tmp_path, capsys, form):
     folder = write_dbrx(tmp_path / form, quantized=True, config=FORMS[form][0])
