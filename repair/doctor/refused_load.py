@@ -71,7 +71,7 @@ def registry_findings(target: Target, builds: Builds, config: dict | None, tp: i
     if resolved.error is not None and not resolved.backend:
         serving = [p.label for p in arch.PROFILES if p.registry is not None and builds.of(p.registry).error is None]
         where = f"serve it with {' or '.join(serving)}, which build one" if serving else "serve it with another runtime"
-        if not _refused_at_or_after(target, builds):
+        if not refused_at_or_after(target, builds):
             return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, names or "architectures",
                                 f"{names or 'config.json'}: {who}, the newest profiled release at or below {target.spec}, "
                                 f"has no model class of any architecture config.json lists (its registry, recorded in "
@@ -114,7 +114,7 @@ def _backend_refuses(registry: Registry) -> str:
     return "nor does its Transformers backend take the first one, so it refuses the model while reading the config"
 
 
-def _refused_at_or_after(target: Target, builds: Builds) -> bool:
+def refused_at_or_after(target: Target, builds: Builds) -> bool:
     """Whether a profiled release of the target's runtime at or after the target's own refuses the listed names too.
     A class is added in some release and stays (retired names aside, which carry their own message), so a refusal
     by the release itself or a later one holds for the target; a refusal by an earlier one alone may not."""

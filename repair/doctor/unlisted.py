@@ -12,7 +12,7 @@ from __future__ import annotations
 from repair import arch
 from repair.arch.registry import Builds, shown
 from repair.doctor.findings import Finding, Kind, Severity
-from repair.doctor.refused_load import _refused_at_or_after
+from repair.doctor.refused_load import refused_at_or_after
 from repair.targets.profiles import Target
 
 
@@ -33,7 +33,7 @@ def unlisted_findings(target: Target, builds: Builds, config: dict | None, tp: i
                  f"{model_type!r}, of which it builds no class (its registry")
         said = (f"config.json lists no architectures, and {who} {named}; recorded in {source}), so it refuses the model "
                 f"while reading the config: {resolved.error}; list the model's class in `architectures`")
-        if not _refused_at_or_after(target, builds):
+        if not refused_at_or_after(target, builds):
             return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, "architectures", f"{said} (no profiled release at or "
                                 f"after {target.spec} says so, and a later one may build it: check {target.spec})")]
         return [Finding(Severity.ERROR, Kind.UNREGISTERED, "architectures", said, resolved.error, tuple(range(tp)))], []
