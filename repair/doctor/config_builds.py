@@ -16,6 +16,7 @@ from repair.arch import Architecture
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.io.checkpoint import Checkpoint
 from repair.targets.profiles import Target
+from repair.targets.vllm_loader import shard_order
 
 LAYER_STAR = re.compile(r"(?<=\.)\*(?=\.|$)")
 LAYER_NUMBER = re.compile(r"\.([0-9]+)(?=\.|$)")  # ASCII: vLLM's layer list names its layers str(i)
@@ -68,9 +69,3 @@ def under(pattern: str) -> str:
     """A regex (re.match) for tensor names at or under a module pattern (`*` an ASCII layer number)."""
     return re.escape(pattern).replace(re.escape("*"), "[0-9]+") + r"(?=\.|\Z)"
 
-
-def shard_order(file_name: str) -> tuple:
-    """vLLM's order of a checkpoint's shard files (weight_utils.py _natural_sort_key: model-2 before model-10), each
-    digit run a number (a name is at most 255 bytes: no int() of a hostile length)."""
-    parts = re.split(r"(\d+)", file_name[:255])
-    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))

@@ -16,7 +16,7 @@ from repair.doctor.checks import (config_findings, fused_findings, health_findin
 from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
                                     kv_scale_health, layer_map_findings, null_list_findings, runtime_refusal_findings)
 from repair.doctor.dropped import dropped_tensor_findings
-from repair.doctor.config_builds import refused_config_findings, shard_order, unexpected_tensor_findings
+from repair.doctor.config_builds import refused_config_findings, unexpected_tensor_findings
 from repair.doctor.refused_load import load_refused_findings, registry_findings
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.fused import fused_storage_findings
@@ -78,7 +78,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     first = _build_stops(null, tp)
     if simulated and not degree and not null:  # an impossible degree fails before any weight loads
         located = ckpt.locate()
-        order = sorted(infos.values(), key=lambda i: (shard_order(located[i.name][0].path.name), i.name))  # as vLLM reads them
+        order = sorted(infos.values(), key=lambda i: (vllm_loader.shard_order(located[i.name][0].path.name), i.name))  # as vLLM reads them
         outcomes = vllm_loader.simulate(order, specs, precision, target, tp, fmt.RUNTIME_LEAVES, kinds=family.layer_kinds)
         first = _first_error_per_rank(outcomes)
         findings += _load_findings(outcomes, modules, specs, precision, target, declaration)

@@ -13,6 +13,7 @@ has a float8 weight [out, in] and per-tensor weight_scale and input_scale. Unkno
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from repair.arch import LayerKind, ModuleSpec
@@ -162,3 +163,10 @@ def _assertion(kind: LayerKind) -> str:
     """vLLM's bare `assert` has no message; name the check that fails so users can find it."""
     loader = {"row": "load_row_parallel_weight", "column": "load_column_parallel_weight", "merged": "load_merged_column_weight"}
     return f"(no message) shape check in {loader.get(kind.style, 'weight_loader')} fails"
+
+
+def shard_order(file_name: str) -> tuple:
+    """vLLM's order of a checkpoint's shard files (weight_utils.py _natural_sort_key: model-2 before model-10), each
+    digit run a number (a name is at most 255 bytes: no int() of a hostile length)."""
+    parts = re.split(r"(\d+)", file_name[:255])
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
