@@ -26,6 +26,7 @@ if HOOK == "wrapped":  # as Python 3.11 wraps one arriving while a class is crea
 if HOOK and HOOK != "wrapped-later":
     os.kill(os.getpid(), signal.SIGINT)
 
+CANNOT_START_THREAD = "can't start new thread"  # CPython's RuntimeError when the system refuses a thread
 COMMANDS = {name: f"repair.cli.{name}_cmd:{name}" for name in ("demo", "doctor", "fix", "hub", "inspect", "recipes", "serve", "unshard")}
 
 
@@ -62,10 +63,21 @@ def _run(argv: list[str] | None) -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         _interrupted()
+    except MemoryError:
+        _ran_out("out of memory")
     except RuntimeError as err:
+        if str(err) == CANNOT_START_THREAD:
+            _ran_out("the system refused to start a thread (can't start new thread: out of memory, or of the threads "
+                     "ulimit -u or a container's pids limit allows)")
         if not interrupted(err):
             raise
         _interrupted()
+
+
+def _ran_out(what: str) -> None:
+    """The machine ran out of something mid-run (not the input's fault, nor a check of ours): one line and exit 2."""
+    click.echo(f"error: {what}; {_written()}; free some (stop other work or raise the limit), then re-run", err=True)
+    sys.exit(2)
 
 
 @contextmanager
@@ -86,9 +98,12 @@ def _terminate_as_interrupt():
 
 def _interrupted() -> None:
     """Ctrl-C / SIGTERM: after OUT was published (the summary was being printed) it is complete, not absent."""
-    done = f"{PUBLISHED[-1]} was already written and is complete" if PUBLISHED else "nothing was written"
-    click.echo(f"interrupted; {done}", err=True)
+    click.echo(f"interrupted; {_written()}", err=True)
     sys.exit(130)
+
+
+def _written() -> str:
+    return f"{PUBLISHED[-1]} was already written and is complete" if PUBLISHED else "nothing was written"
 
 
 def _printable_paths() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
 import threading
 from typing import Callable
@@ -70,3 +72,39 @@ class Hasher:
                     self._pending -= 1
                     self._held -= held
                     self._room.notify_all()
+
+
+class SharedHashers:
+    """At most one hashing thread per core (two at least), shared round-robin by many digests: a count of files that
+    comes from the input or the command line (`fix --tp 4096`, a manifest's tp) never asks for thousands of threads.
+    `with` starts them, each with `held()` (io/staging.InterruptGate.held) so a signal waits until this object holds
+    it, and drains them all on exit, whatever ends it; each digest waits for its own jobs (`Hasher.wait`)."""
+
+    def __init__(self, files: int, held: Callable) -> None:
+        self._count, self._held = min(files, max(2, os.cpu_count() or 1)), held
+        self._hashers: list[Hasher] = []
+
+    def __enter__(self) -> "SharedHashers":
+        """Starts the threads here, not in __init__: an interrupt before `with` holds the object starts none, and one
+        between two starts stops those begun before it leaves."""
+        try:
+            for _ in range(self._count):
+                with self._held():
+                    self._hashers.append(Hasher())
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.stop()
+
+    def of(self, number: int) -> Hasher:
+        """The thread file `number` shares."""
+        return self._hashers[number % len(self._hashers)]
+
+    def stop(self) -> None:
+        """Stops every thread after the jobs it holds (before the temp folder goes, or at the end)."""
+        for hasher in self._hashers:
+            with contextlib.suppress(BaseException):
+                hasher.drain()

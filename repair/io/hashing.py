@@ -126,13 +126,15 @@ class HashedOutput:
     buffer, hashing it and writing it, this costs less CPU (BENCHMARKS.md, "One pass").
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, hasher: Hasher | None = None):
+        """`hasher`: a thread shared with other files, which its owner stops (io/hasher.SharedHashers: `fix --tp`)."""
         self.path = Path(path)
         self.digest = hashlib.sha256()
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         self.written = 0
+        self._shared = hasher is not None
         try:
-            self._hasher = Hasher()
+            self._hasher = hasher if hasher is not None else Hasher()
         except BaseException:  # interrupted before the caller holds the file: closed here
             os.close(self.fd)
             raise
@@ -192,7 +194,7 @@ class HashedOutput:
     def close(self) -> str:
         """Wait for the hashing, close the file (once: a closed fd's number may be another file's); the sha256 written."""
         try:
-            self._hasher.drain()
+            self._hasher.wait() if self._shared else self._hasher.drain()
         finally:
             fd, self.fd = self.fd, -1
             if fd >= 0:

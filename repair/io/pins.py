@@ -94,6 +94,15 @@ class PinnedFile:
         self._closer()
 
 
+def open_files_allowed(count: int) -> int:
+    """How many files this process may open at once, the soft limit raised to the hard one first when below
+    `count` (a process may raise its own; `ulimit -n` is often 1024 of a far higher hard limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < count and _more_descriptors():
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return count if soft == resource.RLIM_INFINITY else soft
+
+
 def _more_descriptors() -> bool:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and soft >= hard:

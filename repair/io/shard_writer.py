@@ -14,6 +14,7 @@ from typing import Iterable, Union
 
 from repair.errors import BadInput, InternalError
 from repair.io.dtypes import nbytes
+from repair.io.hasher import Hasher
 from repair.io.hashing import HashedOutput, SourceDigest
 from repair.io.pins import PinnedFile
 from repair.io.safetensors import TensorInfo
@@ -60,17 +61,19 @@ class ShardWriter:
 
     Every byte written is hashed from the buffer it was written from (io/hashing.HashedOutput): a
     copied tensor is read once, through the input's pinned handle. `source`, when given, is the input
-    shard this one replaces: its sha256 is computed from the same reads (`source_digest` after exit).
+    shard this one replaces: its sha256 is computed from the same reads (`source_digest` after exit). `hasher`: a
+    hashing thread shared with other writers (`fix --tp`: one per core, not one per rank), which its owner stops.
     """
 
-    def __init__(self, path: Path, tensors: list[OutTensor], metadata: dict[str, str] | None, source: PinnedFile | None = None):
+    def __init__(self, path: Path, tensors: list[OutTensor], metadata: dict[str, str] | None, source: PinnedFile | None = None,
+                 hasher: Hasher | None = None):
         self.path = Path(path)
         self._pending = list(reversed(tensors))
         header = encode_header(tensors, metadata)
         starts = accumulate((t.nbytes for t in tensors), initial=len(header))
         self._places = {t.name: (at, t.nbytes) for t, at in zip(tensors, starts)}  # name -> (offset in the file, bytes)
         self._placed: dict[str, object] = {}  # name -> the bytes `place` wrote there
-        self._out = HashedOutput(self.path)
+        self._out = HashedOutput(self.path, hasher)
         self.digest = self._out.digest
         self._source: SourceDigest | None = None
         self.source_digest: str | None = None

@@ -8,15 +8,13 @@ ranks' read only to be hashed. All are compared with tp_manifest.json at the end
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from repair.errors import BadInput
-from repair.io.hasher import Hasher
+from repair.io.hasher import SharedHashers
 from repair.io.hashing import SourceDigest, sha256_pinned
 from repair.io.pins import PinnedFile
 from repair.io.dtypes import nbytes
@@ -88,22 +86,13 @@ class RankDigests:
     for thousands of threads), started with signals held and stopped when `with` ends, whatever ends it."""
 
     def __init__(self, manifest: Manifest, ranks: list[RankFile], gate: InterruptGate):
-        self._manifest, self._ranks, self._gate = manifest, ranks, gate
-        self._hashers: list[Hasher] = []
+        self._manifest, self._ranks = manifest, ranks
+        self._hashers = SharedHashers(len(ranks), gate.held)
         self._digests: list[SourceDigest] = []
 
     def __enter__(self) -> "RankDigests":
-        """Starts the hashing threads here, not in __init__: an interrupt before `with` holds the object starts none,
-        and one between two starts stops those begun before it leaves."""
-        try:
-            for _ in range(min(len(self._ranks), max(2, os.cpu_count() or 1))):
-                with self._gate.held():  # its thread starts: a signal waits until this list holds it to stop
-                    self._hashers.append(Hasher())
-        except BaseException:
-            self.abort()
-            raise
-        hashers = self._hashers
-        self._digests = [SourceDigest(rank.file, rank.head.copy(), rank.data_start, hashers[r % len(hashers)]) for r, rank in enumerate(self._ranks)]
+        self._hashers.__enter__()
+        self._digests = [SourceDigest(rank.file, rank.head.copy(), rank.data_start, self._hashers.of(r)) for r, rank in enumerate(self._ranks)]
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -135,9 +124,7 @@ class RankDigests:
 
     def abort(self) -> None:
         """Stops every hashing thread (after the jobs it holds): before the temp folder goes, or at the end."""
-        for hasher in self._hashers:
-            with contextlib.suppress(BaseException):
-                hasher.drain()
+        self._hashers.stop()
 
 
 def _sha256(pinned: PinnedFile) -> str:

@@ -16,14 +16,16 @@ from contextlib import ExitStack, closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from repair.errors import BadInput, InternalError
+from repair.errors import BadInput, InternalError, UsageError
 from repair.execute.copies import WholeCopies
 from repair.execute.compute import NUMPY_ONLY, requantized_module
 from repair.execute.parallel import default_jobs, in_order, runs
 from repair.execute.writer import check_inputs, computer_for, global_scale_is_divisor, input_sha256, located_inputs
 from repair.io.atomic import build_atomically, check_files, check_header, check_output, write_json
 from repair.io.dtypes import nbytes
+from repair.io.hasher import SharedHashers
 from repair.io.hashing import SourceDigest
+from repair.io.pins import open_files_allowed
 from repair.io.progress import byte_bar
 from repair.io.ranges import read_tensor, source_of
 from repair.io.safetensors import TensorInfo
@@ -39,6 +41,7 @@ from repair.tp.io import contiguous, read_slice, sub_range
 from repair.tp.source_digests import SourceDigests
 
 CHECK = "the check of the written per-rank output"
+SPARE_FILES = 64  # files open beside the rank files and input shards: small-file copies, the report, Python's own
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ def write_tp(tpp: TpPlan, out: Path, *, overwrite: bool = False, progress: bool 
              sections: Sections = Sections(), jobs: int | None = None) -> TpResult:
     """Write the per-rank checkpoints, the manifest and the report to `out`, atomically; `jobs` tensors computed at once."""
     plan = tpp.plan
+    _check_open_files(tpp)
 
     def build(tmp: Path, gate: InterruptGate) -> TpResult:
         try:
@@ -70,6 +74,16 @@ def write_tp(tpp: TpPlan, out: Path, *, overwrite: bool = False, progress: bool 
         return TpResult(out, manifest, report)
 
     return build_atomically(plan.source.root, out, overwrite, build, original=_original_root(plan))
+
+
+def _check_open_files(tpp: TpPlan) -> None:
+    """Every rank file is open at once, beside the input's shards and a few more: past what this process may open,
+    one line before anything is written (not `Too many open files` blamed on the disk, minutes in)."""
+    needed = tpp.tp + len(tpp.plan.shards) + SPARE_FILES
+    allowed = open_files_allowed(needed)
+    if allowed < needed:
+        raise UsageError(f"--tp {tpp.tp} keeps {tpp.tp} rank files open at once beside {needed - tpp.tp} others, and this "
+                         f"process may open {allowed} (ulimit -n, hard limit); raise it or choose a smaller --tp")
 
 
 def _original_root(plan) -> Path | None:
@@ -93,12 +107,13 @@ def _write_ranks(tpp: TpPlan, tmp: Path, gate: InterruptGate, progress: bool | N
     small = _small_copies(plan, tmp, tp)
     with WholeCopies(small, finish=True) as copies:
         with ExitStack() as stack, byte_bar(total, "tp", show) as bar:
-            writers = []
+            writers, hashers = [], stack.enter_context(SharedHashers(tp, gate.held))  # drained after every writer closed
             for rank in range(tp):
                 header = [OutTensor(t.step.out.name, t.step.out.dtype, t.rank_shape(_range(t, rank, tp))) for t in tpp.tensors]
                 meta = {**first_meta, "format": first_meta.get("format", "pt"), "tp_rank": str(rank), "tp_size": str(tp)}
                 with gate.held():
-                    writers.append(stack.enter_context(ShardWriter(tmp / rank_folder(rank) / RANK_FILE, header, meta)))
+                    writer = ShardWriter(tmp / rank_folder(rank) / RANK_FILE, header, meta, hasher=hashers.of(rank))
+                    writers.append(stack.enter_context(writer))
             reads = stack.enter_context(SourceDigests(plan, gate))  # opens nothing until its first shard
             units = in_order(runs(tpp.tensors, lambda t: requantized_module(t.step)), slicer.parts, lambda u: any(map(slicer.needs_bytes, u)), jobs)
             stack.enter_context(closing(units))  # a failed write stops the computing at once
