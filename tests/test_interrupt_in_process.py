@@ -20,6 +20,7 @@ import pytest
 import repair.execute.copies as copies
 import repair.execute.writer as writer
 import repair.io.atomic as atomic
+import repair.io.hasher as hasher_module
 import repair.io.hashing as hashing
 import repair.io.shard_writer as shard_writer
 import repair.tp.rank_digests as rank_digests
@@ -116,6 +117,8 @@ OPENINGS = {  # command flags, the (module, name)s of the call, which call: the 
     # `with` or `enter_context`)
     "tp_rank_0_file": (("--tp", "2"), [(tp_write, "ShardWriter")], 1),
     "tp_rank_1_file": (("--tp", "2"), [(tp_write, "ShardWriter")], 2),
+    "tp_first_rank_hasher": (("--tp", "2"), [(hasher_module, "Hasher")], 1),  # the rank files' shared hashing threads
+    "tp_second_rank_hasher": (("--tp", "2"), [(hasher_module, "Hasher")], 2),
     "tp_first_source_digest": (("--tp", "2"), [(source_digests, "SourceDigest")], 1),
     "tp_second_source_digest": (("--tp", "2"), [(source_digests, "SourceDigest")], 2),
     "rewritten_shard": ((), [(writer, "ShardWriter")], 1),
@@ -157,7 +160,7 @@ def test_an_interrupt_as_a_file_is_opened_leaves_no_thread_or_open_file(point, s
 UNSHARD_POINTS = {  # where: (object, attribute, raised after the call returns instead of before)
     "shard_opened": (unshard_module, "HashedOutput", True),  # a rebuilt shard's file open, its `try` not entered yet
     "concat": (unshard_module, "_concat", False),
-    "rank_hasher_started": (rank_digests, "Hasher", True),  # a rank files' hashing thread started, before the list holds it
+    "rank_hasher_started": (hasher_module, "Hasher", True),  # a rank files' hashing thread started, before the list holds it
     "rank_digests_checked": (rank_digests.RankDigests, "check", False),  # every rank file's hashing being finished
     "rank_digest_finished": (hashing.SourceDigest, "hexdigest", False),  # waiting for a rank file's hashing
     "small_file": (copies.WholeCopies, "digest", False),
