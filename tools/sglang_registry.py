@@ -12,7 +12,8 @@ SGLang logs), so it is a subset of the wheel's.
 
 `transformers_backend` is asked of SGLang's own gate (model_loader/utils.py `resolve_transformers_arch`, which
 `get_model_architecture` runs with model_impl="auto" when no listed name is registered): every top-level name of the
-transformers installed beside it, one at a time, is `takes` (the gate returns: the backend builds the model) or
+transformers installed beside it (its dunders and private names too: the gate asks `getattr(transformers, name)`, and
+`__name__` is a string, so it passes), one at a time, is `takes` (the gate returns: the backend builds the model) or
 refused (`refuses`: its ValueError, the name as `{architecture}`, -> the names), or `unanswered` (its class does
 not import on this host, e.g. an audio processor needing librosa: the serving host's packages decide); `missing` is its error for a name
 transformers lacks; `auto_map` the error for such a name when config.json's auto_map has that key and its code does
@@ -83,7 +84,7 @@ def backend_facts(registered: list[str]) -> dict:
 
     takes, refuses, unanswered = [], {}, []
     with tempfile.TemporaryDirectory() as folder:  # no auto_map code in it: a key's module never loads
-        for name in sorted(n for n in dir(transformers) if not n.startswith("_")):
+        for name in sorted(set(dir(transformers)) | set(dir(type(transformers)))):  # and dunders: `getattr` answers them
             said = gate([name], folder)
             if said is None:
                 takes.append(name)

@@ -30,7 +30,12 @@ FALLBACK = {"incompatible": {"architectures": ["Qwen4ExpForCausalLM"]}, "missing
             "transformers-name": {"architectures": ["TransformersForCausalLM"]},
             "transformers-prefixed-unknown": {"architectures": ["TransformersNotRealForCausalLM"]},
             "taken-then-int": {"architectures": ["DiffLlamaForCausalLM", 5]},
-            "incompatible-then-null": {"architectures": ["Qwen4ExpForCausalLM", None]}}
+            "incompatible-then-null": {"architectures": ["Qwen4ExpForCausalLM", None]},
+            # the gate asks `getattr(transformers, name)`: a dunder or private attribute that is not None passes
+            "dunder-name": {"architectures": ["__name__"]}, "dunder-class": {"architectures": ["__class__"]},
+            "dunder-doc": {"architectures": ["__doc__"]}, "private": {"architectures": ["_import_structure"]},
+            "dunder-then-incompatible": {"architectures": ["__name__", "Qwen4ExpForCausalLM"]},
+            "dunder-then-missing": {"architectures": ["__file__", "NotARealForCausalLM"]}}
 
 
 def in_sglang(*args) -> list[dict]:
@@ -119,3 +124,18 @@ def test_sglang_refuses_an_architectures_naming_no_class_first_in_doctors_words(
         said = resolve(TARGET).built(config)
         assert said.error is not None and answer.get("error") == said.error, (name, said, answer)
 
+
+
+def test_doctor_agrees_with_sglang_on_a_dunder_name(tmp_path, capsys):
+    """`architectures: ["__name__"]`: SGLang's gate takes it (`transformers.__name__` is a string) and builds its
+    Transformers backend, as asked of SGLang above; doctor said SGLang refuses it ("Cannot find model module")."""
+    from tests.conftest import run_captured
+    from tests.test_doctor_load_refused import write_dbrx
+
+    folder = write_dbrx(tmp_path / "m", quantized=True, config=dict(DBRX, architectures=["__name__"]))
+    [answer] = in_sglang(folder)
+    code, out, err = run_captured(capsys, "doctor", folder, "--json", "--target", TARGET, "--tp", "2")
+    found = json.loads(out)
+    assert answer.get("architecture", "").startswith("Transformers"), answer
+    assert not found["runtime_stops_at"] and not [f for f in found["findings"] if f["code"] == "unregistered-architecture"], found
+    assert [n for n in found["notes"] if n["code"] == "unregistered-architecture"], found["notes"]  # the backend's note, as for any taken name
