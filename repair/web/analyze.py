@@ -25,6 +25,7 @@ from repair.web.render import HEADERS
 
 MAX_ROWS = 2000  # a DeepSeek-sized model has ~60k linear modules: the page shows the first ones, `inspect` lists all
 MAX_FINDINGS = 200
+NOTE = "note"  # the findings panel's heading for doctor's notes
 
 
 def analyze(request: dict) -> dict:
@@ -63,14 +64,16 @@ def verdict_of(d: Diagnosis) -> dict:
 
 
 def findings_by_severity(found: tuple[Diagnosis, ...]) -> dict[str, list[str]]:
-    """Each finding once, under its severity. With several targets, one every target shares is said once (its target's
-    name put as "each target", as doctor's side-by-side text does); any other is led by the targets it is for, and
-    said in their shared words when there are several (never in the first one's: 'sglang==0.5.23: vllm==... loads it')."""
-    where: dict[Severity, dict[str, tuple[str, list[str]]]] = {s: {} for s in Severity}
+    """Each finding once, under its severity, then doctor's notes (a target loads it, but worth knowing: a release past
+    every profile whose newest one fails to load it) under "note". With several targets, one every target shares is
+    said once (its target's name put as "each target", as doctor's side-by-side text does); any other is led by the
+    targets it is for, and said in their shared words when there are several (never in the first one's:
+    'sglang==0.5.23: vllm==... loads it')."""
+    where: dict[str, dict[str, tuple[str, dict]]] = {str(s): {} for s in (*Severity, NOTE)}
     for d in found:
-        for f in d.findings:
+        for heading, f in [(str(f.severity), f) for f in d.findings] + [(NOTE, f) for f in d.notes]:
             text = f"[{f.code}] {f.message}"
-            where[f.severity].setdefault(text.replace(d.target.spec, "each target"), (text, {}))[1][d.target.spec] = None
+            where[heading].setdefault(text.replace(d.target.spec, "each target"), (text, {}))[1][d.target.spec] = None
     def said(shared: str, own: str, specs: dict) -> str:  # specs: a dict as an ordered set (a target saying it twice counts once)
         return own if len(found) == 1 else shared if len(specs) == len(found) else f"{', '.join(specs)}: {own if len(specs) == 1 else shared}"
     return {str(s): _first([said(shared, *item) for shared, item in items.items()]) for s, items in where.items()}

@@ -4,9 +4,11 @@ the HTML itself and in chromium, which is what would run it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from repair.web.render import result
+from repair.web.render import esc, result
 from tests.web.conftest import CHROMIUM, FLAGS
 
 HOSTILE = ["javascript:alert(document.cookie)", " javascript:alert(1)", "JaVaScRiPt:alert(1)", "java\tscript:alert(1)",
@@ -87,3 +89,23 @@ def test_the_page_diagnoses_each_target_once_and_plans_what_the_cli_plans(tmp_pa
     answer = analyze({"source": str(folder), "target": specs, "tp": tp})
     assert sorted(calls) == sorted(specs.split(",") * (1 if tp == 1 else 2))
     assert answer["plan_text"] == alone and answer["plan_error"] is None
+
+
+def test_the_findings_panel_shows_doctors_notes_too(app, hub, tmp_path):
+    """A release past the newest profile that loads no DBRX checkpoint in 0.32 gets a `load-refused` note (doctor exits
+    0): the findings panel said "No findings." and only the doctor text box had it. The panel lists notes under
+    their own heading, in the words of doctor's text, on the page's own answer (its API, which the browser calls)."""
+    from gradio_client import Client
+
+    from repair.web.choices import FOR_TARGET
+    from tests.test_doctor_load_refused import DBRX_ERROR, write_dbrx
+    from tests.web.web_helpers import cli
+
+    hub.add_repo("alice/dbrx-notes", write_dbrx(tmp_path / "dbrx", quantized=True))
+    out = Client(app.url, verbose=False).predict("alice/dbrx-notes", "", "vllm==0.33.0", 1, FOR_TARGET, api_name="/on_check")
+    doctor = cli(app.env, "doctor", "alice/dbrx-notes", "--target", "vllm==0.33.0", "--json")
+    [note] = [n for n in json.loads(doctor.stdout)["notes"] if n["code"] == "load-refused"]
+    assert doctor.returncode == 0 and DBRX_ERROR in note["message"], doctor.stdout
+    panel = out[3]
+    assert "No findings" not in panel and "**notes (1)**" in panel, panel
+    assert esc(f"[load-refused] {note['message']}") in panel, panel
