@@ -8,6 +8,8 @@ NVFP4, or an NVFP4 layer without its activation scale, loads wrong or not at all
 
 from __future__ import annotations
 
+import bisect
+
 from repair.arch import Architecture, ModuleSpec
 from repair.codec import scale_values
 from repair.doctor.findings import Finding, Kind, Severity
@@ -24,6 +26,9 @@ from repair.targets.config_lists import null_exclusion_list, null_list_vllm_read
 from repair.targets.runtime_rules import quant_method
 
 KV_LEAVES = ("k_scale", "v_scale")
+FLOAT8 = ("F8_E4M3", "F8_E5M2")  # safetensors' float8 dtypes
+UNSCALED_ADVICE = ("re-export the checkpoint with these tensors' scales, or with the original BF16 tensors in their place "
+                   "(fix does neither: no recipe rule selects a tensor stored with no leaf, so --original cannot take it)")
 RUNTIME_REFUSED = VLLM_REFUSED  # what vLLM >= 0.25 refuses while reading the config (the vLLM tier compares it)
 
 
@@ -145,7 +150,7 @@ def null_list_findings(ckpt: Checkpoint, declaration: Declaration, target: Targe
 def float8_findings(modules: dict[str, StoredModule], infos: dict[str, TensorInfo]) -> list[Finding]:
     """Float8 weights without the float32 per-tensor weight_scale that makes them an FP8 layer (missing, per-channel,
     block-wise or another dtype): whatever the target builds, the layer computes wrong values or fails to load."""
-    out = []
+    out = unscaled_float8_findings(modules, infos)
     for m in modules.values():
         weight = m.tensor("weight")
         if weight is None or m.precision in ("fp8", "fp8_block") or infos[weight].dtype != "F8_E4M3":
@@ -210,3 +215,34 @@ def kv_scale_health(ckpt: Checkpoint, declaration: Declaration) -> list[Finding]
                                    f"{name} {problem}; the {declaration.kv_cache} KV cache scales this layer's cached keys or "
                                    "values by it, so attention computes garbage (re-download or re-export it)"))
     return out
+
+
+def unscaled_float8_findings(modules: dict[str, StoredModule], infos: dict[str, TensorInfo]) -> list[Finding]:
+    """Float8 tensors stored with no `.weight` leaf and no scale beside them (3-D experts as transformers stores them,
+    `mlp.experts.gate_up_proj`): a runtime building the layer unquantized copies the float8 codes in as values (vLLM's
+    FusedMoE under an excluded `...experts`: a BF16 parameter, no scale, no error), one building it quantized finds no
+    scale. A tensor with any `X_...scale...` or `X.…scale…` beside it is another layout, not claimed here."""
+    plain = [m for m in modules.values() if (v := m.tensor("value")) and infos[v].dtype in FLOAT8 and len(infos[v].shape) >= 2]
+    if not plain:
+        return []
+    names = sorted(infos)
+    out = []
+    for m in plain:
+        if any("scale" in n[len(m.name):] for sep in "_." for n in _prefixed(names, m.name + sep)):
+            continue
+        value = infos[m.tensor("value")]
+        out.append(Finding(Severity.ERROR, Kind.UNSCALED_FLOAT8, m.name,
+                           f"{m.name}: {value.dtype.lower()} tensor {list(value.shape)} with no scale beside it; a runtime "
+                           "building its layer unquantized (BF16: vLLM's FusedMoE when the config excludes it) copies the "
+                           f"float8 codes in as values, with no scale and no error: meaningless weights; one building it "
+                           f"quantized has no scale to load; {UNSCALED_ADVICE}"))
+    return out
+
+
+def _prefixed(names: list[str], prefix: str) -> list[str]:
+    """The sorted `names` starting with `prefix` (a bisected range: no scan of 180k names per tensor)."""
+    start = bisect.bisect_left(names, prefix)
+    end = start
+    while end < len(names) and names[end].startswith(prefix):
+        end += 1
+    return names[start:end]

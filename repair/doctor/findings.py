@@ -45,6 +45,7 @@ class Kind(StrEnum):
     ALGORITHM_MISMATCH = "algorithm-mismatch"
     KV_CACHE_SCALES = "kv-cache-scales"
     FP8_SCALE = "fp8-scale"
+    UNSCALED_FLOAT8 = "unscaled-float8"  # float8 tensors with no leaf and no scale (3-D experts): no plan reads them
     RUNTIME_SCHEME = "runtime-scheme"
     MISSING_MODULE = "missing-module"
     DROPPED_TENSOR = "dropped-tensor"

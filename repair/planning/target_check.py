@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from repair import arch
 from repair.doctor.config_builds import unexpected_tensor_findings
+from repair.doctor.declared import UNSCALED_ADVICE
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.missing import missing_modules, unbuilt as not_built
 from repair.errors import BadInput, UsageError
@@ -34,13 +35,14 @@ ADVICE = {Kind.UNUSED_EXCLUSION: "remove the entries that match nothing from the
                                "whose model code does, or fix for another target",
           Kind.LOAD_REFUSED: "no change to the files makes this release load the model (doctor says which releases do); "
                              "fix for another target",
+          Kind.UNSCALED_FLOAT8: UNSCALED_ADVICE,
           Kind.CONFIG_REFUSED: "set every field of that build in config.json, or leave them all null (doctor says which)",
           Kind.UNEXPECTED_TENSOR: "remove the tensors the release's build has no parameter for, or set the config fields "
                                   "that build them (doctor says which)",
           Kind.UNREGISTERED: "name the model's class as the release registers it in config.json's `architectures` "
                              "(doctor says which releases build one), or fix for another target"}
 UNSETTLED = (Kind.MISSING_MODULE, Kind.DROPPED_TENSOR, Kind.LOAD_REFUSED, Kind.UNREGISTERED, Kind.CONFIG_REFUSED,
-             Kind.UNEXPECTED_TENSOR)  # no plan's change settles these
+             Kind.UNEXPECTED_TENSOR, Kind.UNSCALED_FLOAT8)  # no plan's change settles these
 FIRST = (Kind.UNREGISTERED, Kind.CONFIG_REFUSED, Kind.LOAD_REFUSED, Kind.UNEXPECTED_TENSOR)  # the model is refused whole: named first
 DEFAULT_ADVICE = ("re-download or re-export the checkpoint, or repair those modules with a recipe (--original to take or "
                   "requantize them)")
