@@ -294,3 +294,43 @@ def test_a_small_rank_file_grown_sparse_is_refused_before_it_is_copied_or_hashed
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert str(tp / name) in err and "re-run `fix --tp`" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tp"]
+
+
+def _reordered(tp_out: Path, root: Path, how: str) -> Path:
+    """A copy of `tp_out` whose manifest (hand-edited, still valid) lists the tensors in another order than the rank
+    files store them: each shard's list reversed (its header written canonically from the list), or the shards swapped."""
+    tp = root / "tp"
+    shutil.copytree(tp_out, tp)
+    manifest = json.loads((tp / "tp_manifest.json").read_text())
+    shards = manifest["standard"]["shards"]
+    if how == "tensors reversed":
+        for shard in shards:
+            shard.pop("header", None)
+            shard["tensors"].reverse()
+    else:
+        shards.reverse()
+    (tp / "tp_manifest.json").write_text(json.dumps(manifest))
+    return tp
+
+
+@pytest.mark.parametrize("how", ["tensors reversed", "shards reversed"])
+def test_a_manifest_listing_tensors_backwards_still_reads_every_byte_once(how, tp_out, tmp_path, monkeypatch):
+    """The rebuild follows the rank files' own order and writes each tensor at its place in the output: a manifest
+    whose order goes backwards in a rank file (hand-edited, still valid) does not make unshard hash that file again.
+    The output is the manifest's: the same tensors, each with the same bytes, in the manifest's order."""
+    from safetensors.torch import load_file
+
+    tp = _reordered(tp_out, tmp_path, how)
+    assert len(json.loads((tp / "tp_manifest.json").read_text())["standard"]["shards"]) > 1
+    reads = _counted_reads(monkeypatch)
+    assert run_cli("unshard", tp, "-o", tmp_path / "out") == 0
+    monkeypatch.undo()
+    for name in rank_files(tp):
+        path = (tp / name).resolve()
+        spans = sorted((offset, offset + n) for where, offset, n in reads if where == str(path) and n)
+        assert sum(e - s for s, e in spans) == path.stat().st_size, f"{name}: {sum(e - s for s, e in spans)} bytes read of {path.stat().st_size}"
+    manifest = json.loads((tp / "tp_manifest.json").read_text())
+    for shard in manifest["standard"]["shards"]:
+        assert list(read_header(tmp_path / "out" / shard["name"]).by_name()) == shard["tensors"]
+        rebuilt, before = load_file(tmp_path / "out" / shard["name"]), load_file(tp_out.parent / "back" / shard["name"])
+        assert rebuilt.keys() == before.keys() and all(rebuilt[k].equal(before[k]) for k in before)

@@ -159,7 +159,7 @@ class HashedOutput:
         source = source if source is not None and source.pinned is src else None
         while length:
             n, at = min(length, CHUNK), self.written
-            if self._kernel_copy(src, offset, n):
+            if self._kernel_copy(src, offset, n, at):
                 written = written_view(self.fd, at, n)
                 self._hasher.submit(lambda written=written: self.digest.update(written))
                 self._advance(n)
@@ -173,11 +173,36 @@ class HashedOutput:
             offset += n
             length -= n
 
-    def _kernel_copy(self, src: PinnedFile, offset: int, n: int) -> bool:
+    def copy_at(self, src: PinnedFile, offset: int, length: int, at: int, source: SourceDigest | None = None) -> None:
+        """Copy `length` bytes of `src` from `offset` to `at`, ahead of the appending (`placed` hashes them when it
+        reaches them); `source` is fed them as written there (`unshard` in a rank file's order, not the output's)."""
+        source = source if source is not None and source.pinned is src else None
+        while length:
+            n = min(length, CHUNK)
+            if self._kernel_copy(src, offset, n, at):
+                if source is not None:
+                    source.copied(offset, written_view(self.fd, at, n))
+            else:
+                data = src.read(offset, n)
+                write_all(self.fd, memoryview(data).cast("B"), at)
+                if source is not None:
+                    source.read(offset, data)
+            offset, at, length = offset + n, at + n, length - n
+
+    def placed(self, n: int) -> None:
+        """Append past `n` bytes written ahead (`copy_at`, `place`), hashing them as they now are in the file."""
+        while n:
+            k = min(n, CHUNK)
+            written = written_view(self.fd, self.written, k)
+            self._hasher.submit(lambda written=written: self.digest.update(written))
+            self._advance(k)
+            n -= k
+
+    def _kernel_copy(self, src: PinnedFile, offset: int, n: int, at: int) -> bool:
         done = 0
         try:
             while done < n:
-                sent = os.copy_file_range(src.fd, self.fd, n - done, offset + done, self.written + done)
+                sent = os.copy_file_range(src.fd, self.fd, n - done, offset + done, at + done)
                 if sent == 0:
                     raise EOFError(f"{src.path}: ended {n - done} bytes early")
                 done += sent

@@ -8,12 +8,18 @@ verbatim) and every tensor is concatenated back from the ranks' slices, streamin
 are copied rank after rank, other dims interleaved a few MiB of rows at a time, replicated
 tensors copied from rank 0. Config and other small files come from rank-0, the index from the
 manifest. Only repair_report.json differs from the non-TP `fix` output: it records this unshard.
+
+Shards and their tensors are rebuilt in the order rank 0's file stores them, each written at its place in the output
+(a tensor stored before the one the output appends next goes ahead: `_Ahead`), so a manifest listing them in another
+order (hand-edited, still valid) still reads every rank file forward, once. Rank files storing different orders, or a
+manifest that interleaves shards in a rank file, read a file again to hash it (correct, not read-once).
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import Callable
 
@@ -84,7 +90,9 @@ def _build(src: Path, manifest: Manifest, ranks: list[RankFile], pins: Pins, tmp
     hashes: dict[str, str] = {}
     small = {name: (pins.get(manifest.ranks[0].files[name][0]), _parent(tmp, name)) for name in manifest.files}
     with RankDigests(manifest, ranks, gate) as digests, WholeCopies(small, finish=True) as copies:  # rank 0's small files,
-        for shard in manifest.shards:  # copied beside the shards (and off the main thread)
+        hashes.update((shard["name"], "") for shard in manifest.shards)  # listed in the manifest's order
+        first = lambda shard: min((ranks[0].tensors[n].start for n in shard["tensors"]), default=0)  # noqa: E731
+        for shard in sorted(manifest.shards, key=first):  # copied beside the shards (and off the main thread); rank 0's order
             _parent(tmp, shard["name"])
             hashes[shard["name"]] = _write_shard(tmp / shard["name"], shard, manifest.tensors, ranks, digests, pins, gate)
         for name in manifest.files:
@@ -135,18 +143,45 @@ def _write_shard(path: Path, shard: dict, tensors: dict, ranks: list[RankFile], 
     the bytes written (hashed from the buffers they were written from)."""
     def fill(out: HashedOutput) -> None:
         out.write(_header(shard, tensors))
-        for name in shard["tensors"]:
+        listed = shard["tensors"]
+        sizes = {n: nbytes(tensors[n]["dtype"], tuple(tensors[n]["shape"])) for n in listed}
+        starts = dict(zip(listed, accumulate((sizes[n] for n in listed), initial=out.written)))
+        done, ahead, waiting = set(), set(), 0  # waiting: the first listed tensor the appending has not passed
+        for name in sorted(listed, key=lambda n: ranks[0].tensors[n].start):  # rank 0's order: every rank file read forward
             entry = tensors[name]
             parts = [(rank.file, rank.tensors[name], digests.of(r)) for r, rank in enumerate(ranks)]  # checked by _check_slices
-            before = out.written
-            _concat(out, entry, parts)
-            if out.written - before != nbytes(entry["dtype"], tuple(entry["shape"])):
+            target = out if starts[name] == out.written else _Ahead(out, starts[name])
+            before = target.written
+            _concat(target, entry, parts)
+            if target.written - before != sizes[name]:
                 raise BadInput(f"{name}: the ranks' slices do not add up to {entry['shape']}; the manifest and rank files disagree")
+            done.add(name)
+            ahead.update([name] if target is not out else [])
+            while waiting < len(listed) and listed[waiting] in done:  # the appending reaches what was written ahead: hashed
+                out.placed(sizes[listed[waiting]] if listed[waiting] in ahead else 0)
+                waiting += 1
     try:
         return _hashed_file(path, gate, fill)
     except EOFError:
         pins.check("SRC")  # names the file that got shorter
         raise BadInput(f"{path.name}: a rank file ended while it was read; it was truncated, re-run `fix --tp`") from None
+
+
+class _Ahead:
+    """`_concat`'s output for a tensor the rank files store before the one the output appends next: written at its
+    place, ahead of the appending (HashedOutput.copy_at, place), and hashed when the appending reaches it (`placed`)."""
+
+    def __init__(self, out: HashedOutput, at: int):
+        self.out, self.written = out, at
+
+    def copy(self, src: PinnedFile, offset: int, length: int, source: SourceDigest | None = None) -> None:
+        self.out.copy_at(src, offset, length, self.written, source)
+        self.written += length
+
+    def write(self, data) -> None:
+        view = memoryview(data).cast("B")
+        self.out.place(view, self.written)
+        self.written += view.nbytes
 
 
 Part = tuple[PinnedFile, TensorInfo, SourceDigest]  # one rank's slice of a tensor, and the digest its reads feed
