@@ -102,3 +102,13 @@ def test_a_thread_the_system_refuses_is_one_line_and_nothing_is_written(failure,
     _one_line(code, err)
     assert "nothing was written" in err and ("thread" in err or "memory" in err), err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["text", "json"])
+def test_doctor_refuses_a_degree_past_the_bound_before_simulating_any_rank(command, replicated, capsys):
+    """doctor simulates each rank (a tuple of ranks per finding): `--tp 100000000` was a MemoryError or minutes of
+    allocation; one line naming the bound instead, at once."""
+    extra = ["--json"] if command == "json" else []
+    code, out, err = run_captured(capsys, "doctor", replicated, "--target", "vllm==0.32.0", "--tp", "100000000", *extra)
+    _one_line(code, err)
+    assert "--tp 100000000" in err and f"at most {MAX_TP}" in err and out == "", err

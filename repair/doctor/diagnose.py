@@ -46,6 +46,7 @@ def diagnose(ckpt: Checkpoint, target: Target, tp: int = 1, *, deep: bool = Fals
     once per target and passes the Diagnosis along (derived recipe, plan check, the report's 'before'); `shared`
     carries one checkpoint's block-scale reads from one target's diagnosis to the next (diagnose_each), `builds` the
     class each release builds for its config.json (read_builds: each listed name read once per release, not per check)."""
+    tp_rules.check_ranks(tp, "doctor simulates each rank")
     with collector_paused():  # ~10 objects per module, no cycles: see io/parse.py
         return _diagnose(ckpt, target, tp, deep, progress, shared, builds or read_builds(ckpt.config))
 

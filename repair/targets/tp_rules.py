@@ -18,6 +18,7 @@ from repair.formats.modules import split_name
 BLOCK = 16  # NVFP4 group: logical elements per fp8 block scale
 VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE
 MAX_DEGREE = 128  # degrees tried when listing the ones that work
+MAX_RANKS = 4096  # ranks doctor simulates or fix writes at most (each rank costs memory and a file; unshard reads no more)
 SPLIT_STYLES = ("column", "row", "merged", "vocab")
 HEAD_ROLES = ("q_proj", "o_proj")
 NVFP4_IN_FEATURES = "ValueError: Unsupported model when in features size is not multiple of 16"
@@ -85,6 +86,12 @@ class ParallelSpec:
             return Problem(self.tensor, f"row-parallel NVFP4: each rank's input features ({self.size}/{tp} = {self.size // tp}) "
                            f"must be a multiple of {BLOCK}, the quantization group", NVFP4_IN_FEATURES)
         return None
+
+
+def check_ranks(tp: int, why: str) -> None:
+    """One line, before any per-rank work, for a degree past MAX_RANKS (`--tp 100000000` would allocate per rank)."""
+    if tp > MAX_RANKS:
+        raise UsageError(f"--tp {tp}: at most {MAX_RANKS} ranks ({why}); choose the degree the runtime will run with")
 
 
 def problems(specs: Iterable[ParallelSpec], tp: int) -> list[Problem]:

@@ -20,11 +20,12 @@ from repair.io.output import REPORT_NAME
 from repair.io.names import file_type_problem, inside, name_problem, regular_file
 from repair.io.pins import Pins
 from repair.io.safetensors import parse_header
+from repair.targets.tp_rules import MAX_RANKS
 
 MANIFEST = "tp_manifest.json"
 RANK_FILE = "model.safetensors"
 FORMAT = "ckpt-repair-tp"
-MAX_TP = 4096
+MAX_TP = MAX_RANKS
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _FIX = "re-run `fix --tp` (names must be plain relative names inside the folder)"
 

@@ -23,10 +23,10 @@ from repair.planning import check as plan_check
 from repair.planning.build import refuse_rank_files
 from repair.planning.model import Plan, TensorStep
 from repair.targets.tp_rules import (  # noqa: F401 (BLOCK, VOCAB_PADDING: the writer's units)
-    BLOCK, HEAD_ROLES, SPLIT_STYLES, VOCAB_PADDING, ParallelSpec, RankRange, check_degree, heads_of,
+    BLOCK, HEAD_ROLES, SPLIT_STYLES, VOCAB_PADDING, ParallelSpec, RankRange, check_degree, check_ranks, heads_of,
 )
 from repair.tp.check import check_tp_plan
-from repair.tp.manifest import MANIFEST, MAX_TP
+from repair.tp.manifest import MANIFEST
 
 GLOBAL_SCALES = ("weight_scale_2", "input_scale")
 
@@ -154,9 +154,7 @@ def plan_tp(plan: Plan, tp: int) -> TpPlan:
     if reason:
         raise UsageError(f"{plan.source.root}: {reason}")
     refuse_rank_files(plan.source)  # a Plan built by hand (Python API) is checked too
-    if tp > MAX_TP:
-        raise UsageError(f"--tp {tp}: at most {MAX_TP} ranks (the most `unshard` reads back from {MANIFEST}); choose the "
-                         "degree the runtime will run with")
+    check_ranks(tp, f"the most `unshard` reads back from {MANIFEST}")
     steps = [(s.name, t) for s in plan.shards for t in s.tensors]
     styles = style_plan(plan.source.config, str(plan.source.root / "config.json"))
     specs = tensor_specs([t.out for _, t in steps], styles)
