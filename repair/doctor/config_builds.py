@@ -28,13 +28,12 @@ def refused_config_findings(family: Architecture, target: Target, tp: int) -> li
     refused = family.refused_config
     if refused is None or not target.profile.knows_layer_roles:
         return []
-    null = ", ".join(refused.fields)
+    fields = ", ".join(refused.fields)
     words = f": {refused.error}" if refused.error else ""
-    return [Finding(Severity.ERROR, Kind.CONFIG_REFUSED, null,
-                    f"{null}: null in config.json while other fields of the same build are set; {refused.release} refuses "
-                    f"such a config while reading it, before building any layer (its config class's validation, recorded in "
-                    f"{refused.source}){words}; set every one of {', '.join(refused.together)}, or leave them all null",
-                    refused.error, tuple(range(tp)))]
+    return [Finding(Severity.ERROR, Kind.CONFIG_REFUSED, fields,
+                    f"{fields}: {refused.problem}; {refused.release} refuses such a config while reading it, before "
+                    f"building any layer (its config class's validation, recorded in {refused.source}){words}; "
+                    f"{refused.remedy}", refused.error, tuple(range(tp)))]
 
 
 def unexpected_tensor_findings(ckpt: Checkpoint, family: Architecture, target: Target, tp: int,

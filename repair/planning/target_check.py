@@ -34,14 +34,16 @@ ADVICE = {Kind.UNUSED_EXCLUSION: "remove the entries that match nothing from the
                                "whose model code does, or fix for another target",
           Kind.LOAD_REFUSED: "no change to the files makes this release load the model (doctor says which releases do); "
                              "fix for another target",
+          Kind.BUILD_REFUSED: "no change to the weights makes this release build the model (doctor says which "
+                              "releases do); fix for another target",
           Kind.CONFIG_REFUSED: "set every field of that build in config.json, or leave them all null (doctor says which)",
           Kind.UNEXPECTED_TENSOR: "remove the tensors the release's build has no parameter for, or set the config fields "
                                   "that build them (doctor says which)",
           Kind.UNREGISTERED: "name the model's class as the release registers it in config.json's `architectures` "
                              "(doctor says which releases build one), or fix for another target"}
 UNSETTLED = (Kind.MISSING_MODULE, Kind.DROPPED_TENSOR, Kind.LOAD_REFUSED, Kind.UNREGISTERED, Kind.CONFIG_REFUSED,
-             Kind.UNEXPECTED_TENSOR)  # no plan's change settles these
-FIRST = (Kind.UNREGISTERED, Kind.CONFIG_REFUSED, Kind.LOAD_REFUSED, Kind.UNEXPECTED_TENSOR)  # the model is refused whole: named first
+             Kind.UNEXPECTED_TENSOR, Kind.BUILD_REFUSED)  # no plan's change settles these
+FIRST = (Kind.UNREGISTERED, Kind.CONFIG_REFUSED, Kind.BUILD_REFUSED, Kind.LOAD_REFUSED, Kind.UNEXPECTED_TENSOR)  # the model is refused whole: named first
 DEFAULT_ADVICE = ("re-download or re-export the checkpoint, or repair those modules with a recipe (--original to take or "
                   "requantize them)")
 
