@@ -370,7 +370,7 @@ def main(argv: list[str]) -> int:
             if site:
                 result["build_refused"][arch] = {"error": said, "raised_at": site}
         log(f"{arch}: {'ok' if arch in result['architectures'] else result['unprofiled'][arch][:100]} ({time.perf_counter() - t0:.1f} s)")
-    refused = {"build_refused": result.pop("build_refused")} if result["build_refused"] else {}  # only where one is refused
+    refused = {k: v for k, v in [("build_refused", result.pop("build_refused"))] if v}  # only where one is refused
     rows = {k: result.pop(k) for k in ("architectures", "unprofiled")}  # last: transformers' whole model zoo imported
     result |= registry_facts() | refused | rows
     with open(out_path, "w") as f:

@@ -45,10 +45,15 @@ def null_refusal(without: dict, null: list[str]) -> dict | None:
 
 def value_refusal(rules, part: dict) -> dict | None:
     """The first recorded value rule the config's values break (the release's validator stops at the first), None when
-    they break none. A value that is no integer is judged by no rule: the validator's type checks are not recorded."""
-    for rule in rules if isinstance(rules, (list, tuple)) else ():
+    they break none. A config where some field a rule reads is no integer is judged by no rule: the validator's type
+    checks (which may stop it first) are not recorded."""
+    rules = [r for r in rules if isinstance(r, dict)] if isinstance(rules, (list, tuple)) else []
+    read = [r.get(k) for r in rules for k in ("field", "multiple_of")]
+    if not all(_integer(part.get(f)) for f in read if isinstance(f, str)):
+        return None
+    for rule in rules:
         field = rule.get("field")
-        value = part.get(field)
+        value = part.get(field) if isinstance(field, str) else None
         broken = _broken(rule, value, part) if _integer(value) else None
         if broken:
             return {"fields": [field], "problem": f"{_shown(value)} in config.json, {broken}",

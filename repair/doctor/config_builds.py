@@ -2,10 +2,12 @@
 
 vLLM 0.32 builds Qwen4Exp's QSA attention only when the `indexer_*` fields are set (qwen4_exp/nvidia/model.py:243).
 Left null, the build has no indexer, and its load_weights raises on a checkpoint that still stores one ("There is no
-module or parameter named ..."); some set and some null, transformers' config class, which vLLM runs while reading
-config.json, refuses the config before any layer is built ("QSA config is missing required fields"). Both facts are
-recorded from vLLM's own code by the profile generator (tools/vllm_without_loads.py, tools/vllm_profile.py
-partly_refused); each stops every rank, so each is one error, in the release's words where it recorded them.
+module or parameter named ..."); some set and some null, or set to values it does not take (not positive,
+indexer_kv_heads != 1, a budget no multiple of the ratio), transformers' config class, which vLLM runs while reading
+config.json, refuses the config before any layer is built ("QSA config is missing required fields", "requires
+indexer_kv_heads=1"). These facts are recorded from vLLM's own code by the profile generator
+(tools/vllm_without_loads.py, tools/vllm_config_refusals.py; arch/configured.py reads them for one config); each stops
+every rank, so each is one error, in the release's words where it recorded them.
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ ADVICE = {Kind.UNUSED_EXCLUSION: "remove the entries that match nothing from the
                              "fix for another target",
           Kind.BUILD_REFUSED: "no change to the weights makes this release build the model (doctor says which "
                               "releases do); fix for another target",
-          Kind.CONFIG_REFUSED: "set every field of that build in config.json, or leave them all null (doctor says which)",
+          Kind.CONFIG_REFUSED: "correct config.json where the release's validation refuses it: every field of that build "
+                               "set to a value it takes, or all of them null (doctor says which, in its words)",
           Kind.UNEXPECTED_TENSOR: "remove the tensors the release's build has no parameter for, or set the config fields "
                                   "that build them (doctor says which)",
           Kind.UNREGISTERED: "name the model's class as the release registers it in config.json's `architectures` "
