@@ -2,10 +2,13 @@
 profile's `build_refused`), told apart from one this host could not build (`unprofiled` alone: a GPU-only kernel).
 
 vLLM 0.30's qwen4_exp/nvidia/model.py:237 raises `ValueError: Invalid layer_type indexed_attention`: transformers'
-Qwen4ExpConfig rewrites every attention layer's type to `indexed_attention` (configuration_qwen4_exp.py:173-179), which
-0.30's decoder layer does not know (0.32's does: `_QSA_LAYER_TYPES`). The generator records the error and the line
-that raised it where the innermost frame is vLLM's own code (tools/vllm_config_refusals.py refusal_site); doctor says
-it on every rank in vLLM's words, and `fix --target` refuses in one line. The vLLM tier asks vLLM 0.30 itself
+Qwen4ExpConfig rewrites every attention layer's type to `indexed_attention` (configuration_qwen4_exp.py:173-179), so
+every config it writes holds it, which 0.30's decoder layer does not know (0.32's does: `_QSA_LAYER_TYPES`); 0.30 reads
+config.json with its own Qwen4ExpTextConfig (transformers_utils/config.py:149), which keeps `full_attention`, the type
+published configs write, and builds that. The generator records the error and the line that raised it where the
+innermost frame is vLLM's own code (tools/vllm_config_refusals.py refusal_site), and the field holding the value it
+quotes, where building without that field succeeds (`when`); doctor says it on every rank in vLLM's words for a config
+holding it, and `fix --target` refuses in one line. The vLLM tier asks vLLM 0.30 itself
 (tests/vllm/test_build_refused_vs_vllm.py)."""
 
 from __future__ import annotations
@@ -27,9 +30,19 @@ def recorded(release: tuple[int, ...]) -> dict:
     return profile.build_refused
 
 
+TRANSFORMERS_LAYERS = ["linear_attention"] * 3 + ["indexed_attention"]  # what transformers' Qwen4ExpConfig writes
+
+
+def with_layers(folder, layer_types):
+    config = json.loads((folder / "config.json").read_text())
+    config = {k: v for k, v in config.items() if k != "layer_types"} | ({} if layer_types is None else {"layer_types": layer_types})
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
 @pytest.fixture
 def qwen4exp(tmp_path):
-    return write(tmp_path / "qsa", INDEXER)
+    return with_layers(write(tmp_path / "qsa", INDEXER), TRANSFORMERS_LAYERS)
 
 
 def doctor(capsys, folder, target: str, *args: str) -> tuple[int, dict]:
@@ -40,7 +53,8 @@ def doctor(capsys, folder, target: str, *args: str) -> tuple[int, dict]:
 
 def test_vllm_030_records_its_own_refusal_of_qwen4exp_and_no_host_failure():
     assert recorded((0, 30, 0))[ARCH] == {"error": "ValueError: Invalid layer_type indexed_attention",
-                                          "raised_at": "vllm/models/qwen4_exp/nvidia/model.py:237"}
+                                          "raised_at": "vllm/models/qwen4_exp/nvidia/model.py:237",
+                                          "when": {"field": "layer_types", "holds": "indexed_attention"}}
     for profile in arch.PROFILES:
         for name, fact in profile.build_refused.items():
             assert fact["raised_at"].startswith("vllm/") and not any(h in fact["error"] for h in HOST_REASONS), name
@@ -55,7 +69,25 @@ def test_doctor_says_vllm_030_refuses_it_in_its_words_on_every_rank(qwen4exp, ca
     assert code == 1 and (f["severity"], f["subject"], f["ranks"]) == ("error", ARCH, [0, 1]), f
     assert f["runtime_error"] == "ValueError: Invalid layer_type indexed_attention", f
     assert "qwen4_exp/nvidia/model.py:237" in f["message"] and "vllm 0.32.0, which builds it" in f["message"], f
+    assert "config.json's layer_types holds 'indexed_attention'" in f["message"], f
     assert [(s["rank"], s["error"]) for s in report["runtime_stops_at"]] == [(r, f["runtime_error"]) for r in (0, 1)]
+
+
+@pytest.mark.parametrize("layer_types", [["linear_attention"] * 3 + ["full_attention"], None, "full_attention",
+                                         {"indexed_attention": 1}, [["indexed_attention"]], []])
+def test_a_config_without_what_it_refuses_is_not_refused(tmp_path, capsys, layer_types):
+    """The published form (`full_attention`), none (its config class derives them), and hostile shapes."""
+    folder = with_layers(write(tmp_path / "published", INDEXER), layer_types)
+    report = doctor(capsys, folder, "vllm==0.30.0")[1]
+    assert not [f for f in report["findings"] + report["notes"] if f["code"] == "build-refused"], report["findings"]
+
+
+def test_text_config_holding_it_is_refused(tmp_path, capsys):
+    folder = write(tmp_path / "vlm", INDEXER)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({"architectures": [ARCH], "text_config": config | {"layer_types": TRANSFORMERS_LAYERS}}))
+    report = doctor(capsys, folder, "vllm==0.30.0")[1]
+    assert [f["subject"] for f in report["findings"] if f["code"] == "build-refused"] == [ARCH], report["findings"]
 
 
 def test_the_release_that_builds_it_is_told_nothing(qwen4exp, capsys):

@@ -7,6 +7,8 @@ the layer type transformers' Qwen4ExpConfig writes) or this host failing to buil
 package lacks here, a CUDA-only torch call, transformers' config lacking a field vLLM reads that published configs may
 carry): only the first is a fact about the release.
 
+`refusal_condition`: what in the config the refusal is about, where building without that field succeeds.
+
 `null_refused` / `value_refused`: for a row built two ways (`without`), what the release's config loading (transformers'
 config class, which vLLM runs) raises on a config with some of the build's fields null (every proper subset), or with
 values set but outside what its validator takes (VALUE_RULES, tools/vllm_profile_configs.py: each rule is asked with two
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import tempfile
 import traceback
 
@@ -38,6 +41,25 @@ def refusal_site(error: BaseException) -> str | None:
     if not frames or not os.path.abspath(frames[-1].filename).startswith(inside):
         return None
     return f"{os.path.relpath(frames[-1].filename, root)}:{frames[-1].lineno}"
+
+
+def refusal_condition(config: dict, error: BaseException, builds) -> dict | None:
+    """{"field", "holds"}: the config field (of its text part) holding a value vLLM's error quotes, where the model
+    builds without that field (`builds(config) -> bool`: vLLM's own config class derives it then): vLLM 0.30's
+    `Invalid layer_type indexed_attention` refuses the layer type transformers' Qwen4ExpConfig writes into
+    `layer_types`, not the model (published configs write `full_attention` there). None: no such field confirmed,
+    so the refusal holds for every config."""
+    words = set(re.findall(r"[A-Za-z0-9_.-]+", str(error)))
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
+    part = text if text is not None else config
+    for field, value in part.items():
+        held = [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, str) and v in words]
+        if not held:
+            continue
+        without = {k: v for k, v in part.items() if k != field}
+        if builds({**config, "text_config": without} if text is not None else without):
+            return {"field": field, "holds": held[0]}
+    return None
 
 
 def config_error(folder: str) -> str | None:

@@ -19,7 +19,7 @@ of a config the release builds (`registry`, `transformers_fallback`, `unsupporte
 tools/vllm_registry.py); and, for a row built two ways (`without`), the modules only the full build loads
 (`loads_only_with`: tools/vllm_without_loads.py) and which null fields and values its config loading refuses
 (`partly_null_refused`, `value_refused`: tools/vllm_config_refusals.py); and `build_refused`, the architectures whose
-build vLLM's own code refuses on the small config (its error and the line that raised it), told apart from those this
+build vLLM's own code refuses on the small config (its error, the line that raised it, and the field it refuses), told apart from those this
 host cannot build (an `unprofiled` reason either way). The output is data for repair/targets/data/ (tools/vllm_profile_write.py formats it). Imports nothing from ``repair``.
 """
 
@@ -35,7 +35,7 @@ import traceback
 from vllm_runtime import (Loader, enable_cpu_nvfp4, kernel_stand_ins, inspect_in_process, nvfp4_moe_emulation_fallback,
                           torchvision_stand_in, world_of_one)
 from vllm_profile_configs import PUBLISHED, VALUE_RULES, WITHOUT, NoConfig, model_types, small_config
-from vllm_config_refusals import null_refused, refusal_site, value_refused
+from vllm_config_refusals import null_refused, refusal_condition, refusal_site, value_refused
 from vllm_layer_facts import layer_rules
 from vllm_format_states import modelopt_fp4_only
 from vllm_without_loads import loads_only_with
@@ -155,12 +155,12 @@ def build_model(folder: str, initialize_model, drafter: bool = False):
     raise AssertionError("unreachable")
 
 
-def profile(arch: str, names: dict[str, str], loader: Loader) -> dict:
+def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict, str]) -> dict:
     from vllm import ModelRegistry
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.utils import initialize_model
 
-    config, source = small_config(arch, names)
+    config, source = small  # small_config's, read before vLLM registers its own config class for the model type
     model_class = ModelRegistry._try_load_model_cls(arch)
     if model_class is None:
         raise NoConfig("vLLM cannot import its model class here (a GPU-only or missing dependency)")
@@ -228,6 +228,20 @@ def built_without(arch: str, config: dict, refused: list[str], built: tuple, ten
     return {"fields": list(fields), "modules": modules, **({"loads_only_with": only} if only else {}),
             **({"refused_only_with": refusals} if refusals else {}), **({"partly_null_refused": partly} if partly else {}),
             **({"value_refused": values} if values else {})}
+
+
+def builds(arch: str, config: dict) -> bool:
+    """Whether vLLM builds `arch` from `config` (on the meta device, as the profile does)."""
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    with tempfile.TemporaryDirectory() as folder:
+        write_config(folder, arch, config, [])
+        try:
+            build_model(folder, initialize_model)
+        except Exception as e:  # noqa: BLE001 - any failure: it does not build
+            log(f"{arch}: not built without the refused field ({type(e).__name__}: {str(e)[:160]})")
+            return False
+    return True
 
 
 def write_config(folder: str, arch: str, config: dict, refused: list[str]) -> None:
@@ -358,8 +372,10 @@ def main(argv: list[str]) -> int:
               "registered": len(_TEXT_GENERATION_MODELS), "architectures": {}, "unprofiled": {}, "build_refused": {}}
     for arch in archs:
         t0 = time.perf_counter()
+        small: tuple[dict, str] = ({}, "")
         try:
-            result["architectures"][arch] = profile(arch, names, loader)
+            small = small_config(arch, names)
+            result["architectures"][arch] = profile(arch, names, loader, small)
         except NoConfig as e:
             result["unprofiled"][arch] = str(e)
         except Exception as e:  # noqa: BLE001 - recorded as the reason; vLLM's own refusal also as a fact (`refused`)
@@ -368,7 +384,8 @@ def main(argv: list[str]) -> int:
             result["unprofiled"][arch] = (f"vLLM refuses the config transformers writes for it ({site}): {said}" if site
                                           else f"vLLM cannot build it from the small config: {said}")
             if site:
-                result["build_refused"][arch] = {"error": said, "raised_at": site}
+                when = refusal_condition(small[0], e, lambda c, a=arch: builds(a, c))
+                result["build_refused"][arch] = {"error": said, "raised_at": site, **({"when": when} if when else {})}
         log(f"{arch}: {'ok' if arch in result['architectures'] else result['unprofiled'][arch][:100]} ({time.perf_counter() - t0:.1f} s)")
     refused = {k: v for k, v in [("build_refused", result.pop("build_refused"))] if v}  # only where one is refused
     rows = {k: result.pop(k) for k in ("architectures", "unprofiled")}  # last: transformers' whole model zoo imported

@@ -98,7 +98,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += dropped_tensor_findings(infos, family, target, declaration.quantized)
     name = architecture_name(builds, resolved, ckpt.config)
     refused, refused_notes = load_refused_findings(family, target, name, tp)
-    not_built, not_built_notes = build_refused_findings(target, name, tp)
+    not_built, not_built_notes = build_refused_findings(target, name, ckpt.config, tp)
     unregistered, backend = registry_findings(target, builds, ckpt.config, tp)
     unlisted, unlisted_notes = unlisted_findings(target, builds, ckpt.config, tp)
     findings += not_built + refused + unregistered + unlisted + refused_config_findings(family, target, tp)

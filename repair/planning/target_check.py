@@ -34,8 +34,8 @@ ADVICE = {Kind.UNUSED_EXCLUSION: "remove the entries that match nothing from the
                                "whose model code does, or fix for another target",
           Kind.LOAD_REFUSED: "no change to the files makes this release load the model (doctor says which releases do); "
                              "fix for another target",
-          Kind.BUILD_REFUSED: "no change to the weights makes this release build the model (doctor says which "
-                              "releases do); fix for another target",
+          Kind.BUILD_REFUSED: "this release's own model code refuses to build the model from this config (doctor says "
+                              "which field and which releases build it); fix for another target",
           Kind.CONFIG_REFUSED: "correct config.json where the release's validation refuses it: every field of that build "
                                "set to a value it takes, or all of them null (doctor says which, in its words)",
           Kind.UNEXPECTED_TENSOR: "remove the tensors the release's build has no parameter for, or set the config fields "
