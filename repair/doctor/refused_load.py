@@ -58,8 +58,8 @@ def build_refused_findings(target: Target, name: str, config: dict | None, tp: i
     when = refused.get("when")
     what = f"config.json's {when['field']} holds {when['holds']!r}, as transformers writes it, and " if isinstance(when, dict) else ""
     said = (f"{name}: {what}{release.label} refuses to build this architecture from such a config, on every rank, before "
-            f"loading any weight: its own model code raises {error} ({refused.get('raised_at')}) on the config "
-            f"transformers writes for it (recorded in {release.source})")
+            f"loading any weight: its own model code raises {error} ({refused.get('raised_at')}) on "
+            f"{'it' if what else 'the config transformers writes for it'} (recorded in {release.source})")
     if not refusal_holds(arch.PROFILES, runtime, target.version, lambda p: name in p.build_refused):
         return [], [Finding(Severity.WARNING, Kind.BUILD_REFUSED, name,
                             f"{said}; no profiled release at or after {target.spec} records this, and a later release may "
