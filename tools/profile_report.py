@@ -14,12 +14,15 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "repair" / "targets" / "data"
 DOC = ROOT / "docs" / "runtime_profiles.md"
 NO_TRANSFORMERS = "transformers ships no model class"
+REFUSED = "vLLM refuses the config transformers writes"  # tools/vllm_profile.py: its own code raised (`build_refused`)
 GPU_ONLY = ("not supported on CPU", "sparse MLA backend", "triton", "dummy base class", "cutlass")
 
 
 def category(reason: str) -> str:
     if reason.startswith(NO_TRANSFORMERS) or reason.startswith("transformers has no config class"):
         return "no config class in transformers (remote code, or vLLM's own config)"
+    if reason.startswith(REFUSED):
+        return "the release's own model code refuses to build it from transformers' config (`build_refused`: doctor says so)"
     if any(marker in reason for marker in GPU_ONLY):
         return "needs a GPU-only kernel or backend to build"
     if "cannot import" in reason:

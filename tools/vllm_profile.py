@@ -17,7 +17,10 @@ loader takes no BF16 checkpoint of transformers' names at all (tools/vllm_load_r
 the layers built unquantized under ModelOpt's NVFP4 config alone (tools/vllm_format_states.py); and which listed name
 of a config the release builds (`registry`, `transformers_fallback`, `unsupported`, `retired`, `malformed`, `suffixes`:
 tools/vllm_registry.py); and, for a row built two ways (`without`), the modules only the full build loads
-(`loads_only_with`: tools/vllm_without_loads.py). The output is data for repair/targets/data/ (tools/vllm_profile_write.py formats it). Imports nothing from ``repair``.
+(`loads_only_with`: tools/vllm_without_loads.py) and which null fields and values its config loading refuses
+(`partly_null_refused`, `value_refused`: tools/vllm_config_refusals.py); and `build_refused`, the architectures whose
+build vLLM's own code refuses on the small config (its error, the line that raised it, and the field it refuses), told apart from those this
+host cannot build (an `unprofiled` reason either way). The output is data for repair/targets/data/ (tools/vllm_profile_write.py formats it). Imports nothing from ``repair``.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ import traceback
 
 from vllm_runtime import (Loader, enable_cpu_nvfp4, kernel_stand_ins, inspect_in_process, nvfp4_moe_emulation_fallback,
                           torchvision_stand_in, world_of_one)
-from vllm_profile_configs import PUBLISHED, WITHOUT, NoConfig, model_types, small_config
+from vllm_profile_configs import PUBLISHED, VALUE_RULES, WITHOUT, NoConfig, model_types, small_config
+from vllm_config_refusals import null_refused, refusal_condition, refusal_site, value_refused
 from vllm_layer_facts import layer_rules
 from vllm_format_states import modelopt_fp4_only
 from vllm_without_loads import loads_only_with
@@ -151,12 +155,12 @@ def build_model(folder: str, initialize_model, drafter: bool = False):
     raise AssertionError("unreachable")
 
 
-def profile(arch: str, names: dict[str, str], loader: Loader) -> dict:
+def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict, str]) -> dict:
     from vllm import ModelRegistry
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.utils import initialize_model
 
-    config, source = small_config(arch, names)
+    config, source = small  # small_config's, read before vLLM registers its own config class for the model type
     model_class = ModelRegistry._try_load_model_cls(arch)
     if model_class is None:
         raise NoConfig("vLLM cannot import its model class here (a GPU-only or missing dependency)")
@@ -204,7 +208,7 @@ def profile(arch: str, names: dict[str, str], loader: Loader) -> dict:
 
 
 def built_without(arch: str, config: dict, refused: list[str], built: tuple, tensors: dict) -> dict:
-    """{"fields", "modules", "loads_only_with", "refused_only_with", "partly_null_refused"}: vLLM's model built again with WITHOUT's fields null (another attention
+    """{"fields", "modules", "loads_only_with", "refused_only_with", "partly_null_refused", "value_refused"}: vLLM's model built again with WITHOUT's fields null (another attention
     class), when its modules differ from the profiled build's (`built`: (model, VllmConfig)); {} otherwise. With the
     checkpoint modules of transformers' export (`tensors`) the profiled build loads and this one does not."""
     from vllm.model_executor.model_loader.utils import initialize_model
@@ -219,26 +223,25 @@ def built_without(arch: str, config: dict, refused: list[str], built: tuple, ten
     if modules == modules_of(built[0]):
         return {}
     only, refusals = loads_only_with(*built, other, other_vc, tensors)
-    partly = partly_refused(arch, config, refused, fields)
+    partly = null_refused(write_config, arch, config, refused, fields)
+    values = value_refused(write_config, arch, config, refused, VALUE_RULES.get(arch, ()))
     return {"fields": list(fields), "modules": modules, **({"loads_only_with": only} if only else {}),
-            **({"refused_only_with": refusals} if refusals else {}), **({"partly_null_refused": partly} if partly else {})}
+            **({"refused_only_with": refusals} if refusals else {}), **({"partly_null_refused": partly} if partly else {}),
+            **({"value_refused": values} if values else {})}
 
 
-def partly_refused(arch: str, config: dict, refused: list[str], fields: tuple[str, ...]) -> dict[str, str]:
-    """Field -> the error vLLM's config loading (transformers' config class, which it runs) raises on a config with
-    that one of the `without` fields null and the others as profiled; fields it accepts so are left out."""
-    from vllm.engine.arg_utils import EngineArgs
+def builds(arch: str, config: dict) -> bool:
+    """Whether vLLM builds `arch` from `config` (on the meta device, as the profile does)."""
+    from vllm.model_executor.model_loader.utils import initialize_model
 
-    out = {}
-    for field in fields:
-        with tempfile.TemporaryDirectory() as folder:
-            write_config(folder, arch, {**config, field: None}, refused)
-            try:
-                EngineArgs(model=folder, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128, enforce_eager=True,
-                           load_format="dummy", trust_remote_code=False, enable_prefix_caching=False).create_engine_config()
-            except Exception as e:  # noqa: BLE001 - recorded: the release refuses such a config while reading it
-                out[field] = f"{type(e).__name__}: {e}"
-    return out
+    with tempfile.TemporaryDirectory() as folder:
+        write_config(folder, arch, config, [])
+        try:
+            build_model(folder, initialize_model)
+        except Exception as e:  # noqa: BLE001 - any failure: it does not build
+            log(f"{arch}: not built without the refused field ({type(e).__name__}: {str(e)[:160]})")
+            return False
+    return True
 
 
 def write_config(folder: str, arch: str, config: dict, refused: list[str]) -> None:
@@ -366,19 +369,27 @@ def main(argv: list[str]) -> int:
               "missing_weights": missing_weights(lambda quantized: small_llama(quantized, names)),
               "null_exclusions_refused": null_exclusions_refused(),
               "load_refused_checked": True,  # every row says whether vLLM loads any checkpoint of it (`load_refused`)
-              "registered": len(_TEXT_GENERATION_MODELS), "architectures": {}, "unprofiled": {}}
+              "registered": len(_TEXT_GENERATION_MODELS), "architectures": {}, "unprofiled": {}, "build_refused": {}}
     for arch in archs:
         t0 = time.perf_counter()
+        small: tuple[dict, str] = ({}, "")
         try:
-            result["architectures"][arch] = profile(arch, names, loader)
+            small = small_config(arch, names)
+            result["architectures"][arch] = profile(arch, names, loader, small)
         except NoConfig as e:
             result["unprofiled"][arch] = str(e)
-        except Exception as e:  # noqa: BLE001 - vLLM refused to build it: recorded as the reason
+        except Exception as e:  # noqa: BLE001 - recorded as the reason; vLLM's own refusal also as a fact (`refused`)
             traceback.print_exc(file=sys.stderr)
-            result["unprofiled"][arch] = f"vLLM cannot build it from the small config: {type(e).__name__}: {str(e)[:200]}"
+            said, site = f"{type(e).__name__}: {str(e)[:200]}", refusal_site(e)
+            result["unprofiled"][arch] = (f"vLLM refuses the config transformers writes for it ({site}): {said}" if site
+                                          else f"vLLM cannot build it from the small config: {said}")
+            if site:
+                when = refusal_condition(small[0], e, lambda c, a=arch: builds(a, c))
+                result["build_refused"][arch] = {"error": said, "raised_at": site, **({"when": when} if when else {})}
         log(f"{arch}: {'ok' if arch in result['architectures'] else result['unprofiled'][arch][:100]} ({time.perf_counter() - t0:.1f} s)")
+    refused = {k: v for k, v in [("build_refused", result.pop("build_refused"))] if v}  # only where one is refused
     rows = {k: result.pop(k) for k in ("architectures", "unprofiled")}  # last: transformers' whole model zoo imported
-    result |= registry_facts() | rows
+    result |= registry_facts() | refused | rows
     with open(out_path, "w") as f:
         json.dump(result, f, indent=1, sort_keys=False)
     return 0

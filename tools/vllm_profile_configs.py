@@ -91,6 +91,21 @@ WITHOUT: dict[str, tuple[str, ...]] = {
     "Qwen4ExpForCausalLM": ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budget",
                             "indexer_compress_ratio"),
 }
+# architecture -> the value rules transformers' config class enforces on WITHOUT's fields when they are set, in the
+# order its validator checks them (Qwen4ExpConfig.validate_architecture, transformers 5.19 configuration_qwen4_exp.py:
+# 214-219: every value > 0, indexer_kv_heads == 1, indexer_budget a multiple of indexer_compress_ratio). A rule is a
+# hypothesis read from that code: tools/vllm_config_refusals.py asks vLLM's own config loading with its two probes
+# (each breaking that rule alone) and records it, in vLLM's words, only where vLLM refuses both. Doctor evaluates a
+# recorded rule on the config: `at_least` N, `equals` N, `multiple_of` another field.
+_QSA = WITHOUT["Qwen4ExpForCausalLM"]
+VALUE_RULES: dict[str, tuple[dict, ...]] = {
+    "Qwen4ExpForCausalLM": (
+        *({"field": f, "at_least": 1, "probes": [{f: 0}, {f: -1}]} for f in _QSA),
+        {"field": "indexer_kv_heads", "equals": 1, "probes": [{"indexer_kv_heads": 2}, {"indexer_kv_heads": 3}]},
+        {"field": "indexer_budget", "multiple_of": "indexer_compress_ratio",
+         "probes": [{"indexer_budget": 2049}, {"indexer_budget": 2050}]},
+    ),
+}
 DROP = ("architectures", "auto_map", "transformers_version", "dtype", "torch_dtype", "quantization_config")
 SUB_CONFIGS = ("text_config", "language_config", "llm_config", "thinker_config")
 

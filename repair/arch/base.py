@@ -65,13 +65,15 @@ class RefusedLoad:
 
 @dataclass(frozen=True)
 class RefusedConfig:
-    """config.json sets some of the fields one build reads together and leaves others null, which the release refuses
-    while reading it (transformers' Qwen4ExpConfig, run by vLLM 0.32: "QSA config is missing required fields"),
-    recorded from its own config loading, one field null at a time (the profile's `without.partly_null_refused`)."""
+    """config.json sets some of the fields one build reads together and leaves others null, or sets them to values its
+    validation does not take, which the release refuses while reading it (transformers' Qwen4ExpConfig, run by vLLM
+    0.32: "QSA config is missing required fields", "requires indexer_kv_heads=1"), recorded from its own config loading
+    (the profile's `without.partly_null_refused` and `without.value_refused`; arch/configured.py)."""
 
-    fields: tuple[str, ...]  # the null ones, in the order the profile lists the build's fields
-    together: tuple[str, ...]  # every field of that build
-    error: str | None  # the exception, `Type: message`, where recorded for exactly these fields (one); None: not recorded
+    fields: tuple[str, ...]  # the fields it names, in the order the profile lists the build's fields
+    problem: str  # what config.json holds there, as a message says it
+    remedy: str  # what to do
+    error: str | None  # the exception, `Type: message`, where recorded for exactly this case; None: not recorded
     release: str  # the release, as messages name it ("vllm 0.32.0")
     source: str  # the profile file it is recorded in
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib.resources import files
 
 from repair.arch.base import Architecture, DroppedTensor, RefusedConfig, RefusedLoad
-from repair.arch.layer_rules import LayerDrop, text_part
+from repair.arch.configured import as_configured
+from repair.arch.layer_rules import LayerDrop
 from repair.arch.registry import Registry
 from repair.arch.roles import GENERIC_ROLES, UnquantizedRole
 
@@ -33,7 +35,7 @@ PLACED = re.compile(r"\{(\d{1,3})\}")
 # what the profiled runtime's own model code does with names, not which layers it builds: the prefix a layer hands its
 # quant config (Afmoe's lm_head: "" in vLLM 0.32, "lm_head" in SGLang 0.5.23's afmoe.py), what load_weights refuses or drops
 OWN_CODE = frozenset({"prefixes", "nvfp4_load_refused", "dropped", "load_refused", "loads_only_with", "refused_only_with",
-                      "partly_null_refused"})
+                      "config_refused"})
 # but 3-D experts (GraniteMoe's input_linear, Llama4's experts.gate_up_proj) load into the routed experts' FusedMoE, which
 # each runtime's model asks about under its `experts` module: SGLang 0.5.23 granitemoe.py:142-151, llama4.py:120-129
 ROUTED_EXPERTS = ".experts"
@@ -91,6 +93,7 @@ class ReleaseProfile:
     null_exclusions_refused: dict = field(default_factory=dict)  # quant method -> its config reader's error on a null list
     load_checked: bool = False  # every row records whether the release loads any checkpoint of it (`load_refused`)
     registry: Registry | None = None  # which listed name of a config it builds (arch/registry.py); None: not recorded
+    build_refused: dict = field(default_factory=dict)  # architecture -> {"error", "raised_at"}: its own code refuses it
 
     @property
     def label(self) -> str:
@@ -105,23 +108,6 @@ class ReleaseProfile:
             moe = {k: v for k, v in entry.get("prefixes", {}).items() if v.endswith(ROUTED_EXPERTS)}
             entry = {k: v for k, v in entry.items() if k not in OWN_CODE} | ({"prefixes": moe} if moe else {})
         return None if entry is None else generated_row(self, name, entry)
-
-
-def as_configured(entry: dict | None, config: dict | None) -> dict | None:
-    """The entry as vLLM builds the model for `config`: its `without` modules (Qwen4Exp without indexer_*: no QSA,
-    q/k/v quantized) when every field that build lacks is absent or null in the config's text part, with what its
-    load_weights raises on (`refused_only_with`: QSA's indexer); else as profiled, with the modules only that build
-    loads (`loads_only_with`) and, where some of those fields are null, how the release refuses that config
-    (`partly_null_refused`, the null fields')."""
-    without = (entry or {}).get("without")
-    if not without or config is None:
-        return entry
-    null = [f for f in without["fields"] if text_part(config).get(f) is None]
-    if len(null) == len(without["fields"]):
-        return {**entry, "modules": without["modules"], "refused_only_with": without.get("refused_only_with", {})}
-    recorded = without.get("partly_null_refused", {})
-    partly = {f: recorded.get(f) for f in null} if null and set(null) <= set(recorded) else {}
-    return {**entry, "loads_only_with": without.get("loads_only_with", []), "partly_null_refused": partly}
 
 
 def named_module(pattern: str, error: str) -> str:
@@ -150,7 +136,8 @@ def read_profiles() -> tuple[ReleaseProfile, ...]:
         label = f"{doc['runtime']} {'.'.join(map(str, release))}"
         out.append(ReleaseProfile(doc["runtime"], release, item.name, doc["architectures"], doc["unprofiled"],
                                   doc.get("missing_weights", {}), doc.get("null_exclusions_refused", {}),
-                                  doc.get("load_refused_checked") is True, Registry.read(doc, label, item.name)))
+                                  doc.get("load_refused_checked") is True, Registry.read(doc, label, item.name),
+                                  doc.get("build_refused", {})))
     return tuple(sorted(out, key=lambda p: (p.runtime, p.release)))
 
 
@@ -225,9 +212,9 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
                      for p in entry.get("loads_only_with", ()))
     load = entry.get("load_refused")
     load_refused = RefusedLoad(load, profile.label, profile.source) if isinstance(load, str) and load else None
-    partly, together = entry.get("partly_null_refused") or {}, tuple(entry.get("without", {}).get("fields", ()))
-    config = RefusedConfig(tuple(partly), together, next(iter(partly.values())) if len(partly) == 1 else None,
-                           profile.label, profile.source) if partly else None
+    said = entry.get("config_refused")
+    config = RefusedConfig(tuple(said["fields"]), said["problem"], said["remedy"], said["error"], profile.label,
+                           profile.source) if said else None
     refused_modules = tuple((p, error, f"{profile.label} builds {name} without the layers {fields} configures where "
                                        f"config.json leaves it null, as this one does, and that build's load_weights has no "
                                        f"parameter for it (recorded in {profile.source})")
@@ -258,14 +245,22 @@ def releases_loading(profiles: tuple[ReleaseProfile, ...], runtime: str, name: s
                  and not p.entries[name].get("load_refused"))
 
 
-
 def load_refusal_holds(profiles: tuple[ReleaseProfile, ...], runtime: str, version: tuple[int, ...] | None, name: str) -> bool:
     """Whether a profiled release of `runtime` at or after `version` (None: the newest) records that it loads no
     checkpoint of architecture `name`. A model's loader fixed in some release stays fixed, so such a refusal holds for
-    the asked release; one recorded only by an older release may have been fixed since."""
+    the asked release."""
+    return refusal_holds(profiles, runtime, version, lambda p: p.load_checked and p.entries.get(name, {}).get("load_refused"))
+
+
+def refusal_holds(profiles: tuple[ReleaseProfile, ...], runtime: str, version: tuple[int, ...] | None,
+                  refuses: Callable[[ReleaseProfile], object]) -> bool:
+    """Whether a profiled release of `runtime` at or after `version` (None: the newest) `refuses` (load or build): a
+    model's code fixed in some release stays fixed, so such a refusal holds for the asked release; one recorded only
+    by an older release may have been fixed since."""
     ours = [p for p in profiles if p.runtime == runtime]
     since = version if version is not None else max((p.release for p in ours), default=())
-    return any(p.load_checked and p.release >= since and p.entries.get(name, {}).get("load_refused") for p in ours)
+    return any(p.release >= since and refuses(p) for p in ours)
+
 
 def module_state(entry: dict, module: str) -> str | None:
     """What the release builds a checkpoint module as ("quantized", "unquantized", "none"), None when not recorded:

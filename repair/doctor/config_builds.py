@@ -2,10 +2,12 @@
 
 vLLM 0.32 builds Qwen4Exp's QSA attention only when the `indexer_*` fields are set (qwen4_exp/nvidia/model.py:243).
 Left null, the build has no indexer, and its load_weights raises on a checkpoint that still stores one ("There is no
-module or parameter named ..."); some set and some null, transformers' config class, which vLLM runs while reading
-config.json, refuses the config before any layer is built ("QSA config is missing required fields"). Both facts are
-recorded from vLLM's own code by the profile generator (tools/vllm_without_loads.py, tools/vllm_profile.py
-partly_refused); each stops every rank, so each is one error, in the release's words where it recorded them.
+module or parameter named ..."); some set and some null, or set to values it does not take (not positive,
+indexer_kv_heads != 1, a budget no multiple of the ratio), transformers' config class, which vLLM runs while reading
+config.json, refuses the config before any layer is built ("QSA config is missing required fields", "requires
+indexer_kv_heads=1"). These facts are recorded from vLLM's own code by the profile generator
+(tools/vllm_without_loads.py, tools/vllm_config_refusals.py; arch/configured.py reads them for one config); each stops
+every rank, so each is one error, in the release's words where it recorded them.
 """
 
 from __future__ import annotations
@@ -28,13 +30,12 @@ def refused_config_findings(family: Architecture, target: Target, tp: int) -> li
     refused = family.refused_config
     if refused is None or not target.profile.knows_layer_roles:
         return []
-    null = ", ".join(refused.fields)
+    fields = ", ".join(refused.fields)
     words = f": {refused.error}" if refused.error else ""
-    return [Finding(Severity.ERROR, Kind.CONFIG_REFUSED, null,
-                    f"{null}: null in config.json while other fields of the same build are set; {refused.release} refuses "
-                    f"such a config while reading it, before building any layer (its config class's validation, recorded in "
-                    f"{refused.source}){words}; set every one of {', '.join(refused.together)}, or leave them all null",
-                    refused.error, tuple(range(tp)))]
+    return [Finding(Severity.ERROR, Kind.CONFIG_REFUSED, fields,
+                    f"{fields}: {refused.problem}; {refused.release} refuses such a config while reading it, before "
+                    f"building any layer (its config class's validation, recorded in {refused.source}){words}; "
+                    f"{refused.remedy}", refused.error, tuple(range(tp)))]
 
 
 def unexpected_tensor_findings(ckpt: Checkpoint, family: Architecture, target: Target, tp: int,

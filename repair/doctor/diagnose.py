@@ -17,7 +17,7 @@ from repair.doctor.declared import (algorithm_findings, float8_findings, fused_a
                                     kv_scale_health, layer_map_findings, null_list_findings, runtime_refusal_findings)
 from repair.doctor.dropped import dropped_tensor_findings
 from repair.doctor.config_builds import refused_config_findings, unexpected_tensor_findings
-from repair.doctor.refused_load import load_refused_findings, registry_findings
+from repair.doctor.refused_load import build_refused_findings, load_refused_findings, registry_findings
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.fused import fused_storage_findings
 from repair.doctor.missing import consequence, missing_findings, unbuilt
@@ -97,10 +97,12 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += unquantized_role_findings(declaration, modules, family, target.profile.knows_layer_roles)
     findings += nvfp4_load_refusal_findings(modules, family, target.profile.knows_layer_roles)
     findings += dropped_tensor_findings(infos, family, target, declaration.quantized)
-    refused, refused_notes = load_refused_findings(family, target, architecture_name(builds, resolved, ckpt.config), tp)
+    name = architecture_name(builds, resolved, ckpt.config)
+    refused, refused_notes = load_refused_findings(family, target, name, tp)
+    not_built, not_built_notes = build_refused_findings(target, name, ckpt.config, tp)
     unregistered, backend = registry_findings(target, builds, ckpt.config, tp)
     unlisted, unlisted_notes = unlisted_findings(target, builds, ckpt.config, tp)
-    findings += refused + unregistered + unlisted + refused_config_findings(family, target, tp)
+    findings += not_built + refused + unregistered + unlisted + refused_config_findings(family, target, tp)
     findings += unexpected_tensor_findings(ckpt, family, target, tp)
     backend += unlisted_notes
     # without a loader profile (no specs), what the target builds each stored quantized module as, for the health checks
@@ -108,7 +110,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     mismatched, notes = algorithm_findings(declaration, modules, specs, family, precision)
     findings += layer_map_findings(declaration) + mismatched
     kv_cache, kv_notes = kv_cache_findings(declaration, infos)
-    notes += kv_notes + config_notes + backend + refused_notes
+    notes += kv_notes + config_notes + backend + refused_notes + not_built_notes
     findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.allows_quant_config:
         building = fused_findings(declaration, modules, family, target) + fused_algorithm_findings(declaration, modules, family, target)
@@ -143,6 +145,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         first = load_stops(loads, tp) or first
     # a layer refused while built stops every rank before load_weights, which raises on every rank
     first = first or _build_stops(building, tp) or _build_stops(findings, tp, (Kind.LOAD_REFUSED, Kind.UNEXPECTED_TENSOR))
+    first = _build_stops(findings, tp, (Kind.BUILD_REFUSED,)) or first  # its own model code refuses to build it
     first = _build_stops(findings, tp, (Kind.UNREGISTERED, Kind.CONFIG_REFUSED)) or first  # refused reading the config: before all
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)

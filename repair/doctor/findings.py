@@ -52,6 +52,7 @@ class Kind(StrEnum):
     LOAD_REFUSED = "load-refused"  # the release loads no checkpoint of this architecture (its own load_weights fails)
     UNREGISTERED = "unregistered-architecture"  # the release has no model class of any listed architecture
     CONFIG_REFUSED = "config-refused"  # the release refuses config.json while reading it (its config class's validation)
+    BUILD_REFUSED = "build-refused"  # the release's own model code refuses to build this architecture from its config
     UNEXPECTED_TENSOR = "unexpected-tensor"  # the release's load_weights has no parameter for a stored tensor and raises
     PRE_QUANT_SCALE = "pre-quant-scale"
 

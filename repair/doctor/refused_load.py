@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from repair import arch
 from repair.arch import Architecture
-from repair.arch.profiled import load_refusal_holds, releases_loading
+from repair.arch.profiled import load_refusal_holds, refusal_holds, releases_loading
+from repair.arch.layer_rules import text_part
 from repair.arch.registry import Builds, Registry, shown
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.targets.profiles import DATA_PROFILES, Target
@@ -37,6 +38,44 @@ def load_refused_findings(family: Architecture, target: Target, name: str, tp: i
     return [Finding(Severity.ERROR, Kind.LOAD_REFUSED, name,
                     f"{said}; no change to the files makes this release load it: {advice(target.profile.runtime, name)}",
                     refused.error, tuple(range(tp)))], []
+
+
+def build_refused_findings(target: Target, name: str, config: dict | None, tp: int) -> tuple[list[Finding], list[Finding]]:
+    """(findings, notes): one error when the target's release records that its own model code refuses to build
+    architecture `name` from the config transformers writes for it (the profile's `build_refused`: vLLM 0.30's
+    qwen4_exp/nvidia/model.py:237 raises on the `indexed_attention` layer type), where config.json holds what it refuses
+    (its `when`: the field, in the text part, whose value it quotes; published Qwen4Exp configs write `full_attention`);
+    a note when no profiled release at or after the target records it (a later release may build it), as for
+    `load_refused`. A host that could not build it (a GPU-only kernel, `unprofiled` alone) says nothing: nothing."""
+    release = target.release
+    older = target.version is not None and release is not None and release.release > target.version
+    refused = release.build_refused.get(name) if release is not None and not older else None
+    if not isinstance(refused, dict) or not target.profile.knows_layer_roles or not holds(refused.get("when"), config):
+        return [], []
+    error, runtime = str(refused.get("error")), target.profile.runtime
+    building = [p.label for p in arch.PROFILES if p.runtime == runtime and name in p.entries]
+    where = f"serve it with {' or '.join(building)}, which builds it" if building else "serve it with another runtime"
+    when = refused.get("when")
+    what = f"config.json's {when['field']} holds {when['holds']!r}, as transformers writes it, and " if isinstance(when, dict) else ""
+    said = (f"{name}: {what}{release.label} refuses to build this architecture from such a config, on every rank, before "
+            f"loading any weight: its own model code raises {error} ({refused.get('raised_at')}) on "
+            f"{'it' if what else 'the config transformers writes for it'} (recorded in {release.source})")
+    if not refusal_holds(arch.PROFILES, runtime, target.version, lambda p: name in p.build_refused):
+        return [], [Finding(Severity.WARNING, Kind.BUILD_REFUSED, name,
+                            f"{said}; no profiled release at or after {target.spec} records this, and a later release may "
+                            f"build it: check that {target.spec} does, or {where}")]
+    fix = (f"write {when['field']} as the model's original config.json does (the release builds the config without it)"
+           if isinstance(when, dict) else "no change to the files makes this release build it")
+    return [Finding(Severity.ERROR, Kind.BUILD_REFUSED, name, f"{said}; {fix}, or {where}", error, tuple(range(tp)))], []
+
+
+def holds(when, config: dict | None) -> bool:
+    """Whether config.json holds what the release refuses (`when`: {"field", "holds"}, its text part's field equal to
+    that value or a list holding it); no `when`: every config."""
+    if not isinstance(when, dict):
+        return True
+    value = text_part(config).get(when.get("field")) if isinstance(when.get("field"), str) else None
+    return value == when.get("holds") or (isinstance(value, list) and when.get("holds") in value)
 
 
 def advice(runtime: str, name: str) -> str:

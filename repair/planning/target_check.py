@@ -36,14 +36,17 @@ ADVICE = {Kind.UNUSED_EXCLUSION: "remove the entries that match nothing from the
           Kind.LOAD_REFUSED: "no change to the files makes this release load the model (doctor says which releases do); "
                              "fix for another target",
           Kind.UNSCALED_FLOAT8: UNSCALED_ADVICE,
-          Kind.CONFIG_REFUSED: "set every field of that build in config.json, or leave them all null (doctor says which)",
+          Kind.BUILD_REFUSED: "this release's own model code refuses to build the model from this config (doctor says "
+                              "which field and which releases build it); fix for another target",
+          Kind.CONFIG_REFUSED: "correct config.json where the release's validation refuses it: every field of that build "
+                               "set to a value it takes, or all of them null (doctor says which, in its words)",
           Kind.UNEXPECTED_TENSOR: "remove the tensors the release's build has no parameter for, or set the config fields "
                                   "that build them (doctor says which)",
           Kind.UNREGISTERED: "name the model's class as the release registers it in config.json's `architectures` "
                              "(doctor says which releases build one), or fix for another target"}
 UNSETTLED = (Kind.MISSING_MODULE, Kind.DROPPED_TENSOR, Kind.LOAD_REFUSED, Kind.UNREGISTERED, Kind.CONFIG_REFUSED,
-             Kind.UNEXPECTED_TENSOR, Kind.UNSCALED_FLOAT8)  # no plan's change settles these
-FIRST = (Kind.UNREGISTERED, Kind.CONFIG_REFUSED, Kind.LOAD_REFUSED, Kind.UNEXPECTED_TENSOR)  # the model is refused whole: named first
+             Kind.UNEXPECTED_TENSOR, Kind.BUILD_REFUSED, Kind.UNSCALED_FLOAT8)  # no plan's change settles these
+FIRST = (Kind.UNREGISTERED, Kind.CONFIG_REFUSED, Kind.BUILD_REFUSED, Kind.LOAD_REFUSED, Kind.UNEXPECTED_TENSOR)  # the model is refused whole: named first
 DEFAULT_ADVICE = ("re-download or re-export the checkpoint, or repair those modules with a recipe (--original to take or "
                   "requantize them)")
 
