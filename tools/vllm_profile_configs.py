@@ -235,7 +235,8 @@ def vllm_config_class(arch: str) -> tuple[type | None, dict]:
     spec = importlib.util.find_spec(module_name if module_name.startswith("vllm.")
                                     else f"vllm.model_executor.models.{module_name}")
     imported: set[str] = set()
-    for node in ast.walk(ast.parse(Path(spec.origin).read_text())) if spec and spec.origin else ():
+    source = spec.origin if spec and spec.origin and spec.origin.endswith(".py") else None  # not a compiled module
+    for node in ast.walk(ast.parse(Path(source).read_text())) if source else ():
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(configs.__name__):  # configs[.x]
             imported |= {alias.name for alias in node.names}
     found = {c for c in registered if c.__name__ in imported or arch in (getattr(c, "architectures", None) or ())}
