@@ -20,7 +20,7 @@ GPU_ONLY = ("not supported on CPU", "sparse MLA backend", "triton", "dummy base 
 
 def category(reason: str) -> str:
     if reason.startswith(NO_TRANSFORMERS) or reason.startswith("transformers has no config class"):
-        return "no config class in transformers (remote code, or vLLM's own config)"
+        return "no config class in transformers nor one vLLM's model reads (remote code)"
     if reason.startswith(REFUSED):
         return "the release's own model code refuses to build it from transformers' config (`build_refused`: doctor says so)"
     if any(marker in reason for marker in GPU_ONLY):
@@ -36,7 +36,7 @@ def section(doc: dict, name: str) -> list[str]:
     lines = [f"## {doc['runtime']} {doc['release']} (`repair/targets/data/{name}`)", "",
              f"- registered text-generation architectures: {doc['registered']}",
              f"- profiled: **{len(archs)} of {doc['registered']}**; of the {with_config} whose config class ships with "
-             f"transformers: **{len(archs)} of {with_config} ({100 * len(archs) // max(with_config, 1)}%)**",
+             f"transformers or vLLM: **{len(archs)} of {with_config} ({100 * len(archs) // max(with_config, 1)}%)**",
              f"- quantization config used: `{json.dumps(doc['quantization'], sort_keys=True)}`",
              "- MTP drafters: " + (", ".join(f"`{a}` ({e['mtp'].get('architecture') or 'not built: ' + e['mtp']['unbuilt'][:60]})"
                                              for a, e in sorted(archs.items()) if "mtp" in e) or "none"),

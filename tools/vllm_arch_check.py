@@ -5,8 +5,8 @@
 
 For each ARCH, one JSON line on stdout, in the order given:
 
-    {"arch": ARCH, "ok": true, "healthy": DIR, "broken": DIR, "broken_module": "...", "broken_kind": "router" | "excluded",
-     "declared": {checkpoint module: vLLM builds it quantized (bool)}, "healthy_load": LOAD, "broken_load": LOAD}
+    {"arch": ARCH, "ok": true, "names_from": "transformers" | "vllm", "healthy": DIR, "broken": DIR,
+     "broken_module": "...", "broken_kind": "router" | "excluded", "declared": {checkpoint module: vLLM builds it quantized (bool)}, "healthy_load": LOAD, "broken_load": LOAD}
     {"arch": ARCH, "ok": false, "why": "..."}                    (no checkpoint could be written for it)
 Each line also has "stand_in_calls": every call into a stand-in (torchvision, FlashAttention: tools/vllm_runtime.py)
 while its checkpoints were built, judged and loaded; each raised, so a result that reached one is not vLLM's own.
@@ -20,7 +20,9 @@ transformers' class and vLLM's file build different layers from the same config)
 transformers' own model class for it writes with ``save_pretrained`` (its conversion mapping reversed: per-expert names
 where transformers reverts its fused experts, the published names it renames; tied lm_head dropped), i.e. the names a
 ModelOpt export of that model has. Where vLLM's load_weights refuses those names, transformers' own names (the
-mapping's renamings applied forward) are written instead, if vLLM takes them. Which module is stored
+mapping's renamings applied forward) are written instead, if vLLM takes them. Where transformers has no class (a
+config class only vLLM ships: ChatGLM), vLLM's own parameter names are written ("names_from": "vllm"), unless they
+hold fused experts, which no loader takes as one tensor. Which module is stored
 NVFP4 (ModelOpt's leaves: packed uint8 ``weight``, FP8 ``weight_scale`` per 16, FP32 ``weight_scale_2`` and
 ``input_scale``) is vLLM's own decision under an exclude-nothing ModelOpt config (tools/vllm_declared.py's
 ``decide``); every other module it places is listed in hf_quant_config.json's ``exclude_modules`` (embeddings aside),
@@ -161,7 +163,10 @@ def check(arch: str, root: str, names: dict, loader: Loader) -> dict:
     base = os.path.join(root, arch)
     shutil.rmtree(base, ignore_errors=True)
     probe = os.path.join(base, "bf16")
-    tensors, not_linear = bf16_export(arch, config, probe)
+    try:
+        tensors, not_linear, names_from = *bf16_export(arch, config, probe), "transformers"
+    except LookupError:  # no transformers class (a config class only vLLM ships): vLLM's own names
+        tensors, not_linear, names_from = *vllm_own_export(config, probe), "vllm"
     placed, tensors = vllm_placed(probe, config, tensors)
     quantized = {m for m, v in placed.items() if v["quantized"] and tensors[f"{m}.weight"].dim() == 2 and m != LM_HEAD
                  and m not in not_linear}
@@ -169,7 +174,7 @@ def check(arch: str, root: str, names: dict, loader: Loader) -> dict:
     healthy = write_export(os.path.join(base, "healthy"), config, tensors, quantized, excluded)
     declared = {m: v["quantized"] for m, v in decide(healthy)["modules"].items()}
     choice = broken_choice(placed, tensors, quantized)
-    line = {"arch": arch, "ok": True, "healthy": healthy, "declared": declared,
+    line = {"arch": arch, "ok": True, "healthy": healthy, "declared": declared, "names_from": names_from,
             "healthy_load": outcome(healthy, loader)}
     if not line["healthy_load"]["ok"]:  # does vLLM load transformers' own BF16 export of it at all?
         os.remove(os.path.join(probe, "config.json"))
@@ -183,6 +188,29 @@ def check(arch: str, root: str, names: dict, loader: Loader) -> dict:
         broken = write_export(os.path.join(base, "broken"), config, tensors, quantized | {module}, still)
         line.update(broken=broken, broken_module=module, broken_kind=kind, broken_load=outcome(broken, loader))
     return line
+
+
+def vllm_own_export(config: dict, folder: str) -> tuple[dict, set[str]]:
+    """(name -> BF16 tensor, the modules that are no vLLM linear) of vLLM's own model for `config` built without a
+    quantization config, saved in `folder`: the names its load_weights takes as its own, for an architecture whose
+    published names come with remote code only (no transformers class writes them)."""
+    import torch
+    from vllm.model_executor.layers.linear import LinearBase
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    from vllm_profile import build_model
+
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    model = build_model(folder, initialize_model)[0]
+    if any(p.dim() > 2 for p in model.parameters()):  # FusedMoE's w13_weight/w2_weight: its loader takes one expert
+        raise LookupError("no transformers class writes its checkpoint names, and vLLM's own names of its fused "
+                          "experts are no checkpoint layout (their weight loader takes one expert per tensor)")
+    gen = torch.Generator().manual_seed(0)
+    tensors = {n: (torch.randn(p.shape, generator=gen) / 16).to(torch.bfloat16) for n, p in model.named_parameters()}
+    write_tensors(folder, tensors)
+    return tensors, {n for n, m in model.named_modules() if not isinstance(m, LinearBase)}
 
 
 def outcome(folder: str, loader: Loader) -> dict:

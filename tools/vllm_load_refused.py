@@ -115,7 +115,7 @@ def load_refused(arch: str, names: dict[str, str], loader) -> str | None:
         try:
             tensors = bf16_export(arch, config, folder)[0]
         except Exception as e:  # noqa: BLE001 - no transformers checkpoint: nothing to claim
-            print(f"[vllm_load_refused] {arch}: no transformers checkpoint ({type(e).__name__})", file=sys.stderr)
+            print(f"[vllm_load_refused] {arch}: no transformers checkpoint ({type(e).__name__}: {str(e)[:200]})", file=sys.stderr)
             return None
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump(config, f)

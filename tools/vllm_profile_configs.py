@@ -77,6 +77,13 @@ EXTRA: dict[str, dict] = {
     "DeepseekV4ForCausalLM": {"layer_types": None, "mlp_layer_types": None, "num_hidden_layers": 3,
                               "compress_ratios": [0, 4, 128], "num_hash_layers": 1, "head_dim": 512,
                               "qk_rope_head_dim": 64, "index_head_dim": 128},
+    # vLLM's own config classes (vllm_config_class). chatglm.py:107 reads original_rope and :409 tie_word_embeddings,
+    # which ChatGLMConfig does not set (published GLM-4 configs: true, false)
+    **{a: {"original_rope": True, "tie_word_embeddings": False} for a in ("ChatGLMModel", "ChatGLMForConditionalGeneration")},
+    # step3_text.py:249-251 and step3p5.py:470-472 read moe_layers_enum as the published configs hold it, a comma string
+    # (Step3TextConfig's default is a tuple); one dense layer, one MoE layer. Sizes vLLM reads the class does not shrink
+    "Step3TextForCausalLM": {"moe_layers_enum": "1", "moe_top_k": 2, "share_expert_dim": 32, "share_q_dim": 32},
+    "Step3p5ForCausalLM": {"num_attention_groups": 2, "moe_top_k": 2, "share_expert_dim": 32},
     # transformers derives mlp_layer_types from first_k_dense_replace (configuration_deepseek_v32.py:133-136,
     # configuration_glm_moe_dsa.py:153-156), vLLM reads first_k_dense_replace alone (models/deepseek_v2.py:1295): the
     # class's default list cut to its kinds would make layer 1 dense in transformers and MoE in vLLM
@@ -217,24 +224,63 @@ PUBLISHED: dict[str, dict] = {
 }
 
 
+def vllm_config_class(arch: str) -> tuple[type | None, dict]:
+    """(the config class vLLM itself ships for `arch`, or None unless exactly one; class -> model_type of vLLM's config
+    registry, vllm/transformers_utils/config.py `_CONFIG_REGISTRY`). A candidate is a registered class of vLLM's
+    own (vllm/transformers_utils/configs/) that the architecture's model module imports, at run time or for its
+    annotations (chatglm.py: ChatGLMConfig; step3p5.py: Step3p5Config under TYPE_CHECKING), or whose `architectures`
+    names it (Step3TextConfig). Learned from vLLM's code, never a table here."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    from vllm.model_executor.models.registry import _TEXT_GENERATION_MODELS
+    from vllm.transformers_utils import configs
+    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+
+    registered: dict = {}
+    for model_type in list(dict.keys(_CONFIG_REGISTRY)):
+        try:
+            cls = _CONFIG_REGISTRY[model_type]
+        except (ImportError, AttributeError):  # a config module that does not import here: not a candidate
+            continue
+        if cls.__module__.startswith(f"{configs.__name__}."):
+            registered.setdefault(cls, model_type)
+    module_name = _TEXT_GENERATION_MODELS[arch][0]
+    spec = importlib.util.find_spec(module_name if module_name.startswith("vllm.")
+                                    else f"vllm.model_executor.models.{module_name}")
+    imported: set[str] = set()
+    source = spec.origin if spec and spec.origin and spec.origin.endswith(".py") else None  # not a compiled module
+    for node in ast.walk(ast.parse(Path(source).read_text())) if source else ():
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(configs.__name__):  # configs[.x]
+            imported |= {alias.name for alias in node.names}
+    found = {c for c in registered if c.__name__ in imported or arch in (getattr(c, "architectures", None) or ())}
+    return (found.pop() if len(found) == 1 else None), registered
+
+
 def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str]:
-    """(config.json contents without architectures, where it came from) for a registered architecture."""
+    """(config.json contents without architectures, where it came from) for a registered architecture: transformers'
+    config class for it, else the one vLLM ships (`vllm_config_class`)."""
     import transformers
     from transformers import CONFIG_MAPPING
 
-    model_type = names.get(arch)
+    model_type, owner = names.get(arch), f"transformers {transformers.__version__}"
     if model_type is None:
-        raise NoConfig("transformers ships no model class of this name (its config comes with remote code or vLLM)")
-    try:
+        cls, registered = vllm_config_class(arch)
+        if cls is None:
+            raise NoConfig("transformers ships no model class of this name, nor vLLM a config class its model reads "
+                           "(its config comes with remote code)")
+        model_type, owner = registered[cls], f"vLLM's own ({cls.__module__})"
+    elif model_type in CONFIG_MAPPING:
         cls = CONFIG_MAPPING[model_type]
-    except KeyError:
-        raise NoConfig(f"transformers has no config class for model_type {model_type!r}") from None
+    else:
+        raise NoConfig(f"transformers has no config class for model_type {model_type!r}")
     try:
         config = _shrunk(cls, EXTRA.get(arch))
     except Exception as e:  # noqa: BLE001 - the class refused our sizes: a reason, not a crash
-        raise NoConfig(f"transformers {cls.__name__} refuses the shrunk sizes: {type(e).__name__}: {str(e)[:160]}") from None
+        raise NoConfig(f"{owner} {cls.__name__} refuses the shrunk sizes: {type(e).__name__}: {str(e)[:160]}") from None
     config["model_type"] = model_type
     for key, value in EXTRA.get(arch, {}).items():  # "sub.key": a field of a sub-config (text_config)
         parent, _, child = key.rpartition(".")
         (config.setdefault(parent, {}) if parent else config)[child] = value
-    return config, f"transformers {transformers.__version__} {cls.__name__}, shrunk (tools/vllm_profile_configs.py SMALL)"
+    return config, f"{owner} {cls.__name__}, shrunk (tools/vllm_profile_configs.py SMALL)"

@@ -1,0 +1,59 @@
+"""Architectures whose config class vLLM ships itself (no class in transformers) are profiled from vLLM's own code.
+
+tools/vllm_profile_configs.py `vllm_config_class` learns the architecture -> config class mapping from vLLM 0.32:
+a class of its config registry (vllm/transformers_utils/config.py `_CONFIG_REGISTRY`) that the model module
+imports or annotates (chatglm.py: ChatGLMConfig; step3p5.py: Step3p5Config under TYPE_CHECKING), or whose
+`architectures` names it (Step3TextConfig). Asked of vLLM itself here: reading a config.json of the profiled
+model_type, vLLM's `get_config` gives the class the shipped row names, the class vLLM's registry resolves for the
+architecture is built from that module, and its source names the class.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from .probe import VLLM_PY, requires_vllm
+from .test_profiles_vs_vllm import SHIPPED
+
+pytestmark = [pytest.mark.vllm, requires_vllm]
+
+ROWS = json.loads(SHIPPED.read_text())["architectures"]
+OWN = {a: r["config"] for a, r in sorted(ROWS.items()) if r["config"]["source"].startswith("vLLM's own")}
+ASK = """
+import inspect, json, sys, tempfile, os
+from vllm.transformers_utils.config import get_config
+from vllm import ModelRegistry
+out = {}
+for arch, model_type in json.loads(sys.argv[1]).items():
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump({"architectures": [arch], "model_type": model_type}, f)
+        config = get_config(folder, trust_remote_code=False)
+    model_class = ModelRegistry._try_load_model_cls(arch)
+    source = inspect.getsource(inspect.getmodule(model_class))
+    out[arch] = {"class": type(config).__name__, "module": type(config).__module__,
+                 "named_in_model_source": type(config).__name__ in source}
+print(json.dumps(out))
+"""
+
+
+def test_vllm_config_rows_are_shipped():
+    """The four text-generation architectures whose config class only vLLM ships are profiled (issue: 71 -> 75)."""
+    assert {"ChatGLMModel", "ChatGLMForConditionalGeneration", "Step3TextForCausalLM", "Step3p5ForCausalLM"} <= set(OWN)
+
+
+def test_vllm_reads_each_profiled_config_into_the_class_the_row_names():
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    proc = subprocess.run([str(VLLM_PY), "-c", ASK, json.dumps({a: c["model_type"] for a, c in OWN.items()})],
+                          capture_output=True, text=True, timeout=900, env=env, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    read = json.loads(proc.stdout.strip().splitlines()[-1])
+    for arch, config in OWN.items():
+        got = read[arch]
+        assert got["module"].startswith("vllm.transformers_utils.configs"), (arch, got)
+        assert f"({got['module']}) {got['class']}," in config["source"], (arch, got, config["source"])
+        assert got["named_in_model_source"], (arch, got)
