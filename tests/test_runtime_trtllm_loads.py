@@ -160,8 +160,12 @@ def test_fix_of_a_bf16_shard_in_a_quantized_fused_layer_is_clean(capsys, qwen3, 
 
 
 def test_a_hostile_tensor_parallel_degree_is_one_finding_not_a_billion_ranks(capsys, qwen3):
-    code, report = doctor_json(capsys, qwen3, "trtllm==1.2.0", "--tp", "1000000000")
+    """Past the degrees TRT-LLM's loader is simulated for (tp_rules.MAX_DEGREE): one finding. Past the ranks doctor
+    simulates for any target (tp_rules.MAX_RANKS): one usage line, exit 2, before any per-rank work."""
+    code, report = doctor_json(capsys, qwen3, "trtllm==1.2.0", "--tp", "1000")
     assert code == 1 and [f["code"] for f in findings(report)] == ["tp-impossible"]
+    code, out, err = run_captured(capsys, "doctor", qwen3, "--target", "trtllm==1.2.0", "--json", "--tp", "1000000000")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "at most 4096 ranks" in err, err
 
 
 def test_laguna_regex_ignore_entries_are_silently_unmatched_before_pr_13844(capsys, tmp_path):
