@@ -148,3 +148,17 @@ def test_a_degree_the_open_file_check_accepts_never_runs_out_of_files_while_hash
     accepted = fix(100 + others)
     assert accepted.returncode == 0, accepted.stderr
     assert len(list((tmp_path / "out").glob("rank-*"))) == 100
+
+
+def test_unshard_of_more_rank_files_than_the_process_may_open_is_one_line(replicated, tmp_path):
+    """unshard holds every rank file open at once (pinned: read through the handles it checked): a `fix --tp 100`
+    output holds 400 of them. Under a hard `ulimit -n` below that, before: an OSError traceback."""
+    assert run_cli("fix", replicated, "-o", tmp_path / "tp", "--tp", "100", "--quiet") == 0
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))
+    run = subprocess.run([sys.executable, "-m", "repair", "unshard", str(tmp_path / "tp"), "-o", str(tmp_path / "out")],
+                         capture_output=True, text=True, cwd=ROOT, preexec_fn=low_limit, timeout=300)
+    _one_line(run.returncode, run.stderr)
+    assert "ulimit -n" in run.stderr and "200" in run.stderr, run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tp"]

@@ -17,13 +17,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from repair.errors import BadInput, InternalError, UsageError
-from repair.execute.copies import AHEAD as COPIES_AHEAD, WholeCopies
+from repair.execute.copies import WholeCopies
 from repair.execute.compute import NUMPY_ONLY, requantized_module
 from repair.execute.parallel import default_jobs, in_order, runs
 from repair.execute.writer import check_inputs, computer_for, global_scale_is_divisor, input_sha256, located_inputs
 from repair.io.atomic import build_atomically, check_files, check_header, check_output, write_json
 from repair.io.dtypes import nbytes
-from repair.io.hasher import AHEAD, SharedHashers, shared_threads
+from repair.io.hasher import SharedHashers
 from repair.io.hashing import SourceDigest
 from repair.io.pins import open_files_allowed
 from repair.io.progress import byte_bar
@@ -38,10 +38,10 @@ from repair.tp.plan import BLOCK, TpPlan, TpTensor, plan_tp, summary_text
 from repair.tp.manifest import MANIFEST, RANK_FILE, rank_folder, read_manifest
 from repair.tp.record import index_name, manifest as tp_manifest
 from repair.tp.io import contiguous, read_slice, sub_range
+from repair.tp.rank_digests import open_files_needed
 from repair.tp.source_digests import SourceDigests
 
 CHECK = "the check of the written per-rank output"
-SPARE_FILES = 64  # files open beside the rank files and input shards: small-file copies, the report, Python's own
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,7 @@ def write_tp(tpp: TpPlan, out: Path, *, overwrite: bool = False, progress: bool 
 def _check_open_files(tpp: TpPlan) -> None:
     """Every rank file is open at once, beside the input's shards and a few more: past what this process may open,
     one line before anything is written (not `Too many open files` blamed on the disk, minutes in)."""
-    threads = shared_threads(tpp.tp) + 1 + COPIES_AHEAD  # the ranks', the input shard's, the small files' copies'
-    needed = tpp.tp + len(tpp.plan.shards) + SPARE_FILES + threads * AHEAD  # each copied chunk awaiting its hash: a file
+    needed = open_files_needed(tpp.tp + len(tpp.plan.shards), tpp.tp)
     allowed = open_files_allowed(needed)
     if allowed < needed:
         raise UsageError(f"--tp {tpp.tp} keeps {tpp.tp} rank files open at once beside {needed - tpp.tp} others, and this "
