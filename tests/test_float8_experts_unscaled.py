@@ -18,14 +18,14 @@ from tests.test_fix_runtime_prefixes import EXPERTS, TARGET, export
 LEAVES = ("gate_up_proj", "down_proj")
 
 
-def float8_experts(root: Path, arch: str, scaled: bool = False, excluded: bool = True) -> Path:
+def float8_experts(root: Path, arch: str, scaled: str = "", excluded: bool = True) -> Path:
     """A ModelOpt NVFP4 export whose layers' 3-D experts are float8_e4m3 with no leaf, with (or without) a scale beside."""
     model_type, block = EXPERTS[arch]
     gen = torch.Generator().manual_seed(1)
     experts = {f"model.layers.{n}.{block}.experts.{p}": (torch.randn(4, 64, 32, generator=gen) * 0.1).to(torch.float8_e4m3fn)
                for n in range(2) for p in LEAVES}
     if scaled:
-        experts |= {f"{name}_weight_scale": torch.ones(4, dtype=torch.float32) for name in list(experts)}
+        experts |= {f"{name}{scaled}": torch.ones(4, dtype=torch.float32) for name in list(experts)}
     layers = [f"model.layers.{n}.{block}.experts" for n in range(2)]
     return export(root, arch, model_type, experts, ["lm_head", *layers] if excluded else ["lm_head"])
 
@@ -41,9 +41,11 @@ def test_doctor_names_unscaled_float8_experts_in_an_excluded_layer(arch, tmp_pat
     assert all("re-export" in f["message"] and "fix does neither" in f["message"] for f in found), found
 
 
-def test_a_scale_beside_them_is_not_this_error(tmp_path, capsys):
-    """A float8 expert tensor with any scale beside it is another layout (FP8 MoE), not float8 codes without a scale."""
-    src = float8_experts(tmp_path / "src", "GptOssForCausalLM", scaled=True)
+@pytest.mark.parametrize("scale", ["_weight_scale", "_scale", "_scale_inv", ".weight_scale_inv", "_weight_scale_2"])
+def test_a_scale_beside_them_is_not_this_error(scale, tmp_path, capsys):
+    """A float8 expert tensor with any scale beside it is another layout (FP8 MoE: transformers' FP8Expert names it
+    `gate_up_proj_scale_inv`, block FP8 `..._scale_inv`), not float8 codes without a scale."""
+    src = float8_experts(tmp_path / "src", "GptOssForCausalLM", scaled=scale)
     out = run_captured(capsys, "doctor", src, "--target", TARGET, "--json")[1]
     assert not [f for f in json.loads(out)["findings"] if f["code"] == "unscaled-float8"], out
 

@@ -113,3 +113,52 @@ def test_doctor_refuses_a_degree_past_the_bound_before_simulating_any_rank(comma
     code, out, err = run_captured(capsys, "doctor", replicated, "--target", "vllm==0.32.0", "--tp", "100000000", *extra)
     _one_line(code, err)
     assert "--tp 100000000" in err and f"at most {MAX_TP}" in err and out == "", err
+
+
+SLOW_HASHING = """
+import resource, sys, time
+from repair.io import hasher
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[1])))
+Queue = hasher.queue.SimpleQueue
+class Slow:
+    def __init__(self):
+        self.queue = Queue()
+    def put(self, item):
+        self.queue.put(item)
+    def get(self):
+        time.sleep(0.001)  # the hashing lags behind the copies (a busy machine)
+        return self.queue.get()
+hasher.queue = type("queue", (), {"SimpleQueue": Slow})
+from repair.cli.main import main
+main(sys.argv[2:])
+"""
+
+
+def test_a_degree_the_open_file_check_accepts_never_runs_out_of_files_while_hashing_lags(replicated, tmp_path):
+    """The check counts every file the run holds at once. Each copied chunk waiting for its hashing holds a mapping of
+    the output, and CPython's mmap holds a file descriptor of its own (a dup): before, hashing that lagged behind the
+    copies (the machine busy, thousands of small replicated tensors) ran out of descriptors the check had not counted
+    and said `Too many open files; check the disk` after writing, with a limit the check had accepted."""
+    def fix(limit: int) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", SLOW_HASHING, str(limit), "fix", str(replicated), "-o", str(tmp_path / "out"),
+                               "--tp", "100", "--quiet"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    refused = fix(64)
+    _one_line(refused.returncode, refused.stderr)
+    others = int(refused.stderr.split(" beside ")[1].split()[0])
+    accepted = fix(100 + others)
+    assert accepted.returncode == 0, accepted.stderr
+    assert len(list((tmp_path / "out").glob("rank-*"))) == 100
+
+
+def test_unshard_of_more_rank_files_than_the_process_may_open_is_one_line(replicated, tmp_path):
+    """unshard holds every rank file open at once (pinned: read through the handles it checked): a `fix --tp 100`
+    output holds 400 of them. Under a hard `ulimit -n` below that, before: an OSError traceback."""
+    assert run_cli("fix", replicated, "-o", tmp_path / "tp", "--tp", "100", "--quiet") == 0
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))
+    run = subprocess.run([sys.executable, "-m", "repair", "unshard", str(tmp_path / "tp"), "-o", str(tmp_path / "out")],
+                         capture_output=True, text=True, cwd=ROOT, preexec_fn=low_limit, timeout=300)
+    _one_line(run.returncode, run.stderr)
+    assert "ulimit -n" in run.stderr and "200" in run.stderr, run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tp"]

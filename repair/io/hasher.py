@@ -9,7 +9,8 @@ import threading
 from typing import Callable
 
 CHUNK = 16 << 20  # bytes per copy / hash / write step (measured: 16 MiB costs less CPU than 4)
-AHEAD = 4096  # chunks the writer may copy ahead of the hashing (64 GiB: they are in the page cache, not in memory of ours)
+AHEAD = 64  # chunks the writer may copy ahead of the hashing (1 GiB: in the page cache, not in memory of ours); each
+# holds a mapping of its output, and CPython's mmap holds a file descriptor of its own: AHEAD open files per thread
 HELD = 2 * CHUNK  # bytes of written buffers (computed tensors) kept alive until hashed, per output file
 
 
@@ -74,6 +75,11 @@ class Hasher:
                     self._room.notify_all()
 
 
+def shared_threads(files: int) -> int:
+    """The hashing threads `SharedHashers` starts for `files` files."""
+    return min(files, max(2, os.cpu_count() or 1))
+
+
 class SharedHashers:
     """At most one hashing thread per core (two at least), shared round-robin by many digests: a count of files that
     comes from the input or the command line (`fix --tp 4096`, a manifest's tp) never asks for thousands of threads.
@@ -81,7 +87,7 @@ class SharedHashers:
     it, and drains them all on exit, whatever ends it; each digest waits for its own jobs (`Hasher.wait`)."""
 
     def __init__(self, files: int, held: Callable) -> None:
-        self._count, self._held = min(files, max(2, os.cpu_count() or 1)), held
+        self._count, self._held = shared_threads(files), held
         self._hashers: list[Hasher] = []
 
     def __enter__(self) -> "SharedHashers":

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Callable
 
 from repair.errors import BadInput
-from repair.io.hasher import SharedHashers
+from repair.execute.copies import AHEAD as COPIES_AHEAD
+from repair.io.hasher import AHEAD, SharedHashers, shared_threads
 from repair.io.hashing import SourceDigest, sha256_pinned
-from repair.io.pins import PinnedFile
+from repair.io.pins import PinnedFile, open_files_allowed
 from repair.io.dtypes import nbytes
 from repair.io.safetensors import MAX_HEADER_BYTES, TensorInfo, read_header
 from repair.io.staging import InterruptGate
@@ -137,3 +138,22 @@ def _whole(pinned: PinnedFile, digest: Callable[[], str]) -> str:
         return digest()
     except EOFError:
         raise BadInput(f"{pinned.path}: file ended while reading; it was truncated, re-run `fix --tp`") from None
+
+
+SPARE_FILES = 64  # files open beside the rank files and input shards: the output shard, the report, Python's own
+
+
+def open_files_needed(files: int, tp: int) -> int:
+    """Files a `fix --tp` or `unshard` run holds at once: `files` of its own, a few spare, and the copied chunks each
+    hashing thread (the ranks', an input's, the small files' copies') may hold awaiting their hash: each a mapping of
+    its output, and CPython's mmap holds a file descriptor of its own."""
+    return files + SPARE_FILES + (shared_threads(tp) + 1 + COPIES_AHEAD) * AHEAD
+
+
+def check_open_files(files: int, tp: int, src: Path) -> None:
+    """unshard pins every rank file at once: past what this process may open, one line before anything is opened."""
+    needed = open_files_needed(files, tp)
+    allowed = open_files_allowed(needed)
+    if allowed < needed:
+        raise BadInput(f"{src}: unshard keeps the {files} rank files of {tp} rank(s) open at once, {needed} files with "
+                       f"its own, and this process may open {allowed} (ulimit -n, hard limit); raise it, then re-run")

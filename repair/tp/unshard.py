@@ -35,7 +35,7 @@ from repair.io.shard_writer import OutTensor, encode_header
 from repair.execute.copies import WholeCopies
 from repair.execute.report import REPORT_NAME, unshard_report
 from repair.tp.manifest import MANIFEST, RANK_FILE, Manifest, read_manifest
-from repair.tp.rank_digests import RankDigests, RankFile, largest_rank_file, read_rank, refuse_if_changed
+from repair.tp.rank_digests import RankDigests, check_open_files, RankFile, largest_rank_file, read_rank, refuse_if_changed
 
 CHUNK = 8 << 20  # bytes of interleaved rows assembled at a time
 CHECK = "the check of the rebuilt checkpoint"
@@ -60,6 +60,7 @@ def unshard(src: Path, out: Path, *, overwrite: bool = False) -> UnshardResult:
 def _check_ranks(manifest: Manifest, pins: Pins) -> list[RankFile]:
     """Every rank file a regular file, pinned (nothing is read before all are: a FIFO or a missing file is refused
     first); then each rank's tensor file header, hashed as it is read."""
+    check_open_files(sum(len(rank.files) for rank in manifest.ranks), manifest.tp, manifest.path.parent)
     for rank in manifest.ranks:
         for name, (path, _) in rank.files.items():
             if file_type_problem(path) == "is missing":

@@ -38,10 +38,10 @@ from repair.tp.plan import BLOCK, TpPlan, TpTensor, plan_tp, summary_text
 from repair.tp.manifest import MANIFEST, RANK_FILE, rank_folder, read_manifest
 from repair.tp.record import index_name, manifest as tp_manifest
 from repair.tp.io import contiguous, read_slice, sub_range
+from repair.tp.rank_digests import open_files_needed
 from repair.tp.source_digests import SourceDigests
 
 CHECK = "the check of the written per-rank output"
-SPARE_FILES = 64  # files open beside the rank files and input shards: small-file copies, the report, Python's own
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def write_tp(tpp: TpPlan, out: Path, *, overwrite: bool = False, progress: bool 
 def _check_open_files(tpp: TpPlan) -> None:
     """Every rank file is open at once, beside the input's shards and a few more: past what this process may open,
     one line before anything is written (not `Too many open files` blamed on the disk, minutes in)."""
-    needed = tpp.tp + len(tpp.plan.shards) + SPARE_FILES
+    needed = open_files_needed(tpp.tp + len(tpp.plan.shards), tpp.tp)
     allowed = open_files_allowed(needed)
     if allowed < needed:
         raise UsageError(f"--tp {tpp.tp} keeps {tpp.tp} rank files open at once beside {needed - tpp.tp} others, and this "
