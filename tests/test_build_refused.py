@@ -82,6 +82,17 @@ def test_a_config_without_what_it_refuses_is_not_refused(tmp_path, capsys, layer
     assert not [f for f in report["findings"] + report["notes"] if f["code"] == "build-refused"], report["findings"]
 
 
+@pytest.mark.parametrize("layer_types", ["indexed_attention", ["linear_attention"] * 3 + ["full_attention", "indexed_attention"]])
+def test_a_value_the_build_never_reads_is_not_its_refusal(tmp_path, capsys, layer_types):
+    """vLLM 0.30 builds layer i with `layer_types[i]`, i below num_hidden_layers (qwen4_exp/nvidia/model.py:396-406); a
+    bare string, or the value past the last layer, never reaches model.py:237. vLLM 0.30 refuses both while reading
+    config.json, in other words ("The `layer_types` entries must be in ...", "`num_hidden_layers` (3) must be equal to
+    the number of `layer_types` (4)", asked of it in /work/venvs/vllm-0.30): doctor must not quote model.py's."""
+    folder = with_layers(write(tmp_path / "odd", INDEXER), layer_types)
+    report = doctor(capsys, folder, "vllm==0.30.0")[1]
+    assert not [f for f in report["findings"] + report["notes"] if f["code"] == "build-refused"], report["findings"]
+
+
 def test_text_config_holding_it_is_refused(tmp_path, capsys):
     folder = write(tmp_path / "vlm", INDEXER)
     config = json.loads((folder / "config.json").read_text())

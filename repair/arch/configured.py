@@ -28,7 +28,9 @@ def as_configured(entry: dict | None, config: dict | None) -> dict | None:
     null = [f for f in fields if part.get(f) is None]
     if len(null) == len(fields):
         return {**entry, "modules": without["modules"], "refused_only_with": without.get("refused_only_with", {})}
-    refusal = null_refusal(without, null) if null else value_refusal(without.get("value_refused", ()), part)
+    # the refusals were recorded for integer values (the probes'); another type stops the validator's type check first
+    typed = all(_integer(part[f]) for f in fields if part.get(f) is not None)
+    refusal = (null_refusal(without, null) if null else value_refusal(without.get("value_refused", ()), part)) if typed else None
     return {**entry, "loads_only_with": without.get("loads_only_with", []), **({"config_refused": refusal} if refusal else {})}
 
 

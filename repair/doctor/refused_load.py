@@ -13,7 +13,7 @@ from __future__ import annotations
 from repair import arch
 from repair.arch import Architecture
 from repair.arch.profiled import load_refusal_holds, refusal_holds, releases_loading
-from repair.arch.layer_rules import text_part
+from repair.arch.layer_rules import decoder_depth, text_part
 from repair.arch.registry import Builds, Registry, shown
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.targets.profiles import DATA_PROFILES, Target
@@ -70,12 +70,15 @@ def build_refused_findings(target: Target, name: str, config: dict | None, tp: i
 
 
 def holds(when, config: dict | None) -> bool:
-    """Whether config.json holds what the release refuses (`when`: {"field", "holds"}, its text part's field equal to
-    that value or a list holding it); no `when`: every config."""
+    """Whether config.json holds what the release refuses (`when`: {"field", "holds"}) where its build reads it: the
+    text part's field a list holding that value for one of the layers built (vLLM 0.30 builds layer i with
+    `layer_types[i]`, i below num_hidden_layers: qwen4_exp/nvidia/model.py:396-406). A bare string, or the value past
+    the last layer, never reaches the build (its config reading refuses those, in other words); no `when`: every config."""
     if not isinstance(when, dict):
         return True
     value = text_part(config).get(when.get("field")) if isinstance(when.get("field"), str) else None
-    return value == when.get("holds") or (isinstance(value, list) and when.get("holds") in value)
+    built = value[:decoder_depth(config) or len(value)] if isinstance(value, list) else []
+    return when.get("holds") in built
 
 
 def advice(runtime: str, name: str) -> str:
