@@ -146,7 +146,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
     return Diagnosis(target, tp, tuple(findings), first, precision, bits, architecture_name(builds, resolved, ckpt.config), simulated,
-                     tuple(notes), values.report())
+                     tuple(notes), values.report(), family)
 
 
 def architecture_name(builds: Builds, resolved: Resolved, config: dict | None) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from repair.arch.base import Architecture
 from repair.doctor.scales import ScaleScan
 from repair.targets.profiles import Target
 from repair.targets.vllm_loader import Outcome
@@ -78,6 +79,7 @@ class Diagnosis:
     simulated: bool = False  # the target's loader was simulated (the architecture has a loader profile)
     notes: tuple[Finding, ...] = ()  # worth knowing, but the target loads and runs it as intended: never counted, even by --strict
     scales: ScaleScan | None = None  # which scale values were read (block scales sampled, scanned or not read)
+    family: Architecture | None = None  # the row of the class the target builds (target_family): what fix plans with
 
     def exit_code(self, strict: bool = False) -> int:
         bad = {Severity.ERROR, Severity.WARNING} if strict else {Severity.ERROR}

@@ -14,11 +14,12 @@ from repair.targets.runtime_rules import quant_method
 PATTERN_CHARS = frozenset("*?[]()+{}^$|\\")
 
 
-def coverage(targets, families, declaration, family, config):
+def coverage(targets, families, declaration, config):
     """(whether a list excludes a module for every target, for any target): each target's own rules say what a list
-    covers, on the names its release's row gives the module (`families`, one per target; `family` with no target).
-    Several targets: an exact entry is added unless every one of them reads the list as excluding it."""
-    matchers = [f.exclusion_matcher(t.bind(declaration, f, config)) for t, f in zip(targets, families)] or [family.exclusion_matcher(declaration)]
+    covers, on the names its release's row gives the module (`families`, one per target; with no target, the default
+    target's alone). Several targets: an exact entry is added unless every one of them reads the list as excluding it."""
+    matchers = [f.exclusion_matcher(t.bind(declaration, f, config)) for t, f in zip(targets, families)] or \
+        [families[0].exclusion_matcher(declaration)]
     return (lambda entries, name: all(m(entries, name) for m in matchers)), (lambda entries, name: any(m(entries, name) for m in matchers))
 
 
@@ -53,14 +54,14 @@ def plain_entries(config: dict | None, plain: dict[str, str], keep: bool, added:
     return config, tuple(dict.fromkeys(e for entry in added for e in spelled(entry)))
 
 
-def runtime_names(targets, family, names: list[str]) -> list[str]:
+def runtime_names(targets, families, names: list[str]) -> list[str]:
     """The entries that exclude `names` for the recipe's targets: a release that asks a fused layer only by its own
     name (its data's fused policy `fused_name_only`, TensorRT-LLM 1.0) is given the fused name, instead of its shards
     when every target is such a release, besides them when another target reads the shards' names."""
     by_name = [t.profile.rules is not None and t.profile.rules.fused.get("policy") == "fused_name_only" for t in targets]
     if not any(by_name):
         return names
-    groups = _whole_groups(family, names)
+    groups = sorted({g for f, fused_only in zip(families, by_name) if fused_only for g in _whole_groups(f, names)})
     taken = {m for _, members in groups for m in members}
     kept = names if not all(by_name) else [n for n in names if n not in taken]
     return sorted(set(kept) | {fused for fused, _ in groups})
@@ -105,13 +106,17 @@ def _owners(layers: set[str]):
     return lambda name: next((prefixes[name[:k]] for k in lengths if name[:k] in prefixes), None)
 
 
-def unread_fused(targets, declaration, family, config, lists: list[list[str]], names: list[str]) -> list[str]:
+def unread_fused(targets, declaration, families, config, lists: list[list[str]], names: list[str]) -> list[str]:
     """The fused layers, every shard of which is among `names` (BF16), that some target still builds quantized when
     it reads `lists` as written with the config `config` (SGLang <= 0.5.10 and compressed-tensors models without a
-    packed mapping ask the fused name itself, never its shards): their own names, to be excluded too."""
-    rules = [t.bind(declaration, family, config).rule(entries) for t in targets for entries in lists]
-    return [fused for fused, members in _whole_groups(family, names)
-            if fused not in names and any(not r.excludes(family.runtime_name(m)) for r in rules for m in members)]
+    packed mapping ask the fused name itself, never its shards): their own names, to be excluded too. Each target's
+    fused layers and names are its own row's (`families`: the class its release builds)."""
+    found = []
+    for target, family in zip(targets, families):
+        rules = [target.bind(declaration, family, config).rule(entries) for entries in lists]
+        found += [fused for fused, members in _whole_groups(family, names)
+                  if fused not in names and any(not r.excludes(family.runtime_name(m)) for r in rules for m in members)]
+    return sorted(set(found))
 
 
 def read_where_targets_read(config: dict | None, targets, declaration, read_before: tuple[str, ...] | None = None,

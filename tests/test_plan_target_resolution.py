@@ -1,0 +1,88 @@
+"""`fix --target T` plans what T builds: the class T's own registry resolves config.json's `architectures` to, not the
+newest vLLM release's choice (the planner asked `arch.architecture(config)`, the newest release's row, in build.py,
+target_check.py and config_edits.py).
+
+The config lists [HYV4ForCausalLM, HYV3ForCausalLM]. vLLM 0.32 registers HYV4 and builds it (its registry, in
+vllm-0.32.json); vLLM 0.28 does not, so it builds HYV3, the next listed name (vllm-0.28.json's registry). Their fused
+layers differ (both generated from vLLM's own packed_modules_mapping): 0.28's HYV3 fuses q/k/v_proj into qkv_proj,
+0.32's HYV4 fuses q_a_proj / kv_a_proj_with_mqa into fused_qkv_a_proj. The export stores one shard of each BF16 and
+excluded, the others NVFP4: each release refuses its own fused layer and builds the other's shards as they are. So
+`fix --target vllm==0.28.0` must dequantize k/v_proj (and nothing else), `--target vllm==0.32.0` kv_a_proj_with_mqa
+(and nothing else), and each output must pass `doctor --target T --strict`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from repair import arch
+from repair.codec import nvfp4
+from tests.conftest import run_captured
+from tests.test_fix_runtime_prefixes import export
+
+LISTED = ["HYV4ForCausalLM", "HYV3ForCausalLM"]
+LAYERS = range(2)
+# target -> the stored modules its release builds into one fused layer with a BF16 shard (the ones fix must dequantize)
+DEQUANTIZED = {"vllm==0.28.0": ("k_proj", "v_proj"), "vllm==0.32.0": ("kv_a_proj_with_mqa",)}
+
+
+def packed(name: str, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """One NVFP4 linear; one large value fixes its global scale, so fused siblings share weight_scale_2."""
+    weight = (torch.randn(32, 32, generator=gen) * 0.05).to(torch.bfloat16)
+    weight[0, 0] = 0.5
+    codes, scale, scale_2 = nvfp4.quantize(weight, nvfp4.global_scale(weight))
+    return {f"{name}.weight": codes, f"{name}.weight_scale": scale, f"{name}.weight_scale_2": scale_2,
+            f"{name}.input_scale": torch.tensor(0.01)}
+
+
+def two_builds(root: Path) -> Path:
+    gen = torch.Generator().manual_seed(1)
+    extra, excluded = {}, ["lm_head"]
+    for n in LAYERS:
+        attn = f"model.layers.{n}.self_attn"
+        for bf16 in ("q_proj", "q_a_proj"):
+            extra[f"{attn}.{bf16}.weight"] = torch.zeros(32, 32, dtype=torch.bfloat16)
+            excluded.append(f"{attn}.{bf16}")
+        for quantized in ("k_proj", "v_proj", "kv_a_proj_with_mqa"):
+            extra.update(packed(f"{attn}.{quantized}", gen))
+    export(root, LISTED[0], "hy_v3", extra, excluded)
+    config = json.loads((root / "config.json").read_text())
+    (root / "config.json").write_text(json.dumps({**config, "architectures": LISTED}))
+    return root
+
+
+def test_the_two_releases_build_different_classes_of_this_config():
+    """The premise, from the shipped registries: 0.32 builds HYV4, 0.28 HYV3, and their fused layers differ."""
+    builds = {p.label: arch.architecture({"architectures": LISTED}, p) for p in arch.PROFILES if p.runtime == "vllm"}
+    assert builds["vllm 0.32.0"].architectures == ("HYV4ForCausalLM",)
+    assert builds["vllm 0.28.0"].architectures == ("HYV3ForCausalLM",)
+    assert "qkv_proj" in builds["vllm 0.28.0"].fused_layers and "qkv_proj" not in builds["vllm 0.32.0"].fused_layers
+    assert "fused_qkv_a_proj" in builds["vllm 0.32.0"].fused_layers
+
+
+@pytest.mark.parametrize("target", sorted(DEQUANTIZED))
+def test_fix_for_each_release_plans_what_that_release_builds(target, tmp_path, capsys):
+    src, out = two_builds(tmp_path / "src"), tmp_path / "out"
+    assert run_captured(capsys, "doctor", src, "--target", target)[0] == 1
+    code, text, err = run_captured(capsys, "fix", src, "-o", out, "--target", target)
+    assert code == 0, text + err
+    report = json.loads((out / "repair_report.json").read_text())
+    changed = sorted(c["module"] for c in report["changes"])
+    assert changed == sorted(f"model.layers.{n}.self_attn.{m}" for n in LAYERS for m in DEQUANTIZED[target]), changed
+    code, text, err = run_captured(capsys, "doctor", out, "--target", target, "--strict")
+    assert code == 0, text + err
+
+
+def test_fix_for_both_releases_makes_each_fused_layer_whole(tmp_path, capsys):
+    """--target vllm==0.28.0,vllm==0.32.0: every fused layer either release builds is made BF16 whole."""
+    src, out = two_builds(tmp_path / "src"), tmp_path / "out"
+    both = ",".join(sorted(DEQUANTIZED))
+    code, text, err = run_captured(capsys, "fix", src, "-o", out, "--target", both)
+    assert code == 0, text + err
+    for target in DEQUANTIZED:
+        code, text, err = run_captured(capsys, "doctor", out, "--target", target, "--strict")
+        assert code == 0, target + text + err
