@@ -13,6 +13,7 @@ excluded, the others NVFP4: each release refuses its own fused layer and builds 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -86,3 +87,45 @@ def test_fix_for_both_releases_makes_each_fused_layer_whole(tmp_path, capsys):
     for target in DEQUANTIZED:
         code, text, err = run_captured(capsys, "doctor", out, "--target", target, "--strict")
         assert code == 0, target + text + err
+
+
+def _assistant_plan(tmp_path: Path):
+    from repair.demo.examples import TINY, write_assistant
+    from repair.io.checkpoint import open_checkpoint
+    from repair.planning.build import make_plan
+    from repair.planning.recipe import Recipe
+
+    ckpt = open_checkpoint(write_assistant(tmp_path / "assistant", TINY))
+    return ckpt, make_plan(ckpt, Recipe())
+
+
+def _replicating(diagnosis):
+    """The diagnosis with its target's row building every layer replicated (a release whose class splits nothing)."""
+    kinds = {role: dataclasses.replace(kind, style="replicated") for role, kind in diagnosis.family.layer_kinds.items()}
+    return dataclasses.replace(diagnosis, family=dataclasses.replace(diagnosis.family, layer_kinds=kinds))
+
+
+def test_fix_tp_splits_as_the_class_the_target_builds(tmp_path):
+    """plan_tp takes each layer's split from the row of the class the plan's target builds (its verdict's), not from
+    the newest release's row for the config: a target whose class builds the layers replicated gets no split."""
+    from repair.doctor.diagnose import diagnose
+    from repair.targets.profiles import resolve
+    from repair.tp.plan import plan_tp
+
+    ckpt, plan = _assistant_plan(tmp_path)
+    own = diagnose(ckpt, resolve("vllm==0.32.0"))
+    assert plan_tp(dataclasses.replace(plan, before=(own,)), 2).counts().get("row")  # the assistant's row splits
+    replicated = plan_tp(dataclasses.replace(plan, before=(_replicating(own),)), 2).counts()
+    assert set(replicated) == {"replicated"}, replicated
+
+
+def test_fix_tp_refuses_targets_that_split_differently(tmp_path):
+    from repair.doctor.diagnose import diagnose
+    from repair.errors import UsageError
+    from repair.targets.profiles import resolve
+    from repair.tp.plan import plan_tp
+
+    ckpt, plan = _assistant_plan(tmp_path)
+    own = diagnose(ckpt, resolve("vllm==0.32.0"))
+    with pytest.raises(UsageError, match="no one --tp layout serves them all"):
+        plan_tp(dataclasses.replace(plan, before=(own, _replicating(own))), 2)

@@ -72,7 +72,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     first: tuple[vllm_loader.Outcome, ...] = ()
     building: list[Finding] = []  # layers the runtime refuses while building them
     simulated = target.profile.simulates_loads and bool(specs)
-    degree = _degree_findings(specs, precision, ckpt.config, tp) if simulated else []
+    degree = _degree_findings(specs, precision, ckpt.config, tp, family.layer_kinds) if simulated else []
     findings += degree
     null = null_list_findings(ckpt, declaration, target)  # the config reader raises: no layer is built, no weight loads
     first = _build_stops(null, tp)
@@ -184,9 +184,10 @@ def _unquantized_stop_findings(stop: vllm_loader.Outcome | None, modules: dict[s
                     "config, or dequantize the packed modules)", stop.error if stop.error.startswith("ValueError") else None, (0,))]
 
 
-def _degree_findings(specs, precision, config, tp: int) -> list[Finding]:
-    """An impossible --tp: vLLM fails while building the model, on every rank; lists the degrees that work."""
-    built = tp_rules.runtime_specs(specs, precision, config)
+def _degree_findings(specs, precision, config, tp: int, kinds: dict) -> list[Finding]:
+    """An impossible --tp: vLLM fails while building the model, on every rank; lists the degrees that work. `kinds`:
+    the layer kinds of the class the target builds."""
+    built = tp_rules.runtime_specs(specs, precision, config, kinds)
     found = tp_rules.problems(built, tp)
     works = tp_rules.degrees_text(tp_rules.valid_degrees(built)) if found else ""
     return [Finding(Severity.ERROR, Kind.TP_IMPOSSIBLE, p.tensor, f"{p.tensor}: {p.rule}, so tensor parallel {tp} is impossible; "
