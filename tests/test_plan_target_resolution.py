@@ -129,3 +129,26 @@ def test_fix_tp_refuses_targets_that_split_differently(tmp_path):
     own = diagnose(ckpt, resolve("vllm==0.32.0"))
     with pytest.raises(UsageError, match="no one --tp layout serves them all"):
         plan_tp(dataclasses.replace(plan, before=(own, _replicating(own))), 2)
+
+
+def test_inspect_declares_as_the_target_release_builds(tmp_path, capsys):
+    """`inspect --target T` shows the config's declaration as the class T builds reads it: vLLM 0.32's HYV4 builds its
+    indexer's wk (fused into wk_weights_proj) unquantized whatever the config says (its profile); 0.28 builds HYV3,
+    which has no such layer, so a BF16 `indexer.wk` the config does not exclude is declared quantized to it."""
+    wk = "model.layers.0.self_attn.indexer.wk"
+    src = export(tmp_path / "src", LISTED[0], "hy_v3", {f"{wk}.weight": torch.zeros(32, 32, dtype=torch.bfloat16)}, ["lm_head"])
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "architectures": LISTED}))
+    declared = {}
+    for target in ("vllm==0.28.0", "vllm==0.32.0"):
+        code, text, err = run_captured(capsys, "inspect", src, "--json", "--target", target)
+        assert code == 0, err
+        found = json.loads(text)
+        assert found["target"] == target and found["architecture"].startswith(
+            "HYV3ForCausalLM" if target == "vllm==0.28.0" else "HYV4ForCausalLM"), found["architecture"]
+        declared[target] = next(m["declared"] for m in found["modules"] if m["name"] == wk)
+    assert declared == {"vllm==0.28.0": "quantized", "vllm==0.32.0": "-"}, declared
+    code, text, err = run_captured(capsys, "inspect", src, "--target", "vllm==0.99")
+    assert code == 0 and text.rstrip().endswith("HYV4ForCausalLM (vllm 0.32.0 profile)"), text
+    code, text, err = run_captured(capsys, "inspect", src, "--target", "nonsense")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err

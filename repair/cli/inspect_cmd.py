@@ -11,10 +11,15 @@ import click
 @click.command()
 @click.argument("src", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def inspect(src: Path, as_json: bool) -> None:
+@click.option("--target", "target_spec", default=None,
+              help="The release whose build the declared column shows: vllm==X.Y.Z (default: newest known), sglang==X.Y.Z, "
+                   "trtllm==X.Y.Z or bf16 (one).")
+def inspect(src: Path, as_json: bool, target_spec: str | None) -> None:
     """Show what SRC stores, module by module (reads headers only)."""
     from repair.doctor.inspection import as_json as to_json, as_text, inspect_checkpoint
     from repair.cli.sources import open_source  # a local folder, or a Hub repo id (headers only)
+    from repair.targets.profiles import resolve
 
-    result = inspect_checkpoint(open_source(src, scales=False))
+    target = resolve(target_spec)  # a bad spec is one line before the source is opened
+    result = inspect_checkpoint(open_source(src, scales=False), target)
     click.echo(json.dumps(to_json(result), indent=2) if as_json else as_text(result))
