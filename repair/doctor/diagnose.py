@@ -18,6 +18,7 @@ from repair.doctor.declared import (algorithm_findings, float8_findings, fused_a
 from repair.doctor.dropped import dropped_tensor_findings
 from repair.doctor.config_builds import refused_config_findings, unexpected_tensor_findings
 from repair.doctor.refused_load import load_refused_findings, registry_findings
+from repair.doctor.fix_hints import true_hints
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.fused import fused_storage_findings
 from repair.doctor.missing import consequence, missing_findings, unbuilt
@@ -145,6 +146,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     first = _build_stops(findings, tp, (Kind.UNREGISTERED, Kind.CONFIG_REFUSED)) or first  # refused reading the config: before all
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
+    findings = true_hints(findings)  # what fix --target does with each: said after every finding is known
     return Diagnosis(target, tp, tuple(findings), first, precision, bits, architecture_name(builds, resolved, ckpt.config), simulated,
                      tuple(notes), values.report(), family)
 

@@ -44,7 +44,7 @@ def config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recipe
     for _ in range(2):  # again with the fused names a target reads instead of the shards', where one does
         config, hf_quant = fmt.with_exclusions(ckpt, bf16, covers, remove=remove)
         config = read_where_targets_read(config, targets, declaration, read_before, [fmt.exclusion_entry(n) for n in bf16])
-        extra = unread_fused(targets, declaration, families, config, fmt.exclusion_lists(config, hf_quant), bf16)
+        extra = unread_fused(targets, declaration, families, config, fmt.exclusion_lists(config, hf_quant), bf16, modules)
         if not extra:
             break
         bf16 = sorted(set(bf16) | set(extra))

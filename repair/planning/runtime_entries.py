@@ -106,17 +106,36 @@ def _owners(layers: set[str]):
     return lambda name: next((prefixes[name[:k]] for k in lengths if name[:k] in prefixes), None)
 
 
-def unread_fused(targets, declaration, families, config, lists: list[list[str]], names: list[str]) -> list[str]:
+def unread_fused(targets, declaration, families, config, lists: list[list[str]], names: list[str], stored=()) -> list[str]:
     """The fused layers, every shard of which is among `names` (BF16), that some target still builds quantized when
     it reads `lists` as written with the config `config` (SGLang <= 0.5.10 and compressed-tensors models without a
     packed mapping ask the fused name itself, never its shards): their own names, to be excluded too. Each target's
-    fused layers and names are its own row's (`families`: the class its release builds)."""
+    fused layers and names are its own row's (`families`: the class its release builds). Also a fused layer every
+    `stored` shard of which is among `names` where vLLM asks a shard no module stores too (Qwen4Exp's qkv_proj asks
+    `indexer.index_qk_proj` without QSA): no entry names that shard's module, and vLLM tests the fused name first
+    (quant_utils.py is_layer_skipped, 0.28-0.32), so the layer's own name makes it BF16 whole."""
     found = []
     for target, family in zip(targets, families):
         rules = [target.bind(declaration, family, config).rule(entries) for entries in lists]
         found += [fused for fused, members in _whole_groups(family, names)
                   if fused not in names and any(not r.excludes(family.runtime_name(m)) for r in rules for m in members)]
+        found += _unstored_shard_layers(target, family, declaration, rules, names, stored) if target.profile.rules is None else []
     return sorted(set(found))
+
+
+def _unstored_shard_layers(target, family, declaration, rules, names: list[str], stored) -> list[str]:
+    """The fused layers vLLM still refuses (shards that disagree) once every stored shard is among `names`."""
+    out = []
+    for fused, members in family.fused_groups(names):
+        asked = family.asked_shards(fused, members)
+        parent = fused.rpartition(".")[0]
+        kept = [s for s in asked if s in stored and s not in members]  # a stored shard that stays quantized: not whole
+        if fused in names or kept or len(asked) == len(members) or not parent:
+            continue
+        shards = tuple(family.runtime_name(s) for s in asked)
+        if any(declaration.format.fused_refusal(family.runtime_name(fused), shards, r) for r in rules):
+            out.append(fused)
+    return out
 
 
 def read_where_targets_read(config: dict | None, targets, declaration, read_before: tuple[str, ...] | None = None,

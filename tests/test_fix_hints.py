@@ -1,0 +1,118 @@
+"""A doctor hint that says what `fix --target` does is true: each test runs the hinted command and checks its output.
+
+"(fix --target does)" stood after "dequantize it" and "dequantize every shard of it" whatever the layout, and fix
+refused two of them:
+- a fused layer vLLM asks about a shard no module stores (Qwen4Exp's qkv_proj without QSA asks
+  `indexer.index_qk_proj`, quant_utils.py is_layer_skipped): exact entries for the stored shards leave the unstored one
+  quantized, so vLLM refuses; fix now also writes the fused layer's own name, which vLLM tests first
+  (vLLM 0.32 quant_utils.py:662; 0.28: 647; 0.30: 657);
+- a module whose scales cannot be read (no weight_scale, no weight_scale_2): dequantizing it is impossible, so fix
+  --target refuses; the hint says so, and that fix --target with --original takes it from the original model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from repair.codec import nvfp4
+from tests.conftest import run_captured
+from tests.test_fix_runtime_prefixes import export
+from tests.test_qwen4exp_without_qsa import QKV, write
+
+TARGET = "vllm==0.32.0"
+DOES = "(fix --target does)"
+EMBED = "model.embed_tokens"
+
+
+def doctor(capsys, folder: Path, *args: str) -> tuple[int, dict]:
+    code, out, err = run_captured(capsys, "doctor", folder, "--target", TARGET, "--json", *args)
+    assert code in (0, 1) and not err.strip(), err
+    return code, json.loads(out)
+
+
+def clean(capsys, folder: Path) -> bool:
+    code, out, err = run_captured(capsys, "doctor", folder, "--target", TARGET, "--strict")
+    return code == 0 or print(out, err)
+
+
+def q_stored_bf16(folder: Path) -> Path:
+    """Qwen4Exp without QSA: q_proj stored BF16 and excluded, k/v_proj NVFP4, the indexer shard vLLM asks unstored."""
+    write(folder, {})
+    tensors = {k: v for k, v in load_file(folder / "model.safetensors").items() if not k.startswith(QKV[0] + ".")}
+    save_file({**tensors, f"{QKV[0]}.weight": torch.zeros(128, 64, dtype=torch.bfloat16)}, folder / "model.safetensors",
+              metadata={"format": "pt"})
+    quant = json.loads((folder / "hf_quant_config.json").read_text())
+    quant["quantization"]["exclude_modules"].append(QKV[0])
+    (folder / "hf_quant_config.json").write_text(json.dumps(quant))
+    return folder
+
+
+def test_fused_layer_with_an_unstored_shard_is_made_bf16_whole_as_the_hint_says(tmp_path, capsys):
+    src, out = q_stored_bf16(tmp_path / "src"), tmp_path / "out"
+    qkv = QKV[0].rpartition(".")[0] + ".qkv_proj"
+    hinted = [f for f in doctor(capsys, src)[1]["findings"] if f["code"] == "fused-shards" and DOES in f["message"]]
+    assert [f["subject"] for f in hinted] == [qkv], hinted
+    code, text, err = run_captured(capsys, "fix", src, "-o", out, "--target", TARGET)
+    assert code == 0, text + err
+    excluded = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert qkv in excluded and {*QKV} <= set(excluded), excluded
+    assert clean(capsys, out)
+
+
+def packed_embedding(folder: Path, without: str | None) -> Path:
+    """A Llama export whose embedding (a layer vLLM never quantizes) is stored packed NVFP4, `without` one scale."""
+    export(folder, "LlamaForCausalLM", "llama", {}, ["lm_head"])
+    tensors = load_file(folder / "model.safetensors")
+    weight = (torch.randn(64, 32, generator=torch.Generator().manual_seed(3)) * 0.05).to(torch.bfloat16)
+    codes, scale, scale_2 = nvfp4.quantize(weight, nvfp4.global_scale(weight))
+    tensors |= {f"{EMBED}.weight": codes, f"{EMBED}.weight_scale": scale, f"{EMBED}.weight_scale_2": scale_2}
+    save_file({k: v for k, v in tensors.items() if k != f"{EMBED}.{without}"}, folder / "model.safetensors",
+              metadata={"format": "pt"})
+    return folder
+
+
+def original(folder: Path, like: Path) -> Path:
+    """The BF16 model the export was made from (its packed modules dequantized: quantized again with their stored
+    global scale they reproduce the stored bytes, which --original checks), the export's config; the embedding
+    whose scale is lost, full precision."""
+    folder.mkdir(parents=True)
+    tensors = load_file(like / "model.safetensors")
+    weights = {k: v for k, v in tensors.items() if k.endswith(".weight") and v.dtype == torch.bfloat16}
+    for name in {k.rpartition(".")[0] for k in tensors if k.endswith(".weight_scale_2") and f"{k[:-2]}" in tensors}:
+        parts = [tensors[f"{name}.{leaf}"] for leaf in ("weight", "weight_scale", "weight_scale_2")]
+        weights[f"{name}.weight"] = nvfp4.dequantize(*parts, torch.bfloat16)
+    weights[f"{EMBED}.weight"] = torch.randn(64, 32).to(torch.bfloat16)
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    (folder / "config.json").write_text((like / "config.json").read_text())
+    return folder
+
+
+def embedding_hint(capsys, src: Path) -> str:
+    [hint] = [f["message"] for f in doctor(capsys, src)[1]["findings"] if f["code"] == "config-contradiction" and f["subject"] == EMBED]
+    return hint
+
+
+def test_a_module_that_can_be_dequantized_is_as_the_hint_says(tmp_path, capsys):
+    src, out = packed_embedding(tmp_path / "src", None), tmp_path / "out"
+    assert DOES in embedding_hint(capsys, src)
+    code, text, err = run_captured(capsys, "fix", src, "-o", out, "--target", TARGET)
+    assert code == 0, text + err
+    assert clean(capsys, out)
+
+
+@pytest.mark.parametrize("without", ["weight_scale", "weight_scale_2"])
+def test_a_module_whose_scales_cannot_be_read_gets_the_command_that_repairs_it(tmp_path, capsys, without):
+    src = packed_embedding(tmp_path / "src", without)
+    hint = embedding_hint(capsys, src)
+    assert DOES not in hint and "fix --target refuses" in hint and "--original" in hint, hint
+    code, text, err = run_captured(capsys, "fix", src, "-o", tmp_path / "refused", "--target", TARGET)
+    assert code == 2 and not (tmp_path / "refused").exists(), text + err
+    orig, out = original(tmp_path / "orig", src), tmp_path / "out"
+    code, text, err = run_captured(capsys, "fix", src, "-o", out, "--target", TARGET, "--original", orig)
+    assert code == 0, text + err
+    assert clean(capsys, out)
