@@ -116,3 +116,20 @@ def test_a_module_whose_scales_cannot_be_read_gets_the_command_that_repairs_it(t
     code, text, err = run_captured(capsys, "fix", src, "-o", out, "--target", TARGET, "--original", orig)
     assert code == 0, text + err
     assert clean(capsys, out)
+
+
+@pytest.mark.parametrize("name", ["model.layers.0.mlp.down*proj", "model.layers.0.mlp.down_proj"])
+def test_a_module_no_exclusion_entry_can_name_is_not_promised(name, tmp_path, capsys):
+    """SGLang 0.5.23 loads a BF16 weight its config builds NVFP4 wrongly (its data's loaders), and the hint said
+    "exclude it (fix --target does)"; for a name holding pattern syntax fix refuses (no entry names exactly it)."""
+    src = export(tmp_path / "src", "LlamaForCausalLM", "llama", {f"{name}.weight": torch.zeros(32, 32, dtype=torch.bfloat16)},
+                 ["lm_head"])
+    code, out, err = run_captured(capsys, "doctor", src, "--target", "sglang==0.5.23", "--json")
+    [hint] = [f["message"] for f in json.loads(out)["findings"] if f["subject"] == name]
+    code, text, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "sglang==0.5.23")
+    if "*" in name:
+        assert DOES not in hint and "fix --target refuses it" in hint and "rename the module" in hint, hint
+        assert code == 2 and "rename the module" in err and not (tmp_path / "out").exists(), text + err
+    else:
+        assert DOES in hint and code == 0, hint + text + err
+        assert run_captured(capsys, "doctor", tmp_path / "out", "--target", "sglang==0.5.23", "--strict")[0] == 0

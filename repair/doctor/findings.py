@@ -65,7 +65,7 @@ class Finding:
     runtime_error: str | None = None  # the exact exception text the runtime raises
     ranks: tuple[int, ...] = ()
     config_bound: bool = False  # only the quantization config makes the runtime build this full-precision layer quantized
-    dequantizes: tuple[str, ...] = ()  # the stored modules its hint says fix --target dequantizes (doctor/fix_hints.py)
+    repairs: tuple[str, ...] = ()  # the stored modules its hint says fix --target turns BF16 and excludes (doctor/fix_hints.py)
 
 
 @dataclass(frozen=True)

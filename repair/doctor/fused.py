@@ -42,5 +42,5 @@ def fused_storage_findings(declaration: Declaration, modules: dict[str, StoredMo
                            "does not fit its packed parameter, so loading stops; dequantize every shard of it (fix --target "
                            "does), or store every shard quantized",
                            f"AssertionError: (no message) shape check in {loader} fails",
-                           dequantizes=tuple(s for s in shards if modules[s].is_quantized)))
+                           repairs=tuple(s for s in shards if modules[s].is_quantized)))
     return out

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 from repair.errors import BadInput
 from repair.formats.base import routed_layer
-from repair.targets.config_lists import FLAT_KEYS, flat_exclusions
+from repair.targets.config_lists import FLAT_KEYS, flat_exclusions, pattern_syntax
 from repair.targets.runtime_rules import quant_method
 
-# characters some runtime reads as pattern syntax in a plain exclusion entry: SGLang's is_layer_excluded escapes only
-# `.` and turns `*` into `.*` before re.fullmatch (a regex); vLLM's ModelOpt rule and TensorRT-LLM fnmatch (`*?[`)
-PATTERN_CHARS = frozenset("*?[]()+{}^$|\\")
 
 
 def coverage(targets, families, declaration, config):
@@ -179,9 +176,9 @@ def refuse_pattern_names(root: object, entries, names=()) -> None:
     for entry in entries:
         if entry.startswith("re:") and entry not in names:
             continue  # a `re:` pattern the format wrote for a module
-        found = ["re:"] if entry.startswith("re:") else sorted(PATTERN_CHARS.intersection(entry))
+        found = pattern_syntax(entry)
         if found:
-            raise BadInput(f"{root}: module {entry!r} holds {found[0]!r}, which runtimes read as pattern syntax in an exclusion "
+            raise BadInput(f"{root}: module {entry!r} holds {found!r}, which runtimes read as pattern syntax in an exclusion "
                            "entry (SGLang as a regex, vLLM and TensorRT-LLM as a glob, TensorRT-LLM >= 1.3 a `re:` entry as "
                            "a regex), so no entry written as its name excludes exactly it; nothing was written; rename the "
                            "module in the checkpoint")
