@@ -40,27 +40,30 @@ def clean(capsys, folder: Path) -> bool:
     return code == 0 or print(out, err)
 
 
-def q_stored_bf16(folder: Path) -> Path:
-    """Qwen4Exp without QSA: q_proj stored BF16 and excluded, k/v_proj NVFP4, the indexer shard vLLM asks unstored."""
+def q_stored_bf16(folder: Path, listed: bool = True, without_k: bool = False) -> Path:
+    """Qwen4Exp without QSA: q_proj stored BF16 (`listed`: and excluded), k/v_proj NVFP4 (`without_k`: k_proj not
+    stored either), the indexer shard vLLM asks unstored."""
     write(folder, {})
-    tensors = {k: v for k, v in load_file(folder / "model.safetensors").items() if not k.startswith(QKV[0] + ".")}
+    gone = (QKV[0], QKV[1]) if without_k else (QKV[0],)
+    tensors = {k: v for k, v in load_file(folder / "model.safetensors").items() if k.rpartition(".")[0] not in gone}
     save_file({**tensors, f"{QKV[0]}.weight": torch.zeros(128, 64, dtype=torch.bfloat16)}, folder / "model.safetensors",
               metadata={"format": "pt"})
     quant = json.loads((folder / "hf_quant_config.json").read_text())
-    quant["quantization"]["exclude_modules"].append(QKV[0])
+    quant["quantization"]["exclude_modules"] += [QKV[0]] if listed else []
     (folder / "hf_quant_config.json").write_text(json.dumps(quant))
     return folder
 
 
-def test_fused_layer_with_an_unstored_shard_is_made_bf16_whole_as_the_hint_says(tmp_path, capsys):
-    src, out = q_stored_bf16(tmp_path / "src"), tmp_path / "out"
+@pytest.mark.parametrize("listed,without_k", [(True, False), (False, False), (True, True)])
+def test_fused_layer_with_an_unstored_shard_is_made_bf16_whole_as_the_hint_says(listed, without_k, tmp_path, capsys):
+    src, out = q_stored_bf16(tmp_path / "src", listed, without_k), tmp_path / "out"
     qkv = QKV[0].rpartition(".")[0] + ".qkv_proj"
     hinted = [f for f in doctor(capsys, src)[1]["findings"] if f["code"] == "fused-shards" and DOES in f["message"]]
     assert [f["subject"] for f in hinted] == [qkv], hinted
     code, text, err = run_captured(capsys, "fix", src, "-o", out, "--target", TARGET)
     assert code == 0, text + err
     excluded = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
-    assert qkv in excluded and {*QKV} <= set(excluded), excluded
+    assert qkv in excluded and {*QKV[::2]} <= set(excluded), excluded
     assert clean(capsys, out)
 
 

@@ -150,5 +150,7 @@ def test_inspect_declares_as_the_target_release_builds(tmp_path, capsys):
     assert declared == {"vllm==0.28.0": "quantized", "vllm==0.32.0": "-"}, declared
     code, text, err = run_captured(capsys, "inspect", src, "--target", "vllm==0.99")
     assert code == 0 and text.rstrip().endswith("HYV4ForCausalLM (vllm 0.32.0 profile)"), text
-    code, text, err = run_captured(capsys, "inspect", src, "--target", "nonsense")
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for bad in ("nonsense", "vllm==0.28.0,vllm==0.32.0"):
+        code, text, err = run_captured(capsys, "inspect", src, "--target", bad)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "inspect shows one release's reading" in err, err

@@ -18,8 +18,12 @@ def inspect(src: Path, as_json: bool, target_spec: str | None) -> None:
     """Show what SRC stores, module by module (reads headers only)."""
     from repair.doctor.inspection import as_json as to_json, as_text, inspect_checkpoint
     from repair.cli.sources import open_source  # a local folder, or a Hub repo id (headers only)
-    from repair.targets.profiles import resolve
+    from repair.errors import UsageError
+    from repair.targets.profiles import resolve_many
 
-    target = resolve(target_spec)  # a bad spec is one line before the source is opened
-    result = inspect_checkpoint(open_source(src, scales=False), target)
+    targets = resolve_many(target_spec)  # a bad spec is one line before the source is opened
+    if len(targets) > 1:
+        raise UsageError(f"--target {target_spec[:200]!r}: inspect shows one release's reading; give one target "
+                         "(doctor compares several side by side)")
+    result = inspect_checkpoint(open_source(src, scales=False), targets[0])
     click.echo(json.dumps(to_json(result), indent=2) if as_json else as_text(result))

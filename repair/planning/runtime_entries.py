@@ -103,7 +103,7 @@ def _owners(layers: set[str]):
     return lambda name: next((prefixes[name[:k]] for k in lengths if name[:k] in prefixes), None)
 
 
-def unread_fused(targets, declaration, families, config, lists: list[list[str]], names: list[str], stored=()) -> list[str]:
+def unread_fused(targets, declaration, families, config, lists: list[list[str]], names: list[str], stored=None) -> list[str]:
     """The fused layers, every shard of which is among `names` (BF16), that some target still builds quantized when
     it reads `lists` as written with the config `config` (SGLang <= 0.5.10 and compressed-tensors models without a
     packed mapping ask the fused name itself, never its shards): their own names, to be excluded too. Each target's
@@ -116,17 +116,18 @@ def unread_fused(targets, declaration, families, config, lists: list[list[str]],
         rules = [target.bind(declaration, family, config).rule(entries) for entries in lists]
         found += [fused for fused, members in _whole_groups(family, names)
                   if fused not in names and any(not r.excludes(family.runtime_name(m)) for r in rules for m in members)]
-        found += _unstored_shard_layers(target, family, declaration, rules, names, stored) if target.profile.rules is None else []
+        found += _unstored_shard_layers(family, declaration, rules, names, stored or {}) if target.profile.rules is None else []
     return sorted(set(found))
 
 
-def _unstored_shard_layers(target, family, declaration, rules, names: list[str], stored) -> list[str]:
-    """The fused layers vLLM still refuses (shards that disagree) once every stored shard is among `names`."""
+def _unstored_shard_layers(family, declaration, rules, names: list[str], stored) -> list[str]:
+    """The fused layers vLLM still refuses (shards that disagree) where no stored shard stays quantized (`stored`:
+    module -> StoredModule) and it asks a shard no module stores."""
     out = []
     for fused, members in family.fused_groups(names):
         asked = family.asked_shards(fused, members)
         parent = fused.rpartition(".")[0]
-        kept = [s for s in asked if s in stored and s not in members]  # a stored shard that stays quantized: not whole
+        kept = [s for s in asked if s in stored and stored[s].is_quantized and s not in members]  # stays packed: not whole
         if fused in names or kept or len(asked) == len(members) or not parent:
             continue
         shards = tuple(family.runtime_name(s) for s in asked)
