@@ -131,14 +131,22 @@ def test_fix_tp_refuses_targets_that_split_differently(tmp_path):
         plan_tp(dataclasses.replace(plan, before=(own, _replicating(own))), 2)
 
 
+WK = "model.layers.0.self_attn.indexer.wk"
+
+
+def bf16_indexer_wk(root: Path) -> Path:
+    """An export listing LISTED with a BF16 `indexer.wk` the config does not exclude."""
+    src = export(root, LISTED[0], "hy_v3", {f"{WK}.weight": torch.zeros(32, 32, dtype=torch.bfloat16)}, ["lm_head"])
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "architectures": LISTED}))
+    return src
+
+
 def test_inspect_declares_as_the_target_release_builds(tmp_path, capsys):
     """`inspect --target T` shows the config's declaration as the class T builds reads it: vLLM 0.32's HYV4 builds its
     indexer's wk (fused into wk_weights_proj) unquantized whatever the config says (its profile); 0.28 builds HYV3,
     which has no such layer, so a BF16 `indexer.wk` the config does not exclude is declared quantized to it."""
-    wk = "model.layers.0.self_attn.indexer.wk"
-    src = export(tmp_path / "src", LISTED[0], "hy_v3", {f"{wk}.weight": torch.zeros(32, 32, dtype=torch.bfloat16)}, ["lm_head"])
-    config = json.loads((src / "config.json").read_text())
-    (src / "config.json").write_text(json.dumps({**config, "architectures": LISTED}))
+    src = bf16_indexer_wk(tmp_path / "src")
     declared = {}
     for target in ("vllm==0.28.0", "vllm==0.32.0"):
         code, text, err = run_captured(capsys, "inspect", src, "--json", "--target", target)
@@ -146,7 +154,7 @@ def test_inspect_declares_as_the_target_release_builds(tmp_path, capsys):
         found = json.loads(text)
         assert found["target"] == target and found["architecture"].startswith(
             "HYV3ForCausalLM" if target == "vllm==0.28.0" else "HYV4ForCausalLM"), found["architecture"]
-        declared[target] = next(m["declared"] for m in found["modules"] if m["name"] == wk)
+        declared[target] = next(m["declared"] for m in found["modules"] if m["name"] == WK)
     assert declared == {"vllm==0.28.0": "quantized", "vllm==0.32.0": "-"}, declared
     code, text, err = run_captured(capsys, "inspect", src, "--target", "vllm==0.99")
     assert code == 0 and text.rstrip().endswith("HYV4ForCausalLM (vllm 0.32.0 profile)"), text
@@ -154,3 +162,17 @@ def test_inspect_declares_as_the_target_release_builds(tmp_path, capsys):
         code, text, err = run_captured(capsys, "inspect", src, "--target", bad)
         assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert "inspect shows one release's reading" in err, err
+
+
+def test_the_pages_module_table_declares_as_its_first_target_builds(tmp_path):
+    """The web page's module table (repair/web/analyze.py) takes its `declared` column from inspect, for the first
+    target asked: the page for vllm==0.28.0 shows what 0.28's HYV3 builds, not 0.32's HYV4."""
+    from repair.web.analyze import analyze
+
+    src = bf16_indexer_wk(tmp_path / "src")
+    declared = {}
+    for target in ("vllm==0.28.0", "vllm==0.32.0"):
+        table = analyze({"source": str(src), "target": target})["modules"]
+        column = table["headers"].index("declared")
+        declared[target] = next(row[column] for row in table["data"] if row[0] == WK)
+    assert declared == {"vllm==0.28.0": "quantized", "vllm==0.32.0": "-"}, declared
