@@ -136,3 +136,18 @@ def test_a_module_no_exclusion_entry_can_name_is_not_promised(name, tmp_path, ca
     else:
         assert DOES in hint and code == 0, hint + text + err
         assert run_captured(capsys, "doctor", tmp_path / "out", "--target", "sglang==0.5.23", "--strict")[0] == 0
+
+
+
+def test_every_stored_shard_listed_gets_the_fused_name_doctor_asks_for(tmp_path, capsys):
+    """Every stored shard BF16 and listed, the unstored indexer shard not: doctor says "name the fused layer itself";
+    fix --target does exactly that (the shards stay as stored), and vLLM then builds the layer BF16 whole."""
+    src, out = write(tmp_path / "src", {}, tuple(QKV)), tmp_path / "out"
+    qkv = QKV[0].rpartition(".")[0] + ".qkv_proj"
+    [hint] = [f["message"] for f in doctor(capsys, src)[1]["findings"] if f["code"] == "fused-shards"]
+    assert f"name the fused layer itself ({qkv})" in hint, hint
+    code, text, err = run_captured(capsys, "fix", src, "-o", out, "--target", TARGET)
+    assert code == 0, text + err
+    report = json.loads((out / "repair_report.json").read_text())
+    assert not report["changes"] and qkv in json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert clean(capsys, out)

@@ -1,4 +1,4 @@
-"""doctor's hint for a Qwen4Exp fused layer with one shard stored BF16 says "dequantize every shard of it (fix --target
+"""doctor's hints for a Qwen4Exp fused layer, run as they say, give outputs vLLM 0.32 loads. One shard stored BF16: the hint says "dequantize every shard of it (fix --target
 does)": fix --target vllm==0.32.0 dequantizes the packed shards and, as vLLM also asks the unstored indexer shard of
 qkv_proj without QSA (quant_utils.py is_layer_skipped), names the fused layer itself (tested first,
 quant_utils.py:662). vLLM 0.32 loads the output (tests/test_fix_hints.py runs the same command without vLLM)."""
@@ -41,6 +41,17 @@ def test_the_fused_shards_hint_is_what_fix_does_and_vllm_loads_it(healthy, tmp_p
     assert not in_vllm("vllm_load.py", src, "--moe-emulation")[0]["ok"]
     code, out, err = run_captured(capsys, "doctor", src, "--target", "vllm==0.32.0", "--json")
     assert any("(fix --target does)" in f["message"] for f in json.loads(out)["findings"] if f["code"] == "fused-shards")
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "vllm==0.32.0", "--quiet")
+    assert code == 0, err
+    loaded = in_vllm("vllm_load.py", tmp_path / "out", "--moe-emulation")[0]
+    assert loaded["ok"] and loaded["stand_in_calls"] == [], loaded
+
+
+def test_every_shard_listed_fix_names_the_fused_layer_and_vllm_loads_it(healthy, tmp_path, capsys):  # noqa: F811
+    """q/k/v stored BF16 and listed, the indexer shard vLLM asks not: vLLM refuses; doctor says "name the fused layer
+    itself"; fix --target writes that entry (no module changes) and vLLM 0.32 loads the output."""
+    src = variant(healthy, tmp_path / "src", False, False, False)
+    assert not in_vllm("vllm_load.py", src, "--moe-emulation")[0]["ok"]
     code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "vllm==0.32.0", "--quiet")
     assert code == 0, err
     loaded = in_vllm("vllm_load.py", tmp_path / "out", "--moe-emulation")[0]
