@@ -1,7 +1,8 @@
-"""doctor's hints for a Qwen4Exp fused layer, run as they say, give outputs vLLM 0.32 loads. One shard stored BF16: the hint says "dequantize every shard of it (fix --target
-does)": fix --target vllm==0.32.0 dequantizes the packed shards and, as vLLM also asks the unstored indexer shard of
-qkv_proj without QSA (quant_utils.py is_layer_skipped), names the fused layer itself (tested first,
-quant_utils.py:662). vLLM 0.32 loads the output (tests/test_fix_hints.py runs the same command without vLLM)."""
+"""doctor's hints for a Qwen4Exp fused layer, run as they say, give outputs vLLM 0.32 loads. One shard stored BF16:
+the hint says "dequantize every shard of it (fix --target does)", and fix --target vllm==0.32.0 dequantizes the packed
+shards and, as vLLM also asks the unstored indexer shard of qkv_proj without QSA (quant_utils.py is_layer_skipped),
+names the fused layer itself (tested first, quant_utils.py:662). Every stored shard listed: the hint says "name the
+fused layer itself", and fix does that. tests/test_fix_hints.py runs the same commands without vLLM."""
 
 from __future__ import annotations
 
