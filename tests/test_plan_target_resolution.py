@@ -176,3 +176,25 @@ def test_the_pages_module_table_declares_as_its_first_target_builds(tmp_path):
         column = table["headers"].index("declared")
         declared[target] = next(row[column] for row in table["data"] if row[0] == WK)
     assert declared == {"vllm==0.28.0": "quantized", "vllm==0.32.0": "-"}, declared
+
+
+@pytest.mark.parametrize("spec", ["bf16", "bf16,bf16"])
+def test_inspect_refuses_bf16_whose_build_reads_no_declaration(spec, tmp_path, capsys):
+    """bf16 reads no quantization config (it loads the checkpoint dequantized), so a `declared` column "as bf16 builds
+    it" that shows the config's quantized/excluded reading (through the newest vLLM's class) says what bf16 never does:
+    one line, exit 2, naming the targets whose reading inspect can show."""
+    src = bf16_indexer_wk(tmp_path / "src")
+    code, text, err = run_captured(capsys, "inspect", src, "--target", spec)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (text, err)
+    assert "bf16" in err and "vllm==" in err, err
+
+
+def test_the_pages_module_table_skips_bf16_for_the_first_release_that_reads_the_config(tmp_path):
+    """bf16 first on the page (`bf16,vllm==0.28.0`): bf16 reads no quantization config, so the `declared` column is
+    the next target's reading (0.28's HYV3 declares the BF16 indexer.wk quantized), not the newest release's class."""
+    from repair.web.analyze import analyze
+
+    src = bf16_indexer_wk(tmp_path / "src")
+    table = analyze({"source": str(src), "target": "bf16,vllm==0.28.0"})["modules"]
+    column = table["headers"].index("declared")
+    assert next(row[column] for row in table["data"] if row[0] == WK) == "quantized"
