@@ -198,3 +198,23 @@ def test_the_pages_module_table_skips_bf16_for_the_first_release_that_reads_the_
     table = analyze({"source": str(src), "target": "bf16,vllm==0.28.0"})["modules"]
     column = table["headers"].index("declared")
     assert next(row[column] for row in table["data"] if row[0] == WK) == "quantized"
+
+
+def test_inspect_declares_as_the_target_reads_the_exclusion_list(tmp_path, capsys):
+    """The declared column is the config as T reads it, with T's own matching rules (Target.bind, what doctor uses),
+    not vLLM's: real Qwen3-32B layout with only q_proj of qkv_proj excluded. vLLM reads the shard's entry; TensorRT-LLM
+    1.0 asks the fused layer only by its own name (its data's fused policy), so it builds q_proj quantized (and doctor
+    --target trtllm==1.0 finds nothing to do with the packed q_proj)."""
+    from tests.trtllm_helpers import edit_json
+    from tools.real_fixture import write_real_model
+
+    src = write_real_model(tmp_path / "src", "qwen3-32b")
+    q_proj = "model.layers.0.self_attn.q_proj"
+    edit_json(src / "hf_quant_config.json", lambda d: d["quantization"]["exclude_modules"].append(q_proj))
+    declared = {}
+    for target in ("vllm==0.32.0", "trtllm==1.0"):
+        code, text, err = run_captured(capsys, "inspect", src, "--json", "--target", target)
+        assert code == 0, err
+        declared[target] = next(m["declared"] for m in json.loads(text)["modules"] if m["name"] == q_proj)
+    assert declared == {"vllm==0.32.0": "excluded", "trtllm==1.0": "quantized"}, declared
+    assert run_captured(capsys, "doctor", src, "--target", "trtllm==1.0", "--strict")[0] == 0

@@ -50,10 +50,11 @@ def inspect_checkpoint(ckpt: Checkpoint, target: Target | None = None) -> Inspec
     target = target or resolve(None)
     family = target_family(target, ckpt.config)
     expected = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json"), family) or {}
+    read = target.bind(declaration, family, ckpt.config)  # with the target's own matching rules, as doctor reads it
     views = []
     for m in modules:
-        declared = _declared(m, declaration, expected, family)
-        algo = declared_algorithm(declaration, family, m.name) if declared == "quantized" else None
+        declared = _declared(m, read, expected, family)
+        algo = declared_algorithm(read, family, m.name) if declared == "quantized" else None
         views.append(ModuleView(m, expected[m.name].shape if m.name in expected else None, declared, algo))
     linears = [m for m in modules if m.tensor("weight")]
     return Inspection(ckpt, declaration, tuple(views), stored_bits(linears, infos), target.spec, family.name)
