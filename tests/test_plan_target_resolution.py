@@ -218,3 +218,17 @@ def test_inspect_declares_as_the_target_reads_the_exclusion_list(tmp_path, capsy
         declared[target] = next(m["declared"] for m in json.loads(text)["modules"] if m["name"] == q_proj)
     assert declared == {"vllm==0.32.0": "excluded", "trtllm==1.0": "quantized"}, declared
     assert run_captured(capsys, "doctor", src, "--target", "trtllm==1.0", "--strict")[0] == 0
+
+
+def test_fix_tp_serves_targets_whose_classes_differ_in_name_but_split_alike(tmp_path):
+    """Two targets building differently named classes (rows) with the same layer kinds split the output alike: one
+    --tp layout serves both; only a different split is refused (the comparison was on the row's name too)."""
+    from repair.doctor.diagnose import diagnose
+    from repair.targets.profiles import resolve
+    from repair.tp.plan import plan_tp
+
+    ckpt, plan = _assistant_plan(tmp_path)
+    own = diagnose(ckpt, resolve("vllm==0.32.0"))
+    renamed = dataclasses.replace(own, family=dataclasses.replace(own.family, name=own.family.name + " (another release)"))
+    alone = plan_tp(dataclasses.replace(plan, before=(own,)), 2).counts()
+    assert plan_tp(dataclasses.replace(plan, before=(own, renamed)), 2).counts() == alone

@@ -173,12 +173,17 @@ def _target_styles(plan: Plan) -> StylePlan:
     found: list[StylePlan] = []
     for family in built_families(plan.source, plan.before):
         styles = style_plan(plan.source.config, where, family)
-        if found and styles != found[0]:
+        if found and _splits(styles) != _splits(found[0]):  # its source names the row: alike splits serve both
             raise UsageError(f"{plan.source.root}: the targets build different classes of this model and split its tensors "
                              f"differently ({found[0].source}; {styles.source}), so no one --tp layout serves them all; nothing "
                              "was written; run fix --tp once per target")
         found.append(styles)
     return found[0]
+
+
+def _splits(styles: StylePlan) -> tuple:
+    """What decides each tensor's split (not where the styles came from)."""
+    return styles.modules, styles.patterns, styles.heads
 
 
 def _refuse_split_pre_quant_scale(plan: Plan, specs) -> None:
