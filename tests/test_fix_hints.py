@@ -151,3 +151,25 @@ def test_every_stored_shard_listed_gets_the_fused_name_doctor_asks_for(tmp_path,
     report = json.loads((out / "repair_report.json").read_text())
     assert not report["changes"] and qkv in json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
     assert clean(capsys, out)
+
+
+def test_a_3d_experts_module_whose_block_scale_is_misshapen_is_not_promised(tmp_path, capsys):
+    """ModelOpt's BMM experts store `X_weight_scale` beside `X` (formats/nvfp4_packed._bmm_experts), not `X.weight_scale`:
+    a misshapen one is reported on that tensor, and the hint for the excluded packed module `X` still said fix
+    --target dequantizes it, while fix --target refuses (its scales cannot be read)."""
+    from tests.test_bmm_experts_nvfp4 import gpt_oss_export
+
+    src = gpt_oss_export(tmp_path / "src")
+    module = "model.layers.1.mlp.experts.down_proj"
+    tensors = load_file(src / "model.safetensors")
+    tensors[f"{module}_weight_scale"] = tensors[f"{module}_weight_scale"][:, :1].contiguous()
+    save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
+    for name, key in (("config.json", "quantization_config"), ("hf_quant_config.json", "quantization")):
+        config = json.loads((src / name).read_text())
+        listed = config[key]["ignore" if key == "quantization_config" else "exclude_modules"]
+        listed.append(module)
+        (src / name).write_text(json.dumps(config))
+    [hint] = [f["message"] for f in doctor(capsys, src)[1]["findings"] if f["subject"] == module and f["code"] == "config-contradiction"]
+    assert DOES not in hint and "fix --target refuses" in hint and "--original" in hint, hint
+    code, text, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", TARGET)
+    assert code == 2 and not (tmp_path / "out").exists(), text + err

@@ -15,10 +15,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from repair.doctor.findings import Finding, Kind, Severity
+from repair.formats.modelopt_nvfp4 import LEAVES
 from repair.targets.config_lists import pattern_syntax
 
 FIX_DOES = "(fix --target does)"
 # the defects with which the planner refuses to dequantize a module (each an error doctor reports on it or its scales)
+SCALE_LEAVES = tuple(sorted((leaf for role, leaf in LEAVES.items() if role != "weight"), key=len, reverse=True))
 UNREADABLE = frozenset({Kind.MISSING_WEIGHT_SCALE, Kind.MISSING_SCALE_2, Kind.SCALE_SHAPE, Kind.GLOBAL_SCALE,
                         Kind.SCALE_OVERFLOW, Kind.BLOCK_SCALES, Kind.FP8_SCALE, Kind.PRE_QUANT_SCALE})
 
@@ -28,9 +30,18 @@ def true_hints(findings: list[Finding]) -> list[Finding]:
     unreadable: dict[str, Finding] = {}  # module -> its first such defect (one on a scale tensor counts for its module)
     for f in findings:
         if f.code in UNREADABLE and f.severity is Severity.ERROR:
-            parent, _, leaf = f.subject.rpartition(".")
-            unreadable.setdefault(parent if "scale" in leaf else f.subject, f)
+            unreadable.setdefault(_module_of(f.subject), f)
     return [_rewritten(f, unreadable) if f.repairs and FIX_DOES in f.message else f for f in findings]
+
+
+def _module_of(subject: str) -> str:
+    """The module a defect's subject names: itself, the module of its `.weight_scale`-like tensor, or `X` of ModelOpt's
+    BMM experts' `X_weight_scale` (formats/nvfp4_packed: the scales sit beside the leafless weight `X`)."""
+    parent, _, leaf = subject.rpartition(".")
+    beside = next((leaf[: -len(s) - 1] for s in SCALE_LEAVES if leaf.endswith("_" + s) and len(leaf) > len(s) + 1), None)
+    if beside and leaf not in SCALE_LEAVES:
+        return f"{parent}.{beside}" if parent else beside
+    return parent if "scale" in leaf else subject
 
 
 def _rewritten(f: Finding, unreadable: dict[str, Finding]) -> Finding:
