@@ -159,7 +159,7 @@ def test_a_3d_experts_module_whose_block_scale_is_misshapen_is_not_promised(tmp_
     --target dequantizes it, while fix --target refuses (its scales cannot be read)."""
     from tests.test_bmm_experts_nvfp4 import gpt_oss_export
 
-    src = gpt_oss_export(tmp_path / "src")
+    src = gpt_oss_export(tmp_path / "src", tmp_path / "orig")
     module = "model.layers.1.mlp.experts.down_proj"
     tensors = load_file(src / "model.safetensors")
     tensors[f"{module}_weight_scale"] = tensors[f"{module}_weight_scale"][:, :1].contiguous()
@@ -171,5 +171,10 @@ def test_a_3d_experts_module_whose_block_scale_is_misshapen_is_not_promised(tmp_
         (src / name).write_text(json.dumps(config))
     [hint] = [f["message"] for f in doctor(capsys, src)[1]["findings"] if f["subject"] == module and f["code"] == "config-contradiction"]
     assert DOES not in hint and "fix --target refuses" in hint and "--original" in hint, hint
-    code, text, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", TARGET)
-    assert code == 2 and not (tmp_path / "out").exists(), text + err
+    code, text, err = run_captured(capsys, "fix", src, "-o", tmp_path / "refused", "--target", TARGET)
+    assert code == 2 and not (tmp_path / "refused").exists(), text + err
+    out = tmp_path / "out"  # the command the hint names: the module from the original, and the output passes
+    code, text, err = run_captured(capsys, "fix", src, "-o", out, "--target", TARGET, "--original", tmp_path / "orig")
+    assert code == 0, text + err
+    assert torch.equal(load_file(out / "model.safetensors")[module], load_file(tmp_path / "orig" / "model.safetensors")[module])
+    assert clean(capsys, out)

@@ -30,11 +30,11 @@ def true_hints(findings: list[Finding]) -> list[Finding]:
     unreadable: dict[str, Finding] = {}  # module -> its first such defect (one on a scale tensor counts for its module)
     for f in findings:
         if f.code in UNREADABLE and f.severity is Severity.ERROR:
-            unreadable.setdefault(_module_of(f.subject), f)
+            unreadable.setdefault(module_of(f.subject), f)
     return [_rewritten(f, unreadable) if f.repairs and FIX_DOES in f.message else f for f in findings]
 
 
-def _module_of(subject: str) -> str:
+def module_of(subject: str) -> str:
     """The module a defect's subject names: itself, the module of its `.weight_scale`-like tensor, or `X` of ModelOpt's
     BMM experts' `X_weight_scale` (formats/nvfp4_packed: the scales sit beside the leafless weight `X`)."""
     parent, _, leaf = subject.rpartition(".")

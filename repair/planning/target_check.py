@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from repair import arch
 from repair.doctor.config_builds import unexpected_tensor_findings
+from repair.doctor.fix_hints import module_of
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.missing import missing_modules, unbuilt as not_built
 from repair.errors import BadInput, UsageError
@@ -176,6 +177,8 @@ def _dropped_away(f: Finding, ckpt: Checkpoint, diagnosis: Diagnosis, dropped: f
 
 def _covered(subject: str, changed: set[str]) -> bool:
     """`subject` (a module or one of its tensors) belongs to a module the plan changes."""
+    if module_of(subject) in changed:  # ModelOpt BMM experts' `X_weight_scale` is a tensor of module X
+        return True
     name = subject
     while name:
         if name in changed:
