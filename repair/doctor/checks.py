@@ -70,7 +70,7 @@ def unquantized_role_findings(declaration: Declaration, modules: dict[str, Store
             stored = "packed NVFP4" if m.precision == "nvfp4" else (m.algorithm or m.precision)
             out.append(Finding(severity, Kind.CONFIG_CONTRADICTION, m.name,
                                f"{m.name}: stored {stored}, but it is a {role.name}: {role.why}; vLLM builds it unquantized and "
-                               "cannot load its quantized tensors; dequantize it (fix --target does)"))
+                               "cannot load its quantized tensors; dequantize it (fix --target does)", repairs=(m.name,)))
     return out
 
 

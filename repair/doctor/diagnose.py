@@ -18,6 +18,7 @@ from repair.doctor.declared import (algorithm_findings, float8_findings, fused_a
 from repair.doctor.dropped import dropped_tensor_findings
 from repair.doctor.config_builds import refused_config_findings, unexpected_tensor_findings
 from repair.doctor.refused_load import build_refused_findings, load_refused_findings, registry_findings
+from repair.doctor.fix_hints import true_hints
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.fused import fused_storage_findings
 from repair.doctor.missing import consequence, missing_findings, unbuilt
@@ -73,7 +74,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     first: tuple[vllm_loader.Outcome, ...] = ()
     building: list[Finding] = []  # layers the runtime refuses while building them
     simulated = target.profile.simulates_loads and bool(specs)
-    degree = _degree_findings(specs, precision, ckpt.config, tp) if simulated else []
+    degree = _degree_findings(specs, precision, ckpt.config, tp, family.layer_kinds) if simulated else []
     findings += degree
     null = null_list_findings(ckpt, declaration, target)  # the config reader raises: no layer is built, no weight loads
     first = _build_stops(null, tp)
@@ -149,8 +150,9 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     first = _build_stops(findings, tp, (Kind.UNREGISTERED, Kind.CONFIG_REFUSED)) or first  # refused reading the config: before all
     linears = [m for m in modules.values() if m.tensor("weight")]
     bits = stored_bits(linears, infos)
+    findings = true_hints(findings)  # what fix --target does with each: said after every finding is known
     return Diagnosis(target, tp, tuple(findings), first, precision, bits, architecture_name(builds, resolved, ckpt.config), simulated,
-                     tuple(notes), values.report())
+                     tuple(notes), values.report(), family)
 
 
 def architecture_name(builds: Builds, resolved: Resolved, config: dict | None) -> str:
@@ -188,9 +190,10 @@ def _unquantized_stop_findings(stop: vllm_loader.Outcome | None, modules: dict[s
                     "config, or dequantize the packed modules)", stop.error if stop.error.startswith("ValueError") else None, (0,))]
 
 
-def _degree_findings(specs, precision, config, tp: int) -> list[Finding]:
-    """An impossible --tp: vLLM fails while building the model, on every rank; lists the degrees that work."""
-    built = tp_rules.runtime_specs(specs, precision, config)
+def _degree_findings(specs, precision, config, tp: int, kinds: dict) -> list[Finding]:
+    """An impossible --tp: vLLM fails while building the model, on every rank; lists the degrees that work. `kinds`:
+    the layer kinds of the class the target builds."""
+    built = tp_rules.runtime_specs(specs, precision, config, kinds)
     found = tp_rules.problems(built, tp)
     works = tp_rules.degrees_text(tp_rules.valid_degrees(built)) if found else ""
     return [Finding(Severity.ERROR, Kind.TP_IMPOSSIBLE, p.tensor, f"{p.tensor}: {p.rule}, so tensor parallel {tp} is impossible; "

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from repair.arch.base import Architecture
 from repair.doctor.scales import ScaleScan
 from repair.targets.profiles import Target
 from repair.targets.vllm_loader import Outcome
@@ -66,6 +67,7 @@ class Finding:
     runtime_error: str | None = None  # the exact exception text the runtime raises
     ranks: tuple[int, ...] = ()
     config_bound: bool = False  # only the quantization config makes the runtime build this full-precision layer quantized
+    repairs: tuple[str, ...] = ()  # the stored modules its hint says fix --target turns BF16 and excludes (doctor/fix_hints.py)
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class Diagnosis:
     simulated: bool = False  # the target's loader was simulated (the architecture has a loader profile)
     notes: tuple[Finding, ...] = ()  # worth knowing, but the target loads and runs it as intended: never counted, even by --strict
     scales: ScaleScan | None = None  # which scale values were read (block scales sampled, scanned or not read)
+    family: Architecture | None = None  # the row of the class the target builds (target_family): what fix plans with
 
     def exit_code(self, strict: bool = False) -> int:
         bad = {Severity.ERROR, Severity.WARNING} if strict else {Severity.ERROR}

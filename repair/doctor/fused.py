@@ -41,5 +41,6 @@ def fused_storage_findings(declaration: Declaration, modules: dict[str, StoredMo
                            f"{', '.join(plain)} {'is' if len(plain) == 1 else 'are'} stored {modules[plain[0]].precision}, which "
                            "does not fit its packed parameter, so loading stops; dequantize every shard of it (fix --target "
                            "does), or store every shard quantized",
-                           f"AssertionError: (no message) shape check in {loader} fails"))
+                           f"AssertionError: (no message) shape check in {loader} fails",
+                           repairs=tuple(s for s in shards if modules[s].is_quantized)))
     return out

@@ -10,7 +10,9 @@ from repair.arch import Architecture
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
 from repair.formats.modules import StoredModule, stored_bits
+from repair.targets.layer_names import target_family
 from repair.targets.precision import declared_algorithm
+from repair.targets.profiles import NEWEST_KNOWN, Target, resolve
 
 
 @dataclass(frozen=True)
@@ -34,22 +36,28 @@ class Inspection:
     declaration: Declaration
     modules: tuple[ModuleView, ...]
     bits_per_parameter: float
+    target: str = NEWEST_KNOWN  # the release whose build `declared` describes
+    architecture: str = ""  # the row of the class it builds for this config.json
 
 
-def inspect_checkpoint(ckpt: Checkpoint) -> Inspection:
+def inspect_checkpoint(ckpt: Checkpoint, target: Target | None = None) -> Inspection:
+    """`target`: the release whose build the declared column describes: the class its own registry resolves
+    config.json's `architectures` to, and that class's row (default: the newest known vLLM release)."""
     infos = ckpt.infos()
     fmt = formats.detect(ckpt)
     modules = fmt.group_modules(infos)
     declaration = fmt.read_declaration(ckpt)
-    family = arch.architecture(ckpt.config)
-    expected = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
+    target = target or resolve(None)
+    family = target_family(target, ckpt.config)
+    expected = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json"), family) or {}
+    read = target.bind(declaration, family, ckpt.config)  # with the target's own matching rules, as doctor reads it
     views = []
     for m in modules:
-        declared = _declared(m, declaration, expected, family)
-        algo = declared_algorithm(declaration, family, m.name) if declared == "quantized" else None
+        declared = _declared(m, read, expected, family)
+        algo = declared_algorithm(read, family, m.name) if declared == "quantized" else None
         views.append(ModuleView(m, expected[m.name].shape if m.name in expected else None, declared, algo))
     linears = [m for m in modules if m.tensor("weight")]
-    return Inspection(ckpt, declaration, tuple(views), stored_bits(linears, infos))
+    return Inspection(ckpt, declaration, tuple(views), stored_bits(linears, infos), target.spec, family.name)
 
 
 def _declared(module: StoredModule, declaration: Declaration, expected: dict, family: Architecture) -> str:
@@ -73,6 +81,7 @@ def as_json(result: Inspection) -> dict:
                         # compressed-tensors groups of different schemes: (target, algorithm) in first-match order
                         "config_group_targets": [list(t) for t in d.group_algos.targets] if d.group_algos is not None else None},
         "bits_per_parameter": round(result.bits_per_parameter, 4),
+        "target": result.target, "architecture": result.architecture,
         "modules": [
             {
                 "name": v.module.name,
@@ -113,6 +122,7 @@ def as_text(result: Inspection) -> str:
             f"{_shape(v.module.logical_shape):<15} {expected:<15} {v.declared:<10} {v.algorithm or '-':<12} {v.declared_algorithm or '-'}{mark}"
         )
     lines.append(f"bits per parameter (linear and embedding weights, scales included): {result.bits_per_parameter:.3f}")
+    lines.append(f"declared and expected as {result.target} builds it: {result.architecture}")
     return "\n".join(lines)
 
 

@@ -72,7 +72,7 @@ def excluded_packed_findings(modules: dict[str, StoredModule], schemes: dict[str
             out.append(Finding(Severity.ERROR, Kind.CONFIG_CONTRADICTION, name,
                                f"{name}: stored {stored}, but the config excludes {how}, so {target.spec} builds it unquantized "
                                f"and cannot load its {stored} tensors; dequantize it (fix --target does), or take it out "
-                               "of the exclusions if it is meant to be quantized"))
+                               "of the exclusions if it is meant to be quantized", repairs=(name,)))
     return out
 
 

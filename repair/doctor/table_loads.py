@@ -118,17 +118,19 @@ def _one(m: StoredModule, built: str, loader: str, target: Target, ranks_split: 
                 f"{who} zero-pads this to [{out}, {inn}] and reads the packed bytes as BF16 values")
         return Finding(Severity.ERROR, Kind.SILENT_GARBAGE, m.name,
                        f"{said}, without an error ({head}; its {loader.replace('_', '-')} loader pads a weight that is too narrow){skip_text}; "
-                       "dequantize it (fix --target does), or declare it quantized", None, ranks, bound), []
+                       "dequantize it (fix --target does), or declare it quantized", None, ranks, bound,
+                       repairs=(m.name,) if m.is_quantized else ()), []
     if behaviour == "silent_cast":
         return Finding(Severity.ERROR, Kind.SILENT_GARBAGE, m.name,
                        f"{who} casts this BF16 weight into its packed uint8 parameter without an error ({head}; its "
                        f"{loader.replace('_', '-')} loader narrows the weight to the packed width), and the block scales it needs are "
-                       "never loaded; exclude it (fix --target does), or store it quantized", None, ranks, bound), []
+                       "never loaded; exclude it (fix --target does), or store it quantized", None, ranks, bound,
+                       repairs=(m.name,)), []
     text = _filled(behaviour, out, inn, packed, loader, split) if behaviour else None
     fix = "dequantize it (fix --target does)" if m.is_quantized else "exclude it (fix --target does), or store it quantized"
     return (Finding(Severity.ERROR, Kind.LOAD_ERROR, m.name,
                     f"{head}; its {loader.replace('_', '-')} loader cannot take the stored weight, so loading stops"
-                    f"{skip_text}; {fix}", text, ranks, bound),
+                    f"{skip_text}; {fix}", text, ranks, bound, repairs=(m.name,)),
             [Outcome(m.tensor("weight") or m.name, r, "error", text or f"{who}'s {loader} loader refuses {stored}") for r in ranks]
             + [Outcome(t, r, "error", error) for t, error in raised for r in ranks])
 

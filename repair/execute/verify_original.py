@@ -78,9 +78,11 @@ def assess_original(plan: Plan, force: bool = False, jobs: int = 1) -> OriginalA
 
 def _check(computer: Computer, orig_infos: dict, m) -> tuple[bool | None, float | None]:
     """One packed module against the original: (reproduced, relative error); (False, None) when the original has
-    no such weight or another shape, (None, None) when its weight is not finite float data. Any thread."""
+    no such weight or another shape, or the module lacks a scale its codes need (a broken export --original
+    repairs: nothing to reproduce), (None, None) when its weight is not finite float data. Any thread."""
     name = m.weight_name
-    if name not in orig_infos or orig_infos[name].shape != m.logical_shape:
+    scales = ("weight_scale",) if m.algorithm == "FP8" else ("weight_scale", "weight_scale_2")
+    if name not in orig_infos or orig_infos[name].shape != m.logical_shape or not all(m.tensor(r) for r in scales):
         return False, None
     weight = computer.load(name, "original")
     if not _float_weight(weight):

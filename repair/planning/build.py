@@ -6,7 +6,7 @@ checked completely before the executor writes a byte.
 
 from __future__ import annotations
 
-from repair import arch, formats
+from repair import formats
 from repair.doctor.declared import KV_LEAVES
 from repair.doctor.diagnose import Diagnosis, diagnose_each
 from repair.errors import BadInput, UsageError
@@ -18,6 +18,7 @@ from repair.io.output import REPORT_NAME
 from repair.io.safetensors import ShardHeader
 from repair.formats.modules import StoredModule
 from repair.planning import check as plan_check
+from repair.planning.built import built_families
 from repair.planning.model import ChangeAction, Copy, ModuleChange, Plan, ShardOp, ShardStep, TensorRef, TensorStep
 from repair.planning.modules import fused_group, module_change
 from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Recipe
@@ -85,7 +86,8 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     declaration = fmt.read_declaration(ckpt)
     actions = _with_fused_siblings(assign_actions(modules, recipe, str(ckpt.root)), by_name)
     if declaration.quantized and not recipe.drop_quantization:  # the output is built by a quantization config
-        refuse_split_layers(actions, Layers(by_name, arch.architecture(ckpt.config).fused_layers), str(ckpt.root))
+        for family in built_families(ckpt, before):  # each target's layers: the class its release builds
+            refuse_split_layers(actions, Layers(by_name, family.fused_layers), str(ckpt.root))
     _check_supported(ckpt, fmt, actions, original, recipe, by_name)
     refuse_unrepairable(ckpt, recipe, declaration, actions, before)
     declared = declaration.quant_algo if declaration.layer_algos is None else None
@@ -93,7 +95,7 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     undeclared_kv = recipe.from_target is not None and declaration.kv_cache is None  # doctor: the runtime ignores or refuses them
     changes += kv_scale_drops(ckpt, changes) if recipe.drop_quantization or undeclared_kv else []
     shards, emptied = _shard_steps(ckpt, changes)
-    config, hf_quant, added = config_edits(ckpt, fmt, declaration, recipe, actions, by_name)
+    config, hf_quant, added = config_edits(ckpt, fmt, declaration, recipe, actions, by_name, before)
     unused = unused_exclusions(ckpt, recipe, before, by_name, fmt, frozenset(n for n, a in actions.items() if a == Action.DROP))
     if unused:
         config, hf_quant = fmt.without_entries(config, hf_quant, unused)

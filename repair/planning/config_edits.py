@@ -3,50 +3,48 @@ turns BF16 excluded for each target release, which requantized ones come back, a
 
 from __future__ import annotations
 
-from repair import arch
 from repair.errors import UsageError
+from repair.doctor.findings import Diagnosis
 from repair.formats.base import Declaration, Format
 from repair.formats.modules import StoredModule
 from repair.io.checkpoint import Checkpoint
+from repair.planning.built import target_rows
 from repair.planning.modules import fused_group
 from repair.planning.recipe import Action, Recipe
 from repair.planning.runtime_entries import (coverage, entry_names, flat_read, plain_entries, read_where_targets_read,
                                              refuse_colliding_names, refuse_pattern_names, runtime_names, unread_fused, whole_layer_names)
 from repair.targets.config_lists import null_exclusion_list
-from repair.targets.layer_names import target_family
-from repair.targets.profiles import resolve_many
 
 __all__ = ["config_edits", "unlisted_layers"]
 
 
 def config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recipe: Recipe, actions: dict[str, Action],
-                  modules: dict[str, StoredModule]):
-    """Exclude every module that ends up BF16; un-exclude requantized ones (exact entries only)."""
+                  modules: dict[str, StoredModule], before: tuple[Diagnosis, ...] = ()):
+    """Exclude every module that ends up BF16; un-exclude requantized ones (exact entries only). Each target's names
+    and fused layers are those of the class its release builds (`before`: doctor's verdicts, which decided it)."""
     if recipe.drop_quantization:
         return fmt.without_quantization(ckpt), None, ()
     if not declaration.quantized:
         return ckpt.config, ckpt.hf_quant_config, ()
-    family = arch.architecture(ckpt.config)
-    targets = resolve_many(recipe.from_target) if recipe.from_target else ()
-    families = [target_family(t, ckpt.config) for t in targets] or [family]  # each release's row: its own names
-    covers, excludes_for_any = coverage(targets, families, declaration, family, ckpt.config)
+    targets, families = target_rows(ckpt, recipe.from_target, before)  # each release's row: its own names
+    covers, excludes_for_any = coverage(targets, families, declaration, ckpt.config)
     made = [n for n, a in actions.items() if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)]
     # a fused layer's BF16 shards are declared together: exact entries for only some of them make the runtime raise
     made += [s for n in made for s in fused_group(n, modules) if s in modules and not modules[s].is_quantized]
     refuse_colliding_names(ckpt.root, families, made, modules)
-    bf16 = runtime_names(targets, family, entry_names(families, made))
+    bf16 = runtime_names(targets, families, entry_names(families, made))
     bf16 = whole_layer_names(targets, ckpt.config, modules, set(made), bf16, covers)
     packed = [n for n, a in sorted(actions.items()) if a == Action.REQUANTIZE]
     lists = [list(x) for x in (declaration.ignore, declaration.exclude_modules) if x is not None]
     null = null_exclusion_list(ckpt.config, ckpt.hf_quant_config) is not None  # a list is written in its place
     if not bf16 and not packed and not null and not (len(lists) == 2 and set(lists[0]) != set(lists[1])):
         return ckpt.config, ckpt.hf_quant_config, ()  # nothing to declare or align: a MIXED_PRECISION export gains no empty list
-    remove = _redeclared(declaration, packed, modules, family.runtime_name)
+    remove = _redeclared(declaration, packed, modules, families)
     read_before = flat_read(ckpt.config, remove)
     for _ in range(2):  # again with the fused names a target reads instead of the shards', where one does
         config, hf_quant = fmt.with_exclusions(ckpt, bf16, covers, remove=remove)
         config = read_where_targets_read(config, targets, declaration, read_before, [fmt.exclusion_entry(n) for n in bf16])
-        extra = unread_fused(targets, declaration, family, config, fmt.exclusion_lists(config, hf_quant), bf16)
+        extra = unread_fused(targets, declaration, families, config, fmt.exclusion_lists(config, hf_quant), bf16, modules)
         if not extra:
             break
         bf16 = sorted(set(bf16) | set(extra))
@@ -67,13 +65,13 @@ def config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recipe
     return config, hf_quant, added
 
 
-def _redeclared(declaration: Declaration, packed: list[str], modules: dict[str, StoredModule], runtime_name) -> list[str]:
+def _redeclared(declaration: Declaration, packed: list[str], modules: dict[str, StoredModule], families) -> list[str]:
     """The requantized modules whose declaration changes: all of them (their exact exclusion entries go), except,
     under a per-layer map, those it already declares (an FP8 layer stays FP8). A per-layer map puts a layer
     back as NVFP4, so an undeclared FP8 one is refused rather than declared wrong."""
     if declaration.layer_algos is None:
         return packed
-    undeclared = [n for n in packed if declaration.algorithm(runtime_name(n)) is None]
+    undeclared = [n for n in packed if any(declaration.algorithm(f.runtime_name(n)) is None for f in families)]
     for name in undeclared:
         if modules[name].algorithm == "FP8":
             raise UsageError(f"{name} is stored FP8 but {declaration.quant_algo} quantized_layers does not declare it; requantizing "

@@ -16,9 +16,10 @@ from repair.doctor.findings import Diagnosis, Kind
 from repair.arch.base import Architecture
 from repair.formats.modules import FULL_PRECISIONS, StoredModule
 from repair.io.checkpoint import Checkpoint
+from repair.planning.built import built_family
 from repair.planning.recipe import Recipe
 from repair.planning.whole_layers import Layers, complete
-from repair.targets.layer_names import release_names, target_family
+from repair.targets.layer_names import release_names
 from repair.targets.precision import runtime_precision
 from repair.targets.profiles import specs_text
 
@@ -49,10 +50,10 @@ def recipe_for_target(ckpt: Checkpoint, diagnosis: Diagnosis, dropped: frozenset
     fmt = formats.detect(ckpt)
     stored = fmt.group_modules(ckpt.infos())
     modules = [m for m in stored if m.tensor("weight")]
-    specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
+    family = built_family(ckpt, diagnosis)  # the class the target's release builds (doctor's decision)
+    specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json"), family) or {}
     if not target.profile.allows_quant_config or (target.wants_all_bf16 and specs):
         return Recipe(dequantize=tuple(m.name for m in modules if m.is_quantized), drop_quantization=True, from_target=target.spec)
-    family = target_family(target, ckpt.config)
     layers = Layers({m.name: m for m in stored}, family.fused_layers, release_names(target, ckpt.config))
     names = {m.name for m in modules} | excludable_leafless(stored, family)
     if not specs:

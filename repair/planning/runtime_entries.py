@@ -6,19 +6,17 @@ from __future__ import annotations
 
 from repair.errors import BadInput
 from repair.formats.base import routed_layer
-from repair.targets.config_lists import FLAT_KEYS, flat_exclusions
+from repair.targets.config_lists import FLAT_KEYS, flat_exclusions, pattern_syntax
 from repair.targets.runtime_rules import quant_method
 
-# characters some runtime reads as pattern syntax in a plain exclusion entry: SGLang's is_layer_excluded escapes only
-# `.` and turns `*` into `.*` before re.fullmatch (a regex); vLLM's ModelOpt rule and TensorRT-LLM fnmatch (`*?[`)
-PATTERN_CHARS = frozenset("*?[]()+{}^$|\\")
 
 
-def coverage(targets, families, declaration, family, config):
+def coverage(targets, families, declaration, config):
     """(whether a list excludes a module for every target, for any target): each target's own rules say what a list
-    covers, on the names its release's row gives the module (`families`, one per target; `family` with no target).
-    Several targets: an exact entry is added unless every one of them reads the list as excluding it."""
-    matchers = [f.exclusion_matcher(t.bind(declaration, f, config)) for t, f in zip(targets, families)] or [family.exclusion_matcher(declaration)]
+    covers, on the names its release's row gives the module (`families`, one per target; with no target, the default
+    target's alone). Several targets: an exact entry is added unless every one of them reads the list as excluding it."""
+    matchers = [f.exclusion_matcher(t.bind(declaration, f, config)) for t, f in zip(targets, families)] or \
+        [families[0].exclusion_matcher(declaration)]
     return (lambda entries, name: all(m(entries, name) for m in matchers)), (lambda entries, name: any(m(entries, name) for m in matchers))
 
 
@@ -53,14 +51,14 @@ def plain_entries(config: dict | None, plain: dict[str, str], keep: bool, added:
     return config, tuple(dict.fromkeys(e for entry in added for e in spelled(entry)))
 
 
-def runtime_names(targets, family, names: list[str]) -> list[str]:
+def runtime_names(targets, families, names: list[str]) -> list[str]:
     """The entries that exclude `names` for the recipe's targets: a release that asks a fused layer only by its own
     name (its data's fused policy `fused_name_only`, TensorRT-LLM 1.0) is given the fused name, instead of its shards
     when every target is such a release, besides them when another target reads the shards' names."""
     by_name = [t.profile.rules is not None and t.profile.rules.fused.get("policy") == "fused_name_only" for t in targets]
     if not any(by_name):
         return names
-    groups = _whole_groups(family, names)
+    groups = sorted({g for f, fused_only in zip(families, by_name) if fused_only for g in _whole_groups(f, names)})
     taken = {m for _, members in groups for m in members}
     kept = names if not all(by_name) else [n for n in names if n not in taken]
     return sorted(set(kept) | {fused for fused, _ in groups})
@@ -105,13 +103,37 @@ def _owners(layers: set[str]):
     return lambda name: next((prefixes[name[:k]] for k in lengths if name[:k] in prefixes), None)
 
 
-def unread_fused(targets, declaration, family, config, lists: list[list[str]], names: list[str]) -> list[str]:
+def unread_fused(targets, declaration, families, config, lists: list[list[str]], names: list[str], stored=None) -> list[str]:
     """The fused layers, every shard of which is among `names` (BF16), that some target still builds quantized when
     it reads `lists` as written with the config `config` (SGLang <= 0.5.10 and compressed-tensors models without a
-    packed mapping ask the fused name itself, never its shards): their own names, to be excluded too."""
-    rules = [t.bind(declaration, family, config).rule(entries) for t in targets for entries in lists]
-    return [fused for fused, members in _whole_groups(family, names)
-            if fused not in names and any(not r.excludes(family.runtime_name(m)) for r in rules for m in members)]
+    packed mapping ask the fused name itself, never its shards): their own names, to be excluded too. Each target's
+    fused layers and names are its own row's (`families`: the class its release builds). Also a fused layer every
+    `stored` shard of which is among `names` where vLLM asks a shard no module stores too (Qwen4Exp's qkv_proj asks
+    `indexer.index_qk_proj` without QSA): no entry names that shard's module, and vLLM tests the fused name first
+    (quant_utils.py is_layer_skipped, 0.28-0.32), so the layer's own name makes it BF16 whole."""
+    found = []
+    for target, family in zip(targets, families):
+        rules = [target.bind(declaration, family, config).rule(entries) for entries in lists]
+        found += [fused for fused, members in _whole_groups(family, names)
+                  if fused not in names and any(not r.excludes(family.runtime_name(m)) for r in rules for m in members)]
+        found += _unstored_shard_layers(family, declaration, rules, names, stored or {}) if target.profile.rules is None else []
+    return sorted(set(found))
+
+
+def _unstored_shard_layers(family, declaration, rules, names: list[str], stored) -> list[str]:
+    """The fused layers vLLM still refuses (shards that disagree) where no stored shard stays quantized (`stored`:
+    module -> StoredModule) and it asks a shard no module stores."""
+    out = []
+    for fused, members in family.fused_groups(names):
+        asked = family.asked_shards(fused, members)
+        parent = fused.rpartition(".")[0]
+        kept = [s for s in asked if s in stored and stored[s].is_quantized and s not in members]  # stays packed: not whole
+        if fused in names or kept or len(asked) == len(members) or not parent:
+            continue
+        shards = tuple(family.runtime_name(s) for s in asked)
+        if any(declaration.format.fused_refusal(family.runtime_name(fused), shards, r) for r in rules):
+            out.append(fused)
+    return out
 
 
 def read_where_targets_read(config: dict | None, targets, declaration, read_before: tuple[str, ...] | None = None,
@@ -155,9 +177,9 @@ def refuse_pattern_names(root: object, entries, names=()) -> None:
     for entry in entries:
         if entry.startswith("re:") and entry not in names:
             continue  # a `re:` pattern the format wrote for a module
-        found = ["re:"] if entry.startswith("re:") else sorted(PATTERN_CHARS.intersection(entry))
+        found = pattern_syntax(entry)
         if found:
-            raise BadInput(f"{root}: module {entry!r} holds {found[0]!r}, which runtimes read as pattern syntax in an exclusion "
+            raise BadInput(f"{root}: module {entry!r} holds {found!r}, which runtimes read as pattern syntax in an exclusion "
                            "entry (SGLang as a regex, vLLM and TensorRT-LLM as a glob, TensorRT-LLM >= 1.3 a `re:` entry as "
                            "a regex), so no entry written as its name excludes exactly it; nothing was written; rename the "
                            "module in the checkpoint")

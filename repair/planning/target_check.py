@@ -15,14 +15,15 @@ from __future__ import annotations
 from repair import arch
 from repair.doctor.config_builds import unexpected_tensor_findings
 from repair.doctor.declared import UNSCALED_ADVICE
+from repair.doctor.fix_hints import module_of
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.missing import missing_modules, unbuilt as not_built
 from repair.errors import BadInput, UsageError
 from repair.formats.base import Declaration, routed_layer
 from repair.io.checkpoint import Checkpoint
+from repair.planning.built import built_family
 from repair.planning.from_target import recipe_for_target
 from repair.planning.recipe import Action, Recipe
-from repair.targets.layer_names import target_family
 
 STORED_DEFECTS = frozenset({Kind.GLOBAL_SCALE, Kind.FP8_SCALE, Kind.BLOCK_SCALES, Kind.SCALE_OVERFLOW, Kind.MISSING_WEIGHT_SCALE,
                             Kind.MISSING_SCALE_2, Kind.SCALE_SHAPE, Kind.INPUT_SCALE, Kind.KV_CACHE_SCALES, Kind.SIBLINGS_SCALE_2,
@@ -60,8 +61,8 @@ def refuse_unrepairable(ckpt: Checkpoint, recipe: Recipe, declaration: Declarati
     dropped = frozenset(n for n, a in actions.items() if a == Action.DROP)
     _refuse_dropped_expected(ckpt, recipe.from_target, set(dropped), before)
     changed = {n for n, a in actions.items() if a != Action.KEEP}
-    fused = arch.architecture(ckpt.config).fused_layers
     for diagnosis in before:
+        fused = built_family(ckpt, diagnosis).fused_layers  # the layers of the class this target builds
         left = [f for f in diagnosis.findings if f.severity in (Severity.ERROR, Severity.WARNING)
                 and not _settled(f, changed, recipe, declaration, fused) and not _dropped_away(f, ckpt, diagnosis, dropped)]
         if left:
@@ -103,14 +104,14 @@ def unused_exclusions(ckpt: Checkpoint, recipe: Recipe, before: tuple[Diagnosis,
     and vLLM asks it as a fused layer's shard (Qwen4Exp's listed indexer projection, without QSA: qkv_proj's fourth)."""
     if not recipe.from_target or recipe.drop_quantization:
         return frozenset()
-    gone = _entries_of(dropped, fmt, [target_family(d.target, ckpt.config) for d in before])
+    gone = _entries_of(dropped, fmt, [built_family(ckpt, d) for d in before])
     reading = [d for d in before if d.target.profile.allows_quant_config]  # bf16 reads no exclusion list
     flagged = [{f.subject for f in d.findings + d.notes if f.code == Kind.UNUSED_EXCLUSION} for d in reading]  # notes: read elsewhere
     found = set().union(*flagged)
     disputed = found - set.intersection(*flagged) if flagged else set()
     for d, unused in zip(reading, flagged):
         if read := disputed - unused:  # only when targets disagree: one pass over the modules per such target
-            family = target_family(d.target, ckpt.config)
+            family = built_family(ckpt, d)
             names = [family.exclusion_name(m) for m in modules if routed_layer(m) == m]  # in the format's spelling or as
             found -= read & ({fmt.exclusion_entry(n) for n in names} | set(names))  # the plain name (TensorRT-LLM < 1.3)
     listed = {e for entries in fmt.exclusion_lists(ckpt.config, ckpt.hf_quant_config) for e in entries if isinstance(e, str)}
@@ -125,20 +126,22 @@ def _entries_of(modules: frozenset[str], fmt, families: list) -> set[str]:
 
 def _refuse_dropped_expected(ckpt: Checkpoint, target: str, dropped: set[str], before: tuple[Diagnosis, ...]) -> None:
     """A drop rule whose output would lack a module the architecture expects (doctor: missing-module) for one of the
-    targets: a module only counts as not built when no target builds it."""
+    targets: each target's expectations are those of the class its release builds (its row, doctor's decision)."""
     if not dropped:
         return
-    specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json")) or {}
-    row, names = arch.architecture(ckpt.config), ckpt.infos()
-    each = [not_built(d.target, arch.architecture(ckpt.config, d.target.release), ckpt.config) for d in before]
-    unbuilt = frozenset.intersection(*each) if each else frozenset()
-    before = missing_modules(names, specs, row.name, ckpt.config, unbuilt, row.required_modules)
-    after = missing_modules((t for t in names if t.rpartition(".")[0] not in dropped), specs, row.name, ckpt.config, unbuilt,
-                            row.required_modules)
-    lost = [n for n in after if n not in before]
-    if lost:
-        raise UsageError(f"{ckpt.root}: the drop rule removes {lost[0]}, but {after[lost[0]]}, so the output would lack "
-                         f"it and not pass doctor --strict for --target {target}; nothing was written; leave it out of the drop rule")
+    names = ckpt.infos()
+    for diagnosis in before:
+        row = built_family(ckpt, diagnosis)
+        specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json"), row) or {}
+        unbuilt = not_built(diagnosis.target, row, ckpt.config)
+        had = missing_modules(names, specs, row.name, ckpt.config, unbuilt, row.required_modules)
+        after = missing_modules((t for t in names if t.rpartition(".")[0] not in dropped), specs, row.name, ckpt.config,
+                                unbuilt, row.required_modules)
+        lost = [n for n in after if n not in had]
+        if lost:
+            raise UsageError(f"{ckpt.root}: the drop rule removes {lost[0]}, but {after[lost[0]]}, so the output would lack "
+                             f"it and not pass doctor --strict for --target {target}; nothing was written; leave it out of the "
+                             "drop rule")
 
 
 def _settled(f: Finding, changed: set[str], recipe: Recipe, declaration: Declaration, fused: dict[str, tuple[str, ...]]) -> bool:
@@ -172,13 +175,15 @@ def _dropped_away(f: Finding, ckpt: Checkpoint, diagnosis: Diagnosis, dropped: f
     fix --target never drops them itself: the config's fields may be what is wrong, and only the user knows."""
     if f.code != Kind.UNEXPECTED_TENSOR or not dropped:
         return False
-    family = target_family(diagnosis.target, ckpt.config)
+    family = built_family(ckpt, diagnosis)
     kept = unexpected_tensor_findings(ckpt, family, diagnosis.target, diagnosis.tp, dropped)
     return f.runtime_error not in {g.runtime_error for g in kept}
 
 
 def _covered(subject: str, changed: set[str]) -> bool:
     """`subject` (a module or one of its tensors) belongs to a module the plan changes."""
+    if module_of(subject) in changed:  # ModelOpt BMM experts' `X_weight_scale` is a tensor of module X
+        return True
     name = subject
     while name:
         if name in changed:
@@ -213,7 +218,7 @@ def _unnameable(ckpt: Checkpoint, diagnosis: Diagnosis, left: list[Finding]) -> 
     """A layer the target builds quantized under the prefix "" (vLLM 0.32's Afmoe / ExaoneMoe lm_head: its model code
     passes no prefix), which no exclusion entry can name: only a quantized copy loads, and ModelOpt's NVFP4 one carries
     an activation scale calibrated on data, which no weight gives. One line saying so, never a plan that leaves it."""
-    family = target_family(diagnosis.target, ckpt.config)
+    family = built_family(ckpt, diagnosis)
     name = next((f.subject for f in left if f.code == Kind.CONFIG_CONTRADICTION and family.runtime_name(f.subject) == ""), None)
     if name is None:
         return None

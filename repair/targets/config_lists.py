@@ -9,6 +9,18 @@ from typing import Callable
 from repair.errors import BadInput
 
 FLAT_KEYS = ("ignore", "modules_to_not_convert", "exclude_modules")  # SGLang's flat ModelOpt branch, in its order
+# characters some runtime reads as pattern syntax in a plain exclusion entry: SGLang's is_layer_excluded escapes only
+# `.` and turns `*` into `.*` before re.fullmatch (a regex); vLLM's ModelOpt rule and TensorRT-LLM fnmatch (`*?[`)
+PATTERN_CHARS = frozenset("*?[]()+{}^$|\\")
+
+
+def pattern_syntax(name: str) -> str | None:
+    """What in a module's name some runtime reads as pattern syntax when an exclusion entry is written as that name
+    (its first such character, or a leading `re:`, a regex to TensorRT-LLM >= 1.3); None: the name is a plain entry."""
+    if name.startswith("re:"):
+        return "re:"
+    found = sorted(PATTERN_CHARS.intersection(name))
+    return found[0] if found else None
 
 
 def flat_exclusions(config: dict | None) -> tuple[str, ...] | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from repair import arch
 from repair.errors import UsageError
 from repair.formats.modules import split_name
 
@@ -126,10 +125,10 @@ def heads_of(config: dict | None) -> int | None:
     return value if type(value) is int and value > 0 else None
 
 
-def runtime_specs(specs: dict, precision: dict[str, str], config: dict | None) -> tuple[ParallelSpec, ...]:
-    """What the runtime splits, per module, as it builds it (NVFP4 or BF16): for doctor's degree check."""
+def runtime_specs(specs: dict, precision: dict[str, str], config: dict | None, kinds: dict) -> tuple[ParallelSpec, ...]:
+    """What the runtime splits, per module, as it builds it (NVFP4 or BF16): for doctor's degree check. `kinds`: the
+    layer kinds of the class the target builds (its row's)."""
     heads = heads_of(config)
-    kinds = arch.architecture(config).layer_kinds
     out = []
     for spec in specs.values():
         style = kinds[spec.role].style

@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from repair import arch
+from repair.arch.base import Architecture
 from repair.arch.tp_plans import TRANSFORMERS_TP_PLANS, TRANSFORMERS_TP_STYLES
 from repair.errors import UsageError
 from repair.formats.modules import split_name
 from repair.planning import check as plan_check
 from repair.planning.build import refuse_rank_files
+from repair.planning.built import built_families
 from repair.planning.model import Plan, TensorStep
 from repair.targets.tp_rules import (  # noqa: F401 (BLOCK, VOCAB_PADDING: the writer's units)
     BLOCK, HEAD_ROLES, SPLIT_STYLES, VOCAB_PADDING, ParallelSpec, RankRange, check_degree, check_ranks, heads_of,
@@ -51,10 +53,11 @@ class StylePlan:
         return "replicated"
 
 
-def style_plan(config: dict | None, where: str = "config.json") -> StylePlan:
-    """The profile's layer kinds when the architecture is known, else a transformers TP plan, else replicate."""
-    family = arch.architecture(config)
-    specs = arch.expected_modules(config, where)
+def style_plan(config: dict | None, where: str = "config.json", family: Architecture | None = None) -> StylePlan:
+    """The profile's layer kinds when the architecture is known (`family`: the row of the class the target builds;
+    default the newest vLLM release's), else a transformers TP plan, else replicate."""
+    family = family or arch.architecture(config)
+    specs = arch.expected_modules(config, where, family)
     if specs:
         heads = heads_of(config)
         return StylePlan(f"vLLM layer kinds for the {family.name} (profile)",
@@ -156,13 +159,33 @@ def plan_tp(plan: Plan, tp: int) -> TpPlan:
     refuse_rank_files(plan.source)  # a Plan built by hand (Python API) is checked too
     check_ranks(tp, f"the most `unshard` reads back from {MANIFEST}")
     steps = [(s.name, t) for s in plan.shards for t in s.tensors]
-    styles = style_plan(plan.source.config, str(plan.source.root / "config.json"))
+    styles = _target_styles(plan)
     specs = tensor_specs([t.out for _, t in steps], styles)
     _refuse_split_pre_quant_scale(plan, specs)
     check_degree(specs, tp)
     tpp = TpPlan(plan, tp, tuple(TpTensor(shard, step, spec) for (shard, step), spec in zip(steps, specs)), styles.source)
     check_tp_plan(tpp)
     return tpp
+
+
+def _target_styles(plan: Plan) -> StylePlan:
+    """How the plan's targets split the output: the layer kinds of the class each one's release builds (doctor's
+    decision, carried by the plan's verdicts); targets that split it differently cannot share one rank layout."""
+    where = str(plan.source.root / "config.json")
+    found: list[StylePlan] = []
+    for family in built_families(plan.source, plan.before):
+        styles = style_plan(plan.source.config, where, family)
+        if found and _splits(styles) != _splits(found[0]):  # its source names the row: alike splits serve both
+            raise UsageError(f"{plan.source.root}: the targets build different classes of this model and split its tensors "
+                             f"differently ({found[0].source}; {styles.source}), so no one --tp layout serves them all; nothing "
+                             "was written; run fix --tp once per target")
+        found.append(styles)
+    return found[0]
+
+
+def _splits(styles: StylePlan) -> tuple:
+    """What decides each tensor's split (not where the styles came from)."""
+    return styles.modules, styles.patterns, styles.heads
 
 
 def _refuse_split_pre_quant_scale(plan: Plan, specs) -> None:

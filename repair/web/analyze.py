@@ -34,7 +34,8 @@ def analyze(request: dict) -> dict:
     ckpt = open_source(request["source"])
     targets, tp = resolve_many(request.get("target")), int(request.get("tp") or 1)
     found = tuple(diagnose(ckpt, t, tp) for t in targets)
-    seen = inspect_checkpoint(ckpt)
+    reading = next((t for t in targets if t.profile.allows_quant_config), None)  # bf16 reads no quantization config
+    seen = inspect_checkpoint(ckpt, reading)  # `declared`: the config as the first such target's class reads it
     answer = {
         "source": str(ckpt.root),
         "doctor_text": verdicts_text(found, source=str(request["source"])),  # its suggested command names what was asked for, as the CLI's
