@@ -14,12 +14,15 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "repair" / "targets" / "data"
 DOC = ROOT / "docs" / "runtime_profiles.md"
 NO_TRANSFORMERS = "transformers ships no model class"
+NO_LAYOUT = "no checkpoint layout to learn"  # tools/vllm_profile.py NO_LAYOUT
 GPU_ONLY = ("not supported on CPU", "sparse MLA backend", "triton", "dummy base class", "cutlass")
 
 
 def category(reason: str) -> str:
     if reason.startswith(NO_TRANSFORMERS) or reason.startswith("transformers has no config class"):
         return "no config class in transformers nor one vLLM's model reads (remote code)"
+    if reason.startswith(NO_LAYOUT):
+        return "no checkpoint layout to learn (only vLLM ships its config class, and vLLM's own names hold fused experts)"
     if any(marker in reason for marker in GPU_ONLY):
         return "needs a GPU-only kernel or backend to build"
     if "cannot import" in reason:
