@@ -15,6 +15,7 @@ DATA = ROOT / "repair" / "targets" / "data"
 DOC = ROOT / "docs" / "runtime_profiles.md"
 NO_TRANSFORMERS = "transformers ships no model class"
 REFUSED = "vLLM refuses the config transformers writes"  # tools/vllm_profile.py: its own code raised (`build_refused`)
+NO_LAYOUT = "no checkpoint layout to learn"  # tools/vllm_profile.py NO_LAYOUT
 GPU_ONLY = ("not supported on CPU", "sparse MLA backend", "triton", "dummy base class", "cutlass")
 
 
@@ -23,6 +24,8 @@ def category(reason: str) -> str:
         return "no config class in transformers nor one vLLM's model reads (remote code)"
     if reason.startswith(REFUSED):
         return "the release's own model code refuses to build it from transformers' config (`build_refused`: doctor says so)"
+    if reason.startswith(NO_LAYOUT):
+        return "no checkpoint layout to learn (only vLLM ships its config class, and vLLM's own names hold fused experts)"
     if any(marker in reason for marker in GPU_ONLY):
         return "needs a GPU-only kernel or backend to build"
     if "cannot import" in reason:

@@ -198,15 +198,13 @@ def vllm_own_export(config: dict, folder: str) -> tuple[dict, set[str]]:
     from vllm.model_executor.layers.linear import LinearBase
     from vllm.model_executor.model_loader.utils import initialize_model
 
-    from vllm_profile import build_model
+    from vllm_profile import build_model, own_names_layout
 
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f)
     model = build_model(folder, initialize_model)[0]
-    if any(p.dim() > 2 for p in model.parameters()):  # FusedMoE's w13_weight/w2_weight: its loader takes one expert
-        raise LookupError("no transformers class writes its checkpoint names, and vLLM's own names of its fused "
-                          "experts are no checkpoint layout (their weight loader takes one expert per tensor)")
+    own_names_layout(model)
     gen = torch.Generator().manual_seed(0)
     tensors = {n: (torch.randn(p.shape, generator=gen) / 16).to(torch.bfloat16) for n, p in model.named_parameters()}
     write_tensors(folder, tensors)

@@ -47,6 +47,8 @@ from vllm_load_facts import (dropped_tensors, log, load_renames, nvfp4_refusals,
                              record_asked_prefixes, renames)
 
 # no KV-cache scheme: older releases' CPU attention refuses an FP8 KV cache at these head sizes, and no linear depends on it
+NO_LAYOUT = ("no checkpoint layout to learn: transformers has no class that writes its names, and vLLM's own names of "
+             "its fused experts are none (FusedMoE's weight loader takes one expert per tensor)")
 QUANTIZATION = {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": [], "group_size": 16}
 
 
@@ -86,6 +88,14 @@ def transformers_model(arch: str, config: dict, device: str):
     except Exception as e:  # noqa: BLE001 - names are a bonus; the vLLM build is the profile
         log(f"{arch}: transformers build on {device} failed ({type(e).__name__}: {str(e)[:120]})")
         return None
+
+
+def own_names_layout(model) -> None:
+    """Raise NoConfig where vLLM's own parameter names are no checkpoint layout to learn from, for an architecture no
+    transformers class writes: a parameter of dim > 2 is FusedMoE's w13/w2, whose weight loader takes one expert per
+    tensor. A row learned from no names would record no prefixes, renames or refusals and read as healthy."""
+    if any(p.dim() > 2 for p in model.parameters()):
+        raise NoConfig(NO_LAYOUT)
 
 
 def checkpoint_names(model) -> list[str]:
@@ -156,6 +166,7 @@ def build_model(folder: str, initialize_model, drafter: bool = False):
 
 
 def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict, str]) -> dict:
+    import transformers
     from vllm import ModelRegistry
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.utils import initialize_model
@@ -178,6 +189,8 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
                 if layer is None or layer in refused:
                     raise
                 refused.append(layer)
+    if not hasattr(transformers, arch):  # no class writes its checkpoint: vLLM's own names are the only layout
+        own_names_layout(model)
     packed = {k: list(v) for k, v in (getattr(model, "packed_modules_mapping", None) or {}).items()}
     extra = {"nvfp4_refused": refused} if refused else {}
     fused = {k: v for k, v in sorted(packed.items()) if v != [k]}

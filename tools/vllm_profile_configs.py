@@ -249,13 +249,23 @@ def vllm_config_class(arch: str) -> tuple[type | None, dict]:
     module_name = _TEXT_GENERATION_MODELS[arch][0]
     spec = importlib.util.find_spec(module_name if module_name.startswith("vllm.")
                                     else f"vllm.model_executor.models.{module_name}")
-    imported: set[str] = set()
+    imported: set[tuple[str, str]] = set()  # (the module imported from, absolute; the name imported)
     source = spec.origin if spec and spec.origin and spec.origin.endswith(".py") else None  # not a compiled module
     for node in ast.walk(ast.parse(Path(source).read_text())) if source else ():
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(configs.__name__):  # configs[.x]
-            imported |= {alias.name for alias in node.names}
-    found = {c for c in registered if c.__name__ in imported or arch in (getattr(c, "architectures", None) or ())}
+        if isinstance(node, ast.ImportFrom):  # `from ...transformers_utils.configs import X` resolved from its package
+            try:
+                origin = importlib.util.resolve_name("." * node.level + (node.module or ""), spec.parent)
+            except ImportError:  # a relative import past the top-level package: it imports nothing
+                continue
+            imported |= {(origin, alias.name) for alias in node.names}
+    found = {c for c in registered if {(configs.__name__, c.__name__), (c.__module__, c.__name__)} & imported
+             or arch in _listed(getattr(c, "architectures", None))}
     return (found.pop() if len(found) == 1 else None), registered
+
+
+def _listed(value) -> tuple:
+    """A config class's `architectures` as names: a list or tuple of them, never a string to search in."""
+    return tuple(value) if isinstance(value, (list, tuple)) else ()
 
 
 def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str]:

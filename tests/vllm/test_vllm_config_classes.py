@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from .probe import VLLM_PY, requires_vllm
+from .probe import REPO, VLLM_PY, requires_vllm
 from .test_profiles_vs_vllm import SHIPPED
 
 pytestmark = [pytest.mark.vllm, requires_vllm]
@@ -42,8 +42,13 @@ print(json.dumps(out))
 
 
 def test_vllm_config_rows_are_shipped():
-    """The four text-generation architectures whose config class only vLLM ships are profiled (issue: 71 -> 75)."""
-    assert {"ChatGLMModel", "ChatGLMForConditionalGeneration", "Step3TextForCausalLM", "Step3p5ForCausalLM"} <= set(OWN)
+    """ChatGLM's two architectures are profiled from vLLM's own config class and names; Step3Text and Step3p5, whose
+    config class only vLLM ships too, are not: their vLLM names hold fused experts, no checkpoint layout to learn from
+    (tools/vllm_profile.py own_names_layout). Their reason is reached only after vllm_config_class found the class."""
+    assert {"ChatGLMModel", "ChatGLMForConditionalGeneration"} <= set(OWN)
+    unprofiled = json.loads(SHIPPED.read_text())["unprofiled"]
+    for arch in ("Step3TextForCausalLM", "Step3p5ForCausalLM"):
+        assert arch not in ROWS and unprofiled[arch].startswith("no checkpoint layout to learn"), (arch, unprofiled.get(arch))
 
 
 def test_vllm_reads_each_profiled_config_into_the_class_the_row_names():
@@ -57,3 +62,43 @@ def test_vllm_reads_each_profiled_config_into_the_class_the_row_names():
         assert got["module"].startswith("vllm.transformers_utils.configs"), (arch, got)
         assert f"({got['module']}) {got['class']}," in config["source"], (arch, got, config["source"])
         assert got["named_in_model_source"], (arch, got)
+
+
+HOSTILE = """
+import json, os, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+import vllm
+from vllm.model_executor.models.registry import _TEXT_GENERATION_MODELS
+from vllm_profile_configs import vllm_config_class
+folder = tempfile.mkdtemp()
+vllm.__path__.append(folder)  # this process only: vllm.hostile_N is one of the sources below
+out = {}
+for i, source in enumerate(json.loads(sys.argv[2])):
+    with open(os.path.join(folder, f"hostile_{i}.py"), "w") as f:
+        f.write(source)
+    _TEXT_GENERATION_MODELS[f"Hostile{i}ForCausalLM"] = (f"vllm.hostile_{i}", "X")
+    found = vllm_config_class(f"Hostile{i}ForCausalLM")[0]
+    out[source] = found and f"{found.__module__}.{found.__name__}"
+print(json.dumps(out))
+"""
+CHATGLM = "vllm.transformers_utils.configs.chatglm.ChatGLMConfig"
+
+
+def test_vllm_config_class_reads_only_imports_of_the_class_itself():
+    """A module source names vLLM's config class only by importing it from vLLM's config package or the class's own
+    module: a look-alike package (`configs_extra`), another module's class of the same name, or a docstring is no
+    claim; a relative import of the package is one."""
+    expected = {
+        "from vllm.transformers_utils.configs import ChatGLMConfig\n": CHATGLM,
+        "from vllm.transformers_utils.configs.chatglm import ChatGLMConfig\n": CHATGLM,
+        "from .transformers_utils.configs import ChatGLMConfig\n": CHATGLM,  # vllm.hostile_N's package: vllm
+        "from vllm.transformers_utils.configs_extra import ChatGLMConfig\n": None,
+        "from vllm.transformers_utils.configs.step3p5 import ChatGLMConfig\n": None,
+        '"""ChatGLMConfig"""\n': None,
+        "from ....transformers_utils.configs import ChatGLMConfig\n": None,  # past the top-level package
+    }
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    proc = subprocess.run([str(VLLM_PY), "-c", HOSTILE, str(REPO / "tools"), json.dumps(list(expected))],
+                          capture_output=True, text=True, timeout=900, env=env, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
