@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from repair.doctor.findings import Diagnosis, Finding, Severity
 from repair.doctor.grouping import finding_lines
-from repair.doctor.text import checked, diagnosis_json, diagnosis_text, healthy
+from repair.doctor.text import checked, diagnosis_json, diagnosis_text, healthy, uncovered
 from repair.errors import one_line
 
 
@@ -43,7 +43,7 @@ def several_text(diagnoses: tuple[Diagnosis, ...], strict: bool = False, detail:
     tp = diagnoses[0].tp
     lines = [f"{len(diagnoses)} targets, tensor parallel {tp}: {len(diagnoses) - len(bad)} clean, {len(bad)} with problems" + (
         f"; next: `{one_line(_fix_command(source, specs, tp))}` shows one repair for all of them, or why there is none"
-        if bad else "; nothing to do")]
+        if bad else _nothing(diagnoses))]
     width = max(len(d.target.spec) for d in diagnoses)
     lines += [f"  {d.target.spec:<{width}}  {_verdict(d, strict)}" for d in diagnoses]
     shown = [{_neutral(f, d.target.spec): f for f in _shown(d, detail)} for d in diagnoses]
@@ -97,3 +97,13 @@ def _fix_command(source: str, specs: str, tp: int) -> str:
 
 def _indented(lines: list[str]) -> list[str]:
     return ["  " + line for line in lines]
+
+
+def _nothing(diagnoses: tuple[Diagnosis, ...]) -> str:
+    """All clean: "nothing to do", unless a target's generated profile has no row for the model (doctor/text.py)."""
+    blind = [d.target.spec for d in diagnoses if uncovered(d)]
+    if not blind:
+        return "; nothing to do"
+    return (f"; nothing found, but the generated profiles {', '.join(blind)} use do not cover {diagnoses[0].architecture}: "
+            "its layers were checked with generic roles only (see below)")
+

@@ -76,7 +76,17 @@ def _next_step(d: Diagnosis, strict: bool, errors: list, warnings: list, source:
         return f"; next: {dry_run}"
     if warnings:
         return f"; no errors; for the warnings, {dry_run}"
+    if uncovered(d):  # "nothing to do" would read as a verdict on a model whose layers no profile knows
+        return (f"; nothing found, but {d.target.release.label}'s generated profile does not cover {d.architecture}: "
+                "its layers were checked with generic roles only (see below)")
     return "; nothing to do"
+
+
+def uncovered(d: Diagnosis) -> bool:
+    """A target that reads the quantization config, whose release's generated profile has no row for the model."""
+    release = d.target.release
+    return (d.target.profile.allows_quant_config and not d.simulated and release is not None
+            and d.architecture not in release.entries)
 
 
 def checked(d: Diagnosis) -> str:
