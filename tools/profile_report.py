@@ -16,6 +16,7 @@ DOC = ROOT / "docs" / "runtime_profiles.md"
 NO_TRANSFORMERS = "transformers ships no model class"
 REFUSED = "vLLM refuses the config transformers writes"  # tools/vllm_profile.py: its own code raised (`build_refused`)
 NO_LAYOUT = "no checkpoint layout to learn"  # tools/vllm_profile.py NO_LAYOUT
+UNBUILT = "transformers' own class cannot build or save it"  # tools/vllm_profile.py UNBUILT
 GPU_ONLY = ("not supported on CPU", "sparse MLA backend", "triton", "dummy base class", "cutlass")
 
 
@@ -26,6 +27,8 @@ def category(reason: str) -> str:
         return "the release's own model code refuses to build it from transformers' config (`build_refused`: doctor says so)"
     if reason.startswith(NO_LAYOUT):
         return "no checkpoint layout to learn (only vLLM ships its config class, and vLLM's own names hold fused experts)"
+    if reason.startswith(UNBUILT):
+        return "transformers' own class cannot build or save it at the small size (no checkpoint names to learn)"
     if any(marker in reason for marker in GPU_ONLY):
         return "needs a GPU-only kernel or backend to build"
     if "cannot import" in reason:

@@ -30,8 +30,6 @@ def export_config(arch: str, names: dict[str, str]) -> dict:
     """config.json of the tiny export of `arch`: the profile's small config with its PUBLISHED fields, in BF16."""
     config, _ = small_config(arch, names)
     config = dict(config, architectures=[arch], torch_dtype="bfloat16", **PUBLISHED.get(arch, {}))
-    if isinstance(config.get("pad_token_id"), int) and config["pad_token_id"] >= config.get("vocab_size", 1 << 30):
-        config["pad_token_id"] = None  # the class default names a token of the full vocabulary
     if config.get("num_nextn_predict_layers"):
         config["num_nextn_predict_layers"] = 0  # transformers' class writes no MTP layer (vLLM then wants them)
     return config

@@ -49,6 +49,8 @@ from vllm_load_facts import (dropped_tensors, log, load_renames, nvfp4_refusals,
 # no KV-cache scheme: older releases' CPU attention refuses an FP8 KV cache at these head sizes, and no linear depends on it
 NO_LAYOUT = ("no checkpoint layout to learn: transformers has no class that writes its names, and vLLM's own names of "
              "its fused experts are none (FusedMoE's weight loader takes one expert per tensor)")
+# transformers' class exists but refuses the small config or its save: no names to learn, never a row without them
+UNBUILT = "transformers' own class cannot build or save it at the small size"
 QUANTIZATION = {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": [], "group_size": 16}
 
 
@@ -85,9 +87,9 @@ def transformers_model(arch: str, config: dict, device: str):
     try:
         with torch.device(device):
             return cls(cls.config_class(**{k: v for k, v in config.items() if k != "model_type"}))
-    except Exception as e:  # noqa: BLE001 - names are a bonus; the vLLM build is the profile
+    except Exception as e:  # noqa: BLE001 - a row learned from no names would read as healthy: unprofiled, and why
         log(f"{arch}: transformers build on {device} failed ({type(e).__name__}: {str(e)[:120]})")
-        return None
+        raise NoConfig(f"{UNBUILT} (built on {device}): {type(e).__name__}: {str(e)[:160]}") from None
 
 
 def own_names_layout(model) -> None:
@@ -129,9 +131,9 @@ def saved_tensors(arch: str, config: dict) -> dict[str, tuple[list[int], str]]:
     with tempfile.TemporaryDirectory() as folder:
         try:
             model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
-        except Exception as e:  # noqa: BLE001 - no names: no prefixes recorded
+        except Exception as e:  # noqa: BLE001 - no names, no facts: unprofiled, and why
             log(f"{arch}: save_pretrained failed ({type(e).__name__}: {str(e)[:120]})")
-            return {}
+            raise NoConfig(f"{UNBUILT} (save_pretrained): {type(e).__name__}: {str(e)[:160]}") from None
         for file in sorted(f for f in os.listdir(folder) if f.endswith(".safetensors")):
             with safe_open(os.path.join(folder, file), "pt") as f:
                 out.update({n: (list(f.get_slice(n).get_shape()), "bfloat16") for n in f.keys()})
@@ -212,7 +214,7 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
     mtp = {"mtp": dict(mtp["mtp"], modelopt_fp4_only=drafter_only)} if drafter_only else mtp
     return {"config": {"source": source, "model_type": config.get("model_type")}, **extra,
             "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
-            "renames": renames(type(model), checkpoint_names(transformers_model(arch, config, "meta"))),
+            "renames": renames(type(model), checkpoint_names(transformers_model(arch, export, "meta"))),
             **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
             **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}),
             **({"dropped_in_layers": layers} if layers else {}), **mtp,

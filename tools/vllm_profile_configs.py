@@ -148,6 +148,7 @@ def _shrunk(cls, overrides: dict | None = None) -> dict:
     if "num_hidden_layers" in kwargs and defaults.get("full_attention_interval"):
         kwargs["num_hidden_layers"] = defaults["full_attention_interval"]  # one full-attention layer among them
     kwargs.update(_per_layer_lists(defaults, kwargs, overrides or {}))
+    kwargs.update(_token_ids_inside(defaults, kwargs.get("vocab_size")))
     kwargs.update({k: v for k, v in (overrides or {}).items() if k in defaults})
     config = cls(**kwargs).to_dict()
     _drop_bookkeeping(config)
@@ -175,6 +176,19 @@ def _per_layer_lists(defaults: dict, kwargs: dict, overrides: dict) -> dict:
     if not lists:
         return {}
     return {count_key: len(rows), **{k: [v[i] for i in rows] for k, v in lists.items()}}
+
+
+def _token_ids_inside(defaults: dict, vocab: int | None) -> dict:
+    """The class's default special-token ids (pad_token_id, bos/eos, ...) that lie past the shrunk vocabulary, brought
+    to its last id: transformers' embedding asserts padding_idx < num_embeddings (Glm4, Phi3, OlmoHybrid, HYV4 default
+    pad ids past 256). Token ids are no tensor sizes: vLLM builds the same modules either way."""
+    if not isinstance(vocab, int):
+        return {}
+    def inside(v):
+        if isinstance(v, list):
+            return [inside(x) for x in v]
+        return vocab - 1 if isinstance(v, int) and not isinstance(v, bool) and v >= vocab else v
+    return {k: inside(v) for k, v in defaults.items() if k.endswith("_token_id") and inside(v) != v}
 
 
 def _drop_bookkeeping(config: dict) -> None:
