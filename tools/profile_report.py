@@ -15,7 +15,7 @@ DATA = ROOT / "repair" / "targets" / "data"
 DOC = ROOT / "docs" / "runtime_profiles.md"
 NO_TRANSFORMERS = "transformers ships no model class"
 REFUSED = "vLLM refuses the config transformers writes"  # tools/vllm_profile.py: its own code raised (`build_refused`)
-NO_LAYOUT = "no checkpoint layout to learn"  # tools/vllm_profile.py NO_LAYOUT
+NO_LAYOUT = "no checkpoint layout to learn"  # tools/vllm_saved_names.py NO_LAYOUT
 UNBUILT = "transformers' own class cannot build or save it"  # tools/vllm_profile.py UNBUILT
 GPU_ONLY = ("not supported on CPU", "sparse MLA backend", "triton", "dummy base class", "cutlass")
 
