@@ -58,9 +58,10 @@ def analyze(request: dict) -> dict:
 
 
 def verdict_of(d: Diagnosis) -> dict:
-    """One target's verdict: where each rank stops (the runtime's own error), else its counts of errors and warnings."""
+    """One target's verdict: where each rank stops (the runtime's own error), else its counts of errors, warnings and
+    notes (a note can say a release past the profiles may refuse what doctor passes)."""
     return {"target": d.target.spec, "label": d.target.label, "exit_code": d.exit_code(),
-            "stops": diagnosis_json(d)["runtime_stops_at"],
+            "stops": diagnosis_json(d)["runtime_stops_at"], "notes": len(d.notes),
             **{f"{s}s": sum(f.severity is s for f in d.findings) for s in (Severity.ERROR, Severity.WARNING)}}
 
 

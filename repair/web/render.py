@@ -49,6 +49,8 @@ def _card(v: dict, tp: int, noop: bool | None) -> str:
     if v["exit_code"]:
         return f"{head}<b>Problems</b> on {where}: {v['errors']} error(s); see the findings.</div>"
     also = f"; {v['warnings']} warning(s) below, which the plan repairs" if v["warnings"] and not noop else ""
+    notes = v.get("notes", 0)
+    also += f"; {notes} note{'s' if notes > 1 else ''} below: read {'them' if notes > 1 else 'it'} before relying on this" if notes else ""
     return f"{head}<b>Loads</b> on {where}: doctor found no error{also}.</div>"
 
 

@@ -109,3 +109,25 @@ def test_the_findings_panel_shows_doctors_notes_too(app, hub, tmp_path):
     panel = out[3]
     assert "No findings" not in panel and "**notes (1)**" in panel, panel
     assert esc(f"[load-refused] {note['message']}") in panel, panel
+
+
+def test_the_notes_panel_in_a_browser_reads_as_doctors_note(app, hub, browser_session, screens, tmp_path):
+    """The same state as a person sees it: chromium renders the findings panel with a bold `notes (1)` heading and
+    the `load-refused` line in doctor's own words under it, never "No findings."; a screenshot keeps the look."""
+    from tests.test_doctor_load_refused import DBRX_ERROR, write_dbrx
+    from tests.web.web_helpers import Steps, check, open_page
+
+    hub.add_repo("alice/dbrx-notes-shown", write_dbrx(tmp_path / "dbrx", quantized=True))
+    page = open_page(browser_session(), app.url)
+    steps = Steps(page, screens, "notes-panel")
+    check(page, "alice/dbrx-notes-shown", "vllm==0.33.0")
+    panel = page.locator("#findings")  # check() waited for the verdict, which comes in the same answer as the panel
+    shot = steps.shot("notes")
+    shown = panel.inner_text()
+    assert "No findings" not in shown and "[load-refused]" in shown and DBRX_ERROR in shown, shown
+    heading, line = panel.locator("strong", has_text="notes (1)"), panel.locator("li", has_text="[load-refused]")
+    assert heading.count() == 1 and line.count() == 1, panel.inner_html()
+    assert heading.bounding_box()["y"] < line.bounding_box()["y"]  # the line is laid out under its heading
+    assert shot.stat().st_size > 10_000  # a rendered page, not a blank one
+    card = page.locator("#verdict .verdict").inner_text()  # "Loads" alone read as all clear, with a note saying it may not
+    assert "Loads" in card and "1 note below" in card, card
