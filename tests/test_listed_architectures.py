@@ -74,6 +74,9 @@ def test_a_transformers_class_vllm_does_not_register_is_a_note_about_the_backend
     assert not unregistered(found) and not found["runtime_stops_at"]
     [note] = [n for n in found["notes"] if n["code"] == "unregistered-architecture"]
     assert "Transformers backend" in note["message"] and FALLBACK in note["message"], note
+    # the backend builds AutoModel.from_config(config) (vLLM 0.32 models/transformers/base.py:179; SGLang's the
+    # same): the model config.json's model_type names, not the class the listed name is
+    assert "AutoModel makes of config.json (its model_type)" in note["message"] and f"builds transformers' {FALLBACK}" not in note["message"]
 
 
 def test_another_runtime_is_not_judged_by_vllms_registry(tmp_path, capsys):

@@ -141,8 +141,9 @@ def registry_findings(target: Target, builds: Builds, config: dict | None, tp: i
     if resolved.backend:
         return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, resolved.name,
                             f"{resolved.name}: {who} has no model class of its own for any listed architecture "
-                            f"(its registry, recorded in {source}), so it builds transformers' {resolved.name} "
-                            f"through its Transformers backend (model_impl=\"auto\"); the profile's layer rows do not "
+                            f"(its registry, recorded in {source}); transformers has a class of that name, so its "
+                            f"Transformers backend (model_impl=\"auto\") takes the model and builds what transformers' "
+                            "AutoModel makes of config.json (its model_type), not that class; the profile's layer rows do not "
                             "describe that backend, so doctor checks this model's layers as a generic one's")]
     return [], []
 
