@@ -95,3 +95,18 @@ def test_only_the_recorded_name_is_called_dropped(name):
     row, target = arch.architecture({"architectures": ["LagunaForCausalLM"]}), resolve("vllm==0.32.0")
     assert dropped_tensor_findings([name], row, target, True) == []
     assert dropped_tensor_findings([BIAS, name], row, target, True)[0].subject == BIAS
+
+
+def test_fix_refusing_for_two_kinds_of_finding_says_what_settles_each(laguna, tmp_path, capsys):
+    """A dropped tensor and a missing module are each left by any plan: the line said only the first one's advice
+    ("re-download or re-export"), which the user follows and then meets the dropped tensor's refusal. It says both."""
+    from repair.planning.target_check import ADVICE
+    from repair.doctor.findings import Kind
+
+    folder = shutil.copytree(laguna, tmp_path / "no-o-proj")
+    tensors = load_file(laguna / "model.safetensors")
+    save_file({k: v for k, v in tensors.items() if not k.startswith("model.layers.0.self_attn.o_proj.")},
+              folder / "model.safetensors", metadata={"format": "pt"})
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--target", "vllm==0.32.0")
+    assert code == 2 and err.count("\n") == 1 and not (tmp_path / "out").exists(), out + err
+    assert ADVICE[Kind.DROPPED_TENSOR] in err and ADVICE[Kind.MISSING_MODULE] in err, err

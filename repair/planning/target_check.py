@@ -234,7 +234,18 @@ def cannot_repair(root: object, target: str, left: list[Finding]) -> BadInput:
     """The one line for findings a --target repair leaves (planning, and the writer's check of its output); a release
     that loads no checkpoint of the model is named first, as no repair of any other finding helps then."""
     left = sorted(left, key=lambda f: FIRST.index(f.code) if f.code in FIRST else len(FIRST))
-    advice = ADVICE.get(left[0].code, DEFAULT_ADVICE)
     return BadInput(f"{root}: --target {target} cannot repair {len(left)} finding(s) doctor --strict reports for it "
                     f"([{left[0].code}] {left[0].message.split('; ')[0]}, ...), so its output would not pass; nothing was written; "
-                    f"{advice}")
+                    f"{_advice(left)}")
+
+
+def _advice(left: list[Finding]) -> str:
+    """What settles the findings left: the first one's alone when it refuses the model whole (nothing else helps
+    then), else each kind's own, in order, so a user who follows it does not meet the next kind's refusal."""
+    if left[0].code in FIRST:
+        return ADVICE[left[0].code]
+    kinds = {f.code: ADVICE.get(f.code, DEFAULT_ADVICE) for f in left}  # in order, each kind once
+    said = list(dict.fromkeys(kinds.values()))
+    if len(said) == 1:
+        return said[0]
+    return "; ".join(f"for [{', '.join(k for k, a in kinds.items() if a == advice)}]: {advice}" for advice in said)
