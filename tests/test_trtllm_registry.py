@@ -24,6 +24,7 @@ from repair.arch.registry import Builds, resolve
 from repair.doctor import refused_load
 from repair.targets import profiles
 from repair.targets.runtime_rules import DATA, read_rules
+from tests.conftest import run_captured
 from tests.trtllm_helpers import doctor_json, findings
 from tools import trtllm_registry as gen
 from tools.real_fixture import write_real_model
@@ -118,6 +119,10 @@ def test_generator_says_what_it_cannot_read(mirror, tmp_path, capsys):
     assert (data / "trtllm-1.3.json").read_bytes() == (DATA / "trtllm-1.3.json").read_bytes()  # left as it was
     written = json.loads((data / "trtllm-1.1.json").read_text())
     assert written["rules"]["registry"][-1] == "Qwen3ForCausalLM" and written["source"]["registry"]["tag"] == "v1.1.0"
+    for key in ("registry", "registry_rule"):
+        del written["rules"][key]
+    del written["source"]["registry"]
+    assert written == json.loads((DATA / "trtllm-1.1.json").read_text())  # every other fact as it was
 
 
 def generated_rules(mirror: Path, tmp_path: Path, file: str = "trtllm-1.4.json", tag: str = "v1.0.0"):
@@ -181,6 +186,19 @@ def test_doctor_refuses_a_first_name_the_release_lacks_in_its_words(mirror, tmp_
     assert code == 1 and f["severity"] == "error" and f["runtime_error"] == error, f
     assert "the first architecture config.json lists" in f["message"] and "no Transformers fallback" in f["message"]
     assert [(s["rank"], s["error"]) for s in report["runtime_stops_at"]] == [(0, error), (1, error)]
+
+
+def test_fix_refuses_a_model_the_release_refuses_in_one_line(mirror, tmp_path, capsys, monkeypatch, qwen3):
+    with_rules(monkeypatch, generated_rules(mirror, tmp_path))
+    src = tmp_path / "g"
+    src.mkdir()
+    for f in qwen3.iterdir():
+        (src / f.name).write_bytes(f.read_bytes())
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps(dict(config, architectures=["GraniteForCausalLM", "Qwen3ForCausalLM"])))
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "trtllm==1.4.0")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "[unregistered-architecture]" in err, err
+    assert "Unknown architecture for AutoModelForCausalLM: GraniteForCausalLM" in err and not (tmp_path / "out").exists()
 
 
 def test_a_release_past_the_recorded_one_gets_a_note(mirror, tmp_path, capsys, monkeypatch, qwen3):
