@@ -163,6 +163,16 @@ def test_an_eagle3_draft_is_asked_under_its_draft_name(mirror, tmp_path):
     assert resolve({"architectures": ["Eagle3LlamaForCausalLM"]}, always).name == "Eagle3LlamaForCausalLM"
 
 
+def listing(model: Path, folder: Path, listed: list[str]) -> Path:
+    """A copy of `model` whose config.json lists `listed`."""
+    folder.mkdir()
+    for f in model.iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(dict(config, architectures=listed)))
+    return folder
+
+
 @pytest.fixture(scope="module")
 def qwen3(tmp_path_factory) -> Path:
     return write_real_model(tmp_path_factory.mktemp("trtreg") / "qwen3-32b", "qwen3-32b")
@@ -174,12 +184,7 @@ def test_doctor_refuses_a_first_name_the_release_lacks_in_its_words(mirror, tmp_
     with_rules(monkeypatch, generated_rules(mirror, tmp_path))
     code, report = doctor_json(capsys, qwen3, "trtllm==1.4.0", "--strict", "--tp", "2")
     assert (code, findings(report)) == (0, [])
-    src = tmp_path / "q"
-    src.mkdir()
-    for f in qwen3.iterdir():
-        (src / f.name).write_bytes(f.read_bytes())
-    config = json.loads((src / "config.json").read_text())
-    (src / "config.json").write_text(json.dumps(dict(config, architectures=["GraniteForCausalLM", "Qwen3ForCausalLM"])))
+    src = listing(qwen3, tmp_path / "q", ["GraniteForCausalLM", "Qwen3ForCausalLM"])
     code, report = doctor_json(capsys, src, "trtllm==1.4.0", "--tp", "2")
     [f] = findings(report, "unregistered-architecture")
     error = ERROR.replace("{architecture}", "GraniteForCausalLM")
@@ -190,12 +195,7 @@ def test_doctor_refuses_a_first_name_the_release_lacks_in_its_words(mirror, tmp_
 
 def test_fix_refuses_a_model_the_release_refuses_in_one_line(mirror, tmp_path, capsys, monkeypatch, qwen3):
     with_rules(monkeypatch, generated_rules(mirror, tmp_path))
-    src = tmp_path / "g"
-    src.mkdir()
-    for f in qwen3.iterdir():
-        (src / f.name).write_bytes(f.read_bytes())
-    config = json.loads((src / "config.json").read_text())
-    (src / "config.json").write_text(json.dumps(dict(config, architectures=["GraniteForCausalLM", "Qwen3ForCausalLM"])))
+    src = listing(qwen3, tmp_path / "g", ["GraniteForCausalLM", "Qwen3ForCausalLM"])
     code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "trtllm==1.4.0")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "[unregistered-architecture]" in err, err
     assert "Unknown architecture for AutoModelForCausalLM: GraniteForCausalLM" in err and not (tmp_path / "out").exists()
@@ -204,12 +204,7 @@ def test_fix_refuses_a_model_the_release_refuses_in_one_line(mirror, tmp_path, c
 def test_a_release_past_the_recorded_one_gets_a_note(mirror, tmp_path, capsys, monkeypatch, qwen3):
     """trtllm==1.5 takes 1.4's file: a later release may register the name, so a warning, not a refusal."""
     with_rules(monkeypatch, generated_rules(mirror, tmp_path))
-    src = tmp_path / "g"
-    src.mkdir()
-    for f in qwen3.iterdir():
-        (src / f.name).write_bytes(f.read_bytes())
-    config = json.loads((src / "config.json").read_text())
-    (src / "config.json").write_text(json.dumps(dict(config, architectures=["GraniteForCausalLM"])))
+    src = listing(qwen3, tmp_path / "g", ["GraniteForCausalLM"])
     _, report = doctor_json(capsys, src, "trtllm==1.5.0")
     assert not findings(report, "unregistered-architecture") and not report["runtime_stops_at"]
     [note] = [n for n in report["notes"] if n["code"] == "unregistered-architecture"]
