@@ -251,3 +251,25 @@ def test_a_hostile_first_name_is_cut_and_forges_no_line(mirror, tmp_path):
     registry = generated_rules(mirror, tmp_path).model_registry
     found = resolve({"architectures": ["X" * 5000 + "\nerror: forged"] + ["LlamaForCausalLM"] * 100_000}, registry)
     assert found.name is None and "\n" not in found.error and len(found.error) < 300
+
+
+RECORDED = [name for name in sorted(gen.RELEASES) if "registry" in json.loads((DATA / name).read_text())["rules"]]
+
+
+@pytest.mark.skipif(not RECORDED, reason="no shipped trtllm file records a registry yet (tests/data/trtllm/PROVENANCE.md)")
+@pytest.mark.parametrize("key", ["qwen3-32b", "qwen3-30b-a3b", "deepseek-v3-0324", "gemma-4-31b-it", "ct-laguna-moe"])
+def test_real_configs_against_each_recorded_registry(tmp_path, capsys, key):
+    """Each real config under each release whose file records TensorRT-LLM's registry: refused, in its words, exactly
+    when the release's table lacks the class its first listed name is asked under (e.g. a model added after 1.0)."""
+    src = write_real_model(tmp_path / key, key)
+    config = json.loads((src / "config.json").read_text())
+    for name in RECORDED:
+        rules = read_rules(json.loads((DATA / name).read_text()), name)
+        first = rules.model_registry.first
+        _, report = doctor_json(capsys, src, "trtllm==" + ".".join(map(str, rules.release)))
+        refused = findings(report, "unregistered-architecture")
+        if first.asked(config["architectures"][0], config) in rules.registry:
+            assert not refused, (name, refused)
+        else:
+            assert [f["runtime_error"] for f in refused] == [
+                first.unsupported.replace("{architecture}", config["architectures"][0])], name
