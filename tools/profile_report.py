@@ -148,7 +148,11 @@ RULES_FORM = [
     "  their own layer though the layer rows' leaf fusion names them a shard: TensorRT-LLM's Afmoe `self_attn.gate_proj`)",
     "  and `model_fusions` (architecture -> {fused leaf: shards} its model builds where the layer rows' runtime builds",
     "  separate layers: TensorRT-LLM's Laguna GatedMLP `gate_up_proj`); both read from the release's model source",
-    "  (tests/data/trtllm/PROVENANCE.md).", "",
+    "  (tests/data/trtllm/PROVENANCE.md); `registry_rule` (a release that asks its `registry` about the FIRST listed",
+    "  name only, with no fallback: `listed: first`, `unsupported` its error with `{architecture}` for that name,",
+    "  `renamed` {`key`, `prefix`, `cut`}: the name a config carrying `key`, an EAGLE-3 draft's, is asked under), written",
+    "  with `registry` and its provenance (`source.registry`: tag, commit, files read) by `tools/trtllm_registry.py`",
+    "  from TensorRT-LLM's own source at the release's tag; read by `arch/resolved.py` `FirstListed`.", "",
     "`--target <runtime>==X.Y.Z` uses the newest file at or below X.Y.Z and says which. `tools/sglang_rules_data.py`",
     "writes the SGLang files from the wheels (rules table: `tools/sglang_rules_table.py`, re-checked against each wheel).", ""]
 
@@ -159,7 +163,9 @@ def rules_section(doc: dict, name: str) -> list[str]:
             "- matchers: " + ", ".join(f"{k} `{v}`" for k, v in sorted(rules["matchers"].items())),
             f"- fused: {rules['fused']['policy']}; unknown tensors: {rules['unknown_tensors']['policy']}; "
             f"refuses: {', '.join(sorted(rules['refused_algorithms'])) or 'nothing'}",
-            f"- model classes with a packed mapping: {len(rules.get('packed_modules_mapping', {}))}", ""]
+            f"- model classes with a packed mapping: {len(rules.get('packed_modules_mapping', {}))}",
+            f"- model registry: {len(rules['registry']) if 'registry' in rules else 'not recorded'}"
+            + (f" (asks the first listed name only: `{rules['registry_rule']['unsupported']}`)" if 'registry_rule' in rules else ""), ""]
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Iterable, Mapping
 
 from repair.arch.backend import Backend
-from repair.arch.resolved import MAX_SHOWN, Resolved, shown
+from repair.arch.resolved import MAX_SHOWN, FirstListed, Resolved, shown
 from repair.errors import one_line
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class Registry:
     unlisted: Mapping[str, str] = field(default_factory=dict)  # model_type -> the class named when none is listed (get_config)
     unlisted_refused: str | None = None  # its refusal of a list still empty then; None: what it does is not recorded
     backend: Backend | None = None  # its Transformers backend's gate name by name, where recorded (SGLang's)
+    first: FirstListed | None = None  # it asks only the first listed name (TensorRT-LLM's), where recorded
 
     @classmethod
     def read(cls, doc: dict, label: str, source: str) -> Registry | None:
@@ -54,10 +55,11 @@ class Registry:
                    MappingProxyType(dict(unlisted.get("classes") or {})), unlisted.get("refused"))
 
     @classmethod
-    def named(cls, names: frozenset[str], label: str, source: str, backend: Backend | None = None) -> Registry | None:
-        """The registered names (a rules file's `registry`) and, where recorded, its backend's gate; without that gate
-        what the release does with none listed is not known."""
-        return cls(names, frozenset(), None, {}, {}, label, source, backend=backend) if names else None
+    def named(cls, names: frozenset[str], label: str, source: str, backend: Backend | None = None,
+              first: FirstListed | None = None) -> Registry | None:
+        """The registered names (a rules file's `registry`) and, where recorded, its backend's gate or its first-name
+        rule; without either what the release does with none listed is not known."""
+        return cls(names, frozenset(), None, {}, {}, label, source, backend=backend, first=first) if names else None
 
     def defaults(self, name: str, runner: str | None = None, convert: str | None = None) -> tuple[str, str, str] | None:
         """(suffix, runner, convert) of the first task suffix `name` ends with, of this runner and convert type where
@@ -148,6 +150,8 @@ def resolve(config: dict | None, registry: Registry | None, names: tuple[str, ..
         return Resolved(names[0] if names else None)
     if not names:
         return from_model_type(config, registry)
+    if registry.first is not None:
+        return registry.first.verdict(names, config, registry.names)
     runner, convert = registry.task(names)
     registered = not registry.names.isdisjoint(names)
     if not registered and registry.backend is not None:

@@ -29,3 +29,38 @@ class Resolved:
     malformed: bool = False  # refused as no list of names at all (its config validation), not for the names
     derived: str | None = None  # none listed: the class the release named from model_type (then resolved as listed)
     runner: str | None = None  # and the runner it is built for ("pooling": an embedding or classifier model, no text)
+
+
+@dataclass(frozen=True)
+class FirstListed:
+    """A release that asks its registry about config.json's FIRST listed name only, with no fallback (TensorRT-LLM's
+    AutoModelForCausalLM: `architectures[0]` looked up in the table `@register_auto_model` fills; a later listed name
+    is never asked), as tools/trtllm_registry.py reads it from the release's modeling_auto.py: its error
+    (`{architecture}` standing for that name) and the name an EAGLE-3 draft's config is asked under (`renamed`:
+    {"key", "prefix", "cut", "cut_when"}, when the release has that rule)."""
+
+    unsupported: str
+    renamed: tuple[tuple[str, str], ...] = ()  # the `renamed` block's items
+
+    @classmethod
+    def read(cls, doc: object) -> FirstListed | None:
+        """A rules file's `registry_rule` ({"listed": "first", "unsupported", "renamed"})."""
+        if not isinstance(doc, dict) or doc.get("listed") != "first" or not isinstance(doc.get("unsupported"), str):
+            return None
+        renamed = doc.get("renamed")
+        return cls(doc["unsupported"], tuple(sorted(renamed.items())) if isinstance(renamed, dict) else ())
+
+    def asked(self, name: str, config: dict | None) -> str:
+        """The name the registry is asked under: the rule's text cut (from every name, or a draft's only), and a config
+        carrying the rule's key (an EAGLE-3 draft's) asked with the prefix."""
+        rule = dict(self.renamed)
+        draft = "key" in rule and isinstance(config, dict) and rule["key"] in config
+        if rule.get("cut") and (rule.get("cut_when") == "always" or draft):
+            name = name.replace(rule["cut"], "")
+        return rule["prefix"] + name if draft else name
+
+    def verdict(self, names: tuple[str, ...], config: dict | None, registered: frozenset[str]) -> Resolved:
+        """The first listed name built, or the release's error for it; a name after it changes nothing."""
+        if self.asked(names[0], config) in registered:
+            return Resolved(names[0])
+        return Resolved(None, error=self.unsupported.replace("{architecture}", shown(names[0])))

@@ -116,14 +116,15 @@ def registry_findings(target: Target, builds: Builds, config: dict | None, tp: i
         if not refused_at_or_after(target, builds):
             return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, names or "architectures",
                                 f"{names or 'config.json'}: {who}, the newest profiled release at or below {target.spec}, "
-                                f"has no model class of any architecture config.json lists (its registry, recorded in "
+                                f"has no model class of {_asked(registry)} (its registry, recorded in "
                                 f"{source}) and refuses the model: {resolved.error}; registries grow with every release "
                                 f"and no profiled release at or after {target.spec} says the same, so check that "
                                 f"{target.spec} registers it, or {where}")]
         return [Finding(Severity.ERROR, Kind.UNREGISTERED, names or "architectures",
-                        f"{names or 'config.json'}: {who} has no model class of any architecture config.json lists (its "
+                        f"{names or 'config.json'}: {who} has no model class of {_asked(registry)} (its "
                         f"registry, recorded in {source}), {_backend_refuses(registry)}: {resolved.error}; list the model's class as {who} "
-                        f"registers it in config.json's `architectures`, or {where}", resolved.error, tuple(range(tp)))], []
+                        f"registers it {'first ' if registry.first else ''}in config.json's `architectures`, or {where}",
+                        resolved.error, tuple(range(tp)))], []
     if resolved.backend == "remote code":
         return [], [Finding(Severity.WARNING, Kind.UNREGISTERED, names,
                             f"{names}: {who} has no model class of any listed architecture (its registry, recorded in "
@@ -148,9 +149,18 @@ def registry_findings(target: Target, builds: Builds, config: dict | None, tp: i
     return [], []
 
 
+def _asked(registry: Registry) -> str:
+    """Which listed names the release asks its registry about: the first only (its `registry_rule`), else each."""
+    return "the first architecture config.json lists (it asks no other)" if registry.first else \
+        "any architecture config.json lists"
+
+
 def _backend_refuses(registry: Registry) -> str:
-    """How the release's Transformers backend came to refuse: the recorded gate asks every listed name (SGLang's,
-    before any layer is built); vLLM's asks about the first one while reading the config."""
+    """How the release came to refuse: with no Transformers fallback (TensorRT-LLM's first-name rule) its model
+    factory raises before building any layer; the recorded gate asks every listed name (SGLang's, before any layer is
+    built); vLLM's asks about the first one while reading the config."""
+    if registry.first is not None:
+        return "and it has no Transformers fallback, so building the model raises before any layer is built"
     if registry.backend is not None and registry.backend.asks_each:
         return ("and its Transformers backend, which asks about every listed name in order, refuses one, so it refuses the "
                 "model before building any layer")

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from repair.arch.registry import Backend, Registry
+from repair.arch.resolved import FirstListed
 from repair.formats.base import Declaration
 from repair.targets.config_lists import flat_exclusions, list_sources, source_named
 from repair.targets.matchers import KINDS, exclusion_matcher, layer_matcher
@@ -69,6 +70,7 @@ class RuntimeRules:
     # what its loader does with a weight the checkpoint does not store (probed; {} where not known)
     registry: frozenset[str] = frozenset()  # every name its model registry has (the wheel's EntryClass); empty: unknown
     backend: Backend | None = None  # its Transformers backend's gate on other names (tools/sglang_backend.py); None: unknown
+    registry_rule: FirstListed | None = None  # it asks only the first listed name (tools/trtllm_registry.py); None: unknown
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -81,7 +83,7 @@ class RuntimeRules:
     @property
     def model_registry(self) -> Registry | None:
         """Its `registry` as arch/registry.py reads it (None: not recorded, the first listed name is built)."""
-        return Registry.named(self.registry, self.label, self.source, self.backend)
+        return Registry.named(self.registry, self.label, self.source, self.backend, self.registry_rule)
 
     @property
     def speaker(self) -> str:
@@ -269,7 +271,7 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         body.get("null_exclusions_refused", {}), {a: tuple(v) for a, v in body.get("own_layers", {}).items()},
                         {a: {k: tuple(v) for k, v in m.items()} for a, m in body.get("model_fusions", {}).items()},
                         body.get("missing_weights", {}), frozenset(body.get("registry", ())),
-                        Backend.read(body.get("transformers_backend")))
+                        Backend.read(body.get("transformers_backend")), FirstListed.read(body.get("registry_rule")))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:
