@@ -12,6 +12,8 @@ from safetensors import safe_open
 
 from tools import modelopt_export
 
+LLAMA_31 = "llama-3.1-8b-instruct-fp4"
+
 
 def pytest_collection_modifyitems(config, items):
     """`make test` deselects vllm- and sglang-marked tests, and `make test-vllm` / `make test-sglang` collect
@@ -54,6 +56,30 @@ def qwen36_export(tmp_path_factory) -> Path:
     from tools.real_fixture import write_qwen36
 
     return write_qwen36(tmp_path_factory.mktemp("qwen36") / "src")
+
+
+@pytest.fixture(scope="session")
+def real_models(tmp_path_factory) -> dict[str, Path]:
+    """The tiny checkpoints with published models' real configs and names (tools/real_fixture.py REAL_MODELS), written
+    once per session for every module that reads them; read-only (a test that edits one copies it first)."""
+    from tools.real_fixture import REAL_MODELS, write_real_model
+
+    root = tmp_path_factory.mktemp("real_models")
+    return {key: write_real_model(root / key, key) for key in REAL_MODELS}
+
+
+@pytest.fixture(scope="session")
+def llama31(tmp_path_factory) -> Path:
+    """Llama 3.1 8B Instruct FP4's published weight map (LLAMA_31), once per session; read-only."""
+    from tools.real_fixture import real_weight_map, write_llama
+
+    return write_llama(tmp_path_factory.mktemp("llama31") / LLAMA_31, LLAMA_31, real_weight_map(LLAMA_31))
+
+
+@pytest.fixture(scope="session")
+def modelopt_llama(tmp_path_factory) -> Path:
+    """ModelOpt's own NVFP4 export of a tiny Llama (tools/modelopt_export.py), once per session; read-only."""
+    return modelopt_export.export_tiny_llama(tmp_path_factory.mktemp("modelopt-llama") / "modelopt-llama")
 
 
 @pytest.fixture(scope="session")

@@ -20,22 +20,18 @@ from repair import api
 from repair.errors import BadInput, UsageError
 from repair.planning.recipe import builtin_recipes
 from repair.targets.profiles import NEWEST_KNOWN
-from tests.conftest import run_captured
-from tools.modelopt_export import export_tiny_llama, export_tiny_qwen3_moe
-from tools.real_fixture import REAL_MODELS, real_weight_map, write_llama, write_real_model
+from tests.conftest import LLAMA_31, run_captured
+from tools.modelopt_export import export_tiny_qwen3_moe
+from tools.real_fixture import REAL_MODELS
 
-LLAMA_31 = "llama-3.1-8b-instruct-fp4"
 FIXTURES = (*REAL_MODELS, LLAMA_31, "modelopt-llama", "modelopt-qwen3-moe", "gemma4-assistant-broken", "gemma4-assistant-correct")
 RECIPES = tuple(builtin_recipes())
 
 
 @pytest.fixture(scope="module")
-def fixtures(tmp_path_factory, broken_export, correct_export) -> dict:
-    root = tmp_path_factory.mktemp("doctor_after_fix")
-    out = {key: write_real_model(root / key, key) for key in REAL_MODELS}
-    out[LLAMA_31] = write_llama(root / LLAMA_31, LLAMA_31, real_weight_map(LLAMA_31))
-    out["modelopt-llama"] = export_tiny_llama(root / "modelopt-llama")
-    out["modelopt-qwen3-moe"] = export_tiny_qwen3_moe(root / "modelopt-qwen3-moe")
+def fixtures(tmp_path_factory, real_models, llama31, modelopt_llama, broken_export, correct_export) -> dict:
+    out = {**real_models, LLAMA_31: llama31, "modelopt-llama": modelopt_llama}
+    out["modelopt-qwen3-moe"] = export_tiny_qwen3_moe(tmp_path_factory.mktemp("doctor_after_fix") / "modelopt-qwen3-moe")
     out["gemma4-assistant-broken"], out["gemma4-assistant-correct"] = broken_export, correct_export
     return out
 

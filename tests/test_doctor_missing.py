@@ -21,7 +21,7 @@ from repair.demo.examples import TINY, write_assistant
 from repair.doctor.missing import missing_modules
 from tests.conftest import run_captured
 from tests.mixed_helpers import write_mixed
-from tools.real_fixture import REAL_MODELS, write_real_model
+from tools.real_fixture import REAL_MODELS
 
 DOWN = "model.layers.0.mlp.down_proj"
 
@@ -94,23 +94,17 @@ def test_without_a_target_the_drop_is_done_and_doctor_names_the_gap(capsys, assi
     assert ("missing-module", DOWN) in {(f["code"], f["subject"]) for f in findings(capsys, tmp_path / "out", "vllm==0.25.0")[1]}
 
 
-@pytest.fixture(scope="module")
-def real(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("missing-real")
-    return {key: write_real_model(root / key, key) for key in REAL_MODELS}
-
-
 @pytest.mark.parametrize("key", [*REAL_MODELS, "mixed_export", "qwen36_export", "broken_export", "correct_export", "ct_export"])
-def test_no_fixture_is_said_to_miss_a_module(request, real, capsys, key):
-    folder = real[key] if key in REAL_MODELS else request.getfixturevalue(key)
+def test_no_fixture_is_said_to_miss_a_module(request, real_models, capsys, key):
+    folder = real_models[key] if key in REAL_MODELS else request.getfixturevalue(key)
     _, found = findings(capsys, folder, "vllm==0.32.0")
     assert not [f for f in found if f["code"] == "missing-module"], found
 
 
-def test_a_whole_decoder_layer_dropped_under_a_target_is_refused_and_doctor_names_it(capsys, real, tmp_path):
+def test_a_whole_decoder_layer_dropped_under_a_target_is_refused_and_doctor_names_it(capsys, real_models, tmp_path):
     """DeepSeek-V3's layout (no loader profile): layer 30's modules dropped while layers 0-61 around it are stored
     (the drop keeps the router's e_score_correction_bias, so the router's siblings are the evidence)."""
-    src = real["deepseek-v3-0324"]
+    src = real_models["deepseek-v3-0324"]
     recipe = tmp_path / "drop.toml"
     recipe.write_text('name = "drop"\ntarget = "vllm==0.32.0"\n[[rules]]\naction = "drop"\nmodules = ["model.layers.30.*"]\n')
     code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--recipe", recipe, "--dry-run")

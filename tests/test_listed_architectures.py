@@ -185,13 +185,13 @@ def test_listed_names_are_tried_in_order_under_the_runner_the_first_suffix_sets(
     assert found.name == built and (found.error is None) == (built is not None), found
 
 
-def test_sglang_reads_the_row_of_the_class_it_builds_not_of_the_first_listed(tmp_path, capsys):
+def test_sglang_reads_the_row_of_the_class_it_builds_not_of_the_first_listed(tmp_path, capsys, real_models):
     """SGLang 0.5.23 builds DeepseekV3ForCausalLM for [unknown, DeepseekV3ForCausalLM] (its `registry`): the rows it
     borrows are that class's (DeepSeek-R1's published exclusions split fused_qkv_a_proj), as for the plain list."""
-    from tools.real_fixture import write_real_model
+    import shutil
 
-    plain = write_real_model(tmp_path / "plain", "deepseek-r1")
-    listed = write_real_model(tmp_path / "listed", "deepseek-r1")
+    plain = real_models["deepseek-r1"]
+    listed = shutil.copytree(plain, tmp_path / "listed")
     config = json.loads((listed / "config.json").read_text())
     (listed / "config.json").write_text(json.dumps(dict(config, architectures=["NotARealForCausalLM", *config["architectures"]])))
     said = [{(f["code"], f["subject"]) for f in doctor_json(capsys, folder, "--target", "sglang==0.5.23")[1]["findings"]}

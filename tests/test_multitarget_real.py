@@ -27,8 +27,8 @@ def mtp_not_excluded(dsv3: dict) -> None:
 
 
 @pytest.mark.parametrize("key, change", [("qwen3-32b", one_shard_excluded), ("deepseek-v3-0324", mtp_not_excluded)])
-def test_three_runtime_fix_passes_strict_doctor_for_each(capsys, tmp_path, key, change):
-    src = write_real_model(tmp_path / "src", key)
+def test_three_runtime_fix_passes_strict_doctor_for_each(capsys, tmp_path, real_models, key, change):
+    src = shutil.copytree(real_models[key], tmp_path / "src")
     edit_json(src / "hf_quant_config.json", change)
     out = tmp_path / "out"
     code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", ",".join(TARGETS))
@@ -44,7 +44,7 @@ def test_three_runtime_fix_passes_strict_doctor_for_each(capsys, tmp_path, key, 
         assert code == 0, (target, text, err)
 
 
-def test_side_by_side_text_is_linear_in_the_findings(tmp_path):
+def test_side_by_side_text_is_linear_in_the_findings(tmp_path, real_models):
     """Thousands of exclusion entries matching nothing (hostile or careless lists) are thousands of findings: the
     side-by-side text takes about as long as each target's own text, never findings x findings comparisons."""
     import time
@@ -55,7 +55,7 @@ def test_side_by_side_text_is_linear_in_the_findings(tmp_path):
     from repair.io.checkpoint import open_checkpoint
     from repair.targets.profiles import resolve_many
 
-    src = write_real_model(tmp_path / "q", "qwen3-32b")
+    src = shutil.copytree(real_models["qwen3-32b"], tmp_path / "q")
     edit_json(src / "hf_quant_config.json", lambda d: d["quantization"]["exclude_modules"].extend(f"nowhere.{i}" for i in range(3000)))
     ckpt = open_checkpoint(src)
     found = tuple(diagnose(ckpt, t, 1) for t in resolve_many("vllm==0.32.0,vllm==0.25.0"))
@@ -75,14 +75,14 @@ def test_side_by_side_text_is_linear_in_the_findings(tmp_path):
 
 
 @pytest.mark.parametrize("target", ["trtllm==1.0", "trtllm==1.4", "vllm==0.32.0,trtllm==1.1"])
-def test_bf16_mtp_layer_is_excluded_by_the_layer_name_the_release_reads(capsys, tmp_path, target):
+def test_bf16_mtp_layer_is_excluded_by_the_layer_name_the_release_reads(capsys, tmp_path, real_models, target):
     """TensorRT-LLM builds DeepSeek's MTP layer i from the target's config as `model.layers.{num_hidden_layers + i}`
     (its data's `draft.mtp_layer`; _get_decoder_layer_quant_config, modeling_deepseekv3.py @ 000561df) and leaves it
     unquantized only when that name is excluded: entries for the modules under it never reach its MoE. fix writes
     the layer's name, taken from the data, in place of the per-module entries every target reads it as covering."""
     from repair.targets.profiles import resolve_many
 
-    src = write_real_model(tmp_path / "src", "deepseek-v3-0324")
+    src = shutil.copytree(real_models["deepseek-v3-0324"], tmp_path / "src")
     edit_json(src / "hf_quant_config.json", mtp_not_excluded)
     out = tmp_path / "out"
     code, _, err = run_captured(capsys, "fix", src, "-o", out, "--target", target)
@@ -97,14 +97,14 @@ def test_bf16_mtp_layer_is_excluded_by_the_layer_name_the_release_reads(capsys, 
 
 
 @pytest.mark.parametrize("target", ["vllm==0.32.0,trtllm==1.4", "vllm==0.32.0,sglang==0.5.23,trtllm==1.0"])
-def test_one_excluded_routed_expert_fixes_for_vllm_and_trtllm_at_once(capsys, tmp_path, target):
+def test_one_excluded_routed_expert_fixes_for_vllm_and_trtllm_at_once(capsys, tmp_path, real_models, target):
     """One routed expert excluded (attack on the trtmtp change): vLLM builds the routed experts as one layer, so fix
     dequantizes all of them; TensorRT-LLM reads that layer's exclusion only by its own name (`...mlp.experts`),
     never a per-expert entry. Each target alone succeeds, so together one output must too: the MoE layer's name,
     which every target reads as covering its experts, in place of per-expert entries TensorRT-LLM calls unused."""
     from safetensors import safe_open
 
-    src = write_real_model(tmp_path / "src", "deepseek-v3-0324")
+    src = shutil.copytree(real_models["deepseek-v3-0324"], tmp_path / "src")
     with safe_open(src / "model.safetensors", "pt") as f:
         expert = min(n for n in f.keys() if ".mlp.experts." in n).rsplit(".", 2)[0]  # e.g. model.layers.10.mlp.experts.0
     moe = expert.rpartition(".")[0]
@@ -120,11 +120,11 @@ def test_one_excluded_routed_expert_fixes_for_vllm_and_trtllm_at_once(capsys, tm
 
 
 @pytest.mark.parametrize("target", ["trtllm==1.1", "trtllm==1.3", "vllm==0.32.0,trtllm==1.0"])
-def test_bf16_moe_layer_that_is_no_mtp_layer_is_named_whole_for_trtllm(capsys, tmp_path, target):
+def test_bf16_moe_layer_that_is_no_mtp_layer_is_named_whole_for_trtllm(capsys, tmp_path, real_models, target):
     """A BF16 layer past num_hidden_layers that the config does not declare an MTP layer (num_nextn_predict_layers 0):
     no bare layer name, but its routed experts are still one MoE TensorRT-LLM reads only as `...mlp.experts`; fix's
     per-expert entries failed its own self-check (exit 3, "matches no module") before it named the MoE layer."""
-    src = write_real_model(tmp_path / "src", "deepseek-v3-0324")
+    src = shutil.copytree(real_models["deepseek-v3-0324"], tmp_path / "src")
     edit_json(src / "hf_quant_config.json", mtp_not_excluded)
     edit_json(src / "config.json", lambda c: c.update(num_nextn_predict_layers=0))
     out = tmp_path / "out"

@@ -125,8 +125,9 @@ def test_1e5_distinct_patterns_cost_linear_time():
     compiled = RegexSet.compile(patterns, FULLMATCH, "report.json: recipe")
     hits = sum(compiled.matches(n) for n in names)
     elapsed = time.perf_counter() - start
-    python = [re.compile(p) for p in patterns]
     for name in names[:20] + ["layer1000.x.x", "layer1000.x.y", "a.expert_5.1.2", "blk_7.q_proj"]:
-        assert compiled.matches(name) == any(p.fullmatch(name) for p in python), name
+        # Python's re on every pattern that can match: pattern i holds str(i) as literal text outside any alternative,
+        # so one whose number is not in the name cannot (compiling all 10^5 in Python's re took a quarter of the test)
+        assert compiled.matches(name) == any(re.fullmatch(p, name) for i, p in enumerate(patterns) if str(i) in name), name
     assert hits == sum(1 for i in range(2000) if i % 2 and (i * 37) % 4 == 0)
     assert elapsed < 90, f"{elapsed:.1f} s"  # measured 28 s here (2 shared cores): compiling is ~0.3 ms a pattern

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.real_fixture import REAL_MODELS, write_real_model
+from tools.real_fixture import REAL_MODELS
 
 from tests.conftest import run_captured
 
@@ -43,12 +43,6 @@ EXPECTED = {
 }
 
 
-@pytest.fixture(scope="session")
-def real_fixtures(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("real_fixtures")
-    return {key: write_real_model(root / key, key) for key in REAL_MODELS}
-
-
 def inspected(capsys, folder: Path) -> dict[str, str]:
     code, out, err = run_captured(capsys, "inspect", "--json", folder)
     assert code == 0, err
@@ -66,8 +60,8 @@ RUNTIME_DEFECT = {"ct-laguna-moe": ("dropped-tensor", "model.layers.1.mlp.expert
 
 
 @pytest.mark.parametrize("key", HEALTHY)
-def test_healthy_real_fixture_passes_strict_doctor(real_fixtures, capsys, key):
-    code, report = doctor(capsys, real_fixtures[key])
+def test_healthy_real_fixture_passes_strict_doctor(real_models, capsys, key):
+    code, report = doctor(capsys, real_models[key])
     found = [(f["code"], f["subject"]) for f in report["findings"]]
     if key in RUNTIME_DEFECT:  # laguna.py drops the routed experts' correction bias from every checkpoint
         assert (code, found) == (1, [RUNTIME_DEFECT[key]]), report["findings"]
@@ -77,15 +71,15 @@ def test_healthy_real_fixture_passes_strict_doctor(real_fixtures, capsys, key):
 
 
 @pytest.mark.parametrize("key", HEALTHY)
-def test_declared_states_are_vllms(real_fixtures, capsys, key):
-    declared = inspected(capsys, real_fixtures[key])
+def test_declared_states_are_vllms(real_models, capsys, key):
+    declared = inspected(capsys, real_models[key])
     assert {name: declared.get(name) for name in EXPECTED[key]} == EXPECTED[key]
     never = [n for n, d in declared.items() if d == "quantized" and (n.endswith("embed_tokens") or n.endswith("norm"))]
     assert never == []
 
 
-def test_deepseek_r1_fused_shards_predicted_as_vllms_refusal(real_fixtures, capsys):
-    code, report = doctor(capsys, real_fixtures[REFUSED])
+def test_deepseek_r1_fused_shards_predicted_as_vllms_refusal(real_models, capsys):
+    code, report = doctor(capsys, real_models[REFUSED])
     assert code == 1
     errors = [f for f in report["findings"] if f["severity"] == "error"]
     assert {f["code"] for f in errors} == {"fused-shards"}
@@ -109,16 +103,16 @@ def with_ignore(src: Path, dst: Path, extra: list[str]) -> Path:
     return dst
 
 
-def test_compressed_tensors_exact_embedding_entry_counts_as_used(real_fixtures, capsys, tmp_path):
-    folder = with_ignore(real_fixtures["ct-llama-dense"], tmp_path / "ct", ["model.embed_tokens"])
+def test_compressed_tensors_exact_embedding_entry_counts_as_used(real_models, capsys, tmp_path):
+    folder = with_ignore(real_models["ct-llama-dense"], tmp_path / "ct", ["model.embed_tokens"])
     code, report = doctor(capsys, folder)
     assert [f["message"] for f in report["findings"]] == []
     assert code == 0
 
 
-def test_compressed_tensors_fused_shards_predicted(real_fixtures, capsys, tmp_path):
+def test_compressed_tensors_fused_shards_predicted(real_models, capsys, tmp_path):
     """One shard of gate_up_proj ignored by exact name: compressed-tensors' should_ignore_layer refuses it."""
-    folder = with_ignore(real_fixtures["ct-llama-dense"], tmp_path / "ct", ["model.layers.1.mlp.up_proj"])
+    folder = with_ignore(real_models["ct-llama-dense"], tmp_path / "ct", ["model.layers.1.mlp.up_proj"])
     code, report = doctor(capsys, folder)
     fused = [f for f in report["findings"] if f["code"] == "fused-shards"]
     assert code == 1

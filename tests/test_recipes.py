@@ -14,7 +14,7 @@ import torch
 from repair.demo.examples import GEMMA4_31B, write_assistant
 from repair.planning.recipe import Recipe, builtin_recipes, load_recipe, recipe_from_dict
 from tests.conftest import load_tensors, raw_bytes, run_cli, tree_hashes
-from tools.modelopt_export import export_tiny_llama, modelopt_dequantize
+from tools.modelopt_export import modelopt_dequantize
 
 DIMS = GEMMA4_31B.__class__(**{**GEMMA4_31B.__dict__, "vocab": 1024})
 REPO = Path(__file__).resolve().parents[1]
@@ -44,8 +44,8 @@ def test_gemma_builtins_make_doctor_clean(broken, tmp_path, name, target):
     assert run_cli("doctor", broken, "--target", target, "--strict") == 1
 
 
-def test_generic_builtin_on_a_modelopt_llama(tmp_path):
-    src = export_tiny_llama(tmp_path / "llama")
+def test_generic_builtin_on_a_modelopt_llama(tmp_path, modelopt_llama):
+    src = modelopt_llama
     out = tmp_path / "out"
     assert run_cli("fix", src, "-o", out, "--recipe", "modelopt-dequantize-mlp", "--quiet") == 0
     before, after = load_tensors(src), load_tensors(out)

@@ -23,10 +23,9 @@ from safetensors.torch import save_file
 from repair import formats
 from repair.codec import fp8, nvfp4
 from repair.io.checkpoint import open_checkpoint
-from tests.conftest import run_captured
-from tools.real_fixture import REAL_MODELS, real_weight_map, write_llama, write_real_model
+from tests.conftest import LLAMA_31, run_captured
+from tools.real_fixture import REAL_MODELS
 
-LLAMA_31 = "llama-3.1-8b-instruct-fp4"
 SESSION = ("mixed_export", "qwen36_export", "broken_export", "correct_export", "ct_export", "broken")
 CHECKPOINTS = (*REAL_MODELS, LLAMA_31, "modelopt-llama", *SESSION)
 # injection -> (stored algorithms it applies to, declared algorithm it must contradict)
@@ -36,15 +35,9 @@ APPLIES = {"no-input-scale": ("NVFP4",), "pre-quant-scale": ("NVFP4", "W4A16_NVF
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> dict[str, Path]:
-    """The checkpoints this module writes itself (the session ones come from conftest)."""
-    from tools.modelopt_export import export_tiny_llama
-
-    root = tmp_path_factory.mktemp("target_promise")
-    out = {key: write_real_model(root / key, key) for key in REAL_MODELS}
-    out[LLAMA_31] = write_llama(root / LLAMA_31, LLAMA_31, real_weight_map(LLAMA_31))
-    out["modelopt-llama"] = export_tiny_llama(root / "modelopt-llama")
-    return out
+def built(real_models, llama31, modelopt_llama) -> dict[str, Path]:
+    """The real-config checkpoints and ModelOpt's tiny Llama by key (conftest's session fixtures, shared with other modules)."""
+    return {**real_models, LLAMA_31: llama31, "modelopt-llama": modelopt_llama}
 
 
 def source(request, built: dict[str, Path], key: str) -> Path:
