@@ -114,20 +114,22 @@ def test_a_list_matches_when_any_pattern_does():
 
 
 def test_1e5_distinct_patterns_cost_linear_time():
-    """10^5 patterns (nested quantifiers, alternations, a backreference in every 1,000th) against 2,000 names."""
+    """10^5 patterns (nested quantifiers, alternations, a backreference in every 1,000th: i % 1000 == 2, of the
+    third shape, i % 4 == 2) against 2,000 names."""
     patterns = []
     for i in range(100_000):
         shape = i % 4
-        patterns.append([rf"model\.layers\.{i}\.mlp\.(gate|up)_proj", rf"(?:.*\.)?expert_{i}(?:\.\d+)*", rf"layer{i}\.(\w+)\.\1" if i % 1000 == 0
+        patterns.append([rf"model\.layers\.{i}\.mlp\.(gate|up)_proj", rf"(?:.*\.)?expert_{i}(?:\.\d+)*", rf"layer{i}\.(\w+)\.\1" if i % 1000 == 2
                          else rf"layer{i}\.[a-z]+", rf"(?:blk|layer)_{i}\.(?:q|k|v)_proj"][shape])
     names = [f"model.layers.{i * 37}.mlp.{'gate' if i % 2 else 'down'}_proj" for i in range(2000)]
     start = time.perf_counter()
     compiled = RegexSet.compile(patterns, FULLMATCH, "report.json: recipe")
     hits = sum(compiled.matches(n) for n in names)
     elapsed = time.perf_counter() - start
-    for name in names[:20] + ["layer1000.x.x", "layer1000.x.y", "a.expert_5.1.2", "blk_7.q_proj"]:
+    for name in names[:20] + ["layer1002.x.x", "layer1002.x.y", "layer1006.x.y", "a.expert_5.1.2", "blk_7.q_proj"]:
         # Python's re on every pattern that can match: pattern i holds str(i) as literal text outside any alternative,
         # so one whose number is not in the name cannot (compiling all 10^5 in Python's re took a quarter of the test)
         assert compiled.matches(name) == any(re.fullmatch(p, name) for i, p in enumerate(patterns) if str(i) in name), name
     assert hits == sum(1 for i in range(2000) if i % 2 and (i * 37) % 4 == 0)
+    assert compiled.matches("layer1002.x.x") and not compiled.matches("layer1002.x.y")  # the backreference decides
     assert elapsed < 90, f"{elapsed:.1f} s"  # measured 28 s here (2 shared cores): compiling is ~0.3 ms a pattern
