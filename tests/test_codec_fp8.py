@@ -120,7 +120,8 @@ def test_non_finite_weight_is_refused(bad, monkeypatch):
 
 
 def test_fused_siblings_share_the_largest_scale():
-    """ModelOpt's export gives fused siblings (gate/up) the group's max amax; passing the max scale reproduces it."""
+    """Given a group's max amax (what ModelOpt's preprocess_linear_fusion sets on siblings; its export does not fuse FP8
+    per-tensor groups, formats/shared_scale.py), passing the max scale reproduces ModelOpt's quantizer."""
     gen = torch.Generator().manual_seed(10)
     gate, up = torch.randn(32, 64, generator=gen).bfloat16(), (3 * torch.randn(32, 64, generator=gen)).bfloat16()
     group_amax = torch.maximum(gate.abs().amax(), up.abs().amax())

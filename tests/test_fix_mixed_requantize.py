@@ -1,8 +1,9 @@
 """Requantizing FP8 per-tensor layers from the original BF16 model: byte-identical to ModelOpt's FP8 export.
 
 The checkpoint is tests/mixed_helpers' MIXED_PRECISION model; its original is the same seed's BF16
-weights. The oracle is ModelOpt's own FP8_DEFAULT_CFG quantization and HF export (fused q/k/v given
-the group's largest amax, as its export's preprocess_linear_fusion does).
+weights. The oracle is ModelOpt's own FP8_DEFAULT_CFG quantization and HF export, each layer with its own amax: the
+export's _fuse_shared_input_modules skips FP8 per-tensor groups (q/k/v keep their own weight_scale; a whole-model export
+checks it in tests/test_modelopt_shared_inputs.py).
 """
 
 from __future__ import annotations
@@ -40,9 +41,7 @@ def broken(folder: Path) -> Path:
 
 
 def modelopt_fp8(original: dict[str, torch.Tensor], module: str) -> dict[str, torch.Tensor]:
-    siblings = [module] if module.endswith("o_proj") else [module.rsplit(".", 1)[0] + f".{p}" for p in ("q_proj", "k_proj", "v_proj")]
-    amax = torch.stack([original[f"{s}.weight"].float().abs().amax() for s in siblings]).amax()
-    return fp8_export(original[f"{module}.weight"], amax if len(siblings) > 1 else None)
+    return fp8_export(original[f"{module}.weight"])
 
 
 def test_requantize_fp8_attention_byte_identical_to_modelopt(capsys, original, tmp_path):

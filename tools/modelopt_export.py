@@ -244,8 +244,8 @@ def save_tiny_llama_original(out_dir: Path, seed: int = 0) -> Path:
     return out_dir
 
 
-def _export_causal_lm(model: torch.nn.Module, out_dir: Path, seed: int) -> Path:
-    """ModelOpt NVFP4 export (NVFP4_DEFAULT_CFG, calibrated on 4 seeded 8-token prompts) of a tiny causal LM."""
+def _export_causal_lm(model: torch.nn.Module, out_dir: Path, seed: int, quant_cfg: dict | None = None) -> Path:
+    """ModelOpt export (NVFP4_DEFAULT_CFG unless `quant_cfg`, calibrated on 4 seeded 8-token prompts) of a tiny causal LM."""
     gen = torch.Generator().manual_seed(seed + 3)
     prompts = [torch.randint(0, model.config.vocab_size, (1, 8), generator=gen) for _ in range(4)]
 
@@ -253,7 +253,24 @@ def _export_causal_lm(model: torch.nn.Module, out_dir: Path, seed: int) -> Path:
         for ids in prompts:
             m(input_ids=ids)
 
-    return _quantize_and_export(model, out_dir, _nvfp4_cfg([]), forward_loop)
+    return _quantize_and_export(model, out_dir, quant_cfg or _nvfp4_cfg([]), forward_loop)
+
+
+def export_tiny_llama_fp8(out_dir: Path, seed: int = 0) -> Path:
+    """ModelOpt FP8 per-tensor export (FP8_DEFAULT_CFG, calibrated as export_tiny_llama) of the tiny Llama: its export
+    fuses no FP8 group, so q/k/v and gate/up each keep their own weight_scale."""
+    return _export_causal_lm(_build_tiny_llama(seed), out_dir, seed, copy.deepcopy(_modelopt()[0].FP8_DEFAULT_CFG))
+
+
+def shared_input_groups(config_cls: str, model_cls: str, dims: dict[str, Any]) -> list[list[str]]:
+    """The groups of quantized linears ModelOpt's own HF export fuses in a tiny random model (NVFP4_DEFAULT_CFG): its
+    `collect_shared_input_modules` over the dummy forward requantize_resmooth_fused_llm_layers runs (input ids [1, 2])."""
+    mtq = _modelopt()[0]
+    from modelopt.torch.export.unified_export_hf import collect_shared_input_modules
+
+    model = mtq.quantize(_build_tiny_causal_lm(config_cls, model_cls, dims, 0), _nvfp4_cfg([]), None)
+    groups, _ = collect_shared_input_modules(model, lambda: model(torch.ones([1, 2], dtype=torch.long)))
+    return [[m.name for m in modules] for modules in groups.values() if len(modules) > 1]
 
 
 def export_tiny_llama(out_dir: Path, seed: int = 0) -> Path:

@@ -5,7 +5,7 @@ Run with the .venv-vllm python (tools/vllm_env.sh); imports nothing from the rep
 draft folder is loaded the way ``vllm serve TARGET --speculative-config`` loads it (vLLM builds its model class only
 inside a speculative config), beside a BF16 Llama target config of the draft's sizes; only the draft's weights are read.
 
-    vllm_load.py DIR [DIR ...] [--hash] [--traceback] [--moe-emulation]
+    vllm_load.py DIR [DIR ...] [--hash] [--traceback] [--moe-emulation] [--global-scales]
 
 For each DIR, one JSON line on stdout, in the order given:
 
@@ -21,6 +21,10 @@ For each DIR, one JSON line on stdout, in the order given:
 loaders wrote them; see tools/vllm_runtime.py), so "sha256" (with --hash) equals the sha256 of the checkpoint tensor
 bytes each parameter was filled from (q/k/v and gate/up are concatenated along dim 0 in vLLM's fused parameters).
 "methods" lists every module that has a ``quant_method``: what vLLM's quantization config decided for that layer.
+With --global-scales, "global_scales" follows each NVFP4 linear's global scale through process_weights_after_loading:
+{vLLM module: {"weight_scale_2": [per-shard values as loaded], "weight_global_scale": the one value the kernel is
+given after processing, "weight_scale_sha256": [block scales' sha256 before, after]}} (a fused layer has one
+weight_scale_2 entry per shard, and one global scale).
 
 How: ``EngineArgs(model=DIR, dtype="bfloat16", max_model_len=128, enforce_eager=True,
 skip_tokenizer_init=True).create_engine_config()`` (reads hf_quant_config.json / config.json's quantization_config as
@@ -43,7 +47,7 @@ import sys
 import time
 
 from vllm_runtime import (STAND_IN_CALLS, Loader, emit, enable_cpu_nvfp4, kernel_stand_ins, inspect_in_process,
-                          nvfp4_moe_emulation_fallback, reported, torchvision_stand_in, tracked)
+                          nvfp4_moe_emulation_fallback, reported, tensor_entry, torchvision_stand_in, tracked)
 
 
 def log(msg: str) -> None:
@@ -60,6 +64,33 @@ def quant_methods(model) -> dict:
                                "scheme": name_of(getattr(mod.quant_method, "wkey", None) or getattr(mod, "scheme", None)),
                                "kernel": name_of(getattr(mod.quant_method, "kernel", None))}
                         for name, mod in model.named_modules() if getattr(mod, "quant_method", None) is not None}}
+
+
+class GlobalScales:
+    """The NVFP4 linears' per-shard weight_scale_2 and block-scale bytes as loaded (the Loader's snapshot, before
+    process_weights_after_loading), and, after it, the one global scale and block-scale bytes each keeps."""
+
+    def __init__(self):
+        self.before: dict = {}
+
+    def snapshot(self, model) -> dict:
+        self.before = {name: (mod, [float(v) for v in mod.weight_scale_2.detach().float().reshape(-1)],
+                              tensor_entry(mod.weight_scale, True)["sha256"])
+                       for name, mod in model.named_modules() if isinstance(getattr(mod, "weight_scale_2", None), torch_tensor())}
+        return {}
+
+    def after(self) -> dict:
+        out = {name: {"weight_scale_2": scales, "weight_global_scale": float(getattr(mod, "weight_global_scale", float("nan"))),
+                      "weight_scale_sha256": [sha, tensor_entry(mod.weight_scale, True)["sha256"]]}
+               for name, (mod, scales, sha) in self.before.items()}
+        self.before = {}
+        return {"global_scales": out}
+
+
+def torch_tensor():
+    import torch
+
+    return torch.Tensor
 
 
 def load(folder: str, loader: Loader) -> dict:
@@ -103,6 +134,8 @@ def main(argv=None) -> int:
     p.add_argument("--traceback", action="store_true", help="print the traceback of load errors to stderr")
     p.add_argument("--moe-emulation", action="store_true",
                    help="NVFP4 MoE layers fall back to vLLM's EMULATION backend when no backend supports CPU")
+    p.add_argument("--global-scales", action="store_true",
+                   help="report each NVFP4 linear's per-shard weight_scale_2 and the global scale vLLM keeps")
     args = p.parse_args(argv)
     try:
         enable_cpu_nvfp4()
@@ -110,7 +143,9 @@ def main(argv=None) -> int:
         kernel_stand_ins()
         if args.moe_emulation:
             nvfp4_moe_emulation_fallback()
-        loader = Loader(args.hash, extra=quant_methods)
+        scales = GlobalScales() if args.global_scales else None
+        extra = (lambda model: dict(quant_methods(model), **scales.snapshot(model))) if scales else quant_methods
+        loader = Loader(args.hash, extra=extra)
     except Exception:
         import traceback
 
@@ -119,6 +154,8 @@ def main(argv=None) -> int:
     for folder in args.dirs:
         t0, calls = time.perf_counter(), len(STAND_IN_CALLS)
         result = reported(folder, lambda: load(folder, loader), args.traceback, log)
+        if scales is not None and result.get("ok"):
+            result.update(scales.after())
         emit(dict({"dir": folder}, **result, stand_in_calls=STAND_IN_CALLS[calls:],
                   load_s=round(time.perf_counter() - t0, 2)))
     return 0

@@ -105,6 +105,9 @@ class Architecture:
     bf16_handshake: tuple[str, ...] = ()  # layers the family keeps in BF16 by design
     unquantized_roles: tuple[UnquantizedRole, ...] = GENERIC_ROLES  # roles vLLM never quantizes (arch/roles.py)
     fused_layers: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(LLAMA_FUSED))  # vLLM's packed_modules_mapping
+    # layers the class builds as one parameter from 2+ checkpoint modules that no packed_modules_mapping names (so its
+    # exclusion test asks the fused name alone): the Gemma 4 assistant's gate_up_proj
+    merged_layers: dict[str, tuple[str, ...]] = field(default_factory=dict)
     nvfp4_load_refused: tuple[tuple[str, str], ...] = ()  # (re.search on checkpoint names, why): load_weights fails on NVFP4
     dropped_tensors: tuple[DroppedTensor, ...] = ()  # tensors load_weights takes and fills no parameter with
     dropped_in_layers: tuple[LayerDrop, ...] = ()  # modules the runtime builds in some layers only (arch/layer_rules.py)
@@ -172,6 +175,11 @@ class Architecture:
                 if len(members) > 1:
                     out.append((parent + fused, members))
         return out
+
+    def scale_groups(self, modules) -> list[tuple[str, tuple[str, ...]]]:
+        """(fused layer, its stored shards) for every layer the class builds as one parameter, whether or not a
+        packed_modules_mapping names it: the shards share one weight_scale_2 at runtime."""
+        return replace(self, fused_layers={**self.merged_layers, **self.fused_layers}).fused_groups(modules)
 
     def asked_shards(self, fused: str, stored: tuple[str, ...]) -> tuple[str, ...]:
         """The shard names vLLM's exclusion test asks for the fused layer `fused` (checkpoint names): where the layer asks

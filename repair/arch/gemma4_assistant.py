@@ -140,4 +140,7 @@ def _int(section: dict, key: str, where: str) -> int:
 GEMMA4_ASSISTANT = Architecture("Gemma 4 assistant", model_types=MODEL_TYPES, runtime_name=draft_prefix,
                                 exclusion_name=exclusion_name, expected_modules=expected_modules,
                                 layer_kinds=LAYER_KINDS, bf16_handshake=BF16_HANDSHAKE,
-                                fused_layers={})  # Gemma4MTP has no packed_modules_mapping: no fused-shard rule
+                                # Gemma4MTP has no packed_modules_mapping (no fused-shard exclusion rule), but its
+                                # Gemma4MLP builds gate/up as one MergedColumnParallelLinear (gemma4_mtp.py's mapper:
+                                # orig_to_new_stacked .gate_proj/.up_proj -> .gate_up_proj), one weight_scale_2
+                                fused_layers={}, merged_layers={"gate_up_proj": ("gate_proj", "up_proj")})

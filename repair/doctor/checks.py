@@ -12,7 +12,7 @@ from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
 from repair.formats.modules import StoredModule
-from repair.formats.nvfp4_packed import SHARED_GLOBAL_SCALE, block_scale_shape
+from repair.formats.nvfp4_packed import block_scale_shape
 from repair.formats.nvfp4_health import global_scale_problem, read_f32_scalar
 from repair.doctor.scales import ScaleValues
 from repair.doctor.unused_entries import unused_entries
@@ -121,10 +121,11 @@ def fused_findings(declaration: Declaration, modules: dict[str, StoredModule], f
     return findings
 
 
-def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precision: dict[str, str], divisor: bool = False,
-                    values: ScaleValues | None = None, who: str = "vLLM") -> list[Finding]:
-    """Scale counts, shapes and values of every packed module, and fused siblings' shared scale (the scale bytes come
-    from `values`: what doctor decided to read, see doctor/scales.py); `who`: the target runtime, as messages name it."""
+def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precision: dict[str, str], family: Architecture,
+                    divisor: bool = False, values: ScaleValues | None = None, who: str = "vLLM") -> list[Finding]:
+    """Scale counts, shapes and values of every packed module, and the shared scale of siblings the target's class
+    fuses (`family`: its row, whose fused layers are its release's own) (the scale bytes come from `values`: what doctor
+    decided to read, see doctor/scales.py); `who`: the target runtime, as messages name it."""
     located = ckpt.locate()
     findings = []
     scale_2: dict[str, float] = {}
@@ -132,13 +133,14 @@ def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precisio
         for m in sorted((m for m in modules.values() if m.is_quantized), key=lambda m: m.name):
             health = HEALTH.get(m.precision, _module_health)
             findings += health(m, located, precision, scale_2, read, divisor)
-    for parent_siblings in _sibling_groups(scale_2):
-        values = {name: scale_2[name] for name in parent_siblings}
+    for _, siblings in family.scale_groups(scale_2):
+        values = {name: scale_2[name] for name in siblings}
         if len(set(values.values())) > 1:
             runtime_fuses = all(precision.get(n) == "nvfp4" for n in values)
             findings.append(Finding(Severity.ERROR if runtime_fuses else Severity.WARNING, Kind.SIBLINGS_SCALE_2, ", ".join(values),
                                     f"fused siblings have different weight_scale_2 {values}; {who} takes the max without rescaling "
-                                    "the block scales, so the fused layer computes wrong values (requantize with --original)"))
+                                    "the block scales and loads the model without an error, so each shard with a smaller scale "
+                                    "computes values too large by the ratio (requantize with --original)"))
     return findings
 
 
@@ -248,13 +250,3 @@ def _f32_scalar(located_scale, read) -> tuple[float, str | None]:
     value = read_f32_scalar(shard.path, info, read)
     return value, global_scale_problem(value)
 
-
-def _sibling_groups(names) -> list[list[str]]:
-    groups = []
-    for siblings in SHARED_GLOBAL_SCALE:
-        parents = {n[: -len(s)] for n in names for s in siblings if n.endswith(s)}
-        for parent in sorted(parents):
-            members = [parent + s for s in siblings if parent + s in names]
-            if len(members) > 1:
-                groups.append(members)
-    return groups

@@ -18,8 +18,6 @@ from repair.formats.nvfp4_health import block_scale_stats, read_f32_scalar
 
 BLOCK = 16
 FP8_BLOCK = 128  # compressed-tensors' FP8 block_structure [128, 128] (formats/ct_groups.py)
-# Modules a ModelOpt export quantizes with one shared weight_scale_2 (the runtime fuses them into one layer)
-SHARED_GLOBAL_SCALE = (("mlp.gate_proj", "mlp.up_proj"), ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
 BROKEN_EXPORT = "the export is broken: re-download it, or re-export from the original model"
 
 

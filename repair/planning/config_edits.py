@@ -9,7 +9,6 @@ from repair.formats.base import Declaration, Format
 from repair.formats.modules import StoredModule
 from repair.io.checkpoint import Checkpoint
 from repair.planning.built import target_rows
-from repair.planning.modules import fused_group
 from repair.planning.recipe import Action, Recipe
 from repair.planning.runtime_entries import (coverage, entry_names, flat_read, plain_entries, read_where_targets_read,
                                              refuse_colliding_names, refuse_pattern_names, runtime_names, unread_fused, whole_layer_names)
@@ -30,7 +29,9 @@ def config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recipe
     covers, excludes_for_any = coverage(targets, families, declaration, ckpt.config)
     made = [n for n, a in actions.items() if a in (Action.DEQUANTIZE, Action.TAKE_ORIGINAL)]
     # a fused layer's BF16 shards are declared together: exact entries for only some of them make the runtime raise
-    made += [s for n in made for s in fused_group(n, modules) if s in modules and not modules[s].is_quantized]
+    # (the layers each target's class fuses: a runtime fact)
+    made += [s for fam in families for _, shards in fam.scale_groups(modules) if set(made) & set(shards)
+             for s in shards if s not in made and not modules[s].is_quantized]
     refuse_colliding_names(ckpt.root, families, made, modules)
     bf16 = runtime_names(targets, families, entry_names(families, made))
     bf16 = whole_layer_names(targets, ckpt.config, modules, set(made), bf16, covers)

@@ -2,7 +2,7 @@
 
 `dequantize` turns a packed module into one BF16 weight; `take_original` copies (or casts) the
 original model's weight by byte range; `requantize` packs the original weight afresh, sharing
-one global scale across the fused group (gate/up, q/k/v) as ModelOpt's export does, and keeps
+one global scale with the modules ModelOpt's export fuses with it (formats/shared_scale.py), and keeps
 the checkpoint's input_scale (activation scales cannot be derived from weights); `drop` removes
 every tensor of the module. Leftover scale tensors of a BF16 module are dropped.
 """
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from repair.errors import BadInput, UsageError
 from repair.formats.base import Format
-from repair.formats.nvfp4_packed import BROKEN_EXPORT, SHARED_GLOBAL_SCALE
+from repair.formats.nvfp4_packed import BROKEN_EXPORT
+from repair.formats.shared_scale import shared_scale_siblings
 from repair.io.checkpoint import Checkpoint
 from repair.formats.modules import StoredModule
 from repair.planning.dequantize import dequantize_step
@@ -68,14 +69,10 @@ def _original_step(m: StoredModule, original: Checkpoint, dtype: str) -> TensorS
     return step(TensorRef(name, dtype, info.shape), (name,), source="original", module=m.name)
 
 
-def fused_group(module: str, modules: dict[str, StoredModule]) -> list[str]:
-    """The module's fused siblings that exist (itself first), which must share one weight_scale_2."""
-    for group in SHARED_GLOBAL_SCALE:
-        for member in group:
-            if module.endswith("." + member):
-                base = module[: -len(member)]
-                return [module] + [base + g for g in group if base + g != module and base + g in modules]
-    return [module]
+def fused_group(module: str, modules: dict[str, StoredModule], algorithm: str = "NVFP4") -> list[str]:
+    """The module and its stored siblings (itself first) that ModelOpt's export quantizes to `algorithm` with one
+    shared global scale: a module requantized shares it with them (formats/shared_scale.py)."""
+    return shared_scale_siblings(module, modules, algorithm)
 
 
 def requantize_algorithm(m: StoredModule, declared: str | None, where: str) -> str:
@@ -92,7 +89,8 @@ def _requantize_steps(m: StoredModule, ckpt: Checkpoint, original: Checkpoint, m
     if len(m.logical_shape) != 2:
         raise BadInput(f"{ckpt.root}: {m.name}: requantizing {len(m.logical_shape)}-D experts is not supported (ModelOpt packs them "
                        "transposed per expert); dequantize or take_original them")
-    group = [n for n in fused_group(m.name, modules) if requantize_algorithm(modules[n], declared, str(ckpt.root)) == algorithm]  # one shared scale
+    group = [n for n in fused_group(m.name, modules, algorithm)
+             if requantize_algorithm(modules[n], declared, str(ckpt.root)) == algorithm]  # one shared scale
     for name in group:
         _original_step(modules[name], original, "BF16")  # validates presence and shape
     inputs = tuple(f"{n}.weight" for n in group)
