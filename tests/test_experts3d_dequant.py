@@ -4,7 +4,8 @@ float32 global scale) dequantize expert by expert through the 2-D path's table, 
 The oracles: the layout's definition (each expert is its [out, in] Linear, quantized transposed: the 2-D table path on
 the transposed expert, itself checked against NVFP4QTensor in test_codec_nvfp4.py; it was the executor's only way
 before), and ModelOpt's own NVFP4QTensor.dequantize on the whole 3-D tensor, transposed as its export transposes it.
-The executor's run of it imports no torch and holds the output plus chunk-sized temporaries, not float32 products.
+The executor's run of it imports no torch and holds the output, one expert's packed bytes and chunk-sized temporaries,
+not float32 products; with --jobs 1 it holds one result at a time.
 """
 
 from __future__ import annotations
