@@ -6,7 +6,8 @@ Run with another checkout's code on PYTHONPATH (e.g. main), it records what that
 tests/test_golden_bytes.py builds the same fixtures and asserts this checkout writes the same bytes.
 The report and the TP manifest are left out: they name the run's folders, and the report may gain fields. The fixtures are the tiny generated
 assistant (one shard, and three shards), ModelOpt's own export of the buggy assistant and its
-compressed-tensors conversion, ModelOpt's own MIXED_PRECISION export, and requantizing from `--original`.
+compressed-tensors conversion, ModelOpt's own MIXED_PRECISION export and its NVFP4 gpt-oss (3-D BMM experts),
+and requantizing from `--original`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "modelopt requantize": ("modelopt", ("--original", "{original}", "--requantize", "pre_projection,post_projection,model.layers.0.mlp.gate_proj,model.layers.0.mlp.up_proj")),
     "compressed-tensors bf16": ("ct", ("--target", "bf16")),
     "mixed bf16": ("mixed", ("--target", "bf16")),
+    "gpt-oss bf16": ("gptoss", ("--target", "bf16")),
+    "gpt-oss bf16 jobs 2": ("gptoss", ("--target", "bf16", "--jobs", "2")),
+    "gpt-oss vllm==0.32.0 tp 2": ("gptoss", ("--target", "vllm==0.32.0", "--tp", "2")),
 }
 
 
@@ -41,6 +45,7 @@ def fixtures(root: Path) -> dict[str, Callable[[], Path]]:
     from repair.demo.examples import TINY, write_assistant
     from tools import ct_export, modelopt_export
     from tools.malformed import SHARDS
+    from tools.modelopt_gptoss_export import export_gpt_oss
     from tools.modelopt_mixed_export import export_mixed_llama
 
     built: dict[str, Path] = {}
@@ -60,6 +65,7 @@ def fixtures(root: Path) -> dict[str, Callable[[], Path]]:
         "original": once("original", lambda: modelopt_export.save_original(root / "original")),
         "ct": once("ct", lambda: ct_export.convert_modelopt(modelopt(), root / "compressed-tensors")),
         "mixed": once("mixed", lambda: export_mixed_llama(root / "mixed")),
+        "gptoss": once("gptoss", lambda: export_gpt_oss(root / "gpt-oss")),
     }
 
 

@@ -13,6 +13,7 @@ becomes 0xFFFF in bf16, as torch's CPU conversion writes it.
 from __future__ import annotations
 
 import mmap
+from typing import Sequence
 
 import numpy as np
 
@@ -107,7 +108,42 @@ def dequantize(packed: np.ndarray, scale_bytes: np.ndarray, scale_2: float, out_
     return out.view(np.uint16 if out_dtype != "F32" else np.uint32).reshape(rows, cols)
 
 
-def _fresh_pages(shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
+def dequantize_experts(packed: Sequence[np.ndarray], scale_bytes: np.ndarray, scale_2: float, out_dtype: str,
+                       divisor: bool = False) -> np.ndarray:
+    """ModelOpt's transposed BMM experts (gpt-oss, Llama4): packed uint8 [E, in/2, out] + FP8 scale bytes [E, in/16, out]
+    -> output bits [E, in, out], one expert after another into one output; each expert is its [out, in] Linear
+    transposed (formats/nvfp4_packed.py `_bmm_experts`). `packed[e]` is asked once per expert, in order, so a reader
+    of one expert at a time may stand for the array (execute/compute.py: memory then holds one expert's bytes).
+
+    Element (e, i, o) is nibble i % 2 of packed[e, i // 2, o] scaled by scale[e, i // 16, o]: the 2-D path's table
+    entry for that Linear, written in place without transposing anything. Beside the output, memory holds one chunk's
+    indices and pairs (~1.5 MiB), not float32 products.
+    """
+    experts, blocks, cols = scale_bytes.shape
+    pairs = BLOCK // 2
+    if len(packed) != experts:
+        raise ValueError(f"block scales {scale_bytes.shape} do not fit {len(packed)} packed experts")
+    table = pair_table(scale_2, out_dtype, divisor)
+    word = np.uint16 if out_dtype != "F32" else np.uint32
+    out = _fresh_pages((experts, blocks, pairs, 2, cols), word)  # [E, in, out]: input row 16b + 2p + nibble
+    step = max(1, CHUNK_ELEMENTS // (BLOCK * max(cols, 1)))  # block rows per chunk
+    index = np.empty((min(step, blocks), pairs, cols), dtype=np.intp)
+    made = np.empty(index.shape, dtype=table.dtype)
+    for e in range(experts):
+        expert = packed[e]
+        if expert.shape != (blocks * pairs, cols):
+            raise ValueError(f"block scales {scale_bytes.shape} do not fit packed expert {e} {expert.shape}")
+        for lo in range(0, blocks, step):
+            hi = min(blocks, lo + step)
+            ix, got = index[: hi - lo], made[: hi - lo]
+            np.left_shift(scale_bytes[e, lo:hi, np.newaxis, :], 8, out=ix, dtype=np.intp)
+            np.add(ix, expert[lo * pairs:hi * pairs].reshape(hi - lo, pairs, cols), out=ix)
+            np.take(table, ix.reshape(-1), out=got.reshape(-1), mode="clip")  # indices < 65536 by construction
+            out[e, lo:hi] = got.view(word).reshape(hi - lo, pairs, cols, 2).transpose(0, 1, 3, 2)  # low nibble: even row
+    return out.reshape(experts, blocks * BLOCK, cols)
+
+
+def _fresh_pages(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialised array on anonymous pages, without numpy's MADV_HUGEPAGE advice.
 
     np.empty advises huge pages for large arrays; where the kernel defragments on that advice

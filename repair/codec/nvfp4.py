@@ -75,17 +75,21 @@ def dequantize(
     The table path is `dequant_table` (numpy, shared with the torch-free executor path).
     divisor=True: the global scale divides (compressed-tensors' weight_global_scale); see dequantize_ct.
     A 3-D [E, in/2, out] weight with [E, in/16, out] scales is ModelOpt's transposed BMM experts layout (formats/
-    nvfp4_packed.py `_bmm_experts`): each expert is its [out, in] Linear transposed, so it dequantizes to [E, in, out].
+    nvfp4_packed.py `_bmm_experts`): each expert is its [out, in] Linear transposed, so it dequantizes to [E, in, out]
+    (`dequant_table.dequantize_experts`, expert by expert into one output).
     """
-    if packed.dim() == 3:
-        return torch.stack([dequantize(p.t().contiguous(), s.t().contiguous(), weight_scale_2, dtype, divisor=divisor).t()
-                            for p, s in zip(packed, weight_scale)])
-    rows, half = packed.shape
     name = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}.get(dtype)
-    if packed.dtype != torch.uint8 or weight_scale.dtype != torch.float8_e4m3fn or weight_scale.shape != (rows, half * 2 // BLOCK) or weight_scale_2.numel() != 1 or name is None:
+    experts = packed.dim() == 3
+    half = packed.shape[1]  # in/2: [out, in/2] or [E, in/2, out]
+    blocks = (packed.shape[0], half * 2 // BLOCK, packed.shape[2]) if experts else (packed.shape[0], half * 2 // BLOCK)
+    if packed.dtype != torch.uint8 or weight_scale.dtype != torch.float8_e4m3fn or weight_scale.shape != blocks or weight_scale_2.numel() != 1 or name is None:
+        if experts:  # per expert, the arithmetic form: layouts the table does not take
+            return torch.stack([dequantize(p.t().contiguous(), s.t().contiguous(), weight_scale_2, dtype, divisor=divisor).t()
+                                for p, s in zip(packed, weight_scale)])
         return _dequantize_direct(packed, weight_scale, weight_scale_2, dtype, divisor)
     scale_2 = weight_scale_2.to(torch.float32).item()
-    bits = dequant_table.dequantize(packed.numpy(), weight_scale.view(torch.uint8).numpy(), scale_2, name, divisor)
+    table = dequant_table.dequantize_experts if experts else dequant_table.dequantize
+    bits = table(packed.numpy(), weight_scale.view(torch.uint8).numpy(), scale_2, name, divisor)
     return torch.from_numpy(bits).view(dtype)
 
 

@@ -1,8 +1,10 @@
 """Producing changed tensors' bytes.
 
 Dequantizing a ModelOpt/compressed-tensors NVFP4 weight into BF16/F16/F32 (the whole of
-`--target bf16`) runs on numpy tables (`codec.dequant_table`) and never imports torch (~1-1.5 s).
-Casts, requantization and unusual layouts use torch, imported at their first use.
+`--target bf16`) runs on numpy tables (`codec.dequant_table`) and never imports torch (~1-1.5 s):
+2-D Linears and ModelOpt's 3-D BMM experts (expert by expert, one expert's packed bytes read at a time).
+Casts and requantization use torch, imported at their first use; so does a Dequantize whose layout the
+table does not take, which the plan-time check (formats/nvfp4_packed.py `check_packed`) refuses first.
 
 FP8 per-tensor and NVFP4_AWQ weights dequantize on numpy too (codec/fp8_table, codec/awq).
 A requantized module yields its tensors (NVFP4: packed weight, block scales, global scale; FP8:
@@ -20,8 +22,8 @@ import numpy as np
 
 from repair.codec import awq, dequant_table, float_bits, fp8_table, scale_values
 from repair.errors import BadInput
-from repair.formats.nvfp4_packed import BROKEN_EXPORT
-from repair.io.ranges import read_tensor
+from repair.formats.nvfp4_packed import BROKEN_EXPORT, block_scale_shape
+from repair.io.ranges import read_part, read_tensor, source_of
 from repair.io.safetensors import ShardHeader, TensorInfo
 from repair.planning.dequantize import fp8_scale_error
 from repair.planning.model import Cast, Computed, Copy, Dequantize, Requantize, TensorStep
@@ -48,6 +50,27 @@ def requantized_module(step: TensorStep) -> str | None:
 def computed_unit(unit: Sequence[TensorStep]) -> bool:
     """A unit whose bytes are computed (every step of a unit is of one kind), not copied."""
     return not isinstance(unit[0], Copy)
+
+
+def _unpacked(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The logical shape of a packed NVFP4 weight: its input (block) dimension doubled, [r, 2h] or [E, 2h, c]."""
+    return (shape[0], shape[1] * 2) if len(shape) == 2 else (shape[0], shape[1] * 2, shape[2])
+
+
+class _Experts(Sequence):
+    """ModelOpt's packed 3-D experts [E, in/2, out] as E arrays [in/2, out], each read when asked (one pread): memory
+    holds one expert's bytes, not the tensor's (a gpt-oss-120b gate_up_proj is 1 GiB packed)."""
+
+    def __init__(self, shard: ShardHeader, info: TensorInfo):
+        self._shard, self._info, self._source = shard, info, source_of(shard)
+
+    def __len__(self) -> int:
+        return self._info.shape[0]
+
+    def __getitem__(self, expert: int) -> np.ndarray:
+        size = self._info.nbytes // len(self)
+        data = read_part(self._shard, self._source, self._info, expert * size, size)
+        return np.frombuffer(data, dtype=np.uint8).reshape(self._info.shape[1:])
 
 
 class Computer:
@@ -120,23 +143,25 @@ class Computer:
         return step.out.dtype in dequant_table.OUT_DTYPES and (step.algorithm in NUMPY_ONLY or self._table_dequantizes(step))
 
     def _table_dequantizes(self, step: Dequantize) -> bool:
-        """The torch-free NVFP4 path applies: uint8 [r, h] weight, FP8 [r, 2h/16] scales, one float32 global scale."""
+        """The torch-free NVFP4 path applies: uint8 [r, h] weight with FP8 [r, 2h/16] scales, or ModelOpt's 3-D experts
+        [E, h, c] with [E, 2h/16, c] (block_scale_shape), and one float32 global scale."""
         packed, scale, scale_2 = (self._sources[step.source][n][1] for n in step.inputs)
         return (
-            packed.dtype == "U8" and len(packed.shape) == 2 and scale.dtype == "F8_E4M3"
-            and tuple(scale.shape) == (packed.shape[0], packed.shape[1] * 2 // dequant_table.BLOCK)
-            and scale_2.dtype == "F32" and scale_2.nbytes == 4
+            packed.dtype == "U8" and scale.dtype == "F8_E4M3" and scale_2.dtype == "F32" and scale_2.nbytes == 4
+            and len(packed.shape) in (2, 3) and tuple(scale.shape) == block_scale_shape(_unpacked(packed.shape))
         )
 
     def _dequantized_bits(self, step: Dequantize) -> np.ndarray:
         """The output's bit patterns by the stored algorithm; a NaN or infinite result is refused, never written."""
         if step.algorithm == "FP8":
             return self._fp8_bits(step)
-        packed, scale = (self._array(n, step.source, np.uint8) for n in step.inputs[:2])
+        scale = self._array(step.inputs[1], step.source, np.uint8)
+        packed = self._array(step.inputs[0], step.source, np.uint8) if scale.ndim == 2 else self._experts(step)
         scale_2 = self._scalar(step.inputs[2], step.source)
         self._refuse_scale(step, 2, scale_values.nvfp4_problem(scale.tobytes(), scale_2, self._divisor, step.out.dtype))
         self._refuse_non_finite(step, dequant_table.non_finite_blocks(scale, scale_2, step.out.dtype, self._divisor))
-        bits = dequant_table.dequantize(packed, scale, scale_2, step.out.dtype, self._divisor)
+        table = dequant_table.dequantize if scale.ndim == 2 else dequant_table.dequantize_experts  # expert by expert
+        bits = table(packed, scale, scale_2, step.out.dtype, self._divisor)
         if step.algorithm == "NVFP4_AWQ":  # fold the per-input-channel scale in: the layer's function without it
             pre_quant_scale = self._floats(step.inputs[3], step.source)
             peak = scale_values.nvfp4_peak(scale.tobytes(), scale_2, self._divisor, step.out.dtype)
@@ -165,6 +190,11 @@ class Computer:
         """A small float tensor (BF16, F16 or F32) as float32 values."""
         info = self._sources[source][name][1]
         return float_bits.to_float32(self._array(name, source, np.dtype(float_bits.BITS[info.dtype])), info.dtype)
+
+    def _experts(self, step: Dequantize) -> _Experts:
+        """A 3-D packed weight, read one expert at a time as it is dequantized."""
+        shard, info = self._sources[step.source][step.inputs[0]]
+        return _Experts(shard, info)
 
     def _array(self, name: str, source: str, dtype: np.dtype) -> np.ndarray:
         shard, info = self._sources[source][name]

@@ -69,6 +69,7 @@ class Hasher:
             except BaseException as exc:  # re-raised in the writer's thread
                 self._error = exc
             finally:
+                item = job = None  # its buffer goes now, not when the next job comes: a whole computed tensor waited
                 with self._room:
                     self._pending -= 1
                     self._held -= held

@@ -27,8 +27,14 @@ def source_of(shard: ShardHeader) -> PinnedFile:
 
 def read_tensor(shard: ShardHeader, info: TensorInfo) -> bytearray:
     """One tensor's bytes, through the shard's pinned handle."""
+    return read_part(shard, source_of(shard), info, 0, info.nbytes)
+
+
+def read_part(shard: ShardHeader, source: PinnedFile, info: TensorInfo, offset: int, length: int) -> bytearray:
+    """`length` bytes of one tensor from `offset` inside it, through `source` (its shard's handle, taken once by a
+    caller reading the tensor part by part)."""
     try:
-        return source_of(shard).read(info.start, info.nbytes)
+        return source.read(info.start + offset, length)
     except EOFError:
         raise BadInput(f"{shard.path}: {info.name}: file ended while reading; it is truncated, re-download it") from None
 

@@ -244,8 +244,8 @@ class _Slicer:
 
 def _made_whole(step) -> bool:
     """Requantized tensors, dequantized FP8 / NVFP4_AWQ weights (one module's tensor, on numpy) and 3-D NVFP4 experts
-    (transposed per expert, codec/nvfp4.py) are made whole by the plan's Computer and then sliced; 2-D NVFP4 is
-    dequantized slice by slice."""
+    (expert by expert, codec/dequant_table.py `dequantize_experts`) are made whole by the plan's Computer and then
+    sliced; 2-D NVFP4 is dequantized slice by slice."""
     return isinstance(step, Requantize) or (isinstance(step, Dequantize) and (step.algorithm in NUMPY_ONLY or len(step.out.shape) == 3))
 
 

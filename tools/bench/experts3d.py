@@ -1,0 +1,100 @@
+"""Peak RSS, wall and CPU of `fix --target bf16` on one ModelOpt BMM 3-D experts tensor, against the output's own size.
+
+The checkpoint is built in code in ModelOpt's transposed layout (tests/test_bmm_experts_nvfp4.py: `X` uint8 [E, in/2, out],
+`X_weight_scale` float8 [E, in/16, out], float32 scalar `X_weight_scale_2`), with random codes and block scales in a
+range no global scale check refuses: the bytes are not the point, the memory the dequantization holds is.
+
+    python -m tools.bench.experts3d [--experts 32 --rows 2048 --cols 2048 --layers 1 --jobs 1 --repeats 3 --code OTHER_TREE]
+
+`--code DIR` runs another checkout's `repair` (e.g. `git archive` of the commit before a change) against the same input,
+in alternation with this one, so load drift hits both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_experts(root: Path, experts: int, rows: int, cols: int, layers: int = 1, seed: int = 0) -> Path:
+    """A gpt-oss-named checkpoint whose changed tensors are `layers` [experts, rows, cols] NVFP4 experts weights."""
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(seed)
+    tensors, names = {}, [f"model.layers.{i}.mlp.experts.gate_up_proj" for i in range(layers)]
+    for name in names:
+        tensors |= {name: rng.integers(0, 256, (experts, rows // 2, cols), dtype=np.uint8),
+                    f"{name}_weight_scale": rng.integers(0x28, 0x48, (experts, rows // 16, cols), dtype=np.uint8),
+                    f"{name}_weight_scale_2": np.array(1e-3, dtype=np.float32),
+                    f"{name}_input_scale": np.array(0.02, dtype=np.float32)}
+    root.mkdir(parents=True)
+    save_file(tensors, str(root / "model.safetensors"), metadata={"format": "pt"})
+    _retype(root / "model.safetensors", [f"{name}_weight_scale" for name in names])
+    quant = {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16, "exclude_modules": []}
+    (root / "config.json").write_text(json.dumps({"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
+                                                  "quantization_config": {"quant_algo": "NVFP4", "quant_method": "modelopt"}}))
+    (root / "hf_quant_config.json").write_text(json.dumps({"producer": {"name": "modelopt", "version": "0.47.0"},
+                                                           "quantization": quant}))
+    return root
+
+
+def _retype(path: Path, names: list[str]) -> None:
+    """safetensors' numpy writer has no float8: the scale bytes were saved as U8, their header entry says F8_E4M3."""
+    data = bytearray(path.read_bytes())
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + size])
+    for name in names:
+        header[name]["dtype"] = "F8_E4M3"
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text = text.ljust(-(-len(text) // 8) * 8)  # offsets count from the data's start: only the header's length changes
+    path.write_bytes(len(text).to_bytes(8, "little") + text + bytes(data[8 + size:]))
+
+
+def run_fix(src: Path, out: Path, jobs: int, code: Path | None) -> dict:
+    """One `fix --target bf16` under /usr/bin/time: wall s, user+sys CPU s, max RSS MiB."""
+    env = dict(os.environ, PYTHONPATH=str(code)) if code else dict(os.environ)
+    cmd = ["/usr/bin/time", "-f", "%e %U %S %M", sys.executable, "-m", "repair", "fix", "--target", "bf16", "--quiet",
+           "--jobs", str(jobs), str(src), "-o", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=code or REPO)
+    if done.returncode:
+        raise RuntimeError(done.stderr[-2000:])
+    wall, user, system, rss = done.stderr.strip().splitlines()[-1].split()
+    return {"wall": float(wall), "cpu": float(user) + float(system), "rss_mib": int(rss) / 1024}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--experts", type=int, default=32)
+    parser.add_argument("--rows", type=int, default=2048)
+    parser.add_argument("--cols", type=int, default=2048)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--layers", type=int, default=1, help="experts tensors (one per layer), for --jobs")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--code", type=Path, help="another checkout's repair, run in alternation with this one")
+    args = parser.parse_args()
+    contenders = {"this": None} | ({"other": args.code.resolve()} if args.code else {})
+    out_mib = args.experts * args.rows * args.cols * 2 / 2**20
+    with tempfile.TemporaryDirectory(prefix="ckpt-experts3d-") as tmp:
+        src = write_experts(Path(tmp) / "src", args.experts, args.rows, args.cols, args.layers)
+        runs: dict[str, list[dict]] = {k: [] for k in contenders}
+        for i in range(args.repeats):
+            for name, code in contenders.items():
+                out = Path(tmp) / f"out-{name}-{i}"
+                runs[name].append(run_fix(src, out, args.jobs, code))
+                subprocess.run(["rm", "-rf", str(out)], check=True)
+    print(f"output tensors: {args.layers} x {out_mib:.0f} MiB BF16 [{args.experts}, {args.rows}, {args.cols}], --jobs {args.jobs}")
+    for name, rs in runs.items():
+        print(f"{name}: " + "; ".join(f"wall {r['wall']:.2f} s, cpu {r['cpu']:.2f} s, max RSS {r['rss_mib']:.0f} MiB" for r in rs))
+
+
+if __name__ == "__main__":
+    main()
