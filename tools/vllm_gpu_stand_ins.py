@@ -14,6 +14,18 @@ tools/vllm_runtime.py's ``kernel_stand_ins`` (imports nothing from ``repair``):
     sparse impl reserves its scratch at construction (flashmla_sparse.py:838); here it is initialised on the meta
     device (so the reservation allocates nothing) when the first sparse layer is answered: vLLM's CPU worker makes
     none, and until then every other model sees that.
+  * ``mla_prefill_stand_in``: a release whose CPU platform names no MLA prefill backend of its own (vLLM 0.28; 0.32's
+    platforms/cpu.py:182 `get_mla_prefill_backend_cls` does) builds every MLA layer (DeepSeek-V2/V3/V3.2, GLM-4.7-Flash,
+    GLM-5, LongCat, A.X K1) with the FlashAttention prefill backend: with no device capability its selector takes it
+    (0.28 v1/attention/backends/mla/prefill/selector.py:110-115), constructed in MLAAttention.__init__
+    (layers/attention/mla_attention.py:560-583). Two CUDA-only names stand in for that, as vLLM's own non-CUDA
+    branches do: fa_utils.py defines `compile_flash_attn_varlen_func_from_specs` only on CUDA (its XPU and ROCm
+    branches set it to None, fa_utils.py:32/:41; the CPU branch not at all) and prefill/flash_attn.py:18 imports it at
+    module level: it becomes None, as there; it is asserted non-None only where an FA4 kernel is compiled at run time
+    (prefill/flash_attn.py:259). The backend's constructor asserts its `flash_attn_varlen_func` (prefill/flash_attn.py
+    :354; None where fa_utils has none, :36-39) and only keeps it for the prefill forward (:359-366, :429): it becomes a
+    placeholder that raises and is recorded. Neither decides a layer, a quant method or a weight name: the prefill
+    backend is asked only in forward (mla_attention.py:811, :832).
 """
 
 from __future__ import annotations
@@ -66,3 +78,25 @@ def sparse_mla_stand_in() -> bool:
           file=sys.stderr, flush=True)
     return True
 
+
+
+def mla_prefill_stand_in() -> bool:
+    """True when installed: the CPU platform has no MLA prefill backend of its own, so vLLM's selector takes the
+    FlashAttention one (module docstring); a release whose platform answers itself (0.32) is left as it is."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu() or hasattr(type(current_platform), "get_mla_prefill_backend_cls"):
+        return False
+    from vllm.v1.attention.backends import fa_utils
+
+    if not hasattr(fa_utils, "compile_flash_attn_varlen_func_from_specs"):
+        fa_utils.compile_flash_attn_varlen_func_from_specs = None  # as fa_utils.py's XPU and ROCm branches
+    try:
+        from vllm.v1.attention.backends.mla.prefill import flash_attn as prefill
+    except ImportError:  # a release without this backend: nothing to stand in for
+        return False
+    if prefill.flash_attn_varlen_func is None:
+        prefill.flash_attn_varlen_func = placeholder(f"{prefill.__name__}.flash_attn_varlen_func")
+    print("[vllm_runtime] shim: MLA prefill stand-in (FlashAttention prefill backend, its kernel recorded)",
+          file=sys.stderr, flush=True)
+    return True

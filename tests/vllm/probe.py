@@ -48,6 +48,16 @@ class Run(NamedTuple):
     weights_track: bool = True  # False: vLLM's default for quantized drafts (no missing-weights check)
 
 
+def run_oracle(source: str) -> dict:
+    """`source` run by the vLLM venv's python (tools/ on its sys.path as argv[1], no inherited PYTHONPATH/VIRTUAL_ENV):
+    the last JSON line it emits."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    proc = subprocess.run([str(VLLM_PY), "-c", source, str(REPO / "tools")], env=clean, cwd="/", timeout=600,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def run_probe(dirs: list[Path], behaviour: str, tp_size: int, tp_rank: int, hash_: bool = True,
               weights_track: bool = True, traceback: bool = False) -> list[dict]:
     """One probe process over `dirs`; one result dict per dir. With `traceback`, failed results get

@@ -5,13 +5,9 @@ stand-in puts in place raises and is recorded. Without it, vLLM 0.32 refuses to 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-
 import pytest
 
-from .probe import REPO, VLLM_PY, requires_vllm
+from .probe import requires_vllm, run_oracle
 
 pytestmark = [pytest.mark.vllm, requires_vllm]
 
@@ -54,11 +50,7 @@ vllm_runtime.emit({"before": before, "after": after, "workspaces": workspaces, "
 
 
 def test_only_a_refused_sparse_layer_is_answered_and_every_flashmla_entry_point_raises_and_is_recorded():
-    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    proc = subprocess.run([str(VLLM_PY), "-c", ORACLE, str(REPO / "tools")], env=clean, cwd="/", timeout=600,
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = run_oracle(ORACLE)
     assert got["before"][2] == "NotImplementedError: Sparse Attention is not supported on CPU.", got
     assert got["after"][:2] == got["before"][:2], got  # dense MLA, plain attention: the platform's own answer
     assert got["after"][2] == "vllm.v1.attention.backends.mla.flashmla_sparse.FlashMLASparseBackend", got

