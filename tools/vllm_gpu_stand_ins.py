@@ -100,3 +100,27 @@ def mla_prefill_stand_in() -> bool:
     print("[vllm_runtime] shim: MLA prefill stand-in (FlashAttention prefill backend, its kernel recorded)",
           file=sys.stderr, flush=True)
     return True
+
+
+REFERENCE_MLA_BACKEND = "CPU_MLA"  # AttentionBackendEnum member: vLLM's reference CPU MLA backend
+AMX_MLA_BACKEND = "AMX_MLA"
+
+
+def reference_mla_backend() -> dict:
+    """EngineArgs asking for vLLM's reference CPU MLA backend where this release's CPU platform would take its AMX one.
+
+    On a CPU with AMX tiles vLLM 0.32 builds every MLA layer with AMX_MLA unless CPU_MLA is asked for
+    (platforms/cpu.py:152-164; check_and_update_config reads the same choice, :251-256). AMX_MLA repacks kv_b_proj
+    for its tiles after the weights are loaded and refuses heads narrower than a tile: "invalid weight input features
+    16" (v1/attention/backends/mla/amx_mla.py:303, torch.ops._C.convert_weight_packed) on the tier's small configs.
+    That is this host's kernel, which no GPU runs; CPU_MLA is what every host without AMX gets, and the choice is made
+    after every weight is loaded, so it decides nothing the tier judges. {} where the release has no such choice."""
+    import torch
+
+    try:
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    except ImportError:
+        return {}
+    known = hasattr(AttentionBackendEnum, REFERENCE_MLA_BACKEND) and hasattr(AttentionBackendEnum, AMX_MLA_BACKEND)
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    return {"attention_backend": REFERENCE_MLA_BACKEND} if known and amx else {}

@@ -99,7 +99,9 @@ def load(folder: str, loader: Loader) -> dict:
 
     from vllm.engine.arg_utils import EngineArgs
 
-    args = dict(skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128, enforce_eager=True)
+    from vllm_gpu_stand_ins import reference_mla_backend
+
+    args = dict(skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128, enforce_eager=True, **reference_mla_backend())
     config = json.loads(open(os.path.join(folder, "config.json")).read())
     inspect_in_process(config.get("architectures"))
     if not any(isinstance(a, str) and "Eagle3" in a for a in config.get("architectures") or []):
