@@ -65,3 +65,19 @@ def test_side_by_side_each_target_its_own(tmp_path, capsys):
     found = {r["target"]: {f["subject"] for f in r["findings"] if f["code"] == "siblings-scale-2"} for r in report["targets"]}
     assert found == {"vllm==0.28.0": {"model.layers.0.self_attn.q_proj, model.layers.0.self_attn.k_proj, model.layers.0.self_attn.v_proj"},
                      "vllm==0.32.0": {"model.layers.0.self_attn.q_a_proj, model.layers.0.self_attn.kv_a_proj_with_mqa"}}, found
+
+
+@pytest.mark.parametrize("arch, model_type, prefix", [("StableLmForCausalLM", "stablelm", "model.layers.0.self_attn"),
+                                                      ("GPTJForCausalLM", "gptj", "transformer.h.0.attn")])
+def test_a_layer_the_class_builds_fused_without_a_packed_mapping_is_checked(arch, model_type, prefix, tmp_path, capsys):
+    """vLLM 0.32's StableLM and GPT-J build q/k/v as one QKVParallelLinear (stablelm.py, gpt_j.py) but declare no
+    packed_modules_mapping, so the row's fused layers are empty; the profile's renames say what its loader stacks
+    (q/k/v_proj -> qkv_proj), and that one layer keeps one global scale whatever the mapping says."""
+    extra = {}
+    for i, leaf in enumerate(QKV):
+        weight = torch.zeros(32, 32, dtype=torch.bfloat16)
+        weight[0, 0] = 0.1 * (i + 1)
+        extra.update(packed(f"{prefix}.{leaf}", weight))
+    src = export(tmp_path / "src", arch, model_type, extra, ["lm_head"])
+    (subject,) = sibling_subjects(capsys, src, "vllm==0.32.0")
+    assert sorted(subject.split(", ")) == sorted(f"{prefix}.{s}" for s in QKV)

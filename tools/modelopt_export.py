@@ -244,6 +244,18 @@ def save_tiny_llama_original(out_dir: Path, seed: int = 0) -> Path:
     return out_dir
 
 
+def save_tiny_causal_lm_original(config_cls: str, model_cls: str, dims: dict[str, Any], out_dir: Path, seed: int = 0) -> Path:
+    """BF16 original (transformers' save_pretrained, its checkpoint names) of export_tiny_causal_lm(...)."""
+    out_dir = Path(out_dir)
+    _build_tiny_causal_lm(config_cls, model_cls, dims, seed).save_pretrained(out_dir)
+    return out_dir
+
+
+def export_tiny_causal_lm(config_cls: str, model_cls: str, dims: dict[str, Any], out_dir: Path, seed: int = 0) -> Path:
+    """ModelOpt NVFP4 export (calibrated as export_tiny_llama) of a tiny transformers causal LM."""
+    return _export_causal_lm(_build_tiny_causal_lm(config_cls, model_cls, dims, seed), out_dir, seed)
+
+
 def _export_causal_lm(model: torch.nn.Module, out_dir: Path, seed: int, quant_cfg: dict | None = None) -> Path:
     """ModelOpt export (NVFP4_DEFAULT_CFG unless `quant_cfg`, calibrated on 4 seeded 8-token prompts) of a tiny causal LM."""
     gen = torch.Generator().manual_seed(seed + 3)

@@ -106,7 +106,7 @@ class Architecture:
     unquantized_roles: tuple[UnquantizedRole, ...] = GENERIC_ROLES  # roles vLLM never quantizes (arch/roles.py)
     fused_layers: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(LLAMA_FUSED))  # vLLM's packed_modules_mapping
     # layers the class builds as one parameter from 2+ checkpoint modules that no packed_modules_mapping names (so its
-    # exclusion test asks the fused name alone): the Gemma 4 assistant's gate_up_proj
+    # exclusion test asks the fused name alone): a profile's renames (StableLM's qkv_proj); the Gemma 4 assistant's gate_up_proj
     merged_layers: dict[str, tuple[str, ...]] = field(default_factory=dict)
     nvfp4_load_refused: tuple[tuple[str, str], ...] = ()  # (re.search on checkpoint names, why): load_weights fails on NVFP4
     dropped_tensors: tuple[DroppedTensor, ...] = ()  # tensors load_weights takes and fills no parameter with

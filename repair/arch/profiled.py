@@ -221,10 +221,21 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
                             for p, error in sorted({(named_module(p, e), e) for p, e in entry.get("refused_only_with", {}).items()}))
     return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
                         unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused,
+                        merged_layers=merged_layers(entry),
                         nvfp4_load_refused=refused, dropped_tensors=dropped, dropped_in_layers=drops,
                         load_refused=load_refused, built_quantized=BuiltQuantized(entry), required_modules=required,
                         refused_modules=refused_modules, refused_config=config,
                         **names)
+
+
+def merged_layers(entry: dict) -> dict[str, tuple[str, ...]]:
+    """Layers the release's loader fills from 2+ checkpoint modules of one parent, from the profile's renames (what its
+    load_weights placed where): StableLM's and GPT-J's q/k/v -> qkv_proj, built with no packed_modules_mapping."""
+    into: dict[str, list[str]] = {}
+    for module, target in with_drafter(entry)[1].items():
+        if isinstance(module, str) and isinstance(target, str) and module.rpartition(".")[0] == target.rpartition(".")[0]:
+            into.setdefault(target, []).append(module.rpartition(".")[2])
+    return {t.rpartition(".")[2]: tuple(sorted(leaves)) for t, leaves in sorted(into.items()) if len(leaves) > 1}
 
 
 @dataclass(frozen=True)
