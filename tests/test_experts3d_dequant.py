@@ -123,3 +123,24 @@ def test_fix_with_one_job_holds_one_result_at_a_time(tmp_path):
     output = 64 * 1024 * 1024 * 2
     growth, _ = fix_in_child(tmp_path, write_experts(tmp_path / "src", 64, 1024, 1024, layers=2))
     assert growth <= output + 1024 * 1024 // 2 + CHUNK + HELD + 4 * 2**20, f"peak RSS grew {growth // 2**20} MiB"
+
+
+def test_the_expert_reader_is_a_sequence_of_exactly_its_experts(tmp_path):
+    """compute.py's reader stands for the packed [E, in/2, out] array: iterating it (Sequence's own __iter__ stops at
+    IndexError), indexing from the end or past it gives that tensor's experts, never the bytes of the tensor after it."""
+    from safetensors.torch import load_file
+
+    from repair.execute.compute import _Experts
+    from repair.io.safetensors import read_header
+
+    src = write_experts(tmp_path / "src", 3, 32, 4, layers=2)
+    shard = read_header(src / "model.safetensors")
+    name = "model.layers.0.mlp.experts.gate_up_proj"
+    info = next(t for t in shard.tensors if t.name == name)
+    assert info.end < max(t.end for t in shard.tensors), "a tensor follows it"
+    stored, reader = load_file(str(src / "model.safetensors"))[name].numpy(), _Experts(shard, info)
+    assert [e.tolist() for e in reader] == [e.tolist() for e in stored]
+    assert np.array_equal(reader[-1], stored[-1]) and np.array_equal(reader[-3], stored[0])
+    for outside in (3, -4):
+        with pytest.raises(IndexError):
+            reader[outside]

@@ -68,6 +68,11 @@ class _Experts(Sequence):
         return self._info.shape[0]
 
     def __getitem__(self, expert: int) -> np.ndarray:
+        """Expert `expert` (negative: from the end); IndexError past either end, which ends Sequence's iteration (an
+        offset outside the tensor would read its neighbours' bytes)."""
+        if not -len(self) <= expert < len(self):
+            raise IndexError(f"expert {expert} of {len(self)}")
+        expert %= len(self)
         size = self._info.nbytes // len(self)
         data = read_part(self._shard, self._source, self._info, expert * size, size)
         return np.frombuffer(data, dtype=np.uint8).reshape(self._info.shape[1:])
