@@ -2,8 +2,9 @@
 
 Each is timed in process on the same assistant at 64 and at 256 layers (1.7k and 6.7k tensors):
 4x the tensors must cost well under 16x the time. A per-tensor lookup that rebuilds a name map (the
-sort key doctor once had) made this ratio ~50 (0.7 s -> 33 s); linear code stays near 4-6. The best
-of three runs of each size keeps a loaded machine from deciding the outcome. The 180k-tensor figures
+sort key doctor once had) made this ratio ~50 (0.7 s -> 33 s); linear code stays near 4-6. The time is
+the process's CPU time, best of three runs of each size: wall time measured the other jobs on a loaded
+machine (11x and 12.8x were seen there against a 10x limit, for code whose CPU ratio is ~4). The 180k-tensor figures
 are in BENCHMARKS.md (tools/benchmark.py --only many-tensors).
 """
 
@@ -36,16 +37,16 @@ def sizes(tmp_path_factory) -> dict[int, Path]:
 
 
 def best_of_three(fn) -> float:
-    """Best wall time of three runs, the cyclic GC paused: its pauses depend on everything else the test
+    """Best CPU time (every thread of this process) of three runs, the cyclic GC paused: its pauses depend on everything else the test
     process holds (torch, hypothesis), not on the code measured."""
     times = []
     for _ in range(3):
         gc.collect()
         gc.disable()
         try:
-            start = time.perf_counter()
+            start = time.process_time()
             fn()
-            times.append(time.perf_counter() - start)
+            times.append(time.process_time() - start)
         finally:
             gc.enable()
     return min(times)
