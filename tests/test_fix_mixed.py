@@ -288,3 +288,23 @@ def test_fix_target_diagnoses_the_input_once(tmp_path, monkeypatch):
     monkeypatch.setattr(diagnose_module, "_diagnose", lambda ckpt, target, tp, *how: seen.append(ckpt.root) or real(ckpt, target, tp, *how))
     api.run(api.plan(src, Recipe(name="t", target="vllm==0.32.0")), tmp_path / "out")
     assert seen[0] == src and len(seen) == 2 and seen[1].name.startswith(".out.partial-")  # the output, before it is published
+
+
+def test_the_writers_last_guard_counts_blocks_as_blocks(capsys, tmp_path, monkeypatch):
+    """The writer's own guard on NVFP4 (the plan-time check blinded here, as if it had missed them) counts the blocks
+    whose scale gives a NaN, and said they were that many values: 3 NaN block scales are 48 values, not 3."""
+    import os
+
+    from repair.demo.examples import TINY, write_assistant
+    from repair.formats import nvfp4_health, nvfp4_packed
+    from repair.io.checkpoint import open_checkpoint
+
+    src = write_assistant(tmp_path / "src", TINY)
+    name = next(n for n in open_checkpoint(src).locate() if n.endswith("down_proj.weight_scale"))
+    shard, info = open_checkpoint(src).locate()[name]
+    with open(shard.path, "r+b") as fh:
+        os.pwrite(fh.fileno(), bytes([0x7F]) * 3, info.start + 5)
+    monkeypatch.setattr(nvfp4_packed, "block_scale_stats", lambda path, info: nvfp4_health.stats_of(b"\x38"))
+    code, _, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "bf16")
+    assert code == 2 and not (tmp_path / "out").exists() and err.count("\n") == 1
+    assert f"{name.removesuffix('_scale')}: 3 of the blocks of 16 BF16 values it gives hold a NaN or an infinity (dequantize)" in err, err

@@ -114,12 +114,15 @@ class Computer:
         """Drop this thread's cached requantized module (its unit is made)."""
         self._local.cache = {}
 
-    def _refuse_non_finite(self, step: Dequantize | Cast, count: int) -> None:
-        """The last guard against garbage that looks fixed: plan-time checks read the scales, this reads the result."""
+    def _refuse_non_finite(self, step: Dequantize | Cast, count: int, blocks: bool = False) -> None:
+        """The last guard against garbage that looks fixed: plan-time checks read the scales, this reads the result
+        (`blocks`: `count` is of NVFP4 blocks whose scale's row of the table gives one, not of values)."""
         if count:
             shard, info = self._sources[step.source][step.inputs[0]]
-            raise BadInput(f"{shard.path}: {info.name}: {count} of the {step.out.dtype} values it gives are NaN or infinite "
-                           f"({step.op}); nothing was written; re-download or re-export it, or leave the module out")
+            what = (f"of the blocks of 16 {step.out.dtype} values it gives hold a NaN or an infinity" if blocks
+                    else f"of the {step.out.dtype} values it gives are NaN or infinite")
+            raise BadInput(f"{shard.path}: {info.name}: {count} {what} ({step.op}); nothing was written; "
+                           "re-download or re-export it, or leave the module out")
 
     def _refuse_scale(self, step: Dequantize, index: int, problem: scale_values.ScaleProblem | None) -> None:
         """A scale the plan-time check (the same function, formats/nvfp4_packed.py, planning/dequantize.py) refuses."""
@@ -164,7 +167,7 @@ class Computer:
         packed = self._array(step.inputs[0], step.source, np.uint8) if scale.ndim == 2 else self._experts(step)
         scale_2 = self._scalar(step.inputs[2], step.source)
         self._refuse_scale(step, 2, scale_values.nvfp4_problem(scale.tobytes(), scale_2, self._divisor, step.out.dtype))
-        self._refuse_non_finite(step, dequant_table.non_finite_blocks(scale, scale_2, step.out.dtype, self._divisor))
+        self._refuse_non_finite(step, dequant_table.non_finite_blocks(scale, scale_2, step.out.dtype, self._divisor), blocks=True)
         table = dequant_table.dequantize if scale.ndim == 2 else dequant_table.dequantize_experts  # expert by expert
         bits = table(packed, scale, scale_2, step.out.dtype, self._divisor)
         if step.algorithm == "NVFP4_AWQ":  # fold the per-input-channel scale in: the layer's function without it
