@@ -5,6 +5,8 @@ not the q/k/v group's max scale)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -58,6 +60,8 @@ def test_modelopt_fp8_export_keeps_each_scale_and_requantize_reproduces_it(fp8_l
     scales = {p: theirs[f"{attn}.{p}.weight_scale"].item() for p in ("q_proj", "k_proj", "v_proj")}
     assert len(set(scales.values())) == 3, scales  # the premise: ModelOpt's FP8 export gave q/k/v their own scale
     assert_requantize_reproduces(export, original, f"{attn}.k_proj", tmp_path, capsys, 'algorithm = "FP8"\n')
+    report = json.loads((tmp_path / "out" / "repair_report.json").read_text())
+    assert [c["module"] for c in report["changes"]] == [f"{attn}.k_proj"]  # q/v keep their bytes: not changed, not listed
 
 
 def assert_requantize_reproduces(export, original, module: str, tmp_path, capsys, extra: str = "") -> None:

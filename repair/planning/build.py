@@ -20,7 +20,7 @@ from repair.formats.modules import StoredModule
 from repair.planning import check as plan_check
 from repair.planning.built import built_families
 from repair.planning.model import ChangeAction, Copy, ModuleChange, Plan, ShardOp, ShardStep, TensorRef, TensorStep
-from repair.planning.modules import fused_group, module_change
+from repair.planning.modules import module_change, requantized_group
 from repair.planning.recipe import ACTIONS, DEFAULT, Action, ModuleMatcher, Recipe
 from repair.planning.config_edits import config_edits, unlisted_layers
 from repair.planning.target_check import refuse_empty_plan, refuse_unrepairable, unused_exclusions
@@ -84,13 +84,13 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     modules = fmt.group_modules(ckpt.infos())
     by_name = {m.name: m for m in modules}
     declaration = fmt.read_declaration(ckpt)
-    actions = _with_fused_siblings(assign_actions(modules, recipe, str(ckpt.root)), by_name)
+    declared = declaration.quant_algo if declaration.layer_algos is None else None
+    actions = _with_fused_siblings(assign_actions(modules, recipe, str(ckpt.root)), by_name, declared)
     if declaration.quantized and not recipe.drop_quantization:  # the output is built by a quantization config
         for family in built_families(ckpt, before):  # each target's layers: the class its release builds
             refuse_split_layers(actions, Layers(by_name, family.fused_layers), str(ckpt.root))
     _check_supported(ckpt, fmt, actions, original, recipe, by_name)
     refuse_unrepairable(ckpt, recipe, declaration, actions, before)
-    declared = declaration.quant_algo if declaration.layer_algos is None else None
     changes = [c for name, a in sorted(actions.items()) if (c := module_change(by_name[name], a, ckpt, original, recipe, by_name, fmt, declared))]
     undeclared_kv = recipe.from_target is not None and declaration.kv_cache is None  # doctor: the runtime ignores or refuses them
     changes += kv_scale_drops(ckpt, changes) if recipe.drop_quantization or undeclared_kv else []
@@ -159,12 +159,13 @@ def kv_scale_drops(ckpt: Checkpoint, changes: list[ModuleChange]) -> list[Module
             for name, info in sorted(infos.items()) if name.rpartition(".")[2] in KV_LEAVES and name not in taken]
 
 
-def _with_fused_siblings(actions: dict[str, Action], modules: dict[str, StoredModule]) -> dict[str, Action]:
-    """Requantizing one member of a fused group requantizes the group: they must share weight_scale_2."""
+def _with_fused_siblings(actions: dict[str, Action], modules: dict[str, StoredModule], declared: str | None) -> dict[str, Action]:
+    """Requantizing one member of a group that shares one global scale requantizes the group (`declared`: the
+    checkpoint's single quant_algo, which decides how a BF16 module is packed)."""
     out = dict(actions)
     for name, action in actions.items():
         if action == Action.REQUANTIZE:
-            out.update({sibling: Action.REQUANTIZE for sibling in fused_group(name, modules)})
+            out.update({sibling: Action.REQUANTIZE for sibling in requantized_group(modules[name], modules, declared)})
     return out
 
 

@@ -81,7 +81,18 @@ def requantize_algorithm(m: StoredModule, declared: str | None, where: str) -> s
     if m.algorithm == "NVFP4_AWQ":
         raise UsageError(f"{where}: {m.name}: requantizing NVFP4_AWQ needs ModelOpt's AWQ calibration (its pre_quant_scale comes from "
                          "activations); dequantize the module or keep it")
+    return _packed_as(m, declared)
+
+
+def _packed_as(m: StoredModule, declared: str | None) -> str:
     return "FP8" if m.algorithm == "FP8" or (m.algorithm is None and declared == "FP8") else "NVFP4"
+
+
+def requantized_group(m: StoredModule, modules: dict[str, StoredModule], declared: str | None) -> list[str]:
+    """The module and the siblings requantized with it (itself first): those ModelOpt's export gives one global scale
+    when packed as the module is (FP8 per-tensor siblings keep their own scale, so requantizing one leaves the others)."""
+    algorithm = _packed_as(m, declared)
+    return [n for n in fused_group(m.name, modules, algorithm) if _packed_as(modules[n], declared) == algorithm]
 
 
 def _requantize_steps(m: StoredModule, ckpt: Checkpoint, original: Checkpoint, modules, declared: str | None) -> tuple[TensorStep, ...]:
@@ -89,8 +100,7 @@ def _requantize_steps(m: StoredModule, ckpt: Checkpoint, original: Checkpoint, m
     if len(m.logical_shape) != 2:
         raise BadInput(f"{ckpt.root}: {m.name}: requantizing {len(m.logical_shape)}-D experts is not supported (ModelOpt packs them "
                        "transposed per expert); dequantize or take_original them")
-    group = [n for n in fused_group(m.name, modules, algorithm)
-             if requantize_algorithm(modules[n], declared, str(ckpt.root)) == algorithm]  # one shared scale
+    group = requantized_group(m, modules, declared)  # one shared scale
     for name in group:
         _original_step(modules[name], original, "BF16")  # validates presence and shape
     inputs = tuple(f"{n}.weight" for n in group)
