@@ -133,7 +133,11 @@ def cpu_implementation(model_class: type) -> str | None:
     nvidia/model.py on CUDA), and the two are different code: DeepSeek-V4's CPU class maps `.input_scale` to
     `.input_scale_2` and a linear's `.weight_scale` to `.weight_scale_inv` (cpu/model.py:810, :841; NVIDIA's
     mapper does neither, nvidia/model.py:1712-1745) and packs no `fused_wkv_wgate` (cpu/model.py:853-856; nvidia/model.py:
-    1809-1813), so its row would be the CPU's."""
+    1809-1813), so its row would be the CPU's. (Measured, not shipped: the NVIDIA class builds here with the event
+    stand-in and one more, for compute_fp8_einsum_recipe, which asserts a CUDA capability at build, nvidia/ops/o_proj.py
+    :29, and whose result only _o_proj reads in forward, flashmla.py:59-74; but transformers' save_pretrained writes
+    `model.`-prefixed names and `lm_head.weight`, which vLLM's mapper turns into `lm_lm_head`, while the published
+    layout is `layers.N.*`, `embed.weight`, `head.weight`: the row's checkpoint names would need another source.)"""
     module = getattr(model_class, "__module__", "") or ""
     if not module.startswith("vllm.models.") or ".cpu." not in f"{module}.":
         return None
