@@ -17,6 +17,8 @@ NO_TRANSFORMERS = "transformers ships no model class"
 REFUSED = "vLLM refuses the config transformers writes"  # tools/vllm_profile.py: its own code raised (`build_refused`)
 NO_LAYOUT = "no checkpoint layout to learn"  # tools/vllm_saved_names.py NO_LAYOUT
 UNBUILT = "transformers' own class cannot build or save it"  # tools/vllm_profile.py UNBUILT
+NO_PLACE = "vLLM's own loader has no place for the names transformers' class writes"  # tools/vllm_load_refused.py
+CPU_IMPLEMENTATION = "vLLM builds its CPU implementation of it on this host"  # tools/vllm_gpu_stand_ins.py
 GPU_ONLY = ("not supported on CPU", "sparse MLA backend", "triton", "dummy base class", "cutlass")
 
 
@@ -29,6 +31,10 @@ def category(reason: str) -> str:
         return "no checkpoint layout to learn (only vLLM ships its config class, and vLLM's own names hold fused experts)"
     if reason.startswith(UNBUILT):
         return "transformers' own class cannot build or save it at the small size (no checkpoint names to learn)"
+    if reason.startswith(NO_PLACE):
+        return "vLLM's loader takes none of the names transformers' class writes (no checkpoint layout to learn)"
+    if reason.startswith(CPU_IMPLEMENTATION):
+        return "vLLM builds another class on a CPU host than on a GPU (the row would be the CPU's)"
     if any(marker in reason for marker in GPU_ONLY):
         return "needs a GPU-only kernel or backend to build"
     if "cannot import" in reason:

@@ -26,6 +26,17 @@ tools/vllm_runtime.py's ``kernel_stand_ins`` (imports nothing from ``repair``):
     :354; None where fa_utils has none, :36-39) and only keeps it for the prefill forward (:359-366, :429): it becomes a
     placeholder that raises and is recorded. Neither decides a layer, a quant method or a weight name: the prefill
     backend is asked only in forward (mla_attention.py:811, :832).
+  * ``cuda_sync_stand_in``: on a torch built without CUDA, torch.cuda.Event and Stream are dummy classes that refuse
+    to be made ("Tried to instantiate dummy base class Event"), and 0.32's Inkling MoE layer makes two events when it
+    is built (models/inkling/nvidia/moe.py:479), DeepSeek-V4's attention four (models/deepseek_v4/attention.py:330)
+    and its indexer two (:1049-1051). Both become classes whose instances can be made and kept, every method of which
+    is a placeholder that raises and is recorded: the events are only recorded and waited on in forward, to overlap
+    work on an auxiliary stream (inkling/nvidia/moe.py:522-524, the `_sink_stream` it pairs them with is None off CUDA,
+    utils/torch_utils.py:875; attention.py:618-630, :724-725), so they decide no layer, quant method, shape or name.
+    vLLM's own CPU worker makes the same substitution before it builds any model (v1/worker/cpu/shm.py:61-66, imported
+    first by v1/worker/cpu_worker.py:5), with no-ops where these raise.
+  * ``cpu_implementation`` is no stand-in: where a model package picks a CPU implementation of its own on this host
+    (DeepSeek-V4), no stand-in makes it the class a GPU builds, and the profile records why it takes no row from it.
 """
 
 from __future__ import annotations
@@ -78,6 +89,59 @@ def sparse_mla_stand_in() -> bool:
           file=sys.stderr, flush=True)
     return True
 
+
+
+CUDA_SYNC_CLASSES = ("Event", "Stream")  # torch.cuda's: what DeepSeek-V4's and Inkling's layers construct when built
+
+
+def _sync_stand_in(qualname: str) -> type:
+    """A class whose instances can be made and kept but every method of which is a recorded placeholder that raises."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return placeholder(f"{qualname}.{name}")
+
+    return type(qualname.rpartition(".")[2], (), {"__init__": lambda self, *args, **kwargs: None,
+                                                   "__getattr__": __getattr__, "__qualname__": qualname})
+
+
+def cuda_sync_stand_in() -> bool:
+    """True when installed: this torch has no CUDA, so torch.cuda.Event() / Stream() refuse to be made ("Tried to
+    instantiate dummy base class Event"); a torch whose Event can be made is left as it is (module docstring)."""
+    import torch
+
+    try:
+        torch.cuda.Event()
+        return False
+    except RuntimeError:
+        pass
+    for name in CUDA_SYNC_CLASSES:
+        setattr(torch.cuda, name, _sync_stand_in(f"torch.cuda.{name}"))
+    print("[vllm_runtime] shim: CUDA event/stream stand-in (torch.cuda.Event, torch.cuda.Stream: every method recorded)",
+          file=sys.stderr, flush=True)
+    return True
+
+
+CPU_IMPLEMENTATION = "vLLM builds its CPU implementation of it on this host"  # tools/profile_report.py reads it
+
+
+def cpu_implementation(model_class: type) -> str | None:
+    """Why the profile takes no row from `model_class`, where it is vLLM's own CPU implementation of the architecture
+    (a module under a `cpu` package of vllm.models), else None. No stand-in helps there: the model package picks its
+    implementation per platform (0.32's models/deepseek_v4/__init__.py:33-38 imports cpu/model.py on a CPU platform,
+    nvidia/model.py on CUDA), and the two are different code: DeepSeek-V4's CPU class maps `.input_scale` to
+    `.input_scale_2` and a linear's `.weight_scale` to `.weight_scale_inv` (cpu/model.py:810, :841; NVIDIA's
+    mapper does neither, nvidia/model.py:1712-1745) and packs no `fused_wkv_wgate` (cpu/model.py:853-856; nvidia/model.py:
+    1809-1813), so its row would be the CPU's. (Measured, not shipped: the NVIDIA class builds here with the event
+    stand-in and one more, for compute_fp8_einsum_recipe, which asserts a CUDA capability at build, nvidia/ops/o_proj.py
+    :29, and whose result only _o_proj reads in forward, flashmla.py:59-74; but transformers' save_pretrained writes
+    `model.`-prefixed names and `lm_head.weight`, which vLLM's mapper turns into `lm_lm_head`, while the published
+    layout is `layers.N.*`, `embed.weight`, `head.weight`: the row's checkpoint names would need another source.)"""
+    module = getattr(model_class, "__module__", "") or ""
+    if not module.startswith("vllm.models.") or ".cpu." not in f"{module}.":
+        return None
+    return f"{CPU_IMPLEMENTATION} ({module}), not the class a GPU builds (its model package picks one per platform)"
 
 
 def mla_prefill_stand_in() -> bool:

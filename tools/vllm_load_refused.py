@@ -21,14 +21,19 @@ import os
 import sys
 import tempfile
 
-from vllm_profile_configs import PUBLISHED, small_config
+from vllm_profile_configs import PUBLISHED, NoConfig, small_config
 
 LIMIT = 300  # characters of vLLM's error kept (the error names tensors; the head says which and why)
+# AutoWeightsLoader's refusal of a name it has no module or parameter for (model_executor/models/utils.py:443, 0.32)
+UNPLACED = "There is no module or parameter named"
+NO_PLACE = "vLLM's own loader has no place for the names transformers' class writes"  # tools/profile_report.py reads it
 
 
-def export_config(arch: str, names: dict[str, str]) -> dict:
-    """config.json of the tiny export of `arch`: the profile's small config with its PUBLISHED fields, in BF16."""
-    config, _ = small_config(arch, names)
+def export_config(arch: str, names: dict[str, str], small: dict | None = None) -> dict:
+    """config.json of the tiny export of `arch`: the profile's small config (`small`, read before vLLM registers its own
+    config class for the model type: vLLM's DeepseekV4Config keeps the published sizes, 129280 x 4096, which the
+    profile's host cannot hold) with its PUBLISHED fields, in BF16."""
+    config = small if small is not None else small_config(arch, names)[0]
     config = dict(config, architectures=[arch], torch_dtype="bfloat16", **PUBLISHED.get(arch, {}))
     if config.get("num_nextn_predict_layers"):
         config["num_nextn_predict_layers"] = 0  # transformers' class writes no MTP layer (vLLM then wants them)
@@ -99,16 +104,19 @@ def in_model_load_weights(error: BaseException, model_class: type) -> bool:
     return False
 
 
-def load_refused(arch: str, names: dict[str, str], loader) -> str | None:
+def load_refused(arch: str, names: dict[str, str], loader, small: dict | None = None) -> str | None:
     """vLLM's error (error_text) when its loader takes neither transformers' published names nor its class's names
-    for this architecture's BF16 checkpoint, failing in the model class's load_weights each time; else None."""
+    for this architecture's BF16 checkpoint, failing in the model class's load_weights each time; else None.
+    Where the last refusal is AutoWeightsLoader finding no place for a name (UNPLACED), the names are not a layout vLLM
+    knows (Inkling: transformers' configs lack the `decoder_dmodel` vLLM builds its towers from, its text class writes
+    `attn_sconv` and `embed_norm` vLLM's does not hold): no claim about every checkpoint, and no row (NoConfig)."""
     from vllm import ModelRegistry
     from vllm_load import load
 
     model_class = ModelRegistry._try_load_model_cls(arch)
     if model_class is None:
         return None
-    config = export_config(arch, names)
+    config = export_config(arch, names, small)
     with tempfile.TemporaryDirectory() as folder:
         try:
             tensors = bf16_export(arch, config, folder)[0]
@@ -129,4 +137,6 @@ def load_refused(arch: str, names: dict[str, str], loader) -> str | None:
                 if not in_model_load_weights(e, model_class):
                     return None
                 error = error_text(e)
+    if error is not None and error.startswith(f"ValueError: {UNPLACED}"):  # up to its list of parameters (a set)
+        raise NoConfig(f"{NO_PLACE} ({error.split('. The available parameters')[0]})")
     return error

@@ -42,6 +42,7 @@ from vllm_without_loads import loads_only_with
 from vllm_load_refused import load_refused
 from vllm_missing_weights import missing_weights
 from vllm_registry import registry_facts
+from vllm_gpu_stand_ins import cpu_implementation
 from vllm_null_lists import null_exclusions_refused
 from vllm_load_facts import (dropped_tensors, log, load_renames, nvfp4_refusals, pattern, placed_weights, quant_prefixes,
                              record_asked_prefixes, renames)
@@ -111,6 +112,8 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
     model_class = ModelRegistry._try_load_model_cls(arch)
     if model_class is None:
         raise NoConfig("vLLM cannot import its model class here (a GPU-only or missing dependency)")
+    if cpu_implementation(model_class):
+        raise NoConfig(cpu_implementation(model_class))
     ModelRegistry.register_model(arch, model_class)  # in-process: no inspection subprocess per architecture
     refused: list[str] = []
     while True:
@@ -140,7 +143,7 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
         dropped = dropped_tensors(model, {n: (n, *kind) for n, kind in tensors.items()})
     layers = export_layer_rules(arch, model if export == config else None, tensors, export, refused)
     prefixes, loads = quant_prefixes(model, placed, fused), load_renames(model, placed, fused)
-    refused_load = load_refused(arch, names, loader)
+    refused_load = load_refused(arch, names, loader, config)
     without = built_without(arch, config, refused, (model, vc), tensors)
     nvfp4_only = modelopt_fp4_only(arch, config, refused, modules, build_model, state_of)
     drafter_only = modelopt_fp4_only(arch, config, refused, mtp["mtp"].get("modules", {}), build_model, state_of,

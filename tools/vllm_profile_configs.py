@@ -66,6 +66,11 @@ EXTRA: dict[str, dict] = {
                            "logits_mup_width_multiplier": 1.0, "final_logit_softcapping": None, "local_layer_ids": [0],
                            "q_bias": False, "o_bias": False, "gate_activation": "sigmoid", "norm_after_topk": True,
                            "inference_moe_w13_interleaved": True, "use_gate_bias": True},  # moe.py asserts these
+    # transformers' Inkling vision tower takes its widths from the patch (modeling_inkling.py plan_out_scales), not
+    # hidden_size, and maps num_hidden_layers to n_layers: the shrunk config kept 24 layers of 40x40 patches (GBs to
+    # build); 4x4 patches over 4 layers (no fewer than its scales, where it would ask scipy) are a few KB
+    "InklingForConditionalGeneration": {"vision_config.patch_size": 4, "vision_config.n_layers": 4,
+                                        "vision_config.hidden_size": 32, "vision_config.num_attention_heads": 2},
     "Zamba2ForCausalLM": {"head_dim": 32, "attention_head_dim": 32},  # models/zamba2.py: head_dim * heads == 2 * hidden_size
     # published DeepSeek-V4 configs give the per-layer kinds as `compress_ratios` (0 / 4 / 128, one per layer) and
     # `num_hash_layers` (tests/data/real/redhatai-deepseek-v4-flash-nvfp4-fp8/config.json): what vLLM reads

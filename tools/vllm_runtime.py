@@ -17,7 +17,8 @@ Shims, each only letting vLLM 0.32's own code run on a CPU host:
   * ``flash_attention_stand_in``: an attention layer whose constructor refuses without FlashAttention (Qwen4Exp's QSA)
     is built and loaded, which runs no attention kernel; every FlashAttention entry point is a recorded placeholder;
   * ``kernel_stand_ins``: that one and tools/vllm_gpu_stand_ins.py's (sparse MLA layers, which the CPU platform
-    refuses to construct; MLA layers of a release that builds them with the FlashAttention prefill backend on CPU),
+    refuses to construct; MLA layers of a release that builds them with the FlashAttention prefill backend on CPU;
+    the CUDA events and streams Inkling's and DeepSeek-V4's layers make when built, which a CPU-only torch refuses),
     each deciding nothing.
 """
 
@@ -127,11 +128,12 @@ def flash_attention_stand_in() -> list[str]:
 
 def kernel_stand_ins() -> None:
     """Every attention stand-in: layers whose constructor refuses on CPU are built and loaded, no kernel runs on one."""
-    from vllm_gpu_stand_ins import mla_prefill_stand_in, sparse_mla_stand_in
+    from vllm_gpu_stand_ins import cuda_sync_stand_in, mla_prefill_stand_in, sparse_mla_stand_in
 
     flash_attention_stand_in()
     sparse_mla_stand_in()
     mla_prefill_stand_in()
+    cuda_sync_stand_in()
 
 
 def inspect_in_process(architectures) -> None:
