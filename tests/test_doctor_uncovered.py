@@ -29,11 +29,11 @@ def as_arch(src, tmp_path, name):
 
 @pytest.mark.parametrize("targets", ["vllm==0.32.0", "sglang==0.5.23", "vllm==0.32.0,sglang==0.5.23"])
 def test_a_model_no_profile_covers_is_not_called_nothing_to_do(capsys, qwen3, tmp_path, targets):
-    src = as_arch(qwen3, tmp_path, "InternLM2ForCausalLM")  # registered in vLLM 0.32, its config is remote code
+    src = as_arch(qwen3, tmp_path, "DeciLMForCausalLM")  # registered in vLLM 0.32, its config is remote code
     code, out, err = run_captured(capsys, "doctor", src, "--target", targets)
     first = out.splitlines()[0]
     assert code == 0 and "nothing to do" not in first, out
-    assert "do not cover InternLM2ForCausalLM" in first or "does not cover InternLM2ForCausalLM" in first, first
+    assert "do not cover DeciLMForCausalLM" in first or "does not cover DeciLMForCausalLM" in first, first
     assert "generic roles only" in first, first
 
 

@@ -13,22 +13,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "repair" / "targets" / "data"
 DOC = ROOT / "docs" / "runtime_profiles.md"
-NO_TRANSFORMERS = "transformers ships no model class"
 REFUSED = "vLLM refuses the config transformers writes"  # tools/vllm_profile.py: its own code raised (`build_refused`)
 NO_LAYOUT = "no checkpoint layout to learn"  # tools/vllm_saved_names.py NO_LAYOUT
 UNBUILT = "transformers' own class cannot build or save it"  # tools/vllm_profile.py UNBUILT
 NO_PLACE = "vLLM's own loader has no place for the names transformers' class writes"  # tools/vllm_load_refused.py
 CPU_IMPLEMENTATION = "vLLM builds its CPU implementation of it on this host"  # tools/vllm_gpu_stand_ins.py
+REMOTE = ("transformers ships no model class of this name, nor vLLM a config class its model reads (its config comes "
+          "with remote code)")  # tools/vllm_profile_configs.py REMOTE
+LEARNED = "learned from vLLM's model code"  # tools/vllm_remote_configs.py: a row's config.source; an unprofiled reason
 GPU_ONLY = ("not supported on CPU", "sparse MLA backend", "triton", "dummy base class", "cutlass")
 
 
 def category(reason: str) -> str:
-    if reason.startswith(NO_TRANSFORMERS) or reason.startswith("transformers has no config class"):
+    if reason.startswith(REMOTE) or reason.startswith("transformers has no config class"):
         return "no config class in transformers nor one vLLM's model reads (remote code)"
     if reason.startswith(REFUSED):
         return "the release's own model code refuses to build it from transformers' config (`build_refused`: doctor says so)"
     if reason.startswith(NO_LAYOUT):
-        return "no checkpoint layout to learn (only vLLM ships its config class, and vLLM's own names hold fused experts)"
+        return ("no checkpoint layout to learn (no transformers class writes its names, and vLLM's own names hold fused "
+                "experts, or its mapper renames the published names, or its load_weights refuses its own names)")
     if reason.startswith(UNBUILT):
         return "transformers' own class cannot build or save it at the small size (no checkpoint names to learn)"
     if reason.startswith(NO_PLACE):
@@ -44,11 +47,17 @@ def category(reason: str) -> str:
 
 def section(doc: dict, name: str) -> list[str]:
     archs, missing = doc["architectures"], doc["unprofiled"]
-    with_config = len(archs) + sum(1 for r in missing.values() if not category(r).startswith("no config class"))
+    learned = sorted(a for a, e in archs.items() if e["config"]["source"].startswith(LEARNED))
+    shipped = len(archs) - len(learned)
+    remote = len(learned) + sum(1 for r in missing.values() if category(r).startswith("no config class") or LEARNED in r)
+    with_config = shipped + len(missing) - (remote - len(learned))
     lines = [f"## {doc['runtime']} {doc['release']} (`repair/targets/data/{name}`)", "",
              f"- registered text-generation architectures: {doc['registered']}",
              f"- profiled: **{len(archs)} of {doc['registered']}**; of the {with_config} whose config class ships with "
-             f"transformers or vLLM: **{len(archs)} of {with_config} ({100 * len(archs) // max(with_config, 1)}%)**",
+             f"transformers or vLLM: **{shipped} of {with_config} ({100 * shipped // max(with_config, 1)}%)**",
+             *([f"- of the {remote} whose config class comes with remote code only, learned from vLLM's own model code "
+                f"(tools/vllm_remote_configs.py): **{len(learned)} of {remote}**: " + ", ".join(f"`{a}`" for a in learned)]
+               if learned else []),
              f"- quantization config used: `{json.dumps(doc['quantization'], sort_keys=True)}`",
              "- MTP drafters: " + (", ".join(f"`{a}` ({e['mtp'].get('architecture') or 'not built: ' + e['mtp']['unbuilt'][:60]})"
                                              for a, e in sorted(archs.items()) if "mtp" in e) or "none"),
@@ -59,8 +68,9 @@ def section(doc: dict, name: str) -> list[str]:
         by_category.setdefault(category(reason), []).append(arch)
     for cat, names in sorted(by_category.items()):
         lines.append(f"- {cat} ({len(names)}):")
-        lines += [f"  - `{a}`: {missing[a].splitlines()[0][:160]}" for a in names] if not cat.startswith("no config") else \
-                 ["  - " + ", ".join(f"`{a}`" for a in names)]
+        bare = [a for a in names if cat.startswith("no config") and missing[a] == REMOTE]
+        lines += ["  - " + ", ".join(f"`{a}`" for a in bare)] if bare else []
+        lines += [f"  - `{a}`: {missing[a].splitlines()[0].removeprefix(REMOTE + '; ')[:160]}" for a in names if a not in bare]
     return lines + [""]
 
 

@@ -6,7 +6,8 @@
 For each ARCH, one JSON line on stdout, in the order given:
 
     {"arch": ARCH, "ok": true, "names_from": "transformers" | "vllm", "healthy": DIR, "broken": DIR,
-     "broken_module": "...", "broken_kind": "router" | "excluded", "declared": {checkpoint module: vLLM builds it quantized (bool)}, "healthy_load": LOAD, "broken_load": LOAD}
+     "broken_module": "...", "broken_kind": "router" | "excluded", "declared": {checkpoint module: vLLM builds it quantized (bool)},
+     "unplaced": [checkpoint modules vLLM's load_weights put nowhere], "healthy_load": LOAD, "broken_load": LOAD}
     {"arch": ARCH, "ok": false, "why": "..."}                    (no checkpoint could be written for it)
 Each line also has "stand_in_calls": every call into a stand-in (torchvision, FlashAttention: tools/vllm_runtime.py)
 while its checkpoints were built, judged and loaded; each raised, so a result that reached one is not vLLM's own.
@@ -21,8 +22,10 @@ transformers' own model class for it writes with ``save_pretrained`` (its conver
 where transformers reverts its fused experts, the published names it renames; tied lm_head dropped), i.e. the names a
 ModelOpt export of that model has. Where vLLM's load_weights refuses those names, transformers' own names (the
 mapping's renamings applied forward) are written instead, if vLLM takes them. Where transformers has no class (a
-config class only vLLM ships: ChatGLM), vLLM's own parameter names are written ("names_from": "vllm"), unless they
-hold fused experts, which no loader takes as one tensor. Which module is stored
+config class only vLLM ships: ChatGLM; or one learned from vLLM's own code where the config comes with remote code:
+tools/vllm_remote_configs.py), vLLM's own parameter names are written ("names_from": "vllm"), each fused layer as the
+shards its packed_modules_mapping names and each routed expert as its layer's expert mapping names it
+(tools/vllm_saved_names.py own_checkpoint). Which module is stored
 NVFP4 (ModelOpt's leaves: packed uint8 ``weight``, FP8 ``weight_scale`` per 16, FP32 ``weight_scale_2`` and
 ``input_scale``) is vLLM's own decision under an exclude-nothing ModelOpt config (tools/vllm_declared.py's
 ``decide``); every other module it places is listed in hf_quant_config.json's ``exclude_modules`` (embeddings aside),
@@ -172,9 +175,11 @@ def check(arch: str, root: str, names: dict, loader: Loader) -> dict:
                  and m not in not_linear}
     excluded = [m for m, v in placed.items() if m not in quantized and EMBEDDING not in v["layer"]] + [LM_HEAD]
     healthy = write_export(os.path.join(base, "healthy"), config, tensors, quantized, excluded)
-    declared = {m: v["quantized"] for m, v in decide(healthy)["modules"].items()}
+    decided = decide(healthy)
+    declared = {m: v["quantized"] for m, v in decided["modules"].items()}
     choice = broken_choice(placed, tensors, quantized)
-    line = {"arch": arch, "ok": True, "healthy": healthy, "declared": declared, "names_from": names_from,
+    line = {"arch": arch, "ok": True, "healthy": healthy, "declared": declared, "unplaced": decided["unplaced"],
+            "names_from": names_from,
             "healthy_load": outcome(healthy, loader)}
     if not line["healthy_load"]["ok"]:  # does vLLM load transformers' own BF16 export of it at all?
         os.remove(os.path.join(probe, "config.json"))
@@ -192,13 +197,15 @@ def check(arch: str, root: str, names: dict, loader: Loader) -> dict:
 
 def vllm_own_export(config: dict, folder: str) -> tuple[dict, set[str]]:
     """(name -> BF16 tensor, the modules that are no vLLM linear) of vLLM's own model for `config` built without a
-    quantization config, saved in `folder`: the names its load_weights takes as its own, for an architecture whose
-    published names come with remote code only (no transformers class writes them)."""
+    quantization config, saved in `folder`: the names its load_weights takes as its own (fused layers as their
+    shards, routed experts one tensor per expert and shard), for an architecture whose published names come with
+    remote code only (no transformers class writes them)."""
     import torch
     from vllm.model_executor.layers.linear import LinearBase
     from vllm.model_executor.model_loader.utils import initialize_model
 
     from vllm_profile import build_model, own_names_layout
+    from vllm_saved_names import own_checkpoint
 
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w") as f:
@@ -206,7 +213,7 @@ def vllm_own_export(config: dict, folder: str) -> tuple[dict, set[str]]:
     model = build_model(folder, initialize_model)[0]
     own_names_layout(model)
     gen = torch.Generator().manual_seed(0)
-    tensors = {n: (torch.randn(p.shape, generator=gen) / 16).to(torch.bfloat16) for n, p in model.named_parameters()}
+    tensors = {n: (torch.randn(shape, generator=gen) / 16).to(torch.bfloat16) for n, shape in own_checkpoint(model).items()}
     write_tensors(folder, tensors)
     return tensors, {n for n, m in model.named_modules() if not isinstance(m, LinearBase)}
 

@@ -3,7 +3,8 @@
 
     vllm_profile.py OUT.json [--only ARCH ...]
 
-For every architecture of vLLM's text-generation registry, a small config (tools/vllm_profile_configs.py) is
+For every architecture of vLLM's text-generation registry, a small config (tools/vllm_profile_configs.py; learned
+from vLLM's own model code where the config class comes with remote code only: tools/vllm_remote_configs.py) is
 written to a temp folder with a ModelOpt NVFP4 `quantization_config` that excludes nothing, vLLM reads it as
 `vllm serve` does (`EngineArgs(...).create_engine_config()`), and the architecture's model class is built on the
 meta device (`initialize_model`, which also hands the class's `packed_modules_mapping` and `hf_to_vllm_mapper` to
@@ -25,6 +26,7 @@ host cannot build (an `unprofiled` reason either way). The output is data for re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -35,6 +37,7 @@ import traceback
 from vllm_runtime import (Loader, enable_cpu_nvfp4, kernel_stand_ins, inspect_in_process, nvfp4_moe_emulation_fallback,
                           torchvision_stand_in, world_of_one)
 from vllm_profile_configs import PUBLISHED, VALUE_RULES, WITHOUT, NoConfig, model_types, small_config
+from vllm_remote_configs import LEARNED
 from vllm_config_refusals import null_refused, refusal_condition, refusal_site, value_refused
 from vllm_layer_facts import layer_rules
 from vllm_format_states import modelopt_fp4_only
@@ -46,7 +49,7 @@ from vllm_gpu_stand_ins import cpu_implementation
 from vllm_null_lists import null_exclusions_refused
 from vllm_load_facts import (dropped_tensors, log, load_renames, nvfp4_refusals, pattern, placed_weights, quant_prefixes,
                              record_asked_prefixes, renames)
-from vllm_saved_names import (NO_LAYOUT, UNBUILT, checkpoint_names, own_names_layout, saved_tensors,  # noqa: F401
+from vllm_saved_names import (NO_LAYOUT, UNBUILT, checkpoint_names, own_checkpoint, own_names_layout, saved_tensors,  # noqa: F401
                               saved_weights, transformers_model)  # (UNBUILT, saved_tensors, ...: imported from here too)
 
 # no KV-cache scheme: older releases' CPU attention refuses an FP8 KV cache at these head sizes, and no linear depends on it
@@ -130,13 +133,16 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
                 refused.append(layer)
     if not hasattr(transformers, arch):  # no class writes its checkpoint: vLLM's own names are the only layout
         own_names_layout(model)
+    # a config learned from vLLM's own code (remote code only): the checkpoint is vLLM's own names, fused layers as the
+    # shards its load_weights stacks (own_names_layout checked it takes them all), and the facts are learned from it
+    own = own_checkpoint(built_from(arch, config, False)[0]) if source.startswith(LEARNED) else None
     packed = {k: list(v) for k, v in (getattr(model, "packed_modules_mapping", None) or {}).items()}
     extra = {"nvfp4_refused": refused} if refused else {}
     fused = {k: v for k, v in sorted(packed.items()) if v != [k]}
     modules = modules_of(model)
     export = dict(config, **PUBLISHED.get(arch, {}))
     with world_of_one(vc), set_current_vllm_config(vc):
-        tensors = saved_tensors(arch, export)
+        tensors = saved_tensors(arch, export) if own is None else {n: (shape, "bfloat16") for n, shape in own.items()}
         weights = saved_weights(tensors)
         placed = placed_weights(model, weights)
         refusals = nvfp4_refusals(model, weights, placed, tensors)
@@ -151,7 +157,8 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
     mtp = {"mtp": dict(mtp["mtp"], modelopt_fp4_only=drafter_only)} if drafter_only else mtp
     return {"config": {"source": source, "model_type": config.get("model_type")}, **extra,
             "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
-            "renames": renames(type(model), checkpoint_names(transformers_model(arch, export, "meta"))),
+            "renames": renames(type(model), checkpoint_names(transformers_model(arch, export, "meta")) if own is None
+                               else sorted(weights)),
             **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
             **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}),
             **({"dropped_in_layers": layers} if layers else {}), **mtp,
@@ -204,14 +211,19 @@ def write_config(folder: str, arch: str, config: dict, refused: list[str]) -> No
 
 def small_llama(quantized: bool, names: dict[str, str]):
     """(model, VllmConfig): LlamaForCausalLM on the small config, under the profile's quantization config or none."""
+    return built_from("LlamaForCausalLM", small_config("LlamaForCausalLM", names)[0], quantized)
+
+
+def built_from(arch: str, config: dict, quantized: bool):
+    """(model, VllmConfig) of `arch` on `config`, under the profile's quantization config or none (BF16 parameters:
+    the shapes a checkpoint stores)."""
     from vllm.model_executor.model_loader.utils import initialize_model
 
-    config, _ = small_config("LlamaForCausalLM", names)
     with tempfile.TemporaryDirectory() as folder:
-        write_config(folder, "LlamaForCausalLM", config, [])
+        write_config(folder, arch, config, [])
         if not quantized:
             with open(os.path.join(folder, "config.json"), "w") as f:
-                json.dump(dict(config, architectures=["LlamaForCausalLM"], torch_dtype="bfloat16"), f)
+                json.dump(dict(config, architectures=[arch], torch_dtype="bfloat16"), f)
         return build_model(folder, initialize_model)
 
 
@@ -302,6 +314,25 @@ def no_triton_allocator() -> None:
         triton.set_allocator = lambda alloc_fn: None
 
 
+@contextlib.contextmanager
+def class_mappings_kept(arch: str):
+    """Every packed_modules_mapping its model class and its bases hold as class attributes, restored after profiling
+    `arch`: DeepseekV2ForCausalLM.__init__ adds to its class's own dict (deepseek_v2.py:1899-1911: qkv_proj for a
+    config without MLA), which DeepseekForCausalLM and MistralLarge3ForCausalLM share. vLLM builds one model per
+    process; the profile builds many, and one build's additions must not become another class's fused layers."""
+    from vllm import ModelRegistry
+
+    model_class = ModelRegistry._try_load_model_cls(arch)
+    kept = {id(d): (d, dict(d)) for c in getattr(model_class, "__mro__", ())
+            if isinstance(d := c.__dict__.get("packed_modules_mapping"), dict)}
+    try:
+        yield
+    finally:
+        for mapping, before in kept.values():
+            mapping.clear()
+            mapping.update(before)
+
+
 def main(argv: list[str]) -> int:
     out_path, only = argv[0], argv[argv.index("--only") + 1:] if "--only" in argv else None
     import vllm
@@ -326,10 +357,12 @@ def main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         small: tuple[dict, str] = ({}, "")
         try:
-            small = small_config(arch, names)
-            result["architectures"][arch] = profile(arch, names, loader, small)
-        except NoConfig as e:
-            result["unprofiled"][arch] = str(e)
+            with class_mappings_kept(arch):
+                small = small_config(arch, names)
+                result["architectures"][arch] = profile(arch, names, loader, small)
+        except NoConfig as e:  # a config learned from vLLM's own code (remote code only) says so: no class ships one
+            result["unprofiled"][arch] = str(e) + (f" ({LEARNED}: its class comes with remote code)"
+                                                   if small[1].startswith(LEARNED) else "")
         except Exception as e:  # noqa: BLE001 - recorded as the reason; vLLM's own refusal also as a fact (`refused`)
             traceback.print_exc(file=sys.stderr)
             said, site = f"{type(e).__name__}: {str(e)[:200]}", refusal_site(e)

@@ -282,6 +282,39 @@ def vllm_config_class(arch: str) -> tuple[type | None, dict]:
     return (found.pop() if len(found) == 1 else None), registered
 
 
+REMOTE = ("transformers ships no model class of this name, nor vLLM a config class its model reads (its config comes "
+          "with remote code)")
+
+
+def _remote(arch: str) -> tuple[dict, str]:
+    """tools/vllm_remote_configs.py's config learned from vLLM's own model code, or NoConfig saying why not."""
+    import tempfile
+
+    from vllm import ModelRegistry
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm_profile import build_model, write_config
+    from vllm_remote_configs import remote_config
+
+    model_class = ModelRegistry._try_load_model_cls(arch)
+    if model_class is None:
+        raise NoConfig("vLLM cannot import its model class here (a GPU-only or missing dependency)")
+    ModelRegistry.register_model(arch, model_class)  # in-process, as the profile builds it
+
+    def failure(config: dict) -> Exception | None:
+        with tempfile.TemporaryDirectory() as folder:
+            write_config(folder, arch, config, [])
+            try:
+                build_model(folder, initialize_model)
+            except Exception as e:  # noqa: BLE001 - the learner reads the error: a field to answer, or the reason
+                return e
+        return None
+
+    try:
+        return remote_config(arch, failure)
+    except NoConfig as e:
+        raise NoConfig(f"{REMOTE}; {e}") from None
+
+
 def _listed(value) -> tuple:
     """A config class's `architectures` as names: a list or tuple of them, never a string to search in."""
     return tuple(value) if isinstance(value, (list, tuple)) else ()
@@ -289,7 +322,8 @@ def _listed(value) -> tuple:
 
 def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str]:
     """(config.json contents without architectures, where it came from) for a registered architecture: transformers'
-    config class for it, else the one vLLM ships (`vllm_config_class`)."""
+    config class for it, else the one vLLM ships (`vllm_config_class`), else one learned from what vLLM's own model
+    code reads (tools/vllm_remote_configs.py: the config comes with remote code only)."""
     import transformers
     from transformers import CONFIG_MAPPING
 
@@ -297,8 +331,7 @@ def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str]:
     if model_type is None:
         cls, registered = vllm_config_class(arch)
         if cls is None:
-            raise NoConfig("transformers ships no model class of this name, nor vLLM a config class its model reads "
-                           "(its config comes with remote code)")
+            return _remote(arch)
         model_type, owner = registered[cls], f"vLLM's own ({cls.__module__})"
     elif model_type in CONFIG_MAPPING:
         cls = CONFIG_MAPPING[model_type]

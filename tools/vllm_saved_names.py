@@ -16,6 +16,10 @@ from vllm_profile_configs import NoConfig
 
 NO_LAYOUT = ("no checkpoint layout to learn: transformers has no class that writes its names, and vLLM's own names of "
              "its fused experts are none (FusedMoE's weight loader takes one expert per tensor)")
+RENAMED = (NO_LAYOUT.partition(":")[0] + ": transformers has no class that writes its names, and vLLM's "
+           "hf_to_vllm_mapper renames the published ones")
+REFUSED = (NO_LAYOUT.partition(":")[0] + ": transformers has no class that writes its names, and vLLM's own "
+           "load_weights does not take its own names")
 # transformers' class exists but refuses the small config or its save: no names to learn, never a row without them
 UNBUILT = "transformers' own class cannot build or save it at the small size"
 
@@ -37,10 +41,75 @@ def transformers_model(arch: str, config: dict, device: str):
 
 def own_names_layout(model) -> None:
     """Raise NoConfig where vLLM's own parameter names are no checkpoint layout to learn from, for an architecture no
-    transformers class writes: a parameter of dim > 2 is FusedMoE's w13/w2, whose weight loader takes one expert per
-    tensor. A row learned from no names would record no prefixes, renames or refusals and read as healthy."""
-    if any(p.dim() > 2 for p in model.parameters()):
+    transformers class writes: a parameter of dim > 2 that is no routed-experts layer naming its checkpoint tensors
+    (`own_checkpoint`); a hf_to_vllm_mapper that renames (prefixes, substrings, ...: anything but stacking shards into
+    a fused layer, or dropping names), which says the published names are others no class here writes; names vLLM's
+    own load_weights does not take. A row learned from no names would record no prefixes, renames or refusals and
+    read as healthy."""
+    mapper = getattr(model, "hf_to_vllm_mapper", None)
+    renaming = {k: v for k, v in vars(mapper).items() if k != "orig_to_new_stacked" and v
+                and (not isinstance(v, dict) or any(x is not None for x in v.values()))} if mapper is not None else {}
+    if renaming:
+        raise NoConfig(f"{RENAMED}: {', '.join(sorted(renaming))}")
+    refused = own_names_refused(model)
+    if refused:
+        raise NoConfig(f"{REFUSED}: {refused}")
+
+
+def own_names_refused(model) -> str | None:
+    """What vLLM's own load_weights does with `own_checkpoint`'s weights fed through it on the meta device (recording
+    weight loaders, tools/vllm_declared.py): its error, or the first name it placed nowhere; None when it takes all."""
+    from vllm_declared import placements
+
+    weights = saved_weights({n: (shape, "bfloat16") for n, shape in own_checkpoint(model).items()})
+    try:
+        placed = placements(model, weights)
+    except Exception as e:  # noqa: BLE001 - the refusal is the fact
+        return f"{type(e).__name__}: {str(e)[:160]}"
+    missed = sorted(set(weights) - set(placed))
+    return f"{missed[0]} placed nowhere" if missed else None
+
+
+def own_checkpoint(model) -> dict[str, list[int]]:
+    """Tensor name -> shape of the checkpoint vLLM's own names describe: its parameters, each fused layer of the
+    class's packed_modules_mapping stored as its shards (the names its load_weights stacks, e.g. InternLM2's
+    `feed_forward.w1` / `w3` into `gate_up_proj`), split at the layer's own output_sizes, and each routed expert as
+    the tensors its layer's expert mapping names (`expert_tensors`). NoConfig for any other parameter of dim > 2."""
+    packed = {k: list(v) for k, v in (getattr(model, "packed_modules_mapping", None) or {}).items() if list(v) != [k]}
+    modules = dict(model.named_modules())
+    out: dict[str, list[int]] = {}
+    for name, param in model.named_parameters():
+        module, leaf = name.rpartition(".")[::2]
+        if hasattr(modules.get(module), "get_expert_mapping"):
+            out.update(expert_tensors(module, modules[module], leaf, list(param.shape)))
+            continue
+        if param.dim() > 2:
+            raise NoConfig(NO_LAYOUT)
+        parent, _, fused = module.rpartition(".")
+        sizes = getattr(modules.get(module), "output_sizes", None)
+        if fused not in packed or not sizes or len(sizes) != len(packed[fused]) or param.shape[0] != sum(sizes):
+            out[name] = list(param.shape)
+            continue
+        for shard, size in zip(packed[fused], sizes):
+            out[f"{parent}.{shard}.{leaf}" if parent else f"{shard}.{leaf}"] = [size, *param.shape[1:]]
+    return out
+
+
+def expert_tensors(module: str, layer, leaf: str, shape: list[int]) -> dict[str, list[int]]:
+    """The checkpoint tensors of one routed-experts parameter (`w13_weight` [E, 2I, H], `w2_weight`, their biases):
+    one per expert and shard, named by the layer's own get_expert_mapping() (vLLM 0.32 fused_moe/routed_experts.py:
+    (param_name, weight_name, expert, shard), both relative to the MoE runner's parent, e.g. `experts.w13_` <-
+    `experts.0.gate_proj.`), w13 split evenly among the shards it stacks. A quantized build's scales are no names."""
+    kind, _, rest = leaf.partition("_")
+    if rest not in ("weight", "bias"):
+        return {}
+    runner = module.removesuffix(".routed_experts")
+    parent, _, own = runner.rpartition(".")
+    mapped = [(w, e, s) for p, w, e, s in layer.get_expert_mapping() if p == f"{own}.{kind}_"]
+    shards = len({s for _, e, s in mapped if e == mapped[0][1]}) if mapped else 0
+    if not shards or shape[1] % shards:
         raise NoConfig(NO_LAYOUT)
+    return {f"{parent}.{w}{rest}" if parent else f"{w}{rest}": [shape[1] // shards, *shape[2:]] for w, _, _ in mapped}
 
 
 def checkpoint_names(model) -> list[str]:

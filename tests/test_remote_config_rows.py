@@ -1,0 +1,64 @@
+"""vLLM 0.32 rows of architectures whose config class comes with remote code only, learned from vLLM's own model code
+(tools/vllm_remote_configs.py: the fields its class reads, answered from a generic table; the checkpoint names its own
+load_weights takes: tools/vllm_saved_names.py own_checkpoint). vLLM's tier judges each row with a tiny export its loader
+loads (tests/vllm/test_generated_archs_vs_vllm.py, every shipped row); here, the data against itself and doctor.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from repair import arch
+from tests.conftest import run_captured
+from tools import profile_report
+from tools.real_fixture import write_real_model
+
+VLLM = arch.newest("vllm")
+LEARNED = sorted(a for a, e in VLLM.entries.items() if e["config"]["source"].startswith(profile_report.LEARNED))
+# vLLM 0.32 registers these under its LlamaForCausalLM class (model_executor/models/registry.py: ("llama",
+# "LlamaForCausalLM")); transformers writes Llama's config, so that row is learned from transformers' own names
+LLAMA_ALIASES = ("IQuestCoderForCausalLM", "InternLM3ForCausalLM", "LLaMAForCausalLM", "TeleChat3ForCausalLM")
+
+
+def test_rows_are_learned_for_remote_code_architectures():
+    assert {"InternLM2ForCausalLM", "OrionForCausalLM", *LLAMA_ALIASES} <= set(LEARNED), LEARNED
+    for name in LEARNED:
+        source = VLLM.entries[name]["config"]["source"]
+        assert "it read " in source and "hidden_size" in source, (name, source)
+
+
+@pytest.mark.parametrize("name", LLAMA_ALIASES)
+def test_a_learned_row_of_llamas_class_is_the_row_learned_from_transformers(name):
+    """The same vLLM class learned two ways (a config read off vLLM's code and vLLM's own names with fused layers as
+    their shards, against transformers' LlamaConfig and transformers' own checkpoint) gives the same facts."""
+    learned = {k: v for k, v in VLLM.entries[name].items() if k != "config"}
+    assert learned == {k: v for k, v in VLLM.entries["LlamaForCausalLM"].items() if k != "config"}
+
+
+def test_internlm2_row_names_its_checkpoint_shards():
+    """InternLM2's checkpoints store feed_forward.w1 / w3, which vLLM stacks into gate_up_proj (internlm2.py's
+    hf_to_vllm_mapper orig_to_new_stacked), and attention.wqkv as one tensor."""
+    entry = VLLM.entries["InternLM2ForCausalLM"]
+    assert entry["fused"] == {"gate_up_proj": ["w1", "w3"]}
+    assert entry["renames"]["model.layers.*.feed_forward.w1"] == "model.layers.*.feed_forward.gate_up_proj"
+    assert entry["modules"]["model.layers.*.attention.wqkv"]["state"] == "quantized"
+
+
+@pytest.fixture(scope="module")
+def llama_layout(tmp_path_factory):
+    return write_real_model(tmp_path_factory.mktemp("learned") / "qwen3", "qwen3-32b")
+
+
+@pytest.mark.parametrize("name", ["LLaMAForCausalLM", "DeciLMForCausalLM"])
+def test_doctor_says_whether_a_learned_row_covers_the_model(capsys, llama_layout, tmp_path, name):
+    """A Llama-layout export listed under a learned class is checked with its row; one still unprofiled is named."""
+    out_dir = tmp_path / "m"
+    shutil.copytree(llama_layout, out_dir)
+    config = json.loads((llama_layout / "config.json").read_text())
+    (out_dir / "config.json").write_text(json.dumps(dict(config, architectures=[name])))
+    code, out, err = run_captured(capsys, "doctor", out_dir, "--target", "vllm==0.32.0")
+    first = out.splitlines()[0]
+    assert (f"cover {name}" in first) == (name not in LEARNED), first
