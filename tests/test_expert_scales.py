@@ -24,7 +24,7 @@ WARNING = "w1_weight_scale_2 must match w3_weight_scale_2. Accuracy may be affec
 
 def qwen3_moe(root: Path, experts: int, broken: tuple[int, ...], original: Path | None = None) -> Path:
     """A tiny ModelOpt-like NVFP4 Qwen3-MoE layer 0: `experts` routed experts, each gate/up pair sharing one global
-    scale as ModelOpt's export gives it; the experts in `broken` have their up_proj's weight_scale_2 doubled. With
+    scale as ModelOpt's export gives it; the experts in `broken` have their up_proj packed with twice that scale. With
     `original`, the BF16 weights are written there too (an --original for fix)."""
     gen = torch.Generator().manual_seed(0)
     tensors = {"model.embed_tokens.weight": torch.randn(64, 32, generator=gen).to(torch.bfloat16),
@@ -36,8 +36,8 @@ def qwen3_moe(root: Path, experts: int, broken: tuple[int, ...], original: Path 
         shared = nvfp4.global_scale(torch.stack([weights["gate_proj"], weights["up_proj"]]))
         for p, w in weights.items():
             name = f"{MOE}.{e}.{p}"
-            packed, scale, scale_2 = nvfp4.quantize(w, shared if p != "down_proj" else nvfp4.global_scale(w))
-            scale_2 = scale_2.clone() * (2 if p == "up_proj" and e in broken else 1)
+            own = shared * 2 if p == "up_proj" and e in broken else shared  # a broken up: packed with twice the gate's
+            packed, scale, scale_2 = nvfp4.quantize(w, own.clone() if p != "down_proj" else nvfp4.global_scale(w))
             tensors.update({f"{name}.weight": packed, f"{name}.weight_scale": scale, f"{name}.weight_scale_2": scale_2,
                             f"{name}.input_scale": torch.tensor(0.01)})
             originals[f"{name}.weight"] = w
