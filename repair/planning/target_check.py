@@ -63,7 +63,7 @@ def refuse_unrepairable(ckpt: Checkpoint, recipe: Recipe, declaration: Declarati
     _refuse_dropped_expected(ckpt, recipe.from_target, set(dropped), before)
     changed = {n for n, a in actions.items() if a != Action.KEEP}
     for diagnosis in before:
-        fused = built_family(ckpt, diagnosis).fused_layers  # the layers of the class this target builds
+        fused = built_family(ckpt, diagnosis).one_parameter_layers  # the layers of the class this target builds
         left = [f for f in diagnosis.findings if f.severity in (Severity.ERROR, Severity.WARNING)
                 and not _settled(f, changed, recipe, declaration, fused) and not _dropped_away(f, ckpt, diagnosis, dropped)]
         if left:
