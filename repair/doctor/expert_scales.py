@@ -5,6 +5,10 @@ is the release's data (`experts_gate_up_scale_2`: vLLM 0.28-0.32 keep the gate's
 tools/vllm_expert_scales.py). The block scales stay as loaded, so the other half computes values off by the ratio,
 silently. ModelOpt's export gives the pair one scale (formats/shared_scale.py), so a difference is a broken export or a
 hand edit; dense fused layers are checks.py's (`family.scale_groups`, which leaves routed experts to this check).
+Where a release's data does not say (SGLang, TensorRT-LLM: read, not yet data), the finding is a warning. SGLang 0.5.23
+(modelopt_quant.py ModelOptNvFp4FusedMoEMethod) keeps the gate's on Marlin (same log) and on its single-alpha backends
+(g1_alphas), both on flashinfer_trtllm; TensorRT-LLM @ 002366a4 (fused_moe/quantization.py
+load_all_fp4_weight_scales_and_alphas) logs and takes the max, older code asserted "w1_weight_scale_2 != w3_weight_scale_2".
 """
 
 from __future__ import annotations
