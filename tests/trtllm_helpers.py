@@ -63,12 +63,14 @@ def write_deepseek_v4(folder: Path) -> Path:
             tensors[f"{prefix}.attn.{name}.weight"] = (weight / scale).to(torch.float8_e4m3fn)
             tensors[f"{prefix}.attn.{name}.weight_scale"] = scale.float()
         for expert in (0, 1):
-            for name, shape in (("w1", (inter, hidden)), ("w3", (inter, hidden)), ("w2", (hidden, inter))):
+            weights = {name: bf16(*shape) for name, shape in (("w1", (inter, hidden)), ("w3", (inter, hidden)), ("w2", (hidden, inter)))}
+            shared = nvfp4.global_scale(torch.cat([weights["w1"], weights["w3"]]))  # ModelOpt: one scale per expert's w1/w3
+            for name, weight in weights.items():
                 module = f"{prefix}.ffn.experts.{expert}.{name}"
                 if prefix.startswith("mtp"):
-                    tensors[f"{module}.weight"] = bf16(*shape)
+                    tensors[f"{module}.weight"] = weight
                     continue
-                packed, scale, scale_2 = nvfp4.quantize(bf16(*shape))
+                packed, scale, scale_2 = nvfp4.quantize(weight, shared.clone() if name != "w2" else None)
                 tensors.update({f"{module}.weight": packed, f"{module}.weight_scale": scale,
                                 f"{module}.weight_scale_2": scale_2, f"{module}.input_scale": torch.tensor(0.02)})
         for name, shape in (("w1", (inter, hidden)), ("w3", (inter, hidden)), ("w2", (hidden, inter))):

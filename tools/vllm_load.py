@@ -24,7 +24,8 @@ bytes each parameter was filled from (q/k/v and gate/up are concatenated along d
 With --global-scales, "global_scales" follows each NVFP4 linear's global scale through process_weights_after_loading:
 {vLLM module: {"weight_scale_2": [per-shard values as loaded], "weight_global_scale": the one value the kernel is
 given after processing, "weight_scale_sha256": [block scales' sha256 before, after]}} (a fused layer has one
-weight_scale_2 entry per shard, and one global scale).
+weight_scale_2 entry per shard, and one global scale), and "expert_scales" each NVFP4 MoE layer's {vLLM module:
+{"w13_weight_scale_2": [[w1, w3] per expert, as loaded], "w13_kept": [the one value per expert after processing]}}.
 
 How: ``EngineArgs(model=DIR, dtype="bfloat16", max_model_len=128, enforce_eager=True,
 skip_tokenizer_init=True).create_engine_config()`` (reads hf_quant_config.json / config.json's quantization_config as
@@ -68,23 +69,30 @@ def quant_methods(model) -> dict:
 
 class GlobalScales:
     """The NVFP4 linears' per-shard weight_scale_2 and block-scale bytes as loaded (the Loader's snapshot, before
-    process_weights_after_loading), and, after it, the one global scale and block-scale bytes each keeps."""
+    process_weights_after_loading), and, after it, the one global scale and block-scale bytes each keeps; for an NVFP4
+    MoE layer, its w13_weight_scale_2 as loaded ([expert][w1, w3]) and after processing (one value per expert)."""
 
     def __init__(self):
         self.before: dict = {}
+        self.experts: dict = {}
 
     def snapshot(self, model) -> dict:
         self.before = {name: (mod, [float(v) for v in mod.weight_scale_2.detach().float().reshape(-1)],
                               tensor_entry(mod.weight_scale, True)["sha256"])
                        for name, mod in model.named_modules() if isinstance(getattr(mod, "weight_scale_2", None), torch_tensor())}
+        self.experts = {name: (mod, mod.w13_weight_scale_2.detach().float().tolist())
+                        for name, mod in model.named_modules()
+                        if isinstance(getattr(mod, "w13_weight_scale_2", None), torch_tensor())}
         return {}
 
     def after(self) -> dict:
         out = {name: {"weight_scale_2": scales, "weight_global_scale": float(getattr(mod, "weight_global_scale", float("nan"))),
                       "weight_scale_sha256": [sha, tensor_entry(mod.weight_scale, True)["sha256"]]}
                for name, (mod, scales, sha) in self.before.items()}
-        self.before = {}
-        return {"global_scales": out}
+        experts = {name: {"w13_weight_scale_2": loaded, "w13_kept": mod.w13_weight_scale_2.detach().float().reshape(-1).tolist()}
+                   for name, (mod, loaded) in self.experts.items()}
+        self.before, self.experts = {}, {}
+        return {"global_scales": out, "expert_scales": experts}
 
 
 def torch_tensor():

@@ -47,6 +47,7 @@ from vllm_missing_weights import missing_weights
 from vllm_registry import registry_facts
 from vllm_gpu_stand_ins import cpu_implementation
 from vllm_null_lists import null_exclusions_refused
+from vllm_expert_scales import experts_gate_up_scale_2
 from vllm_load_facts import (dropped_tensors, log, load_renames, nvfp4_refusals, pattern, placed_weights, quant_prefixes,
                              record_asked_prefixes, renames)
 from vllm_saved_names import (NO_LAYOUT, UNBUILT, checkpoint_names, own_checkpoint, own_names_layout, saved_tensors,  # noqa: F401
@@ -351,6 +352,7 @@ def main(argv: list[str]) -> int:
     result = {"runtime": "vllm", "release": vllm.__version__.split("+")[0], "quantization": QUANTIZATION,
               "missing_weights": missing_weights(lambda quantized: small_llama(quantized, names)),
               "null_exclusions_refused": null_exclusions_refused(),
+              "experts_gate_up_scale_2": experts_gate_up_scale_2(),
               "load_refused_checked": True,  # every row says whether vLLM loads any checkpoint of it (`load_refused`)
               "registered": len(_TEXT_GENERATION_MODELS), "architectures": {}, "unprofiled": {}, "build_refused": {}}
     for arch in archs:

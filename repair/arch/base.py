@@ -176,10 +176,17 @@ class Architecture:
                     out.append((parent + fused, members))
         return out
 
+    @property
+    def one_parameter_layers(self) -> dict[str, tuple[str, ...]]:
+        """Every layer the class builds as one parameter from shards (leaf -> shard leaves): its fused layers and the
+        layers only its loader merges (`merged_layers`: StableLM's qkv_proj from a rename), which vLLM builds in one
+        scheme just the same and asks its quant config about under the layer's own name."""
+        return {**self.merged_layers, **self.fused_layers}
+
     def scale_groups(self, modules) -> list[tuple[str, tuple[str, ...]]]:
         """(fused layer, its stored shards) for every layer the class builds as one parameter, whether or not a
         packed_modules_mapping names it: the shards share one weight_scale_2 at runtime."""
-        return replace(self, fused_layers={**self.merged_layers, **self.fused_layers}).fused_groups(modules)
+        return replace(self, fused_layers=self.one_parameter_layers).fused_groups(modules)
 
     def asked_shards(self, fused: str, stored: tuple[str, ...]) -> tuple[str, ...]:
         """The shard names vLLM's exclusion test asks for the fused layer `fused` (checkpoint names): where the layer asks

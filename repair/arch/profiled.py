@@ -94,6 +94,8 @@ class ReleaseProfile:
     load_checked: bool = False  # every row records whether the release loads any checkpoint of it (`load_refused`)
     registry: Registry | None = None  # which listed name of a config it builds (arch/registry.py); None: not recorded
     build_refused: dict = field(default_factory=dict)  # architecture -> {"error", "raised_at"}: its own code refuses it
+    # which weight_scale_2 its NVFP4 MoE keeps for a routed expert's fused gate/up (tools/vllm_expert_scales.py)
+    experts_gate_up_scale_2: dict = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -137,7 +139,7 @@ def read_profiles() -> tuple[ReleaseProfile, ...]:
         out.append(ReleaseProfile(doc["runtime"], release, item.name, doc["architectures"], doc["unprofiled"],
                                   doc.get("missing_weights", {}), doc.get("null_exclusions_refused", {}),
                                   doc.get("load_refused_checked") is True, Registry.read(doc, label, item.name),
-                                  doc.get("build_refused", {})))
+                                  doc.get("build_refused", {}), doc.get("experts_gate_up_scale_2", {})))
     return tuple(sorted(out, key=lambda p: (p.runtime, p.release)))
 
 

@@ -16,6 +16,7 @@ from repair.doctor.checks import (config_findings, fused_findings, health_findin
 from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
                                     kv_scale_health, layer_map_findings, null_list_findings, runtime_refusal_findings)
 from repair.doctor.dropped import dropped_tensor_findings
+from repair.doctor.expert_scales import experts_fact
 from repair.doctor.config_builds import refused_config_findings, unexpected_tensor_findings
 from repair.doctor.refused_load import build_refused_findings, load_refused_findings, registry_findings
 from repair.doctor.fix_hints import true_hints
@@ -125,7 +126,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     said = {f.subject for f in mismatched}  # a layer declared NVFP4 stored without input_scale: said once, as a mismatch
     with ScaleValues(ckpt, modules, fmt.GLOBAL_SCALE_IS_DIVISOR, deep, progress, shared) as values:
         findings += [f for f in health_findings(ckpt, modules, built, family, fmt.GLOBAL_SCALE_IS_DIVISOR, values,
-                                                  target.profile.speaker)
+                                                  target.profile.speaker, experts_fact(target))
                      if not (f.code == Kind.MISSING_INPUT_SCALE and f.subject in said)]
         # a module-driven loader (TensorRT-LLM's copy_weight): its own account, from its data (scalars read as above)
         module_loads = module_load_findings(ckpt, modules, declaration, target, tp, family, values, resolved) if module_driven(target) else None

@@ -35,6 +35,7 @@ class Kind(StrEnum):
     CONFIG_CONTRADICTION = "config-contradiction"
     FUSED_SHARDS = "fused-shards"
     SIBLINGS_SCALE_2 = "siblings-scale-2"
+    EXPERTS_SCALE_2 = "experts-gate-up-scale-2"  # a routed expert's gate/up global scales differ (doctor/expert_scales.py)
     MISSING_WEIGHT_SCALE = "missing-weight-scale"
     SCALE_SHAPE = "scale-shape"
     BLOCK_SCALES = "block-scales"

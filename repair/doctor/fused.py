@@ -1,9 +1,11 @@
 """Fused layers whose shards are stored at different precisions, where the runtime fuses them.
 
 vLLM builds a fused layer (qkv_proj from q/k/v, gate_up_proj from gate/up; the architecture's fused layers, from
-the generated profile) once, with the method the config declares for it. A shard stored in another precision than
+the generated profile, and the layers only its loader merges, `merged_layers`: StableLM's qkv_proj, the Gemma 4
+assistant's gate_up_proj) once, with the method the config declares for it. A shard stored in another precision than
 its siblings then cannot be loaded: a BF16 k_proj [out, in] does not fit the packed [out, in/2] slice of an NVFP4
-qkv_proj, and vLLM 0.32 stops on the shape assertion of its fused-parameter loader (measured: Qwen3, one BF16 k_proj).
+qkv_proj, and vLLM 0.32 stops on the shape assertion of its fused-parameter loader (measured: Qwen3, one BF16 k_proj;
+StableLM and the assistant alike, tests/vllm/test_merged_shards_vs_vllm.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ def fused_storage_findings(declaration: Declaration, modules: dict[str, StoredMo
     if not target.profile.follows_draft_config or not declaration.quantized:
         return []
     out = []
-    for fused, shards in family.fused_groups(modules):
+    for fused, shards in family.scale_groups(modules):  # a merged layer too (StableLM's qkv_proj: vLLM asserts the same)
         if len({modules[s].is_quantized for s in shards}) < 2:
             continue
         algo = next((a for s in shards if (a := declared_algorithm(declaration, family, s)) is not None), None)

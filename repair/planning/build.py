@@ -88,7 +88,7 @@ def make_plan(ckpt: Checkpoint, recipe: Recipe, original: Checkpoint | None = No
     actions = _with_fused_siblings(assign_actions(modules, recipe, str(ckpt.root)), by_name, declared)
     if declaration.quantized and not recipe.drop_quantization:  # the output is built by a quantization config
         for family in built_families(ckpt, before):  # each target's layers: the class its release builds
-            refuse_split_layers(actions, Layers(by_name, family.fused_layers), str(ckpt.root))
+            refuse_split_layers(actions, Layers(by_name, family.one_parameter_layers), str(ckpt.root))
     _check_supported(ckpt, fmt, actions, original, recipe, by_name)
     refuse_unrepairable(ckpt, recipe, declaration, actions, before)
     changes = [c for name, a in sorted(actions.items()) if (c := module_change(by_name[name], a, ckpt, original, recipe, by_name, fmt, declared))]

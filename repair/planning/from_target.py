@@ -54,10 +54,10 @@ def recipe_for_target(ckpt: Checkpoint, diagnosis: Diagnosis, dropped: frozenset
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json"), family) or {}
     if not target.profile.allows_quant_config or (target.wants_all_bf16 and specs):
         return Recipe(dequantize=tuple(m.name for m in modules if m.is_quantized), drop_quantization=True, from_target=target.spec)
-    layers = Layers({m.name: m for m in stored}, family.fused_layers, release_names(target, ckpt.config))
+    layers = Layers({m.name: m for m in stored}, family.one_parameter_layers, release_names(target, ckpt.config))
     names = {m.name for m in modules} | excludable_leafless(stored, family)
     if not specs:
-        chosen = _contradicted(diagnosis, names, family.fused_layers, dropped=dropped)
+        chosen = _contradicted(diagnosis, names, family.one_parameter_layers, dropped=dropped)
         return Recipe(dequantize=complete(_nameable(chosen, family), layers, f"{ckpt.root}: {target.spec}"), from_target=target.spec)
     precision = runtime_precision(specs, fmt.read_declaration(ckpt), target, family)
     chosen = list(_contradicted(diagnosis, names, {}, STORED_ALGORITHM))

@@ -4,6 +4,8 @@ only at its top level (their data's rules say which; each target's own matcher i
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from repair.errors import BadInput
 from repair.formats.base import routed_layer
 from repair.targets.config_lists import FLAT_KEYS, flat_exclusions, pattern_syntax
@@ -117,7 +119,19 @@ def unread_fused(targets, declaration, families, config, lists: list[list[str]],
         found += [fused for fused, members in _whole_groups(family, names)
                   if fused not in names and any(not r.excludes(family.runtime_name(m)) for r in rules for m in members)]
         found += _unstored_shard_layers(family, declaration, rules, names, stored or {}) if target.profile.rules is None else []
+        found += [m for m in _merged_layers(family, names, stored or {}) if any(not r.excludes(family.runtime_name(m)) for r in rules)]
     return sorted(set(found))
+
+
+def _merged_layers(family, names: list[str], stored) -> list[str]:
+    """Layers only the class's loader merges (no packed mapping names them: vLLM 0.32's StableLM qkv_proj) whose every
+    stored shard is among `names` (BF16): the runtime asks its quant config about the layer's own name, never a shard's
+    (quant_utils.py is_layer_skipped, a prefix whose leaf no packed mapping holds), so that name is the entry."""
+    merged = {leaf: shards for leaf, shards in family.merged_layers.items() if leaf not in family.fused_layers}
+    if not merged:
+        return []
+    groups = replace(family, fused_layers=merged).fused_groups(set(stored) | set(names))
+    return [layer for layer, members in groups if all(m in names for m in members)]
 
 
 def _unstored_shard_layers(family, declaration, rules, names: list[str], stored) -> list[str]:

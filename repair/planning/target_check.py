@@ -15,6 +15,7 @@ from __future__ import annotations
 from repair import arch
 from repair.doctor.config_builds import unexpected_tensor_findings
 from repair.doctor.declared import UNSCALED_ADVICE
+from repair.doctor.expert_scales import settled_by
 from repair.doctor.fix_hints import module_of
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.missing import missing_modules, unbuilt as not_built
@@ -27,7 +28,7 @@ from repair.planning.recipe import Action, Recipe
 
 STORED_DEFECTS = frozenset({Kind.GLOBAL_SCALE, Kind.FP8_SCALE, Kind.BLOCK_SCALES, Kind.SCALE_OVERFLOW, Kind.MISSING_WEIGHT_SCALE,
                             Kind.MISSING_SCALE_2, Kind.SCALE_SHAPE, Kind.INPUT_SCALE, Kind.KV_CACHE_SCALES, Kind.SIBLINGS_SCALE_2,
-                            Kind.MISSING_MODULE, Kind.PRE_QUANT_SCALE})
+                            Kind.EXPERTS_SCALE_2, Kind.MISSING_MODULE, Kind.PRE_QUANT_SCALE})
 CONFIG_FINDINGS = frozenset({Kind.QUANT_CONFIG, Kind.NOT_BF16, Kind.UNUSED_EXCLUSION, Kind.CONFIGS_DISAGREE})  # gone with the config
 ADVICE = {Kind.UNUSED_EXCLUSION: "remove the entries that match nothing from the config's exclusion lists",
           Kind.CONFIGS_DISAGREE: "make the two config files' quantized_layers agree",
@@ -62,7 +63,7 @@ def refuse_unrepairable(ckpt: Checkpoint, recipe: Recipe, declaration: Declarati
     _refuse_dropped_expected(ckpt, recipe.from_target, set(dropped), before)
     changed = {n for n, a in actions.items() if a != Action.KEEP}
     for diagnosis in before:
-        fused = built_family(ckpt, diagnosis).fused_layers  # the layers of the class this target builds
+        fused = built_family(ckpt, diagnosis).one_parameter_layers  # the layers of the class this target builds
         left = [f for f in diagnosis.findings if f.severity in (Severity.ERROR, Severity.WARNING)
                 and not _settled(f, changed, recipe, declaration, fused) and not _dropped_away(f, ckpt, diagnosis, dropped)]
         if left:
@@ -165,6 +166,8 @@ def _settled(f: Finding, changed: set[str], recipe: Recipe, declaration: Declara
     if f.code == Kind.FUSED_SHARDS:  # settled by dequantizing its shards (subject: parent.fused_name)
         parent, _, layer = f.subject.rpartition(".")
         return any(f"{parent}.{shard}" in changed for shard in fused.get(layer, ())) or _covered(f.subject, changed)
+    if f.code == Kind.EXPERTS_SCALE_2:  # subject: the expert
+        return settled_by(f.subject, changed)
     members = f.subject.split(", ") if f.code == Kind.SIBLINGS_SCALE_2 else [f.subject]
     return all(_covered(m, changed) for m in members)
 

@@ -71,6 +71,8 @@ class RuntimeRules:
     registry: frozenset[str] = frozenset()  # every name its model registry has (the wheel's EntryClass); empty: unknown
     backend: Backend | None = None  # its Transformers backend's gate on other names (tools/sglang_backend.py); None: unknown
     registry_rule: FirstListed | None = None  # it asks only the first listed name (tools/trtllm_registry.py); None: unknown
+    # which weight_scale_2 its NVFP4 MoE keeps for a routed expert's fused gate/up (doctor/expert_scales.py); {}: unknown
+    experts_gate_up_scale_2: Mapping[str, str] = field(default_factory=dict)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -271,7 +273,8 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         body.get("null_exclusions_refused", {}), {a: tuple(v) for a, v in body.get("own_layers", {}).items()},
                         {a: {k: tuple(v) for k, v in m.items()} for a, m in body.get("model_fusions", {}).items()},
                         body.get("missing_weights", {}), frozenset(body.get("registry", ())),
-                        Backend.read(body.get("transformers_backend")), FirstListed.read(body.get("registry_rule")))
+                        Backend.read(body.get("transformers_backend")), FirstListed.read(body.get("registry_rule")),
+                        body.get("experts_gate_up_scale_2", {}))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:

@@ -1,0 +1,109 @@
+"""Routed experts' gate/up weight_scale_2: the runtime builds each expert's gate (w1) and up (w3) as one w13 parameter
+and keeps one global scale per expert, so an expert whose two differ computes one half wrong, silently (vLLM 0.28-0.32
+keep the gate's: modelopt.py ModelOptNvFp4FusedMoE.process_weights_after_loading). doctor checked siblings' scales on
+dense fused layers only (`family.scale_groups` skips `.experts.`); the release's data now says what it keeps
+(`experts_gate_up_scale_2`), and doctor reports every such expert, grouped. ModelOpt's export gives an expert's pair
+one scale (formats/shared_scale.py), so fix requantizes the pair with --original, or refuses in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from repair.arch.profiled import read_profiles
+from repair.codec import nvfp4
+from tests.conftest import run_captured
+
+TARGET = "vllm==0.32.0"
+MOE = "model.layers.0.mlp.experts"
+WARNING = "w1_weight_scale_2 must match w3_weight_scale_2. Accuracy may be affected."
+
+
+def qwen3_moe(root: Path, experts: int, broken: tuple[int, ...], original: Path | None = None) -> Path:
+    """A tiny ModelOpt-like NVFP4 Qwen3-MoE layer 0: `experts` routed experts, each gate/up pair sharing one global
+    scale as ModelOpt's export gives it; the experts in `broken` have their up_proj packed with twice that scale. With
+    `original`, the BF16 weights are written there too (an --original for fix)."""
+    gen = torch.Generator().manual_seed(0)
+    tensors = {"model.embed_tokens.weight": torch.randn(64, 32, generator=gen).to(torch.bfloat16),
+               "lm_head.weight": torch.randn(64, 32, generator=gen).to(torch.bfloat16),
+               "model.layers.0.mlp.gate.weight": torch.randn(experts, 32, generator=gen).to(torch.bfloat16)}
+    originals = dict(tensors)
+    for e in range(experts):
+        weights = {p: (torch.randn(32, 32, generator=gen) * 0.05).to(torch.bfloat16) for p in ("gate_proj", "up_proj", "down_proj")}
+        shared = nvfp4.global_scale(torch.stack([weights["gate_proj"], weights["up_proj"]]))
+        for p, w in weights.items():
+            name = f"{MOE}.{e}.{p}"
+            own = shared * 2 if p == "up_proj" and e in broken else shared  # a broken up: packed with twice the gate's
+            packed, scale, scale_2 = nvfp4.quantize(w, own.clone() if p != "down_proj" else nvfp4.global_scale(w))
+            tensors.update({f"{name}.weight": packed, f"{name}.weight_scale": scale, f"{name}.weight_scale_2": scale_2,
+                            f"{name}.input_scale": torch.tensor(0.01)})
+            originals[f"{name}.weight"] = w
+    config = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": experts,
+              "num_hidden_layers": 1, "hidden_size": 32, "moe_intermediate_size": 32, "vocab_size": 64}
+    for folder, state in ((root, tensors), (original, originals)):
+        if folder is None:
+            continue
+        folder.mkdir(parents=True)
+        save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+        (folder / "config.json").write_text(json.dumps(config))
+    (root / "hf_quant_config.json").write_text(json.dumps({
+        "producer": {"name": "modelopt", "version": "0.47.0"},
+        "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16,
+                         "exclude_modules": ["lm_head", "model.layers.0.mlp.gate"]}}))
+    return root
+
+
+def expert_findings(capsys, src: Path, *args: str) -> dict[str, dict]:
+    code, text, err = run_captured(capsys, "doctor", src, "--target", TARGET, "--json", *args)
+    return {f["subject"]: f for f in json.loads(text)["findings"] if f["code"] == "experts-gate-up-scale-2"}
+
+
+def test_each_vllm_release_records_that_it_keeps_the_gates_scale():
+    """The fact is the release's data (tools/vllm_expert_scales.py read it from each release's modelopt.py)."""
+    facts = {p.label: p.experts_gate_up_scale_2 for p in read_profiles() if p.runtime == "vllm"}
+    assert facts and all(f.get("keeps") == "gate" and f.get("log") == WARNING for f in facts.values()), facts
+
+
+def test_an_expert_whose_up_scale_differs_is_an_error_naming_the_scale_vllm_keeps(capsys, tmp_path):
+    src = qwen3_moe(tmp_path / "src", 4, broken=(2,))
+    found = expert_findings(capsys, src)
+    assert list(found) == [f"{MOE}.2"], found
+    (f,) = found.values()
+    assert f["severity"] == "error"
+    assert "gate_proj and up_proj" in f["message"] and "keeps the gate's (w1)" in f["message"]
+    assert WARNING in f["message"] and "the up half computes values off by the ratio" in f["message"]
+    assert expert_findings(capsys, qwen3_moe(tmp_path / "healthy", 4, broken=())) == {}
+
+
+def test_128_broken_experts_read_in_a_few_lines(capsys, tmp_path):
+    src = qwen3_moe(tmp_path / "src", 128, broken=tuple(range(128)))
+    assert len(expert_findings(capsys, src)) == 128
+    code, text, err = run_captured(capsys, "doctor", src, "--target", TARGET)
+    lines = [line for line in text.splitlines() if "experts-gate-up-scale-2" in line]
+    assert code == 1 and len(lines) == 1 and "128" in lines[0], text
+    assert len([line for line in text.splitlines() if "model.layers.0.mlp.experts." in line]) <= 2, text
+    assert "more pattern" not in lines[0], lines  # one compact pattern names the 128 experts
+
+
+def test_fix_refuses_in_one_line_without_the_original(capsys, tmp_path):
+    src = qwen3_moe(tmp_path / "src", 4, broken=(1,))
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", TARGET)
+    assert code == 2 and not (tmp_path / "out").exists(), (out, err)
+    assert f"{MOE}.1" in err and "--original" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_fix_requantizes_the_pair_from_the_original_and_the_output_passes_doctor(capsys, tmp_path):
+    src = qwen3_moe(tmp_path / "src", 4, broken=(1,), original=tmp_path / "orig")
+    out = tmp_path / "out"
+    code, text, err = run_captured(capsys, "fix", src, "-o", out, "--target", TARGET, "--original", tmp_path / "orig",
+                                   "--requantize", f"{MOE}.1.up_proj")
+    assert code == 0, (text, err)
+    assert expert_findings(capsys, out, "--strict") == {}
+    from safetensors.torch import load_file
+
+    written = load_file(out / "model.safetensors")
+    gate, up = (written[f"{MOE}.1.{p}.weight_scale_2"] for p in ("gate_proj", "up_proj"))
+    assert torch.equal(gate, up)

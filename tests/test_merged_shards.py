@@ -1,0 +1,81 @@
+"""A layer the class builds as one parameter without a packed_modules_mapping naming it (the row's `merged_layers`:
+vLLM 0.32's StableLM stacks q/k/v_proj into qkv_proj by its loader's renames; the Gemma 4 assistant's gate/up) with
+one shard stored BF16 beside NVFP4 ones: vLLM builds the layer NVFP4 and stops on the BF16 shard's shape
+(tests/vllm/test_merged_shards_vs_vllm.py: load_qkv_weight's assertion). doctor said nothing of StableLM's (its fused
+check read `fused_groups` only), and fix --target excluded k_proj alone, an entry vLLM never asks about the merged
+qkv_proj (it asks the layer's own name), so its output failed the same way; for the assistant it stopped on its own
+check (exit 3). Now doctor reports the layer, and fix dequantizes every shard and names the merged layer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from repair.codec import nvfp4
+from tests.conftest import read_json, run_captured
+from tests.test_fix_runtime_prefixes import export
+
+TARGET = "vllm==0.32.0"
+ATTN = "model.layers.0.self_attn"
+
+
+def stablelm_k_bf16(root: Path) -> Path:
+    """Two layers of q/k/v packed NVFP4 with one global scale per layer, but layer 0's k_proj stored BF16."""
+    gen = torch.Generator().manual_seed(1)
+    extra = {}
+    for layer in range(2):
+        weights = {leaf: (torch.randn(32, 32, generator=gen) * 0.05).to(torch.bfloat16) for leaf in ("q_proj", "k_proj", "v_proj")}
+        shared = nvfp4.global_scale(torch.cat(list(weights.values())))
+        for leaf, weight in weights.items():
+            name = f"model.layers.{layer}.self_attn.{leaf}"
+            if layer == 0 and leaf == "k_proj":
+                extra[f"{name}.weight"] = weight
+                continue
+            codes, scale, scale_2 = nvfp4.quantize(weight, shared.clone())
+            extra.update({f"{name}.weight": codes, f"{name}.weight_scale": scale, f"{name}.weight_scale_2": scale_2,
+                          f"{name}.input_scale": torch.tensor(0.01)})
+    return export(root, "StableLmForCausalLM", "stablelm", extra, ["lm_head"])
+
+
+def findings(capsys, src: Path, *args: str) -> list[dict]:
+    code, text, err = run_captured(capsys, "doctor", src, "--target", TARGET, "--json", *args)
+    return json.loads(text)["findings"]
+
+
+def test_doctor_reports_the_merged_layer_whose_shards_are_stored_apart(capsys, tmp_path):
+    found = [f for f in findings(capsys, stablelm_k_bf16(tmp_path / "src")) if f["code"] == "fused-shards"]
+    assert [f["subject"] for f in found] == [f"{ATTN}.qkv_proj"], found
+    assert found[0]["severity"] == "error" and "load_qkv_weight" in found[0]["runtime_error"]
+
+
+def test_fix_dequantizes_every_shard_and_names_the_merged_layer(capsys, tmp_path):
+    src = stablelm_k_bf16(tmp_path / "src")
+    out = tmp_path / "out"
+    code, text, err = run_captured(capsys, "fix", src, "-o", out, "--target", TARGET)
+    assert code == 0, (text, err)
+    entries = read_json(out / "hf_quant_config.json")["quantization"]["exclude_modules"]
+    assert f"{ATTN}.qkv_proj" in entries, entries  # the name vLLM asks its config about (modelopt.py is_layer_excluded)
+    from safetensors.torch import load_file
+
+    written = load_file(out / "model.safetensors")
+    assert all(written[f"{ATTN}.{leaf}.weight"].dtype == torch.bfloat16 for leaf in ("q_proj", "k_proj", "v_proj"))
+    assert not [f for f in findings(capsys, out, "--strict") if f["severity"] in ("error", "warning")]
+
+
+def test_fix_of_the_assistant_with_one_bf16_shard_writes_an_output(capsys, tmp_path):
+    from repair.demo.examples import TINY, write_assistant
+    from safetensors.torch import load_file, save_file
+
+    src = write_assistant(tmp_path / "src", TINY, broken=False)
+    up = "model.layers.0.mlp.up_proj"
+    for f in sorted(src.glob("*.safetensors")):
+        tensors = load_file(f)
+        if f"{up}.weight_scale" in tensors:
+            value = nvfp4.dequantize(tensors[f"{up}.weight"], tensors[f"{up}.weight_scale"], tensors[f"{up}.weight_scale_2"])
+            tensors = {k: v for k, v in tensors.items() if not k.startswith(up + ".")} | {f"{up}.weight": value}
+            save_file(tensors, f, metadata={"format": "pt"})
+    code, text, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", TARGET)
+    assert code == 0, (text, err)
+    assert not [f for f in findings(capsys, tmp_path / "out", "--strict") if f["severity"] in ("error", "warning")]
