@@ -62,6 +62,8 @@ def test_experts_dequantize_bit_for_bit_as_each_experts_linear_and_as_modelopt(e
     assert got.shape == (experts, blocks * 16, cols)
     want = per_expert_linear(packed, scale, scale_2, dtype, divisor)
     assert got.dtype == want.dtype and np.array_equal(got.view(SIGNED[dtype]), want.view(SIGNED[dtype]))
+    each = list(dequant_table.each_expert(packed, scale, scale_2, dtype, divisor))  # one expert at a time: fix --tp, --original
+    assert len(each) == experts and all(np.array_equal(one.view(SIGNED[dtype]), w.view(SIGNED[dtype])) for one, w in zip(each, want))
     if not divisor:  # compressed-tensors writes no 3-D experts; ModelOpt's global scale multiplies
         pytest.importorskip("modelopt")
         assert np.array_equal(got.view(SIGNED[dtype]), modelopt_3d(packed, scale, scale_2, dtype))
@@ -70,6 +72,10 @@ def test_experts_dequantize_bit_for_bit_as_each_experts_linear_and_as_modelopt(e
 def test_block_scales_that_do_not_fit_the_experts_are_refused():
     with pytest.raises(ValueError, match="do not fit packed expert"):
         dequant_table.dequantize_experts(np.zeros((2, 8, 3), np.uint8), np.zeros((2, 1, 4), np.uint8), 1.0, "BF16")
+    with pytest.raises(ValueError, match="do not fit packed expert"):
+        list(dequant_table.each_expert(np.zeros((2, 8, 3), np.uint8), np.zeros((2, 1, 4), np.uint8), 1.0, "BF16"))
+    with pytest.raises(ValueError, match="do not fit 2 packed experts"):
+        list(dequant_table.each_expert(np.zeros((2, 8, 4), np.uint8), np.zeros((3, 1, 4), np.uint8), 1.0, "BF16"))
 
 
 RUN = (  # VmHWM: this process's own peak (ru_maxrss starts at the forking parent's: Linux keeps it across exec)
@@ -130,7 +136,7 @@ def test_the_expert_reader_is_a_sequence_of_exactly_its_experts(tmp_path):
     IndexError), indexing from the end or past it gives that tensor's experts, never the bytes of the tensor after it."""
     from safetensors.torch import load_file
 
-    from repair.execute.compute import _Experts
+    from repair.execute.compute import ExpertReader
     from repair.io.safetensors import read_header
 
     src = write_experts(tmp_path / "src", 3, 32, 4, layers=2)
@@ -138,7 +144,7 @@ def test_the_expert_reader_is_a_sequence_of_exactly_its_experts(tmp_path):
     name = "model.layers.0.mlp.experts.gate_up_proj"
     info = next(t for t in shard.tensors if t.name == name)
     assert info.end < max(t.end for t in shard.tensors), "a tensor follows it"
-    stored, reader = load_file(str(src / "model.safetensors"))[name].numpy(), _Experts(shard, info)
+    stored, reader = load_file(str(src / "model.safetensors"))[name].numpy(), ExpertReader(shard, info)
     assert [e.tolist() for e in reader] == [e.tolist() for e in stored]
     assert np.array_equal(reader[-1], stored[-1]) and np.array_equal(reader[-3], stored[0])
     for outside in (3, -4):
