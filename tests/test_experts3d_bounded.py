@@ -100,10 +100,10 @@ def test_the_ranks_rebuild_fix_s_own_output_replicated_and_split_by_expert(tmp_p
 
 
 def test_each_rank_part_of_an_expert_lands_where_the_sliced_tensor_has_it():
-    """tp/experts.py for every split dim of [E, in, out]: the parts placed per rank make that rank's slice of the whole
+    """execute/experts.py for every split dim of [E, in, out]: the parts placed per rank make that rank's slice of the whole
     tensor, each byte placed once (the writer's header offsets are the tensor's own, checked by the tests above)."""
     from repair.targets.tp_rules import RankRange
-    from repair.tp.experts import PLACED, place_experts
+    from repair.execute.experts import PLACED, place_experts
 
     whole = np.random.default_rng(0).integers(0, 2**16, (5, 32, 12), dtype=np.uint16)
 

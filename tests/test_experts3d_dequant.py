@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from repair.codec import dequant_table
 from tests.test_bmm_experts_nvfp4 import gpt_oss_export
-from tools.bench.experts3d import write_experts
+from tools.bench.experts3d import write_experts, write_linears
 
 TORCH = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 SIGNED = {"BF16": np.int16, "F16": np.int16, "F32": np.int32}
@@ -107,28 +107,29 @@ def test_fix_of_gpt_oss_experts_to_bf16_imports_no_torch(tmp_path):
     assert not fix_in_child(tmp_path, gpt_oss_export(tmp_path / "src"))[1], "torch was imported"
 
 
-def test_fix_of_3d_experts_holds_the_output_and_one_expert_not_float32_products(tmp_path):
-    """Peak RSS growth of `fix` while it dequantizes one [16, 1024, 1024] experts tensor (32 MiB BF16 out, 8 MiB packed
-    in): the output, one expert's packed bytes, and the source digest's read buffer (one hashing CHUNK, reading the
-    bytes the copy skipped), with 4 MiB of slack. Measured: +40 MiB; before: +176 MiB (the packed tensor read whole,
-    per-expert results and their stacked copy, isfinite's bool tensors over the whole output)."""
+def test_fix_of_3d_experts_holds_one_expert_not_the_output(tmp_path):
+    """Peak RSS growth of `fix` while it dequantizes one [64, 1024, 1024] experts tensor (128 MiB BF16 out, 2 MiB an
+    expert): one expert's output, packed bytes and block scales, the source digest's read buffer (one hashing CHUNK,
+    reading the bytes the copy skipped) and one CHUNK of the output mapped as it is hashed (the experts are written at
+    their offsets and hashed from the page cache), with 4 MiB of slack. Measured: +32 MiB; before: +142 MiB (the
+    output whole), and before that +176 MiB for a quarter of it (the packed tensor read whole, per-expert results and
+    their stacked copy, isfinite's bool tensors over the whole output)."""
     from repair.io.hasher import CHUNK
 
-    output = 16 * 1024 * 1024 * 2
-    growth, _ = fix_in_child(tmp_path, write_experts(tmp_path / "src", 16, 1024, 1024))
-    assert growth <= output + 1024 * 1024 // 2 + CHUNK + 4 * 2**20, f"peak RSS grew {growth // 2**20} MiB"
+    growth, _ = fix_in_child(tmp_path, write_experts(tmp_path / "src", 64, 1024, 1024))
+    assert growth <= 3 * 1024 * 1024 * 2 + 2 * CHUNK + 4 * 2**20, f"peak RSS grew {growth // 2**20} MiB"
 
 
 def test_fix_with_one_job_holds_one_result_at_a_time(tmp_path):
-    """Two [64, 1024, 1024] experts tensors (128 MiB BF16 each), --jobs 1: the first one's bytes are let go before the
-    second is computed, but for the tail the hashing thread may still hold (HELD) while the second starts. Before, the
-    writer's loop variable and the hashing thread's last job (waiting for the next) each kept the first alive:
-    +263 MiB, two results; now +142 MiB, as for one."""
+    """Two [8192, 8192] Linears (128 MiB BF16 each, each dequantized whole), --jobs 1: the first one's bytes are let
+    go before the second is computed, but for the tail the hashing thread may still hold (HELD) while the second starts.
+    Before, the writer's loop variable and the hashing thread's last job (waiting for the next) each kept the first
+    alive: +263 MiB, two results, measured on two such 3-D experts tensors (now written expert by expert)."""
     from repair.io.hasher import CHUNK, HELD
 
-    output = 64 * 1024 * 1024 * 2
-    growth, _ = fix_in_child(tmp_path, write_experts(tmp_path / "src", 64, 1024, 1024, layers=2))
-    assert growth <= output + 1024 * 1024 // 2 + CHUNK + HELD + 4 * 2**20, f"peak RSS grew {growth // 2**20} MiB"
+    output = 8192 * 8192 * 2
+    growth, _ = fix_in_child(tmp_path, write_linears(tmp_path / "src", 8192, 8192, layers=2))
+    assert growth <= output + 8192 * 8192 // 2 + CHUNK + HELD + 4 * 2**20, f"peak RSS grew {growth // 2**20} MiB"
 
 
 def test_the_expert_reader_is_a_sequence_of_exactly_its_experts(tmp_path):

@@ -2,7 +2,8 @@
 
 Dequantizing a ModelOpt/compressed-tensors NVFP4 weight into BF16/F16/F32 (the whole of
 `--target bf16`) runs on numpy tables (`codec.dequant_table`) and never imports torch (~1-1.5 s):
-2-D Linears and ModelOpt's 3-D BMM experts (expert by expert, one expert's packed bytes read at a time).
+2-D Linears and ModelOpt's 3-D BMM experts (expert by expert, one expert's packed bytes read at a time; `each_expert`
+gives them one at a time, which execute/experts.py writes at their offsets, so memory holds one expert).
 Casts and requantization use torch, imported at their first use; so does a Dequantize whose layout the
 table does not take, which the plan-time check (formats/nvfp4_packed.py `check_packed`) refuses first.
 

@@ -6,7 +6,8 @@ fuses them at load); OUT/rank-R also gets the standard output's config and other
 but not its index (that names shards a rank folder does not have). OUT/tp_manifest.json says how
 every tensor was split and how to rebuild the standard output (`ckpt-repair unshard`). All of it
 is built in a temp folder beside OUT and published by one rename. Memory holds the rank slices of
-at most `jobs` computed tensors (execute/parallel.py); copies go by byte range, with no buffer.
+at most `jobs` computed tensors (execute/parallel.py), of one expert for 3-D experts (execute/experts.py: each
+rank's part written at its offset); copies go by byte range, with no buffer.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from repair.errors import BadInput, InternalError, UsageError
 from repair.execute.copies import WholeCopies
+from repair.execute.experts import PLACED, place_experts
 from repair.execute.compute import NUMPY_ONLY, requantized_module
 from repair.execute.parallel import default_jobs, in_order, runs
 from repair.execute.writer import check_inputs, computer_for, global_scale_is_divisor, input_sha256, located_inputs
@@ -37,7 +39,6 @@ from repair.planning.text import plan_as_json, plan_as_text
 from repair.tp.plan import BLOCK, TpPlan, TpTensor, plan_tp, summary_text
 from repair.tp.manifest import MANIFEST, RANK_FILE, rank_folder, read_manifest
 from repair.tp.record import index_name, manifest as tp_manifest
-from repair.tp.experts import PLACED, place_experts
 from repair.tp.io import contiguous, read_slice, sub_range
 from repair.tp.rank_digests import open_files_needed
 from repair.tp.source_digests import SourceDigests
@@ -256,7 +257,7 @@ class _Slicer:
 def _made_whole(step) -> bool:
     """Requantized tensors, dequantized FP8 / NVFP4_AWQ weights (one module's tensor, on numpy) and 3-D NVFP4 experts
     the table does not take (the torch path) are made whole by the plan's Computer and then sliced; 2-D NVFP4 is
-    dequantized slice by slice, 3-D experts on the table path expert by expert (tp/experts.py)."""
+    dequantized slice by slice, 3-D experts on the table path expert by expert (execute/experts.py)."""
     return isinstance(step, Requantize) or (isinstance(step, Dequantize) and (step.algorithm in NUMPY_ONLY or len(step.out.shape) == 3))
 
 

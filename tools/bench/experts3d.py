@@ -30,8 +30,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 def write_experts(root: Path, experts: int, rows: int, cols: int, layers: int = 1, seed: int = 0) -> Path:
     """A gpt-oss-named checkpoint whose changed tensors are `layers` [experts, rows, cols] NVFP4 experts weights."""
-    from safetensors.numpy import save_file
-
     rng = np.random.default_rng(seed)
     tensors, names = {}, [f"model.layers.{i}.mlp.experts.gate_up_proj" for i in range(layers)]
     for name in names:
@@ -39,9 +37,28 @@ def write_experts(root: Path, experts: int, rows: int, cols: int, layers: int = 
                     f"{name}_weight_scale": rng.integers(0x28, 0x48, (experts, rows // 16, cols), dtype=np.uint8),
                     f"{name}_weight_scale_2": np.array(1e-3, dtype=np.float32),
                     f"{name}_input_scale": np.array(0.02, dtype=np.float32)}
+    return _save(root, tensors, [f"{name}_weight_scale" for name in names])
+
+
+def write_linears(root: Path, rows: int, cols: int, layers: int = 1, seed: int = 0) -> Path:
+    """The same, with `layers` 2-D NVFP4 Linears [rows, cols] (o_proj: uint8 [rows, cols/2], block scales [rows, cols/16])
+    in place of the experts: each is dequantized whole, as one result."""
+    rng = np.random.default_rng(seed)
+    tensors, names = {}, [f"model.layers.{i}.self_attn.o_proj" for i in range(layers)]
+    for name in names:
+        tensors |= {f"{name}.weight": rng.integers(0, 256, (rows, cols // 2), dtype=np.uint8),
+                    f"{name}.weight_scale": rng.integers(0x28, 0x48, (rows, cols // 16), dtype=np.uint8),
+                    f"{name}.weight_scale_2": np.array(1e-3, dtype=np.float32), f"{name}.input_scale": np.array(0.02, dtype=np.float32)}
+    return _save(root, tensors, [f"{name}.weight_scale" for name in names])
+
+
+def _save(root: Path, tensors: dict[str, np.ndarray], scales: list[str]) -> Path:
+    """The tensors (block scales `scales` retyped F8_E4M3) in one shard, with ModelOpt NVFP4 gpt-oss config files."""
+    from safetensors.numpy import save_file
+
     root.mkdir(parents=True)
     save_file(tensors, str(root / "model.safetensors"), metadata={"format": "pt"})
-    _retype(root / "model.safetensors", [f"{name}_weight_scale" for name in names])
+    _retype(root / "model.safetensors", scales)
     quant = {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16, "exclude_modules": []}
     (root / "config.json").write_text(json.dumps({"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
                                                   "quantization_config": {"quant_algo": "NVFP4", "quant_method": "modelopt"}}))
