@@ -58,9 +58,9 @@ def test_fix_tp_holds_one_expert_not_the_tensor_and_its_slices(tmp_path):
 def test_fix_original_verifies_3d_experts_one_expert_at_a_time(tmp_path):
     """Taking the experts from `--original` verifies them first: each expert of the original quantized again with the
     stored global scale and compared with its stored codes, and its error measured in float32 a few rows at a time.
-    One [16, 2048, 2048] experts tensor (128 MiB BF16, 8 MiB an expert): the expert's bytes, its transposed copy and
-    the quantizer's outputs and temporaries (measured +95 MiB in all: about 9 experts beside the two CHUNKs below),
-    the output's copy hashed from the page cache (one CHUNK) and the source digest's read buffer (one CHUNK).
+    One [16, 2048, 2048] experts tensor (128 MiB BF16, 8 MiB an expert): the expert's bytes, its transposed copy, its
+    float32 copy, the quantizer's outputs and temporaries (about 9 experts in all), the output's copy hashed from the
+    page cache (one CHUNK) and the source digest's read buffer (one CHUNK). Measured: +105 MiB, and +104 for 4 experts.
     Before: +939 MiB, the tensor whole in float32 several times over (original, dequantized, their difference)."""
     warm = write_quantized_experts(tmp_path / "warm", tmp_path / "warm-original", 2, 32, 16)
     src = write_quantized_experts(tmp_path / "src", tmp_path / "original", 16, 2048, 2048)

@@ -23,6 +23,7 @@ from repair.errors import BadInput
 from repair.planning.model import Plan
 
 ERROR_ROWS = 16 * 16  # an expert's input rows per step of its error (whole 16-row blocks: the block scales' rows)
+FLOAT_WEIGHTS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # what an original's weight may be
 CORRUPT_RELATIVE_ERROR = 0.25  # NVFP4's normal relative error on real weights is about 0.1
 
 
@@ -114,16 +115,16 @@ def _experts_reproduce(computer: Computer, m) -> tuple[bool | None, float | None
     same, error, norm = True, 0.0, 0.0
     for e in range(len(originals)):
         weight = tensors.from_bytes(originals.part(e), originals.expert)
-        if not _float_weight(weight):
+        truth = weight.float() if weight.dtype in FLOAT_WEIGHTS else None  # `_float_weight`'s test, its float32 kept
+        if truth is None or not bool(truth.isfinite().all()):
             return None, None
         p, s = torch.from_numpy(packed[e]), torch.from_numpy(scales[e]).view(torch.float8_e4m3fn)
         same = same and _same_codes(nvfp4.quantize(weight.t().contiguous(), scale_2), p.t(), s.t())
-        for lo in range(0, weight.shape[0], ERROR_ROWS):  # float32 temporaries of a few rows, not of the expert
+        norm += truth.norm().item() ** 2
+        for lo in range(0, weight.shape[0], ERROR_ROWS):  # the dequantized expert a few rows at a time
             hi = min(weight.shape[0], lo + ERROR_ROWS)
-            truth = weight[lo:hi].float()
             approx = nvfp4.dequantize(p[None, lo // 2:hi // 2], s[None, lo // BLOCK:hi // BLOCK], scale_2, torch.float32)[0]
-            norm += truth.norm().item() ** 2
-            error += approx.sub_(truth).norm().item() ** 2
+            error += approx.sub_(truth[lo:hi]).norm().item() ** 2
     return same, math.sqrt(error) / math.sqrt(norm) if norm else 0.0
 
 
@@ -167,7 +168,7 @@ def _finite(weight: torch.Tensor) -> bool:
 def _float_weight(weight: torch.Tensor) -> bool:
     """A weight the original may hold: 16-64 bit float, finite even in float32 (which quantizing and
     the error measure compute in; F64 1e300 is not). FP8 or bool has no isfinite in torch at all."""
-    return weight.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64) and bool(weight.float().isfinite().all())
+    return weight.dtype in FLOAT_WEIGHTS and bool(weight.float().isfinite().all())
 
 
 def _relative_error(approx: torch.Tensor, truth: torch.Tensor) -> float:
