@@ -190,7 +190,7 @@ class Computer:
     def each_expert(self, step: Dequantize) -> Iterator[np.ndarray]:
         """The 3-D experts' output bits, expert e's [in, out] at a time, reading one expert's inputs at a time. The
         whole path's refusals (same functions, same words) come first, before any expert is made: they need every
-        block-scale code present, so the block scales are read twice, one expert's at a time (1/16 of the output)."""
+        block-scale code present, so the block scales are read twice, one expert's at a time (1/32 of a BF16 output)."""
         packed, scales = self.experts(step.inputs[0], step.source), self.experts(step.inputs[1], step.source)
         scale_2 = self._scalar(step.inputs[2], step.source)
         counts = np.zeros(256, dtype=np.int64)  # how many blocks have each code
