@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from repair.codec import dequant_table
 from tests.test_bmm_experts_nvfp4 import gpt_oss_export
-from tools.bench.experts3d import write_experts
+from tools.bench.experts3d import write_experts, write_linears
 
 TORCH = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 SIGNED = {"BF16": np.int16, "F16": np.int16, "F32": np.int32}
@@ -62,6 +62,8 @@ def test_experts_dequantize_bit_for_bit_as_each_experts_linear_and_as_modelopt(e
     assert got.shape == (experts, blocks * 16, cols)
     want = per_expert_linear(packed, scale, scale_2, dtype, divisor)
     assert got.dtype == want.dtype and np.array_equal(got.view(SIGNED[dtype]), want.view(SIGNED[dtype]))
+    each = list(dequant_table.each_expert(packed, scale, scale_2, dtype, divisor))  # one expert at a time: fix --tp, --original
+    assert len(each) == experts and all(np.array_equal(one.view(SIGNED[dtype]), w.view(SIGNED[dtype])) for one, w in zip(each, want))
     if not divisor:  # compressed-tensors writes no 3-D experts; ModelOpt's global scale multiplies
         pytest.importorskip("modelopt")
         assert np.array_equal(got.view(SIGNED[dtype]), modelopt_3d(packed, scale, scale_2, dtype))
@@ -70,6 +72,10 @@ def test_experts_dequantize_bit_for_bit_as_each_experts_linear_and_as_modelopt(e
 def test_block_scales_that_do_not_fit_the_experts_are_refused():
     with pytest.raises(ValueError, match="do not fit packed expert"):
         dequant_table.dequantize_experts(np.zeros((2, 8, 3), np.uint8), np.zeros((2, 1, 4), np.uint8), 1.0, "BF16")
+    with pytest.raises(ValueError, match="do not fit packed expert"):
+        list(dequant_table.each_expert(np.zeros((2, 8, 3), np.uint8), np.zeros((2, 1, 4), np.uint8), 1.0, "BF16"))
+    with pytest.raises(ValueError, match="do not fit 2 packed experts"):
+        list(dequant_table.each_expert(np.zeros((2, 8, 4), np.uint8), np.zeros((3, 1, 4), np.uint8), 1.0, "BF16"))
 
 
 RUN = (  # VmHWM: this process's own peak (ru_maxrss starts at the forking parent's: Linux keeps it across exec)
@@ -101,28 +107,29 @@ def test_fix_of_gpt_oss_experts_to_bf16_imports_no_torch(tmp_path):
     assert not fix_in_child(tmp_path, gpt_oss_export(tmp_path / "src"))[1], "torch was imported"
 
 
-def test_fix_of_3d_experts_holds_the_output_and_one_expert_not_float32_products(tmp_path):
-    """Peak RSS growth of `fix` while it dequantizes one [16, 1024, 1024] experts tensor (32 MiB BF16 out, 8 MiB packed
-    in): the output, one expert's packed bytes, and the source digest's read buffer (one hashing CHUNK, reading the
-    bytes the copy skipped), with 4 MiB of slack. Measured: +40 MiB; before: +176 MiB (the packed tensor read whole,
-    per-expert results and their stacked copy, isfinite's bool tensors over the whole output)."""
+def test_fix_of_3d_experts_holds_one_expert_not_the_output(tmp_path):
+    """Peak RSS growth of `fix` while it dequantizes one [64, 1024, 1024] experts tensor (128 MiB BF16 out, 2 MiB an
+    expert): one expert's output, packed bytes and block scales, the source digest's read buffer (one hashing CHUNK,
+    reading the bytes the copy skipped) and one CHUNK of the output mapped as it is hashed (the experts are written at
+    their offsets and hashed from the page cache), with 4 MiB of slack. Measured: +32 MiB; before: +142 MiB (the
+    output whole), and before that +176 MiB for a quarter of it (the packed tensor read whole, per-expert results and
+    their stacked copy, isfinite's bool tensors over the whole output)."""
     from repair.io.hasher import CHUNK
 
-    output = 16 * 1024 * 1024 * 2
-    growth, _ = fix_in_child(tmp_path, write_experts(tmp_path / "src", 16, 1024, 1024))
-    assert growth <= output + 1024 * 1024 // 2 + CHUNK + 4 * 2**20, f"peak RSS grew {growth // 2**20} MiB"
+    growth, _ = fix_in_child(tmp_path, write_experts(tmp_path / "src", 64, 1024, 1024))
+    assert growth <= 3 * 1024 * 1024 * 2 + 2 * CHUNK + 4 * 2**20, f"peak RSS grew {growth // 2**20} MiB"
 
 
 def test_fix_with_one_job_holds_one_result_at_a_time(tmp_path):
-    """Two [64, 1024, 1024] experts tensors (128 MiB BF16 each), --jobs 1: the first one's bytes are let go before the
-    second is computed, but for the tail the hashing thread may still hold (HELD) while the second starts. Before, the
-    writer's loop variable and the hashing thread's last job (waiting for the next) each kept the first alive:
-    +263 MiB, two results; now +142 MiB, as for one."""
+    """Two [8192, 8192] Linears (128 MiB BF16 each, each dequantized whole), --jobs 1: the first one's bytes are let
+    go before the second is computed, but for the tail the hashing thread may still hold (HELD) while the second starts.
+    Before, the writer's loop variable and the hashing thread's last job (waiting for the next) each kept the first
+    alive: +263 MiB, two results, measured on two such 3-D experts tensors (now written expert by expert)."""
     from repair.io.hasher import CHUNK, HELD
 
-    output = 64 * 1024 * 1024 * 2
-    growth, _ = fix_in_child(tmp_path, write_experts(tmp_path / "src", 64, 1024, 1024, layers=2))
-    assert growth <= output + 1024 * 1024 // 2 + CHUNK + HELD + 4 * 2**20, f"peak RSS grew {growth // 2**20} MiB"
+    output = 8192 * 8192 * 2
+    growth, _ = fix_in_child(tmp_path, write_linears(tmp_path / "src", 8192, 8192, layers=2))
+    assert growth <= output + 8192 * 8192 // 2 + CHUNK + HELD + 4 * 2**20, f"peak RSS grew {growth // 2**20} MiB"
 
 
 def test_the_expert_reader_is_a_sequence_of_exactly_its_experts(tmp_path):
@@ -130,7 +137,7 @@ def test_the_expert_reader_is_a_sequence_of_exactly_its_experts(tmp_path):
     IndexError), indexing from the end or past it gives that tensor's experts, never the bytes of the tensor after it."""
     from safetensors.torch import load_file
 
-    from repair.execute.compute import _Experts
+    from repair.execute.compute import ExpertReader
     from repair.io.safetensors import read_header
 
     src = write_experts(tmp_path / "src", 3, 32, 4, layers=2)
@@ -138,7 +145,7 @@ def test_the_expert_reader_is_a_sequence_of_exactly_its_experts(tmp_path):
     name = "model.layers.0.mlp.experts.gate_up_proj"
     info = next(t for t in shard.tensors if t.name == name)
     assert info.end < max(t.end for t in shard.tensors), "a tensor follows it"
-    stored, reader = load_file(str(src / "model.safetensors"))[name].numpy(), _Experts(shard, info)
+    stored, reader = load_file(str(src / "model.safetensors"))[name].numpy(), ExpertReader(shard, info)
     assert [e.tolist() for e in reader] == [e.tolist() for e in stored]
     assert np.array_equal(reader[-1], stored[-1]) and np.array_equal(reader[-3], stored[0])
     for outside in (3, -4):

@@ -6,8 +6,9 @@ Run with another checkout's code on PYTHONPATH (e.g. main), it records what that
 tests/test_golden_bytes.py builds the same fixtures and asserts this checkout writes the same bytes.
 The report and the TP manifest are left out: they name the run's folders, and the report may gain fields. The fixtures are the tiny generated
 assistant (one shard, and three shards), ModelOpt's own export of the buggy assistant and its
-compressed-tensors conversion, ModelOpt's own MIXED_PRECISION export and its NVFP4 gpt-oss (3-D BMM experts),
-and requantizing from `--original`.
+compressed-tensors conversion, ModelOpt's own MIXED_PRECISION export and its NVFP4 gpt-oss (3-D BMM experts, written
+expert by expert: `--tp 2` too, and taking them from `--original`, which verifies them expert by expert), and
+requantizing from `--original`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 REPORTS = ("repair_report.json", "tp_manifest.json")  # they record the run's paths; the report may gain fields
-# case -> (fixture, fix flags); `{original}` is replaced by the original model's folder
+# case -> (fixture, fix flags); a flag `{name}` is replaced by fixture `name`'s folder (an original model)
 CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "tiny default": ("tiny", ()),
     "tiny bf16": ("tiny", ("--target", "bf16")),
@@ -37,6 +38,9 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpt-oss bf16": ("gptoss", ("--target", "bf16")),
     "gpt-oss bf16 jobs 2": ("gptoss", ("--target", "bf16", "--jobs", "2")),
     "gpt-oss vllm==0.32.0 tp 2": ("gptoss", ("--target", "vllm==0.32.0", "--tp", "2")),
+    "gpt-oss bf16 tp 2": ("gptoss", ("--target", "bf16", "--tp", "2")),
+    "gpt-oss bf16 original": ("gptoss", ("--target", "bf16", "--original", "{gptoss-original}")),
+    "gpt-oss bf16 original tp 2": ("gptoss", ("--target", "bf16", "--original", "{gptoss-original}", "--tp", "2")),
 }
 
 
@@ -45,7 +49,7 @@ def fixtures(root: Path) -> dict[str, Callable[[], Path]]:
     from repair.demo.examples import TINY, write_assistant
     from tools import ct_export, modelopt_export
     from tools.malformed import SHARDS
-    from tools.modelopt_gptoss_export import export_gpt_oss
+    from tools.modelopt_gptoss_export import TINY_GPT_OSS, export_gpt_oss
     from tools.modelopt_mixed_export import export_mixed_llama
 
     built: dict[str, Path] = {}
@@ -66,6 +70,8 @@ def fixtures(root: Path) -> dict[str, Callable[[], Path]]:
         "ct": once("ct", lambda: ct_export.convert_modelopt(modelopt(), root / "compressed-tensors")),
         "mixed": once("mixed", lambda: export_mixed_llama(root / "mixed")),
         "gptoss": once("gptoss", lambda: export_gpt_oss(root / "gpt-oss")),
+        "gptoss-original": once("gptoss-original", lambda: modelopt_export.save_tiny_causal_lm_original(
+            "GptOssConfig", "GptOssForCausalLM", TINY_GPT_OSS, root / "gpt-oss-original")),
     }
 
 
@@ -80,7 +86,7 @@ def run_case(case: str, get: dict[str, Callable[[], Path]], out: Path) -> dict[s
     from repair.cli import main
 
     fixture, flags = CASES[case]
-    args = [str(get[fixture]()), "-o", str(out), "--quiet", *(f.replace("{original}", str(get["original"]())) for f in flags)]
+    args = [str(get[fixture]()), "-o", str(out), "--quiet", *(str(get[f[1:-1]]()) if f[:1] == "{" else f for f in flags)]
     try:
         main(["fix", *args])
     except SystemExit as stop:

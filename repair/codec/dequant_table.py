@@ -13,7 +13,7 @@ becomes 0xFFFF in bf16, as torch's CPU conversion writes it.
 from __future__ import annotations
 
 import mmap
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -79,11 +79,16 @@ def non_finite(bits: np.ndarray, out_dtype: str) -> np.ndarray:
 def non_finite_blocks(scale_bytes: np.ndarray, scale_2: float, out_dtype: str, divisor: bool = False) -> int:
     """How many blocks would dequantize to a NaN or an infinity: those whose scale code's row of the table
     holds one. Reads the block scales only (1/16 of the output), so guarding every output costs little."""
+    return int(np.count_nonzero(non_finite_codes(scale_2, out_dtype, divisor)[scale_bytes]))
+
+
+def non_finite_codes(scale_2: float, out_dtype: str, divisor: bool = False) -> np.ndarray:
+    """bool [256]: the block-scale codes whose row of the table holds a NaN or an infinity (a caller reading the scales
+    part by part counts their blocks itself)."""
     words = pair_table(scale_2, out_dtype, divisor).reshape(256, -1)
     values = words.view(np.uint32 if out_dtype == "F32" else np.uint16)
     mask = _EXPONENT_MASK[out_dtype]
-    bad_codes = ((values & mask) == mask).any(axis=1)
-    return int(np.count_nonzero(bad_codes[scale_bytes]))
+    return ((values & mask) == mask).any(axis=1)
 
 
 def dequantize(packed: np.ndarray, scale_bytes: np.ndarray, scale_2: float, out_dtype: str, divisor: bool = False) -> np.ndarray:
@@ -120,27 +125,58 @@ def dequantize_experts(packed: Sequence[np.ndarray], scale_bytes: np.ndarray, sc
     indices and pairs (~1.5 MiB), not float32 products.
     """
     experts, blocks, cols = scale_bytes.shape
-    pairs = BLOCK // 2
     if len(packed) != experts:
         raise ValueError(f"block scales {scale_bytes.shape} do not fit {len(packed)} packed experts")
-    table = pair_table(scale_2, out_dtype, divisor)
     word = np.uint16 if out_dtype != "F32" else np.uint32
-    out = _fresh_pages((experts, blocks, pairs, 2, cols), word)  # [E, in, out]: input row 16b + 2p + nibble
-    step = max(1, CHUNK_ELEMENTS // (BLOCK * max(cols, 1)))  # block rows per chunk
-    index = np.empty((min(step, blocks), pairs, cols), dtype=np.intp)
-    made = np.empty(index.shape, dtype=table.dtype)
-    for e in range(experts):
-        expert = packed[e]
-        if expert.shape != (blocks * pairs, cols):
-            raise ValueError(f"block scales {scale_bytes.shape} do not fit packed expert {e} {expert.shape}")
-        for lo in range(0, blocks, step):
-            hi = min(blocks, lo + step)
-            ix, got = index[: hi - lo], made[: hi - lo]
-            np.left_shift(scale_bytes[e, lo:hi, np.newaxis, :], 8, out=ix, dtype=np.intp)
-            np.add(ix, expert[lo * pairs:hi * pairs].reshape(hi - lo, pairs, cols), out=ix)
-            np.take(table, ix.reshape(-1), out=got.reshape(-1), mode="clip")  # indices < 65536 by construction
-            out[e, lo:hi] = got.view(word).reshape(hi - lo, pairs, cols, 2).transpose(0, 1, 3, 2)  # low nibble: even row
+    out = _fresh_pages((experts, blocks, BLOCK // 2, 2, cols), word)  # [E, in, out]: input row 16b + 2p + nibble
+    _Expert(pair_table(scale_2, out_dtype, divisor), blocks, cols).each(packed, scale_bytes, lambda e: out[e])
     return out.reshape(experts, blocks * BLOCK, cols)
+
+
+def each_expert(packed: Sequence[np.ndarray], scale_bytes: Sequence[np.ndarray], scale_2: float, out_dtype: str,
+                divisor: bool = False) -> Iterator[np.ndarray]:
+    """`dequantize_experts` one expert at a time: expert e's output bits [in, out], each a new array, with both inputs
+    asked per expert (`scale_bytes[e]` [in/16, out]): readers of one expert may stand for both, so memory holds one
+    expert (`fix --tp` writes each rank's part of it where it goes; `--original` compares it). The same entries in
+    the same places: the bytes `dequantize_experts` writes, expert by expert."""
+    if len(scale_bytes) != len(packed):
+        raise ValueError(f"{len(scale_bytes)} experts' block scales do not fit {len(packed)} packed experts")
+    word = np.uint16 if out_dtype != "F32" else np.uint32
+    table, expert = pair_table(scale_2, out_dtype, divisor), None
+    for e in range(len(packed)):
+        scale = scale_bytes[e]
+        expert = expert or _Expert(table, *scale.shape)
+        out = _fresh_pages((scale.shape[0], BLOCK // 2, 2, scale.shape[1]), word)
+        expert.one(e, packed[e], scale, out)
+        yield out.reshape(scale.shape[0] * BLOCK, scale.shape[1])
+
+
+class _Expert:
+    """One expert's dequantization through a pair table, chunk by chunk: its index and result buffers, reused."""
+
+    def __init__(self, table: np.ndarray, blocks: int, cols: int):
+        self.table, self.shape = table, (blocks, cols)
+        self.step = max(1, CHUNK_ELEMENTS // (BLOCK * max(cols, 1)))  # block rows per chunk
+        self.index = np.empty((min(self.step, blocks), BLOCK // 2, cols), dtype=np.intp)
+        self.made = np.empty(self.index.shape, dtype=table.dtype)
+
+    def each(self, packed: Sequence[np.ndarray], scale_bytes: np.ndarray, into) -> None:
+        for e in range(scale_bytes.shape[0]):
+            self.one(e, packed[e], scale_bytes[e], into(e))
+
+    def one(self, e: int, expert: np.ndarray, scale: np.ndarray, out: np.ndarray) -> None:
+        """Expert e's bits into `out` [in/16, 8, 2, out]; its packed bytes [in/2, out], its block scales [in/16, out]."""
+        (blocks, cols), pairs = self.shape, BLOCK // 2
+        if expert.shape != (blocks * pairs, cols) or scale.shape != self.shape:
+            raise ValueError(f"block scales {scale.shape} do not fit packed expert {e} {expert.shape}")
+        word = out.dtype
+        for lo in range(0, blocks, self.step):
+            hi = min(blocks, lo + self.step)
+            ix, got = self.index[: hi - lo], self.made[: hi - lo]
+            np.left_shift(scale[lo:hi, np.newaxis, :], 8, out=ix, dtype=np.intp)
+            np.add(ix, expert[lo * pairs:hi * pairs].reshape(hi - lo, pairs, cols), out=ix)
+            np.take(self.table, ix.reshape(-1), out=got.reshape(-1), mode="clip")  # indices < 65536 by construction
+            out[lo:hi] = got.view(word).reshape(hi - lo, pairs, cols, 2).transpose(0, 1, 3, 2)  # low nibble: even row
 
 
 def _fresh_pages(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

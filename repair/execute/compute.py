@@ -2,7 +2,8 @@
 
 Dequantizing a ModelOpt/compressed-tensors NVFP4 weight into BF16/F16/F32 (the whole of
 `--target bf16`) runs on numpy tables (`codec.dequant_table`) and never imports torch (~1-1.5 s):
-2-D Linears and ModelOpt's 3-D BMM experts (expert by expert, one expert's packed bytes read at a time).
+2-D Linears and ModelOpt's 3-D BMM experts (expert by expert, one expert's packed bytes read at a time; `each_expert`
+gives them one at a time, which execute/experts.py writes at their offsets, so memory holds one expert).
 Casts and requantization use torch, imported at their first use; so does a Dequantize whose layout the
 table does not take, which the plan-time check (formats/nvfp4_packed.py `check_packed`) refuses first.
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
@@ -57,25 +58,31 @@ def _unpacked(shape: tuple[int, ...]) -> tuple[int, ...]:
     return (shape[0], shape[1] * 2) if len(shape) == 2 else (shape[0], shape[1] * 2, shape[2])
 
 
-class _Experts(Sequence):
-    """ModelOpt's packed 3-D experts [E, in/2, out] as E arrays [in/2, out], each read when asked (one pread): memory
-    holds one expert's bytes, not the tensor's (a gpt-oss-120b gate_up_proj is 1 GiB packed)."""
+class ExpertReader(Sequence):
+    """A stored 3-D tensor [E, ...] (ModelOpt's packed experts [E, in/2, out], their block scales, an original's BF16
+    experts) as E arrays, each read when asked (one pread): memory holds one expert's bytes, not the tensor's (a
+    gpt-oss-120b gate_up_proj is 1 GiB packed, 4 GiB in BF16)."""
 
     def __init__(self, shard: ShardHeader, info: TensorInfo):
         self._shard, self._info, self._source = shard, info, source_of(shard)
+        self.shape = tuple(info.shape[1:])  # one expert's
+        size = info.nbytes // info.shape[0] if info.shape[0] else 0
+        self.expert = TensorInfo(info.name, info.dtype, self.shape, 0, size)  # one expert as `part` gives it
 
     def __len__(self) -> int:
         return self._info.shape[0]
 
     def __getitem__(self, expert: int) -> np.ndarray:
-        """Expert `expert` (negative: from the end); IndexError past either end, which ends Sequence's iteration (an
-        offset outside the tensor would read its neighbours' bytes)."""
+        """Expert `expert` of a 1-byte tensor (packed bytes, block scales) as uint8 [shape[1:]] (others: `part`)."""
+        return np.frombuffer(self.part(expert), dtype=np.uint8).reshape(self.shape)
+
+    def part(self, expert: int) -> bytearray:
+        """Expert `expert`'s stored bytes (negative: from the end); IndexError past either end, which ends Sequence's
+        iteration (an offset outside the tensor would read its neighbours' bytes)."""
         if not -len(self) <= expert < len(self):
             raise IndexError(f"expert {expert} of {len(self)}")
         expert %= len(self)
-        size = self._info.nbytes // len(self)
-        data = read_part(self._shard, self._source, self._info, expert * size, size)
-        return np.frombuffer(data, dtype=np.uint8).reshape(self._info.shape[1:])
+        return read_part(self._shard, self._source, self._info, expert * self.expert.nbytes, self.expert.nbytes)
 
 
 class Computer:
@@ -164,7 +171,7 @@ class Computer:
         if step.algorithm == "FP8":
             return self._fp8_bits(step)
         scale = self._array(step.inputs[1], step.source, np.uint8)
-        packed = self._array(step.inputs[0], step.source, np.uint8) if scale.ndim == 2 else self._experts(step)
+        packed = self._array(step.inputs[0], step.source, np.uint8) if scale.ndim == 2 else self.experts(step.inputs[0], step.source)
         scale_2 = self._scalar(step.inputs[2], step.source)
         self._refuse_scale(step, 2, scale_values.nvfp4_problem(scale.tobytes(), scale_2, self._divisor, step.out.dtype))
         self._refuse_non_finite(step, dequant_table.non_finite_blocks(scale, scale_2, step.out.dtype, self._divisor), blocks=True)
@@ -177,6 +184,25 @@ class Computer:
             awq.fold(bits, pre_quant_scale, step.out.dtype)
             self._refuse_non_finite(step, int(np.count_nonzero(dequant_table.non_finite(bits, step.out.dtype))))
         return bits
+
+    def by_expert(self, step: Computed) -> bool:
+        """A 3-D NVFP4 weight the table dequantizes, which `each_expert` gives one expert at a time."""
+        return (isinstance(step, Dequantize) and len(step.out.shape) == 3 and step.algorithm not in NUMPY_ONLY
+                and self._numpy_dequantizes(step))
+
+    def each_expert(self, step: Dequantize) -> Iterator[np.ndarray]:
+        """The 3-D experts' output bits, expert e's [in, out] at a time, reading one expert's inputs at a time. The
+        whole path's refusals (same functions, same words) come first, before any expert is made: they need every
+        block-scale code present, so the block scales are read twice, one expert's at a time (1/32 of a BF16 output)."""
+        packed, scales = self.experts(step.inputs[0], step.source), self.experts(step.inputs[1], step.source)
+        scale_2 = self._scalar(step.inputs[2], step.source)
+        counts = np.zeros(256, dtype=np.int64)  # how many blocks have each code
+        for scale in scales:
+            counts += np.bincount(scale.reshape(-1), minlength=256)
+        present = np.nonzero(counts)[0].astype(np.uint8).tobytes()  # its problem depends on the codes present alone
+        self._refuse_scale(step, 2, scale_values.nvfp4_problem(present, scale_2, self._divisor, step.out.dtype))
+        self._refuse_non_finite(step, int(counts[dequant_table.non_finite_codes(scale_2, step.out.dtype, self._divisor)].sum()))
+        return dequant_table.each_expert(packed, scales, scale_2, step.out.dtype, self._divisor)
 
     def _fp8_bits(self, step: Dequantize) -> np.ndarray:
         """FP8 per-tensor: one table of 256 products (ModelOpt's FP8QTensor.dequantize, bitwise)."""
@@ -199,10 +225,12 @@ class Computer:
         info = self._sources[source][name][1]
         return float_bits.to_float32(self._array(name, source, np.dtype(float_bits.BITS[info.dtype])), info.dtype)
 
-    def _experts(self, step: Dequantize) -> _Experts:
-        """A 3-D packed weight, read one expert at a time as it is dequantized."""
-        shard, info = self._sources[step.source][step.inputs[0]]
-        return _Experts(shard, info)
+    def info(self, name: str, source: str = "checkpoint") -> TensorInfo:
+        return self._sources[source][name][1]
+
+    def experts(self, name: str, source: str = "checkpoint") -> ExpertReader:
+        """A 3-D tensor, read one expert at a time as it is used."""
+        return ExpertReader(*self._sources[source][name])
 
     def _array(self, name: str, source: str, dtype: np.dtype) -> np.ndarray:
         shard, info = self._sources[source][name]

@@ -9,16 +9,21 @@ A different model (another seed, another size) reproduces nothing and is refused
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from repair.codec import fp8, nvfp4
+from repair.codec.nvfp4 import BLOCK
+from repair.io import tensors
 from repair.execute.compute import Computer
 from repair.execute.parallel import in_order
 from repair.errors import BadInput
 from repair.planning.model import Plan
 
+ERROR_ROWS = 16 * 16  # an expert's input rows per step of its error (whole 16-row blocks: the block scales' rows)
+FLOAT_WEIGHTS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # what an original's weight may be
 CORRUPT_RELATIVE_ERROR = 0.25  # NVFP4's normal relative error on real weights is about 0.1
 
 
@@ -65,7 +70,7 @@ def assess_original(plan: Plan, force: bool = False, jobs: int = 1) -> OriginalA
             non_finite.append(m.weight_name)
         (verified if same else mismatched).append(m.name)
     checked = {m.weight_name for m in packed}
-    non_finite += [n for n in _taken(plan) if n not in checked and not _finite(computer.load(n, "original"))]
+    non_finite += [n for n in _taken(plan) if n not in checked and not _original_finite(computer, n)]
     result = OriginalAssessment(tuple(verified), tuple(mismatched), errors, force, tuple(non_finite))
     _refuse_garbage(plan, result, _taken(plan))
     if packed and 2 * len(verified) <= len(packed) and not force:
@@ -84,6 +89,8 @@ def _check(computer: Computer, orig_infos: dict, m) -> tuple[bool | None, float 
     scales = ("weight_scale",) if m.algorithm == "FP8" else ("weight_scale", "weight_scale_2")
     if name not in orig_infos or orig_infos[name].shape != m.logical_shape or not all(m.tensor(r) for r in scales):
         return False, None
+    if len(m.logical_shape) == 3 and m.algorithm != "FP8":
+        return _experts_reproduce(computer, m)
     weight = computer.load(name, "original")
     if not _float_weight(weight):
         return None, None
@@ -93,12 +100,32 @@ def _check(computer: Computer, orig_infos: dict, m) -> tuple[bool | None, float 
 def _nvfp4_reproduces(computer: Computer, m, weight: torch.Tensor) -> tuple[bool, float]:
     """(quantizing the original with the stored global scale gives the stored codes and block scales, relative error)."""
     stored = [computer.load(m.tensor(r)) for r in ("weight", "weight_scale", "weight_scale_2")]
-    if weight.dim() == 3:  # ModelOpt's BMM experts: each expert quantized as its [out, in] Linear, stored transposed
-        pairs = [(w.t(), p.t(), s.t()) for w, p, s in zip(weight, stored[0], stored[1])]
-    else:
-        pairs = [(weight, stored[0], stored[1])]
-    same = all(_same_codes(nvfp4.quantize(w.contiguous(), stored[2]), p, s) for w, p, s in pairs)
+    same = _same_codes(nvfp4.quantize(weight.contiguous(), stored[2]), stored[0], stored[1])
     return same, _relative_error(nvfp4.dequantize(*stored, torch.float32), weight)
+
+
+def _experts_reproduce(computer: Computer, m) -> tuple[bool | None, float | None]:
+    """`_nvfp4_reproduces` of ModelOpt's BMM experts, one expert at a time: memory holds one expert of the original,
+    of the stored bytes and of float32 temporaries, never the tensor (a gpt-oss-120b gate_up_proj is 4 GiB in BF16,
+    16 GiB in float32). Each expert is quantized as its [out, in] Linear and stored transposed; the error's squared
+    norms are summed over experts. (None, None) as `_check` says, at the first expert that is not finite float data."""
+    originals = computer.experts(m.weight_name, "original")
+    packed, scales = computer.experts(m.tensor("weight")), computer.experts(m.tensor("weight_scale"))
+    scale_2 = computer.load(m.tensor("weight_scale_2"))
+    same, error, norm = True, 0.0, 0.0
+    for e in range(len(originals)):
+        weight = tensors.from_bytes(originals.part(e), originals.expert)
+        truth = weight.float() if weight.dtype in FLOAT_WEIGHTS else None  # `_float_weight`'s test, its float32 kept
+        if truth is None or not bool(truth.isfinite().all()):
+            return None, None
+        p, s = torch.from_numpy(packed[e]), torch.from_numpy(scales[e]).view(torch.float8_e4m3fn)
+        same = same and _same_codes(nvfp4.quantize(weight.t().contiguous(), scale_2), p.t(), s.t())
+        norm += truth.norm().item() ** 2
+        for lo in range(0, weight.shape[0], ERROR_ROWS):  # the dequantized expert a few rows at a time
+            hi = min(weight.shape[0], lo + ERROR_ROWS)
+            approx = nvfp4.dequantize(p[None, lo // 2:hi // 2], s[None, lo // BLOCK:hi // BLOCK], scale_2, torch.float32)[0]
+            error += approx.sub_(truth[lo:hi]).norm().item() ** 2
+    return same, math.sqrt(error) / math.sqrt(norm) if norm else 0.0
 
 
 def _same_codes(again, packed: torch.Tensor, scale: torch.Tensor) -> bool:
@@ -126,6 +153,14 @@ def _refuse_garbage(plan: Plan, result: OriginalAssessment, taken: list[str]) ->
                        "would take); nothing was written; re-download the original, or leave these modules out of the recipe")
 
 
+def _original_finite(computer: Computer, name: str) -> bool:
+    """An original tensor the plan takes holds no NaN or infinity; a 3-D one read one expert at a time."""
+    if len(computer.info(name, "original").shape) != 3:
+        return _finite(computer.load(name, "original"))
+    experts = computer.experts(name, "original")
+    return all(_finite(tensors.from_bytes(experts.part(e), experts.expert)) for e in range(len(experts)))
+
+
 def _finite(weight: torch.Tensor) -> bool:
     return bool(weight.isfinite().all()) if weight.is_floating_point() else True
 
@@ -133,7 +168,7 @@ def _finite(weight: torch.Tensor) -> bool:
 def _float_weight(weight: torch.Tensor) -> bool:
     """A weight the original may hold: 16-64 bit float, finite even in float32 (which quantizing and
     the error measure compute in; F64 1e300 is not). FP8 or bool has no isfinite in torch at all."""
-    return weight.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64) and bool(weight.float().isfinite().all())
+    return weight.dtype in FLOAT_WEIGHTS and bool(weight.float().isfinite().all())
 
 
 def _relative_error(approx: torch.Tensor, truth: torch.Tensor) -> float:

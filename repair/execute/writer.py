@@ -16,6 +16,7 @@ from repair.planning.target_check import cannot_repair, contradiction
 from repair.doctor.findings import Severity
 from repair.errors import BadInput, InternalError
 from repair.execute.copies import WholeCopies
+from repair.execute.experts import PLACED, place_experts
 from repair.execute.compute import Computer, Located, computed_unit, requantized_module
 from repair.execute.parallel import default_jobs, in_order, runs
 from repair.io.atomic import WRITTEN, build_atomically, check_files, check_header, defect, own_output, write_json
@@ -175,6 +176,8 @@ def _rewrite(plan: Plan, step: ShardStep, dst: Path, hash_source: bool = True, j
             writer = stack.enter_context(ShardWriter(dst, header, step.metadata, source=home))
 
         def made_and_placed(unit):  # on a worker: the result goes into the file there, not on the one writing thread
+            if computer.by_expert(unit[0]):  # 3-D experts: expert by expert, each at its offset
+                return [place_experts(computer, unit[0].out.name, unit[0], None, [None], [writer])]
             made = computer.unit_bytes(unit)
             for t, data in zip(unit, made):
                 writer.place(t.out.name, data)
@@ -201,6 +204,8 @@ def _write_unit(writer: ShardWriter, unit, made, located: dict[str, Located]) ->
         if data is None:
             shard, info = located[t.source][t.inputs[0]]
             writer.copy(t.out.name, source_of(shard), info)
+        elif data is PLACED:
+            writer.written_in_place(t.out.name)
         else:
             writer.write(t.out.name, data)
 

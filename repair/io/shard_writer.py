@@ -73,6 +73,7 @@ class ShardWriter:
         starts = accumulate((t.nbytes for t in tensors), initial=len(header))
         self._places = {t.name: (at, t.nbytes) for t, at in zip(tensors, starts)}  # name -> (offset in the file, bytes)
         self._placed: dict[str, object] = {}  # name -> the bytes `place` wrote there
+        self._parts: dict[str, int] = {}  # name -> bytes `place_part` wrote of it so far
         self._out = HashedOutput(self.path, hasher)
         self.digest = self._out.digest
         self._source: SourceDigest | None = None
@@ -130,6 +131,22 @@ class ShardWriter:
             raise InternalError(WRITER, f"{self.path}: {name}: {view.nbytes} bytes placed, header says {size}")
         self._out.place(view, at)
         self._placed[name] = data
+
+    def place_part(self, name: str, offset: int, data: Bytes) -> None:
+        """Write part of a computed tensor at `offset` inside it now, from any thread (3-D experts: one expert's bytes,
+        made one at a time); `written_in_place(name)` hashes the tensor in turn once every byte of it is placed."""
+        (at, size), view = self._places.get(name, (None, 0)), memoryview(data).cast("B")
+        if at is None or offset < 0 or offset + view.nbytes > size:
+            raise InternalError(WRITER, f"{self.path}: {name}: {view.nbytes} bytes placed at {offset}, header says {size}")
+        self._out.place(view, at + offset)
+        self._parts[name] = self._parts.get(name, 0) + view.nbytes  # one thread places a tensor's parts
+
+    def written_in_place(self, name: str) -> None:
+        """Account for a tensor `place_part` wrote, in the header's order: hashed as it now is in the file."""
+        expected = self._next(name)
+        if self._parts.pop(name, 0) != expected.nbytes:
+            raise InternalError(WRITER, f"{self.path}: {name}: placed parts do not cover its {expected.nbytes} bytes")
+        self._out.placed(expected.nbytes)
 
     def copy(self, name: str, src: PinnedFile, info: TensorInfo, source: SourceDigest | None = None) -> None:
         """Copy a tensor's stored bytes from the input's handle without decoding them; `source`: the input's digest

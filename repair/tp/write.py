@@ -6,7 +6,8 @@ fuses them at load); OUT/rank-R also gets the standard output's config and other
 but not its index (that names shards a rank folder does not have). OUT/tp_manifest.json says how
 every tensor was split and how to rebuild the standard output (`ckpt-repair unshard`). All of it
 is built in a temp folder beside OUT and published by one rename. Memory holds the rank slices of
-at most `jobs` computed tensors (execute/parallel.py); copies go by byte range, with no buffer.
+at most `jobs` computed tensors (execute/parallel.py), of one expert for 3-D experts (execute/experts.py: each
+rank's part written at its offset); copies go by byte range, with no buffer.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from repair.errors import BadInput, InternalError, UsageError
 from repair.execute.copies import WholeCopies
+from repair.execute.experts import PLACED, place_experts
 from repair.execute.compute import NUMPY_ONLY, requantized_module
 from repair.execute.parallel import default_jobs, in_order, runs
 from repair.execute.writer import check_inputs, computer_for, global_scale_is_divisor, input_sha256, located_inputs
@@ -101,7 +103,6 @@ def _write_ranks(tpp: TpPlan, tmp: Path, gate: InterruptGate, progress: bool | N
     would leave its file open and its hashing running."""
     plan, tp = tpp.plan, tpp.tp
     first_meta = next((s.metadata for s in plan.shards if s.metadata), None) or {}
-    slicer = _Slicer(plan, tp)
     total = sum(nbytes(t.step.out.dtype, t.step.out.shape) for t in tpp.tensors)
     show = progress if progress is not None else os.isatty(2)
     small = _small_copies(plan, tmp, tp)
@@ -115,6 +116,7 @@ def _write_ranks(tpp: TpPlan, tmp: Path, gate: InterruptGate, progress: bool | N
                     writer = ShardWriter(tmp / rank_folder(rank) / RANK_FILE, header, meta, hasher=hashers.of(rank))
                     writers.append(stack.enter_context(writer))
             reads = stack.enter_context(SourceDigests(plan, gate))  # opens nothing until its first shard
+            slicer = _Slicer(plan, tp, writers)
             units = in_order(runs(tpp.tensors, lambda t: requantized_module(t.step)), slicer.parts, lambda u: any(map(slicer.needs_bytes, u)), jobs)
             stack.enter_context(closing(units))  # a failed write stops the computing at once
             for unit, made in units:
@@ -167,8 +169,8 @@ class _Slicer:
     global scale's meaning (multiplier or divisor) from the plan's format, as `fix` does.
     """
 
-    def __init__(self, plan: Plan, tp: int):
-        self.tp = tp
+    def __init__(self, plan: Plan, tp: int, writers: list[ShardWriter]):
+        self.tp, self.writers = tp, writers
         self.located = located_inputs(plan)
         self.computer = computer_for(plan, self.located)
         self.divisor = global_scale_is_divisor(plan)
@@ -178,11 +180,17 @@ class _Slicer:
         return not all(self._copied(t, _range(t, rank, self.tp)) for rank in range(self.tp))
 
     def parts(self, unit: tuple[TpTensor, ...]) -> list[list | None]:
-        """Each tensor's bytes per rank (None: a rank copies its byte range when written); any thread."""
+        """Each tensor's bytes per rank (None: a rank copies its byte range when written; PLACED: 3-D experts, written
+        into the rank files expert by expert here); any thread."""
         try:
-            return [self._rank_parts(t) if self.needs_bytes(t) else None for t in unit]
+            return [self._placed(t) if self.computer.by_expert(t.step) else self._rank_parts(t) if self.needs_bytes(t) else None
+                    for t in unit]
         finally:
             self.computer.forget()
+
+    def _placed(self, t: TpTensor) -> str:
+        ranks = [_range(t, rank, self.tp) for rank in range(self.tp)]
+        return place_experts(self.computer, t.step.out.name, t.step, t.spec.dim, ranks, self.writers)
 
     def _rank_parts(self, t: TpTensor) -> list:
         source = getattr(t.step, "source", "checkpoint")
@@ -197,6 +205,10 @@ class _Slicer:
         """Write one tensor to every rank: its made bytes, else its stored bytes by range (no buffer at all). The copies
         feed `digest` each input byte once, in file order: a replicated tensor's from rank 0, a split one's from each rank."""
         step, name = t.step, t.step.out.name
+        if parts == PLACED:
+            for w in writers:
+                w.written_in_place(name)
+            return
         shard, info = self.located[getattr(step, "source", "checkpoint")][step.inputs[0]]
         for rank, w in enumerate(writers):
             if parts is not None and parts[rank] is not None:
@@ -244,8 +256,8 @@ class _Slicer:
 
 def _made_whole(step) -> bool:
     """Requantized tensors, dequantized FP8 / NVFP4_AWQ weights (one module's tensor, on numpy) and 3-D NVFP4 experts
-    (expert by expert, codec/dequant_table.py `dequantize_experts`) are made whole by the plan's Computer and then
-    sliced; 2-D NVFP4 is dequantized slice by slice."""
+    the table does not take (the torch path) are made whole by the plan's Computer and then sliced; 2-D NVFP4 is
+    dequantized slice by slice, 3-D experts on the table path expert by expert (execute/experts.py)."""
     return isinstance(step, Requantize) or (isinstance(step, Dequantize) and (step.algorithm in NUMPY_ONLY or len(step.out.shape) == 3))
 
 
