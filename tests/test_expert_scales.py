@@ -142,3 +142,14 @@ def test_a_compressed_tensors_expert_is_told_in_its_own_method_s_words(capsys, t
     assert "--requantize" not in f["message"], f["message"]
     code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", TARGET)
     assert code == 2 and not (tmp_path / "out").exists() and len(err.strip().splitlines()) == 1, (out, err)
+
+
+def test_a_weight_only_nvfp4_expert_is_checked_too(capsys, tmp_path):
+    """W4A16_NVFP4 experts are built by the same ModelOptNvFp4FusedMoE (vLLM 0.32 modelopt.py: use_a16 only picks the
+    kernel), whose process_weights_after_loading keeps column 0 before any kernel choice: the up half is as wrong."""
+    src = qwen3_moe(tmp_path / "src", 4, broken=(3,))
+    quant = json.loads((src / "hf_quant_config.json").read_text())
+    quant["quantization"]["quant_algo"] = "W4A16_NVFP4"
+    (src / "hf_quant_config.json").write_text(json.dumps(quant))
+    found = expert_findings(capsys, src)
+    assert list(found) == [f"{MOE}.3"] and found[f"{MOE}.3"]["severity"] == "error", found

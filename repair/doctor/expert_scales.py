@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from repair.doctor.findings import Finding, Kind, Severity
+from repair.targets.precision import PACKED
 from repair.targets.runtime_rules import quant_method
 
 PAIRS = (("gate_proj", "up_proj"), ("w1", "w3"))  # (gate, up) leaf names under `experts.N.`
@@ -70,11 +71,12 @@ def expert_pairs(names) -> list[tuple[str, str]]:
 
 def expert_scale_findings(scale_2: Mapping[str, float], precision: Mapping[str, str], rule: ExpertsRule | None,
                           who: str) -> list[Finding]:
-    """An error per expert (the subject: `...experts.N`) whose gate and up, both built NVFP4, carry different global
+    """An error per expert (the subject: `...experts.N`) whose gate and up, both built NVFP4 (W4A4 or weight-only W4A16:
+    one MoE method, one column kept), carry different global
     scales (`scale_2`: the values doctor read; `rule`: what the target keeps, a warning where its data does not say)."""
     out = []
     for gate, up in expert_pairs(scale_2) if rule is not None else ():
-        if scale_2[gate] == scale_2[up] or precision.get(gate) != "nvfp4" or precision.get(up) != "nvfp4":
+        if scale_2[gate] == scale_2[up] or precision.get(gate) not in PACKED or precision.get(up) not in PACKED:
             continue
         subject, leaves = gate.rpartition(".")[0], f"{gate.rpartition('.')[2]} and {up.rpartition('.')[2]}"
         differ = f"{subject}: this routed expert's {leaves} (gate and up) have different {rule.leaf}; {who} builds them as one"
