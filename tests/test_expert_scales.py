@@ -64,12 +64,14 @@ def expert_findings(capsys, src: Path, *args: str) -> dict[str, dict]:
 def test_each_vllm_release_records_that_it_keeps_the_gates_scale():
     """The fact is the release's data, per quant method (tools/vllm_expert_scales.py read it from each method's source)."""
     facts = {p.label: p.experts_gate_up_scale_2 for p in read_profiles() if p.runtime == "vllm"}
-    assert facts and all(f[m].get("keeps") == "gate" and f[m].get("log") == WARNING
-                         for f in facts.values() for m in ("modelopt_fp4", "modelopt_mixed")), facts
-    # compressed-tensors' own method (read in 0.28 and 0.32; 0.30's venv is gone and only its modelopt.py was read)
-    ct = {label: f["compressed-tensors"] for label, f in facts.items() if "compressed-tensors" in f}
-    assert {"vllm 0.28.0", "vllm 0.32.0"} <= set(ct) and all(
-        f["keeps"] == "gate" and f["log"].startswith("w1_weight_global_scale must match") for f in ct.values()), ct
+    assert facts and all(f["modelopt_fp4"].get("keeps") == "gate" and f["modelopt_fp4"].get("log") == WARNING
+                         for f in facts.values()), facts
+    # the mixed config's experts (same class) and compressed-tensors' own method: read in 0.28 and 0.32; 0.30's venv is
+    # gone and only its ModelOptNvFp4FusedMoE method was read
+    for label in ("vllm 0.28.0", "vllm 0.32.0"):
+        assert facts[label]["modelopt_mixed"] == facts[label]["modelopt_fp4"], facts[label]
+        ct = facts[label]["compressed-tensors"]
+        assert ct["keeps"] == "gate" and ct["log"].startswith("w1_weight_global_scale must match"), ct
 
 
 def test_an_expert_whose_up_scale_differs_is_an_error_naming_the_scale_vllm_keeps(capsys, tmp_path):

@@ -10,7 +10,8 @@ reads `w13_weight_scale_2`, compressed-tensors' `CompressedTensorsW4A4Nvfp4MoEMe
 matching): the column assigned and the warning logged when the two differ. A release whose method does anything else
 (rescales the block scales, takes a max, raises) is not described by this reading: the tool stops and says so, and that
 release's behaviour must be read anew. `vllm_expert_scales.py MODELOPT_PY` reads a release's modelopt.py instead (how
-the 0.30 profile, whose venv is gone, got its ModelOpt entries; its compressed-tensors method was not read). The vLLM
+the 0.30 profile, whose venv is gone, got its modelopt_fp4 entry; its mixed config and compressed-tensors method were
+not read: its data does not say, doctor warns). The vLLM
 tier (tests/vllm/test_expert_scales_vs_vllm.py) loads a checkpoint whose expert scales differ and checks the value kept.
 Imports nothing from ``repair``.
 """
@@ -31,17 +32,32 @@ METHODS = {"modelopt_fp4": MODELOPT, "modelopt_mixed": MODELOPT,
                                   "w13_weight_global_scale")}
 
 
-def experts_gate_up_scale_2(modelopt_source: str | None = None) -> dict:
+def experts_gate_up_scale_2(modelopt_py: str | None = None) -> dict:
     """{quant method: {"keeps": "gate" | "up", "log": the warning logged when w1's and w3's differ, "where": the method
-    read}}, from the installed vLLM; `modelopt_source`: ModelOpt's method source read from a file (then only its keys)."""
-    if modelopt_source is not None:
-        fact = method_fact(modelopt_source, *MODELOPT[1:])
-        return {key: fact for key, spec in METHODS.items() if spec == MODELOPT}
+    read}}, from the installed vLLM; `modelopt_py`: a release's modelopt.py read from a file (then only ModelOpt's keys).
+    modelopt_mixed is recorded only where the mixed config's get_quant_method builds experts with ModelOpt's class."""
+    if modelopt_py is not None:
+        text = open(modelopt_py, encoding="utf-8").read()
+        fact = method_fact(_method(text, MODELOPT[1], "process_weights_after_loading"), *MODELOPT[1:])
+        mixed = _method(text, "ModelOptMixedPrecisionConfig", "get_quant_method")
+    else:
+        fact, mixed = None, inspect.getsource(importlib.import_module(MODELOPT[0]).ModelOptMixedPrecisionConfig.get_quant_method)
     out = {}
     for key, (module, cls, param) in METHODS.items():
-        method = getattr(importlib.import_module(module), cls).process_weights_after_loading
-        out[key] = method_fact(inspect.getsource(method), cls, param, module)
+        if key == "modelopt_mixed" and not _builds(mixed, MODELOPT[1]):
+            continue
+        if modelopt_py is None:
+            source = inspect.getsource(getattr(importlib.import_module(module), cls).process_weights_after_loading)
+            out[key] = method_fact(source, cls, param, module)
+        elif (module, cls, param) == MODELOPT:
+            out[key] = fact
     return out
+
+
+def _builds(source: str, cls: str) -> bool:
+    """Whether `source` calls `cls(...)` (ast)."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == cls
+               for n in ast.walk(ast.parse(textwrap.dedent(source))))
 
 
 def method_fact(source: str, cls: str, param: str, module: str = MODELOPT[0]) -> dict:
@@ -75,20 +91,19 @@ def _joined(node: ast.expr) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
-def method_source(path: str) -> str:
-    """The method's source in a release's modelopt.py read from a file (a wheel's, where no venv of it is installed:
-    vLLM 0.30.0's, `pip download vllm==0.30.0 --no-deps`, modelopt.py:975)."""
-    text = open(path, encoding="utf-8").read()
+def _method(text: str, cls: str, name: str) -> str:
+    """The source of `cls.name` in a module's text (a release's modelopt.py from its wheel, where no venv of it is
+    installed: vLLM 0.30.0's, `pip download vllm==0.30.0 --no-deps`, modelopt.py:975)."""
     for node in ast.parse(text).body:
-        if isinstance(node, ast.ClassDef) and node.name == "ModelOptNvFp4FusedMoE":
+        if isinstance(node, ast.ClassDef) and node.name == cls:
             for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "process_weights_after_loading":
+                if isinstance(item, ast.FunctionDef) and item.name == name:
                     return ast.get_source_segment(text, item) or ""
-    raise SystemExit(f"{path}: no ModelOptNvFp4FusedMoE.process_weights_after_loading")
+    raise SystemExit(f"no {cls}.{name} in the file read")
 
 
 if __name__ == "__main__":
     import json
     import sys
 
-    print(json.dumps(experts_gate_up_scale_2(method_source(sys.argv[1]) if len(sys.argv) > 1 else None), indent=1))
+    print(json.dumps(experts_gate_up_scale_2(sys.argv[1] if len(sys.argv) > 1 else None), indent=1))
