@@ -62,9 +62,16 @@ def expert_findings(capsys, src: Path, *args: str) -> dict[str, dict]:
 
 
 def test_each_vllm_release_records_that_it_keeps_the_gates_scale():
-    """The fact is the release's data (tools/vllm_expert_scales.py read it from each release's modelopt.py)."""
+    """The fact is the release's data, per quant method (tools/vllm_expert_scales.py read it from each method's source)."""
     facts = {p.label: p.experts_gate_up_scale_2 for p in read_profiles() if p.runtime == "vllm"}
-    assert facts and all(f.get("keeps") == "gate" and f.get("log") == WARNING for f in facts.values()), facts
+    assert facts and all(f["modelopt_fp4"].get("keeps") == "gate" and f["modelopt_fp4"].get("log") == WARNING
+                         for f in facts.values()), facts
+    # the mixed config's experts (same class) and compressed-tensors' own method: read in 0.28 and 0.32; 0.30's venv is
+    # gone and only its ModelOptNvFp4FusedMoE method was read
+    for label in ("vllm 0.28.0", "vllm 0.32.0"):
+        assert facts[label]["modelopt_mixed"] == facts[label]["modelopt_fp4"], facts[label]
+        ct = facts[label]["compressed-tensors"]
+        assert ct["keeps"] == "gate" and ct["log"].startswith("w1_weight_global_scale must match"), ct
 
 
 def test_an_expert_whose_up_scale_differs_is_an_error_naming_the_scale_vllm_keeps(capsys, tmp_path):
@@ -107,3 +114,44 @@ def test_fix_requantizes_the_pair_from_the_original_and_the_output_passes_doctor
     written = load_file(out / "model.safetensors")
     gate, up = (written[f"{MOE}.1.{p}.weight_scale_2"] for p in ("gate_proj", "up_proj"))
     assert torch.equal(gate, up)
+
+
+def compressed_tensors_moe(root: Path, broken: tuple[int, ...]) -> Path:
+    """The ModelOpt-like fixture converted by compressed-tensors' own converter (tools/ct_export.py): each expert's
+    global scale stored as weight_global_scale (1/weight_scale_2), the config `quant_method: compressed-tensors`."""
+    src = qwen3_moe(root / "modelopt", 4, broken=broken)
+    config = json.loads((src / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+                                     "ignore": ["lm_head", "model.layers.0.mlp.gate"]}
+    (src / "config.json").write_text(json.dumps(config))
+    from tools.ct_export import convert_modelopt
+
+    out = convert_modelopt(src, root / "ct")
+    (out / "hf_quant_config.json").unlink(missing_ok=True)  # the converter copies it; a compressed-tensors export has none
+    return out
+
+
+def test_a_compressed_tensors_expert_is_told_in_its_own_method_s_words(capsys, tmp_path):
+    """vLLM builds a compressed-tensors NVFP4 MoE with CompressedTensorsW4A4Nvfp4MoEMethod, not ModelOpt's method: it
+    keeps the gate's weight_global_scale too, and logs its own warning (compressed_tensors_moe_w4a4_nvfp4.py
+    process_weights_after_loading); the checkpoint stores weight_global_scale, and compressed-tensors cannot be
+    requantized (fix refuses it), so the finding must not quote ModelOpt's log nor advise --requantize."""
+    src = compressed_tensors_moe(tmp_path, broken=(1,))
+    (f,) = expert_findings(capsys, src).values()
+    assert f["severity"] == "error" and f["subject"] == f"{MOE}.1", f
+    assert "w1_weight_global_scale must match w3_weight_global_scale" in f["message"], f["message"]
+    assert WARNING not in f["message"] and "weight_global_scale" in f["message"], f["message"]
+    assert "--requantize" not in f["message"], f["message"]
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", TARGET)
+    assert code == 2 and not (tmp_path / "out").exists() and len(err.strip().splitlines()) == 1, (out, err)
+
+
+def test_a_weight_only_nvfp4_expert_is_checked_too(capsys, tmp_path):
+    """W4A16_NVFP4 experts are built by the same ModelOptNvFp4FusedMoE (vLLM 0.32 modelopt.py: use_a16 only picks the
+    kernel), whose process_weights_after_loading keeps column 0 before any kernel choice: the up half is as wrong."""
+    src = qwen3_moe(tmp_path / "src", 4, broken=(3,))
+    quant = json.loads((src / "hf_quant_config.json").read_text())
+    quant["quantization"]["quant_algo"] = "W4A16_NVFP4"
+    (src / "hf_quant_config.json").write_text(json.dumps(quant))
+    found = expert_findings(capsys, src)
+    assert list(found) == [f"{MOE}.3"] and found[f"{MOE}.3"]["severity"] == "error", found

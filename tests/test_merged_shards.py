@@ -79,3 +79,25 @@ def test_fix_of_the_assistant_with_one_bf16_shard_writes_an_output(capsys, tmp_p
     code, text, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", TARGET)
     assert code == 0, (text, err)
     assert not [f for f in findings(capsys, tmp_path / "out", "--strict") if f["severity"] in ("error", "warning")]
+
+
+def test_shards_excluded_by_their_own_names_leave_the_merged_layer_quantized(capsys, tmp_path):
+    """vLLM asks its quant config about the merged layer by its own name (qkv_proj), never a shard's: q/k/v_proj all
+    stored BF16 and excluded one by one still build qkv_proj NVFP4, and the load stops on the BF16 weight (measured with
+    vLLM 0.32: AssertionError in load_qkv_weight, the tier's StableLM with its fixed output's qkv_proj entry removed).
+    doctor said nothing and fix wrote nothing; an entry whose pattern matches the merged name (`*v_proj`) excludes it."""
+    gen = torch.Generator().manual_seed(2)
+    shards = [f"model.layers.{n}.self_attn.{leaf}" for n in range(2) for leaf in ("q_proj", "k_proj", "v_proj")]
+    bf16 = {f"{s}.weight": (torch.randn(32, 32, generator=gen) * 0.05).to(torch.bfloat16) for s in shards}
+    src = export(tmp_path / "src", "StableLmForCausalLM", "stablelm", bf16, ["lm_head", *shards])
+    errors = [f for f in findings(capsys, src) if f["severity"] == "error"]
+    assert errors and all(".self_attn." in f["subject"] for f in errors), errors
+    assert all("self_attn.qkv_proj'" in f["message"] for f in errors), errors  # the name to exclude, the one asked
+    out = tmp_path / "out"
+    code, text, err = run_captured(capsys, "fix", src, "-o", out, "--target", TARGET)
+    assert code == 0, (text, err)
+    entries = read_json(out / "hf_quant_config.json")["quantization"]["exclude_modules"]
+    assert {f"model.layers.{n}.self_attn.qkv_proj" for n in range(2)} <= set(entries), entries
+    assert not [f for f in findings(capsys, out, "--strict") if f["severity"] in ("error", "warning")]
+    wild = export(tmp_path / "wild", "StableLmForCausalLM", "stablelm", bf16, ["lm_head", "*v_proj", "*q_proj", "*k_proj"])
+    assert not [f for f in findings(capsys, wild) if f["severity"] == "error"]

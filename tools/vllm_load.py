@@ -25,7 +25,8 @@ With --global-scales, "global_scales" follows each NVFP4 linear's global scale t
 {vLLM module: {"weight_scale_2": [per-shard values as loaded], "weight_global_scale": the one value the kernel is
 given after processing, "weight_scale_sha256": [block scales' sha256 before, after]}} (a fused layer has one
 weight_scale_2 entry per shard, and one global scale), and "expert_scales" each NVFP4 MoE layer's {vLLM module:
-{"w13_weight_scale_2": [[w1, w3] per expert, as loaded], "w13_kept": [the one value per expert after processing]}}.
+{"w13_weight_scale_2" (compressed-tensors: "w13_weight_global_scale", 1/scale): [[w1, w3] per expert, as loaded],
+"w13_kept": [the one w13_weight_scale_2 per expert after processing]}}.
 
 How: ``EngineArgs(model=DIR, dtype="bfloat16", max_model_len=128, enforce_eager=True,
 skip_tokenizer_init=True).create_engine_config()`` (reads hf_quant_config.json / config.json's quantization_config as
@@ -67,10 +68,16 @@ def quant_methods(model) -> dict:
                         for name, mod in model.named_modules() if getattr(mod, "quant_method", None) is not None}}
 
 
+# an NVFP4 MoE layer's [E, 2] per-expert (w1, w3) global scales as loaded: ModelOpt's, and compressed-tensors' (1/scale,
+# which its method inverts into w13_weight_scale_2 after choosing a column)
+EXPERT_SCALES = ("w13_weight_scale_2", "w13_weight_global_scale")
+
+
 class GlobalScales:
     """The NVFP4 linears' per-shard weight_scale_2 and block-scale bytes as loaded (the Loader's snapshot, before
     process_weights_after_loading), and, after it, the one global scale and block-scale bytes each keeps; for an NVFP4
-    MoE layer, its w13_weight_scale_2 as loaded ([expert][w1, w3]) and after processing (one value per expert)."""
+    MoE layer, its w13_weight_scale_2 (compressed-tensors: w13_weight_global_scale) as loaded ([expert][w1, w3]) and the
+    w13_weight_scale_2 after processing (one value per expert)."""
 
     def __init__(self):
         self.before: dict = {}
@@ -80,17 +87,18 @@ class GlobalScales:
         self.before = {name: (mod, [float(v) for v in mod.weight_scale_2.detach().float().reshape(-1)],
                               tensor_entry(mod.weight_scale, True)["sha256"])
                        for name, mod in model.named_modules() if isinstance(getattr(mod, "weight_scale_2", None), torch_tensor())}
-        self.experts = {name: (mod, mod.w13_weight_scale_2.detach().float().tolist())
+        self.experts = {name: (mod, attr, getattr(mod, attr).detach().float().tolist())
                         for name, mod in model.named_modules()
-                        if isinstance(getattr(mod, "w13_weight_scale_2", None), torch_tensor())}
+                        for attr in [next((a for a in EXPERT_SCALES if isinstance(getattr(mod, a, None), torch_tensor())), None)]
+                        if attr is not None}
         return {}
 
     def after(self) -> dict:
         out = {name: {"weight_scale_2": scales, "weight_global_scale": float(getattr(mod, "weight_global_scale", float("nan"))),
                       "weight_scale_sha256": [sha, tensor_entry(mod.weight_scale, True)["sha256"]]}
                for name, (mod, scales, sha) in self.before.items()}
-        experts = {name: {"w13_weight_scale_2": loaded, "w13_kept": mod.w13_weight_scale_2.detach().float().reshape(-1).tolist()}
-                   for name, (mod, loaded) in self.experts.items()}
+        experts = {name: {attr: loaded, "w13_kept": mod.w13_weight_scale_2.detach().float().reshape(-1).tolist()}
+                   for name, (mod, attr, loaded) in self.experts.items()}
         self.before, self.experts = {}, {}
         return {"global_scales": out, "expert_scales": experts}
 

@@ -161,7 +161,17 @@ class Architecture:
         or "-" (no quantization declared, or a role vLLM never quantizes)."""
         if not declaration.quantized or self.unquantized_role(module, declaration) is not None:
             return "-"
-        return "excluded" if declaration.excludes(self.runtime_name(module)) else "quantized"
+        return "excluded" if declaration.excludes(self.asked_name(module)) else "quantized"
+
+    def asked_name(self, module: str) -> str:
+        """The name the runtime asks its quant config about for a checkpoint module: its runtime name, or, for a shard
+        of a layer only the loader merges (`merged_layers`: StableLM's q/k/v_proj), that layer's own name (no packed
+        mapping names the shards, so vLLM 0.32's is_layer_skipped never asks them; measured: shards excluded one by one
+        leave qkv_proj NVFP4 and the load stops on their BF16 weights)."""
+        runtime = self.runtime_name(module)
+        parent, _, leaf = runtime.rpartition(".")
+        merged = next((m for m, shards in self.merged_layers.items() if leaf in shards and m not in self.fused_layers), None)
+        return f"{parent}.{merged}" if merged and parent and ".experts." not in runtime else runtime
 
     def fused_groups(self, modules) -> list[tuple[str, tuple[str, ...]]]:
         """(fused checkpoint-name layer, its stored shard modules) for every layer vLLM fuses from 2+ stored shards.

@@ -94,7 +94,7 @@ class ReleaseProfile:
     load_checked: bool = False  # every row records whether the release loads any checkpoint of it (`load_refused`)
     registry: Registry | None = None  # which listed name of a config it builds (arch/registry.py); None: not recorded
     build_refused: dict = field(default_factory=dict)  # architecture -> {"error", "raised_at"}: its own code refuses it
-    # which weight_scale_2 its NVFP4 MoE keeps for a routed expert's fused gate/up (tools/vllm_expert_scales.py)
+    # quant method -> which global scale its NVFP4 MoE keeps for a routed expert's gate/up (tools/vllm_expert_scales.py)
     experts_gate_up_scale_2: dict = field(default_factory=dict)
 
     @property

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
 import numpy as np
 
 from repair.arch import Architecture, ModuleSpec
 from repair.codec import float_bits, scale_values
-from repair.doctor.expert_scales import expert_scale_findings
+from repair.doctor.expert_scales import ExpertsRule, expert_scale_findings
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.base import Declaration
 from repair.io.checkpoint import Checkpoint
@@ -125,7 +124,7 @@ def fused_findings(declaration: Declaration, modules: dict[str, StoredModule], f
 
 def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precision: dict[str, str], family: Architecture,
                     divisor: bool = False, values: ScaleValues | None = None, who: str = "vLLM",
-                    experts: Mapping[str, str] | None = None) -> list[Finding]:
+                    experts: ExpertsRule | None = None) -> list[Finding]:
     """Scale counts, shapes and values of every packed module, and the shared scale of siblings the target's class
     fuses (`family`: its row, whose fused layers are its release's own) and of each routed expert's gate/up (`experts`:
     which one the release keeps, its data) (the scale bytes come from `values`: what doctor decided to read, see
@@ -145,7 +144,7 @@ def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precisio
                                     f"fused siblings have different weight_scale_2 {values}; {who} takes the max without rescaling "
                                     "the block scales and loads the model without an error, so each shard with a smaller scale "
                                     "computes values too large by the ratio (requantize with --original)"))
-    return findings + expert_scale_findings(scale_2, precision, experts or {}, who)
+    return findings + expert_scale_findings(scale_2, precision, experts, who)
 
 
 def _module_health(m: StoredModule, located, precision, scale_2, read, divisor: bool) -> list[Finding]:

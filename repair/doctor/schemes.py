@@ -89,7 +89,7 @@ def unloadable_full_precision_findings(modules: dict[str, StoredModule], schemes
         m = modules[name]
         if scheme == "bf16" or m.is_quantized or (m.precision not in FULL_PRECISIONS and m.tensor("weight") is not None):
             continue  # a float8 `weight` without a usable scale is fp8-scale's finding, not a full-precision layer
-        asked = family.runtime_name(name)
+        asked = family.asked_name(name)  # a merged layer's shard: the layer's own name (StableLM's qkv_proj)
         where = "" if asked == name else f" (it matches exclusions on the prefix {asked!r} its layer is built with, not on {name!r})"
         todo = ("no exclusion entry can name an empty prefix: store it quantized" if not asked else
                 f"exclude {asked!r}, the name the runtime matches, or store it quantized")

@@ -46,8 +46,9 @@ def declared_algorithm(declaration: Declaration, family: Architecture, module: s
 
     Under MIXED_PRECISION a shard of a layer the runtime fuses (q_proj of qkv_proj) is looked up as the
     fused layer, with the family's packed_modules_mapping, as vLLM builds and resolves it; otherwise the
-    module's own runtime name is asked (exactly what `Declaration.excludes` has always been given)."""
-    runtime = family.runtime_name(module)
+    module's own runtime name is asked (exactly what `Declaration.excludes` has always been given); a shard of a
+    merged layer is asked as that layer (`Architecture.asked_name`)."""
+    runtime = family.asked_name(module)
     if declaration.layer_algos is None or ".experts." in runtime:
         return declaration.algorithm(runtime, family.fused_layers)
     parent, _, leaf = runtime.rpartition(".")

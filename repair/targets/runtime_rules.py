@@ -71,8 +71,8 @@ class RuntimeRules:
     registry: frozenset[str] = frozenset()  # every name its model registry has (the wheel's EntryClass); empty: unknown
     backend: Backend | None = None  # its Transformers backend's gate on other names (tools/sglang_backend.py); None: unknown
     registry_rule: FirstListed | None = None  # it asks only the first listed name (tools/trtllm_registry.py); None: unknown
-    # which weight_scale_2 its NVFP4 MoE keeps for a routed expert's fused gate/up (doctor/expert_scales.py); {}: unknown
-    experts_gate_up_scale_2: Mapping[str, str] = field(default_factory=dict)
+    # quant method -> which global scale its NVFP4 MoE keeps for a routed expert's gate/up (doctor/expert_scales.py)
+    experts_gate_up_scale_2: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""

@@ -59,13 +59,31 @@ def folders(tmp_path_factory) -> dict[str, Path]:
                            TARGET, "--original", str(original), "--requantize", f"{EXPERT}.up_proj", "--quiet"],
                           capture_output=True, text=True, timeout=600)
     assert code.returncode == 0, code.stderr
-    return {"export": export, "original": original, "split": split, "fixed": fixed}
+    return {"export": export, "original": original, "split": split, "fixed": fixed, "ct": compressed(split, root / "ct")}
+
+
+def compressed(src: Path, out: Path) -> Path:
+    """The split copy converted by compressed-tensors' own converter (tools/ct_export.py): weight_global_scale = 1/scale."""
+    from tools.ct_export import convert_modelopt
+
+    config = json.loads((src / "config.json").read_text())
+    if "quantization_config" not in config:  # the converter reads the exclusions there
+        quant = json.loads((src / "hf_quant_config.json").read_text())["quantization"]
+        config["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+                                         "ignore": quant.get("exclude_modules", [])}
+        staged = out.with_name(out.name + "-modelopt")
+        shutil.copytree(src, staged)
+        (staged / "config.json").write_text(json.dumps(config))
+        src = staged
+    convert_modelopt(src, out)
+    (out / "hf_quant_config.json").unlink(missing_ok=True)  # copied by the converter; compressed-tensors has none
+    return out
 
 
 @pytest.fixture(scope="module")
 def loaded(folders) -> tuple[dict[str, dict], str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    names = ("export", "split", "fixed")
+    names = ("export", "split", "fixed", "ct")
     proc = subprocess.run([str(VLLM_PY), str(REPO / "tools" / "vllm_load.py"), "--global-scales", "--moe-emulation",
                            "--traceback", *(str(folders[n]) for n in names)],
                           capture_output=True, text=True, timeout=1800, env=env, cwd="/")
@@ -120,3 +138,21 @@ def test_fixs_output_loads_with_the_up_half_correct(loaded, folders, capsys):
     assert up_error(folders["fixed"], kept, folders["original"]) < 0.2  # NVFP4's own error, not a factor of two
     code, text, err = run_captured(capsys, "doctor", folders["fixed"], "--target", TARGET, "--strict")
     assert "experts-gate-up-scale-2" not in text, text
+
+
+def test_a_compressed_tensors_copy_keeps_the_gates_scale_and_says_so_in_its_own_words(loaded, folders, capsys):
+    """vLLM builds a compressed-tensors NVFP4 MoE with CompressedTensorsW4A4Nvfp4MoEMethod: it keeps the gate's
+    weight_global_scale (column 0) too, and logs its own warning, the one doctor must quote (the profile's
+    experts_gate_up_scale_2["compressed-tensors"])."""
+    results, stderr = loaded
+    ct = results["ct"]
+    assert ct["ok"], ct.get("error")
+    gate, up = (stored(folders["ct"], f"{EXPERT}.{p}.weight_global_scale").item() for p in ("gate_proj", "up_proj"))
+    moe = ct["expert_scales"][LAYER]
+    assert moe["w13_weight_global_scale"][1] == [gate, up] and gate == 2 * up  # 1/scale: the up's is half the gate's
+    assert moe["w13_kept"][1] == pytest.approx(1 / gate, rel=1e-6)  # the gate's, inverted
+    assert "w1_weight_global_scale must match w3_weight_global_scale" in stderr.split(str(folders["ct"]), 1)[1]
+    code, text, err = run_captured(capsys, "doctor", folders["ct"], "--target", TARGET, "--json")
+    found = [f for f in json.loads(text)["findings"] if f["code"] == "experts-gate-up-scale-2"]
+    assert [f["subject"] for f in found] == [EXPERT] and "keeps the gate's (w1)" in found[0]["message"]
+    assert "w1_weight_global_scale must match w3_weight_global_scale" in found[0]["message"], found[0]["message"]

@@ -99,3 +99,27 @@ def test_vllm_loads_fixs_output_of_the_assistant_with_one_bf16_shard(tmp_path, c
     (stopped,), (loaded,) = run_probe([split], "installed", 1, 0), run_probe([fixed], "installed", 1, 0)
     assert not stopped["ok"] and "AssertionError" in (stopped.get("error_type") or stopped.get("error", "")), stopped
     assert loaded["ok"], loaded.get("error")
+
+
+def test_shards_excluded_by_their_own_names_do_not_exclude_the_merged_layer(stablelm, tmp_path, capsys):
+    """fix's output with its qkv_proj entry removed: q/k/v_proj BF16 and excluded one by one. vLLM 0.32 asks its
+    config about qkv_proj only (is_layer_skipped: no packed mapping names the shards), builds it NVFP4 and stops on the
+    BF16 weight; doctor reports each shard, naming the entry to write."""
+    dropped = tmp_path / "shards-only"
+    shutil.copytree(stablelm["fixed"], dropped)
+    quant = json.loads((dropped / "hf_quant_config.json").read_text())
+    quant["quantization"]["exclude_modules"] = [e for e in quant["quantization"]["exclude_modules"] if not e.endswith("qkv_proj")]
+    assert f"{ATTN}.k_proj" in quant["quantization"]["exclude_modules"]
+    (dropped / "hf_quant_config.json").write_text(json.dumps(quant))
+    config = json.loads((dropped / "config.json").read_text())
+    listed = config.get("quantization_config", {})
+    for key in ("exclude_modules", "ignore"):
+        if key in listed:
+            listed[key] = [e for e in listed[key] if not e.endswith("qkv_proj")]
+    (dropped / "config.json").write_text(json.dumps(config))
+    (loaded,) = vllm_load([dropped])
+    assert not loaded["ok"] and loaded["error_type"] == "AssertionError", loaded
+    code, text, err = run_captured(capsys, "doctor", dropped, "--target", TARGET, "--json")
+    errors = [f for f in json.loads(text)["findings"] if f["severity"] == "error"]
+    assert code == 1 and {f["subject"] for f in errors} >= {f"{ATTN}.{leaf}" for leaf in ("q_proj", "k_proj", "v_proj")}, errors
+    assert all(f"'{ATTN}.qkv_proj'" in f["message"] for f in errors if f["subject"].startswith(ATTN + ".")), errors
