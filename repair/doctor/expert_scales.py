@@ -24,6 +24,7 @@ from repair.targets.runtime_rules import quant_method
 
 PAIRS = (("gate_proj", "up_proj"), ("w1", "w3"))  # (gate, up) leaf names under `experts.N.`
 KEPT = {"gate": "the gate's (w1)", "up": "the up's (w3)"}
+ALLCLOSE_RTOL, ALLCLOSE_ATOL = 1e-5, 1e-8  # torch.allclose defaults
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,13 @@ def expert_pairs(names) -> list[tuple[str, str]]:
     return out
 
 
+def close(gate: float, up: float) -> bool:
+    """torch.allclose(gate, up) at its defaults, the test vLLM 0.28-0.32 make before logging (modelopt.py:1025 in 0.32,
+    compressed_tensors_moe_w4a4_nvfp4.py:205): within it the kept scale is off by at most 1e-5 relative, far below
+    NVFP4's own error, so no runtime's choice matters there."""
+    return abs(gate - up) <= ALLCLOSE_ATOL + ALLCLOSE_RTOL * abs(up)
+
+
 def expert_scale_findings(scale_2: Mapping[str, float], precision: Mapping[str, str], rule: ExpertsRule | None,
                           who: str) -> list[Finding]:
     """An error per expert (the subject: `...experts.N`) whose gate and up, both built NVFP4 (W4A4 or weight-only W4A16:
@@ -76,7 +84,7 @@ def expert_scale_findings(scale_2: Mapping[str, float], precision: Mapping[str, 
     scales (`scale_2`: the values doctor read; `rule`: what the target keeps, a warning where its data does not say)."""
     out = []
     for gate, up in expert_pairs(scale_2) if rule is not None else ():
-        if scale_2[gate] == scale_2[up] or precision.get(gate) not in PACKED or precision.get(up) not in PACKED:
+        if close(scale_2[gate], scale_2[up]) or precision.get(gate) not in PACKED or precision.get(up) not in PACKED:
             continue
         subject, leaves = gate.rpartition(".")[0], f"{gate.rpartition('.')[2]} and {up.rpartition('.')[2]}"
         differ = f"{subject}: this routed expert's {leaves} (gate and up) have different {rule.leaf}; {who} builds them as one"
