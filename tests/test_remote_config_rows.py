@@ -62,3 +62,50 @@ def test_doctor_says_whether_a_learned_row_covers_the_model(capsys, llama_layout
     code, out, err = run_captured(capsys, "doctor", out_dir, "--target", "vllm==0.32.0")
     first = out.splitlines()[0]
     assert (f"cover {name}" in first) == (name not in LEARNED), first
+
+
+def test_orion_row_is_learned_from_its_published_shards():
+    """Published Orion checkpoints store q_proj / k_proj / v_proj and gate_proj / up_proj (OrionStarAI's
+    modeling_orion.py; vLLM's orion.py hf_to_vllm_mapper stacks them: orig_to_new_stacked), never qkv_proj whole."""
+    assert VLLM.entries["OrionForCausalLM"]["renames"]["model.layers.*.self_attn.q_proj"] == "model.layers.*.self_attn.qkv_proj"
+
+
+def _attention_excluded(src, dst, arch):
+    """`src` (a Llama-layout NVFP4 export) with layer 0's q/k/v stored BF16 and listed in exclude_modules."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    tensors = load_file(dst / "model.safetensors")
+    for proj in ("q_proj", "k_proj", "v_proj"):
+        module = f"model.layers.0.self_attn.{proj}"
+        rows = tensors[f"{module}.weight"].shape[0]
+        for leaf in [n for n in tensors if n.startswith(module + ".")]:
+            tensors.pop(leaf)
+        tensors[f"{module}.weight"] = torch.zeros(rows, 64, dtype=torch.bfloat16)
+    save_file(tensors, dst / "model.safetensors", metadata={"format": "pt"})
+    quant = json.loads((dst / "hf_quant_config.json").read_text())
+    quant["quantization"]["exclude_modules"] += [f"model.layers.0.self_attn.{p}" for p in ("q_proj", "k_proj", "v_proj")]
+    (dst / "hf_quant_config.json").write_text(json.dumps(quant))
+    config = json.loads((dst / "config.json").read_text())
+    (dst / "config.json").write_text(json.dumps(dict(config, architectures=[arch])))
+    return dst
+
+
+def test_orion_export_with_attention_excluded_is_not_called_healthy(capsys, llama_layout, tmp_path):
+    """vLLM 0.32's orion.py has no packed_modules_mapping: it asks its quant config about qkv_proj alone, so excluding
+    q/k/v reaches nothing, qkv_proj is built NVFP4 and the BF16 q_proj fails its weight loader (measured with
+    tools/vllm_load.py: AssertionError; the same export as LlamaForCausalLM loads, and the Orion one loads once
+    `...self_attn.qkv_proj` is excluded too). Doctor must not call it healthy, and must take that entry as used."""
+    orion = _attention_excluded(llama_layout, tmp_path / "orion", "OrionForCausalLM")
+    llama = _attention_excluded(llama_layout, tmp_path / "llama", "LlamaForCausalLM")
+    code, out, _ = run_captured(capsys, "doctor", llama, "--target", "vllm==0.32.0")
+    assert code == 0 and "0 error(s), 0 warning(s)" in out.splitlines()[0], out
+    code, out, _ = run_captured(capsys, "doctor", orion, "--target", "vllm==0.32.0")
+    assert "0 error(s), 0 warning(s)" not in out.splitlines()[0], out
+    assert "model.layers.0.self_attn.q_proj: the config declares it quantized" in out and "qkv_proj" in out, out
+    quant = json.loads((orion / "hf_quant_config.json").read_text())
+    quant["quantization"]["exclude_modules"].append("model.layers.0.self_attn.qkv_proj")
+    (orion / "hf_quant_config.json").write_text(json.dumps(quant))
+    code, out, _ = run_captured(capsys, "doctor", orion, "--target", "vllm==0.32.0")
+    assert code == 0 and "0 error(s), 0 warning(s)" in out.splitlines()[0] and "unused-exclusion" not in out, out

@@ -161,7 +161,15 @@ class Architecture:
         or "-" (no quantization declared, or a role vLLM never quantizes)."""
         if not declaration.quantized or self.unquantized_role(module, declaration) is not None:
             return "-"
-        return "excluded" if declaration.excludes(self.runtime_name(module)) else "quantized"
+        return "excluded" if declaration.excludes(self.runtime_name(self.asked_as(module))) else "quantized"
+
+    def asked_as(self, module: str) -> str:
+        """The checkpoint-side name vLLM asks its quant config about for `module`: a shard of a layer built from 2+
+        checkpoint modules that no packed_modules_mapping names (`merged_layers`) is asked as that layer alone
+        (quant_utils.py is_layer_skipped sees `qkv_proj`: Orion's and StableLM's excluded q_proj is built NVFP4)."""
+        parent, _, leaf = module.rpartition(".")
+        merged = next((f for f, shards in self.merged_layers.items() if leaf in shards and f not in self.fused_layers), None)
+        return f"{parent}.{merged}" if merged and parent else module
 
     def fused_groups(self, modules) -> list[tuple[str, tuple[str, ...]]]:
         """(fused checkpoint-name layer, its stored shard modules) for every layer vLLM fuses from 2+ stored shards.

@@ -59,7 +59,7 @@ def _unread(builds: Builds, declaration: Declaration, entries: tuple[str, ...] |
         return ()
     elsewhere = named_elsewhere(builds, names) | (set(names) if by_stored_name else set())
     prefixes = {family.runtime_name(n) for n in names} | {"lm_head"} | elsewhere
-    fused_layers = family.fused_groups(set(names) | elsewhere)
+    fused_layers = family.scale_groups(set(names) | elsewhere)  # also a merged layer (Orion's qkv_proj): vLLM asks it
     if entries is not None:  # another release's reading of what the target left: plain entries that cannot name one
         segments = frozenset(s for n in (*prefixes, *(f for f, _ in fused_layers)) for s in n.lower().split("."))
         entries = tuple(e for e in entries if _may_name(e, segments))  # of its names are not compiled one by one
