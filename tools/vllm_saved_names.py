@@ -72,10 +72,11 @@ def own_names_refused(model) -> str | None:
 
 def own_checkpoint(model) -> dict[str, list[int]]:
     """Tensor name -> shape of the checkpoint vLLM's own names describe: its parameters, each fused layer of the
-    class's packed_modules_mapping stored as its shards (the names its load_weights stacks, e.g. InternLM2's
-    `feed_forward.w1` / `w3` into `gate_up_proj`), split at the layer's own output_sizes, and each routed expert as
+    class's packed_modules_mapping or of its mapper's stacked names (`stacked_shards`) stored as its shards (the names
+    its load_weights stacks, e.g. InternLM2's `feed_forward.w1` / `w3` into `gate_up_proj`), split at the layer's own output_sizes, and each routed expert as
     the tensors its layer's expert mapping names (`expert_tensors`). NoConfig for any other parameter of dim > 2."""
-    packed = {k: list(v) for k, v in (getattr(model, "packed_modules_mapping", None) or {}).items() if list(v) != [k]}
+    own = getattr(model, "packed_modules_mapping", None) or {}
+    packed = {**stacked_shards(model), **{k: list(v) for k, v in own.items() if list(v) != [k]}}
     modules = dict(model.named_modules())
     out: dict[str, list[int]] = {}
     for name, param in model.named_parameters():
@@ -92,6 +93,18 @@ def own_checkpoint(model) -> dict[str, list[int]]:
             continue
         for shard, size in zip(packed[fused], sizes):
             out[f"{parent}.{shard}.{leaf}" if parent else f"{shard}.{leaf}"] = [size, *param.shape[1:]]
+    return out
+
+
+
+def stacked_shards(model) -> dict[str, list[str]]:
+    """Fused layer -> its shards as the class's hf_to_vllm_mapper stacks them (`orig_to_new_stacked`, e.g. orion.py's
+    `.q_proj` -> (`.qkv_proj`, "q")): the published names of a class with no packed_modules_mapping (Orion-14B stores
+    q_proj / k_proj / v_proj), which its load_weights takes and its quant config never sees as one layer."""
+    stacked = getattr(getattr(model, "hf_to_vllm_mapper", None), "orig_to_new_stacked", None) or {}
+    out: dict[str, list[str]] = {}
+    for orig, (new, _) in stacked.items():
+        out.setdefault(new.rpartition(".")[2], []).append(orig.rpartition(".")[2])
     return out
 
 

@@ -163,15 +163,18 @@ class Architecture:
             return "-"
         return "excluded" if declaration.excludes(self.asked_name(module)) else "quantized"
 
+    def asked_as(self, module: str) -> str:
+        """The checkpoint-side name vLLM asks its quant config about for `module`: a shard of a layer built from 2+
+        checkpoint modules that no packed_modules_mapping names (`merged_layers`) is asked as that layer alone
+        (quant_utils.py is_layer_skipped sees `qkv_proj`: Orion's and StableLM's q/k/v_proj excluded one by one leave
+        qkv_proj NVFP4, and the load stops on their BF16 weights; measured). Routed experts are never merged so."""
+        parent, _, leaf = module.rpartition(".")
+        merged = next((f for f, shards in self.merged_layers.items() if leaf in shards and f not in self.fused_layers), None)
+        return f"{parent}.{merged}" if merged and parent and ".experts." not in module else module
+
     def asked_name(self, module: str) -> str:
-        """The name the runtime asks its quant config about for a checkpoint module: its runtime name, or, for a shard
-        of a layer only the loader merges (`merged_layers`: StableLM's q/k/v_proj), that layer's own name (no packed
-        mapping names the shards, so vLLM 0.32's is_layer_skipped never asks them; measured: shards excluded one by one
-        leave qkv_proj NVFP4 and the load stops on their BF16 weights)."""
-        runtime = self.runtime_name(module)
-        parent, _, leaf = runtime.rpartition(".")
-        merged = next((m for m, shards in self.merged_layers.items() if leaf in shards and m not in self.fused_layers), None)
-        return f"{parent}.{merged}" if merged and parent and ".experts." not in runtime else runtime
+        """`asked_as`, as the runtime names it (`runtime_name`)."""
+        return self.runtime_name(self.asked_as(module))
 
     def fused_groups(self, modules) -> list[tuple[str, tuple[str, ...]]]:
         """(fused checkpoint-name layer, its stored shard modules) for every layer vLLM fuses from 2+ stored shards.

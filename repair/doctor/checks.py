@@ -54,8 +54,16 @@ def config_findings(ckpt: Checkpoint, declaration: Declaration, modules: dict[st
         elif m.is_quantized and excluded:
             findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name, f"{m.name}: the config excludes it but its tensors are {'packed NVFP4' if m.precision == 'nvfp4' else m.algorithm}"))
         elif declaration.quantized and not m.is_quantized and not excluded:
-            findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name, f"{m.name}: the config declares it quantized but it is stored {m.precision}"))
+            findings.append(Finding(Severity.WARNING, Kind.CONFIG_CONTRADICTION, m.name, f"{m.name}: the config declares it quantized but it is stored {m.precision}{_asked_as(family, m.name)}"))
     return findings, notes
+
+
+
+def _asked_as(family: Architecture, module: str) -> str:
+    """Why a module the config names is read as declared quantized: its layer is asked about under another name."""
+    asked = family.asked_as(module)
+    return "" if asked == module else (f" (the runtime builds it into {asked} and asks the config about that name "
+                                       f"only: exclude {family.exclusion_name(asked)})")
 
 
 def unquantized_role_findings(declaration: Declaration, modules: dict[str, StoredModule], family: Architecture,
