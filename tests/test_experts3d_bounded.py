@@ -55,6 +55,16 @@ def test_fix_tp_holds_one_expert_not_the_tensor_and_its_slices(tmp_path):
     assert growth <= 3 * EXPERT + 3 * CHUNK + 4 * 2**20, f"peak RSS grew {growth // 2**20} MiB"
 
 
+def test_many_small_experts_hold_one_expert_not_the_tensor_s_block_scales(tmp_path):
+    """The bound must not grow with E: [49152, 128, 128] experts (1.5 GiB BF16, 32 KiB an expert, 48 MiB of block
+    scales). Before, the plan's check of the block scales (formats/nvfp4_packed.py `check_packed`) read them whole and
+    copied them (2 x 1/32 of the BF16 output): +112 MiB here, +221 at 4 GiB, where [64, 1024, 1024] grows 32."""
+    warm = write_experts(tmp_path / "warm", 2, 32, 16)
+    src = write_experts(tmp_path / "src", 49152, 128, 128)
+    growth = growth_in_child(fix_args("bf16", warm, tmp_path / "warm-out"), fix_args("bf16", src, tmp_path / "out"))
+    assert growth <= 3 * CHUNK + 8 * 2**20, f"peak RSS grew {growth // 2**20} MiB"
+
+
 def test_fix_original_verifies_3d_experts_one_expert_at_a_time(tmp_path):
     """Taking the experts from `--original` verifies them first: each expert of the original quantized again with the
     stored global scale and compared with its stored codes, and its error measured in float32 a few rows at a time.

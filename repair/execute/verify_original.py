@@ -20,6 +20,7 @@ from repair.io import tensors
 from repair.execute.compute import Computer
 from repair.execute.parallel import in_order
 from repair.errors import BadInput
+from repair.formats.nvfp4_packed import block_scale_shape
 from repair.planning.model import Plan
 
 ERROR_ROWS = 16 * 16  # an expert's input rows per step of its error (whole 16-row blocks: the block scales' rows)
@@ -89,12 +90,23 @@ def _check(computer: Computer, orig_infos: dict, m) -> tuple[bool | None, float 
     scales = ("weight_scale",) if m.algorithm == "FP8" else ("weight_scale", "weight_scale_2")
     if name not in orig_infos or orig_infos[name].shape != m.logical_shape or not all(m.tensor(r) for r in scales):
         return False, None
+    if m.algorithm != "FP8" and not _scales_fit(computer, m):
+        return False, None
     if len(m.logical_shape) == 3 and m.algorithm != "FP8":
         return _experts_reproduce(computer, m)
     weight = computer.load(name, "original")
     if not _float_weight(weight):
         return None, None
     return (_fp8_reproduces if m.algorithm == "FP8" else _nvfp4_reproduces)(computer, m, weight)
+
+
+def _scales_fit(computer: Computer, m) -> bool:
+    """The stored block scales are F8_E4M3 [out, in/16] (3-D experts: [E, in/16, out]) and the global scale an F32
+    scalar, as `check_packed` asks of a module it dequantizes: scales of another shape are a broken export whose codes
+    reproduce nothing (one expert's scales short or extra would be read past, or beside, the packed experts)."""
+    scale, scale_2 = computer.info(m.tensor("weight_scale")), computer.info(m.tensor("weight_scale_2"))
+    return (scale.dtype == "F8_E4M3" and scale.shape == block_scale_shape(m.logical_shape)
+            and scale_2.dtype == "F32" and scale_2.shape in ((), (1,)))
 
 
 def _nvfp4_reproduces(computer: Computer, m, weight: torch.Tensor) -> tuple[bool, float]:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from repair.io.ranges import read_bytes
 from repair.io.safetensors import TensorInfo
 
@@ -24,6 +26,7 @@ _CATEGORY = bytes(3 if b & 0x7F == 0x7F else 0 if b & 0x7F == 0 else 2 if b & 0x
 DTYPE_MAX = {"BF16": 3.3895313892515355e38, "F16": 65504.0, "F32": 3.4028234663852886e38}  # largest finite values
 E2M1_MAX = 6.0  # the largest FP4 magnitude
 FP8_MAX = 448.0  # the largest float8_e4m3fn value
+STATS_PIECE = 1 << 20  # block-scale bytes `block_scale_stats` counts at a time
 SAMPLE_BYTES = 64  # per window of a block-scale sample (see sample_windows)
 
 
@@ -48,8 +51,16 @@ def read_f32_scalar(path: Path, info: TensorInfo, read: Reader = read_bytes) -> 
 
 
 def block_scale_stats(path: Path, info: TensorInfo, read: Reader = read_bytes) -> BlockScaleStats:
-    """Count NaN, negative and zero fp8 block scales (ModelOpt writes 1.0 for all-zero blocks, never 0)."""
-    return stats_of(bytes(read(path, info)))
+    """Count NaN, negative and zero fp8 block scales (ModelOpt writes 1.0 for all-zero blocks, never 0), a piece at a
+    time: memory holds one piece, not the tensor (3-D experts' grow with E: gpt-oss-120b's gate_up_proj has 133 MB).
+    `raw` keeps each code present once, all that `largest` and `scale_values.nvfp4_problem` ask of it."""
+    counts = np.zeros(256, dtype=np.int64)
+    for lo in range(info.start, info.end, STATS_PIECE):
+        piece = TensorInfo(info.name, info.dtype, info.shape, lo, min(info.end, lo + STATS_PIECE), info.path)
+        counts += np.bincount(np.frombuffer(read(path, piece), dtype=np.uint8), minlength=256)
+    kinds = np.frombuffer(_CATEGORY, dtype=np.uint8)
+    nan, negative, zero = (int(counts[kinds == k].sum()) for k in (3, 2, 0))
+    return BlockScaleStats(nan, negative, zero, info.nbytes, np.nonzero(counts)[0].astype(np.uint8).tobytes())
 
 
 def stats_of(raw: bytes, keep: bool = True) -> BlockScaleStats:
