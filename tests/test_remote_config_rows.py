@@ -124,11 +124,11 @@ def _restored(src, dst, arch, edit, **config):
     return dst
 
 
-@pytest.mark.xfail(strict=True, reason="the row records no fact that MiMo's mapper drops model.mtp_layers.* "
-                   "(mimo.py:93 orig_to_new_prefix {'model.mtp_layers.': None}); doctor checks them as built NVFP4")
 def test_mimo_mtp_layers_vllm_drops_are_not_errors(capsys, llama_layout, tmp_path):
     """Published MiMo-7B checkpoints store an MTP block under model.mtp_layers.0.*, which vLLM 0.32's MiMoForCausalLM
-    drops unread. Measured (tools/vllm_load.py): this export, its MTP q_proj BF16 and not excluded, loads in vLLM 0.32."""
+    drops unread (mimo.py:93: hf_to_vllm_mapper orig_to_new_prefix {"model.mtp_layers.": None}; the row's renames
+    record that prefix, generated from the mapper). Measured (tools/vllm_load.py): this export, its MTP q_proj BF16
+    and not excluded, loads in vLLM 0.32. Doctor checks nothing under it and says so in one note."""
     import torch
 
     def edit(tensors):
@@ -142,9 +142,11 @@ def test_mimo_mtp_layers_vllm_drops_are_not_errors(capsys, llama_layout, tmp_pat
                 out[f"model.layers.{layer}.self_attn.{proj}.bias"] = torch.zeros(rows, dtype=torch.bfloat16)
         return out
 
+    assert VLLM.entries["MiMoForCausalLM"]["renames"] == {"model.mtp_layers.": None}
     mimo = _restored(llama_layout, tmp_path / "mimo", "MiMoForCausalLM", edit, num_nextn_predict_layers=1)
     code, out, _ = run_captured(capsys, "doctor", mimo, "--target", "vllm==0.32.0")
     assert code == 0 and "0 error(s)" in out.splitlines()[0], out
+    assert "weight mapper drops every tensor under model.mtp_layers. unread" in out and "mtp_layers.0.self_attn.q_proj:" not in out, out
 
 
 @pytest.mark.xfail(strict=True, reason="MiniCPM's row is learned from num_experts read with vLLM's default 0 (the dense "

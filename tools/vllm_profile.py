@@ -48,8 +48,8 @@ from vllm_registry import registry_facts
 from vllm_gpu_stand_ins import cpu_implementation
 from vllm_null_lists import null_exclusions_refused
 from vllm_expert_scales import experts_gate_up_scale_2
-from vllm_load_facts import (dropped_tensors, log, load_renames, nvfp4_refusals, pattern, placed_weights, quant_prefixes,
-                             record_asked_prefixes, renames)
+from vllm_load_facts import (dropped_tensors, log, load_renames, mapper_drops, nvfp4_refusals, pattern, placed_weights,
+                             quant_prefixes, record_asked_prefixes, renames)
 from vllm_saved_names import (NO_LAYOUT, UNBUILT, checkpoint_names, own_checkpoint, own_names_layout, saved_tensors,  # noqa: F401
                               saved_weights, transformers_model)  # (UNBUILT, saved_tensors, ...: imported from here too)
 
@@ -158,8 +158,8 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
     mtp = {"mtp": dict(mtp["mtp"], modelopt_fp4_only=drafter_only)} if drafter_only else mtp
     return {"config": {"source": source, "model_type": config.get("model_type")}, **extra,
             "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
-            "renames": renames(type(model), checkpoint_names(transformers_model(arch, export, "meta")) if own is None
-                               else sorted(weights)),
+            "renames": renames(type(model), checkpoint_names(transformers_model(arch, export, "meta"))) if own is None
+            else {**renames(type(model), sorted(weights)), **mapper_drops(type(model))},
             **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
             **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}),
             **({"dropped_in_layers": layers} if layers else {}), **mtp,

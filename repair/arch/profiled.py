@@ -206,6 +206,9 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
     dropped = tuple(DroppedTensor(pattern_regex([p]), fact["unfilled"], fact["refused"],
                                   f"{profile.label}'s {name} load_weights fills no parameter with it (its own code, "
                                   f"recorded in {profile.source})") for p, fact in sorted(entry.get("dropped", {}).items()))
+    unread = tuple((p, f"{profile.label}'s {name} weight mapper drops every tensor under {p} unread (its own code, "
+                       f"recorded in {profile.source})") for p, new in sorted(entry.get("renames", {}).items())
+                   if new is None and p.endswith("."))
     drops = tuple(LayerDrop(module, run, field, profile.source) for module, rule in sorted(entry.get("dropped_in_layers", {}).items())
                   for run, field in sorted(rule.items()))
     fields = " / ".join(entry.get("without", {}).get("fields", ())[:1])
@@ -224,7 +227,7 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
     return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
                         unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused,
                         merged_layers=merged_layers(entry),
-                        nvfp4_load_refused=refused, dropped_tensors=dropped, dropped_in_layers=drops,
+                        nvfp4_load_refused=refused, dropped_tensors=dropped, dropped_in_layers=drops, unread_prefixes=unread,
                         load_refused=load_refused, built_quantized=BuiltQuantized(entry), required_modules=required,
                         refused_modules=refused_modules, refused_config=config,
                         **names)
