@@ -125,6 +125,8 @@ class Architecture:
     # profile's `without.refused_only_with` errors name)
     refused_modules: tuple[tuple[str, str, str], ...] = ()
     refused_config: RefusedConfig | None = None  # the release refuses this config.json while reading it
+    # why the release's row of the class was not used for this config.json (GENERIC's, arch/configured.py disagreement)
+    not_covered: str = ""
 
     def dropped(self, config: dict | None) -> frozenset[str]:
         """Checkpoint module names this release builds in no layer of that name, for this config.json."""

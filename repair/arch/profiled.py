@@ -21,7 +21,7 @@ from functools import cached_property
 from importlib.resources import files
 
 from repair.arch.base import Architecture, DroppedTensor, RefusedConfig, RefusedLoad
-from repair.arch.configured import as_configured
+from repair.arch.configured import as_configured, disagreement
 from repair.arch.layer_rules import LayerDrop
 from repair.arch.registry import Registry
 from repair.arch.roles import GENERIC_ROLES, UnquantizedRole
@@ -105,6 +105,8 @@ class ReleaseProfile:
         """The architecture's row; `borrowed`: for another runtime whose rules take this release's layer roles and fused
         layers (`layer_rows`), without what only this runtime's code says (`OWN_CODE`) but the routed experts' prefix.
         `config`: a config lacking the fields the profiled build read (`without`) takes the modules vLLM builds then."""
+        if disagreement(self.entries.get(name), config):  # a learned row of another branch: `arch.architecture` says so
+            return None
         entry = as_configured(self.entries.get(name), config)
         if entry is not None and borrowed:
             moe = {k: v for k, v in entry.get("prefixes", {}).items() if v.endswith(ROUTED_EXPERTS)}
