@@ -124,11 +124,9 @@ def _restored(src, dst, arch, edit, **config):
     return dst
 
 
-def test_mimo_mtp_layers_vllm_drops_are_not_errors(capsys, llama_layout, tmp_path):
-    """Published MiMo-7B checkpoints store an MTP block under model.mtp_layers.0.*, which vLLM 0.32's MiMoForCausalLM
-    drops unread (mimo.py:93: hf_to_vllm_mapper orig_to_new_prefix {"model.mtp_layers.": None}; the row's renames
-    record that prefix, generated from the mapper). Measured (tools/vllm_load.py): this export, its MTP q_proj BF16
-    and not excluded, loads in vLLM 0.32. Doctor checks nothing under it and says so in one note."""
+def mimo_with_mtp(src, dst):
+    """`src` (a Llama-layout NVFP4 export) as MiMo-7B stores it: q/k/v biases, and an MTP block under
+    model.mtp_layers.0.* (layer 0's tensors), its q_proj BF16 and listed in no exclusion."""
     import torch
 
     def edit(tensors):
@@ -142,8 +140,16 @@ def test_mimo_mtp_layers_vllm_drops_are_not_errors(capsys, llama_layout, tmp_pat
                 out[f"model.layers.{layer}.self_attn.{proj}.bias"] = torch.zeros(rows, dtype=torch.bfloat16)
         return out
 
+    return _restored(src, dst, "MiMoForCausalLM", edit, num_nextn_predict_layers=1)
+
+
+def test_mimo_mtp_layers_vllm_drops_are_not_errors(capsys, llama_layout, tmp_path):
+    """Published MiMo-7B checkpoints store an MTP block under model.mtp_layers.0.*, which vLLM 0.32's MiMoForCausalLM
+    drops unread (mimo.py:93: hf_to_vllm_mapper orig_to_new_prefix {"model.mtp_layers.": None}; the row's renames
+    record that prefix, generated from the mapper). Measured (tools/vllm_load.py): this export, its MTP q_proj BF16
+    and not excluded, loads in vLLM 0.32. Doctor checks nothing under it and says so in one note."""
     assert VLLM.entries["MiMoForCausalLM"]["renames"] == {"model.mtp_layers.": None}
-    mimo = _restored(llama_layout, tmp_path / "mimo", "MiMoForCausalLM", edit, num_nextn_predict_layers=1)
+    mimo = mimo_with_mtp(llama_layout, tmp_path / "mimo")
     code, out, _ = run_captured(capsys, "doctor", mimo, "--target", "vllm==0.32.0")
     assert code == 0 and "0 error(s)" in out.splitlines()[0], out
     assert "weight mapper drops every tensor under model.mtp_layers. unread" in out and "mtp_layers.0.self_attn.q_proj:" not in out, out
