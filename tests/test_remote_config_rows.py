@@ -124,11 +124,9 @@ def _restored(src, dst, arch, edit, **config):
     return dst
 
 
-@pytest.mark.xfail(strict=True, reason="the row records no fact that MiMo's mapper drops model.mtp_layers.* "
-                   "(mimo.py:93 orig_to_new_prefix {'model.mtp_layers.': None}); doctor checks them as built NVFP4")
-def test_mimo_mtp_layers_vllm_drops_are_not_errors(capsys, llama_layout, tmp_path):
-    """Published MiMo-7B checkpoints store an MTP block under model.mtp_layers.0.*, which vLLM 0.32's MiMoForCausalLM
-    drops unread. Measured (tools/vllm_load.py): this export, its MTP q_proj BF16 and not excluded, loads in vLLM 0.32."""
+def mimo_with_mtp(src, dst):
+    """`src` (a Llama-layout NVFP4 export) as MiMo-7B stores it: q/k/v biases, and an MTP block under
+    model.mtp_layers.0.* (layer 0's tensors), its q_proj BF16 and listed in no exclusion."""
     import torch
 
     def edit(tensors):
@@ -142,13 +140,25 @@ def test_mimo_mtp_layers_vllm_drops_are_not_errors(capsys, llama_layout, tmp_pat
                 out[f"model.layers.{layer}.self_attn.{proj}.bias"] = torch.zeros(rows, dtype=torch.bfloat16)
         return out
 
-    mimo = _restored(llama_layout, tmp_path / "mimo", "MiMoForCausalLM", edit, num_nextn_predict_layers=1)
+    return _restored(src, dst, "MiMoForCausalLM", edit, num_nextn_predict_layers=1)
+
+
+def test_mimo_mtp_layers_vllm_drops_are_not_errors(capsys, llama_layout, tmp_path):
+    """Published MiMo-7B checkpoints store an MTP block under model.mtp_layers.0.*, which vLLM 0.32's MiMoForCausalLM
+    drops unread (mimo.py:93: hf_to_vllm_mapper orig_to_new_prefix {"model.mtp_layers.": None}; the row's renames
+    record that prefix, generated from the mapper). Measured (tools/vllm_load.py): this export, its MTP q_proj BF16
+    and not excluded, loads in vLLM 0.32. Doctor checks nothing under it and says so in one note."""
+    assert VLLM.entries["MiMoForCausalLM"]["renames"] == {"model.mtp_layers.": None}
+    mimo = mimo_with_mtp(llama_layout, tmp_path / "mimo")
     code, out, _ = run_captured(capsys, "doctor", mimo, "--target", "vllm==0.32.0")
     assert code == 0 and "0 error(s)" in out.splitlines()[0], out
+    assert "weight mapper drops every tensor under model.mtp_layers. unread" in out and "mtp_layers.0.self_attn.q_proj:" not in out, out
 
 
 @pytest.mark.xfail(strict=True, reason="MiniCPM's row is learned from num_experts read with vLLM's default 0 (the dense "
-                   "branch, minicpm.py:353); its MoE branch builds mlp.gate as GateLinear without a quant config")
+                   "branch, minicpm.py:419); a config with experts now gets the generic row (test below), which knows no "
+                   "router; the MoE branch is not learned: MiniCPMMoE stacks every expert into its own ws / w2s "
+                   "parameters, not FusedMoE's, so own_checkpoint finds no names to learn (NO_LAYOUT)")
 def test_minicpm_moe_router_is_not_called_built_nvfp4(capsys, llama_layout, tmp_path):
     """MiniCPM-MoE-8x2B's config says num_experts: 8 under MiniCPMForCausalLM; vLLM 0.32's MiniCPMMoE builds its
     router `mlp.gate` unquantized (GateLinear, no quant_config), so a BF16 router is no error."""
@@ -170,3 +180,32 @@ def test_minicpm_moe_router_is_not_called_built_nvfp4(capsys, llama_layout, tmp_
     moe = _restored(llama_layout, tmp_path / "moe", "MiniCPMForCausalLM", edit, num_experts=2, num_experts_per_tok=1)
     code, out, _ = run_captured(capsys, "doctor", moe, "--target", "vllm==0.32.0")
     assert "mlp.gate: stored bf16, but vllm==0.32.0 builds it nvfp4" not in out, out
+
+
+def test_learned_rows_record_every_defaulted_read_with_the_value_used():
+    """getattr(config, "num_experts", 0) picks MiniCPM's dense MLP silently: each learned row's config.source lists the
+    fields vLLM's model code read with a default and the value it used, and `agrees_with` holds those whose other value
+    builds other layers (tools/vllm_remote_configs.py deciding_default)."""
+    minicpm = VLLM.entries["MiniCPMForCausalLM"]["config"]
+    assert "num_experts=0 (minicpm.py:" in minicpm["source"] and minicpm["agrees_with"] == {"num_experts": 0}, minicpm
+    exaone = VLLM.entries["ExaoneForCausalLM"]["config"]["source"]
+    assert "attention_bias=False (exaone.py:" in exaone and "mlp_bias=False (exaone.py:" in exaone, exaone
+    assert "moe_router_enable_expert_bias=False" in VLLM.entries["BailingMoeV2_5ForCausalLM"]["config"]["source"]
+
+
+def test_a_config_of_another_branch_gets_the_generic_row_and_doctor_says_why(capsys, llama_layout, tmp_path):
+    """MiniCPM's row is the dense build (num_experts read with default 0); a config.json with num_experts: 2 is
+    another build, so the row does not apply: generic roles, and doctor's line names the field and both values.
+    The same config with num_experts: 0 written out is the row's own build."""
+    from repair.arch import architecture
+
+    config = json.loads((llama_layout / "config.json").read_text())
+    moe = dict(config, architectures=["MiniCPMForCausalLM"], num_experts=2)
+    assert architecture(moe).not_covered and architecture(dict(moe, num_experts=0)).name.startswith("MiniCPMForCausalLM")
+    out_dir = tmp_path / "m"
+    shutil.copytree(llama_layout, out_dir)
+    (out_dir / "config.json").write_text(json.dumps(moe))
+    code, out, _ = run_captured(capsys, "doctor", out_dir, "--target", "vllm==0.32.0")
+    assert "does not cover this config (its row was learned where vLLM's model code read num_experts = 0 by default, " \
+        "which chose the layers it builds; config.json sets num_experts = 2), so generic layer roles were used" in out, out
+

@@ -200,6 +200,14 @@ def renames(model_class, names: list[str]) -> dict[str, str | None]:
     return by_pattern(changed, lambda n, _: None if mapped[n] is None else pattern(mapped[n]))
 
 
+def mapper_drops(model_class) -> dict[str, None]:
+    """Checkpoint name prefix -> None for each prefix the class's hf_to_vllm_mapper maps to None: load_weights drops
+    every tensor under it unread (MiMo's `model.mtp_layers.`, mimo.py's orig_to_new_prefix: its MTP block is the
+    drafter's). Kept in `renames` as the prefix itself, its trailing dot included."""
+    mapper = getattr(model_class, "hf_to_vllm_mapper", None)
+    return {p: None for p, new in sorted((getattr(mapper, "orig_to_new_prefix", None) or {}).items()) if new is None}
+
+
 def dropped_tensors(model, tensors: dict) -> dict[str, dict[str, str | None]]:
     """Checkpoint tensor pattern -> {"unfilled": the parameter pattern left unfilled, "refused": vLLM's error or None},
     where the class's own load_weights takes a tensor of the published layout and fills no parameter with it, and a

@@ -48,8 +48,8 @@ from vllm_registry import registry_facts
 from vllm_gpu_stand_ins import cpu_implementation
 from vllm_null_lists import null_exclusions_refused
 from vllm_expert_scales import experts_gate_up_scale_2
-from vllm_load_facts import (dropped_tensors, log, load_renames, nvfp4_refusals, pattern, placed_weights, quant_prefixes,
-                             record_asked_prefixes, renames)
+from vllm_load_facts import (dropped_tensors, log, load_renames, mapper_drops, nvfp4_refusals, pattern, placed_weights,
+                             quant_prefixes, record_asked_prefixes, renames)
 from vllm_saved_names import (NO_LAYOUT, UNBUILT, checkpoint_names, own_checkpoint, own_names_layout, saved_tensors,  # noqa: F401
                               saved_weights, transformers_model)  # (UNBUILT, saved_tensors, ...: imported from here too)
 
@@ -106,13 +106,13 @@ def build_model(folder: str, initialize_model, drafter: bool = False):
     raise AssertionError("unreachable")
 
 
-def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict, str]) -> dict:
+def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict, str, dict]) -> dict:
     import transformers
     from vllm import ModelRegistry
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.utils import initialize_model
 
-    config, source = small  # small_config's, read before vLLM registers its own config class for the model type
+    config, source, deciding = small  # small_config's, read before vLLM registers its own config class for the model type
     model_class = ModelRegistry._try_load_model_cls(arch)
     if model_class is None:
         raise NoConfig("vLLM cannot import its model class here (a GPU-only or missing dependency)")
@@ -156,10 +156,11 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
     drafter_only = modelopt_fp4_only(arch, config, refused, mtp["mtp"].get("modules", {}), build_model, state_of,
                                      drafter=True) if mtp else []
     mtp = {"mtp": dict(mtp["mtp"], modelopt_fp4_only=drafter_only)} if drafter_only else mtp
-    return {"config": {"source": source, "model_type": config.get("model_type")}, **extra,
+    agrees = {"agrees_with": deciding} if deciding else {}  # a config.json setting another value builds other layers
+    return {"config": {"source": source, "model_type": config.get("model_type"), **agrees}, **extra,
             "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
-            "renames": renames(type(model), checkpoint_names(transformers_model(arch, export, "meta")) if own is None
-                               else sorted(weights)),
+            "renames": renames(type(model), checkpoint_names(transformers_model(arch, export, "meta"))) if own is None
+            else {**renames(type(model), sorted(weights)), **mapper_drops(type(model))},
             **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
             **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}),
             **({"dropped_in_layers": layers} if layers else {}), **mtp,
@@ -357,7 +358,7 @@ def main(argv: list[str]) -> int:
               "registered": len(_TEXT_GENERATION_MODELS), "architectures": {}, "unprofiled": {}, "build_refused": {}}
     for arch in archs:
         t0 = time.perf_counter()
-        small: tuple[dict, str] = ({}, "")
+        small: tuple[dict, str, dict] = ({}, "", {})
         try:
             with class_mappings_kept(arch):
                 small = small_config(arch, names)

@@ -1,6 +1,6 @@
 """Small configs for vLLM's registered architectures, from transformers' own config classes (run in .venv-vllm).
 
-`small_config(arch)` returns (config dict, provenance) or raises `NoConfig` with the reason. The config class is
+`small_config(arch)` returns (config dict, provenance, the defaults that chose a learned config's layers) or raises `NoConfig` with the reason. The config class is
 the one transformers registers for the architecture's model_type (its auto-model mappings name the class); its
 defaults are shrunk by overriding only the size keys the class has (hidden sizes, layer and head counts, experts),
 passed to the class's own __init__ so derived fields (layer_types, head_dim) are recomputed by transformers.
@@ -286,13 +286,13 @@ REMOTE = ("transformers ships no model class of this name, nor vLLM a config cla
           "with remote code)")
 
 
-def _remote(arch: str) -> tuple[dict, str]:
+def _remote(arch: str) -> tuple[dict, str, dict]:
     """tools/vllm_remote_configs.py's config learned from vLLM's own model code, or NoConfig saying why not."""
     import tempfile
 
     from vllm import ModelRegistry
     from vllm.model_executor.model_loader.utils import initialize_model
-    from vllm_profile import build_model, write_config
+    from vllm_profile import build_model, modules_of, write_config
     from vllm_remote_configs import remote_config
 
     model_class = ModelRegistry._try_load_model_cls(arch)
@@ -300,17 +300,17 @@ def _remote(arch: str) -> tuple[dict, str]:
         raise NoConfig("vLLM cannot import its model class here (a GPU-only or missing dependency)")
     ModelRegistry.register_model(arch, model_class)  # in-process, as the profile builds it
 
-    def failure(config: dict) -> Exception | None:
+    def build(config: dict) -> tuple[Exception | None, dict]:
         with tempfile.TemporaryDirectory() as folder:
             write_config(folder, arch, config, [])
             try:
-                build_model(folder, initialize_model)
+                model, _ = build_model(folder, initialize_model)
             except Exception as e:  # noqa: BLE001 - the learner reads the error: a field to answer, or the reason
-                return e
-        return None
+                return e, {}
+        return None, modules_of(model)
 
     try:
-        return remote_config(arch, failure)
+        return remote_config(arch, build)
     except NoConfig as e:
         raise NoConfig(f"{REMOTE}; {e}") from None
 
@@ -320,8 +320,8 @@ def _listed(value) -> tuple:
     return tuple(value) if isinstance(value, (list, tuple)) else ()
 
 
-def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str]:
-    """(config.json contents without architectures, where it came from) for a registered architecture: transformers'
+def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str, dict]:
+    """(config.json contents without architectures, where it came from, the defaults that chose a learned config's layers) for a registered architecture: transformers'
     config class for it, else the one vLLM ships (`vllm_config_class`), else one learned from what vLLM's own model
     code reads (tools/vllm_remote_configs.py: the config comes with remote code only)."""
     import transformers
@@ -345,4 +345,4 @@ def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str]:
     for key, value in EXTRA.get(arch, {}).items():  # "sub.key": a field of a sub-config (text_config)
         parent, _, child = key.rpartition(".")
         (config.setdefault(parent, {}) if parent else config)[child] = value
-    return config, f"{owner} {cls.__name__}, shrunk (tools/vllm_profile_configs.py SMALL)"
+    return config, f"{owner} {cls.__name__}, shrunk (tools/vllm_profile_configs.py SMALL)", {}

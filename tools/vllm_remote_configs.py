@@ -9,12 +9,19 @@ AttributeError naming it) is answered from GENERIC, then the build is tried agai
 fields the class was seen to read; the profile row's `config.source` lists them. A read GENERIC does not answer, or
 any other failure to build, leaves the architecture unprofiled with that reason (never a row from a guessed layout).
 Reads with a default (`getattr(config, "x", default)`) take vLLM's default: the path of a config without the field.
+Those reads choose a branch too (MiniCPM's `num_experts` default 0 builds the dense MLP), so every field vLLM's model
+code read and the config lacked is recorded with the value the code used: the class's `__getattr__` (reached only for
+a field the config lacks) notes the reading line under vllm/model_executor/models/, and the default is read off that
+line's getattr call. The row's `config.source` lists them, and `config.defaulted` holds those whose default is a
+literal: the row describes a config that agrees with them (repair/arch/profiled.py applies it to no other).
 Imports nothing from ``repair``.
 """
 
 from __future__ import annotations
 
+import ast
 import re
+import sys
 
 from vllm_profile_configs import SMALL, NoConfig
 
@@ -46,26 +53,80 @@ def model_type(arch: str) -> str:
 
 
 def register(arch: str) -> str:
-    """Register (once) a plain PretrainedConfig subclass for `arch` with transformers' AutoConfig; its model_type."""
+    """Register (once) a plain PretrainedConfig subclass for `arch` with transformers' AutoConfig; its model_type.
+    Its `reads` (a list on the class, emptied by remote_config before each build) collects (field, file, line) for
+    every field vLLM's model code asks of it and it lacks."""
     from transformers import AutoConfig, PretrainedConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     name = model_type(arch)
     if name not in CONFIG_MAPPING:
-        AutoConfig.register(name, type(f"Remote{arch}Config", (PretrainedConfig,), {"model_type": name}))
+        AutoConfig.register(name, type(f"Remote{arch}Config", (PretrainedConfig,),
+                                       {"model_type": name, "reads": [], "__getattr__": _noted_miss}))
     return name
 
 
-def remote_config(arch: str, failure) -> tuple[dict, str]:
-    """(config dict without architectures, its provenance) that vLLM's model class for `arch` builds from, or NoConfig.
-    `failure(config)` builds the class from a config dict and returns the exception it raised, None when it built."""
+def _noted_miss(self, field: str):
+    """A field the config lacks: noted where vLLM's model code asked for it, then AttributeError as ever."""
+    caller = sys._getframe(1)
+    if "/vllm/model_executor/models/" in caller.f_code.co_filename and not field.startswith("_"):
+        type(self).reads.append((field, caller.f_code.co_filename, caller.f_lineno))
+    # the name the lookup failed on: an instance's attribute_map sends a read elsewhere (telechat2.py's n_layer)
+    missing = object.__getattribute__(self, "attribute_map").get(field, field) if field != "attribute_map" else field
+    raise AttributeError(f"'{type(self).__name__}' object has no attribute '{missing}'")
+
+
+def default_read(field: str, path: str, line: int) -> str | None:
+    """The source of the default of the `getattr(<x>, "field", default)` call on `line` of `path`; None when that line
+    reads the field without one (the build then stops on it, and GENERIC answers)."""
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                and len(node.args) == 3 and isinstance(node.args[1], ast.Constant) and node.args[1].value == field
+                and node.lineno <= line <= (node.end_lineno or node.lineno)):
+            return ast.unparse(node.args[2])
+    return None
+
+
+def defaulted_reads(reads: list, answered: dict) -> dict[str, tuple[str, str]]:
+    """field -> (the default's source, `file.py:line`) for every field the model code read with a default and the
+    learned config does not hold (the first reading line)."""
+    out: dict[str, tuple[str, str]] = {}
+    for field, path, line in reads:
+        default = None if field in answered or field in out else default_read(field, path, line)
+        if default is not None:
+            out[field] = (default, f"{path.rpartition('/models/')[2]}:{line}")
+    return out
+
+
+def literal(source: str):
+    """The default's value where it is a literal (0, False, "softmax"), else the NotImplemented marker."""
+    try:
+        return ast.literal_eval(source)
+    except (ValueError, SyntaxError):
+        return NotImplemented
+
+
+def remote_config(arch: str, build) -> tuple[dict, str, dict]:
+    """(config dict without architectures, its provenance, the defaults that chose its layers: field -> the default)
+    that vLLM's model class for `arch` builds from, or NoConfig. `build(config)` builds the class from a config dict and returns (the exception
+    it raised or None, the built modules: tools/vllm_profile.py modules_of)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
     config: dict = {"model_type": register(arch)}
+    noted = CONFIG_MAPPING[config["model_type"]].reads
     reads: list[str] = []
     while True:
-        error = failure(config)
+        noted.clear()
+        error, modules = build(config)
         if error is None:
-            return config, (f"{LEARNED} (tools/vllm_remote_configs.py GENERIC): it read "
-                            + ", ".join(reads))
+            defaulted = defaulted_reads(noted, config)
+            deciding = {k: literal(v) for k, (v, _) in defaulted.items() if deciding_default(k, literal(v), config, modules, build)}
+            said = "; ".join(f"{k}={v} ({at}{', chose the layers built' if k in deciding else ''})"
+                             for k, (v, at) in sorted(defaulted.items()))
+            return config, (f"{LEARNED} (tools/vllm_remote_configs.py GENERIC): it read " + ", ".join(reads)
+                            + (f"; it read with a default, and used: {said}" if said else "")), deciding
         field = _MISSING.search(str(error)) if isinstance(error, AttributeError) else None
         if field is None or field.group(1) in config:
             raise NoConfig(f"{UNBUILT}: {type(error).__name__}: {str(error)[:160]}")
@@ -73,3 +134,25 @@ def remote_config(arch: str, failure) -> tuple[dict, str]:
             raise NoConfig(f"{NO_ANSWER}: {field.group(1)}")
         config[field.group(1)] = GENERIC[field.group(1)]
         reads.append(field.group(1))
+
+
+def deciding_default(field: str, value, config: dict, modules: dict, build) -> bool:
+    """Whether a default chose the layers: the class, built with another value of the field (a bool negated, 0 -> 2,
+    another int doubled, a float halved, 0.0 -> 1.0), builds other modules. A default that is no bool or number (None,
+    a list, an expression), or whose other value does not build from the generic values (fields it reads then are
+    answered as the learned config's were), is listed in config.source only: no claim either way."""
+    if isinstance(value, bool):
+        other = not value
+    elif isinstance(value, int):
+        other = value * 2 if value else 2
+    elif isinstance(value, float):
+        other = value / 2 if value else 1.0
+    else:
+        return False
+    trial = dict(config, **{field: other})
+    while True:  # the other branch may read more fields: answered from GENERIC as the learned config's were
+        error, built = build(trial)
+        asked = _MISSING.search(str(error)) if isinstance(error, AttributeError) else None
+        if asked is None or asked.group(1) in trial or asked.group(1) not in GENERIC:
+            return error is None and built != modules
+        trial[asked.group(1)] = GENERIC[asked.group(1)]

@@ -8,7 +8,10 @@ assistant's loader profile and the multimodal Qwen3.5/3.6 classes (MTP drafters'
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from repair.arch.base import GENERIC, Architecture, LayerKind, ModuleSpec
+from repair.arch.configured import disagreement
 from repair.arch.gemma4_assistant import GEMMA4_ASSISTANT
 from repair.arch.moe_routers import QWEN3_5
 from repair.arch.profiled import ReleaseProfile, read_profiles
@@ -36,7 +39,8 @@ def architecture(config: dict | None, profile: ReleaseProfile | None = None, bor
     if hand is not None:
         return hand.borrowed() if borrowed else hand
     row = profile.row(built.name, borrowed, config) if profile is not None and built.name is not None else None
-    return GENERIC if row is None else row
+    why = disagreement(profile.entries.get(built.name or ""), config) if row is None and profile is not None else None
+    return (replace(GENERIC, not_covered=why) if why else GENERIC) if row is None else row
 
 
 def expected_modules(config: dict | None, where: str = "config.json", row: Architecture | None = None) -> dict[str, ModuleSpec] | None:

@@ -110,6 +110,8 @@ class Architecture:
     merged_layers: dict[str, tuple[str, ...]] = field(default_factory=dict)
     nvfp4_load_refused: tuple[tuple[str, str], ...] = ()  # (re.search on checkpoint names, why): load_weights fails on NVFP4
     dropped_tensors: tuple[DroppedTensor, ...] = ()  # tensors load_weights takes and fills no parameter with
+    # (checkpoint name prefix, why): the weight mapper drops every tensor under it unread (MiMo's model.mtp_layers.)
+    unread_prefixes: tuple[tuple[str, str], ...] = ()
     dropped_in_layers: tuple[LayerDrop, ...] = ()  # modules the runtime builds in some layers only (arch/layer_rules.py)
     load_refused: RefusedLoad | None = None  # the release loads no checkpoint of it (its load_weights fails)
     # checkpoint-side layer name (a fused one: `...self_attn.qkv_proj`) -> the release builds it with a quantized method
@@ -123,6 +125,8 @@ class Architecture:
     # profile's `without.refused_only_with` errors name)
     refused_modules: tuple[tuple[str, str, str], ...] = ()
     refused_config: RefusedConfig | None = None  # the release refuses this config.json while reading it
+    # why the release's row of the class was not used for this config.json (GENERIC's, arch/configured.py disagreement)
+    not_covered: str = ""
 
     def dropped(self, config: dict | None) -> frozenset[str]:
         """Checkpoint module names this release builds in no layer of that name, for this config.json."""

@@ -84,3 +84,17 @@ def _integer(value) -> bool:
 def _shown(value: int) -> str:
     text = str(value)
     return text if len(text) <= SHOWN else f"{text[:SHOWN]}... ({len(text)} digits)"
+
+
+def disagreement(entry: dict | None, config: dict | None) -> str | None:
+    """Why a learned row does not describe this config, None when it does: config.json sets a field the row's build
+    read with a default (`config.agrees_with`, tools/vllm_remote_configs.py) to another value, and vLLM builds other
+    layers for another value (MiniCPM's num_experts: 0 builds the dense MLP, 8 the MoE with an unquantized router)."""
+    agreed = ((entry or {}).get("config") or {}).get("agrees_with") or {}
+    part = text_part(config) if config is not None else {}
+    for field, value in sorted(agreed.items()):
+        if field in part and part[field] != value:
+            return (f"its row was learned where vLLM's model code read {field} = {value!r} by default, which chose the "
+                    f"layers it builds; config.json sets {field} = {part[field]!r}")
+    return None
+

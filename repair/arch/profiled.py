@@ -21,7 +21,7 @@ from functools import cached_property
 from importlib.resources import files
 
 from repair.arch.base import Architecture, DroppedTensor, RefusedConfig, RefusedLoad
-from repair.arch.configured import as_configured
+from repair.arch.configured import as_configured, disagreement
 from repair.arch.layer_rules import LayerDrop
 from repair.arch.registry import Registry
 from repair.arch.roles import GENERIC_ROLES, UnquantizedRole
@@ -105,6 +105,8 @@ class ReleaseProfile:
         """The architecture's row; `borrowed`: for another runtime whose rules take this release's layer roles and fused
         layers (`layer_rows`), without what only this runtime's code says (`OWN_CODE`) but the routed experts' prefix.
         `config`: a config lacking the fields the profiled build read (`without`) takes the modules vLLM builds then."""
+        if disagreement(self.entries.get(name), config):  # a learned row of another branch: `arch.architecture` says so
+            return None
         entry = as_configured(self.entries.get(name), config)
         if entry is not None and borrowed:
             moe = {k: v for k, v in entry.get("prefixes", {}).items() if v.endswith(ROUTED_EXPERTS)}
@@ -206,6 +208,9 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
     dropped = tuple(DroppedTensor(pattern_regex([p]), fact["unfilled"], fact["refused"],
                                   f"{profile.label}'s {name} load_weights fills no parameter with it (its own code, "
                                   f"recorded in {profile.source})") for p, fact in sorted(entry.get("dropped", {}).items()))
+    unread = tuple((p, f"{profile.label}'s {name} weight mapper drops every tensor under {p} unread (its own code, "
+                       f"recorded in {profile.source})") for p, new in sorted(entry.get("renames", {}).items())
+                   if new is None and p.endswith("."))
     drops = tuple(LayerDrop(module, run, field, profile.source) for module, rule in sorted(entry.get("dropped_in_layers", {}).items())
                   for run, field in sorted(rule.items()))
     fields = " / ".join(entry.get("without", {}).get("fields", ())[:1])
@@ -224,7 +229,7 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
     return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
                         unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused,
                         merged_layers=merged_layers(entry),
-                        nvfp4_load_refused=refused, dropped_tensors=dropped, dropped_in_layers=drops,
+                        nvfp4_load_refused=refused, dropped_tensors=dropped, dropped_in_layers=drops, unread_prefixes=unread,
                         load_refused=load_refused, built_quantized=BuiltQuantized(entry), required_modules=required,
                         refused_modules=refused_modules, refused_config=config,
                         **names)

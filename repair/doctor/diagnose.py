@@ -15,7 +15,7 @@ from repair.doctor.checks import (config_findings, fused_findings, health_findin
                                   unquantized_role_findings)
 from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
                                     kv_scale_health, layer_map_findings, null_list_findings, runtime_refusal_findings)
-from repair.doctor.dropped import dropped_tensor_findings
+from repair.doctor.dropped import dropped_tensor_findings, unread_tensors
 from repair.doctor.expert_scales import experts_fact
 from repair.doctor.config_builds import refused_config_findings, unexpected_tensor_findings
 from repair.doctor.refused_load import build_refused_findings, load_refused_findings, registry_findings
@@ -63,11 +63,11 @@ def diagnose_each(ckpt: Checkpoint, targets: tuple[Target, ...], tp: int = 1, *,
 
 def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: Progress | None, shared: BlockReads | None,
               builds: Builds) -> Diagnosis:
-    infos = ckpt.infos()
-    fmt = formats.detect(ckpt)
-    modules = {m.name: m for m in fmt.group_modules(infos)}
     resolved = target.built(builds)  # which listed class the target builds: decided here, obeyed by every check below
     family = target_family(target, ckpt.config, builds)
+    infos, unread = unread_tensors(ckpt.infos(), family, target)  # its weight mapper drops them: no check applies
+    fmt = formats.detect(ckpt)
+    modules = {m.name: m for m in fmt.group_modules(infos)}
     declaration = target.bind(fmt.read_declaration(ckpt), family, ckpt.config, resolved)
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json"), family) or {}
     precision = runtime_precision(specs, declaration, target, family)
@@ -112,7 +112,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     mismatched, notes = algorithm_findings(declaration, modules, specs, family, precision)
     findings += layer_map_findings(declaration) + mismatched
     kv_cache, kv_notes = kv_cache_findings(declaration, infos)
-    notes += kv_notes + config_notes + backend + refused_notes + not_built_notes
+    notes += unread + kv_notes + config_notes + backend + refused_notes + not_built_notes
     findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.allows_quant_config:
         building = fused_findings(declaration, modules, family, target) + fused_algorithm_findings(declaration, modules, family, target)

@@ -7,6 +7,8 @@ quantized checkpoint vLLM 0.32's weights check (off by default there: `--model-l
 '{"enable_weights_track": true}'`) stops the load on it; 0.28's exempts the MoE layer's parameters, as 0.32's does
 for an unquantized checkpoint (its default check).
 No change to the files makes that release read the tensor, so it is an error fix cannot settle.
+Tensors under a prefix the weight mapper drops (MiMo's `model.mtp_layers.`: the drafter's, never the main model's)
+are never read at all: no check applies to them, and one note says so.
 """
 
 from __future__ import annotations
@@ -17,6 +19,20 @@ from collections.abc import Iterable
 from repair.arch import Architecture
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.targets.profiles import Target
+
+
+def unread_tensors(infos: dict, family: Architecture, target: Target) -> tuple[dict, list[Finding]]:
+    """(the tensors the target reads, one note per prefix its weight mapper drops that the checkpoint stores under)."""
+    if not family.unread_prefixes or not target.profile.knows_layer_roles:
+        return infos, []
+    notes = []
+    for prefix, why in family.unread_prefixes:
+        hits = sorted(n for n in infos if n.startswith(prefix))
+        if hits:
+            notes.append(Finding(Severity.WARNING, Kind.IGNORED_TENSORS, prefix + "*",
+                                 f"{len(hits)} tensor(s) under {prefix} ({hits[0]}, ...): {why}; no check applies to them"))
+    kept = {n: i for n, i in infos.items() if not n.startswith(tuple(p for p, _ in family.unread_prefixes))}
+    return kept, notes
 
 
 def dropped_tensor_findings(names: Iterable[str], family: Architecture, target: Target, quantized: bool) -> list[Finding]:

@@ -86,7 +86,7 @@ def uncovered(d: Diagnosis) -> bool:
     """A target that reads the quantization config, whose release's generated profile has no row for the model."""
     release = d.target.release
     return (d.target.profile.allows_quant_config and not d.simulated and release is not None
-            and d.architecture not in release.entries)
+            and (d.architecture not in release.entries or bool(d.family and d.family.not_covered)))
 
 
 def checked(d: Diagnosis) -> str:
@@ -108,6 +108,8 @@ def _rows(d: Diagnosis) -> str:
     release = d.target.release
     if release is None:
         return ""
+    if d.family is not None and d.family.not_covered:
+        return f"; {release.label}'s generated profile does not cover this config ({d.family.not_covered}), so generic layer roles were used"
     if d.architecture in release.entries:
         return f"; its layer roles and fused layers are {release.label}'s own (generated profile)"
     why = release.unprofiled.get(d.architecture, "not among its registered text-generation architectures")

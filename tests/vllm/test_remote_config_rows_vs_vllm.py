@@ -41,3 +41,19 @@ def test_vllm_loads_the_learned_names_and_places_every_one(checked, arch):
     assert line["unplaced"] == [], f"vLLM's load_weights put these nowhere: {line['unplaced']}"
     assert line["healthy_load"]["ok"], line["healthy_load"]
     assert any(line["declared"].values()), "no module stored NVFP4: the export judges nothing"
+
+
+def test_vllm_loads_mimo_with_an_mtp_block_doctor_does_not_check(tmp_path, capsys):
+    """vLLM 0.32's MiMoForCausalLM drops model.mtp_layers.* unread (mimo.py: hf_to_vllm_mapper orig_to_new_prefix
+    {"model.mtp_layers.": None}), the fact the row's renames record: an export whose MTP q_proj is BF16 and excluded
+    nowhere loads, with no parameter of the main model named after it; doctor agrees (0 errors, one note)."""
+    from tests.conftest import run_captured
+    from tests.test_remote_config_rows import mimo_with_mtp
+    from tools.real_fixture import write_real_model
+
+    mimo = mimo_with_mtp(write_real_model(tmp_path / "qwen3", "qwen3-32b"), tmp_path / "mimo")
+    (line,) = in_vllm("vllm_load.py", mimo)
+    assert line["ok"], line
+    assert not any("mtp" in name for name in line["params"]), sorted(line["params"])
+    code, out, _ = run_captured(capsys, "doctor", mimo, "--target", "vllm==0.32.0")
+    assert code == 0 and "0 error(s)" in out.splitlines()[0] and "model.mtp_layers." in out, out
