@@ -209,3 +209,15 @@ def test_a_config_of_another_branch_gets_the_generic_row_and_doctor_says_why(cap
     assert "does not cover this config (its row was learned where vLLM's model code read num_experts = 0 by default, " \
         "which chose the layers it builds; config.json sets num_experts = 2), so generic layer roles were used" in out, out
 
+
+
+@pytest.mark.parametrize("name, module, asked", [
+    ("StableLmForCausalLM", "model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.qkv_proj"),
+    ("OrionForCausalLM", "model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.qkv_proj"),
+    # vLLM 0.32 loads q/k/v_conv1d into one conv1d it builds with no quant method: it asks its quant config nothing about
+    # conv1d, so a shard's own exclusion is what inspect reads (the vLLM tier's inspect-vs-vLLM on OlmoHybrid found it)
+    ("OlmoHybridForCausalLM", "model.layers.0.linear_attn.q_conv1d", "model.layers.0.linear_attn.q_conv1d"),
+])
+def test_a_merged_layer_is_asked_by_its_own_name_only_where_the_release_asks_its_quant_config(name, module, asked):
+    row = arch.architecture({"architectures": [name]}, VLLM)
+    assert row.asked_as(module) == asked

@@ -171,10 +171,14 @@ class Architecture:
         """The checkpoint-side name vLLM asks its quant config about for `module`: a shard of a layer built from 2+
         checkpoint modules that no packed_modules_mapping names (`merged_layers`) is asked as that layer alone
         (quant_utils.py is_layer_skipped sees `qkv_proj`: Orion's and StableLM's q/k/v_proj excluded one by one leave
-        qkv_proj NVFP4, and the load stops on their BF16 weights; measured). Routed experts are never merged so."""
+        qkv_proj NVFP4, and the load stops on their BF16 weights; measured). Not where the release builds that layer
+        with no quant method (`built_quantized`: OlmoHybrid's conv1d from q/k/v_conv1d asks nothing), nor routed experts."""
         parent, _, leaf = module.rpartition(".")
         merged = next((f for f, shards in self.merged_layers.items() if leaf in shards and f not in self.fused_layers), None)
-        return f"{parent}.{merged}" if merged and parent and ".experts." not in module else module
+        if not merged or not parent or ".experts." in module:
+            return module
+        layer = f"{parent}.{merged}"
+        return layer if self.built_quantized is None or self.built_quantized(layer) else module
 
     def asked_name(self, module: str) -> str:
         """`asked_as`, as the runtime names it (`runtime_name`)."""
