@@ -152,3 +152,24 @@ def assert_one_of_two_ends(capsys, ran: tuple[int, str, Trigger], out: Path, ref
         shutil.rmtree(again)
     else:
         assert outputs(out) == reference, case
+
+
+def assert_changed_at_every_read(monkeypatch, capsys, tmp_path: Path, pristine: Path, args, kind: str, label: str) -> None:
+    """#25's property with the input folder `pristine` (a copy of it per run) changed by `kind` at each read in turn:
+    `args(folder, out)` is the command reading `folder`; at least one run must see the change (exit 2)."""
+    clean = tmp_path / "clean-in"
+    shutil.copytree(pristine, clean)
+    code, err, counted = run(monkeypatch, capsys, args(clean, tmp_path / "clean"))
+    assert code == 0, err
+    reference, reads = outputs(tmp_path / "clean"), counted.count
+    outcomes = []
+    for k in range(1, reads + 1):
+        folder, out = tmp_path / f"in-{k}", tmp_path / f"out-{k}"
+        shutil.copytree(pristine, folder)
+        ran = run(monkeypatch, capsys, args(folder, out), k, lambda: mutate(kind, folder / "model.safetensors"))
+        outcomes.append(ran[0])
+        rerun = args(folder, tmp_path / f"again-{k}")
+        assert_one_of_two_ends(capsys, ran, out, reference, rerun, f"{label}: {kind} at read {k} of {reads}")
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(folder)
+    assert 2 in outcomes, "no run saw its input change"
