@@ -50,6 +50,28 @@ def test_doctor_reports_the_merged_layer_whose_shards_are_stored_apart(capsys, t
     assert found[0]["severity"] == "error" and "load_qkv_weight" in found[0]["runtime_error"]
 
 
+def test_a_shard_stored_apart_gets_one_error_with_the_repair_that_loads(capsys, tmp_path):
+    """The fused-shards error is the whole account of a shard stored apart from its siblings: the per-shard
+    "exclude it" advice beside it was wrong for both kinds of layer. vLLM 0.32 refuses a fused layer whose shards are
+    excluded apart ("Detected some but not all shards of ... are quantized", quant_utils.is_layer_skipped), and a
+    merged layer excluded by its own name alone builds BF16 parameters the NVFP4 shards do not fit."""
+    merged = findings(capsys, stablelm_k_bf16(tmp_path / "stablelm"))
+    fused = findings(capsys, export(tmp_path / "llama", "LlamaForCausalLM", "llama", _qkv_with_k_bf16(), ["lm_head"]))
+    for found in (merged, fused):
+        errors = [(f["code"], f["subject"]) for f in found if f["severity"] == "error"]
+        assert errors == [("fused-shards", f"{ATTN}.qkv_proj")], found
+
+
+def _qkv_with_k_bf16() -> dict[str, torch.Tensor]:
+    """stablelm_k_bf16's tensors: q/k/v of two layers packed with one shared scale, layer 0's k_proj BF16."""
+    from safetensors.torch import load_file
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tensors = load_file(stablelm_k_bf16(Path(tmp) / "x") / "model.safetensors")
+    return {k: v for k, v in tensors.items() if ".self_attn." in k and ".o_proj." not in k}
+
+
 def test_fix_dequantizes_every_shard_and_names_the_merged_layer(capsys, tmp_path):
     src = stablelm_k_bf16(tmp_path / "src")
     out = tmp_path / "out"

@@ -21,7 +21,7 @@ from repair.doctor.config_builds import refused_config_findings, unexpected_tens
 from repair.doctor.refused_load import build_refused_findings, load_refused_findings, registry_findings
 from repair.doctor.fix_hints import true_hints
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
-from repair.doctor.fused import fused_storage_findings
+from repair.doctor.fused import fused_storage_findings, said_by_fused
 from repair.doctor.missing import consequence, missing_findings, unbuilt
 from repair.doctor.module_loads import load_stops, module_driven, module_load_findings, replaced_by_loads
 from repair.doctor.scales import BlockReads, Progress, ScaleValues
@@ -135,6 +135,8 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         findings += scheme_findings(modules, precision, declaration, family, target)
         excluded = excluded_packed_findings(modules, precision, declaration, family, target)
         excluded += unloadable_full_precision_findings(modules, precision, declaration, family, target)
+        apart = said_by_fused(findings, modules, family)  # a shard stored apart: the fused-shards error says it all
+        excluded = [f for f in excluded if f.subject not in apart]
         refused = target.profile.refused.get(declaration.quant_algo or "") or any(f.code == Kind.NULL_EXCLUSIONS for f in findings)  # the config is refused before any layer is built
         loads, first = table_loads(modules, precision, ckpt, target, family, tp, fmt.RUNTIME_LEAVES, resolved) \
             if target.profile.rules and not refused and not module_driven(target) else ([], first)

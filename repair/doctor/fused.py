@@ -46,3 +46,10 @@ def fused_storage_findings(declaration: Declaration, modules: dict[str, StoredMo
                            f"AssertionError: (no message) shape check in {loader} fails",
                            repairs=tuple(s for s in shards if modules[s].is_quantized)))
     return out
+
+
+def said_by_fused(findings: list[Finding], modules: dict[str, StoredModule], family: Architecture) -> set[str]:
+    """The shards of every layer a fused-shards error names: that error is their whole account (excluding one shard
+    apart is no repair: vLLM refuses a fused layer's shards excluded apart, and builds a merged one BF16 for all)."""
+    fused = {f.subject for f in findings if f.code == Kind.FUSED_SHARDS}
+    return {s for layer, shards in family.scale_groups(modules) if layer in fused for s in shards} if fused else set()
