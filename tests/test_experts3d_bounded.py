@@ -83,27 +83,31 @@ def test_fix_original_verifies_3d_experts_one_expert_at_a_time(tmp_path):
 
 
 def _colwise(src: Path) -> Path:
-    """An architecture no profile knows, whose config's transformers TP plan splits the experts by expert (dim 0)."""
+    """An architecture no profile knows, whose config's transformers TP plan splits the experts column-wise."""
     config = json.loads((src / "config.json").read_text())
     config.update(architectures=["MyMoeForCausalLM"], model_type="mymoe", base_model_tp_plan={"layers.*.mlp.experts": "colwise"})
     (src / "config.json").write_text(json.dumps(config))
     return src
 
 
-def test_the_ranks_rebuild_fix_s_own_output_replicated_and_split_by_expert(tmp_path, capsys):
+def test_the_ranks_rebuild_fix_s_own_output_replicated_and_split_column_wise(tmp_path, capsys):
     """Each rank's experts written expert by expert at their offsets: `unshard` gives `fix`'s output byte for byte, with
-    the experts replicated (gpt-oss's profile) or split by expert (a config's TP plan), with one job or two."""
+    the experts replicated (gpt-oss's profile) or split column-wise (a config's TP plan: each expert's rows, as
+    transformers splits a 3-D parameter), with one job or two."""
     from tests.conftest import run_captured
 
     for name, src in (("replicated", write_experts(tmp_path / "r", 6, 64, 48, layers=2)),
-                      ("by expert", _colwise(write_experts(tmp_path / "c", 6, 64, 48, layers=2)))):
+                      ("column-wise", _colwise(write_experts(tmp_path / "c", 6, 64, 48, layers=2)))):
         assert run_captured(capsys, "fix", "--target", "bf16", src, "-o", tmp_path / f"{name}-one")[0] == 0
         for jobs in ("1", "2"):
             tp = tmp_path / f"{name}-tp-{jobs}"
             code, out, err = run_captured(capsys, "fix", "--target", "bf16", "--tp", "2", "--jobs", jobs, src, "-o", tp)
             assert code == 0, out + err
-            styles = {t["style"] for t in json.loads((tp / "tp_manifest.json").read_text())["tensors"].values()}
-            assert styles == ({"replicated"} if name == "replicated" else {"column"}), styles
+            entries = json.loads((tp / "tp_manifest.json").read_text())["tensors"].values()
+            assert {t["style"] for t in entries} == ({"replicated"} if name == "replicated" else {"column"}), entries
+            # transformers' ColwiseParallel shards a parameter on dim ndim - 2 (distributed/tensor_parallel.py
+            # shard_param: Shard(meta.ndim - 2)): a 3-D experts tensor's second dim, each expert's rows, not the experts
+            assert all(t["dim"] == len(t["shape"]) - 2 for t in entries if t["style"] == "column"), entries
             assert run_captured(capsys, "unshard", tp, "-o", tmp_path / f"{name}-back-{jobs}")[0] == 0
             one = (tmp_path / f"{name}-one" / "model.safetensors").read_bytes()
             assert (tmp_path / f"{name}-back-{jobs}" / "model.safetensors").read_bytes() == one, (name, jobs)

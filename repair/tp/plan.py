@@ -96,8 +96,9 @@ def _spec(t, styles: StylePlan, packed: set[str]) -> ParallelSpec:
     if style not in SPLIT_STYLES or leaf in GLOBAL_SCALES or not t.shape:
         return ParallelSpec(t.name, "replicated")
     heads = styles.heads.get(module)
-    if style != "row":
-        return ParallelSpec(t.name, style, 0, t.shape[0], 1, heads)
+    if style != "row":  # transformers' ColwiseParallel: Shard(ndim - 2), a 3-D experts tensor's rows, not its experts
+        dim = 0 if style == "vocab" else max(len(t.shape) - 2, 0)
+        return ParallelSpec(t.name, style, dim, t.shape[dim], 1, heads)
     if leaf not in ("weight", "weight_scale") or len(t.shape) < 2:
         return ParallelSpec(t.name, "replicated")  # a row-parallel bias is added once, after the reduce
     is_packed = module in packed
