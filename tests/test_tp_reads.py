@@ -144,3 +144,40 @@ class _LazyFiles(dict):
 
     def items(self):
         return self._make().items()
+
+
+@pytest.mark.parametrize("command", ["fix --tp", "unshard"])
+def test_an_error_while_small_files_are_copied_leaves_no_thread_open_file_or_temp_folder(command, src, tmp_path, monkeypatch, capsys):
+    """A disk error on the main thread while small files are still being copied (each copier held inside its copy until
+    0.5 s after the error): the run waits for those copies, closes every file and stops every thread before the temp
+    folder goes, and says one line (exit 2), as fix does with its whole copies (tests/test_copies_ahead.py)."""
+    import repair.execute.copies as copies
+    from tests.conftest import run_captured
+    from tests.test_copies_ahead import _open_files
+
+    if command == "unshard":
+        assert run_cli("fix", src, "-o", tmp_path / "tp", "--tp", "2", "--quiet") == 0
+    release, failed, real_copy = threading.Event(), [], copies.copy_file_started
+
+    def slow_copy(source, dst):
+        out = real_copy(source, dst)
+        release.wait(20)  # a copier still busy when the main thread fails
+        return out
+
+    def broken(*_a, **_k):
+        time.sleep(0.2)  # the copies are started meanwhile
+        failed.append(time.monotonic())
+        threading.Timer(0.5, release.set).start()
+        raise OSError(5, "Input/output error", "disk")
+
+    monkeypatch.setattr(copies, "copy_file_started", slow_copy)
+    monkeypatch.setattr(*((tp_write._Slicer, "write") if command == "fix --tp" else (unshard_module, "_write_shard")), broken)
+    before = {t.ident for t in threading.enumerate()}
+    args = ("fix", src, "--tp", "2", "--quiet") if command == "fix --tp" else ("unshard", tmp_path / "tp")
+    code, _, err = run_captured(capsys, *args, "-o", tmp_path / "out")
+    assert failed and code == 2 and len(err.strip().splitlines()) == 1 and "Input/output error" in err, err
+    assert time.monotonic() - failed[0] >= 0.5, "the run left while a copy was still running"
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["tp"] if command == "unshard" else [])
+    left = [t for t in threading.enumerate() if t.ident not in before and t.is_alive() and not isinstance(t, threading.Timer)]
+    assert not left, left
+    assert not [path for path in _open_files() if path.startswith(str(tmp_path / "out")) or ".out.partial-" in path]

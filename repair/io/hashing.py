@@ -231,16 +231,6 @@ class HashedOutput:
             self.close()
 
 
-def copy_file_hashed(src: PinnedFile, dst: Path) -> str:
-    """Copy a pinned input file whole; the sha256 of the bytes read, which are the bytes written."""
-    out = copy_file_started(src, dst)
-    try:
-        return out.close()
-    except BaseException:  # interrupted as it waits for the hashing: the file is closed and its thread stopped
-        out.abort()
-        raise
-
-
 def copy_file_started(src: PinnedFile, dst: Path) -> HashedOutput:
     """Copy a pinned input file whole; returns with its hashing still running (`close()` gives the sha256)."""
     out = HashedOutput(dst)
