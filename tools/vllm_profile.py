@@ -47,6 +47,7 @@ from vllm_missing_weights import missing_weights
 from vllm_registry import registry_facts
 from vllm_gpu_stand_ins import CPU_IMPLEMENTATION, cpu_implementation, cuda_classes
 from vllm_null_lists import null_exclusions_refused
+from vllm_nested_algos import modelopt_nested_refused
 from vllm_expert_scales import experts_gate_up_scale_2
 from vllm_load_facts import (dropped_tensors, log, load_renames, mapper_drops, nvfp4_refusals, pattern, placed_weights,
                              quant_prefixes, record_asked_prefixes, renames)
@@ -358,6 +359,7 @@ def main(argv: list[str]) -> int:
     result = {"runtime": "vllm", "release": vllm.__version__.split("+")[0], "quantization": QUANTIZATION,
               "missing_weights": missing_weights(lambda quantized: small_llama(quantized, names)),
               "null_exclusions_refused": null_exclusions_refused(),
+              "modelopt_nested_refused": modelopt_nested_refused(),
               "experts_gate_up_scale_2": experts_gate_up_scale_2(),
               "load_refused_checked": True,  # every row says whether vLLM loads any checkpoint of it (`load_refused`)
               "registered": len(_TEXT_GENERATION_MODELS), "architectures": {}, "unprofiled": {}, "build_refused": {}}

@@ -74,15 +74,19 @@ def own_checkpoint(model) -> dict[str, list[int]]:
     """Tensor name -> shape of the checkpoint vLLM's own names describe: its parameters, each fused layer of the
     class's packed_modules_mapping or of its mapper's stacked names (`stacked_shards`) stored as its shards (the names
     its load_weights stacks, e.g. InternLM2's `feed_forward.w1` / `w3` into `gate_up_proj`), split at the layer's own output_sizes, and each routed expert as
-    the tensors its layer's expert mapping names (`expert_tensors`). NoConfig for any other parameter of dim > 2."""
+    the tensors its layer's expert mapping names (`expert_tensors`; any other parameter of a module with an expert
+    mapping is its own: DeepSeek-V4's model holds `hc_head_fn` beside its get_expert_mapping). NoConfig for any other
+    parameter of dim > 2."""
     own = getattr(model, "packed_modules_mapping", None) or {}
     packed = {**stacked_shards(model), **{k: list(v) for k, v in own.items() if list(v) != [k]}}
     modules = dict(model.named_modules())
     out: dict[str, list[int]] = {}
     for name, param in model.named_parameters():
         module, leaf = name.rpartition(".")[::2]
-        if hasattr(modules.get(module), "get_expert_mapping"):
-            out.update(expert_tensors(module, modules[module], leaf, list(param.shape)))
+        experts = expert_tensors(module, modules[module], leaf, list(param.shape)) if hasattr(
+            modules.get(module), "get_expert_mapping") else {}
+        if experts:
+            out.update(experts)
             continue
         if param.dim() > 2:
             raise NoConfig(NO_LAYOUT)
