@@ -74,8 +74,8 @@ def own_checkpoint(model) -> dict[str, list[int]]:
     """Tensor name -> shape of the checkpoint vLLM's own names describe: its parameters, each fused layer of the
     class's packed_modules_mapping or of its mapper's stacked names (`stacked_shards`) stored as its shards (the names
     its load_weights stacks, e.g. InternLM2's `feed_forward.w1` / `w3` into `gate_up_proj`), split at the layer's own output_sizes, and each routed expert as
-    the tensors its layer's expert mapping names (`expert_tensors`; any other parameter of a module with an expert
-    mapping is its own: DeepSeek-V4's model holds `hc_head_fn` beside its get_expert_mapping). NoConfig for any other
+    the tensors its layer's expert mapping names (`expert_tensors`; any other parameter of at most 2 dims on a module
+    with an expert mapping is its own: DeepSeek-V4's model holds `hc_head_fn` beside its get_expert_mapping). NoConfig for any other
     parameter of dim > 2."""
     own = getattr(model, "packed_modules_mapping", None) or {}
     packed = {**stacked_shards(model), **{k: list(v) for k, v in own.items() if list(v) != [k]}}
@@ -83,11 +83,11 @@ def own_checkpoint(model) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for name, param in model.named_parameters():
         module, leaf = name.rpartition(".")[::2]
-        experts = expert_tensors(module, modules[module], leaf, list(param.shape)) if hasattr(
-            modules.get(module), "get_expert_mapping") else {}
-        if experts:
-            out.update(experts)
-            continue
+        if hasattr(modules.get(module), "get_expert_mapping"):
+            experts = expert_tensors(module, modules[module], leaf, list(param.shape))
+            if experts or param.dim() > 2:
+                out.update(experts)
+                continue
         if param.dim() > 2:
             raise NoConfig(NO_LAYOUT)
         parent, _, fused = module.rpartition(".")
