@@ -218,3 +218,16 @@ def test_loader_knows_fp8_and_w4a16_parameters():
     assert _simulate(W4A16_LAYER, "fp8")["layer.weight_scale_2"] == "error"  # no such parameter in an FP8 layer
     assert _simulate([("layer.weight", "BF16", (64, 128))], "fp8")["layer.weight"] == "garbage"  # fits, wrong meaning
     assert _simulate(FP8_LAYER, "bf16")["layer.weight"] == "garbage"
+
+
+def test_vllm_032_refuses_mixed_precision_read_from_hf_quant_config(capsys, tmp_path):
+    """vLLM 0.32 reads hf_quant_config.json where config.json has no quantization_config, and its config reading refuses
+    ModelOpt's nested form for any quant_algo but the FP8 ones and NVFP4, before any layer is built (its data's
+    `modelopt_nested_refused`, from tools/vllm_nested_algos.py; vLLM's own load of a DeepSeek-V4 export so stops:
+    tests/vllm/test_dsv4_gpu_class_vs_vllm.py). The same model with config.json's quantization_config loads."""
+    code, report = doctor(capsys, write_mixed(tmp_path / "hf-only", config_json=False), "--target", "vllm==0.32.0")
+    refused = [f for f in report["findings"] if f["code"] == "quant-config"]
+    assert code == 1 and [f["runtime_error"] for f in refused] == ["ValueError: Unknown ModelOpt quant algo: MIXED_PRECISION"]
+    assert refused[0]["subject"] == "hf_quant_config.json", refused
+    code, report = doctor(capsys, write_mixed(tmp_path / "both"), "--target", "vllm==0.32.0")
+    assert not [f for f in report["findings"] if f["code"] == "quant-config"], report["findings"]

@@ -35,12 +35,23 @@ tools/vllm_runtime.py's ``kernel_stand_ins`` (imports nothing from ``repair``):
     utils/torch_utils.py:875; attention.py:618-630, :724-725), so they decide no layer, quant method, shape or name.
     vLLM's own CPU worker makes the same substitution before it builds any model (v1/worker/cpu/shm.py:61-66, imported
     first by v1/worker/cpu_worker.py:5), with no-ops where these raise.
-  * ``cpu_implementation`` is no stand-in: where a model package picks a CPU implementation of its own on this host
-    (DeepSeek-V4), no stand-in makes it the class a GPU builds, and the profile records why it takes no row from it.
+  * ``cuda_classes`` is no stand-in but the choice a GPU host makes: where a model package picks its implementation
+    per platform and imported its `cpu` one here (0.32's models/deepseek_v4/__init__.py:33-38), the class its
+    `else:` branch imports (nvidia/model.py, nvidia/mtp.py: what a CUDA platform, none of ROCm / XPU / CPU, takes) is
+    built instead, read from that __init__ with ast. Within it nothing else a GPU decides changes a layer: the
+    attention class (nvidia/model.py:1013-1044: FlashMLA, or FlashInfer on SM12 / when asked) only adds buffers to
+    DeepseekV4Attention, whose linears are the same (attention.py:248-283); MegaMoE experts are built only when the
+    user asks `--kernel-config moe_backend` with expert parallel (nvidia/model.py:683-692), otherwise FusedMoE.
+    Its build asks one GPU fact: ``fp8_einsum_recipe_stand_in``. Where the package's choice cannot be read, or a
+    `cpu` class stays, ``cpu_implementation`` says why the profile takes no row from it.
+  * ``fp8_einsum_recipe_stand_in``: DeepSeek-V4's CUDA attention classes ask the device capability when built
+    (nvidia/ops/o_proj.py:29 asserts one) for a recipe read only in forward: two recorded values every use of which
+    raises.
 """
 
 from __future__ import annotations
 
+import ast
 import sys
 
 from sglang_stubs import placeholder
@@ -124,24 +135,141 @@ def cuda_sync_stand_in() -> bool:
 
 
 CPU_IMPLEMENTATION = "vLLM builds its CPU implementation of it on this host"  # tools/profile_report.py reads it
+PLATFORM_TESTS_TRUE_ON_CUDA = ("is_cuda", "is_cuda_alike")  # vllm/platforms/interface.py: what a CUDA platform answers
 
 
 def cpu_implementation(model_class: type) -> str | None:
-    """Why the profile takes no row from `model_class`, where it is vLLM's own CPU implementation of the architecture
-    (a module under a `cpu` package of vllm.models), else None. No stand-in helps there: the model package picks its
-    implementation per platform (0.32's models/deepseek_v4/__init__.py:33-38 imports cpu/model.py on a CPU platform,
-    nvidia/model.py on CUDA), and the two are different code: DeepSeek-V4's CPU class maps `.input_scale` to
-    `.input_scale_2` and a linear's `.weight_scale` to `.weight_scale_inv` (cpu/model.py:810, :841; NVIDIA's
-    mapper does neither, nvidia/model.py:1712-1745) and packs no `fused_wkv_wgate` (cpu/model.py:853-856; nvidia/model.py:
-    1809-1813), so its row would be the CPU's. (Measured, not shipped: the NVIDIA class builds here with the event
-    stand-in and one more, for compute_fp8_einsum_recipe, which asserts a CUDA capability at build, nvidia/ops/o_proj.py
-    :29, and whose result only _o_proj reads in forward, flashmla.py:59-74; but transformers' save_pretrained writes
-    `model.`-prefixed names and `lm_head.weight`, which vLLM's mapper turns into `lm_lm_head`, while the published
-    layout is `layers.N.*`, `embed.weight`, `head.weight`: the row's checkpoint names would need another source.)"""
+    """Why the profile takes no row from `model_class`, where it is still vLLM's own CPU implementation of the
+    architecture (a module under a `cpu` package of vllm.models: `cuda_classes` found no CUDA class for it), else None."""
     module = getattr(model_class, "__module__", "") or ""
     if not module.startswith("vllm.models.") or ".cpu." not in f"{module}.":
         return None
     return f"{CPU_IMPLEMENTATION} ({module}), not the class a GPU builds (its model package picks one per platform)"
+
+
+def cuda_branch(path: str) -> list:
+    """The statements a package's __init__ (`path`) runs on a CUDA platform where it picks an implementation per
+    platform: each top-level `if current_platform.is_X(): ... elif ...: ... else: ...` chain evaluated as a CUDA platform answers
+    (is_cuda / is_cuda_alike true, every other is_X false). [] where it has no such chain; ValueError where a test of
+    the chain is anything else (then nothing here can say what a GPU builds)."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    chains = [n for n in tree.body if isinstance(n, ast.If) and platform_test(n.test)]
+    taken: list = []
+    for node in chains:
+        while True:
+            test = node.test
+            if not platform_test(test):
+                raise ValueError(f"{path}:{test.lineno}: not a current_platform.is_*() test")
+            if test.func.attr in PLATFORM_TESTS_TRUE_ON_CUDA:
+                taken += node.body
+                break
+            if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+                node = node.orelse[0]
+                continue
+            taken += node.orelse
+            break
+    return taken
+
+
+def platform_test(test) -> bool:
+    """`test` is `current_platform.is_X()` (no arguments)."""
+    return (isinstance(test, ast.Call) and not test.args and isinstance(test.func, ast.Attribute)
+            and isinstance(test.func.value, ast.Name) and test.func.value.id == "current_platform"
+            and test.func.attr.startswith("is_"))
+
+
+def cuda_implementation(package: str, name: str, here: type) -> type | None:
+    """The class `name` that vLLM's model package `package` (the registry's module for an architecture) exports on a
+    CUDA platform, where it is another class than `here` (the one this host imported); None where the package picks
+    nothing per platform or picks `here`. Read from the package's own __init__ (`cuda_branch`): vLLM 0.32's
+    models/deepseek_v4/__init__.py:16-48 imports cpu/model.py on a CPU platform and nvidia/model.py in its `else:`
+    branch, which a CUDA platform takes (it is none of ROCm, XPU, CPU). This decides exactly which class is built,
+    and takes the GPU's: the CPU class maps `.input_scale` to `.input_scale_2` and a linear's `.weight_scale` to
+    `.weight_scale_inv` (cpu/model.py:810, :841; NVIDIA's mapper does neither, nvidia/model.py:1712-1755) and packs no
+    `fused_wkv_wgate` (cpu/model.py:853-856; nvidia/model.py:1809-1813), so a row from it would be the CPU's."""
+    import importlib
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.origin or not spec.origin.endswith("__init__.py"):
+        return None
+    for stmt in cuda_branch(spec.origin):
+        for alias in stmt.names if isinstance(stmt, ast.ImportFrom) else ():
+            if (alias.asname or alias.name) == name:
+                module = importlib.import_module(importlib.util.resolve_name("." * stmt.level + (stmt.module or ""),
+                                                                             package))
+                found = getattr(module, alias.name)
+                return None if found is here else found
+    return None
+
+
+def cuda_classes(arch: str) -> dict[str, type]:
+    """`arch` and its MTP drafters (the names vLLM's registry resolves through the same model package: DeepSeek-V4's
+    `DeepSeekV4MTPModel`) -> the class that package exports on a CUDA platform (`cuda_implementation`), where this host
+    imported another; each registered in vLLM's registry in its place, with the stand-in its build needs here
+    (`fp8_einsum_recipe_stand_in`). {} where the package picks nothing per platform: the registry is left as it is."""
+    from vllm import ModelRegistry
+
+    package = getattr(ModelRegistry.models.get(arch), "module_name", None)
+    if package is None:
+        return {}
+    names = [arch] + [n for n, e in ModelRegistry.models.items()
+                      if ("MTP" in n or "NextN" in n) and getattr(e, "module_name", None) == package]
+    out = {}
+    for name in names:
+        here = ModelRegistry._try_load_model_cls(name)
+        if here is None or not cpu_implementation(here):  # only a `cpu` implementation is replaced (module docstring)
+            continue
+        found = cuda_implementation(package, ModelRegistry.models[name].class_name, here)
+        if found is not None:
+            out[name] = found
+    if out:
+        fp8_einsum_recipe_stand_in()
+        for name, cls in out.items():
+            ModelRegistry.register_model(name, cls)
+    return out
+
+
+EINSUM_RECIPE_USERS = ("vllm.models.deepseek_v4.nvidia.flashmla", "vllm.models.deepseek_v4.nvidia.flashinfer_sparse")
+RECORDED_USES = ("__getitem__", "__iter__", "__len__", "__bool__", "__index__", "__int__")
+
+
+def _recorded_value(qualname: str) -> object:
+    """A value that can be made and kept, every use of which (index, iterate, truth, number) is a recorded placeholder
+    that raises."""
+    def use(dunder: str):
+        return lambda self, *args, **kwargs: placeholder(f"{qualname}.{dunder}")()
+
+    return type(qualname.rpartition(".")[2], (), {"__qualname__": qualname, **{d: use(d) for d in RECORDED_USES}})()
+
+
+def fp8_einsum_recipe_stand_in() -> bool:
+    """True when installed: this host has no CUDA device capability, which DeepSeek-V4's CUDA attention classes ask
+    when built (nvidia/flashmla.py:59, nvidia/flashinfer_sparse.py:239, :671 call compute_fp8_einsum_recipe,
+    nvidia/ops/o_proj.py:19-32: `assert cap is not None, "DeepseekV4 attention requires a CUDA device"`). Its two
+    results (the FP8 einsum recipe and whether scales are TMA-aligned, chosen by SM90 / SM100) are only kept and read
+    in forward (flashmla.py:61-74 `_o_proj`; flashinfer_sparse.py the same): they decide no layer, quant method, shape
+    or name. Here each becomes a recorded value every use of which raises. A host with a capability is left as is."""
+    import importlib
+
+    from vllm.platforms import current_platform
+
+    if current_platform.get_device_capability() is not None:
+        return False
+    users = []
+    for name in EINSUM_RECIPE_USERS:
+        try:
+            users.append(importlib.import_module(name))
+        except ImportError:  # a release without DeepSeek-V4's CUDA attention: nothing to stand in for
+            return False
+    qualname = "vllm.models.deepseek_v4.nvidia.ops.o_proj.compute_fp8_einsum_recipe"
+    for module in users:
+        module.compute_fp8_einsum_recipe = lambda *args, **kwargs: (_recorded_value(f"{qualname}.einsum_recipe"),
+                                                                     _recorded_value(f"{qualname}.tma_aligned_scales"))
+    print("[vllm_runtime] shim: FP8 einsum recipe stand-in (DeepSeek-V4 CUDA attention: every use recorded)",
+          file=sys.stderr, flush=True)
+    return True
 
 
 def mla_prefill_stand_in() -> bool:

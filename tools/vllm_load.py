@@ -37,7 +37,8 @@ fallback to vLLM's EMULATION backend (without it, vLLM 0.32's NVFP4 MoE backend 
 Without torchvision in the venv, a stand-in (tools/vllm_runtime.py torchvision_stand_in) lets model files import that
 reach it only through transformers' image processors (Gemma4ForConditionalGeneration), and the folder's architectures
 are inspected in this process, where the stand-in is (``inspect_in_process``); "stand_in_calls" lists every call into
-the stand-in during that folder's load (none: vLLM's own decisions).
+the stand-in during that folder's load (none: vLLM's own decisions). A model package that picks its CPU implementation
+here (DeepSeek-V4) is loaded as the class a GPU builds (tools/vllm_gpu_stand_ins.py cuda_classes).
 Exit 0 whenever every DIR produced a line; 3 when vLLM setup fails; 2 for bad arguments.
 """
 
@@ -115,10 +116,13 @@ def load(folder: str, loader: Loader) -> dict:
 
     from vllm.engine.arg_utils import EngineArgs
 
-    from vllm_gpu_stand_ins import reference_mla_backend
+    from vllm_gpu_stand_ins import cuda_classes, reference_mla_backend
 
     args = dict(skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128, enforce_eager=True, **reference_mla_backend())
     config = json.loads(open(os.path.join(folder, "config.json")).read())
+    for arch in config.get("architectures") or []:  # the class a GPU builds where the package picked its CPU one here
+        if isinstance(arch, str):
+            cuda_classes(arch)
     inspect_in_process(config.get("architectures"))
     if not any(isinstance(a, str) and "Eagle3" in a for a in config.get("architectures") or []):
         vc = EngineArgs(model=os.path.abspath(folder), **args).create_engine_config()

@@ -104,9 +104,18 @@ def in_model_load_weights(error: BaseException, model_class: type) -> bool:
     return False
 
 
-def load_refused(arch: str, names: dict[str, str], loader, small: dict | None = None) -> str | None:
+def zeros(shapes: dict[str, list[int]]) -> dict:
+    """A BF16 zero tensor of each shape (a checkpoint of these names; vLLM's weight loaders cast as they copy)."""
+    import torch
+
+    return {n: torch.zeros(shape, dtype=torch.bfloat16) for n, shape in shapes.items()}
+
+
+def load_refused(arch: str, names: dict[str, str], loader, small: dict | None = None,
+                 published: dict[str, list[int]] | None = None) -> str | None:
     """vLLM's error (error_text) when its loader takes neither transformers' published names nor its class's names
-    for this architecture's BF16 checkpoint, failing in the model class's load_weights each time; else None.
+    (nor `published`, where the profile read the published names back through vLLM's mapper: MAPPER_LAYOUT) for this
+    architecture's BF16 checkpoint, failing in the model class's load_weights each time; else None.
     Where the last refusal is AutoWeightsLoader finding no place for a name (UNPLACED), the names are not a layout vLLM
     knows (Inkling: transformers' configs lack the `decoder_dmodel` vLLM builds its towers from, its text class writes
     `attn_sconv` and `embed_norm` vLLM's does not hold): no claim about every checkpoint, and no row (NoConfig)."""
@@ -126,10 +135,11 @@ def load_refused(arch: str, names: dict[str, str], loader, small: dict | None = 
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump(config, f)
         renamed = transformers_names(config["model_type"], tensors)
+        read_back = [zeros(published)] if published else []
         error = None
-        for names_set in [tensors] + ([renamed] if set(renamed) != set(tensors) else []):
-            if names_set is renamed:
-                write_tensors(folder, renamed)
+        for names_set in [tensors] + ([renamed] if set(renamed) != set(tensors) else []) + read_back:
+            if names_set is not tensors:
+                write_tensors(folder, names_set)
             try:
                 load(folder, loader)
                 return None

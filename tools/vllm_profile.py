@@ -36,7 +36,7 @@ import traceback
 
 from vllm_runtime import (Loader, enable_cpu_nvfp4, kernel_stand_ins, inspect_in_process, nvfp4_moe_emulation_fallback,
                           torchvision_stand_in, world_of_one)
-from vllm_profile_configs import PUBLISHED, VALUE_RULES, WITHOUT, NoConfig, model_types, small_config
+from vllm_profile_configs import PUBLISHED, MAPPER_LAYOUT, VALUE_RULES, WITHOUT, NoConfig, model_types, small_config
 from vllm_remote_configs import LEARNED
 from vllm_config_refusals import null_refused, refusal_condition, refusal_site, value_refused
 from vllm_layer_facts import layer_rules
@@ -45,13 +45,14 @@ from vllm_without_loads import loads_only_with
 from vllm_load_refused import load_refused
 from vllm_missing_weights import missing_weights
 from vllm_registry import registry_facts
-from vllm_gpu_stand_ins import cpu_implementation
+from vllm_gpu_stand_ins import CPU_IMPLEMENTATION, cpu_implementation, cuda_classes
 from vllm_null_lists import null_exclusions_refused
+from vllm_nested_algos import modelopt_nested_refused
 from vllm_expert_scales import experts_gate_up_scale_2
 from vllm_load_facts import (dropped_tensors, log, load_renames, mapper_drops, nvfp4_refusals, pattern, placed_weights,
                              quant_prefixes, record_asked_prefixes, renames)
-from vllm_saved_names import (NO_LAYOUT, UNBUILT, checkpoint_names, own_checkpoint, own_names_layout, saved_tensors,  # noqa: F401
-                              saved_weights, transformers_model)  # (UNBUILT, saved_tensors, ...: imported from here too)
+from vllm_saved_names import (NO_LAYOUT, UNBUILT, checkpoint_names, own_checkpoint, own_names_layout,  # noqa: F401
+                              published_checkpoint, saved_tensors, saved_weights, transformers_model)  # (UNBUILT, saved_tensors, ...: imported from here too)
 
 # no KV-cache scheme: older releases' CPU attention refuses an FP8 KV cache at these head sizes, and no linear depends on it
 QUANTIZATION = {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": [], "group_size": 16}
@@ -116,6 +117,10 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
     model_class = ModelRegistry._try_load_model_cls(arch)
     if model_class is None:
         raise NoConfig("vLLM cannot import its model class here (a GPU-only or missing dependency)")
+    try:
+        model_class = cuda_classes(arch).get(arch, model_class)  # the class a GPU builds, where the package picks per platform
+    except ValueError as e:  # the package's platform choice cannot be read: nothing here says what a GPU builds
+        raise NoConfig(f"{cpu_implementation(model_class) or CPU_IMPLEMENTATION}: {e}") from None
     if cpu_implementation(model_class):
         raise NoConfig(cpu_implementation(model_class))
     ModelRegistry.register_model(arch, model_class)  # in-process: no inspection subprocess per architecture
@@ -136,7 +141,8 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
         own_names_layout(model)
     # a config learned from vLLM's own code (remote code only): the checkpoint is vLLM's own names, fused layers as the
     # shards its load_weights stacks (own_names_layout checked it takes them all), and the facts are learned from it
-    own = own_checkpoint(built_from(arch, config, False)[0]) if source.startswith(LEARNED) else None
+    bf16 = built_from(arch, config, False)[0] if source.startswith(LEARNED) or arch in MAPPER_LAYOUT else None
+    own = (published_checkpoint(bf16) if arch in MAPPER_LAYOUT else own_checkpoint(bf16)) if bf16 is not None else None
     packed = {k: list(v) for k, v in (getattr(model, "packed_modules_mapping", None) or {}).items()}
     extra = {"nvfp4_refused": refused} if refused else {}
     fused = {k: v for k, v in sorted(packed.items()) if v != [k]}
@@ -150,7 +156,7 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
         dropped = dropped_tensors(model, {n: (n, *kind) for n, kind in tensors.items()})
     layers = export_layer_rules(arch, model if export == config else None, tensors, export, refused)
     prefixes, loads = quant_prefixes(model, placed, fused), load_renames(model, placed, fused)
-    refused_load = load_refused(arch, names, loader, config)
+    refused_load = load_refused(arch, names, loader, config, own if arch in MAPPER_LAYOUT else None)
     without = built_without(arch, config, refused, (model, vc), tensors)
     nvfp4_only = modelopt_fp4_only(arch, config, refused, modules, build_model, state_of)
     drafter_only = modelopt_fp4_only(arch, config, refused, mtp["mtp"].get("modules", {}), build_model, state_of,
@@ -353,6 +359,7 @@ def main(argv: list[str]) -> int:
     result = {"runtime": "vllm", "release": vllm.__version__.split("+")[0], "quantization": QUANTIZATION,
               "missing_weights": missing_weights(lambda quantized: small_llama(quantized, names)),
               "null_exclusions_refused": null_exclusions_refused(),
+              "modelopt_nested_refused": modelopt_nested_refused(),
               "experts_gate_up_scale_2": experts_gate_up_scale_2(),
               "load_refused_checked": True,  # every row says whether vLLM loads any checkpoint of it (`load_refused`)
               "registered": len(_TEXT_GENERATION_MODELS), "architectures": {}, "unprofiled": {}, "build_refused": {}}

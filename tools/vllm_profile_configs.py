@@ -210,6 +210,15 @@ def _drop_bookkeeping(config: dict) -> None:
 # writes these tensors). Config values, not tensor names: the names still come from transformers' save_pretrained.
 # The profile builds transformers' class with them too (its checkpoint names, not vLLM's build).
 # Provenance: vLLM 0.32 model files (lines), transformers 5.19 classes.
+# architectures whose published names are not what transformers' class writes, and are what vLLM's hf_to_vllm_mapper is
+# written for: the profile reads vLLM's own names back through that mapper (vllm_saved_names.published_checkpoint) and
+# vLLM's own loader must take them. DeepSeek-V4: published `layers.N.*`, `embed.weight`, `head.weight`, `hc_head_*`,
+# `mtp.*` (nvidia/DeepSeek-V4-Flash-NVFP4's hf_quant_config.json names `layers.N.ffn.experts`, `head`, `mtp.*`:
+# tests/data/real; SGLang 0.5.23 reads the same, models/deepseek_v4.py:5113-5180), which vLLM 0.32's mapper maps
+# (models/deepseek_v4/nvidia/model.py:1712-1755); transformers 5.19's save_pretrained keeps its `model.` prefix, and
+# its conversion mapping writes the attention's `kv_norm` back as `attn.norm` (its `\.norm\.` -> `.kv_norm.` renaming
+# is the compressor's; measured: vLLM's loader then stops at KeyError 'layers.0.attn.norm.weight')
+MAPPER_LAYOUT = frozenset({"DeepseekV4ForCausalLM"})
 PUBLISHED: dict[str, dict] = {
     # deepseek_v2.py:327 builds gate.e_score_correction_bias only for topk_method "noaux_tc" (DeepSeek-V3's config)
     "DeepseekV3ForCausalLM": {"topk_method": "noaux_tc"},

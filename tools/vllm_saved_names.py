@@ -74,7 +74,9 @@ def own_checkpoint(model) -> dict[str, list[int]]:
     """Tensor name -> shape of the checkpoint vLLM's own names describe: its parameters, each fused layer of the
     class's packed_modules_mapping or of its mapper's stacked names (`stacked_shards`) stored as its shards (the names
     its load_weights stacks, e.g. InternLM2's `feed_forward.w1` / `w3` into `gate_up_proj`), split at the layer's own output_sizes, and each routed expert as
-    the tensors its layer's expert mapping names (`expert_tensors`). NoConfig for any other parameter of dim > 2."""
+    the tensors its layer's expert mapping names (`expert_tensors`; any other parameter of at most 2 dims on a module
+    with an expert mapping is its own: DeepSeek-V4's model holds `hc_head_fn` beside its get_expert_mapping). NoConfig for any other
+    parameter of dim > 2."""
     own = getattr(model, "packed_modules_mapping", None) or {}
     packed = {**stacked_shards(model), **{k: list(v) for k, v in own.items() if list(v) != [k]}}
     modules = dict(model.named_modules())
@@ -82,8 +84,10 @@ def own_checkpoint(model) -> dict[str, list[int]]:
     for name, param in model.named_parameters():
         module, leaf = name.rpartition(".")[::2]
         if hasattr(modules.get(module), "get_expert_mapping"):
-            out.update(expert_tensors(module, modules[module], leaf, list(param.shape)))
-            continue
+            experts = expert_tensors(module, modules[module], leaf, list(param.shape))
+            if experts or param.dim() > 2:
+                out.update(experts)
+                continue
         if param.dim() > 2:
             raise NoConfig(NO_LAYOUT)
         parent, _, fused = module.rpartition(".")
@@ -123,6 +127,44 @@ def expert_tensors(module: str, layer, leaf: str, shape: list[int]) -> dict[str,
     if not shards or shape[1] % shards:
         raise NoConfig(NO_LAYOUT)
     return {f"{parent}.{w}{rest}" if parent else f"{w}{rest}": [shape[1] // shards, *shape[2:]] for w, _, _ in mapped}
+
+
+def mapper_inverse(mapper, name: str) -> str | None:
+    """The checkpoint name `mapper` (the class's hf_to_vllm_mapper, a WeightsMapper) maps onto vLLM's own `name`: read
+    back through every rename whose new side `name` shows, suffix maps, then prefix maps, then substring maps, each in
+    reverse order (the reverse of how vLLM 0.32 applies them: model_executor/models/utils.py:108-144); None unless
+    mapping the result forward gives `name` again (a regex or stacked rename, or renames that undo each other, are no
+    inverse this reads)."""
+    key = name
+    for old, new in reversed(list(mapper.orig_to_new_suffix.items())):
+        if new is not None and key.endswith(new):
+            key = old.join(key.rsplit(new, 1))
+    for old, new in reversed(list(mapper.orig_to_new_prefix.items())):
+        if new is not None and key.startswith(new):
+            key = old + key[len(new):]
+    for old, new in reversed(list(mapper.orig_to_new_substr.items())):
+        if new is not None and new in key:
+            key = key.replace(new, old, 1)
+    return key if mapper.map_name(key) == name else None
+
+
+def published_checkpoint(model) -> dict[str, list[int]]:
+    """Tensor name -> shape of the published checkpoint of an MAPPER_LAYOUT architecture (vllm_profile_configs): vLLM's own
+    names (`own_checkpoint`: fused layers as their shards, experts one tensor each) read back through the class's own
+    hf_to_vllm_mapper (`mapper_inverse`), the names it is written for. NoConfig where one name reads back to nothing."""
+    mapper = getattr(model, "hf_to_vllm_mapper", None)
+    out: dict[str, list[int]] = {}
+    for name, shape in own_checkpoint(model).items():
+        published = mapper_inverse(mapper, name) if mapper is not None else None
+        if published is None:
+            raise NoConfig(f"{NO_LAYOUT.partition(':')[0]}: vLLM's hf_to_vllm_mapper maps no name onto its own {name}")
+        out[published] = shape
+    return dict(sorted(out.items()))
+
+
+def tensor_modules(tensors: dict[str, tuple[list[int], str]]) -> list[str]:
+    """Module names of a checkpoint's 2-D weights (as checkpoint_names gives them for transformers' model)."""
+    return sorted({n.rpartition(".")[0] for n, (shape, _) in tensors.items() if n.endswith(".weight") and len(shape) == 2})
 
 
 def checkpoint_names(model) -> list[str]:

@@ -96,6 +96,7 @@ class ReleaseProfile:
     build_refused: dict = field(default_factory=dict)  # architecture -> {"error", "raised_at"}: its own code refuses it
     # quant method -> which global scale its NVFP4 MoE keeps for a routed expert's gate/up (tools/vllm_expert_scales.py)
     experts_gate_up_scale_2: dict = field(default_factory=dict)
+    modelopt_nested_refused: dict = field(default_factory=dict)  # quant_algo -> its config reading's error (nested form)
 
     @property
     def label(self) -> str:
@@ -141,7 +142,8 @@ def read_profiles() -> tuple[ReleaseProfile, ...]:
         out.append(ReleaseProfile(doc["runtime"], release, item.name, doc["architectures"], doc["unprofiled"],
                                   doc.get("missing_weights", {}), doc.get("null_exclusions_refused", {}),
                                   doc.get("load_refused_checked") is True, Registry.read(doc, label, item.name),
-                                  doc.get("build_refused", {}), doc.get("experts_gate_up_scale_2", {})))
+                                  doc.get("build_refused", {}), doc.get("experts_gate_up_scale_2", {}),
+                                  doc.get("modelopt_nested_refused", {})))
     return tuple(sorted(out, key=lambda p: (p.runtime, p.release)))
 
 

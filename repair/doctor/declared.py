@@ -147,6 +147,31 @@ def null_list_findings(ckpt: Checkpoint, declaration: Declaration, target: Targe
                     "write a list there ([] for none; fix --target does)", error)]
 
 
+def nested_algo_findings(ckpt: Checkpoint, target: Target) -> list[Finding]:
+    """The quantization config vLLM reads (config.json's quantization_config, else hf_quant_config.json) in ModelOpt's
+    nested form (producer modelopt, a `quantization` block) declaring a quant_algo the target's config reading refuses
+    there (its data's modelopt_nested_refused: vLLM 0.32 names a quant_method only for the FP8 ones and NVFP4):
+    refused while reading the config, before building any layer."""
+    release = own_loader(target)
+    quant = (ckpt.config or {}).get("quantization_config")
+    where = "config.json quantization_config" if quant is not None else "hf_quant_config.json"
+    quant = quant if quant is not None else ckpt.hf_quant_config
+    block = quant.get("quantization") if isinstance(quant, dict) else None
+    producer = quant.get("producer") if isinstance(quant, dict) else None
+    if release is None or not isinstance(block, dict) or not isinstance(producer, dict) or producer.get("name") != "modelopt":
+        return []
+    algo = str(block.get("quant_algo")).upper() if block.get("quant_algo") is not None else ""
+    error = release.modelopt_nested_refused.get(algo)
+    if error is None:
+        return []
+    return [Finding(Severity.ERROR, Kind.QUANT_CONFIG, where,
+                    f"{where} declares quant_algo {algo} in ModelOpt's nested form (producer, quantization), which "
+                    f"{target.profile.speaker} {'.'.join(map(str, release.release))} refuses while reading the config, "
+                    "before building any layer (it reads that form for the FP8 algorithms and NVFP4 only); declare it in "
+                    "config.json's quantization_config as ModelOpt 0.31 and later write it (quant_method \"modelopt\", "
+                    "quant_algo at its top level), which vLLM reads first", error)]
+
+
 def float8_findings(modules: dict[str, StoredModule], infos: dict[str, TensorInfo]) -> list[Finding]:
     """Float8 weights without the float32 per-tensor weight_scale that makes them an FP8 layer (missing, per-channel,
     block-wise or another dtype): whatever the target builds, the layer computes wrong values or fails to load."""

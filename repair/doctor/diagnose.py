@@ -14,7 +14,8 @@ from repair.doctor.built_layers import built_layer_findings
 from repair.doctor.checks import (config_findings, fused_findings, health_findings, nvfp4_load_refusal_findings,
                                   unquantized_role_findings)
 from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
-                                    kv_scale_health, layer_map_findings, null_list_findings, runtime_refusal_findings)
+                                    kv_scale_health, layer_map_findings, nested_algo_findings, null_list_findings,
+                                    runtime_refusal_findings)
 from repair.doctor.dropped import dropped_tensor_findings, unread_tensors
 from repair.doctor.expert_scales import experts_fact
 from repair.doctor.config_builds import refused_config_findings, unexpected_tensor_findings
@@ -77,7 +78,8 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     simulated = target.profile.simulates_loads and bool(specs)
     degree = _degree_findings(specs, precision, ckpt.config, tp, family.layer_kinds) if simulated else []
     findings += degree
-    null = null_list_findings(ckpt, declaration, target)  # the config reader raises: no layer is built, no weight loads
+    null = null_list_findings(ckpt, declaration, target) + nested_algo_findings(ckpt, target)  # the config reader
+    # raises: no layer is built, no weight loads
     first = _build_stops(null, tp)
     if simulated and not degree and not null:  # an impossible degree fails before any weight loads
         located = ckpt.locate()
