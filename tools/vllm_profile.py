@@ -46,12 +46,13 @@ from vllm_load_refused import load_refused
 from vllm_missing_weights import missing_weights
 from vllm_registry import registry_facts
 from vllm_gpu_stand_ins import cpu_implementation
+from vllm_mapper_inverse import renaming_maps
 from vllm_null_lists import null_exclusions_refused
 from vllm_expert_scales import experts_gate_up_scale_2
 from vllm_load_facts import (dropped_tensors, log, load_renames, mapper_drops, nvfp4_refusals, pattern, placed_weights,
                              quant_prefixes, record_asked_prefixes, renames)
-from vllm_saved_names import (NO_LAYOUT, UNBUILT, checkpoint_names, own_checkpoint, own_names_layout, saved_tensors,  # noqa: F401
-                              saved_weights, transformers_model)  # (UNBUILT, saved_tensors, ...: imported from here too)
+from vllm_saved_names import (NO_LAYOUT, UNBUILT, checkpoint_names, own_checkpoint, own_names_layout,  # noqa: F401
+                              published_checkpoint, saved_tensors, saved_weights, transformers_model)  # (UNBUILT, saved_tensors, ...: imported from here too)
 
 # no KV-cache scheme: older releases' CPU attention refuses an FP8 KV cache at these head sizes, and no linear depends on it
 QUANTIZATION = {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": [], "group_size": 16}
@@ -135,8 +136,11 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
     if not hasattr(transformers, arch):  # no class writes its checkpoint: vLLM's own names are the only layout
         own_names_layout(model)
     # a config learned from vLLM's own code (remote code only): the checkpoint is vLLM's own names, fused layers as the
-    # shards its load_weights stacks (own_names_layout checked it takes them all), and the facts are learned from it
-    own = own_checkpoint(built_from(arch, config, False)[0]) if source.startswith(LEARNED) else None
+    # shards its load_weights stacks, under the names its mapper renames from (own_names_layout checked it takes them
+    # all), and the facts are learned from it
+    # (and, for a config class vLLM ships, where no transformers class writes names and its mapper renames: Step3p5)
+    learned = source.startswith(LEARNED) or (not hasattr(transformers, arch) and renaming_maps(getattr(type(model), "hf_to_vllm_mapper", None)))
+    own = published_checkpoint(built_from(arch, config, False)[0]) if learned else None
     packed = {k: list(v) for k, v in (getattr(model, "packed_modules_mapping", None) or {}).items()}
     extra = {"nvfp4_refused": refused} if refused else {}
     fused = {k: v for k, v in sorted(packed.items()) if v != [k]}
