@@ -6,8 +6,11 @@ loads (tests/vllm/test_generated_archs_vs_vllm.py, every shipped row); here, the
 
 from __future__ import annotations
 
+import importlib
 import json
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -221,3 +224,57 @@ def test_a_config_of_another_branch_gets_the_generic_row_and_doctor_says_why(cap
 def test_a_merged_layer_is_asked_by_its_own_name_only_where_the_release_asks_its_quant_config(name, module, asked):
     row = arch.architecture({"architectures": [name]}, VLLM)
     assert row.asked_as(module) == asked
+
+
+def test_mistral_large_3_row_is_learned_from_the_names_its_mapper_renames():
+    """mistral_large_3.py's hf_to_vllm_mapper renames Mistral's consolidated names (`layers.N.attention.wo`, `output`,
+    `tok_embeddings`) with anchored regexes: the row is learned from vLLM's names sent back through it
+    (tools/vllm_mapper_inverse.py), each proven by mapping it forward again. vLLM maps an exclusion entry as itself, and
+    `\\Aoutput\\.weight\\Z` never matches the entry `output`: the layer is asked as `lm_head` (prefixes), and Mistral's
+    `tok_embeddings` is vLLM's unquantized embedding."""
+    entry = VLLM.entries["MistralLarge3ForCausalLM"]
+    assert entry["renames"]["layers.*.attention.wo"] == "model.layers.*.self_attn.o_proj"
+    assert entry["renames"]["layers.*.experts.*.w1"] == "model.layers.*.mlp.experts.*.gate_proj"
+    assert entry["renames"]["output"] == "lm_head" and entry["renames"]["tok_embeddings"] == "model.embed_tokens"
+    assert entry["prefixes"]["output"] == "lm_head"
+    row = arch.profiled.generated_row(VLLM, "MistralLarge3ForCausalLM", entry)
+    assert any(re.search(r.pattern, "tok_embeddings") for r in row.unquantized_roles)
+
+
+def test_step3p5_row_is_learned_from_its_published_share_expert_names():
+    """step3p5.py's mapper renames `.share_expert.` to `.moe.share_expert.`: the row names the published modules."""
+    renames = VLLM.entries["Step3p5ForCausalLM"]["renames"]
+    assert renames["model.layers.*.share_expert.gate_proj"] == "model.layers.*.moe.share_expert.gate_proj"
+
+
+def test_exaone_shards_are_asked_under_model():
+    """exaone.py builds its layers under the prefix `model` (exaone.py:401-403); a fused layer's shard is asked as
+    `model.h.N...q_proj` (quant_utils.py is_layer_skipped), which no entry naming `transformer.h.N...` reaches."""
+    prefixes = VLLM.entries["ExaoneForCausalLM"]["prefixes"]
+    assert prefixes["transformer.h.*.attn.attention.q_proj"] == "model.h.*.attn.attention.q_proj"
+    assert prefixes["transformer.h.*.mlp.c_fc_1"] == "model.h.*.mlp.c_fc_1"
+
+
+@pytest.mark.parametrize(("name", "said"), [
+    ("TeleChat2ForCausalLM", "TeleChat2Model.load_weights (telechat2.py:102) passes self._split_key_value(weights)"),
+    ("IQuestLoopCoderForCausalLM", "model.gate_projections.0.gate_proj placed nowhere"),
+])
+def test_renamed_in_code_is_unprofiled_with_the_reason(name, said):
+    """TeleChat2 publishes `key_value`, which its load_weights splits into `key` / `value` in code before the mapper sees
+    them; IQuestLoopCoder's load_weights stacks gate/up (learned) but renames `gate_projections.N.weight` in code."""
+    reason = VLLM.unprofiled[name]
+    assert reason.startswith("no checkpoint layout to learn") and said in reason, reason
+
+
+def test_mapper_inverse_is_the_forward_map_read_back(monkeypatch):
+    """The regex inverse puts each group back into the pattern's own text; a pattern holding more than literals,
+    anchors and groups, or a group its template drops, has none; a substring map is undone at each place."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "tools"))
+    inverse = importlib.import_module("vllm_mapper_inverse")
+    wo = re.compile(r"\Alayers\.(\d+)\.attention\.wo\.(\w+)\Z")
+    assert inverse.regex_inverses(wo, r"model.layers.\1.self_attn.o_proj.\2", "model.layers.3.self_attn.o_proj.weight") \
+        == {"layers.3.attention.wo.weight"}
+    assert inverse.regex_inverses(wo, r"model.layers.\1.self_attn.o_proj.\2", "model.layers.3.mlp.weight") == set()
+    assert inverse.regex_inverses(re.compile(r"\Alayers\.\d+\.wo\.(\w+)\Z"), r"model.wo.\1", "model.wo.weight") == set()
+    assert inverse.regex_inverses(wo, r"model.layers.\1.self_attn.o_proj", "model.layers.3.self_attn.o_proj") == set()
+    assert inverse.substr_inverses("a.layers.b.layers.c", ".h.", ".layers.") == {"a.h.b.layers.c", "a.layers.b.h.c"}

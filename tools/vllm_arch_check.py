@@ -25,7 +25,8 @@ mapping's renamings applied forward) are written instead, if vLLM takes them. Wh
 config class only vLLM ships: ChatGLM; or one learned from vLLM's own code where the config comes with remote code:
 tools/vllm_remote_configs.py), vLLM's own parameter names are written ("names_from": "vllm"), each fused layer as the
 shards its packed_modules_mapping names and each routed expert as its layer's expert mapping names it
-(tools/vllm_saved_names.py own_checkpoint). Which module is stored
+(tools/vllm_saved_names.py own_checkpoint), under the names its hf_to_vllm_mapper renames from where it renames
+(published_checkpoint: Mistral Large 3's `layers.N.attention.wq_a`). Which module is stored
 NVFP4 (ModelOpt's leaves: packed uint8 ``weight``, FP8 ``weight_scale`` per 16, FP32 ``weight_scale_2`` and
 ``input_scale``) is vLLM's own decision under an exclude-nothing ModelOpt config (tools/vllm_declared.py's
 ``decide``); every other module it places is listed in hf_quant_config.json's ``exclude_modules`` (embeddings aside),
@@ -171,9 +172,13 @@ def check(arch: str, root: str, names: dict, loader: Loader) -> dict:
     except LookupError:  # no transformers class (a config class only vLLM ships): vLLM's own names
         tensors, not_linear, names_from = *vllm_own_export(config, probe), "vllm"
     placed, tensors = vllm_placed(probe, config, tensors)
-    quantized = {m for m, v in placed.items() if v["quantized"] and tensors[f"{m}.weight"].dim() == 2 and m != LM_HEAD
+    # the module vLLM loads into its lm_head is the LM head whatever the checkpoint calls it (Mistral's `output`), and
+    # the exclusion that reaches it names vLLM's `lm_head` (the profile's prefixes: mistral_large_3.py maps
+    # `output.weight`, not the entry `output`)
+    head = {m for m, v in placed.items() if m == LM_HEAD or v["vllm_module"] == LM_HEAD}
+    quantized = {m for m, v in placed.items() if v["quantized"] and tensors[f"{m}.weight"].dim() == 2 and m not in head
                  and m not in not_linear}
-    excluded = [m for m, v in placed.items() if m not in quantized and EMBEDDING not in v["layer"]] + [LM_HEAD]
+    excluded = [m for m, v in placed.items() if m not in quantized | head and EMBEDDING not in v["layer"]] + [LM_HEAD]
     healthy = write_export(os.path.join(base, "healthy"), config, tensors, quantized, excluded)
     decided = decide(healthy)
     declared = {m: v["quantized"] for m, v in decided["modules"].items()}
@@ -205,7 +210,7 @@ def vllm_own_export(config: dict, folder: str) -> tuple[dict, set[str]]:
     from vllm.model_executor.model_loader.utils import initialize_model
 
     from vllm_profile import build_model, own_names_layout
-    from vllm_saved_names import own_checkpoint
+    from vllm_saved_names import published_checkpoint
 
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w") as f:
@@ -213,7 +218,7 @@ def vllm_own_export(config: dict, folder: str) -> tuple[dict, set[str]]:
     model = build_model(folder, initialize_model)[0]
     own_names_layout(model)
     gen = torch.Generator().manual_seed(0)
-    tensors = {n: (torch.randn(shape, generator=gen) / 16).to(torch.bfloat16) for n, shape in own_checkpoint(model).items()}
+    tensors = {n: (torch.randn(shape, generator=gen) / 16).to(torch.bfloat16) for n, shape in published_checkpoint(model).items()}
     write_tensors(folder, tensors)
     return tensors, {n for n, m in model.named_modules() if not isinstance(m, LinearBase)}
 

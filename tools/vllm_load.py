@@ -124,6 +124,7 @@ def load(folder: str, loader: Loader) -> dict:
         if isinstance(arch, str):
             cuda_classes(arch)
     inspect_in_process(config.get("architectures"))
+    learned_config_registered(config)
     if not any(isinstance(a, str) and "Eagle3" in a for a in config.get("architectures") or []):
         vc = EngineArgs(model=os.path.abspath(folder), **args).create_engine_config()
         mc = vc.model_config
@@ -136,6 +137,17 @@ def load(folder: str, loader: Loader) -> dict:
     log(f"{folder}: arch={mc.architectures} quantization={mc.quantization}")
     head = {"architecture": mc.architectures[0], "quantization": mc.quantization}
     return dict(head, **loader.load(vc, mc, tracked(vc.load_config)))
+
+
+def learned_config_registered(config: dict) -> None:
+    """Shim (no decision logic): a tiny export of a config learned from vLLM's own model code (model_type
+    `ckpt_repair_remote_<arch>`, tools/vllm_remote_configs.py: its class comes with remote code) gets that plain
+    config class registered with transformers' AutoConfig, as tools/vllm_arch_check.py's process has it."""
+    from vllm_remote_configs import model_type, register
+
+    for arch in config.get("architectures") or []:
+        if isinstance(arch, str) and config.get("model_type") == model_type(arch):
+            register(arch)
 
 
 def write_eagle3_target(draft: dict, folder: str) -> None:

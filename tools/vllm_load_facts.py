@@ -46,12 +46,37 @@ def asked_prefix(modules: dict, name: str) -> str | None:
 
 
 def mapped_name(model_class, module: str) -> str | None:
-    """The module name the class's hf_to_vllm_mapper gives a checkpoint module (vLLM maps exclusion entries the same way)."""
+    """The module name the class's hf_to_vllm_mapper gives a checkpoint module's weight (an exclusion entry naming the
+    module is mapped as itself: `entry_name`)."""
     mapper = getattr(model_class, "hf_to_vllm_mapper", None)
     if mapper is None:
         return module
     mapped = (getattr(mapper, "map_name", None) or mapper._map_name)(module + ".weight")  # public since 0.32
     return mapped[: -len(".weight")] if mapped and mapped.endswith(".weight") else mapped
+
+
+def entry_name(model_class, module: str) -> str | None:
+    """The name an exclusion entry naming checkpoint module `module` becomes in vLLM's quant config: the entry itself
+    mapped by the class's hf_to_vllm_mapper renames (0.32 model_loader/utils.py:379, apply_vllm_mapper with
+    get_rename_mapper(); older releases the mapper whole). Not always the module's weight's name: Mistral Large 3's
+    regex maps match `output.weight`, never the entry `output` (mistral_large_3.py: `\\Aoutput\\.weight\\Z`)."""
+    mapper = getattr(model_class, "hf_to_vllm_mapper", None)
+    if mapper is None:
+        return module
+    mapper = mapper.get_rename_mapper() if hasattr(mapper, "get_rename_mapper") else mapper
+    return (getattr(mapper, "map_name", None) or mapper._map_name)(module)
+
+
+def stacked_name(model_class, module: str) -> str | None:
+    """The layer the class's hf_to_vllm_mapper stacks checkpoint module `module` into by its `orig_to_new_stacked`
+    alone (Orion's `q_proj` -> `qkv_proj`), else the module itself."""
+    import dataclasses
+
+    mapper = getattr(model_class, "hf_to_vllm_mapper", None)
+    if mapper is None or not getattr(mapper, "orig_to_new_stacked", None):
+        return module
+    others = {f.name: type(getattr(mapper, f.name))() for f in dataclasses.fields(mapper) if f.name != "orig_to_new_stacked"}
+    return mapped_name(type("Stacked", (), {"hf_to_vllm_mapper": dataclasses.replace(mapper, **others)}), module)
 
 
 def placed_weights(model, weights: dict) -> dict[str, dict]:
@@ -134,21 +159,41 @@ def quant_prefixes(model, placed: dict, fused: dict) -> dict[str, str]:
     (Afmoe: ""), Zamba2's LoRA adapters (`model.layers.*.shared_transformer.feed_forward.gate_up_proj_adapter_list.*.0`
     -> `model.feed_forward.gate_up_proj_adapter_list.{1}.A`: the shared block's prefix, the adapter index carried over).
     Only layers built quantized when nothing is excluded: for the others no exclusion changes anything.
-    Left to their own rules: shards of fused layers (vLLM maps a fused prefix back to its shards; and a loader that
-    splits a tensor itself hands the recorder unnamed pieces, placed under the name last read),
-    per-expert names, and names the weight mapper renames as exclusion entries (vLLM maps entries through it too)."""
+    A shard of a fused layer is asked under the fused layer's prefix with its own leaf (quant_utils.py is_layer_skipped
+    maps a fused prefix back to its shards): recorded only where that prefix's parent is not the shard's own (Exaone:
+    `transformer.h.*.attn.attention.q_proj` is asked as `model.h.*.attn.attention.q_proj`, exaone.py:401-403), since a
+    loader that splits a tensor itself hands the recorder unnamed pieces, placed under the name last read.
+    Left to their own rules: per-expert names, and names the weight mapper renames as exclusion entries (vLLM maps
+    entries through it too: `entry_name`)."""
     modules = dict(model.named_modules())
     shards = {s for group in fused.values() for s in group}  # also keeps out a loader writing shards it split itself
     asked = {}
     for ckpt, where in placed.items():
         prefix = asked_prefix(modules, where["vllm_module"])
-        if (not where["quantized"] or prefix is None or prefix in (ckpt, mapped_name(type(model), ckpt))
-                or EXPERT.search(ckpt) or ckpt.rpartition(".")[2] in shards):
+        if not where["quantized"] or prefix is None or EXPERT.search(ckpt):
+            continue
+        parent, _, leaf = ckpt.rpartition(".")
+        if leaf in shards:
+            prefix = shard_prefix(prefix, leaf, fused)
+            if prefix is None or prefix.rpartition(".")[0] == parent:
+                continue
+        # a layer the mapper stacks the module into alone (Orion's q_proj -> qkv_proj, no packed mapping) is the
+        # row's merged layer, asked as the layer by doctor's own rule (Architecture.asked_as)
+        if prefix in (ckpt, entry_name(type(model), ckpt), stacked_name(type(model), ckpt)):
             continue
         asked[ckpt] = prefix
     # numbers the prefix does not take from the checkpoint name (Zamba2's "3.linear": 1 hybrid layer + layer 2) do not
     # carry over to another config: left out
     return by_pattern(asked, lambda ckpt, leaf: carried(ckpt, asked[ckpt], leaf))
+
+
+def shard_prefix(prefix: str, shard: str, fused: dict) -> str | None:
+    """The name vLLM's exclusion test asks for `shard` of the fused layer whose prefix is `prefix` (its leaf swapped for
+    the shard's), or None where that layer's packed mapping does not hold the shard."""
+    parent, _, leaf = prefix.rpartition(".")
+    if shard not in fused.get(leaf, ()):
+        return None
+    return f"{parent}.{shard}" if parent else shard
 
 
 def by_pattern(names, value) -> dict[str, str]:

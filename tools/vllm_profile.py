@@ -46,6 +46,7 @@ from vllm_load_refused import load_refused
 from vllm_missing_weights import missing_weights
 from vllm_registry import registry_facts
 from vllm_gpu_stand_ins import CPU_IMPLEMENTATION, cpu_implementation, cuda_classes
+from vllm_mapper_inverse import renaming_maps
 from vllm_null_lists import null_exclusions_refused
 from vllm_nested_algos import modelopt_nested_refused
 from vllm_expert_scales import experts_gate_up_scale_2
@@ -140,9 +141,13 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
     if not hasattr(transformers, arch):  # no class writes its checkpoint: vLLM's own names are the only layout
         own_names_layout(model)
     # a config learned from vLLM's own code (remote code only): the checkpoint is vLLM's own names, fused layers as the
-    # shards its load_weights stacks (own_names_layout checked it takes them all), and the facts are learned from it
-    bf16 = built_from(arch, config, False)[0] if source.startswith(LEARNED) or arch in MAPPER_LAYOUT else None
-    own = (published_checkpoint(bf16) if arch in MAPPER_LAYOUT else own_checkpoint(bf16)) if bf16 is not None else None
+    # shards its load_weights stacks, under the names its mapper renames from (own_names_layout checked it takes them
+    # all), and the facts are learned from it; likewise for a config class vLLM ships where no transformers class
+    # writes names and its mapper renames (Step3p5), and where transformers' names are not the published ones
+    # (MAPPER_LAYOUT: DeepSeek-V4's native names are vLLM's own read back through its mapper)
+    learned = source.startswith(LEARNED) or arch in MAPPER_LAYOUT or (
+        not hasattr(transformers, arch) and renaming_maps(getattr(type(model), "hf_to_vllm_mapper", None)))
+    own = published_checkpoint(built_from(arch, config, False)[0]) if learned else None
     packed = {k: list(v) for k, v in (getattr(model, "packed_modules_mapping", None) or {}).items()}
     extra = {"nvfp4_refused": refused} if refused else {}
     fused = {k: v for k, v in sorted(packed.items()) if v != [k]}

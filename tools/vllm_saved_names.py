@@ -16,8 +16,6 @@ from vllm_profile_configs import NoConfig
 
 NO_LAYOUT = ("no checkpoint layout to learn: transformers has no class that writes its names, and vLLM's own names of "
              "its fused experts are none (FusedMoE's weight loader takes one expert per tensor)")
-RENAMED = (NO_LAYOUT.partition(":")[0] + ": transformers has no class that writes its names, and vLLM's "
-           "hf_to_vllm_mapper renames the published ones")
 REFUSED = (NO_LAYOUT.partition(":")[0] + ": transformers has no class that writes its names, and vLLM's own "
            "load_weights does not take its own names")
 # transformers' class exists but refuses the small config or its save: no names to learn, never a row without them
@@ -43,25 +41,21 @@ def own_names_layout(model) -> None:
     """Raise NoConfig where vLLM's own parameter names are no checkpoint layout to learn from, for an architecture no
     transformers class writes: a parameter of dim > 2 that is no routed-experts layer naming its checkpoint tensors
     (`own_checkpoint`); a hf_to_vllm_mapper that renames (prefixes, substrings, ...: anything but stacking shards into
-    a fused layer, or dropping names), which says the published names are others no class here writes; names vLLM's
-    own load_weights does not take. A row learned from no names would record no prefixes, renames or refusals and
-    read as healthy."""
-    mapper = getattr(model, "hf_to_vllm_mapper", None)
-    renaming = {k: v for k, v in vars(mapper).items() if k != "orig_to_new_stacked" and v
-                and (not isinstance(v, dict) or any(x is not None for x in v.values()))} if mapper is not None else {}
-    if renaming:
-        raise NoConfig(f"{RENAMED}: {', '.join(sorted(renaming))}")
+    a fused layer, or dropping names) where it is not proven invertible on those names (tools/vllm_mapper_inverse.py:
+    then the published names are others no class here writes); names vLLM's own load_weights does not take. A row
+    learned from no names would record no prefixes, renames or refusals and read as healthy."""
     refused = own_names_refused(model)
     if refused:
         raise NoConfig(f"{REFUSED}: {refused}")
 
 
 def own_names_refused(model) -> str | None:
-    """What vLLM's own load_weights does with `own_checkpoint`'s weights fed through it on the meta device (recording
-    weight loaders, tools/vllm_declared.py): its error, or the first name it placed nowhere; None when it takes all."""
+    """What vLLM's own load_weights does with `published_checkpoint`'s weights fed through it on the meta device
+    (recording weight loaders, tools/vllm_declared.py): its error, or the first name it placed nowhere; None when it
+    takes all."""
     from vllm_declared import placements
 
-    weights = saved_weights({n: (shape, "bfloat16") for n, shape in own_checkpoint(model).items()})
+    weights = saved_weights({n: (shape, "bfloat16") for n, shape in published_checkpoint(model).items()})
     try:
         placed = placements(model, weights)
     except Exception as e:  # noqa: BLE001 - the refusal is the fact
@@ -70,15 +64,29 @@ def own_names_refused(model) -> str | None:
     return f"{missed[0]} placed nowhere" if missed else None
 
 
+def published_checkpoint(model) -> dict[str, list[int]]:
+    """`own_checkpoint` under the names the class's hf_to_vllm_mapper renames from, where it renames: TeleChat2's
+    `transformer.h.N.self_attention.dense`, Mistral Large 3's `layers.N.attention.wq_a` (tools/vllm_mapper_inverse.py,
+    NoConfig where the inverse is not proven); vLLM's own names where it does not."""
+    from vllm_mapper_inverse import published_names, renaming_maps
+
+    own = own_checkpoint(model)
+    if not renaming_maps(getattr(model, "hf_to_vllm_mapper", None)):
+        return own
+    names = published_names(model, sorted(own))
+    return {names[n]: shape for n, shape in own.items()}
+
+
 def own_checkpoint(model) -> dict[str, list[int]]:
     """Tensor name -> shape of the checkpoint vLLM's own names describe: its parameters, each fused layer of the
-    class's packed_modules_mapping or of its mapper's stacked names (`stacked_shards`) stored as its shards (the names
+    class's packed_modules_mapping, of its mapper's stacked names (`stacked_shards`) or of its load_weights' own
+    `stacked_params_mapping` (`loader_stacking`) stored as its shards (the names
     its load_weights stacks, e.g. InternLM2's `feed_forward.w1` / `w3` into `gate_up_proj`), split at the layer's own output_sizes, and each routed expert as
     the tensors its layer's expert mapping names (`expert_tensors`; any other parameter of at most 2 dims on a module
     with an expert mapping is its own: DeepSeek-V4's model holds `hc_head_fn` beside its get_expert_mapping). NoConfig for any other
     parameter of dim > 2."""
     own = getattr(model, "packed_modules_mapping", None) or {}
-    packed = {**stacked_shards(model), **{k: list(v) for k, v in own.items() if list(v) != [k]}}
+    packed = {**loader_stacking(model), **stacked_shards(model), **{k: list(v) for k, v in own.items() if list(v) != [k]}}
     modules = dict(model.named_modules())
     out: dict[str, list[int]] = {}
     for name, param in model.named_parameters():
@@ -112,6 +120,33 @@ def stacked_shards(model) -> dict[str, list[str]]:
     return out
 
 
+def loader_stacking(model) -> dict[str, list[str]]:
+    """Fused layer -> its shards as a load_weights among the model's modules stacks them in its own
+    `stacked_params_mapping` list of (param, shard, shard id) literals (iquest_loopcoder.py:467-473: `gate_up_proj`
+    from `gate_proj` / `up_proj`), for a class that names them nowhere else (no packed_modules_mapping, no mapper)."""
+    import ast
+    import inspect
+    import textwrap
+
+    out: dict[str, list[str]] = {}
+    for function in {getattr(type(m), "load_weights", None) for m in model.modules()} - {None}:
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        for node in ast.walk(tree):
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+            if not (isinstance(target, ast.Name) and target.id == "stacked_params_mapping"
+                    and isinstance(getattr(node, "value", None), ast.List)):
+                continue
+            for item in node.value.elts:
+                parts = item.elts if isinstance(item, ast.Tuple) and len(item.elts) == 3 else []
+                if parts and all(isinstance(p, ast.Constant) and isinstance(p.value, str) for p in parts[:2]):
+                    shards = out.setdefault(parts[0].value.strip("."), [])
+                    shards += [parts[1].value.strip(".")] if parts[1].value.strip(".") not in shards else []
+    return {k: v for k, v in sorted(out.items()) if len(v) > 1}
+
+
 def expert_tensors(module: str, layer, leaf: str, shape: list[int]) -> dict[str, list[int]]:
     """The checkpoint tensors of one routed-experts parameter (`w13_weight` [E, 2I, H], `w2_weight`, their biases):
     one per expert and shard, named by the layer's own get_expert_mapping() (vLLM 0.32 fused_moe/routed_experts.py:
@@ -127,39 +162,6 @@ def expert_tensors(module: str, layer, leaf: str, shape: list[int]) -> dict[str,
     if not shards or shape[1] % shards:
         raise NoConfig(NO_LAYOUT)
     return {f"{parent}.{w}{rest}" if parent else f"{w}{rest}": [shape[1] // shards, *shape[2:]] for w, _, _ in mapped}
-
-
-def mapper_inverse(mapper, name: str) -> str | None:
-    """The checkpoint name `mapper` (the class's hf_to_vllm_mapper, a WeightsMapper) maps onto vLLM's own `name`: read
-    back through every rename whose new side `name` shows, suffix maps, then prefix maps, then substring maps, each in
-    reverse order (the reverse of how vLLM 0.32 applies them: model_executor/models/utils.py:108-144); None unless
-    mapping the result forward gives `name` again (a regex or stacked rename, or renames that undo each other, are no
-    inverse this reads)."""
-    key = name
-    for old, new in reversed(list(mapper.orig_to_new_suffix.items())):
-        if new is not None and key.endswith(new):
-            key = old.join(key.rsplit(new, 1))
-    for old, new in reversed(list(mapper.orig_to_new_prefix.items())):
-        if new is not None and key.startswith(new):
-            key = old + key[len(new):]
-    for old, new in reversed(list(mapper.orig_to_new_substr.items())):
-        if new is not None and new in key:
-            key = key.replace(new, old, 1)
-    return key if mapper.map_name(key) == name else None
-
-
-def published_checkpoint(model) -> dict[str, list[int]]:
-    """Tensor name -> shape of the published checkpoint of an MAPPER_LAYOUT architecture (vllm_profile_configs): vLLM's own
-    names (`own_checkpoint`: fused layers as their shards, experts one tensor each) read back through the class's own
-    hf_to_vllm_mapper (`mapper_inverse`), the names it is written for. NoConfig where one name reads back to nothing."""
-    mapper = getattr(model, "hf_to_vllm_mapper", None)
-    out: dict[str, list[int]] = {}
-    for name, shape in own_checkpoint(model).items():
-        published = mapper_inverse(mapper, name) if mapper is not None else None
-        if published is None:
-            raise NoConfig(f"{NO_LAYOUT.partition(':')[0]}: vLLM's hf_to_vllm_mapper maps no name onto its own {name}")
-        out[published] = shape
-    return dict(sorted(out.items()))
 
 
 def tensor_modules(tensors: dict[str, tuple[list[int], str]]) -> list[str]:

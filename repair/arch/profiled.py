@@ -163,7 +163,9 @@ def never_quantized_roles(profile: ReleaseProfile, entry: dict) -> tuple[Unquant
     modelopt_only = {*entry.get("modelopt_fp4_only", ()),
                      *(p for p in drafter.get("modelopt_fp4_only", ()) if p not in entry["modules"])}
     for vllm_pattern, module in modules.items():
-        if module["state"] in NEVER_QUANTIZED and not _generic(vllm_pattern):
+        # generic only where every checkpoint name of it is too (Mistral Large 3's `tok_embeddings` is `embed_tokens`)
+        named = [vllm_pattern, *(ckpt for ckpt, mapped in renames.items() if mapped == vllm_pattern)]
+        if module["state"] in NEVER_QUANTIZED and not all(_generic(p) for p in named):
             nvfp4_only = module["state"] == "unquantized" and vllm_pattern in modelopt_only
             by_layer.setdefault((module["layer"], nvfp4_only), []).append(vllm_pattern)
     roles = []

@@ -1,0 +1,85 @@
+"""Layers vLLM 0.32 asks its quant config about under another prefix than the checkpoint's, shards of fused layers
+included (the profile's `prefixes`, tools/vllm_load_facts.py quant_prefixes). EXAONE 3.5 (ExaoneForCausalLM):
+exaone.py builds ExaoneModel as `self.transformer` under the prefix "model" (exaone.py:401-403), so its layers ask about
+`model.h.N...` while the checkpoint (and the published EXAONE 3.5 names) hold `transformer.h.N...`; a fused layer asks
+for its shards under that prefix too (quant_utils.py is_layer_skipped: `model.h.0.attn.attention.q_proj`). Falcon-H1
+(FalconH1ForCausalLM) builds its attention's qkv_proj under the decoder layer (`model.layers.N.qkv_proj`, as its
+o_proj), so its shards are asked as `model.layers.N.q_proj`. An exclusion written with the checkpoint's name reaches
+nothing: a layer stored BF16 and excluded so is built NVFP4 and its weight does not load. Judged with vLLM's own loader
+on each row's tiny export (tools/vllm_arch_check.py), doctor against it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .probe import requires_vllm
+from .test_profiles_vs_vllm import in_vllm
+
+pytestmark = [pytest.mark.vllm, requires_vllm]
+
+EXAONE_QKV = tuple(f"transformer.h.0.attn.attention.{p}" for p in ("q_proj", "k_proj", "v_proj"))
+FALCON_QKV = tuple(f"model.layers.0.self_attn.{p}" for p in ("q_proj", "k_proj", "v_proj"))
+# case -> (architecture, modules stored BF16, the names vLLM 0.32 asks for them)
+CASES = {
+    "exaone-qkv-shards": ("ExaoneForCausalLM", EXAONE_QKV, tuple(m.replace("transformer.", "model.", 1) for m in EXAONE_QKV)),
+    "exaone-c_proj": ("ExaoneForCausalLM", ("transformer.h.0.mlp.c_proj",), ("model.h.0.mlp.c_proj",)),
+    "falcon-h1-qkv-shards": ("FalconH1ForCausalLM", FALCON_QKV, tuple(m.replace("self_attn.", "") for m in FALCON_QKV)),
+}
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory) -> dict[str, Path]:
+    lines = in_vllm("vllm_arch_check.py", tmp_path_factory.mktemp("prefixes"), "ExaoneForCausalLM", "FalconH1ForCausalLM")
+    for line in lines:
+        assert line["ok"] and line["healthy_load"]["ok"], line
+    return {line["arch"]: Path(line["healthy"]) for line in lines}
+
+
+def bf16_excluded(src: Path, dst: Path, modules: tuple[str, ...], entries: list[str]) -> Path:
+    """`src` with `modules` stored BF16 (their NVFP4 leaves dropped) and `entries` added to exclude_modules."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    tensors = load_file(dst / "model.safetensors")
+    for module in modules:
+        rows, half = tensors[f"{module}.weight"].shape
+        for leaf in [n for n in tensors if n.startswith(module + ".")]:
+            tensors.pop(leaf)
+        tensors[f"{module}.weight"] = torch.zeros(rows, 2 * half, dtype=torch.bfloat16)
+    save_file(tensors, dst / "model.safetensors", metadata={"format": "pt"})
+    quant = json.loads((dst / "hf_quant_config.json").read_text())
+    quant["quantization"]["exclude_modules"] += entries
+    (dst / "hf_quant_config.json").write_text(json.dumps(quant))
+    return dst
+
+
+def doctor(capsys, folder: Path) -> tuple[int, str]:
+    from tests.conftest import run_captured
+
+    code, out, _ = run_captured(capsys, "doctor", folder, "--target", "vllm==0.32.0")
+    return code, out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_checkpoint_name_exclusion_reaches_nothing_and_doctor_says_so(capsys, exports, tmp_path, case):
+    """Stored BF16 and excluded under the checkpoint's names: vLLM 0.32 builds the layer NVFP4 and the load fails;
+    excluded under the names it asks, it loads. doctor errors on the first, names that entry, and passes the second."""
+    name, modules, asked_as = CASES[case]
+    published = bf16_excluded(exports[name], tmp_path / "published", modules, list(modules))
+    asked = bf16_excluded(exports[name], tmp_path / "asked", modules, list(asked_as))
+    refused, loaded = in_vllm("vllm_load.py", published, asked)
+    assert not refused["ok"], refused
+    assert loaded["ok"], loaded
+    code, out = doctor(capsys, published)
+    assert code == 1, out
+    for module in modules:
+        assert f"error: [config-contradiction] {module}: stored bf16, but vllm==0.32.0 builds it nvfp4" in out, out
+    assert f"'{asked_as[0]}'" in out, out
+    code, out = doctor(capsys, asked)
+    assert code == 0 and "0 error(s)" in out.splitlines()[0], out
