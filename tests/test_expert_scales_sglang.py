@@ -1,0 +1,102 @@
+"""Routed experts' gate/up global scales under SGLang: what each release keeps is its data (tools/sglang_expert_scales.py,
+read from each release's wheel). SGLang 0.5.9-0.5.11 keep the gate's on every MoE backend and log, as vLLM; 0.5.23's
+ModelOpt method keeps the gate's on marlin (its default on SM80-SM9x GPUs) and on the single-alpha FlashInfer backends,
+both on flashinfer_trtllm (its default otherwise); its compressed-tensors config picks the W4A4 scheme (the gate's) on
+Blackwell and a Marlin scheme that refuses any difference below it. doctor says which, by condition; fix keeps its
+promise (requantize the pair from --original, or refuse in one line)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from repair.targets.runtime_rules import shipped_rules
+from tests.conftest import run_captured
+from tests.test_expert_scales import MOE, WARNING, compressed_tensors_moe, qwen3_moe
+
+NEW, OLD = "sglang==0.5.23", "sglang==0.5.11"
+
+
+def findings(capsys, src: Path, target: str, *args: str) -> dict[str, dict]:
+    code, text, err = run_captured(capsys, "doctor", src, "--target", target, "--json", *args)
+    return {f["subject"]: f for f in json.loads(text)["findings"] if f["code"] == "experts-gate-up-scale-2"}
+
+
+def test_every_sglang_release_records_what_its_nvfp4_moe_keeps():
+    facts = {r.label: r.experts_gate_up_scale_2 for r in shipped_rules() if r.runtime == "sglang"}
+    assert set(facts) == {"sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11", "sglang 0.5.23"}, facts
+    for label in ("sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11"):
+        assert facts[label]["modelopt_fp4"]["keeps"] == "gate" and facts[label]["modelopt_fp4"]["log"] == WARNING
+        assert facts[label]["compressed-tensors"]["keeps"] == "gate", facts[label]
+    new = facts["sglang 0.5.23"]["modelopt_fp4"]
+    keeps = {name: b["keeps"] for name, b in new["backends"].items()}
+    assert keeps == {"marlin": "gate", "flashinfer_cutlass": "gate", "flashinfer_cutedsl": "gate",
+                     "flashinfer_trtllm": "both", "flashinfer_trtllm_routed": "both"}, keeps
+    assert new["backends"]["marlin"]["log"] == WARNING and new["option"] == "--moe-runner-backend"
+    assert [d["backend"] for d in new["default"]] == ["marlin", "flashinfer_trtllm"], new["default"]
+    assert "8.0 to 9.x" in new["default"][0]["when"], new["default"]
+    assert facts["sglang 0.5.23"]["modelopt_mixed"] == new
+    ct = facts["sglang 0.5.23"]["compressed-tensors"]
+    assert [d["backend"] for d in ct["default"]] == ["CompressedTensorsW4A4Nvfp4MoE", "CompressedTensorsW4A16Nvfp4MoE"]
+    assert ct["backends"]["CompressedTensorsW4A16Nvfp4MoE"]["refuses"].startswith("ValueError: NVFP4 weight-only MoE")
+
+
+def test_sglang_0_5_23_names_the_gpu_the_default_keeps_one_scale_on_and_the_backend_that_keeps_both(capsys, tmp_path):
+    src = qwen3_moe(tmp_path / "src", 4, broken=(2,))
+    found = findings(capsys, src, NEW)
+    assert list(found) == [f"{MOE}.2"], found
+    (f,) = found.values()
+    message = f["message"]
+    assert f["severity"] == "error", f
+    assert "compute capability 8.0 to 9.x" in message and "marlin, which keeps the gate's (w1)" in message, message
+    assert WARNING in message and "otherwise, flashinfer_trtllm, which keeps both" in message, message
+    assert "--moe-runner-backend flashinfer_trtllm or flashinfer_trtllm_routed keeps both" in message, message
+    assert "flashinfer_cutedsl, flashinfer_cutlass keep one scale too" in message, message
+    assert findings(capsys, qwen3_moe(tmp_path / "healthy", 4, broken=()), NEW) == {}
+
+
+def test_older_sglang_keeps_the_gates_on_every_backend(capsys, tmp_path):
+    (f,) = findings(capsys, qwen3_moe(tmp_path / "src", 4, broken=(1,)), OLD).values()
+    assert f["severity"] == "error" and "keeps the gate's (w1) for both" in f["message"] and WARNING in f["message"], f
+
+
+def test_within_allclose_no_finding_where_no_default_refuses(capsys, tmp_path):
+    src = qwen3_moe(tmp_path / "src", 4, broken=(1,), factor=1 + 4e-6)
+    assert findings(capsys, src, NEW) == {} and findings(capsys, src, OLD) == {}
+
+
+def test_compressed_tensors_under_sglang_0_5_23_refuses_below_blackwell_even_within_allclose(capsys, tmp_path):
+    """Below compute capability 10.0 SGLang 0.5.23 serves a W4A4 NVFP4 MoE with CompressedTensorsW4A16Nvfp4MoE, whose
+    process_weights_after_loading compares the pair exactly and raises; on Blackwell the W4A4 scheme keeps the gate's."""
+    src = compressed_tensors_moe(tmp_path / "far", broken=(1,))
+    (f,) = findings(capsys, src, NEW).values()
+    assert f["severity"] == "error" and "compute capability 10.0 or above, CompressedTensorsW4A4Nvfp4MoE" in f["message"]
+    assert "otherwise, CompressedTensorsW4A16Nvfp4MoE, which refuses to load the model (ValueError: NVFP4 weight-only" \
+        in f["message"], f["message"]
+    assert "--moe-runner-backend" not in f["message"] and "--requantize" not in f["message"], f["message"]
+    near = compressed_tensors_moe(tmp_path / "near", broken=())
+    assert findings(capsys, near, NEW) == {}
+    tensors = load_file(near / "model.safetensors")
+    gate, up = (f"{MOE}.2.{p}.weight_global_scale" for p in ("gate_proj", "up_proj"))
+    tensors[up] = tensors[gate] * (1 + 4e-6)  # the premise: torch.allclose true, != true
+    assert not torch.equal(tensors[gate], tensors[up]) and torch.allclose(tensors[gate], tensors[up])
+    save_file(tensors, near / "model.safetensors", metadata={"format": "pt"})
+    (g,) = findings(capsys, near, NEW).values()
+    assert g["severity"] == "error" and "refuses to load" in g["message"] and "keeps the gate's" not in g["message"], g
+    assert findings(capsys, near, OLD) == {}  # 0.5.11 only logs outside torch.allclose
+
+
+@pytest.mark.parametrize("target", [NEW, OLD])
+def test_fix_for_sglang_refuses_in_one_line_without_the_original_and_requantizes_with_it(capsys, tmp_path, target):
+    src = qwen3_moe(tmp_path / "src", 4, broken=(1,), original=tmp_path / "orig")
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", target)
+    assert code == 2 and not (tmp_path / "out").exists(), (out, err)
+    assert f"{MOE}.1" in err and "--original" in err and len(err.strip().splitlines()) == 1, err
+    code, text, err = run_captured(capsys, "fix", src, "-o", tmp_path / "fixed", "--target", target, "--original",
+                                   tmp_path / "orig", "--requantize", f"{MOE}.1.up_proj")
+    assert code == 0, (text, err)
+    assert findings(capsys, tmp_path / "fixed", target, "--strict") == {}
