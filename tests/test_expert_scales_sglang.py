@@ -52,10 +52,11 @@ def test_sglang_0_5_23_names_the_gpu_the_default_keeps_one_scale_on_and_the_back
     (f,) = found.values()
     message = f["message"]
     assert f["severity"] == "error", f
-    assert "compute capability 8.0 to 9.x" in message and "marlin, which keeps the gate's (w1)" in message, message
-    assert WARNING in message and "otherwise, flashinfer_trtllm, which keeps both" in message, message
+    assert "marlin on a CUDA GPU of compute capability 8.0 to 9.x" in message, message
+    assert "9.x (Ampere, Ada, Hopper), which keeps the gate's (w1)" in message, message
+    assert WARNING in message and "flashinfer_trtllm otherwise, which keeps both" in message, message
     assert "--moe-runner-backend flashinfer_trtllm or flashinfer_trtllm_routed keeps both" in message, message
-    assert "flashinfer_cutedsl, flashinfer_cutlass keep one scale too" in message, message
+    assert "asked for, flashinfer_cutedsl and flashinfer_cutlass keep the gate's (w1) too" in message, message
     assert findings(capsys, qwen3_moe(tmp_path / "healthy", 4, broken=()), NEW) == {}
 
 
@@ -74,8 +75,8 @@ def test_compressed_tensors_under_sglang_0_5_23_refuses_below_blackwell_even_wit
     process_weights_after_loading compares the pair exactly and raises; on Blackwell the W4A4 scheme keeps the gate's."""
     src = compressed_tensors_moe(tmp_path / "far", broken=(1,))
     (f,) = findings(capsys, src, NEW).values()
-    assert f["severity"] == "error" and "compute capability 10.0 or above, CompressedTensorsW4A4Nvfp4MoE" in f["message"]
-    assert "otherwise, CompressedTensorsW4A16Nvfp4MoE, which refuses to load the model (ValueError: NVFP4 weight-only" \
+    assert f["severity"] == "error" and "CompressedTensorsW4A4Nvfp4MoE on a GPU of compute capability 10.0 or above" in f["message"]
+    assert "CompressedTensorsW4A16Nvfp4MoE otherwise, which refuses to load the model (ValueError: NVFP4 weight-only" \
         in f["message"], f["message"]
     assert "--moe-runner-backend" not in f["message"] and "--requantize" not in f["message"], f["message"]
     near = compressed_tensors_moe(tmp_path / "near", broken=())

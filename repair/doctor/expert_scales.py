@@ -155,10 +155,10 @@ def _by_choice(rule: ExpertsRule, subject: str, differ: str, export: str, close_
     (a pair within torch.allclose is wrong only for a choice that refuses any difference)."""
     defaults = [c for c in rule.choices if c.when is not None and not (close_pair and c.keeps in KEPT)]
     wrong = [c for c in defaults if c.keeps != "both"]
-    told = "; ".join(f"{c.when}, {c.name}, which {_does(c)}" for c in defaults)
+    told = "; ".join(f"{c.name} {c.when}, which {_does(c)}" for c in defaults)
     flag = f" ({rule.option} auto{'; ' + rule.default_note if rule.default_note else ''})" if rule.option else ""
-    others = [c.name for c in rule.choices if c.when is None and c.keeps in KEPT]
-    also = f"; {', '.join(others)} keep one scale too" if others else ""
+    others = {k: [c.name for c in rule.choices if c.when is None and c.keeps == k] for k in KEPT}
+    also = "".join(f"; asked for, {' and '.join(names)} keep {KEPT[k]} too" for k, names in others.items() if names)
     both = [c.name for c in rule.choices if c.keeps == "both"]
     fix = f"; {rule.option} {' or '.join(both)} keeps both where it runs" if rule.option and both else ""
     return Finding(Severity.ERROR if wrong else Severity.WARNING, Kind.EXPERTS_SCALE_2, subject,
