@@ -79,6 +79,8 @@ def test_compressed_tensors_under_sglang_0_5_23_refuses_below_blackwell_even_wit
     assert "CompressedTensorsW4A16Nvfp4MoE otherwise, which refuses to load the model (ValueError: NVFP4 weight-only" \
         in f["message"], f["message"]
     assert "--moe-runner-backend" not in f["message"] and "--requantize" not in f["message"], f["message"]
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", NEW)
+    assert code == 2 and not (tmp_path / "out").exists() and len(err.strip().splitlines()) == 1, (out, err)
     near = compressed_tensors_moe(tmp_path / "near", broken=())
     assert findings(capsys, near, NEW) == {}
     tensors = load_file(near / "model.safetensors")
