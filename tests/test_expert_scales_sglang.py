@@ -103,3 +103,43 @@ def test_fix_for_sglang_refuses_in_one_line_without_the_original_and_requantizes
                                    tmp_path / "orig", "--requantize", f"{MOE}.1.up_proj")
     assert code == 0, (text, err)
     assert findings(capsys, tmp_path / "fixed", target, "--strict") == {}
+
+
+def weight_only(src: Path) -> Path:
+    """The compressed-tensors fixture as llm-compressor's NVFP4A16 writes it: `input_activations` null, no
+    input_global_scale (SGLang 0.5.23 compressed_tensors.py `_is_fp4a16_nvfp4`)."""
+    config = json.loads((src / "config.json").read_text())
+    for group in config["quantization_config"]["config_groups"].values():
+        group["input_activations"] = None
+    (src / "config.json").write_text(json.dumps(config))
+    tensors = {k: v for k, v in load_file(src / "model.safetensors").items() if not k.endswith(".input_global_scale")}
+    save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
+    index = src / "model.safetensors.index.json"
+    if index.exists():
+        doc = json.loads(index.read_text())
+        doc["weight_map"] = {k: v for k, v in doc["weight_map"].items() if k in tensors}
+        index.write_text(json.dumps(doc))
+    return src
+
+
+def test_weight_only_compressed_tensors_under_sglang_0_5_23_refuses_on_every_gpu(capsys, tmp_path):
+    """SGLang 0.5.23 builds a weight-only (NVFP4A16) compressed-tensors MoE with CompressedTensorsW4A16Nvfp4MoE on every
+    GPU (compressed_tensors.py get_moe_scheme's `_is_fp4a16_nvfp4` branch, no capability test), whose
+    process_weights_after_loading raises when an expert's gate/up global scales differ at all: an error, not 'not
+    recorded', and fix refuses in one line."""
+    src = weight_only(compressed_tensors_moe(tmp_path / "far", broken=(1,)))
+    (f,) = findings(capsys, src, NEW).values()
+    assert f["severity"] == "error", f
+    assert "CompressedTensorsW4A16Nvfp4MoE on every GPU, which refuses to load the model (ValueError: NVFP4 weight-only" \
+        in f["message"], f["message"]
+    assert "not recorded" not in f["message"] and "CompressedTensorsW4A4Nvfp4MoE" not in f["message"], f["message"]
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", NEW)
+    assert code == 2 and not (tmp_path / "out").exists() and len(err.strip().splitlines()) == 1, (out, err)
+    near = weight_only(compressed_tensors_moe(tmp_path / "near", broken=()))
+    assert findings(capsys, near, NEW) == {}
+    tensors = load_file(near / "model.safetensors")
+    gate, up = (f"{MOE}.2.{p}.weight_global_scale" for p in ("gate_proj", "up_proj"))
+    tensors[up] = tensors[gate] * (1 + 4e-6)  # within torch.allclose, still != : the scheme's own test
+    save_file(tensors, near / "model.safetensors", metadata={"format": "pt"})
+    (g,) = findings(capsys, near, NEW).values()
+    assert g["severity"] == "error" and "refuses to load" in g["message"], g

@@ -173,7 +173,8 @@ RULES_FORM = [
     "  (w3) global scales: `keeps` (`gate`/`up`) and `log` where every backend does the same (vLLM's form); where it",
     "  depends on a run-time choice, `backends` {MoE runner backend or scheme: `keeps` (`gate`, `up`, `both`) and `log`,",
     "  or `refuses` (its error) with `test` `exact`}, `default` [{`backend`, `when`}] (the release's own automatic choice by",
-    "  GPU), `option` (the flag that picks one) and `precisions` (the built precisions it was read for); written from",
+    "  GPU), `option` (the flag that picks one), `precisions` (the built precisions it was read for) and `by_precision`",
+    "  {built precision: a fact of the same form} (another precision's own scheme: a weight-only one); written from",
     "  each SGLang wheel by `tools/sglang_expert_scales.py` (ast), read by `doctor/expert_scales.py`.", "",
     "`--target <runtime>==X.Y.Z` uses the newest file at or below X.Y.Z and says which. `tools/sglang_rules_data.py`",
     "writes the SGLang files from the wheels (rules table: `tools/sglang_rules_table.py`, re-checked against each wheel).", ""]
@@ -194,7 +195,8 @@ def rules_section(doc: dict, name: str) -> list[str]:
 def expert_lines(facts: dict) -> list[str]:
     """What each quant method's NVFP4 MoE keeps of a routed expert's gate/up global scales, by default condition."""
     out = []
-    for method, fact in facts.items():
+    for method, fact in [*facts.items(), *((f"{m} {p}", f) for m, top in facts.items()
+                                             for p, f in top.get("by_precision", {}).items())]:
         if "backends" in fact:
             keeps = {name: b.get("keeps") or "refuses" for name, b in fact["backends"].items()}
             told = "; ".join(f"{d['when']}: {d['backend']} ({keeps.get(d['backend'])})" for d in fact["default"])

@@ -3,8 +3,8 @@ differ, and print what it kept (one JSON line). Runs in SGLang's venv; imports n
 
 What runs is SGLang's: ModelOptNvFp4FusedMoEMethod.process_weights_after_loading on the marlin path up to the Marlin
 repack, `_compute_gemm1_alphas` (every other backend's gate/up alphas), flashinfer_trtllm.py `_compute_g1_scale_c`
-(the TRT-LLM kernel's up-half scale), and CompressedTensorsW4A16Nvfp4MoE.process_weights_after_loading up to its
-Marlin repack. Stand-ins, each deciding no scale: the method objects are made without `__init__` (it asks a GPU for
+(the TRT-LLM kernel's up-half scale), CompressedTensorsW4A16Nvfp4MoE.process_weights_after_loading up to its
+Marlin repack, and compressed-tensors' get_moe_scheme on a weight-only NVFP4 config. Stand-ins, each deciding no scale: the method objects are made without `__init__` (it asks a GPU for
 its platform and backend; the backend is set as `create_moe_runner` sets it, `_moe_runner_backend`), and
 `prepare_moe_nvfp4_layer_for_marlin` (the CUDA repack of the weights, called after the scale is chosen) is a
 recorder that notes the scale it is handed. Which backend reads which alpha in `apply` is not run here (its kernels
@@ -82,7 +82,22 @@ def main() -> dict:
     except ValueError as exc:
         refused = str(exc)
     return {"marlin": marlin, "alphas": [gate_alpha.tolist(), up_alpha.tolist()], "trtllm_scale_c": scale_c.tolist(),
-            "ct_w4a16_refused": refused, "gate": GATE, "up": UP}
+            "ct_w4a16_refused": refused, "ct_weight_only_scheme": weight_only_scheme(), "gate": GATE, "up": UP}
+
+
+def weight_only_scheme() -> str:
+    """The scheme SGLang's compressed-tensors config picks for a routed-experts layer of a weight-only NVFP4 config
+    (`input_activations` null, as llm-compressor's NVFP4A16 writes it): get_moe_scheme asks no GPU for it."""
+    from sglang.srt.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
+
+    weights = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": True,
+               "dynamic": False}
+    config = CompressedTensorsConfig.from_config({
+        "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "ignore": ["lm_head"],
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights, "input_activations": None,
+                                      "format": "nvfp4-pack-quantized"}}})
+    fused = type("FusedMoE", (torch.nn.Module,), {})()  # the class name compressed-tensors' targets match the layer by
+    return type(config.get_moe_scheme(fused, "model.layers.0.mlp.experts")).__name__
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ kernel gets. Two shapes of that method are read, each anchored by ast; anything 
 - compressed-tensors NVFP4 MoE where the config picks a scheme by GPU (`_check_scheme_supported(X.get_min_capability(),
   error=False)` then a fallback `return Y(...)`): each scheme read as above or, for one that raises when an expert's
   columns differ (`(p != p[:, :1]).any(...)` then `raise ValueError`), {"refuses": its message, "test": "exact"}.
-  Read for W4A4 (`precisions`: nvfp4) only; a weight-only (nvfp4a16) config's scheme is not read here.
+  Recorded for W4A4 (`precisions`: nvfp4); a weight-only (nvfp4a16) config's scheme (`_is_fp4a16_nvfp4`, 0.5.23:
+  one scheme on every GPU, which refuses) as `by_precision` {"w4a16_nvfp4": its fact}, where the release has one.
 Imports nothing from ``repair``.
 """
 
@@ -256,8 +257,10 @@ def compressed_tensors(wheel: zipfile.ZipFile, release: str) -> dict:
                      key=lambda n: n.lineno)
     schemes = [re.match(r"(\w+)\(", ast.unparse(r.value)).group(1) for r in returns]
     facts = {s: _scheme(wheel, s, release) for s in dict.fromkeys(schemes)}
+    weight_only = _weight_only(wheel, ct, release)
+    extra = {"by_precision": {"w4a16_nvfp4": weight_only}} if weight_only else {}
     if len(facts) == 1:
-        return next(iter(facts.values())) | {"precisions": ["nvfp4"]}
+        return next(iter(facts.values())) | {"precisions": ["nvfp4"]} | extra
     gate = next((n for n in branch.body if isinstance(n, ast.If) and "get_min_capability" in ast.unparse(n.test)), None)
     asked = re.search(r"(\w+)\.get_min_capability", ast.unparse(gate.test)).group(1) if gate else None
     if len(facts) != 2 or asked != schemes[0]:
@@ -265,7 +268,26 @@ def compressed_tensors(wheel: zipfile.ZipFile, release: str) -> dict:
     need = _min_capability(wheel, asked, release)
     return {"backends": facts, "option": None, "where": f"{CT} fp4a4 MoE branch", "precisions": ["nvfp4"],
             "default": [{"backend": asked, "when": f"on a GPU of compute capability {need // 10}.{need % 10} or above"},
-                        {"backend": schemes[-1], "when": "otherwise"}]}
+                        {"backend": schemes[-1], "when": "otherwise"}]} | extra
+
+
+def _weight_only(wheel: zipfile.ZipFile, ct: ast.Module, release: str) -> dict | None:
+    """A weight-only (nvfp4a16) config's NVFP4 MoE scheme, where the release has one (`_is_fp4a16_nvfp4` returning one
+    scheme on every GPU): {"precisions": ["w4a16_nvfp4"]} with its reading, a refusal as its one default."""
+    branch = next((n for n in ast.walk(ct) if isinstance(n, ast.If) and "_is_fp4a16_nvfp4" in ast.unparse(n.test)
+                   and any("Nvfp4MoE" in ast.unparse(s) for s in n.body)), None)
+    if branch is None:
+        return None  # no weight-only NVFP4 MoE scheme in this release
+    body = ast.Module(branch.body, [])
+    schemes = {re.match(r"(\w+)\(", ast.unparse(r.value)).group(1) for r in ast.walk(body) if isinstance(r, ast.Return)}
+    if len(schemes) != 1 or any(isinstance(n, ast.If) for n in ast.walk(body)):
+        raise SystemExit(f"sglang {release}: {CT}'s fp4a16 MoE branch is not one scheme on every GPU: read it anew")
+    (scheme,) = schemes
+    fact = _scheme(wheel, scheme, release)
+    if "refuses" in fact:
+        fact = {"backends": {scheme: fact}, "option": None, "where": f"{CT} fp4a16 MoE branch",
+                "default": [{"backend": scheme, "when": "on every GPU"}]}
+    return fact | {"precisions": ["w4a16_nvfp4"]}
 
 
 def _scheme_tree(wheel: zipfile.ZipFile, scheme: str) -> tuple[str, ast.Module]:

@@ -10,7 +10,8 @@ export or a hand edit; dense fused layers are checks.py's (`family.scale_groups`
 Where what is kept depends on a choice the release makes at run time (SGLang 0.5.23: its MoE runner backend, picked by
 GPU; compressed-tensors' scheme, picked by GPU), the data lists each choice (`backends`) and the release's default by
 condition (`default`, tools/sglang_expert_scales.py): an error where a default keeps one scale or refuses the load,
-naming the condition and the option value that keeps both. Where a release's data does not say (TensorRT-LLM: read,
+naming the condition and the option value that keeps both; a built precision with its own scheme (0.5.23's weight-only
+compressed-tensors MoE, which refuses any difference) has its own fact (`by_precision`). Where a release's data does not say (TensorRT-LLM: read,
 not data; a compressed-tensors precision SGLang's data was not read for), the finding is a warning. TensorRT-LLM @
 002366a4 (fused_moe/quantization.py load_all_fp4_weight_scales_and_alphas) logs and takes the max, older code asserted
 "w1_weight_scale_2 != w3_weight_scale_2".
@@ -57,6 +58,11 @@ class ExpertsRule:
     option: str | None = None
     precisions: tuple[str, ...] = ()
     default_note: str | None = None  # what the data's default does not cover (SGLang: model-specific overrides)
+    by_precision: tuple[tuple[str, ExpertsRule], ...] = ()  # another built precision's own rule (a weight-only scheme)
+
+    def at(self, built: str | None) -> ExpertsRule:
+        """The rule for experts built as `built`: its own where the data has one, else this."""
+        return next((rule for name, rule in self.by_precision if name == built), self)
 
 
 def experts_fact(target, declaration) -> ExpertsRule:
@@ -64,13 +70,17 @@ def experts_fact(target, declaration) -> ExpertsRule:
     rules = target.profile.rules
     facts = rules.experts_gate_up_scale_2 if rules is not None else \
         target.release.experts_gate_up_scale_2 if target.release is not None else {}
-    fact = facts.get(quant_method(declaration) or "", {})
     fmt = declaration.format
     repair = ("re-export it, or dequantize the layer's routed experts together (a recipe; "
               f"{fmt.NAME} cannot be requantized)") if "requantize" in fmt.UNSUPPORTED else \
         "requantize it with --original (fix --requantize)"
-    return ExpertsRule(fact.get("keeps"), fact.get("log"), fmt.LEAVES.get("weight_scale_2", "weight_scale_2"), repair,
-                       _choices(fact), fact.get("option"), tuple(fact.get("precisions", ())), fact.get("default_note"))
+    return _rule(facts.get(quant_method(declaration) or "", {}), fmt.LEAVES.get("weight_scale_2", "weight_scale_2"), repair)
+
+
+def _rule(fact, leaf: str, repair: str) -> ExpertsRule:
+    return ExpertsRule(fact.get("keeps"), fact.get("log"), leaf, repair, _choices(fact), fact.get("option"),
+                       tuple(fact.get("precisions", ())), fact.get("default_note"),
+                       tuple((p, _rule(f, leaf, repair)) for p, f in fact.get("by_precision", {}).items()))
 
 
 def _choices(fact) -> tuple[Choice, ...]:
@@ -113,8 +123,9 @@ def expert_scale_findings(scale_2: Mapping[str, float], precision: Mapping[str, 
     """An error per expert (the subject: `...experts.N`) whose gate and up, both built NVFP4 (W4A4 or weight-only W4A16:
     one MoE method, one column kept), carry different global
     scales (`scale_2`: the values doctor read; `rule`: what the target keeps, a warning where its data does not say)."""
-    out = []
-    for gate, up in expert_pairs(scale_2) if rule is not None else ():
+    out, base = [], rule
+    for gate, up in expert_pairs(scale_2) if base is not None else ():
+        rule = base.at(precision.get(gate))
         read = not rule.precisions or precision.get(gate) in rule.precisions  # the data was read for this precision
         exact = read and any(c.exact and c.when is not None for c in rule.choices)  # a default refusing any difference
         if (scale_2[gate] == scale_2[up] if exact else close(scale_2[gate], scale_2[up])) \

@@ -53,6 +53,14 @@ def test_the_compressed_tensors_marlin_scheme_refuses_in_the_words_recorded(ran)
     assert " ".join(ran["ct_w4a16_refused"].split()).endswith(" ".join(tail.split())), (ran, recorded)
 
 
+def test_a_weight_only_compressed_tensors_moe_is_built_with_the_scheme_recorded_for_it(ran):
+    """SGLang's own get_moe_scheme on a weight-only NVFP4 config picks the scheme the data records for w4a16_nvfp4,
+    without asking for a GPU: the one that refuses any difference."""
+    weight_only = fact()["compressed-tensors"]["by_precision"]["w4a16_nvfp4"]
+    assert [d["backend"] for d in weight_only["default"]] == [ran["ct_weight_only_scheme"]], (weight_only, ran)
+    assert weight_only["backends"][ran["ct_weight_only_scheme"]]["refuses"], weight_only
+
+
 def installed_as_wheel(folder, edit=lambda name, text: text):
     """The installed release's files the reading needs, zipped under a wheel's name (`edit` may change one)."""
     import zipfile
