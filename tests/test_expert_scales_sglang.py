@@ -1,7 +1,8 @@
 """Routed experts' gate/up global scales under SGLang: what each release keeps is its data (tools/sglang_expert_scales.py,
 read from each release's wheel). SGLang 0.5.9-0.5.11 keep the gate's on every MoE backend and log, as vLLM; 0.5.23's
-ModelOpt method keeps the gate's on marlin (its default on SM80-SM9x GPUs) and on the single-alpha FlashInfer backends,
-both on flashinfer_trtllm (its default otherwise); its compressed-tensors config picks the W4A4 scheme (the gate's) on
+ModelOpt method keeps the gate's on marlin (its default on SM80-SM9x GPUs) and on the single-alpha FlashInfer backends
+(flashinfer_cutlass: its server args' pick on SM11x-SM12x for --quantization modelopt_fp4), both on flashinfer_trtllm
+(its default otherwise); its compressed-tensors config picks the W4A4 scheme (the gate's) on
 Blackwell and a Marlin scheme that refuses any difference below it. doctor says which, by condition; fix keeps its
 promise (requantize the pair from --original, or refuse in one line)."""
 
@@ -37,9 +38,10 @@ def test_every_sglang_release_records_what_its_nvfp4_moe_keeps():
     assert keeps == {"marlin": "gate", "flashinfer_cutlass": "gate", "flashinfer_cutedsl": "gate",
                      "flashinfer_trtllm": "both", "flashinfer_trtllm_routed": "both"}, keeps
     assert new["backends"]["marlin"]["log"] == WARNING and new["option"] == "--moe-runner-backend"
-    assert [d["backend"] for d in new["default"]] == ["marlin", "flashinfer_trtllm"], new["default"]
-    assert "8.0 to 9.x" in new["default"][0]["when"], new["default"]
-    assert facts["sglang 0.5.23"]["modelopt_mixed"] == new
+    assert [d["backend"] for d in new["default"]] == ["flashinfer_cutlass", "marlin", "flashinfer_trtllm"], new["default"]
+    assert "8.0 to 9.x" in new["default"][1]["when"], new["default"]
+    mixed = facts["sglang 0.5.23"]["modelopt_mixed"]  # the same method; the server args' SM110/SM120 pick is fp4's only
+    assert mixed["backends"] == new["backends"] and mixed["default"] == new["default"][1:], mixed
     ct = facts["sglang 0.5.23"]["compressed-tensors"]
     assert [d["backend"] for d in ct["default"]] == ["CompressedTensorsW4A4Nvfp4MoE", "CompressedTensorsW4A16Nvfp4MoE"]
     assert ct["backends"]["CompressedTensorsW4A16Nvfp4MoE"]["refuses"].startswith("ValueError: NVFP4 weight-only MoE")
@@ -56,7 +58,7 @@ def test_sglang_0_5_23_names_the_gpu_the_default_keeps_one_scale_on_and_the_back
     assert "9.x (Ampere, Ada, Hopper), which keeps the gate's (w1)" in message, message
     assert WARNING in message and "flashinfer_trtllm otherwise, which keeps both" in message, message
     assert "--moe-runner-backend flashinfer_trtllm or flashinfer_trtllm_routed keeps both" in message, message
-    assert "asked for, flashinfer_cutedsl and flashinfer_cutlass keep the gate's (w1) too" in message, message
+    assert "asked for, flashinfer_cutedsl keeps the gate's (w1) too" in message, message
     assert findings(capsys, qwen3_moe(tmp_path / "healthy", 4, broken=()), NEW) == {}
 
 
@@ -143,3 +145,18 @@ def test_weight_only_compressed_tensors_under_sglang_0_5_23_refuses_on_every_gpu
     save_file(tensors, near / "model.safetensors", metadata={"format": "pt"})
     (g,) = findings(capsys, near, NEW).values()
     assert g["severity"] == "error" and "refuses to load" in g["message"], g
+
+
+def test_sglang_0_5_23_on_sm11x_sm12x_with_quantization_modelopt_fp4_picks_flashinfer_cutlass_which_keeps_the_gates(
+        capsys, tmp_path):
+    """SGLang 0.5.23's server args pick flashinfer_cutlass for modelopt_fp4 on SM110/SM120 before the method's own
+    choice (arg_groups/overrides.py _moe_runner_backend_quant_constraints: `moe_runner_backend == "auto" and
+    view.quantization == "modelopt_fp4" and (is_sm120 or is_sm110)`; "trtllm-gen MoE kernels are SM100-only"), and
+    flashinfer_cutlass hands its kernel g1_alphas alone: there the gate's is kept silently, not both."""
+    facts = {r.label: r.experts_gate_up_scale_2 for r in shipped_rules()}["sglang 0.5.23"]
+    first = facts["modelopt_fp4"]["default"][0]
+    assert first["backend"] == "flashinfer_cutlass" and "12.x" in first["when"] and "11.x" in first["when"], first
+    assert "--quantization modelopt_fp4" in first["when"], first
+    assert "flashinfer_cutlass" not in [d["backend"] for d in facts["modelopt_mixed"]["default"]], facts["modelopt_mixed"]
+    (f,) = findings(capsys, qwen3_moe(tmp_path / "src", 4, broken=(2,)), NEW).values()
+    assert f"flashinfer_cutlass {first['when']}, which keeps the gate's (w1) for both without rescaling" in f["message"], f

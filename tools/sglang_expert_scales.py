@@ -15,8 +15,10 @@ kernel gets. Two shapes of that method are read, each anchored by ast; anything 
   attribute carrying the up's alpha where it is `g1_alphas_up` or is set from an expression reading one that does
   (flashinfer_trtllm.py's `g1_scale_c`), across the method's module and the MoE runners'. Recorded as
   {"backends": {name: {"keeps", "log"?}}, "default": [{"backend", "when"}], "option", "where"}, the default read from
-  `create_moe_runner`'s `is_auto()` branch. Model-specific server-arg overrides (srt/arg_groups/model_overrides/) that
-  pick another backend for some architectures are not read; the finding says so.
+  the server args' own pick for the quant method when none is asked for (arg_groups/overrides.py: flashinfer_cutlass
+  for modelopt_fp4 on SM110/SM120), then `create_moe_runner`'s `is_auto()` branch. Model-specific server-arg
+  overrides (srt/arg_groups/model_overrides/) that pick another backend for some architectures are not read; the
+  finding says so.
 - modelopt_mixed: recorded as modelopt_fp4 where ModelOptMixedPrecisionConfig.get_quant_method builds the same class.
 - compressed-tensors NVFP4 MoE where the config picks a scheme by GPU (`_check_scheme_supported(X.get_min_capability(),
   error=False)` then a fallback `return Y(...)`): each scheme read as above or, for one that raises when an expert's
@@ -43,6 +45,7 @@ MODELOPT = (QUANT + "modelopt_quant.py", "ModelOptNvFp4FusedMoEMethod", "w13_wei
 CT = QUANT + "compressed_tensors/compressed_tensors.py"
 CT_SCHEMES = QUANT + "compressed_tensors/schemes/"
 RUNNERS = "sglang/srt/layers/moe/moe_runner/"
+OVERRIDES = ("sglang/srt/arg_groups/overrides.py", "_moe_runner_backend_quant_constraints")
 KEPT = {0: "gate", 1: "up"}
 UP_SEED = "g1_alphas_up"  # _compute_gemm1_alphas' second result, as process_weights_after_loading names it
 CONDITIONS = {  # create_moe_runner's auto test, in words (an unknown test is quoted as written)
@@ -204,7 +207,7 @@ def split_backends(tree: ast.Module, runner_trees: list[ast.Module], where: str)
     if any(v["keeps"] is None for v in backends.values()):
         raise SystemExit(f"{where}: a backend branch of apply reads no GEMM1 alpha: {backends}")
     return {"backends": backends, "default": _default(tree, cls, where), "option": "--moe-runner-backend",
-            "default_note": "the method's own choice; a model's server-arg overrides, not read here, may pick another",
+            "default_note": "a model's own server-arg overrides, not read here, may pick another",
             "where": f"{where} (with {helper})"}
 
 
@@ -244,6 +247,32 @@ def _default(tree: ast.Module, cls: str, where: str) -> list[dict]:
     if picked(auto.body):
         return [{"backend": picked(auto.body), "when": "always"}]
     raise SystemExit(f"{where}: create_moe_runner's automatic choice is neither one backend nor an if/else of two")
+
+
+def server_arg_defaults(wheel: zipfile.ZipFile, method: str, backends: dict) -> list[dict]:
+    """The server args' own pick for `method` where the user asked for none, ahead of the method's (OVERRIDES: `if
+    moe_runner_backend == "auto" and view.quantization == "<method>" and <get_platform().is_smNNN, or'ed>:
+    moe_runner_backend = "<backend>"`): [{"backend", "when"}]; any other test there stops the tool."""
+    tree = ast.parse(wheel.read(OVERRIDES[0]).decode())
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == OVERRIDES[1]), None)
+    if fn is None:
+        raise SystemExit(f"{OVERRIDES[0]}: no {OVERRIDES[1]}: read the server args' MoE backend choice anew")
+    out = []
+    for node in (n for n in ast.walk(fn) if isinstance(n, ast.If) and f"view.quantization == '{method}'" in ast.unparse(n.test)):
+        parts = node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And) else [node.test]
+        said = [ast.unparse(p) for p in parts]
+        gpus = [p for p in parts if ast.unparse(p) not in ("moe_runner_backend == 'auto'", f"view.quantization == '{method}'")]
+        levels = [re.fullmatch(r"get_platform\(\)\.is_sm(\d+)(\d)", ast.unparse(a)) for g in gpus
+                  for a in (g.values if isinstance(g, ast.BoolOp) and isinstance(g.op, ast.Or) else [g])]
+        picked = [b.value.value for b in node.body if isinstance(b, ast.Assign) and ast.unparse(b.targets[0]) ==
+                  "moe_runner_backend" and isinstance(b.value, ast.Constant)]
+        if "moe_runner_backend == 'auto'" not in said or len(gpus) != 1 or not all(levels) or len(picked) != 1 \
+                or picked[0] not in backends:
+            raise SystemExit(f"{OVERRIDES[0]}: {OVERRIDES[1]} picks for {method} under `{ast.unparse(node.test)}`: read it anew")
+        gpu = " or ".join(f"{m.group(1)}.x" for m in sorted(levels, key=lambda m: int(m.group(1))))
+        out.append({"backend": picked[0], "when": f"on a GPU of compute capability {gpu} when --quantization {method} "
+                                                  "is given"})
+    return out
 
 
 def compressed_tensors(wheel: zipfile.ZipFile, release: str) -> dict:
@@ -333,11 +362,13 @@ def read_wheel(path: Path) -> tuple[str, str, dict]:
             fact = split_backends(tree, runners, where)
         else:
             fact = one_column(fn, MODELOPT[2], where, "w1_")
-        facts = {"modelopt_fp4": fact}
+        methods = ["modelopt_fp4"]
         mixed = _class_method(tree, "ModelOptMixedPrecisionConfig", "get_quant_method")
         if mixed is not None and any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == MODELOPT[1]
                                      for n in ast.walk(mixed)):
-            facts["modelopt_mixed"] = fact  # the mixed config builds NVFP4 experts with the same method
+            methods.append("modelopt_mixed")  # the mixed config builds NVFP4 experts with the same method
+        facts = {m: fact | {"default": server_arg_defaults(wheel, m, fact["backends"]) + fact["default"]}
+                 if "backends" in fact else fact for m in methods}
         facts["compressed-tensors"] = compressed_tensors(wheel, release)
     return release, hashlib.sha256(path.read_bytes()).hexdigest(), facts
 

@@ -154,7 +154,7 @@ def _does(choice: Choice) -> str:
         return f"refuses to load the model ({choice.refuses})"
     if choice.keeps not in KEPT:
         return "keeps both"
-    said = f" (it logs \"{choice.log}\" once for the whole model)" if choice.log else " without a log"
+    said = f" (it logs \"{choice.log}\" once for the whole model)" if choice.log else " and logs nothing"
     other = "up" if choice.keeps == "gate" else "gate"
     return (f"keeps {KEPT[choice.keeps]} for both without rescaling the block scales{said}, so the {other} half computes "
             "values off by the ratio of the two")
@@ -169,7 +169,8 @@ def _by_choice(rule: ExpertsRule, subject: str, differ: str, export: str, close_
     told = "; ".join(f"{c.name} {c.when}, which {_does(c)}" for c in defaults)
     flag = f" ({rule.option} auto{'; ' + rule.default_note if rule.default_note else ''})" if rule.option else ""
     others = {k: [c.name for c in rule.choices if c.when is None and c.keeps == k] for k in KEPT}
-    also = "".join(f"; asked for, {' and '.join(names)} keep {KEPT[k]} too" for k, names in others.items() if names)
+    also = "".join(f"; asked for, {' and '.join(names)} keep{'s' if len(names) == 1 else ''} {KEPT[k]} too"
+                   for k, names in others.items() if names)
     both = [c.name for c in rule.choices if c.keeps == "both"]
     fix = f"; {rule.option} {' or '.join(both)} keeps both where it runs" if rule.option and both else ""
     return Finding(Severity.ERROR if wrong else Severity.WARNING, Kind.EXPERTS_SCALE_2, subject,

@@ -68,7 +68,7 @@ def installed_as_wheel(folder, edit=lambda name, text: text):
     (site,) = SGLANG_PY.parent.parent.glob("lib/python3*/site-packages")
     path = folder / "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"
     with zipfile.ZipFile(path, "w") as out:
-        for file in (site / "sglang" / "srt" / "layers").rglob("*.py"):
+        for file in [*(site / "sglang" / "srt" / "layers").rglob("*.py"), site / "sglang" / "srt" / "arg_groups" / "overrides.py"]:
             name = str(file.relative_to(site))
             out.writestr(name, edit(name, file.read_text(encoding="utf-8")))
     return path
@@ -95,3 +95,20 @@ def test_the_reading_follows_a_changed_column_and_stops_on_a_changed_shape(tmp_p
     (tmp_path / "one").mkdir()
     with pytest.raises(SystemExit, match="no longer splits"):
         read_wheel(installed_as_wheel(tmp_path / "one", one))
+
+
+def test_the_reading_follows_the_server_args_pick_and_stops_on_another_test(tmp_path):
+    """The server args' modelopt_fp4 pick on SM110/SM120 (arg_groups/overrides.py) is read from its test: another GPU
+    named there is read as written; a condition the reading does not know stops the tool."""
+    from tools.sglang_expert_scales import read_wheel
+
+    test = "(get_platform().is_sm120 or get_platform().is_sm110)"
+    on = lambda new: lambda name, text: text.replace(test, new) if name.endswith("overrides.py") else text  # noqa: E731
+    (overrides,) = SGLANG_PY.parent.parent.glob("lib/python3*/site-packages/sglang/srt/arg_groups/overrides.py")
+    assert test in overrides.read_text(encoding="utf-8")  # the premise: the edits below change SGLang's own test
+    (tmp_path / "sm12").mkdir()
+    _, _, facts = read_wheel(installed_as_wheel(tmp_path / "sm12", on("get_platform().is_sm120")))
+    assert facts["modelopt_fp4"]["default"][0]["when"].startswith("on a GPU of compute capability 12.x "), facts
+    (tmp_path / "odd").mkdir()
+    with pytest.raises(SystemExit, match="read it anew"):
+        read_wheel(installed_as_wheel(tmp_path / "odd", on("(get_platform().is_sm120 or view.tp_size > 1)")))
