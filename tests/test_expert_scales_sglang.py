@@ -92,6 +92,9 @@ def test_compressed_tensors_under_sglang_0_5_23_refuses_below_blackwell_even_wit
     save_file(tensors, near / "model.safetensors", metadata={"format": "pt"})
     (g,) = findings(capsys, near, NEW).values()
     assert g["severity"] == "error" and "refuses to load" in g["message"] and "keeps the gate's" not in g["message"], g
+    # the refusing default keeps its condition: the other default, harmless within torch.allclose, is still named
+    assert "CompressedTensorsW4A4Nvfp4MoE on a GPU of compute capability 10.0 or above, which keeps one" in g["message"], g
+    assert "CompressedTensorsW4A16Nvfp4MoE otherwise, which refuses" in g["message"], g
     assert findings(capsys, near, OLD) == {}  # 0.5.11 only logs outside torch.allclose
 
 

@@ -163,10 +163,13 @@ def _does(choice: Choice) -> str:
 def _by_choice(rule: ExpertsRule, subject: str, differ: str, export: str, close_pair: bool) -> Finding:
     """The finding where what is kept depends on the release's run-time choice: each default by its condition, the
     choices that keep one scale otherwise, and the option value that keeps both; an error where a default is wrong
-    (a pair within torch.allclose is wrong only for a choice that refuses any difference)."""
-    defaults = [c for c in rule.choices if c.when is not None and not (close_pair and c.keeps in KEPT)]
-    wrong = [c for c in defaults if c.keeps != "both"]
-    told = "; ".join(f"{c.name} {c.when}, which {_does(c)}" for c in defaults)
+    (a pair within torch.allclose is wrong only for a choice that refuses any difference; every default is still named,
+    so that one keeps its condition)."""
+    defaults = [c for c in rule.choices if c.when is not None]
+    harmless = {c.name for c in defaults if close_pair and c.keeps in KEPT}  # one scale kept, within allclose of both
+    wrong = [c for c in defaults if c.keeps != "both" and c.name not in harmless]
+    told = "; ".join(f"{c.name} {c.when}, which " + ("keeps one of the two, within torch.allclose of each other: harmless"
+                                                     if c.name in harmless else _does(c)) for c in defaults)
     flag = f" ({rule.option} auto{'; ' + rule.default_note if rule.default_note else ''})" if rule.option else ""
     others = {k: [c.name for c in rule.choices if c.when is None and c.keeps == k] for k in KEPT}
     also = "".join(f"; asked for, {' and '.join(names)} keep{'s' if len(names) == 1 else ''} {KEPT[k]} too"
