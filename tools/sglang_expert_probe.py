@@ -4,7 +4,8 @@ differ, and print what it kept (one JSON line). Runs in SGLang's venv; imports n
 What runs is SGLang's: ModelOptNvFp4FusedMoEMethod.process_weights_after_loading on the marlin path up to the Marlin
 repack, `_compute_gemm1_alphas` (every other backend's gate/up alphas), flashinfer_trtllm.py `_compute_g1_scale_c`
 (the TRT-LLM kernel's up-half scale), CompressedTensorsW4A16Nvfp4MoE.process_weights_after_loading up to its
-Marlin repack, and compressed-tensors' get_moe_scheme on a weight-only NVFP4 config. Stand-ins, each deciding no scale: the method objects are made without `__init__` (it asks a GPU for
+Marlin repack, compressed-tensors' get_moe_scheme on a weight-only NVFP4 config, and the MoE backend picked when none
+is asked for (the server args' post-process, then create_moe_runner) by GPU. Stand-ins, each deciding no scale: the method objects are made without `__init__` (it asks a GPU for
 its platform and backend; the backend is set as `create_moe_runner` sets it, `_moe_runner_backend`), and
 `prepare_moe_nvfp4_layer_for_marlin` (the CUDA repack of the weights, called after the scale is chosen) is a
 recorder that notes the scale it is handed. Which backend reads which alpha in `apply` is not run here (its kernels
@@ -82,7 +83,36 @@ def main() -> dict:
     except ValueError as exc:
         refused = str(exc)
     return {"marlin": marlin, "alphas": [gate_alpha.tolist(), up_alpha.tolist()], "trtllm_scale_c": scale_c.tolist(),
-            "ct_w4a16_refused": refused, "ct_weight_only_scheme": weight_only_scheme(), "gate": GATE, "up": UP}
+            "ct_w4a16_refused": refused, "ct_weight_only_scheme": weight_only_scheme(), "picked": picked(),
+            "gate": GATE, "up": UP}
+
+
+def picked() -> dict[str, str]:
+    """The MoE runner backend SGLang picks for an NVFP4 MoE when none is asked for, by GPU and --quantization: its
+    server args' post-process (arg_groups/overrides.py, under its own platform override) first, then the method's
+    create_moe_runner (its `is_cuda`/`get_device_capability` answering for that GPU; it records the choice before it
+    builds the runner, which needs a real MoE config: that error is expected and ignored)."""
+    from sglang.srt.arg_groups import overrides
+    from sglang.srt.layers.quantization import modelopt_quant
+    from sglang.srt.runtime_context import override_platform
+
+    out = {}
+    for major in (8, 9, 10, 11, 12):
+        for quantization in (None, "modelopt_fp4", "modelopt_mixed"):
+            gpu = {f"is_sm{m}0": m == major for m in (10, 11, 12)}
+            with override_platform(**gpu, is_hip=False, is_npu=False):
+                view = SimpleNamespace(moe_runner_backend="auto", quantization=quantization, moe_a2a_backend="none")
+                chosen = overrides._moe_runner_backend_quant_constraints(view).get("moe_runner_backend")
+            if chosen is None:
+                modelopt_quant.is_cuda, modelopt_quant.get_device_capability = (lambda: True), (lambda: (major, 0))
+                method = object.__new__(modelopt_quant.ModelOptNvFp4FusedMoEMethod)
+                try:
+                    method.create_moe_runner(torch.nn.Module(), SimpleNamespace(is_gated=True))
+                except AttributeError:
+                    pass
+                chosen = method._moe_runner_backend.name.lower()
+            out[f"{major}.0 {quantization}"] = chosen
+    return out
 
 
 def weight_only_scheme() -> str:

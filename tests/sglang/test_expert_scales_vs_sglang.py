@@ -61,6 +61,24 @@ def test_a_weight_only_compressed_tensors_moe_is_built_with_the_scheme_recorded_
     assert weight_only["backends"][ran["ct_weight_only_scheme"]]["refuses"], weight_only
 
 
+@pytest.mark.parametrize("method", ["modelopt_fp4", "modelopt_mixed"])
+def test_the_default_backend_by_gpu_is_the_one_sglang_picks(ran, method):
+    """Each GPU's default in the data (the first whose condition holds) is what SGLang's own server args and
+    create_moe_runner pick for it with `--quantization` unset, `modelopt_fp4` or `modelopt_mixed`."""
+    default = fact()[method]["default"]
+
+    def recorded(major: int, flag: str | None) -> str:
+        for d in default:
+            if f"{major}.x" in d["when"] and ("--quantization" not in d["when"] or f"--quantization {flag} " in d["when"]) \
+                    or (d["when"].startswith("on a CUDA GPU of compute capability 8.0 to 9.x") and major in (8, 9)) \
+                    or d["when"] == "otherwise":
+                return d["backend"]
+        raise AssertionError(default)
+    for major in (8, 9, 10, 11, 12):
+        for flag in (None, method):
+            assert ran["picked"][f"{major}.0 {flag}"] == recorded(major, flag), (major, flag, ran["picked"], default)
+
+
 def installed_as_wheel(folder, edit=lambda name, text: text):
     """The installed release's files the reading needs, zipped under a wheel's name (`edit` may change one)."""
     import zipfile
