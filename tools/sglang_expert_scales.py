@@ -369,6 +369,9 @@ def read_wheel(path: Path) -> tuple[str, str, dict]:
             methods.append("modelopt_mixed")  # the mixed config builds NVFP4 experts with the same method
         facts = {m: fact | {"default": server_arg_defaults(wheel, m, fact["backends"]) + fact["default"]}
                  if "backends" in fact else fact for m in methods}
+        for method, picked in ((m, [d["backend"] for d in f.get("default", ())]) for m, f in facts.items()):
+            if len(set(picked)) != len(picked):  # doctor reads one condition per backend
+                raise SystemExit(f"sglang {release}: {method}'s default names a backend under two conditions: {picked}")
         facts["compressed-tensors"] = compressed_tensors(wheel, release)
     return release, hashlib.sha256(path.read_bytes()).hexdigest(), facts
 

@@ -130,3 +130,8 @@ def test_the_reading_follows_the_server_args_pick_and_stops_on_another_test(tmp_
     (tmp_path / "odd").mkdir()
     with pytest.raises(SystemExit, match="read it anew"):
         read_wheel(installed_as_wheel(tmp_path / "odd", on("(get_platform().is_sm120 or view.tp_size > 1)")))
+    pick = 'moe_runner_backend = "flashinfer_cutlass"'
+    again = lambda name, text: text.replace(pick, pick.replace("cutlass", "trtllm")) if name.endswith("overrides.py") else text  # noqa: E731
+    (tmp_path / "again").mkdir()
+    with pytest.raises(SystemExit, match="under two conditions"):  # flashinfer_trtllm is create_moe_runner's `otherwise`
+        read_wheel(installed_as_wheel(tmp_path / "again", again))
