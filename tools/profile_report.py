@@ -168,7 +168,14 @@ RULES_FORM = [
     "  name only, with no fallback: `listed: first`, `unsupported` its error with `{architecture}` for that name,",
     "  `renamed` {`key`, `prefix`, `cut`}: the name a config carrying `key`, an EAGLE-3 draft's, is asked under), written",
     "  with `registry` and its provenance (`source.registry`: tag, commit, files read) by `tools/trtllm_registry.py`",
-    "  from TensorRT-LLM's own source at the release's tag; read by `arch/resolved.py` `FirstListed`.", "",
+    "  from TensorRT-LLM's own source at the release's tag; read by `arch/resolved.py` `FirstListed`;",
+    "- optional `experts_gate_up_scale_2`: quant method -> what its NVFP4 MoE keeps of a routed expert's gate (w1) and up",
+    "  (w3) global scales: `keeps` (`gate`/`up`) and `log` where every backend does the same (vLLM's form); where it",
+    "  depends on a run-time choice, `backends` {MoE runner backend or scheme: `keeps` (`gate`, `up`, `both`) and `log`,",
+    "  or `refuses` (its error) with `test` `exact`}, `default` [{`backend`, `when`}] (the release's own automatic choice by",
+    "  GPU), `option` (the flag that picks one), `precisions` (the built precisions it was read for) and `by_precision`",
+    "  {built precision: a fact of the same form} (another precision's own scheme: a weight-only one); written from",
+    "  each SGLang wheel by `tools/sglang_expert_scales.py` (ast), read by `doctor/expert_scales.py`.", "",
     "`--target <runtime>==X.Y.Z` uses the newest file at or below X.Y.Z and says which. `tools/sglang_rules_data.py`",
     "writes the SGLang files from the wheels (rules table: `tools/sglang_rules_table.py`, re-checked against each wheel).", ""]
 
@@ -181,7 +188,24 @@ def rules_section(doc: dict, name: str) -> list[str]:
             f"refuses: {', '.join(sorted(rules['refused_algorithms'])) or 'nothing'}",
             f"- model classes with a packed mapping: {len(rules.get('packed_modules_mapping', {}))}",
             f"- model registry: {len(rules['registry']) if 'registry' in rules else 'not recorded'}"
-            + (f" (asks the first listed name only: `{rules['registry_rule']['unsupported']}`)" if 'registry_rule' in rules else ""), ""]
+            + (f" (asks the first listed name only: `{rules['registry_rule']['unsupported']}`)" if 'registry_rule' in rules else ""),
+            *expert_lines(rules.get("experts_gate_up_scale_2", {})), ""]
+
+
+def expert_lines(facts: dict) -> list[str]:
+    """What each quant method's NVFP4 MoE keeps of a routed expert's gate/up global scales, by default condition."""
+    out = []
+    for method, fact in [*facts.items(), *((f"{m} {p}", f) for m, top in facts.items()
+                                             for p, f in top.get("by_precision", {}).items())]:
+        if "backends" in fact:
+            keeps = {name: b.get("keeps") or "refuses" for name, b in fact["backends"].items()}
+            told = "; ".join(f"{d['when']}: {d['backend']} ({keeps.get(d['backend'])})" for d in fact["default"])
+            out.append(f"- routed experts' gate/up global scales, {method}: by default {told}; "
+                       + ", ".join(f"{k} {v}" for k, v in sorted(keeps.items())))
+        else:
+            out.append(f"- routed experts' gate/up global scales, {method}: keeps the {fact['keeps']}'s on every backend")
+    return out
+
 
 
 if __name__ == "__main__":

@@ -175,8 +175,9 @@ def profile(path: Path) -> dict:
 # blocks generated from the installed release's own model code, not from its wheel's text, kept when a file is rewritten
 # (tools/sglang_built_layers.py: the layers its constructors ask about; tools/sglang_backend.py: its Transformers
 # backend gate on every name its registry lacks; tools/sglang_layer_names.py: the names its
-# exclusion rules ask for the layers checkpoint modules load into)
-GENERATED_FROM_INSTALLED = ("built_layers", "layer_names", "transformers_backend")
+# exclusion rules ask for the layers checkpoint modules load into; tools/sglang_expert_scales.py, from the same wheel:
+# what its NVFP4 MoE methods keep of a routed expert's gate/up global scales)
+GENERATED_FROM_INSTALLED = ("built_layers", "layer_names", "transformers_backend", "experts_gate_up_scale_2")
 
 
 def main(argv: list[str]) -> int:
