@@ -12,7 +12,11 @@ builds, and DeepSeek-V3.2's and GLM-5's rows are the same from either class.
   the same run with cuda_classes answering {} builds deepseek_v2's. Both give the shipped rows, byte for byte (the
   NVIDIA class fuses the same q_a/kv_a and indexer wk/weights_proj, nvidia/model.py:329-336, as deepseek_v2.py does),
   so doctor says nothing differently today; a release whose CUDA class builds another layer changes the CUDA run,
-  which is the one the profile ships.
+  which is the one the profile ships. A package whose classes here newly differ from CUDA's fails the first test
+  until someone has looked at what its CUDA class builds.
+- The tiny exports tests/vllm/test_generated_archs_vs_vllm.py judges doctor on (tools/vllm_arch_check.py) are built and
+  loaded in nvidia/model.py's class: it registered the class this host's registry names before, so vllm_load's swap
+  found nothing to replace and vLLM's loader of the generic class judged them.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ for arch, cls in here.items():
                  "built": qualname(cuda_classes(arch).get(arch, ModelRegistry._try_load_model_cls(arch)))}
 vllm_runtime.emit(out)
 """
+
 
 @pytest.fixture(scope="module")
 def classes() -> dict:
