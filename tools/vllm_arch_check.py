@@ -9,7 +9,8 @@ For each ARCH, one JSON line on stdout, in the order given:
      "broken_module": "...", "broken_kind": "router" | "excluded", "declared": {checkpoint module: vLLM builds it quantized (bool)},
      "unplaced": [checkpoint modules vLLM's load_weights put nowhere], "healthy_load": LOAD, "broken_load": LOAD}
     {"arch": ARCH, "ok": false, "why": "..."}                    (no checkpoint could be written for it)
-Each line also has "stand_in_calls": every call into a stand-in (torchvision, FlashAttention: tools/vllm_runtime.py)
+Each line also has "built": the class vLLM built (the one a CUDA host builds where the model package picks per
+platform: tools/vllm_gpu_stand_ins.py cuda_classes, as the profile), and "stand_in_calls": every call into a stand-in (torchvision, FlashAttention: tools/vllm_runtime.py)
 while its checkpoints were built, judged and loaded; each raised, so a result that reached one is not vLLM's own.
 LOAD = {"ok": bool, "error_type": ..., "error": ...}: vLLM's own loader on CPU (tools/vllm_load.py's path, weights
 tracked), the real weights of the folder. When the healthy export does not load, "bf16_load" says whether vLLM loads
@@ -47,6 +48,7 @@ import traceback
 
 import vllm_declared
 from vllm_declared import decide, setup
+from vllm_gpu_stand_ins import cuda_classes
 from vllm_load import load
 from vllm_load_refused import bf16_export, export_config, transformers_names, write_tensors
 from vllm_profile import QUANTIZATION, no_triton_allocator, refused_layer
@@ -245,7 +247,8 @@ def main(argv: list[str]) -> int:
 
     for arch in archs:
         model_class = ModelRegistry._try_load_model_cls(arch)
-        if model_class is not None:
+        if model_class is not None:  # the class a GPU builds, where the package picks per platform (as the profile)
+            model_class = cuda_classes(arch).get(arch, model_class)
             ModelRegistry.register_model(arch, model_class)  # in-process: no inspection subprocess per architecture
         calls = len(STAND_IN_CALLS)
         try:
@@ -254,6 +257,7 @@ def main(argv: list[str]) -> int:
             traceback.print_exc(file=sys.stderr)
             line = {"arch": arch, "ok": False, "why": f"{type(e).__name__}: {str(e)[:300]}"}
         line["stand_in_calls"] = STAND_IN_CALLS[calls:]
+        line["built"] = f"{model_class.__module__}.{model_class.__qualname__}" if model_class is not None else None
         gc.collect()
         log(f"{arch}: {'ok' if line['ok'] else line['why'][:120]}")
         emit(line)

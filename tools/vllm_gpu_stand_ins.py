@@ -35,10 +35,19 @@ tools/vllm_runtime.py's ``kernel_stand_ins`` (imports nothing from ``repair``):
     utils/torch_utils.py:875; attention.py:618-630, :724-725), so they decide no layer, quant method, shape or name.
     vLLM's own CPU worker makes the same substitution before it builds any model (v1/worker/cpu/shm.py:61-66, imported
     first by v1/worker/cpu_worker.py:5), with no-ops where these raise.
-  * ``cuda_classes`` is no stand-in but the choice a GPU host makes: where a model package picks its implementation
-    per platform and imported its `cpu` one here (0.32's models/deepseek_v4/__init__.py:33-38), the class its
-    `else:` branch imports (nvidia/model.py, nvidia/mtp.py: what a CUDA platform, none of ROCm / XPU / CPU, takes) is
-    built instead, read from that __init__ with ast. Within it nothing else a GPU decides changes a layer: the
+  * ``cuda_classes`` is no stand-in but the choice a GPU host makes: where a model package picks its classes per
+    platform and this host imported another class than a CUDA host does, the CUDA one is built instead
+    (``cuda_exports``: the package's own __init__ run again with current_platform answering as CUDA does). In 0.32
+    that is DeepSeek-V4 (its `cpu` classes here, models/deepseek_v4/__init__.py:33-38; nvidia/model.py, nvidia/mtp.py
+    on CUDA) and DeepSeek-V3.2 / GLM-5 (models/deepseek_v32/__init__.py:17-33: nvidia/model.py, nvidia/mtp.py only
+    where is_cuda(), deepseek_v2's generic DeepseekV3ForCausalLM / GlmMoeDsaForCausalLM and deepseek_mtp's DeepSeekMTP
+    on CPU and XPU); hy_v4, inkling, kimi_k3, minimax_m3, qwen4_exp, deepseek_v41 and glm5next import the CUDA classes
+    here too (tests/vllm/test_platform_packages_vs_cuda.py). DeepSeek-V3.2's NVIDIA class builds on the stand-ins
+    below with nothing more: the one GPU fact it asks when built is SM103 (nvidia/glm52_low_latency_gemm.py:88, :180),
+    and there it only gives an unquantized BF16 linear a subclass of UnquantizedLinearMethod (:186-197), so no state
+    changes; its layers and names are deepseek_v2's (the same fused q_a/kv_a and indexer wk/weights_proj,
+    nvidia/model.py:329-336; the same per-layer indexer rule, attention.py:166-200 and deepseek_v2.py:1142-1189), and
+    its rows are byte-identical to the generic class's (measured). For DeepSeek-V4 nothing else a GPU decides changes a layer: the
     attention class (nvidia/model.py:1013-1044: FlashMLA, or FlashInfer on SM12 / when asked) only adds buffers to
     DeepseekV4Attention, whose linears are the same (attention.py:248-283); MegaMoE experts are built only when the
     user asks `--kernel-config moe_backend` with expert parallel (nvidia/model.py:683-692), otherwise FusedMoE.
@@ -147,61 +156,76 @@ def cpu_implementation(model_class: type) -> str | None:
     return f"{CPU_IMPLEMENTATION} ({module}), not the class a GPU builds (its model package picks one per platform)"
 
 
-def cuda_branch(path: str) -> list:
-    """The statements a package's __init__ (`path`) runs on a CUDA platform where it picks an implementation per
-    platform: each top-level `if current_platform.is_X(): ... elif ...: ... else: ...` chain evaluated as a CUDA platform answers
-    (is_cuda / is_cuda_alike true, every other is_X false). [] where it has no such chain; ValueError where a test of
-    the chain is anything else (then nothing here can say what a GPU builds)."""
+class _CudaAnswers:
+    """What a package's __init__ may ask vLLM's platform, answered as a CUDA platform does: is_cuda / is_cuda_alike
+    true, every other is_X() (no arguments) false, device_type "cuda". Anything else it asks raises ValueError: then
+    nothing here can say what a GPU builds."""
+
+    device_type = "cuda"
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if not name.startswith("is_"):
+            raise ValueError(f"a model package's __init__ asks current_platform.{name}: no CUDA answer is known here")
+
+        def answer(*args, **kwargs) -> bool:
+            if args or kwargs:
+                raise ValueError(f"a model package's __init__ asks current_platform.{name}{args}: no CUDA answer here")
+            return name in PLATFORM_TESTS_TRUE_ON_CUDA
+
+        return answer
+
+
+class _OwnPlatform(ast.NodeTransformer):
+    """Drops every `from vllm.platforms import current_platform` (top level and in functions such as a module
+    `__getattr__`), so the name is the module's global: the CUDA answers."""
+
+    def visit_ImportFrom(self, node: ast.ImportFrom):
+        if node.module != "vllm.platforms":
+            return node
+        node.names = [a for a in node.names if (a.asname or a.name) != "current_platform"]
+        return node if node.names else ast.Pass()
+
+
+def asks_platform(path: str) -> bool:
+    """The package __init__ at `path` asks vLLM's platform (picks what it exports per platform)."""
     with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read())
-    chains = [n for n in tree.body if isinstance(n, ast.If) and platform_test(n.test)]
-    taken: list = []
-    for node in chains:
-        while True:
-            test = node.test
-            if not platform_test(test):
-                raise ValueError(f"{path}:{test.lineno}: not a current_platform.is_*() test")
-            if test.func.attr in PLATFORM_TESTS_TRUE_ON_CUDA:
-                taken += node.body
-                break
-            if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
-                node = node.orelse[0]
-                continue
-            taken += node.orelse
-            break
-    return taken
+        return "current_platform" in f.read()
 
 
-def platform_test(test) -> bool:
-    """`test` is `current_platform.is_X()` (no arguments)."""
-    return (isinstance(test, ast.Call) and not test.args and isinstance(test.func, ast.Attribute)
-            and isinstance(test.func.value, ast.Name) and test.func.value.id == "current_platform"
-            and test.func.attr.startswith("is_"))
+def cuda_exports(package: str) -> dict[str, object]:
+    """What vLLM's model package `package` exports (`__all__`) on a CUDA platform: its own __init__ run again, apart
+    from the module this host imported, with current_platform answering as CUDA does (`_CudaAnswers`), including its
+    module `__getattr__` where it resolves names lazily (0.32's inkling, qwen4_exp). Every branch forms a package
+    uses (`if TYPE_CHECKING or not is_rocm()`, `elif device_type == "tpu"`, `if is_cuda(): .. elif is_rocm(): ..
+    else:`) is its own code deciding, not a reading of it. {} where the package does not ask the platform."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.origin or not spec.origin.endswith("__init__.py") or not asks_platform(spec.origin):
+        return {}
+    with open(spec.origin, encoding="utf-8") as f:
+        tree = ast.fix_missing_locations(_OwnPlatform().visit(ast.parse(f.read())))
+    namespace = {"__name__": package, "__package__": package, "__file__": spec.origin,
+                 "__path__": list(spec.submodule_search_locations or ()), "current_platform": _CudaAnswers()}
+    exec(compile(tree, spec.origin, "exec"), namespace)  # vLLM's own __init__, as on a CUDA host
+    lazy = namespace.get("__getattr__")
+    return {name: namespace[name] if name in namespace else lazy(name)
+            for name in namespace.get("__all__", ()) if name in namespace or lazy is not None}
 
 
 def cuda_implementation(package: str, name: str, here: type) -> type | None:
     """The class `name` that vLLM's model package `package` (the registry's module for an architecture) exports on a
-    CUDA platform, where it is another class than `here` (the one this host imported); None where the package picks
-    nothing per platform or picks `here`. Read from the package's own __init__ (`cuda_branch`): vLLM 0.32's
-    models/deepseek_v4/__init__.py:16-48 imports cpu/model.py on a CPU platform and nvidia/model.py in its `else:`
-    branch, which a CUDA platform takes (it is none of ROCm, XPU, CPU). This decides exactly which class is built,
-    and takes the GPU's: the CPU class maps `.input_scale` to `.input_scale_2` and a linear's `.weight_scale` to
-    `.weight_scale_inv` (cpu/model.py:810, :841; NVIDIA's mapper does neither, nvidia/model.py:1712-1755) and packs no
-    `fused_wkv_wgate` (cpu/model.py:853-856; nvidia/model.py:1809-1813), so a row from it would be the CPU's."""
-    import importlib
-    import importlib.util
-
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.origin or not spec.origin.endswith("__init__.py"):
-        return None
-    for stmt in cuda_branch(spec.origin):
-        for alias in stmt.names if isinstance(stmt, ast.ImportFrom) else ():
-            if (alias.asname or alias.name) == name:
-                module = importlib.import_module(importlib.util.resolve_name("." * stmt.level + (stmt.module or ""),
-                                                                             package))
-                found = getattr(module, alias.name)
-                return None if found is here else found
-    return None
+    CUDA platform (`cuda_exports`), where it is another class than `here` (the one this host imported); None where the
+    package picks nothing per platform or picks `here`. vLLM 0.32's models/deepseek_v4/__init__.py:16-48 imports
+    cpu/model.py on a CPU platform and nvidia/model.py otherwise: the CPU class maps `.input_scale` to
+    `.input_scale_2` and a linear's `.weight_scale` to `.weight_scale_inv` (cpu/model.py:810, :841; NVIDIA's mapper
+    does neither, nvidia/model.py:1712-1755) and packs no `fused_wkv_wgate` (cpu/model.py:853-856;
+    nvidia/model.py:1809-1813), so a row from it would be the CPU's. models/deepseek_v32/__init__.py:17-33 imports
+    nvidia/model.py only where is_cuda(), deepseek_v2's generic classes on CPU and XPU."""
+    found = cuda_exports(package).get(name)
+    return None if found is None or found is here else found
 
 
 def cuda_classes(arch: str) -> dict[str, type]:
@@ -217,9 +241,9 @@ def cuda_classes(arch: str) -> dict[str, type]:
     names = [arch] + [n for n, e in ModelRegistry.models.items()
                       if ("MTP" in n or "NextN" in n) and getattr(e, "module_name", None) == package]
     out = {}
-    for name in names:
-        here = ModelRegistry._try_load_model_cls(name)
-        if here is None or not cpu_implementation(here):  # only a `cpu` implementation is replaced (module docstring)
+    for name in names:  # every class the package exports otherwise on CUDA: a `cpu` one (deepseek_v4) or deepseek_v2's
+        here = ModelRegistry._try_load_model_cls(name)  # generic one (deepseek_v32)
+        if here is None:
             continue
         found = cuda_implementation(package, ModelRegistry.models[name].class_name, here)
         if found is not None:
