@@ -137,3 +137,16 @@ def groups_by_algo(quant_cfg: dict) -> dict[str, list[str]]:
         for target in group["targets"]:
             out[layers[target]["quant_algo"]].append(target)
     return dict(out)
+
+
+def write_single_nested(folder: Path, algo: str) -> Path:
+    """The healthy model's layers all `algo` (NVFP4_AWQ: NVFP4 plus pre_quant_scale), declared as ModelOpt's single
+    quant_algo in hf_quant_config.json only (config.json without quantization_config)."""
+    layers = {name: algo for name in healthy_layers()}
+    write_mixed(folder, layers, config_json=False, kv=False)
+    hf = json.loads((folder / "hf_quant_config.json").read_text())
+    quantization = hf["quantization"]
+    del quantization["quantized_layers"]
+    quantization |= {"quant_algo": algo, "group_size": 16, "exclude_modules": ["lm_head"]}
+    (folder / "hf_quant_config.json").write_text(json.dumps(hf, indent=4))
+    return folder

@@ -316,3 +316,46 @@ def test_dropping_a_kv_shared_k_proj_is_refused_only_where_a_target_builds_it(ca
         assert code == 2 and shared in err and "drop" in err, (code, err)
     else:
         assert shared not in err or "drop rule removes" not in err, (code, err)
+
+
+REDHAT_DSV4 = Path(__file__).parent / "data" / "real" / "redhatai-deepseek-v4-flash-nvfp4-fp8" / "config.json"
+DSV4_COMPRESSOR = ("ape", "norm.weight", "wkv.weight", "wgate.weight")
+
+
+def _dsv4(ratios: list, lost: tuple[str, ...] = ()) -> list[str]:
+    """DeepSeek-V4's native attention names as vLLM 0.32's NVIDIA class builds them per compress_ratios[i]: a compressor
+    where it is above 1, an indexer (with its own compressor) where it is 4 (models/deepseek_v4/attention.py:233-368);
+    the names in `lost` are not stored."""
+    def modules(layer):
+        ratio = ratios[layer]
+        attn = ["attn.wq_a.weight", "attn.wkv.weight", "attn.kv_norm.weight", "attn.wo_a.weight", "attn.wo_b.weight"]
+        attn += [f"attn.compressor.{m}" for m in DSV4_COMPRESSOR if ratio > 1]
+        attn += [f"attn.indexer.{m}" for m in ("wq_b.weight", "weights_proj.weight",
+                                                *(f"compressor.{c}" for c in DSV4_COMPRESSOR)) if ratio == 4]
+        return [m for m in attn if f"layers.{layer}.{m}" not in lost]
+    return ["embed.weight", "head.weight", *_stack("layers", len(ratios), modules)]
+
+
+def test_dsv4_builds_its_compressor_and_indexer_per_compress_ratio():
+    """The real DeepSeek-V4-Flash config (43 layers: compress_ratios 0, 0, then 4 and 128 alternating): vLLM 0.32's
+    profile learned from the class which layers build no compressor (0) or no indexer (0, 128), so none of those is
+    missing; a compressor lost where its ratio is 4 still is."""
+    from repair import arch
+    from repair.targets.profiles import release_at_or_below
+
+    config = json.loads(REDHAT_DSV4.read_text())
+    ratios = config["compress_ratios"]
+    family = arch.architecture(config, release_at_or_below("vllm", (0, 32, 0)))
+    assert missing_modules(_dsv4(ratios), {}, family.name, config, family.dropped(config)) == {}
+    lost = _dsv4(ratios, lost=("layers.2.attn.compressor.wkv.weight",))
+    assert list(missing_modules(lost, {}, family.name, config, family.dropped(config))) == ["layers.2.attn.compressor.wkv"]
+
+
+@pytest.mark.parametrize("value", [None, "0,0,4", [0, 4], [[0]] * 43, [True] * 43, ["0"] * 43, [0.0] * 43])
+def test_a_hostile_compress_ratios_drops_nothing_it_cannot_prove(value):
+    from repair import arch
+    from repair.targets.profiles import release_at_or_below
+
+    config = dict(json.loads(REDHAT_DSV4.read_text()), compress_ratios=value)
+    family = arch.architecture(config, release_at_or_below("vllm", (0, 32, 0)))
+    assert family.dropped(config) == frozenset()

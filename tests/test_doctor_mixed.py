@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.conftest import run_captured
-from tests.mixed_helpers import healthy_layers, tensors_for, write_mixed
+from tests.mixed_helpers import healthy_layers, tensors_for, write_mixed, write_single_nested
 
 
 @pytest.fixture(scope="module")
@@ -231,3 +231,13 @@ def test_vllm_032_refuses_mixed_precision_read_from_hf_quant_config(capsys, tmp_
     assert refused[0]["subject"] == "hf_quant_config.json", refused
     code, report = doctor(capsys, write_mixed(tmp_path / "both"), "--target", "vllm==0.32.0")
     assert not [f for f in report["findings"] if f["code"] == "quant-config"], report["findings"]
+
+
+@pytest.mark.parametrize("algo", ["NVFP4_AWQ", "nvfp4_awq"])
+def test_vllm_032_refuses_an_algo_its_list_lacks_in_the_nested_form_with_its_own_words(capsys, tmp_path, algo):
+    """NVFP4_AWQ is in no list of vLLM 0.32's ModelOpt configs: its config reading refuses the nested form declaring it
+    with `Unknown ModelOpt quant algo: <as written>` (the data's "*" rule, tools/vllm_nested_algos.py; vLLM's own load
+    of this checkpoint: tests/vllm/test_nested_algos_vs_vllm.py), before its ModelOpt config's list is ever asked."""
+    code, report = doctor(capsys, write_single_nested(tmp_path / "awq", algo), "--target", "vllm==0.32.0")
+    refused = [f for f in report["findings"] if f["code"] == "quant-config"]
+    assert code == 1 and [f["runtime_error"] for f in refused] == [f"ValueError: Unknown ModelOpt quant algo: {algo}"], refused

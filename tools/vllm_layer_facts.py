@@ -9,6 +9,13 @@ tensors load nowhere (no error: the mapper or the loader skipped them) is droppe
 layers are the first or the last k of the stack, the config field holding k is found, and confirmed by building vLLM's
 model again with that field one larger (the dropped run must grow by one): the rule then carries over to a published
 config's layer count. A set no rule fits (or that two fields fit) is not recorded. Imports nothing from ``repair``.
+
+A module vLLM builds per a per-layer list of config.json (DeepSeek-V4's attention builds its compressor where
+`compress_ratios[i]` > 1 and its indexer where it is 4: models/deepseek_v4/attention.py:233-368) is absent from the
+export's layers whose entry has some values: `where_rules` records the list field and those values where vLLM's own
+built model lacks the module in exactly those layers, confirmed by building vLLM's model again with the list rotated
+by one (the absent layers must move with the values). Its load_weights raises on such a name (KeyError), so it is
+not found by feeding names as above.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from collections import defaultdict
 from typing import Callable
 
 STACK = re.compile(r"(.+?\.layers)\.(\d+)\.(.+)")
+LAYER = re.compile(r"((?:.*?\.)?layers)\.(\d+)\.(.+)")  # a stack may be the top level (DeepSeek-V4's `layers.N.`)
+SCALARS = (int, str)  # the values a per-layer list rule compares
 RUNS = {"first": lambda k, depth: set(range(k)), "last": lambda k, depth: set(range(depth - k, depth))}
 COUNT = "num_hidden_layers"
 
@@ -75,6 +84,58 @@ def layer_rules(model, tensors: dict, config: dict, rebuild: Callable[[dict], ob
                         confirmed[(run, field)] = {}
                 if confirmed[(run, field)].get(module) == layers_of(k + 1, depth):
                     fits.append({run: field})
+        if len(fits) == 1:
+            out[module] = fits[0]
+    return out
+
+
+def _absent(names, depth: int) -> dict[str, frozenset[int]]:
+    """Module pattern (`*` = the layer) -> the layers 0..depth-1 without it, for modules some of those layers have."""
+    present: dict[str, set[int]] = defaultdict(set)
+    for name in names:
+        match = LAYER.fullmatch(name)
+        if match and int(match[2]) < depth:
+            present[f"{match[1]}.*.{match[3].rpartition('.')[0]}"].add(int(match[2]))
+    return {m: frozenset(range(depth)) - s for m, s in present.items() if len(s) < depth}
+
+
+def built_absent(model, depth: int) -> dict[str, frozenset[int]]:
+    """vLLM's model's own parameters: module pattern -> the decoder layers it builds it in none of."""
+    return _absent((name for name, _ in model.named_parameters()), depth)
+
+
+def where_rules(model, tensors: dict, config: dict, rebuild: Callable[[dict], object]) -> dict[str, dict]:
+    """Checkpoint module pattern -> {"where": field, "in": values}: vLLM builds it in no layer i whose config[field][i]
+    is one of values and in every other layer of the export (see the docstring; field confirmed by `rebuild(list
+    rotated)`)."""
+    part = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    depth = part.get(COUNT)
+    if type(depth) is not int or not tensors:
+        return {}
+    lists = {f: v for f, v in part.items() if isinstance(v, list) and len(v) == depth
+             and all(type(x) in SCALARS for x in v) and v[1:] + v[:1] != v}
+    built = built_absent(model, depth)
+    out: dict[str, dict] = {}
+    rebuilt: dict[str, dict[str, frozenset[int]]] = {}
+    for module, layers in sorted(_absent(tensors, depth).items()):
+        fits = []
+        for field, values in lists.items():
+            without = {values[i] for i in layers}
+            if without & {values[i] for i in range(depth) if i not in layers} or layers not in built.values():
+                continue
+            rotated = values[1:] + values[:1]
+            moved = frozenset(i for i in range(depth) if rotated[i] in without)
+            if moved == layers:
+                continue  # the rotation cannot tell this field from the layer numbers
+            if field not in rebuilt:
+                changed = dict(part, **{field: rotated})
+                try:
+                    rebuilt[field] = built_absent(rebuild(dict(config, text_config=changed) if part is not config
+                                                          else changed), depth)
+                except Exception:  # noqa: BLE001 - vLLM refuses the rotated list: the field is not confirmed
+                    rebuilt[field] = {}
+            if any(rebuilt[field].get(p) == moved for p, s in built.items() if s == layers):
+                fits.append({"where": field, "in": sorted(without, key=lambda x: (type(x).__name__, x))})
         if len(fits) == 1:
             out[module] = fits[0]
     return out

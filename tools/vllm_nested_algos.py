@@ -6,7 +6,8 @@ reads it when config.json has no quantization_config (transformers_utils/config.
 config.json quantization_config of that form. Before any quant config class sees it, vLLM 0.32's config reading
 names its quant_method from the algo and raises on any other (transformers_utils/model_arch_config_convertor.py:263-290:
 `Unknown ModelOpt quant algo`): every algo vLLM's ModelOpt configs list (modelopt.py QUANT_ALGOS) is run through that
-code, and the error of each it refuses is recorded. A release without that step records nothing. Imports nothing from
+code, and the error of each it refuses is recorded (None: read); an algo the list lacks is asked too, and where that is
+refused its error is recorded as the rule for every other algo ("*"). A release without that step records nothing. Imports nothing from
 ``repair``.
 """
 
@@ -14,9 +15,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+OTHER = "NOT_A_MODELOPT_ALGO"  # an algo no list names: what the config reading does with every algo its list lacks
+
 
 def modelopt_nested_refused() -> dict[str, str]:
-    """quant_algo -> the error vLLM's config reading raises on the nested form declaring it ({} where none)."""
+    """quant_algo -> the error vLLM's config reading raises on the nested form declaring it, None where it reads it;
+    "*": its error (`*` the algo as written) on any algo its list does not name (ModelOpt's NVFP4_AWQ); {} where none."""
     from vllm.model_executor.layers.quantization.modelopt import QUANT_ALGOS
 
     try:
@@ -24,14 +28,16 @@ def modelopt_nested_refused() -> dict[str, str]:
     except ImportError:  # an older release: the quant config classes read the nested form themselves
         return {}
     normalize = ModelArchConfigConvertorBase._normalize_quantization_config
-    out = {}
-    for algo in QUANT_ALGOS:
+    out: dict[str, str | None] = {}
+    for algo in (*QUANT_ALGOS, OTHER):
         nested = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": algo}}
         try:
             normalize(None, SimpleNamespace(quantization_config=nested))
+            out[algo] = None
         except ValueError as exc:
             out[algo] = f"{type(exc).__name__}: {exc}"
-    return out
+    other = out.pop(OTHER)
+    return {**out, "*": other.replace(OTHER, "*")} if other and OTHER in other else {a: e for a, e in out.items() if e}
 
 
 if __name__ == "__main__":

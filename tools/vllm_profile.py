@@ -39,7 +39,7 @@ from vllm_runtime import (Loader, enable_cpu_nvfp4, kernel_stand_ins, inspect_in
 from vllm_profile_configs import PUBLISHED, MAPPER_LAYOUT, VALUE_RULES, WITHOUT, NoConfig, model_types, small_config
 from vllm_remote_configs import LEARNED
 from vllm_config_refusals import null_refused, refusal_condition, refusal_site, value_refused
-from vllm_layer_facts import layer_rules
+from vllm_layer_facts import layer_rules, where_rules
 from vllm_format_states import modelopt_fp4_only
 from vllm_without_loads import loads_only_with
 from vllm_load_refused import load_refused
@@ -242,7 +242,8 @@ def built_from(arch: str, config: dict, quantized: bool):
 
 def export_layer_rules(arch: str, model, tensors: dict, export: dict, refused: list[str]) -> dict:
     """tools/vllm_layer_facts.py's per-layer drops on the export's config (vLLM's model built again when the export's
-    PUBLISHED fields change it: Gemma 3n's KV-shared layers exist only with them)."""
+    PUBLISHED fields change it: Gemma 3n's KV-shared layers exist only with them): first/last runs and per-layer lists
+    (DeepSeek-V4's compress_ratios)."""
     from vllm.model_executor.model_loader.utils import initialize_model
 
     def rebuild(config: dict):
@@ -251,7 +252,8 @@ def export_layer_rules(arch: str, model, tensors: dict, export: dict, refused: l
             return build_model(folder, initialize_model)[0]
 
     try:
-        return layer_rules(model if model is not None else rebuild(export), tensors, export, rebuild)
+        built = model if model is not None else rebuild(export)
+        return {**where_rules(built, tensors, export, rebuild), **layer_rules(built, tensors, export, rebuild)}
     except Exception as e:  # noqa: BLE001 - vLLM refuses the export's config here: no per-layer facts
         log(f"{arch}: no per-layer facts ({type(e).__name__}: {str(e)[:120]})")
         return {}

@@ -3,7 +3,10 @@
 The generator (tools/vllm_layer_facts.py) records, per architecture, checkpoint module patterns vLLM's own
 load_weights drops in the first or the last `config[field]` layers of the stack (Gemma 3n's KV-shared layers have no
 k_proj/v_proj/k_norm in vLLM 0.30+: the last `num_kv_shared_layers`). Here a rule becomes the module names it drops
-for one config.json: hostile values (not a whole number between 0 and the stack's depth) drop nothing.
+for one config.json: hostile values (not a whole number between 0 and the stack's depth) drop nothing. A rule may
+also name a per-layer list of config.json (`where`): vLLM 0.32 builds DeepSeek-V4's attention compressor in no layer
+whose `compress_ratios[i]` is 0, its indexer in none whose entry is 0 or 128; a list that is not one entry per layer
+drops nothing.
 """
 
 from __future__ import annotations
@@ -16,12 +19,21 @@ MOST_LAYERS = 1 << 16  # a decoder deeper than this is not read
 @dataclass(frozen=True)
 class LayerDrop:
     """`module` (a checkpoint name pattern, `*` = the layer) is dropped in the `run` ("first" | "last") config[field]
-    layers of its stack; `source` cites the profile that says so."""
+    layers of its stack, or (`run` "where") in each layer i whose config[field][i] is one of `values`; `source` cites
+    the profile that says so."""
 
     module: str
     run: str
     field: str
     source: str
+    values: tuple[int | str, ...] = ()
+
+
+def layer_drops(module: str, rule: dict, source: str) -> tuple[LayerDrop, ...]:
+    """A profile's per-layer rule of one module: {"first" | "last": field}, or {"where": list field, "in": values}."""
+    if "where" in rule:
+        return (LayerDrop(module, "where", rule["where"], source, tuple(rule["in"])),)
+    return tuple(LayerDrop(module, run, field, source) for run, field in sorted(rule.items()))
 
 
 def text_part(config: dict | None) -> dict:
@@ -43,8 +55,20 @@ def dropped_modules(rules: tuple[LayerDrop, ...], config: dict | None) -> frozen
     out: set[str] = set()
     for rule in rules:
         count = part.get(rule.field)
+        if rule.run == "where":
+            out.update(rule.module.replace("*", str(i)) for i in _where(rule, part, depth, rule.values))
+            continue
         if type(count) is not int or not 0 <= count <= depth or rule.module.count("*") != 1:
             continue
         layers = range(count) if rule.run == "first" else range(depth - count, depth) if rule.run == "last" else ()
         out.update(rule.module.replace("*", str(layer)) for layer in layers)
     return frozenset(out)
+
+
+def _where(rule: LayerDrop, part: dict, depth: int, values: tuple) -> list[int]:
+    """The layers whose entry of the rule's per-layer list is one of `values` (hostile: a list that is not one whole
+    number or string per layer, or a pattern without one `*`, names none)."""
+    entries = part.get(rule.field)
+    if not isinstance(entries, list) or len(entries) != depth or rule.module.count("*") != 1:
+        return []
+    return [i for i, v in enumerate(entries) if type(v) in (int, str) and any(type(v) is type(x) and v == x for x in values)]

@@ -22,7 +22,7 @@ from importlib.resources import files
 
 from repair.arch.base import Architecture, DroppedTensor, RefusedConfig, RefusedLoad
 from repair.arch.configured import as_configured, disagreement
-from repair.arch.layer_rules import LayerDrop
+from repair.arch.layer_rules import layer_drops
 from repair.arch.registry import Registry
 from repair.arch.roles import GENERIC_ROLES, UnquantizedRole
 
@@ -215,8 +215,8 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
     unread = tuple((p, f"{profile.label}'s {name} weight mapper drops every tensor under {p} unread (its own code, "
                        f"recorded in {profile.source})") for p, new in sorted(entry.get("renames", {}).items())
                    if new is None and p.endswith("."))
-    drops = tuple(LayerDrop(module, run, field, profile.source) for module, rule in sorted(entry.get("dropped_in_layers", {}).items())
-                  for run, field in sorted(rule.items()))
+    drops = tuple(drop for module, rule in sorted(entry.get("dropped_in_layers", {}).items())
+                  for drop in layer_drops(module, rule, profile.source))
     fields = " / ".join(entry.get("without", {}).get("fields", ())[:1])
     required = tuple((p, f"{profile.label} builds {name} with it where config.json sets {fields}, as this one does, and "
                          f"its load_weights fills a parameter from it (recorded in {profile.source})")

@@ -9,6 +9,7 @@ NVFP4, or an NVFP4 layer without its activation scale, loads wrong or not at all
 from __future__ import annotations
 
 import bisect
+import re
 
 from repair.arch import Architecture, ModuleSpec
 from repair.codec import scale_values
@@ -160,8 +161,10 @@ def nested_algo_findings(ckpt: Checkpoint, target: Target) -> list[Finding]:
     producer = quant.get("producer") if isinstance(quant, dict) else None
     if release is None or not isinstance(block, dict) or not isinstance(producer, dict) or producer.get("name") != "modelopt":
         return []
-    algo = str(block.get("quant_algo")).upper() if block.get("quant_algo") is not None else ""
-    error = release.modelopt_nested_refused.get(algo)
+    written = block.get("quant_algo")
+    algo = str(written).upper() if written is not None else ""
+    refused = release.modelopt_nested_refused
+    error = refused.get(algo) if algo in refused else _other_algo(refused.get("*"), written)
     if error is None:
         return []
     return [Finding(Severity.ERROR, Kind.QUANT_CONFIG, where,
@@ -170,6 +173,13 @@ def nested_algo_findings(ckpt: Checkpoint, target: Target) -> list[Finding]:
                     "before building any layer (it reads that form for the FP8 algorithms and NVFP4 only); declare it in "
                     "config.json's quantization_config as ModelOpt 0.31 and later write it (quant_method \"modelopt\", "
                     "quant_algo at its top level), which vLLM reads first", error)]
+
+
+def _other_algo(rule: object, written: object) -> str | None:
+    """The release's error on an algo its list does not name (its data's "*" rule, `*` the algo as written), for an
+    algo written as a plain name (a hostile value is no name to quote: other checks refuse it)."""
+    plain = isinstance(written, str) and re.fullmatch(r"[A-Za-z0-9_]{1,64}", written) is not None
+    return rule.replace("*", written) if isinstance(rule, str) and plain else None
 
 
 def float8_findings(modules: dict[str, StoredModule], infos: dict[str, TensorInfo]) -> list[Finding]:

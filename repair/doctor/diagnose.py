@@ -78,8 +78,8 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     simulated = target.profile.simulates_loads and bool(specs)
     degree = _degree_findings(specs, precision, ckpt.config, tp, family.layer_kinds) if simulated else []
     findings += degree
-    null = null_list_findings(ckpt, declaration, target) + nested_algo_findings(ckpt, target)  # the config reader
-    # raises: no layer is built, no weight loads
+    nested = nested_algo_findings(ckpt, target)  # the config reader raises: no layer is built, no weight loads
+    null = null_list_findings(ckpt, declaration, target) + nested
     first = _build_stops(null, tp)
     if simulated and not degree and not null:  # an impossible degree fails before any weight loads
         located = ckpt.locate()
@@ -94,7 +94,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     if not target.profile.allows_quant_config:
         findings += _bf16_findings(ckpt, modules)
     findings += _handshake_findings(modules, precision, target, family)
-    findings += runtime_refusal_findings(declaration, target)
+    findings += [] if nested else runtime_refusal_findings(declaration, target)  # its ModelOpt config never reads it
     findings += null
     config, config_notes = config_findings(ckpt, declaration, modules, specs, family, module_driven(target), target, builds)
     findings += config

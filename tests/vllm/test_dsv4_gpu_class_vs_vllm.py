@@ -10,19 +10,23 @@
   cut to the tiny model's layers, is loaded by vLLM 0.32's own loader of the NVIDIA class (tools/vllm_load.py, weights
   tracked: every parameter filled, every name placed, or its exact error), and doctor --target vllm==0.32.0 must agree:
   alone (config.json without quantization_config) vLLM refuses the nested MIXED_PRECISION form; in config.json as
-  ModelOpt's converter writes it, vLLM loads it and doctor still reports missing compressors (strict xfail).
+  ModelOpt's converter writes it, vLLM loads it and doctor agrees (no compressor where compress_ratios[i] is 0, no
+  indexer where it is 0 or 128: the class's own per-layer build, learned by the profile); a compressor lost where
+  the class builds one stops vLLM's tracked load and is doctor's missing module.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import save_file
 
 from repair.codec import nvfp4
@@ -99,18 +103,37 @@ def _nvfp4(modules: list[str], shapes: list[list[int]], gen: torch.Generator) ->
     return out
 
 
-def write_nvidia_layout(folder: Path, oracle: dict) -> Path:
-    """The tiny export: published names, real hf_quant_config.json with quantized_layers cut to the tiny layers."""
+def _restacked(oracle: dict, ratios: list[int]) -> dict[str, list[int]]:
+    """The published names of a stack with these compress_ratios: each layer's attention as the tiny layer of the same
+    ratio builds it, the rest (hash-routed gate or not, per num_hash_layers) as the tiny layer of the same kind."""
+    config, published = oracle["config"], oracle["published"]
+    by_ratio = {r: i for i, r in reversed(list(enumerate(config["compress_ratios"])))}
+    hashed = config["num_hash_layers"]
+    out = {n: s for n, s in published.items() if not n.startswith("layers.")}
+    for layer, ratio in enumerate(ratios):
+        for name, shape in published.items():
+            source, _, rest = name.removeprefix("layers.").partition(".")
+            if name.startswith("layers.") and int(source) == (by_ratio[ratio] if rest.startswith("attn.")
+                                                                 else min(layer, hashed)):
+                out[f"layers.{layer}.{rest}"] = shape
+    return out
+
+
+def write_nvidia_layout(folder: Path, oracle: dict, ratios: list[int] | None = None) -> Path:
+    """The tiny export: published names, real hf_quant_config.json with quantized_layers cut to the tiny layers;
+    `ratios`: a stack of that many layers with these compress_ratios instead of the tiny config's three."""
     folder.mkdir(parents=True)
     config = dict(oracle["config"], architectures=[ARCH], torch_dtype="bfloat16")
     config.pop("quantization_config", None)
+    if ratios is not None:
+        config |= {"num_hidden_layers": len(ratios), "compress_ratios": ratios}
     layers = config["num_hidden_layers"]
     hf_quant = json.loads((REAL / "deepseek-v4-flash-nvfp4" / "hf_quant_config.json").read_text())
     kept = {k: v for k, v in hf_quant["quantization"]["quantized_layers"].items() if int(k.split(".")[1]) < layers}
     hf_quant["quantization"]["quantized_layers"] = kept
     gen = torch.Generator().manual_seed(0)
     tensors: dict[str, torch.Tensor] = {}
-    published = oracle["published"]
+    published = oracle["published"] if ratios is None else _restacked(oracle, ratios)
     for name, shape in published.items():
         if ".ffn.experts." not in name:
             tensors[name] = (torch.randn(*shape, generator=gen) * 0.05).to(torch.bfloat16)
@@ -154,18 +177,20 @@ def test_the_real_hf_quant_config_alone_is_refused_as_doctor_says(oracle, tmp_pa
     assert f"Value error, {said}" in loaded["error"], loaded["error"]
 
 
-@pytest.mark.xfail(strict=True, reason="doctor's missing-module check expects every layer's compressor / indexer, which "
-                   "DeepSeek-V4 builds per compress_ratios[i] (0: none, 4: both, 128: compressor only; "
-                   "models/deepseek_v4/attention.py): false errors, not fixed here")
-def test_the_mixed_config_in_config_json_loads_as_doctor_says(oracle, tmp_path):
-    """The same export with the MIXED_PRECISION config in config.json as ModelOpt's own converter writes it (which
-    vLLM reads first): vLLM 0.32's NVIDIA class places every name (weights tracked), experts NVFP4, attention BF16."""
+def _in_config_json(folder: Path) -> Path:
+    """The MIXED_PRECISION config moved into config.json as ModelOpt's own converter writes it (vLLM reads it first)."""
     from modelopt.torch.export.convert_hf_config import convert_hf_quant_config_format
 
-    folder = write_nvidia_layout(tmp_path / "dsv4-nvfp4", oracle)
     config = json.loads((folder / "config.json").read_text())
     config["quantization_config"] = convert_hf_quant_config_format(json.loads((folder / "hf_quant_config.json").read_text()))
     (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_the_mixed_config_in_config_json_loads_as_doctor_says(oracle, tmp_path):
+    """The same export with the MIXED_PRECISION config in config.json: vLLM 0.32's NVIDIA class places every name
+    (weights tracked), experts NVFP4, attention BF16, and doctor finds nothing missing."""
+    folder = _in_config_json(write_nvidia_layout(tmp_path / "dsv4-nvfp4", oracle))
     loaded = vllm_load(folder)
     assert loaded["ok"], loaded.get("error")
     experts = {k: v["method"] for k, v in loaded["methods"].items() if ".ffn.experts" in k}
@@ -174,3 +199,38 @@ def test_the_mixed_config_in_config_json_loads_as_doctor_says(oracle, tmp_path):
     assert attention and set(attention.values()) == {"UnquantizedLinearMethod"}, attention
     code, report = doctor(folder)
     assert code == 0 and not [f for f in report["findings"] if f["severity"] == "error"], report["findings"]
+
+
+@pytest.fixture(scope="module")
+def published_stack(oracle, tmp_path_factory) -> Path:
+    """The published DeepSeek-V4-Flash stack: 43 layers with its compress_ratios (0, 0, then 4 and 128 alternating;
+    RedHatAI's config.json in tests/data/real, the same model), at the tiny dimensions."""
+    ratios = json.loads((REAL / "redhatai-deepseek-v4-flash-nvfp4-fp8" / "config.json").read_text())["compress_ratios"]
+    return _in_config_json(write_nvidia_layout(tmp_path_factory.mktemp("stack") / "dsv4-nvfp4", oracle, ratios))
+
+
+def test_the_published_stack_loads_as_doctor_says(published_stack):
+    """vLLM 0.32's NVIDIA class builds no compressor where compress_ratios[i] is 0 and no indexer where it is 0 or 128
+    (models/deepseek_v4/attention.py:233-368): it loads the stack with every weight tracked, and doctor, which had
+    called layers 0 and 1's compressor missing (41 of 43 layers store one), learns that from the profile's
+    dropped_in_layers (generated from the class: tools/vllm_layer_facts.py where_rules)."""
+    loaded = vllm_load(published_stack)
+    assert loaded["ok"], loaded.get("error")
+    code, report = doctor(published_stack)
+    assert code == 0 and not [f for f in report["findings"] if f["severity"] == "error"], report["findings"]
+
+
+def test_a_compressor_lost_where_its_layer_builds_one_is_missing_for_both(published_stack, tmp_path):
+    """Layer 4 (compress_ratios 4) without its compressor: vLLM's loader, weights tracked, stops on the unfilled
+    fused_wkv_wgate, and doctor names its modules missing (and nothing in layers 0 and 1, which build none)."""
+    folder = tmp_path / "lost"
+    shutil.copytree(published_stack, folder)
+    shard = folder / "model.safetensors"
+    with safe_open(shard, "pt") as fh:
+        kept = {k: fh.get_tensor(k) for k in fh.keys() if not k.startswith("layers.4.attn.compressor.")}
+    save_file(kept, str(shard), metadata={"format": "pt"})
+    loaded = vllm_load(folder)
+    assert not loaded["ok"] and "layers.4.attn.compressor.fused_wkv_wgate" in loaded["error"], loaded
+    code, report = doctor(folder)
+    missing = [f["subject"] for f in report["findings"] if f["code"] == "missing-module"]
+    assert code == 1 and missing == [f"layers.4.attn.compressor{m}" for m in ("", ".norm", ".wgate", ".wkv")], report["findings"]
