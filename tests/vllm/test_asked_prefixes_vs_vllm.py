@@ -83,3 +83,19 @@ def test_checkpoint_name_exclusion_reaches_nothing_and_doctor_says_so(capsys, ex
     assert f"'{asked_as[0]}'" in out, out
     code, out = doctor(capsys, asked)
     assert code == 0 and "0 error(s)" in out.splitlines()[0], out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fix_of_the_checkpoint_name_exclusion_loads_in_vllm(capsys, exports, tmp_path, case):
+    """The careless user's next step: `fix` on the export excluded under the checkpoint's names writes a copy vLLM 0.32
+    loads (every weight tracked), and doctor finds nothing left in it."""
+    from tests.conftest import run_captured
+
+    name, modules, _ = CASES[case]
+    published = bf16_excluded(exports[name], tmp_path / "published", modules, list(modules))
+    code, out, err = run_captured(capsys, "fix", published, "-o", tmp_path / "fixed", "--target", "vllm==0.32.0")
+    assert code == 0, out + err
+    (loaded,) = in_vllm("vllm_load.py", tmp_path / "fixed")
+    assert loaded["ok"], loaded
+    code, out = doctor(capsys, tmp_path / "fixed")
+    assert code == 0 and "0 error(s)" in out.splitlines()[0], out
