@@ -241,6 +241,43 @@ def test_mistral_large_3_row_is_learned_from_the_names_its_mapper_renames():
     assert any(re.search(r.pattern, "tok_embeddings") for r in row.unquantized_roles)
 
 
+def test_mistral_large_3_row_is_the_mla_build_of_mistrals_own_params():
+    """Mistral Large 3 is published in Mistral's own format (params.json); vLLM reads it with its own adapter
+    (transformers_utils/configs/mistral.py adapt_config_dict: model_type deepseek_v3, qk_nope_head_dim set), so
+    deepseek_v2.py:1289 builds MLA attention (`q_a_proj`, `kv_a_proj_with_mqa`, `kv_b_proj`), the layers
+    mistral_large_3.py's regexes name (`wq_a`, `wkv_a_with_mqa`, `wkv_b`). A config read with vLLM's defaults
+    (qk_nope_head_dim = qk_rope_head_dim = 0) builds DeepseekAttention's qkv_proj instead: no published layout."""
+    entry = VLLM.entries["MistralLarge3ForCausalLM"]
+    assert "model.layers.*.self_attn.qkv_proj" not in entry["modules"], sorted(entry["modules"])
+    assert entry["renames"]["layers.*.attention.wq_a"] == "model.layers.*.self_attn.q_a_proj"
+    assert entry["renames"]["layers.*.attention.wkv_a_with_mqa"] == "model.layers.*.self_attn.kv_a_proj_with_mqa"
+    assert entry["renames"]["layers.*.attention.wkv_b"] == "model.layers.*.self_attn.kv_b_proj"
+    assert entry["prefixes"].get("layers.*.attention.wo") != "", entry["prefixes"]
+    assert "agrees_with" not in entry["config"], entry["config"]
+
+
+@pytest.mark.parametrize("command", ["doctor", "fix", "inspect"])
+def test_mistrals_own_format_is_refused_in_one_line(capsys, tmp_path, command):
+    """Mistral Large 3 is published as params.json + consolidated-*.safetensors, no config.json; vLLM 0.32 reads it
+    with its Mistral reader (transformers_utils/config.py: consolidated*.safetensors beside params.json -> config_format
+    mistral). We read no params.json: doctor said "config.json lists no architectures ... the runtime would stop at
+    ValueError: No model architectures are specified", which vLLM does not do. One line, exit 2, nothing written."""
+    import torch
+    from safetensors.torch import save_file
+
+    src = tmp_path / "ml3"
+    src.mkdir()
+    save_file({"layers.0.attention.wo.weight": torch.zeros(8, 8, dtype=torch.bfloat16)},
+              str(src / "consolidated-00001-of-00001.safetensors"))
+    (src / "params.json").write_text(json.dumps({"dim": 8, "n_layers": 1, "moe": {"num_shared_experts": 1}}))
+    args = [command, src, "--target", "vllm==0.32.0"] + (["-o", tmp_path / "out"] if command == "fix" else [])
+    code, out, err = run_captured(capsys, *(args if command != "inspect" else [command, src]))
+    assert code == 2, (out, err)
+    lines = [line for line in (out + err).splitlines() if line.strip()]
+    assert len(lines) == 1 and "params.json" in lines[0] and "config.json" in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
 def test_step3p5_row_is_learned_from_its_published_share_expert_names():
     """step3p5.py's mapper renames `.share_expert.` to `.moe.share_expert.`: the row names the published modules."""
     renames = VLLM.entries["Step3p5ForCausalLM"]["renames"]

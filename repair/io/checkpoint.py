@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from repair.io.byte_source import ByteSource
 
 CONFIG = "config.json"
+MISTRAL_PARAMS = "params.json"  # Mistral's own format (Mistral Large 3 is published only so): its config, not read here
 HF_QUANT_CONFIG = "hf_quant_config.json"
 INDEX_SUFFIX = ".safetensors.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -83,6 +84,10 @@ def open_checkpoint(path: Path, *, pin: bool = True, pins: Pins | None = None) -
     if not root.is_dir():
         raise BadInput(f"{root}: not a folder; give the checkpoint's folder (or a Hub repo id)")
     files = _list_files(root)
+    if MISTRAL_PARAMS in files and CONFIG not in files:
+        raise BadInput(f"{root / MISTRAL_PARAMS}: Mistral's own format (params.json, no config.json), whose architecture "
+                       "and quantization ckpt-repair does not read; give the checkpoint in Hugging Face's format "
+                       "(config.json beside its safetensors)")
     shard_names = sorted(f for f in files if f.endswith(".safetensors") and "/" not in f)
     if not shard_names:
         _refuse_without_safetensors(root, files)
