@@ -52,7 +52,7 @@ from vllm_gpu_stand_ins import cuda_classes
 from vllm_load import load
 from vllm_load_refused import bf16_export, export_config, transformers_names, write_tensors
 from vllm_profile import QUANTIZATION, no_triton_allocator, refused_layer
-from vllm_profile_configs import model_types
+from vllm_profile_configs import MAPPER_LAYOUT, model_types
 from vllm_runtime import STAND_IN_CALLS, Loader, emit, reported
 
 PRODUCER = {"name": "modelopt", "version": "0.33.0"}  # the hf_quant_config.json form of tests/data/real's exports
@@ -170,6 +170,8 @@ def check(arch: str, root: str, names: dict, loader: Loader) -> dict:
     shutil.rmtree(base, ignore_errors=True)
     probe = os.path.join(base, "bf16")
     try:
+        if arch in MAPPER_LAYOUT:  # transformers' names are not the published ones (DeepSeek-V4: vLLM's own, read back)
+            raise LookupError(arch)
         tensors, not_linear, names_from = *bf16_export(arch, config, probe), "transformers"
     except LookupError:  # no transformers class (a config class only vLLM ships): vLLM's own names
         tensors, not_linear, names_from = *vllm_own_export(config, probe), "vllm"
@@ -211,14 +213,18 @@ def vllm_own_export(config: dict, folder: str) -> tuple[dict, set[str]]:
     from vllm.model_executor.layers.linear import LinearBase
     from vllm.model_executor.model_loader.utils import initialize_model
 
+    from vllm.config import set_current_vllm_config
+
     from vllm_profile import build_model, own_names_layout
+    from vllm_runtime import world_of_one
     from vllm_saved_names import published_checkpoint
 
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f)
-    model = build_model(folder, initialize_model)[0]
-    own_names_layout(model)
+    model, vc = build_model(folder, initialize_model)[:2]
+    with world_of_one(vc), set_current_vllm_config(vc):  # DeepSeek-V4's load_weights asks the TP group
+        own_names_layout(model)
     gen = torch.Generator().manual_seed(0)
     tensors = {n: (torch.randn(shape, generator=gen) / 16).to(torch.bfloat16) for n, shape in published_checkpoint(model).items()}
     write_tensors(folder, tensors)
