@@ -85,3 +85,25 @@ def test_rewriting_the_rules_from_the_wheel_keeps_the_generated_layers(tmp_path,
     monkeypatch.setattr(sglang_rules_data, "profile", lambda path: {"release": "9.9.9", "rules": {"packed_modules_mapping": {}}})
     assert sglang_rules_data.main(["sglang-9.9.9-py3-none-any.whl"]) == 0
     assert json.loads((tmp_path / "sglang-9.9.9.json").read_text())["rules"]["built_layers"] == {"A": {"x.*.y": "Linear"}}
+
+
+def test_sglang_builds_no_fused_layer_of_the_vllm_row_it_does_not_name():
+    """SGLang's layer rows are vLLM 0.32's, whose DeepSeek-V4 fuses `fused_wqa_wkv` (wq_a+wkv) and the compressors'
+    `fused_wkv_wgate`; SGLang 0.5.23 builds neither name (its `built_layers`: `wqkv_a`, `wkv_gate`), so a checkpoint
+    shard is asked as itself, as SGLang's quant config answers it (tests/sglang/test_ct_groups_vs_sglang.py), while a
+    row fusion SGLang does build under the row's leaf (shared_experts `gate_up_proj` from w1/w3) stays."""
+    from repair import arch
+    from repair.targets.profiles import resolve
+
+    target = resolve(SGLANG)
+    config = json.loads(dsv4_fixture.REAL.read_text())
+    family = arch.architecture(config, target.release)
+    rules = target.profile.rules
+    assert set(family.fused_layers) >= {"fused_wqa_wkv", "fused_wkv_wgate"}  # the vLLM row this guards against
+    building = rules.building("DeepseekV4ForCausalLM", family.fused_layers, config)
+    leaves = {p.rpartition(".")[2] for p in rules.built_layers["DeepseekV4ForCausalLM"]}
+    for name in ("layers.0.attn.wq_a", "layers.0.attn.wkv", "layers.1.attn.compressor.wkv",
+                 "layers.1.attn.indexer.compressor.wgate", "layers.0.ffn.shared_experts.w1"):
+        layer, kind = building.built_layer(name)
+        assert kind == "linear" and layer == name or layer.rpartition(".")[2] in leaves, (name, layer)
+    assert building.built_layer("layers.0.ffn.shared_experts.w3") == ("layers.0.ffn.shared_experts.gate_up_proj", "fused")

@@ -94,13 +94,17 @@ class RuntimeRules:
     def building(self, architecture: str, fusions: Mapping[str, tuple[str, ...]] | None,
                  config: dict | None = None) -> Building:
         """How this release builds `architecture`: the model's fusions (the layer rows'), its class's packed mapping
-        and what the class adds to it for this config."""
+        and what the class adds to it for this config. Where `built_layers` lists the layers the release's model
+        builds, a row fusion whose leaf names none of them is the rows' runtime's layer, not this release's (vLLM's
+        DeepSeek-V4 `fused_wqa_wkv`; SGLang builds `wqkv_a`): its shards are asked as themselves."""
         packed = dict(self.packed.get(architecture, {}))
+        built = {p.rpartition(".")[2] for p in self.built_layers.get(architecture, {})}
+        fusions = {k: v for k, v in (fusions or LLAMA_FUSIONS).items() if not built or self.fusion_names.get(k, k) in built}
         text = (config or {}).get("text_config") if isinstance((config or {}).get("text_config"), dict) else {}
         for key, added in self.packed_when.get(architecture, {}).items():
             if (config or {}).get(key, text.get(key)) is not None:
                 packed |= added
-        named = ({self.fusion_names.get(k, k): tuple(v) for k, v in (fusions or LLAMA_FUSIONS).items()} | packed
+        named = ({self.fusion_names.get(k, k): tuple(v) for k, v in fusions.items()} | packed
                  | dict(self.model_fusions.get(architecture, {})))
         return Building(MappingProxyType(named), MappingProxyType(packed), self.fallback_fused,
                         self.own_layers.get(architecture, ()))
