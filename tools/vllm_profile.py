@@ -34,7 +34,7 @@ import tempfile
 import time
 import traceback
 
-from vllm_runtime import (Loader, enable_cpu_nvfp4, kernel_stand_ins, inspect_in_process, nvfp4_moe_emulation_fallback,
+from vllm_runtime import (Loader, enable_cpu_nvfp4, kernel_stand_ins, nvfp4_moe_emulation_fallback,
                           torchvision_stand_in, world_of_one)
 from vllm_profile_configs import PUBLISHED, MAPPER_LAYOUT, VALUE_RULES, WITHOUT, NoConfig, model_types, small_config
 from vllm_remote_configs import LEARNED
@@ -48,6 +48,7 @@ from vllm_registry import registry_facts
 from vllm_gpu_stand_ins import CPU_IMPLEMENTATION, cpu_implementation, cuda_classes
 from vllm_mapper_inverse import renaming_maps
 from vllm_null_lists import null_exclusions_refused
+from vllm_drafters import has_mtp, mtp_drafter, register_drafters
 from vllm_nested_algos import modelopt_nested_refused
 from vllm_expert_scales import experts_gate_up_scale_2
 from vllm_load_facts import (dropped_tensors, log, load_renames, mapper_drops, nvfp4_refusals, pattern, placed_weights,
@@ -259,45 +260,6 @@ def export_layer_rules(arch: str, model, tensors: dict, export: dict, refused: l
         return {}
 
 
-def has_mtp(config: dict) -> bool:
-    text = config.get("text_config") or {}
-    return any(c.get(k) for c in (config, text) for k in ("num_nextn_predict_layers", "mtp_num_hidden_layers"))
-
-
-def mtp_drafter(folder: str, initialize_model) -> dict:
-    """{"mtp": {"architecture", "modules", "renames"}}: vLLM's MTP drafter for this config (DeepSeekMTP, Qwen3_5MTP,
-    Glm4MoeMTP, ...), its layers' states as for the main model; renames: the checkpoint names its hf_to_vllm_mapper
-    maps onto its modules (a mapper prefix read backwards, kept only when mapping it forwards gives the module).
-    A drafter vLLM cannot build here is recorded with the reason instead of its modules."""
-    try:
-        model, vc = build_model(folder, initialize_model, drafter=True)
-    except Exception as e:  # noqa: BLE001 - recorded: the main model's profile stands without it
-        return {"mtp": {"unbuilt": f"{type(e).__name__}: {str(e)[:200]}"}}
-    return {"mtp": {"architecture": vc.speculative_config.draft_model_config.architectures[0],
-                    "modules": modules_of(model), "renames": drafter_renames(model)}}
-
-
-def drafter_renames(model) -> dict[str, str]:
-    """Checkpoint module pattern -> the drafter's module pattern, where vLLM's own load_weights puts a published MTP
-    name elsewhere (Qwen3.5 / Qwen3-Next: `mtp.fc` -> `model.fc`): each module's name and its `mtp.` form are fed
-    alone, as meta tensors, through the drafter's load_weights with recording weight loaders (tools/vllm_declared.py)."""
-    from vllm_declared import placements
-
-    out = {}
-    for name, module in model.named_modules():
-        weight = getattr(module, "_parameters", {}).get("weight")
-        if weight is None or weight.dim() != 2 or not name.startswith("model."):
-            continue
-        candidate = "mtp." + name[len("model."):]
-        try:
-            placed = placements(model, {candidate: (candidate + ".weight", list(weight.shape), str(weight.dtype)[6:])})
-        except Exception:  # noqa: BLE001 - this loader does not take the name: no rename
-            continue
-        if placed.get(candidate, {}).get("vllm_module") == name:
-            out[pattern(candidate)] = pattern(name)
-    return dict(sorted(out.items()))
-
-
 def refused_layer(error: ValueError) -> str | None:
     """The name pattern of the layer whose shape vLLM's NVFP4 method refuses (in features not a multiple of 16: a
     4-wide Gemma 3n AltUp linear), from the innermost frame building one; None for any other error. Every NVFP4
@@ -310,14 +272,6 @@ def refused_layer(error: ValueError) -> str | None:
         found = prefix if isinstance(prefix, str) and prefix else found
         tb = tb.tb_next
     return None if found is None else pattern(found)
-
-
-def register_drafters() -> None:
-    """Every MTP drafter class vLLM registers, inspected in-process: vLLM would inspect each in a subprocess, where
-    the torchvision stand-in is absent (Qwen3_5MTP's module imports the image processor) and which costs ~20 s each."""
-    from vllm import ModelRegistry
-
-    inspect_in_process([arch for arch in ModelRegistry.get_supported_archs() if "MTP" in arch or "NextN" in arch])
 
 
 def no_triton_allocator() -> None:
