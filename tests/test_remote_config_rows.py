@@ -327,3 +327,54 @@ def test_a_recorded_refusal_is_the_same_text_whatever_order_its_set_printed_in(m
     one, two = (facts.stable_text(ValueError(head + text)) for text in ("{'a.weight', 'b.weight'}", "{'b.weight', 'a.weight'}"))
     assert one == two == f"ValueError: {head}{{...}}"
     assert facts.stable_text(KeyError("x" * 500)) == "KeyError: '" + "x" * 159
+
+
+UNPROFILED = VLLM.unprofiled
+
+
+def test_a_default_vllms_own_code_refuses_to_build_is_answered():
+    """sarvam.py:406 builds SarvamMLAMoE only where the config has num_experts (hasattr, then not None), and :609 refuses
+    a model with none: the default's branch is one vLLM's own code refuses, so the learner answers num_experts (GENERIC's
+    size) and says so in the row's config.source; its MLA fields are read with no default (qk_nope_head_dim, ...)."""
+    source = VLLM.entries["SarvamMLAForCausalLM"]["config"]["source"]
+    assert "num_experts (its default's build refused: RuntimeError: No SarvamMLAMoE layer found" in source, source
+    assert "kv_lora_rank" in source, source
+
+
+@pytest.mark.parametrize("name", ["PanguUltraMoEForCausalLM", "PanguProMoEV2ForCausalLM"])
+def test_layers_chosen_by_whether_a_field_exists_are_not_guessed(name):
+    """openpangu.py:884 builds no MoE layer without n_routed_experts (refused at :1191), and :791-794 build MLA only
+    where the config has qk_nope_head_dim, qk_rope_head_dim, v_head_dim and kv_lora_rank (hasattr): which attention a
+    published config selects is no value vLLM's code gives, and no published config is stored here. Unprofiled, saying
+    so, rather than a row of the plain attention a published Pangu MoE may not have."""
+    assert name not in VLLM.entries
+    reason = UNPROFILED[name]
+    assert "chooses the layers it builds by whether the config has" in reason, reason
+    assert "qk_nope_head_dim" in reason and "openpangu.py:79" in reason, reason
+
+
+def test_every_unanswered_field_is_named_with_the_line_of_vllm_that_reads_it():
+    """A field no generic value answers is named with where vLLM's model code reads it (file:line and the line), so
+    the reason says what a published config would have to give."""
+    unanswered = {a: r for a, r in UNPROFILED.items() if "no generic value answers" in r}
+    assert len(unanswered) >= 8, unanswered
+    for name, reason in unanswered.items():
+        assert re.search(r"no generic value answers: \w+ \([\w/]+\.py:\d+: `.+`\)", reason), (name, reason)
+    assert "nemotron_nas.py:133: `block_config = config.block_configs[layer_idx]`" in UNPROFILED["DeciLMForCausalLM"]
+
+
+@pytest.mark.parametrize("name", ["Rnj1ForCausalLM", "Step1ForCausalLM"])
+def test_attention_this_hosts_backend_refuses_is_a_host_limit(name):
+    """rnj1.py passes chunk_lookback, step1.py use_alibi_sqrt to every Attention they build, whatever the config: the CPU
+    attention backend here refuses both, a GPU's builds them; docs/runtime_profiles.md lists them with GPU-only builds."""
+    assert profile_report.category(UNPROFILED[name]) == "needs a GPU-only kernel or backend to build", UNPROFILED[name]
+
+
+def test_k_exaones_listed_name_gets_the_row_of_the_class_vllm_builds_for_it():
+    """K-EXAONE's config.json lists ExaoneMoEForCausalLM, which vLLM 0.32 registers under its ExaoneMoeForCausalLM class
+    (registry.py: ("exaone_moe", "ExaoneMoeForCausalLM")); vLLM's own test registry loads its example
+    LGAI-EXAONE/K-EXAONE-236B-A23B without trust_remote_code (transformers >= 5.1.0), so its config class is
+    transformers' ExaoneMoeConfig and transformers' ExaoneMoeForCausalLM writes its names: the same row as that class's."""
+    listed = VLLM.entries["ExaoneMoEForCausalLM"]
+    assert listed == VLLM.entries["ExaoneMoeForCausalLM"]
+    assert "ExaoneMoEForCausalLM" not in UNPROFILED

@@ -21,10 +21,15 @@ CPU_IMPLEMENTATION = "vLLM builds its CPU implementation of it on this host"  # 
 REMOTE = ("transformers ships no model class of this name, nor vLLM a config class its model reads (its config comes "
           "with remote code)")  # tools/vllm_profile_configs.py REMOTE
 LEARNED = "learned from vLLM's model code"  # tools/vllm_remote_configs.py: a row's config.source; an unprofiled reason
-GPU_ONLY = ("not supported on CPU", "sparse MLA backend", "triton", "dummy base class", "cutlass")
+# a kernel or backend only a GPU host has (the CPU attention backend refuses chunk_lookback, rnj1.py, and alibi_sqrt,
+# step1.py, which those models pass to every Attention they build, whatever the config)
+GPU_ONLY = ("not supported on CPU", "sparse MLA backend", "triton", "dummy base class", "cutlass", "CPUAttentionBackendImpl",
+            "backend CPU_ATTN")
 
 
 def category(reason: str) -> str:
+    if reason.startswith(REMOTE) and any(marker in reason for marker in GPU_ONLY):
+        return "needs a GPU-only kernel or backend to build"
     if reason.startswith(REMOTE) or reason.startswith("transformers has no config class"):
         return "no config class in transformers nor one vLLM's model reads (remote code)"
     if reason.startswith(REFUSED):
@@ -49,7 +54,8 @@ def section(doc: dict, name: str) -> list[str]:
     archs, missing = doc["architectures"], doc["unprofiled"]
     learned = sorted(a for a, e in archs.items() if e["config"]["source"].startswith(LEARNED))
     shipped = len(archs) - len(learned)
-    remote = len(learned) + sum(1 for r in missing.values() if category(r).startswith("no config class") or LEARNED in r)
+    remote = len(learned) + sum(1 for r in missing.values()
+                                if category(r).startswith("no config class") or LEARNED in r or r.startswith(REMOTE))
     with_config = shipped + len(missing) - (remote - len(learned))
     lines = [f"## {doc['runtime']} {doc['release']} (`repair/targets/data/{name}`)", "",
              f"- registered text-generation architectures: {doc['registered']}",

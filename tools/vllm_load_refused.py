@@ -21,7 +21,7 @@ import os
 import sys
 import tempfile
 
-from vllm_profile_configs import PUBLISHED, NoConfig, small_config
+from vllm_profile_configs import PUBLISHED, NoConfig, small_config, written_as
 
 LIMIT = 300  # characters of vLLM's error kept (the error names tensors; the head says which and why)
 # AutoWeightsLoader's refusal of a name it has no module or parameter for (model_executor/models/utils.py:443, 0.32)
@@ -48,7 +48,7 @@ def bf16_export(arch: str, config: dict, folder: str) -> tuple[dict, set[str]]:
     import transformers
     from safetensors.torch import load_file
 
-    cls = getattr(transformers, arch, None)
+    cls = getattr(transformers, written_as(arch), None)
     if cls is None:
         raise LookupError("transformers has no model class of this name to write its checkpoint names")
     torch.manual_seed(0)

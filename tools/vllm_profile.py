@@ -36,7 +36,8 @@ import traceback
 
 from vllm_runtime import (Loader, enable_cpu_nvfp4, kernel_stand_ins, nvfp4_moe_emulation_fallback,
                           torchvision_stand_in, world_of_one)
-from vllm_profile_configs import PUBLISHED, MAPPER_LAYOUT, VALUE_RULES, WITHOUT, NoConfig, model_types, small_config
+from vllm_profile_configs import (PUBLISHED, MAPPER_LAYOUT, VALUE_RULES, WITHOUT, NoConfig, model_types, small_config,
+                                  written_as)
 from vllm_remote_configs import LEARNED
 from vllm_config_refusals import null_refused, refusal_condition, refusal_site, value_refused
 from vllm_layer_facts import layer_rules, where_rules
@@ -139,7 +140,7 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
                 if layer is None or layer in refused:
                     raise
                 refused.append(layer)
-    if not hasattr(transformers, arch):  # no class writes its checkpoint: vLLM's own names are the only layout
+    if not hasattr(transformers, written_as(arch)):  # no class writes its checkpoint: vLLM's own names are the only layout
         own_names_layout(model)
     # a config learned from vLLM's own code (remote code only): the checkpoint is vLLM's own names, fused layers as the
     # shards its load_weights stacks, under the names its mapper renames from (own_names_layout checked it takes them
@@ -147,7 +148,7 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
     # writes names and its mapper renames (Step3p5), and where transformers' names are not the published ones
     # (MAPPER_LAYOUT: DeepSeek-V4's native names are vLLM's own read back through its mapper)
     learned = source.startswith(LEARNED) or arch in MAPPER_LAYOUT or (
-        not hasattr(transformers, arch) and renaming_maps(getattr(type(model), "hf_to_vllm_mapper", None)))
+        not hasattr(transformers, written_as(arch)) and renaming_maps(getattr(type(model), "hf_to_vllm_mapper", None)))
     own = published_checkpoint(built_from(arch, config, False)[0]) if learned else None
     packed = {k: list(v) for k, v in (getattr(model, "packed_modules_mapping", None) or {}).items()}
     extra = {"nvfp4_refused": refused} if refused else {}

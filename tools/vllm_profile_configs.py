@@ -122,6 +122,20 @@ DROP = ("architectures", "auto_map", "transformers_version", "dtype", "torch_dty
 SUB_CONFIGS = ("text_config", "language_config", "llm_config", "thinker_config")
 
 
+# architecture -> the transformers class that writes its checkpoints and whose config class reads its config.json, where
+# vLLM registers the architecture under that class by another spelling. ExaoneMoEForCausalLM: K-EXAONE's listed name,
+# registered as ("exaone_moe", "ExaoneMoeForCausalLM") (vllm/model_executor/models/registry.py); vLLM's own test registry
+# loads its example LGAI-EXAONE/K-EXAONE-236B-A23B without trust_remote_code from transformers 5.1.0 on
+# (tests/models/registry.py, vllm-project/vllm@0008d3565e9e73f132383fc09ce4b98e396eaed4): no config class but
+# transformers' (exaone_moe: ExaoneMoeConfig, the only one vLLM or transformers ships for it) reads that config
+WRITTEN_AS: dict[str, str] = {"ExaoneMoEForCausalLM": "ExaoneMoeForCausalLM"}
+
+
+def written_as(arch: str) -> str:
+    """The transformers class name whose config class and save_pretrained stand for `arch` (WRITTEN_AS, else itself)."""
+    return WRITTEN_AS.get(arch, arch)
+
+
 class NoConfig(Exception):
     """The architecture has no config we can build (the message says why)."""
 
@@ -367,7 +381,7 @@ def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str, dict]:
     import transformers
     from transformers import CONFIG_MAPPING
 
-    model_type, owner = names.get(arch), f"transformers {transformers.__version__}"
+    model_type, owner = names.get(written_as(arch)), f"transformers {transformers.__version__}"
     if model_type is None:
         cls, registered = vllm_config_class(arch)
         mistral = mistral_format(arch) if cls is None else None

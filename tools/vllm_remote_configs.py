@@ -42,8 +42,10 @@ GENERIC: dict = {
     "activation_function": "silu", "dim_model_base": 64, "scale_emb": 1.0, "scale_depth": 1.0,  # MuP: no sizes
 }
 _MISSING = re.compile(r"object has no attribute '(\w+)'")
+MODEL_CODE = re.compile(r"/vllm/(model_executor/)?models/")  # vLLM's model files (vllm/models/: Glm5Next, MiniMax M3)
 LEARNED = "learned from vLLM's model code"  # a row's config.source starts so (tools/profile_report.py reads it)
 NO_ANSWER = "vLLM's model reads a config field no generic value answers"
+PRESENCE = "vLLM's model chooses the layers it builds by whether the config has"
 UNBUILT = "vLLM cannot build it from a config of generic values"
 
 
@@ -69,24 +71,59 @@ def register(arch: str) -> str:
 def _noted_miss(self, field: str):
     """A field the config lacks: noted where vLLM's model code asked for it, then AttributeError as ever."""
     caller = sys._getframe(1)
-    if "/vllm/model_executor/models/" in caller.f_code.co_filename and not field.startswith("_"):
+    if MODEL_CODE.search(caller.f_code.co_filename) and not field.startswith("_"):
         type(self).reads.append((field, caller.f_code.co_filename, caller.f_lineno))
     # the name the lookup failed on: an instance's attribute_map sends a read elsewhere (telechat2.py's n_layer)
     missing = object.__getattribute__(self, "attribute_map").get(field, field) if field != "attribute_map" else field
     raise AttributeError(f"'{type(self).__name__}' object has no attribute '{missing}'")
 
 
-def default_read(field: str, path: str, line: int) -> str | None:
-    """The source of the default of the `getattr(<x>, "field", default)` call on `line` of `path`; None when that line
-    reads the field without one (the build then stops on it, and GENERIC answers)."""
+def _call(function: str, args: int, field: str, path: str, line: int) -> ast.Call | None:
+    """The `function(<x>, "field", ...)` call with `args` arguments spanning `line` of `path`, or None."""
     with open(path) as f:
         tree = ast.parse(f.read())
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
-                and len(node.args) == 3 and isinstance(node.args[1], ast.Constant) and node.args[1].value == field
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == function
+                and len(node.args) == args and isinstance(node.args[1], ast.Constant) and node.args[1].value == field
                 and node.lineno <= line <= (node.end_lineno or node.lineno)):
-            return ast.unparse(node.args[2])
+            return node
     return None
+
+
+def default_read(field: str, path: str, line: int) -> str | None:
+    """The source of the default of the `getattr(<x>, "field", default)` call on `line` of `path`; None when that line
+    reads the field without one (the build then stops on it, and GENERIC answers)."""
+    call = _call("getattr", 3, field, path, line)
+    return None if call is None else ast.unparse(call.args[2])
+
+
+def site(path: str, line: int) -> str:
+    """`file.py:line: `the line``, where vLLM's model code reads a field (the path below vllm's models/)."""
+    with open(path) as f:
+        text = f.read().splitlines()[line - 1].strip()
+    return f"{MODEL_CODE.split(path)[-1]}:{line}: `{text[:120]}`"
+
+
+def presence_chosen(noted: list, config: dict, modules: dict, build) -> str | None:
+    """Why the build is no row where vLLM's model code chose its layers by whether the config has fields (`hasattr`)
+    it lacked: with GENERIC's values for them (and for those the class then asks of too), it builds other modules
+    (openpangu.py:791-794: MLA only where qk_nope_head_dim, qk_rope_head_dim, v_head_dim and kv_lora_rank all exist);
+    None where it builds the same or does not build (no claim either way). `noted` is the class's live list of reads."""
+    def presence(reads: list) -> dict:
+        return {f: (p, n) for f, p, n in reads if f in GENERIC and f not in config and _call("hasattr", 2, f, p, n)}
+
+    asked, error, built = presence(list(noted)), None, modules
+    while asked and error is None:
+        noted.clear()
+        error, built = build(dict(config, **{f: GENERIC[f] for f in asked}))
+        more = {f: at for f, at in presence(list(noted)).items() if f not in asked}
+        if not more:
+            break
+        asked |= more
+    if not asked or error is not None or built == modules:
+        return None
+    sites = ", ".join(f"{f} ({MODEL_CODE.split(p)[-1]}:{n})" for f, (p, n) in asked.items())
+    return f"{PRESENCE} {sites}: no value vLLM's code gives says which a published config holds"
 
 
 def defaulted_reads(reads: list, answered: dict) -> dict[str, tuple[str, str]]:
@@ -117,10 +154,18 @@ def remote_config(arch: str, build) -> tuple[dict, str, dict]:
     config: dict = {"model_type": register(arch)}
     noted = CONFIG_MAPPING[config["model_type"]].reads
     reads: list[str] = []
+    chose_branch = False
     while True:
         noted.clear()
         error, modules = build(config)
         if error is None:
+            # built only on a branch chosen for it (a refused default answered): its other layer choices by presence
+            # are then no default's either (a class whose plain build stands keeps it: PanguEmbedded, openpangu.py)
+            seen = list(noted)
+            chosen = presence_chosen(noted, config, modules, build) if chose_branch else None
+            if chosen is not None:
+                raise NoConfig(chosen)
+            noted[:] = seen  # the learned config's own reads (presence_chosen built others)
             defaulted = defaulted_reads(noted, config)
             deciding = {k: literal(v) for k, (v, _) in defaulted.items() if deciding_default(k, literal(v), config, modules, build)}
             said = "; ".join(f"{k}={v} ({at}{', chose the layers built' if k in deciding else ''})"
@@ -129,11 +174,28 @@ def remote_config(arch: str, build) -> tuple[dict, str, dict]:
                             + (f"; it read with a default, and used: {said}" if said else "")), deciding
         field = _MISSING.search(str(error)) if isinstance(error, AttributeError) else None
         if field is None or field.group(1) in config:
-            raise NoConfig(f"{UNBUILT}: {type(error).__name__}: {str(error)[:160]}")
+            refused = refused_default(config, list(noted), error, build)
+            if refused is None:
+                raise NoConfig(f"{UNBUILT}: {type(error).__name__}: {str(error)[:160]}")
+            config[refused], chose_branch = GENERIC[refused], True
+            reads.append(f"{refused} (its default's build refused: {type(error).__name__}: {str(error)[:80]})")
+            continue
         if field.group(1) not in GENERIC:
-            raise NoConfig(f"{NO_ANSWER}: {field.group(1)}")
+            where = next((site(p, n) for f, p, n in noted if f == field.group(1)), "read outside vLLM's model files")
+            raise NoConfig(f"{NO_ANSWER}: {field.group(1)} ({where})")
         config[field.group(1)] = GENERIC[field.group(1)]
         reads.append(field.group(1))
+
+
+def refused_default(config: dict, noted: list, error: Exception, build) -> str | None:
+    """The first field vLLM's model code read with a default (or asked hasattr of) that GENERIC answers and whose
+    generic value alone lifts `error`, a refusal of vLLM's own code on the default's branch (openpangu.py:884 builds
+    no MoE layer without n_routed_experts, then :1191 refuses a model of none); None when no such field does."""
+    for field in dict.fromkeys(f for f, _, _ in noted if f in GENERIC and f not in config):
+        trial, _ = build(dict(config, **{field: GENERIC[field]}))
+        if trial is None or str(trial) != str(error):
+            return field
+    return None
 
 
 def deciding_default(field: str, value, config: dict, modules: dict, build) -> bool:

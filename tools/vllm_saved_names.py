@@ -12,7 +12,7 @@ import os
 import tempfile
 
 from vllm_load_facts import log
-from vllm_profile_configs import NoConfig
+from vllm_profile_configs import NoConfig, written_as
 
 NO_LAYOUT = ("no checkpoint layout to learn: transformers has no class that writes its names, and vLLM's own names of "
              "its fused experts are none (FusedMoE's weight loader takes one expert per tensor)")
@@ -26,7 +26,7 @@ def transformers_model(arch: str, config: dict, device: str):
     import torch
     import transformers
 
-    cls = getattr(transformers, arch, None)
+    cls = getattr(transformers, written_as(arch), None)
     if cls is None:
         return None
     try:

@@ -27,10 +27,10 @@ sys.path.insert(0, sys.argv[1])
 import transformers
 from vllm_profile import UNBUILT, saved_tensors, transformers_model
 from vllm_runtime import emit
-from vllm_profile_configs import PUBLISHED, NoConfig, model_types, small_config
+from vllm_profile_configs import PUBLISHED, NoConfig, model_types, small_config, written_as
 names, out = model_types(), {}
 for arch in json.loads(sys.argv[2]):
-    if not hasattr(transformers, arch):
+    if not hasattr(transformers, written_as(arch)):
         continue
     config = small_config(arch, names)[0]
     try:
