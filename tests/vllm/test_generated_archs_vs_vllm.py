@@ -65,11 +65,11 @@ BF16_REFUSED: dict[str, str] = {
 # architecture -> what `fix --target vllm==0.32.0` says, in one line (exit 2), where vLLM fails on the healthy export, doctor
 # says so, and no repair can make it load (Afmoe/ExaoneMoe: vLLM 0.32 builds lm_head with the prefix "" (its model code
 # passes none), which no exclusion entry reaches, so only a quantized lm_head loads, and an NVFP4 one needs a calibrated
-# input_scale).
+# input_scale; ExaoneMoE, K-EXAONE's listed name, is the same class: registry.py ("exaone_moe", "ExaoneMoeForCausalLM")).
 # Strict: the refusal must say this (never "nothing to fix").
 FIX_REFUSED: dict[str, str] = {
     **{a: "cannot repair lm_head: vllm==0.32.0 builds it quantized under the prefix ''"
-       for a in ("AfmoeForCausalLM", "ExaoneMoeForCausalLM")},
+       for a in ("AfmoeForCausalLM", "ExaoneMoeForCausalLM", "ExaoneMoEForCausalLM")},
     # laguna.py registers the routed experts' e_score_correction_bias on the FusedMoE runner
     # (`mlp.experts.routed_experts.e_score_correction_bias`), its AutoWeightsLoader finds no parameter for the
     # checkpoint's `mlp.experts.e_score_correction_bias` and drops it (`_bias` is in its ignore_unexpected_suffixes);
