@@ -71,6 +71,10 @@ class Schemes:
     def resolve(self, prefix: str, packed=None) -> str:
         return self.experts if ".experts" in prefix else "FP8_BLOCK"
 
+    def ordered(self, order: tuple[str, ...]) -> "Schemes":
+        """No config-group targets to try in another runtime's order: the same schemes."""
+        return self
+
     @property
     def algorithms(self) -> frozenset[str]:
         return frozenset({self.experts, "FP8_BLOCK"})
