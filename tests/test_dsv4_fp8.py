@@ -159,3 +159,21 @@ def test_a_rules_release_that_does_not_describe_the_form_says_so_in_one_line(cap
     code, out, err = run_captured(capsys, "doctor", str(folder), "--target", target)
     assert code == 2 and len(err.strip().splitlines()) == 1, out + err
     assert "deepseek_v4_fp8" in err and "vllm" in err, err
+
+
+def test_the_mtp_block_is_the_drafters_and_the_main_model_reads_none_of_it(capsys, tmp_path):
+    """The published `mtp.0.*` (FP8 linears, NVFP4 experts, a BF16 router): vLLM 0.32's main-model mapper drops every
+    name holding `mtp.` (nvidia/model.py:1751-1754), recorded as `renames` `{"mtp.": null}`, so doctor checks nothing
+    there and says so in a note (it had called mtp.0.ffn.gate an FP8 layer stored BF16); the drafter's own names are
+    in the row's `mtp` block (tools/vllm_drafters.py, proven by DeepSeekV4MTP's load_weights)."""
+    from repair import arch
+
+    [profile] = [p for p in arch.PROFILES if p.runtime == "vllm" and p.release == (0, 32, 0)]
+    row = profile.entries["DeepseekV4ForCausalLM"]
+    assert row["renames"]["mtp."] is None
+    assert row["mtp"]["renames"]["mtp.*.attn.wq_b"] == "model.layers.*.mtp_block.attn.wq_b"
+    assert row["mtp"]["renames"]["mtp.*.e_proj"] == "model.layers.*.e_proj"
+    folder = dsv4_fp8_fixture.write(tmp_path / "dsv4", mtp=True)
+    code, report = _doctor(capsys, folder)
+    assert code == 0 and not report["findings"], report["findings"]
+    assert [n["subject"] for n in report["notes"]] == ["mtp.*"], report["notes"]

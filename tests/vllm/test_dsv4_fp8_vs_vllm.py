@@ -43,8 +43,11 @@ def test_the_fixture_holds_vllms_published_names(oracle):  # noqa: F811
     assert sorted(names - set(oracle["published"])) == ["layers.1.ffn.gate.bias", "layers.2.ffn.gate.bias"]
 
 
-def test_the_published_form_loads_as_doctor_says(tmp_path):
-    folder = dsv4_fp8_fixture.write(tmp_path / "dsv4")
+@pytest.mark.parametrize("mtp", [False, True], ids=["main", "with-mtp-block"])
+def test_the_published_form_loads_as_doctor_says(tmp_path, mtp):
+    """With the published `mtp.0.*` block too: the main model's mapper drops every name holding `mtp.` (weights
+    tracked, nothing unplaced), and doctor, reading the row's `mtp.` drop, checks nothing there."""
+    folder = dsv4_fp8_fixture.write(tmp_path / "dsv4", mtp=mtp)
     loaded = vllm_load(folder)
     assert loaded["ok"] and loaded["quantization"] == "deepseek_v4_fp8", loaded.get("error")
     methods = {k: v["method"] for k, v in loaded["methods"].items()}
