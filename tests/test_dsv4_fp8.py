@@ -177,3 +177,28 @@ def test_the_mtp_block_is_the_drafters_and_the_main_model_reads_none_of_it(capsy
     code, report = _doctor(capsys, folder)
     assert code == 0 and not report["findings"], report["findings"]
     assert [n["subject"] for n in report["notes"]] == ["mtp.*"], report["notes"]
+
+
+def _bf16_experts_of_layer_0(tensors):
+    """Layer 0's routed experts stored BF16 (their NVFP4 leaves replaced by a BF16 weight of the logical shape)."""
+    for name in [n for n in tensors if n.startswith("layers.0.ffn.experts.") and n.endswith(".weight")]:
+        module = name.removesuffix(".weight")
+        rows, half = tensors[name].shape
+        for leaf in ("weight_scale", "weight_scale_2", "input_scale"):
+            tensors.pop(f"{module}.{leaf}")
+        tensors[name] = (torch.randn(rows, half * 2) * 0.05).to(torch.bfloat16)
+
+
+def test_routed_experts_are_excluded_by_an_entry_holding_their_layer(capsys, tmp_path):
+    """vLLM asks about a routed-experts layer by its FusedMoE prefix (`model.layers.0.ffn.experts`) and skips it when an
+    ignored_layers entry naming experts holds that prefix (quant_utils.py:682-686): the entry `layers.0.ffn.experts`
+    (mapped to vLLM's name) builds layer 0's experts unquantized, so BF16 experts there are no error, while without it
+    they are."""
+    folder = dsv4_fp8_fixture.write(tmp_path / "dsv4", edit=_bf16_experts_of_layer_0)
+    code, report = _doctor(capsys, folder)
+    assert code == 1 and {f["subject"].split(".experts.")[0] for f in _errors(report)} == {"layers.0.ffn"}, _errors(report)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"]["ignored_layers"] = ["layers.0.ffn.experts"]
+    (folder / "config.json").write_text(json.dumps(config))
+    code, report = _doctor(capsys, folder)
+    assert code == 0 and not _errors(report), _errors(report)

@@ -25,7 +25,7 @@ from typing import Iterable
 
 from repair.errors import BadInput
 from repair.formats import nvfp4_packed
-from repair.formats.base import Covers, Declaration
+from repair.formats.base import Covers, Declaration, routed_layer
 from repair.io.checkpoint import CONFIG, Checkpoint
 from repair.io.safetensors import TensorInfo
 from repair.formats.modules import StoredModule
@@ -49,15 +49,19 @@ class ExactRule:
     entries: frozenset[str]
 
     def excludes(self, prefix: str) -> bool:
-        if ".experts" in prefix:  # an expert layer is skipped when an entry naming experts holds its prefix
-            return any(prefix in e for e in self.entries if "experts" in e)
+        """An expert is asked as its routed-experts layer (`...ffn.experts`, the prefix vLLM's FusedMoE hands the
+        config: fused_moe/layer.py:227), skipped when an entry naming experts holds it; any other layer by equality."""
+        if ".experts" in prefix:
+            layer = routed_layer(prefix)
+            return any(layer in e for e in self.entries if "experts" in e)
         return prefix in self.entries
 
     def shard_excluded(self, prefix: str) -> bool:
         return prefix in self.entries
 
     def used_entries(self, prefixes: Iterable[str]) -> frozenset[str]:
-        return frozenset(e for p in prefixes for e in self.entries if p == e or (".experts" in p and "experts" in e and p in e))
+        return frozenset(e for p in prefixes for e in self.entries
+                         if p == e or (".experts" in p and "experts" in e and routed_layer(p) in e))
 
 
 @dataclass(frozen=True)

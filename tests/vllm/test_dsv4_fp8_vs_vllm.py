@@ -93,3 +93,19 @@ def test_fix_target_bf16_loads_unquantized(tmp_path):
     assert fixed["ok"] and fixed["quantization"] is None, fixed.get("error")
     assert {v["method"] for v in fixed["methods"].values()} == {"UnquantizedLinearMethod", "UnquantizedFusedMoEMethod",
                                                                 "UnquantizedEmbeddingMethod"}
+
+
+def test_bf16_routed_experts_of_one_layer_and_their_fix(tmp_path):
+    """Layer 0's routed experts stored BF16: vLLM builds them NVFP4 (its tracked load refuses), doctor errors; fix
+    --target names them in ignored_layers, whose entry holds the FusedMoE prefix `model.layers.0.ffn.experts` vLLM
+    asks about (quant_utils.py:682-686), and vLLM then builds that layer unquantized and loads every weight."""
+    from tests.test_dsv4_fp8 import _bf16_experts_of_layer_0
+
+    folder = dsv4_fp8_fixture.write(tmp_path / "dsv4", edit=_bf16_experts_of_layer_0)
+    assert not vllm_load(folder)["ok"]
+    code, _ = doctor(folder)
+    assert code == 1
+    fixed = vllm_load(_fix(folder, tmp_path / "out"))
+    assert fixed["ok"], fixed.get("error")
+    assert fixed["methods"]["model.layers.0.ffn.experts.routed_experts"]["method"] == "UnquantizedFusedMoEMethod"
+    assert fixed["methods"]["model.layers.1.ffn.experts.routed_experts"]["method"] == "ModelOptNvFp4FusedMoE"
