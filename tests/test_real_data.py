@@ -62,7 +62,7 @@ def test_every_folder_declares_its_quantization(folder):
     declaration = quantization_declaration(folder)
     assert declaration, f"{folder.name}: no hf_quant_config.json, config.json quantization_config or quantization_config.json"
     if "quant_method" in declaration:
-        assert declaration["quant_method"] in {"modelopt", "compressed-tensors"}
+        assert declaration["quant_method"] in {"modelopt", "compressed-tensors", "fp8"}
         assert declaration.get("config_groups") or declaration.get("quant_algo")
     else:
         assert declaration["quant_algo"] in {"NVFP4", "MIXED_PRECISION"}

@@ -5,7 +5,7 @@ every drafter class registered in this process (tools/vllm_profile.py uses both)
 from __future__ import annotations
 
 from vllm_load_facts import pattern
-from vllm_runtime import inspect_in_process
+from vllm_runtime import inspect_in_process, world_of_one
 
 
 def has_mtp(config: dict) -> bool:
@@ -24,29 +24,48 @@ def mtp_drafter(folder: str, initialize_model) -> dict:
         model, vc = build_model(folder, initialize_model, drafter=True)
     except Exception as e:  # noqa: BLE001 - recorded: the main model's profile stands without it
         return {"mtp": {"unbuilt": f"{type(e).__name__}: {str(e)[:200]}"}}
+    with world_of_one(vc):  # DeepSeek-V4's drafter load_weights asks the TP group (nvidia/mtp.py:383-385)
+        renames = drafter_renames(model)
     return {"mtp": {"architecture": vc.speculative_config.draft_model_config.architectures[0],
-                    "modules": modules_of(model), "renames": drafter_renames(model)}}
+                    "modules": modules_of(model), "renames": renames}}
 
 
 def drafter_renames(model) -> dict[str, str]:
     """Checkpoint module pattern -> the drafter's module pattern, where vLLM's own load_weights puts a published MTP
-    name elsewhere (Qwen3.5 / Qwen3-Next: `mtp.fc` -> `model.fc`): each module's name and its `mtp.` form are fed
-    alone, as meta tensors, through the drafter's load_weights with recording weight loaders (tools/vllm_declared.py)."""
+    name elsewhere (Qwen3.5 / Qwen3-Next: `mtp.fc` -> `model.fc`; DeepSeek-V4: `mtp.0.attn.wq_b` ->
+    `model.layers.{num_hidden_layers}.mtp_block.attn.wq_b`): each module's candidate published names (`published`) are
+    fed alone, as meta tensors, through the drafter's load_weights with recording weight loaders
+    (tools/vllm_declared.py), and kept where it places them on that module."""
     from vllm_declared import placements
 
     out = {}
+    layers = getattr(getattr(model, "config", None), "num_hidden_layers", None)
     for name, module in model.named_modules():
         weight = getattr(module, "_parameters", {}).get("weight")
         if weight is None or weight.dim() != 2 or not name.startswith("model."):
             continue
-        candidate = "mtp." + name[len("model."):]
-        try:
-            placed = placements(model, {candidate: (candidate + ".weight", list(weight.shape), str(weight.dtype)[6:])})
-        except Exception:  # noqa: BLE001 - this loader does not take the name: no rename
-            continue
-        if placed.get(candidate, {}).get("vllm_module") == name:
-            out[pattern(candidate)] = pattern(name)
+        for candidate in published(name, layers):
+            try:
+                placed = placements(model, {candidate: (candidate + ".weight", list(weight.shape), str(weight.dtype)[6:])})
+            except Exception:  # noqa: BLE001 - this loader does not take the name: no rename
+                continue
+            if placed.get(candidate, {}).get("vllm_module") == name:
+                out[pattern(candidate)] = pattern(name)
+                break
     return dict(sorted(out.items()))
+
+
+def published(name: str, layers: int | None) -> list[str]:
+    """The names a checkpoint may publish a drafter module under: `mtp.` for `model.`, and, for a module of MTP layer
+    `model.layers.{layers + i}` (DeepSeek's spec-layer numbering), DeepSeek-V4's `mtp.{i}.` without the `mtp_block.`
+    its load_weights adds (models/deepseek_v4/nvidia/mtp.py:343-356, 543-576). Hypotheses only: the drafter's own
+    load_weights decides."""
+    out = ["mtp." + name[len("model."):]]
+    parts = name.split(".")
+    if layers is not None and len(parts) > 3 and parts[1] == "layers" and parts[2].isdigit() and int(parts[2]) >= layers:
+        rest = [p for p in parts[3:] if p != "mtp_block"]
+        out.append(".".join(["mtp", str(int(parts[2]) - layers), *rest]))
+    return out
 
 
 def register_drafters() -> None:

@@ -256,9 +256,16 @@ def renames(model_class, names: list[str]) -> dict[str, str | None]:
 def mapper_drops(model_class) -> dict[str, None]:
     """Checkpoint name prefix -> None for each prefix the class's hf_to_vllm_mapper maps to None: load_weights drops
     every tensor under it unread (MiMo's `model.mtp_layers.`, mimo.py's orig_to_new_prefix: its MTP block is the
-    drafter's). Kept in `renames` as the prefix itself, its trailing dot included."""
+    drafter's). Kept in `renames` as the prefix itself, its trailing dot included. A substring the mapper maps to None
+    (DeepSeek-V4's `mtp.`, orig_to_new_substr: nvidia/model.py:1751-1754) drops every name holding it; it is kept as a
+    prefix where a name starting with it maps to None (the names that start with it; a name holding it further in is
+    dropped too, and not recorded)."""
     mapper = getattr(model_class, "hf_to_vllm_mapper", None)
-    return {p: None for p, new in sorted((getattr(mapper, "orig_to_new_prefix", None) or {}).items()) if new is None}
+    drops = {p: None for p, new in sorted((getattr(mapper, "orig_to_new_prefix", None) or {}).items()) if new is None}
+    for part, new in sorted((getattr(mapper, "orig_to_new_substr", None) or {}).items()):
+        if new is None and part.endswith(".") and mapped_name(model_class, f"{part}0") is None:
+            drops[part] = None
+    return drops
 
 
 def dropped_tensors(model, tensors: dict) -> dict[str, dict[str, str | None]]:

@@ -170,7 +170,8 @@ def never_quantized_roles(profile: ReleaseProfile, entry: dict) -> tuple[Unquant
             by_layer.setdefault((module["layer"], nvfp4_only), []).append(vllm_pattern)
     roles = []
     for (layer, nvfp4_only), patterns in sorted(by_layer.items()):
-        names = patterns + [ckpt for ckpt, mapped in renames.items() if mapped in patterns] + fused_shards(entry, patterns)
+        shards = fused_shards(entry, patterns)  # and their checkpoint names (DeepSeek-V4's `layers.*.attn.compressor.wkv`)
+        names = patterns + shards + [ckpt for ckpt, mapped in renames.items() if mapped in patterns or mapped in shards]
         roles.append(UnquantizedRole(f"{layer} layer", pattern_regex(names),
                                      f"{profile.label} builds {', '.join(sorted(patterns))} as {layer} without a "
                                      f"quantized method (its model code, recorded in {profile.source})",

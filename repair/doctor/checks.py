@@ -238,11 +238,17 @@ def _fp8_health(m: StoredModule, located, precision, scale_2, read, divisor: boo
 
 def _fp8_block_health(m: StoredModule, located, precision, scale_2, read, divisor: bool) -> list[Finding]:
     """An FP8 block layer: every 128x128 block's float32 scale positive and finite (the runtime multiplies the block's
-    codes by it; the layout itself, one scale per block, is how the module was recognised)."""
+    codes by it; the layout itself, one scale per block, is how the module was recognised). A ue8m0 scale (e8m0fnu, a
+    biased exponent per byte) is 2^(b-127), always positive and finite, except 0xFF, its NaN."""
     name = m.tensor("weight_scale")
     shard, info = located[name]
-    values = np.frombuffer(bytes(read(shard.path, info)), dtype="<f4")
-    bad = int(np.count_nonzero(~(np.isfinite(values) & (values > 0))))
+    raw = bytes(read(shard.path, info))
+    if info.dtype == "F8_E8M0":
+        values = np.frombuffer(raw, dtype=np.uint8)
+        bad = int(np.count_nonzero(values == 0xFF))
+    else:
+        values = np.frombuffer(raw, dtype="<f4")
+        bad = int(np.count_nonzero(~(np.isfinite(values) & (values > 0))))
     if not bad:
         return []
     return [Finding(Severity.ERROR, Kind.FP8_SCALE, name, f"{name}: {bad} of {values.size} block scales are NaN, infinite, zero "

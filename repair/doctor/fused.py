@@ -14,7 +14,7 @@ from repair.arch import Architecture
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule
-from repair.targets.precision import declared_algorithm
+from repair.targets.precision import built, declared_algorithm
 from repair.targets.profiles import Target
 
 # vllm/model_executor/parameter.py (0.32): the loader each fused layer's packed parameter uses for one shard
@@ -38,13 +38,15 @@ def fused_storage_findings(declaration: Declaration, modules: dict[str, StoredMo
         leaf = fused.rpartition(".")[2]
         loader = SHARD_LOADER.get(leaf, DEFAULT_LOADER)
         names = [s.rpartition(".")[2] for s in shards]
+        same_shape = built(algo) == "fp8_block"  # a float8 [out, in] parameter: the shard's rows are cast into it
+        what, error = (("is cast into the float8 parameter, its rows of the block scales never filled: the runtime loads it "
+                        "silently and the layer computes garbage", None) if same_shape else
+                       ("does not fit its packed parameter, so loading stops", f"AssertionError: (no message) shape check in {loader} fails"))
         out.append(Finding(Severity.ERROR, Kind.FUSED_SHARDS, fused,
                            f"{fused}: {target.spec} builds {', '.join(names[:-1])} and {names[-1]} as one {algo} layer, but "
                            f"{', '.join(plain)} {'is' if len(plain) == 1 else 'are'} stored {modules[plain[0]].precision}, which "
-                           "does not fit its packed parameter, so loading stops; dequantize every shard of it (fix --target "
-                           "does), or store every shard quantized",
-                           f"AssertionError: (no message) shape check in {loader} fails",
-                           repairs=tuple(s for s in shards if modules[s].is_quantized)))
+                           f"{what}; dequantize every shard of it (fix --target does), or store every shard quantized",
+                           error, repairs=tuple(s for s in shards if modules[s].is_quantized)))
     return out
 
 

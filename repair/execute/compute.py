@@ -7,7 +7,7 @@ gives them one at a time, which execute/experts.py writes at their offsets, so m
 Casts and requantization use torch, imported at their first use; so does a Dequantize whose layout the
 table does not take, which the plan-time check (formats/nvfp4_packed.py `check_packed`) refuses first.
 
-FP8 per-tensor and NVFP4_AWQ weights dequantize on numpy too (codec/fp8_table, codec/awq).
+FP8 per-tensor, FP8 block and NVFP4_AWQ weights dequantize on numpy too (codec/fp8_table, codec/fp8_block, codec/awq).
 A requantized module yields its tensors (NVFP4: packed weight, block scales, global scale; FP8:
 weight and scale) from one computation; results are cached per module until all of its outputs
 are written, so memory holds at most one module's tensors.
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
-from repair.codec import awq, dequant_table, float_bits, fp8_table, scale_values
+from repair.codec import awq, dequant_table, float_bits, fp8_block, fp8_table, scale_values
 from repair.errors import BadInput
 from repair.formats.nvfp4_packed import BROKEN_EXPORT, block_scale_shape
 from repair.io.ranges import read_part, read_tensor, source_of
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import torch
 
 Located = dict[str, tuple[ShardHeader, TensorInfo]]
-NUMPY_ONLY = ("FP8", "NVFP4_AWQ")  # algorithms dequantized on numpy alone (codec/fp8_table, codec/awq)
+NUMPY_ONLY = ("FP8", "FP8_BLOCK", "NVFP4_AWQ")  # algorithms dequantized on numpy alone (codec/fp8_table, codec/awq)
 
 
 def torch_view(bits: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
@@ -170,6 +170,8 @@ class Computer:
         """The output's bit patterns by the stored algorithm; a NaN or infinite result is refused, never written."""
         if step.algorithm == "FP8":
             return self._fp8_bits(step)
+        if step.algorithm == "FP8_BLOCK":
+            return self._fp8_block_bits(step)
         scale = self._array(step.inputs[1], step.source, np.uint8)
         packed = self._array(step.inputs[0], step.source, np.uint8) if scale.ndim == 2 else self.experts(step.inputs[0], step.source)
         scale_2 = self._scalar(step.inputs[2], step.source)
@@ -216,6 +218,18 @@ class Computer:
             raise BadInput(fp8_scale_error(f"{shard.path}: {info.name}", problem))
         self._refuse_non_finite(step, int(counts[dequant_table.non_finite(table, step.out.dtype)].sum()))
         return table[weight]
+
+    def _fp8_block_bits(self, step: Dequantize) -> np.ndarray:
+        """FP8 block 128x128 (DeepSeek's layout): each code times its block's scale (codec/fp8_block.py)."""
+        shard, info = self._sources[step.source][step.inputs[1]]
+        scales = fp8_block.scales(self._array(step.inputs[1], step.source, np.uint8 if info.dtype == "F8_E8M0" else np.dtype("<f4")),
+                                  info.dtype)
+        problem = fp8_block.scale_problem(scales, step.out.dtype)  # the plan-time check's function and words
+        if problem:
+            raise BadInput(f"{shard.path}: {info.name}: {problem}; {BROKEN_EXPORT}")
+        bits = fp8_block.dequantize(self._array(step.inputs[0], step.source, np.uint8), scales, step.out.dtype)
+        self._refuse_non_finite(step, int(np.count_nonzero(dequant_table.non_finite(bits, step.out.dtype))))
+        return bits
 
     def _scalar(self, name: str, source: str) -> float:
         return float(self._array(name, source, np.dtype("<f4")).reshape(-1)[0])

@@ -119,8 +119,8 @@ def _fp8_per_tensor(weight: TensorInfo, scale: TensorInfo | None) -> bool:
 
 def _fp8_block(weight: TensorInfo, scale: TensorInfo | None) -> bool:
     """compressed-tensors' FP8 block layout (float-quantized, strategy block 128x128; DeepSeek's): a 2-D float8_e4m3fn
-    weight with a float32 scale per 128x128 block, [ceil(out/128), ceil(in/128)]."""
-    return (weight.dtype == "F8_E4M3" and len(weight.shape) == 2 and scale is not None and scale.dtype == "F32"
+    weight with a float32 (or, DeepSeek-V4's ue8m0, float8_e8m0fnu) scale per 128x128 block, [ceil(out/128), ceil(in/128)]."""
+    return (weight.dtype == "F8_E4M3" and len(weight.shape) == 2 and scale is not None and scale.dtype in ("F32", "F8_E8M0")
             and scale.shape == tuple(-(-d // FP8_BLOCK) for d in weight.shape))
 
 

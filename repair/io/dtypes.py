@@ -11,6 +11,7 @@ ITEMSIZE: dict[str, int] = {
     "I8": 1,
     "F8_E4M3": 1,
     "F8_E5M2": 1,
+    "F8_E8M0": 1,  # float8_e8m0fnu: DeepSeek-V4's ue8m0 block scales (a power of two per byte)
     "I16": 2,
     "U16": 2,
     "F16": 2,

@@ -133,12 +133,15 @@ def _sizes_fit(t: TensorStep, inputs: list[int]) -> bool:
 
 
 def _dequantize_fits(t: Dequantize, out: int, inputs: list[int]) -> bool:
-    """FP8: one value per output element and one scale; NVFP4 (and its variants): 2 a byte, a scale per 16, one
+    """FP8: one value per output element and one scale (FP8 block: one per 128x128 block); NVFP4 (and its variants): 2 a byte, a scale per 16, one
     global scale, and for NVFP4_AWQ one pre_quant_scale per input column."""
     if len(inputs) != len(DEQUANTIZE_INPUTS.get(t.algorithm, ())):
         return False
     if t.algorithm == "FP8":
         return inputs == [out, 1]
+    if t.algorithm == "FP8_BLOCK":  # one scale per 128x128 block of the [out, in] weight
+        rows, cols = t.out.shape if len(t.out.shape) == 2 else (0, 0)
+        return inputs == [out, -(-rows // 128) * -(-cols // 128)] and out > 0
     awq = t.algorithm != "NVFP4_AWQ" or (len(t.out.shape) == 2 and inputs[3] == t.out.shape[1])
     return out == 2 * inputs[0] and out == 16 * inputs[1] and inputs[2] == 1 and awq
 

@@ -3,7 +3,7 @@
 NVFP4 and W4A16_NVFP4 read the packed weight and its two scales (the format's own checks apply);
 NVFP4_AWQ also reads its per-input-channel `pre_quant_scale`, folded into the full-precision weight
 (codec/awq.py) and then dropped with the module's other quantization leaves; FP8 per-tensor reads
-the float8 weight and its float32 scale (codec/fp8_table.py). Every check here reads headers, a
+the float8 weight and its float32 scale (codec/fp8_table.py); FP8 block reads it with its scale per 128x128 block (codec/fp8_block.py). Every check here reads headers, a
 4-byte scale or the pre_quant_scale vector only, so a plan `--dry-run` accepts is one the writer can write.
 """
 
@@ -13,7 +13,7 @@ import struct
 
 import numpy as np
 
-from repair.codec import scale_values
+from repair.codec import fp8_block, scale_values
 from repair.errors import BadInput
 from repair.formats.base import Format
 from repair.formats.modules import StoredModule
@@ -38,6 +38,8 @@ def dequantize_step(m: StoredModule, infos: dict[str, TensorInfo], fmt: Format, 
                        "pick a target that keeps them as stored")
     if algorithm == "FP8":
         _check_fp8_scale(m, infos, where, dtype)
+    elif algorithm == "FP8_BLOCK":
+        _check_fp8_block_scales(m, infos, where, dtype)
     else:
         fmt.check_packed(m, infos, where, dtype)
     if algorithm == "NVFP4_AWQ":
@@ -58,6 +60,20 @@ def _check_fp8_scale(m: StoredModule, infos: dict[str, TensorInfo], where: str, 
     problem = scale_values.fp8_problem(read_f32_scalar(info.path, info), dtype, lambda: set(read_bytes(weight.path, weight)))
     if problem:
         raise BadInput(fp8_scale_error(_at(info, where), problem))
+
+
+def _check_fp8_block_scales(m: StoredModule, infos: dict[str, TensorInfo], where: str, dtype: str) -> None:
+    """Every 128x128 block's scale (1/16384 of the weight's bytes) positive, finite and within `dtype` times the
+    largest code; the writer asks the same function (codec/fp8_block.py)."""
+    info = infos[m.tensor("weight_scale")]
+    problem = fp8_block.scale_problem(fp8_block.scales(block_scale_array(read_bytes(info.path, info), info), info.dtype), dtype)
+    if problem:
+        raise BadInput(f"{_at(info, where)}: {problem}; {BROKEN_EXPORT}")
+
+
+def block_scale_array(raw: bytes | bytearray, info: TensorInfo) -> np.ndarray:
+    """A stored FP8 block-scale tensor (float32, or e8m0 bytes) as a 2-D numpy array of its stored values."""
+    return np.frombuffer(raw, dtype=np.uint8 if info.dtype == "F8_E8M0" else np.dtype("<f4")).reshape(info.shape)
 
 
 def fp8_scale_error(at: str, problem: scale_values.ScaleProblem) -> str:

@@ -76,7 +76,7 @@ class Requantize(_Step):
 # The roles a Dequantize reads, per stored algorithm: NVFP4_AWQ folds pre_quant_scale in, FP8 is per-tensor
 _NVFP4_INPUTS = ("weight", "weight_scale", "weight_scale_2")
 DEQUANTIZE_INPUTS = {"NVFP4": _NVFP4_INPUTS, "W4A16_NVFP4": _NVFP4_INPUTS, "NVFP4_AWQ": _NVFP4_INPUTS + ("pre_quant_scale",),
-                     "FP8": ("weight", "weight_scale")}
+                     "FP8": ("weight", "weight_scale"), "FP8_BLOCK": ("weight", "weight_scale")}
 
 TensorStep = Copy | Cast | Dequantize | Requantize
 Computed = Cast | Dequantize | Requantize  # the steps whose bytes are computed, not copied

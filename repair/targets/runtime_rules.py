@@ -17,6 +17,7 @@ from typing import Mapping
 
 from repair.arch.registry import Backend, Registry
 from repair.arch.resolved import FirstListed
+from repair.errors import BadInput
 from repair.formats.base import Declaration
 from repair.targets.config_lists import flat_exclusions, list_sources, source_named
 from repair.targets.matchers import KINDS, exclusion_matcher, layer_matcher
@@ -24,6 +25,10 @@ from repair.targets.sglang_match import Building, CtTargets
 
 DATA = files("repair") / "targets" / "data"
 LLAMA_FUSIONS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+# checkpoint format (Format.NAME) -> the config kind a rules file's `matchers` describe it under
+CONFIG_KINDS = {"compressed-tensors": "compressed-tensors", "modelopt-nvfp4": "modelopt", "modelopt-mixed": "modelopt"}
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,10 @@ class RuntimeRules:
     def bind(self, declaration: Declaration, building: Building, config: dict | None) -> Declaration:
         """The declaration whose exclusion and per-layer questions this release's matchers answer; layers of an
         MTP/NextN draft whose model code drops the quant config (`draft.mtp`) are built BF16 whatever the lists say."""
-        kind = "compressed-tensors" if declaration.format.NAME == "compressed-tensors" else "modelopt"
+        kind = CONFIG_KINDS.get(declaration.format.NAME)
+        if kind not in self.matchers:  # a form this file does not describe: judged as another runtime reads it, it lies
+            raise BadInput(f"{self.speaker}: how it reads a {declaration.format.NAME} checkpoint is not described in {self.source}, "
+                           "so doctor cannot judge it for this target; judge it with a vllm target (--target vllm==0.32.0)")
         flat = flat_exclusions(config) if kind == "modelopt" and quant_method(declaration) in self.nested_drops else None
         excl = source_named(exclusion_matcher(self.matchers[kind]), list_sources(declaration, config, flat))
         layers = layer_matcher(self.matchers["quantized_layers"])

@@ -104,10 +104,10 @@ def dtype_shape_mismatch(work):
 
 
 @case
-def unknown_dtype(work):  # e.g. an MXFP4 export's E8M0 scales
+def unknown_dtype(work):  # a dtype this tool does not read (F8_E8M0, DeepSeek-V4's ue8m0 scales, it now reads)
     src = assistant(work)
-    _edit_header(src / ONE, lambda h: h["pre_projection.weight_scale"].update(dtype="F8_E8M0"))
-    return Case(src, "pre_projection.weight_scale: unknown dtype 'F8_E8M0'")
+    _edit_header(src / ONE, lambda h: h["pre_projection.weight_scale"].update(dtype="F6_E2M3"))
+    return Case(src, "pre_projection.weight_scale: unknown dtype 'F6_E2M3'")
 
 
 @case
