@@ -177,7 +177,11 @@ RULES_FORM = [
     "  or `refuses` (its error) with `test` `exact`}, `default` [{`backend`, `when`}] (the release's own automatic choice by",
     "  GPU), `option` (the flag that picks one), `precisions` (the built precisions it was read for) and `by_precision`",
     "  {built precision: a fact of the same form} (another precision's own scheme: a weight-only one); written from",
-    "  each SGLang wheel by `tools/sglang_expert_scales.py` (ast), read by `doctor/expert_scales.py`.", "",
+    "  each SGLang wheel by `tools/sglang_expert_scales.py` (ast), read by `doctor/expert_scales.py`;",
+    "- optional `moe_scheme_refused`: quant method -> {declared algorithm: `error`, `where`}: a routed-experts layer the",
+    "  release's MoE scheme choice has no scheme for, so it refuses the model while building it (SGLang's compressed-",
+    "  tensors `get_moe_scheme`: its own predicates, compiled from the wheel, asked of compressed-tensors' preset); written",
+    "  by `tools/sglang_moe_schemes.py`, read by `doctor/moe_schemes.py`.", "",
     "`--target <runtime>==X.Y.Z` uses the newest file at or below X.Y.Z and says which. `tools/sglang_rules_data.py`",
     "writes the SGLang files from the wheels (rules table: `tools/sglang_rules_table.py`, re-checked against each wheel).", ""]
 
@@ -191,7 +195,9 @@ def rules_section(doc: dict, name: str) -> list[str]:
             f"- model classes with a packed mapping: {len(rules.get('packed_modules_mapping', {}))}",
             f"- model registry: {len(rules['registry']) if 'registry' in rules else 'not recorded'}"
             + (f" (asks the first listed name only: `{rules['registry_rule']['unsupported']}`)" if 'registry_rule' in rules else ""),
-            *expert_lines(rules.get("experts_gate_up_scale_2", {})), ""]
+            *expert_lines(rules.get("experts_gate_up_scale_2", {})),
+            *(f"- refuses to build a {method} {algo} MoE: `{fact['error']}` ({fact['where']})"
+              for method, algos in rules.get("moe_scheme_refused", {}).items() for algo, fact in algos.items()), ""]
 
 
 def expert_lines(facts: dict) -> list[str]:

@@ -376,17 +376,23 @@ def read_wheel(path: Path) -> tuple[str, str, dict]:
     return release, hashlib.sha256(path.read_bytes()).hexdigest(), facts
 
 
-def main(argv: list[str]) -> int:
+def write_from_wheels(argv: list[str], key: str, read) -> int:
+    """Rewrite the `key` block of each wheel's release file with `read(wheel) -> (release, sha256, block)`, refusing a
+    wheel other than the one the file was read from."""
     for arg in argv:
-        release, digest, facts = read_wheel(Path(arg))
+        release, digest, facts = read(Path(arg))
         out = DATA / f"sglang-{release}.json"
         doc = json.loads(out.read_text(encoding="utf-8"))
         if doc["source"]["sha256"] != digest:
             raise SystemExit(f"{arg} is not the wheel {out.name} was read from (sha256 {doc['source']['sha256']})")
-        doc["rules"]["experts_gate_up_scale_2"] = facts
+        doc["rules"][key] = facts
         out.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
         print(f"wrote {out.relative_to(ROOT)}: {json.dumps(facts)[:200]}")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return write_from_wheels(argv, "experts_gate_up_scale_2", read_wheel)
 
 
 if __name__ == "__main__":
