@@ -17,8 +17,7 @@ kernel gets. Two shapes of that method are read, each anchored by ast; anything 
   {"backends": {name: {"keeps", "log"?}}, "default": [{"backend", "when"}], "option", "where"}, the default read from
   the server args' own pick for the quant method when none is asked for (arg_groups/overrides.py: flashinfer_cutlass
   for modelopt_fp4 on SM110/SM120), then `create_moe_runner`'s `is_auto()` branch. Model-specific server-arg
-  overrides (srt/arg_groups/model_overrides/) that pick another backend for some architectures are not read; the
-  finding says so.
+  overrides (srt/arg_groups/model_overrides/), applied before both, are tools/sglang_moe_overrides.py's block.
 - modelopt_mixed: recorded as modelopt_fp4 where ModelOptMixedPrecisionConfig.get_quant_method builds the same class.
 - compressed-tensors NVFP4 MoE where the config picks a scheme by GPU (`_check_scheme_supported(X.get_min_capability(),
   error=False)` then a fallback `return Y(...)`): each scheme read as above or, for one that raises when an expert's
@@ -207,7 +206,7 @@ def split_backends(tree: ast.Module, runner_trees: list[ast.Module], where: str)
     if any(v["keeps"] is None for v in backends.values()):
         raise SystemExit(f"{where}: a backend branch of apply reads no GEMM1 alpha: {backends}")
     return {"backends": backends, "default": _default(tree, cls, where), "option": "--moe-runner-backend",
-            "default_note": "a model's own server-arg overrides, not read here, may pick another",
+            "default_note": "a model's own server-arg override of it, where one applies, is named first",
             "where": f"{where} (with {helper})"}
 
 
