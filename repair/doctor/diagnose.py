@@ -142,7 +142,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         apart = said_by_fused(findings, modules, family)  # a shard stored apart: the fused-shards error says it all
         excluded = [f for f in excluded if f.subject not in apart]
         refused = refused_algorithm(declaration, target) or any(f.code == Kind.NULL_EXCLUSIONS for f in findings)  # the config is refused before any layer is built
-        loads, first = table_loads(modules, precision, ckpt, target, family, tp, fmt.RUNTIME_LEAVES, resolved) \
+        loads, first = table_loads(modules, precision, ckpt, target, family, tp, fmt.RUNTIME_LEAVES, resolved, declaration) \
             if target.profile.rules and not refused and not module_driven(target) else ([], first)
         first = _build_stops(findings, tp) if target.profile.rules and _build_stops(findings, tp) else first
         excluded = [f for f in excluded if f.subject not in {g.subject for g in loads}]  # the loader's outcome says more
