@@ -29,8 +29,8 @@ def findings(capsys, src: Path, target: str, *args: str) -> dict[str, dict]:
 
 def test_every_sglang_release_records_what_its_nvfp4_moe_keeps():
     facts = {r.label: r.experts_gate_up_scale_2 for r in shipped_rules() if r.runtime == "sglang"}
-    assert set(facts) == {"sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11", "sglang 0.5.23"}, facts
-    for label in ("sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11"):
+    assert set(facts) == {"sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11", "sglang 0.5.12", "sglang 0.5.23"}, facts
+    for label in ("sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11", "sglang 0.5.12"):
         assert facts[label]["modelopt_fp4"]["keeps"] == "gate" and facts[label]["modelopt_fp4"]["log"] == WARNING
         assert facts[label]["compressed-tensors"]["keeps"] == "gate", facts[label]
     new = facts["sglang 0.5.23"]["modelopt_fp4"]
@@ -171,7 +171,7 @@ def test_a_models_own_server_arg_override_of_the_moe_backend_is_named_before_the
     flashinfer_trtllm otherwise), read from the wheel (tools/sglang_moe_overrides.py): the finding names each, with
     its condition as SGLang writes it and what that backend keeps, and no longer says such overrides are not read."""
     facts = {r.label: r.moe_backend_overrides for r in shipped_rules() if r.runtime == "sglang"}
-    assert all(facts[f"sglang 0.5.{n}"] == {} for n in (9, 10, 11)), facts  # no model_overrides/ folder before
+    assert all(facts[f"sglang 0.5.{n}"] == {} for n in (9, 10, 11, 12)), facts  # no model_overrides/ folder before
     qwen = facts["sglang 0.5.23"]["Qwen3MoeForCausalLM"]
     assert {o["backend"] for o in qwen} == {"marlin", "flashinfer_trtllm"}, qwen
     assert all(o["where"].startswith("sglang/srt/arg_groups/model_overrides/qwen3_moe.py:") for o in qwen), qwen

@@ -18,7 +18,7 @@ from tests.conftest import run_captured
 from tests.test_expert_scales import MOE, compressed_tensors_moe
 from tests.test_expert_scales_sglang import weight_only
 
-OLD = ("sglang==0.5.9", "sglang==0.5.10", "sglang==0.5.11")
+OLD = ("sglang==0.5.9", "sglang==0.5.10", "sglang==0.5.11", "sglang==0.5.12")
 ERROR = "AttributeError: 'NoneType' object has no attribute 'num_bits'"
 
 
@@ -29,7 +29,7 @@ def doctor(capsys, src: Path, target: str) -> tuple[int, dict]:
 
 def test_each_release_records_whether_it_builds_a_weight_only_nvfp4_moe():
     facts = {r.label: r.moe_scheme_refused for r in shipped_rules() if r.runtime == "sglang"}
-    for label in ("sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11"):
+    for label in ("sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11", "sglang 0.5.12"):
         fact = facts[label]["compressed-tensors"]["W4A16_NVFP4"]
         assert fact["error"] == ERROR and "_is_dynamic_token_w8a8" in fact["where"], (label, fact)
     assert facts["sglang 0.5.23"] == {}, facts["sglang 0.5.23"]
@@ -63,7 +63,7 @@ def test_the_generator_reads_the_same_facts_from_the_wheels():
     """Where the wheels are at hand (pip download --no-deps sglang==X), the shipped block is what the tool reads."""
     from tools.sglang_moe_schemes import read_wheel
 
-    wheels = {Path(p).name.split("-")[1]: Path(p) for p in glob.glob("/tmp/sglx/*/sglang-*.whl")}
+    wheels = {Path(p).name.split("-")[1]: Path(p) for p in glob.glob("/tmp/sgl*/*/sglang-*.whl")}
     if not wheels:
         pytest.skip("no SGLang wheel downloaded")
     facts = {r.label: r.moe_scheme_refused for r in shipped_rules() if r.runtime == "sglang"}

@@ -187,7 +187,10 @@ RULES_FORM = [
     "  SGLang writes them (srt/arg_groups/model_overrides/); written by `tools/sglang_moe_overrides.py` (ast), named by",
     "  `doctor/expert_scales.py` before the defaults for the class the release builds.", "",
     "`--target <runtime>==X.Y.Z` uses the newest file at or below X.Y.Z and says which. `tools/sglang_rules_data.py`",
-    "writes the SGLang files from the wheels (rules table: `tools/sglang_rules_table.py`, re-checked against each wheel).", ""]
+    "writes the SGLang files from the wheels (rules table: `tools/sglang_rules_table.py`, re-checked against each wheel;",
+    "a release whose row is `same_as` another takes that row only where every `RULE_CODE` unit, the rule-bearing files",
+    "and methods, is the same code, ast for ast, in both wheels: 0.5.12 is 0.5.11's; 0.5.13-0.5.22 differ in them and",
+    "fall back to the newest file at or below until read anew).", ""]
 
 
 def rules_section(doc: dict, name: str) -> list[str]:

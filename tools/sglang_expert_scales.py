@@ -252,6 +252,8 @@ def server_arg_defaults(wheel: zipfile.ZipFile, method: str, backends: dict) -> 
     """The server args' own pick for `method` where the user asked for none, ahead of the method's (OVERRIDES: `if
     moe_runner_backend == "auto" and view.quantization == "<method>" and <get_platform().is_smNNN, or'ed>:
     moe_runner_backend = "<backend>"`): [{"backend", "when"}]; any other test there stops the tool."""
+    if OVERRIDES[0] not in wheel.namelist():
+        raise SystemExit(f"{OVERRIDES[0]} is not in the wheel: read the server args' MoE backend choice anew")
     tree = ast.parse(wheel.read(OVERRIDES[0]).decode())
     fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == OVERRIDES[1]), None)
     if fn is None:
