@@ -12,7 +12,7 @@ from __future__ import annotations
 from repair.arch import Architecture
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule
-from repair.targets.config_lists import flat_exclusions, list_sources
+from repair.targets.config_lists import flat_exclusions, list_sources, pattern_syntax
 
 
 def exclusion_hint(name: str, modules: dict[str, StoredModule], declaration: Declaration, family: Architecture,
@@ -30,6 +30,8 @@ def exclusion_hint(name: str, modules: dict[str, StoredModule], declaration: Dec
             break
     else:
         return None
+    if any(pattern_syntax(e) for e in entries):
+        return None  # no entry names exactly it (fix_hints says so): writing it would exclude other layers, or none
     where = list_sources(declaration, config, flat_exclusions(config)).get(read) or "the exclusion list"
     written = ", ".join(f"`{e}`" for e in entries if e not in read)
     others = [f"`{m}`" for m in sorted(members) if m != name and modules[m].is_quantized]
