@@ -29,8 +29,8 @@ def findings(capsys, src: Path, target: str, *args: str) -> dict[str, dict]:
 
 def test_every_sglang_release_records_what_its_nvfp4_moe_keeps():
     facts = {r.label: r.experts_gate_up_scale_2 for r in shipped_rules() if r.runtime == "sglang"}
-    assert set(facts) == {"sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11", "sglang 0.5.23"}, facts
-    for label in ("sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11"):
+    assert set(facts) == {"sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11", "sglang 0.5.12", "sglang 0.5.23"}, facts
+    for label in ("sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11", "sglang 0.5.12"):
         assert facts[label]["modelopt_fp4"]["keeps"] == "gate" and facts[label]["modelopt_fp4"]["log"] == WARNING
         assert facts[label]["compressed-tensors"]["keeps"] == "gate", facts[label]
     new = facts["sglang 0.5.23"]["modelopt_fp4"]
@@ -163,3 +163,21 @@ def test_sglang_0_5_23_on_sm11x_sm12x_with_quantization_modelopt_fp4_picks_flash
     assert "flashinfer_cutlass" not in [d["backend"] for d in facts["modelopt_mixed"]["default"]], facts["modelopt_mixed"]
     (f,) = findings(capsys, qwen3_moe(tmp_path / "src", 4, broken=(2,)), NEW).values()
     assert f"flashinfer_cutlass {first['when']}, which keeps the gate's (w1) for both without rescaling" in f["message"], f
+
+
+def test_a_models_own_server_arg_override_of_the_moe_backend_is_named_before_the_defaults(capsys, tmp_path):
+    """SGLang 0.5.23's Qwen3-MoE family sets its own MoE runner backend on SM100 before the quant method's automatic
+    choice (arg_groups/model_overrides/qwen3_moe.py: marlin where the config has W4A16_NVFP4 MoE layers,
+    flashinfer_trtllm otherwise), read from the wheel (tools/sglang_moe_overrides.py): the finding names each, with
+    its condition as SGLang writes it and what that backend keeps, and no longer says such overrides are not read."""
+    facts = {r.label: r.moe_backend_overrides for r in shipped_rules() if r.runtime == "sglang"}
+    assert all(facts[f"sglang 0.5.{n}"] == {} for n in (9, 10, 11, 12)), facts  # no model_overrides/ folder before
+    qwen = facts["sglang 0.5.23"]["Qwen3MoeForCausalLM"]
+    assert {o["backend"] for o in qwen} == {"marlin", "flashinfer_trtllm"}, qwen
+    assert all(o["where"].startswith("sglang/srt/arg_groups/model_overrides/qwen3_moe.py:") for o in qwen), qwen
+    (f,) = findings(capsys, qwen3_moe(tmp_path / "src", 4, broken=(2,)), NEW).values()
+    marlin = next(o for o in qwen if o["backend"] == "marlin")
+    assert f"marlin for Qwen3MoeForCausalLM where {marlin['when']}" in f["message"], f["message"]
+    assert "has_w4a16_moe_layers" in marlin["when"] and "is_sm100" in marlin["when"], marlin
+    assert "which keeps the gate's (w1) for both" in f["message"].split("marlin for Qwen3MoeForCausalLM")[1], f["message"]
+    assert "not read here" not in f["message"] and f["severity"] == "error", f["message"]

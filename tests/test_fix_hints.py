@@ -132,9 +132,11 @@ def test_a_module_no_exclusion_entry_can_name_is_not_promised(name, tmp_path, ca
     code, text, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "sglang==0.5.23")
     if "*" in name:
         assert DOES not in hint and "fix --target refuses it" in hint and "rename the module" in hint, hint
+        assert "write `" not in hint, hint  # an entry holding pattern syntax is not advice
         assert code == 2 and "rename the module" in err and not (tmp_path / "out").exists(), text + err
     else:
         assert DOES in hint and code == 0, hint + text + err
+        assert f"write `{name}` in hf_quant_config.json quantization.exclude_modules" in hint, hint
         assert run_captured(capsys, "doctor", tmp_path / "out", "--target", "sglang==0.5.23", "--strict")[0] == 0
 
 

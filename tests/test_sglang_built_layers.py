@@ -79,12 +79,15 @@ def test_rewriting_the_rules_from_the_wheel_keeps_the_generated_layers(tmp_path,
     from the installed release's model code must survive it."""
     from tools import sglang_rules_data
 
-    (tmp_path / "sglang-9.9.9.json").write_text(json.dumps({"rules": {"built_layers": {"A": {"x.*.y": "Linear"}}}}))
+    kept = {"built_layers": {"A": {"x.*.y": "Linear"}}, "moe_scheme_refused": {"compressed-tensors": {"W4A16_NVFP4": {}}},
+            "moe_backend_overrides": {"A": [{"backend": "marlin", "when": "always", "where": "x.py:1"}]}}
+    (tmp_path / "sglang-9.9.9.json").write_text(json.dumps({"rules": kept}))
     monkeypatch.setattr(sglang_rules_data, "DATA", tmp_path)
     monkeypatch.setattr(sglang_rules_data, "ROOT", tmp_path)
-    monkeypatch.setattr(sglang_rules_data, "profile", lambda path: {"release": "9.9.9", "rules": {"packed_modules_mapping": {}}})
+    monkeypatch.setattr(sglang_rules_data, "profile", lambda path, wheels=None: {"release": "9.9.9", "rules": {"packed_modules_mapping": {}}})
     assert sglang_rules_data.main(["sglang-9.9.9-py3-none-any.whl"]) == 0
-    assert json.loads((tmp_path / "sglang-9.9.9.json").read_text())["rules"]["built_layers"] == {"A": {"x.*.y": "Linear"}}
+    rules = json.loads((tmp_path / "sglang-9.9.9.json").read_text())["rules"]
+    assert {k: rules[k] for k in kept} == kept, rules
 
 
 def test_sglang_builds_no_fused_layer_of_the_vllm_row_it_does_not_name():

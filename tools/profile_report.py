@@ -183,9 +183,20 @@ RULES_FORM = [
     "  or `refuses` (its error) with `test` `exact`}, `default` [{`backend`, `when`}] (the release's own automatic choice by",
     "  GPU), `option` (the flag that picks one), `precisions` (the built precisions it was read for) and `by_precision`",
     "  {built precision: a fact of the same form} (another precision's own scheme: a weight-only one); written from",
-    "  each SGLang wheel by `tools/sglang_expert_scales.py` (ast), read by `doctor/expert_scales.py`.", "",
+    "  each SGLang wheel by `tools/sglang_expert_scales.py` (ast), read by `doctor/expert_scales.py`;",
+    "- optional `moe_scheme_refused`: quant method -> {declared algorithm: `error`, `where`}: a routed-experts layer the",
+    "  release's MoE scheme choice has no scheme for, so it refuses the model while building it (SGLang's compressed-",
+    "  tensors `get_moe_scheme`: its own predicates, compiled from the wheel, asked of compressed-tensors' preset); written",
+    "  by `tools/sglang_moe_schemes.py`, read by `doctor/moe_schemes.py`;",
+    "- optional `moe_backend_overrides`: architecture -> [{`backend`, `when`, `where`}]: a model's own server-arg",
+    "  override of the MoE runner backend, applied before the quant method's automatic choice, its conditions quoted as",
+    "  SGLang writes them (srt/arg_groups/model_overrides/); written by `tools/sglang_moe_overrides.py` (ast), named by",
+    "  `doctor/expert_scales.py` before the defaults for the class the release builds.", "",
     "`--target <runtime>==X.Y.Z` uses the newest file at or below X.Y.Z and says which. `tools/sglang_rules_data.py`",
-    "writes the SGLang files from the wheels (rules table: `tools/sglang_rules_table.py`, re-checked against each wheel).", ""]
+    "writes the SGLang files from the wheels (rules table: `tools/sglang_rules_table.py`, re-checked against each wheel;",
+    "a release whose row is `same_as` another takes that row only where every `RULE_CODE` unit, the rule-bearing files",
+    "and methods, is the same code, ast for ast, in both wheels: 0.5.12 is 0.5.11's; 0.5.13-0.5.22 differ in them and",
+    "fall back to the newest file at or below until read anew).", ""]
 
 
 def rules_section(doc: dict, name: str) -> list[str]:
@@ -197,7 +208,11 @@ def rules_section(doc: dict, name: str) -> list[str]:
             f"- model classes with a packed mapping: {len(rules.get('packed_modules_mapping', {}))}",
             f"- model registry: {len(rules['registry']) if 'registry' in rules else 'not recorded'}"
             + (f" (asks the first listed name only: `{rules['registry_rule']['unsupported']}`)" if 'registry_rule' in rules else ""),
-            *expert_lines(rules.get("experts_gate_up_scale_2", {})), ""]
+            *expert_lines(rules.get("experts_gate_up_scale_2", {})),
+            *(f"- refuses to build a {method} {algo} MoE: `{fact['error']}` ({fact['where']})"
+              for method, algos in rules.get("moe_scheme_refused", {}).items() for algo, fact in algos.items()),
+            *([f"- model-specific MoE backend overrides: {len(rules['moe_backend_overrides'])} architectures"]
+              if rules.get("moe_backend_overrides") else []), ""]
 
 
 def expert_lines(facts: dict) -> list[str]:

@@ -17,8 +17,7 @@ kernel gets. Two shapes of that method are read, each anchored by ast; anything 
   {"backends": {name: {"keeps", "log"?}}, "default": [{"backend", "when"}], "option", "where"}, the default read from
   the server args' own pick for the quant method when none is asked for (arg_groups/overrides.py: flashinfer_cutlass
   for modelopt_fp4 on SM110/SM120), then `create_moe_runner`'s `is_auto()` branch. Model-specific server-arg
-  overrides (srt/arg_groups/model_overrides/) that pick another backend for some architectures are not read; the
-  finding says so.
+  overrides (srt/arg_groups/model_overrides/), applied before both, are tools/sglang_moe_overrides.py's block.
 - modelopt_mixed: recorded as modelopt_fp4 where ModelOptMixedPrecisionConfig.get_quant_method builds the same class.
 - compressed-tensors NVFP4 MoE where the config picks a scheme by GPU (`_check_scheme_supported(X.get_min_capability(),
   error=False)` then a fallback `return Y(...)`): each scheme read as above or, for one that raises when an expert's
@@ -207,7 +206,7 @@ def split_backends(tree: ast.Module, runner_trees: list[ast.Module], where: str)
     if any(v["keeps"] is None for v in backends.values()):
         raise SystemExit(f"{where}: a backend branch of apply reads no GEMM1 alpha: {backends}")
     return {"backends": backends, "default": _default(tree, cls, where), "option": "--moe-runner-backend",
-            "default_note": "a model's own server-arg overrides, not read here, may pick another",
+            "default_note": "a model's own server-arg override of it, where one applies, is named first",
             "where": f"{where} (with {helper})"}
 
 
@@ -253,6 +252,8 @@ def server_arg_defaults(wheel: zipfile.ZipFile, method: str, backends: dict) -> 
     """The server args' own pick for `method` where the user asked for none, ahead of the method's (OVERRIDES: `if
     moe_runner_backend == "auto" and view.quantization == "<method>" and <get_platform().is_smNNN, or'ed>:
     moe_runner_backend = "<backend>"`): [{"backend", "when"}]; any other test there stops the tool."""
+    if OVERRIDES[0] not in wheel.namelist():
+        raise SystemExit(f"{OVERRIDES[0]} is not in the wheel: read the server args' MoE backend choice anew")
     tree = ast.parse(wheel.read(OVERRIDES[0]).decode())
     fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == OVERRIDES[1]), None)
     if fn is None:
@@ -376,17 +377,23 @@ def read_wheel(path: Path) -> tuple[str, str, dict]:
     return release, hashlib.sha256(path.read_bytes()).hexdigest(), facts
 
 
-def main(argv: list[str]) -> int:
+def write_from_wheels(argv: list[str], key: str, read) -> int:
+    """Rewrite the `key` block of each wheel's release file with `read(wheel) -> (release, sha256, block)`, refusing a
+    wheel other than the one the file was read from."""
     for arg in argv:
-        release, digest, facts = read_wheel(Path(arg))
+        release, digest, facts = read(Path(arg))
         out = DATA / f"sglang-{release}.json"
         doc = json.loads(out.read_text(encoding="utf-8"))
         if doc["source"]["sha256"] != digest:
             raise SystemExit(f"{arg} is not the wheel {out.name} was read from (sha256 {doc['source']['sha256']})")
-        doc["rules"]["experts_gate_up_scale_2"] = facts
+        doc["rules"][key] = facts
         out.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
         print(f"wrote {out.relative_to(ROOT)}: {json.dumps(facts)[:200]}")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return write_from_wheels(argv, "experts_gate_up_scale_2", read_wheel)
 
 
 if __name__ == "__main__":

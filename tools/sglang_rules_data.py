@@ -23,7 +23,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tools.sglang_rules_table import COMMON, CONFIG_PACKED, NESTED_CONFIG_JSON, NULL_EXCLUSIONS, PLAIN_LAYERS, RULES
+from tools.sglang_rules_table import (COMMON, CONFIG_PACKED, NESTED_CONFIG_JSON, NULL_EXCLUSIONS, PLAIN_LAYERS, RULE_CODE,
+                                      RULES)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "repair" / "targets" / "data"
@@ -144,9 +145,43 @@ def packed_mappings(wheel: zipfile.ZipFile) -> tuple[dict[str, dict], list[str],
     return out, sorted({a for a, _ in entries}), when, unchecked
 
 
-def profile(path: Path) -> dict:
+def rule_code(wheel: zipfile.ZipFile) -> dict[str, str]:
+    """Each RULE_CODE unit of a wheel (`file` or `file Class.method`) -> its ast dump ('absent' where it has none)."""
+    out = {}
+    for member, names in RULE_CODE.items():
+        tree = ast.parse(wheel.read(member).decode())
+        if names is None:
+            out[member] = ast.dump(tree)
+            continue
+        found = {f"{c.name}.{f.name}": f for c in tree.body if isinstance(c, ast.ClassDef) for f in c.body
+                 if isinstance(f, ast.FunctionDef)} | {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+        out |= {f"{member} {n}": ast.dump(found[n]) if n in found else "absent" for n in names}
+    return out
+
+
+def row(release: str, wheels: dict[str, Path]) -> dict:
+    """The RULES row of `release`; a `same_as` row is its reference's, checked unit by unit against that wheel."""
+    rules = RULES.get(release)
+    if rules is None:
+        raise SystemExit(f"sglang {release}: no row in tools/sglang_rules_table.py RULES: read its rules anew")
+    if "same_as" not in rules:
+        return rules
+    like = rules["same_as"]
+    if like not in wheels:
+        raise SystemExit(f"sglang {release} is read as {like}: give {like}'s wheel too, to check their rule code is the same")
+    with zipfile.ZipFile(wheels[release]) as a, zipfile.ZipFile(wheels[like]) as b:
+        mine, theirs = rule_code(a), rule_code(b)
+    differ = sorted(k for k in mine if mine[k] != theirs[k])
+    if differ:
+        raise SystemExit(f"sglang {release}: {', '.join(differ)} differ from {like}'s: read its rules anew")
+    return {k: v.replace(f"SGLang {like} ", f"SGLang {release} ") if isinstance(v, str) else
+            {n: t.replace(f"SGLang {like} ", f"SGLang {release} ") for n, t in v.items()} if k == "refused_algorithms"
+            else v for k, v in RULES[like].items()}
+
+
+def profile(path: Path, wheels: dict[str, Path] | None = None) -> dict:
     release = re.search(r"sglang-([0-9.]+)-", path.name).group(1)
-    rules = RULES[release]
+    rules = row(release, wheels or {release: path})
     with zipfile.ZipFile(path) as wheel:
         for member, marker in rules["markers"].items():
             if marker not in wheel.read(member).decode():
@@ -176,13 +211,16 @@ def profile(path: Path) -> dict:
 # (tools/sglang_built_layers.py: the layers its constructors ask about; tools/sglang_backend.py: its Transformers
 # backend gate on every name its registry lacks; tools/sglang_layer_names.py: the names its
 # exclusion rules ask for the layers checkpoint modules load into; tools/sglang_expert_scales.py, from the same wheel:
-# what its NVFP4 MoE methods keep of a routed expert's gate/up global scales)
-GENERATED_FROM_INSTALLED = ("built_layers", "layer_names", "transformers_backend", "experts_gate_up_scale_2")
+# what its NVFP4 MoE methods keep of a routed expert's gate/up global scales; tools/sglang_moe_schemes.py and
+# tools/sglang_moe_overrides.py, from the same wheel: the MoE schemes it refuses, the models' own MoE backend overrides)
+GENERATED_FROM_INSTALLED = ("built_layers", "layer_names", "transformers_backend", "experts_gate_up_scale_2",
+                            "moe_scheme_refused", "moe_backend_overrides")
 
 
 def main(argv: list[str]) -> int:
+    wheels = {re.search(r"sglang-([0-9.]+)-", Path(a).name).group(1): Path(a) for a in argv}
     for arg in argv:
-        doc = profile(Path(arg))
+        doc = profile(Path(arg), wheels)
         out = DATA / f"sglang-{doc['release']}.json"
         kept = json.loads(out.read_text(encoding="utf-8"))["rules"] if out.exists() else {}
         for key in GENERATED_FROM_INSTALLED:

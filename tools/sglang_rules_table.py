@@ -96,6 +96,21 @@ NULL_EXCLUSIONS = {"methods": ["modelopt_fp4"], "file": MODELOPT,
 PLAIN_LAYERS = {"LlamaForCausalLMEagle3": {"layers": ["fc"], "file": "sglang/srt/models/llama_eagle3.py",
                                            "marker": "self.fc = torch.nn.Linear("}}
 
+# The code a row's rules were read from: whole files, or the functions (`Class.method`) of one. A release whose row is
+# `{"same_as": R}` takes R's row only where every unit is the same code (ast) in both wheels (tools/sglang_rules_data.py
+# checks it, given both; anything else stops the tool: read that release anew).
+RULE_CODE = {UTILS: None, CT_UTILS: None,
+             MODEL_CONFIG: ("_parse_quant_hf_config", "_parse_modelopt_quant_config", "_get_modelopt_quant_type",
+                            "_verify_quantization"),
+             MODELOPT: ("ModelOptQuantConfig.is_layer_excluded", "ModelOptQuantConfig._get_quant_method",
+                        "ModelOptQuantConfig.__init__", "ModelOptFp8Config.from_config", "ModelOptFp4Config.__init__",
+                        "ModelOptFp4Config.from_config", "ModelOptFp4Config.get_quant_method",
+                        "ModelOptMixedPrecisionConfig.__init__", "ModelOptMixedPrecisionConfig.from_config",
+                        "ModelOptMixedPrecisionConfig._resolve_quant_algo",
+                        "ModelOptMixedPrecisionConfig._quantized_layer_prefix_candidates",
+                        "ModelOptMixedPrecisionConfig.resolve_quant_algo",
+                        "ModelOptMixedPrecisionConfig.get_quant_method")}
+
 RULES = {
     "0.5.9": {
         "matchers": {"modelopt": "sglang_modelopt_substring_experts_only", "compressed-tensors": "sglang_ct_contains",
@@ -121,6 +136,7 @@ RULES = {
         "refused_algorithms": {"MIXED_PRECISION": W4AFP8.format(release="0.5.11")},
         "markers": {UTILS: "_FALLBACK_FUSED_SHARDS", CT_UTILS: "check_contains=True", MODELOPT: "def _resolve_quant_algo"},
     },
+    "0.5.12": {"same_as": "0.5.11"},  # every RULE_CODE unit as 0.5.11's (modelopt_quant.py differs elsewhere)
     "0.5.23": {
         "matchers": {"modelopt": "sglang_modelopt_dotted", "compressed-tensors": "sglang_ct_suffix",
                      "quantized_layers": "sglang_layers_aliases"},

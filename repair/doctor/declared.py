@@ -121,9 +121,16 @@ def kv_cache_findings(declaration: Declaration, infos: dict[str, TensorInfo]) ->
     return [], []
 
 
+def refused_algorithm(declaration: Declaration, target: Target) -> str | None:
+    """The error the target raises reading a ModelOpt config's single quant_algo (its data, `refused`, names ModelOpt's
+    algorithms: a compressed-tensors config declaring the same scheme is read by another config class)."""
+    modelopt = (quant_method(declaration) or "").startswith("modelopt")
+    return target.profile.refused.get(declaration.quant_algo or "") if modelopt else None
+
+
 def runtime_refusal_findings(declaration: Declaration, target: Target) -> list[Finding]:
     """A single quant_algo the target vLLM refuses while reading the config (before building any layer)."""
-    error = target.profile.refused.get(declaration.quant_algo or "")
+    error = refused_algorithm(declaration, target)
     if error is None or not target.profile.follows_draft_config:
         return []
     raised = error.split(":")[0].endswith("Error")  # the runtime's exception, else what it does instead (data's words)

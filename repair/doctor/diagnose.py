@@ -15,7 +15,7 @@ from repair.doctor.checks import (config_findings, fused_findings, health_findin
                                   unquantized_role_findings)
 from repair.doctor.declared import (algorithm_findings, float8_findings, fused_algorithm_findings, kv_cache_findings,
                                     kv_scale_health, layer_map_findings, nested_algo_findings, null_list_findings,
-                                    runtime_refusal_findings)
+                                    refused_algorithm, runtime_refusal_findings)
 from repair.doctor.dropped import dropped_tensor_findings, unread_tensors
 from repair.doctor.expert_scales import experts_fact
 from repair.doctor.config_builds import refused_config_findings, unexpected_tensor_findings
@@ -23,6 +23,7 @@ from repair.doctor.refused_load import build_refused_findings, load_refused_find
 from repair.doctor.fix_hints import true_hints
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.fused import fused_storage_findings, said_by_fused
+from repair.doctor.moe_schemes import moe_scheme_findings
 from repair.doctor.missing import consequence, missing_findings, unbuilt
 from repair.doctor.module_loads import load_stops, module_driven, module_load_findings, replaced_by_loads
 from repair.doctor.scales import BlockReads, Progress, ScaleValues
@@ -118,6 +119,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.allows_quant_config:
         building = fused_findings(declaration, modules, family, target) + fused_algorithm_findings(declaration, modules, family, target)
+        building += moe_scheme_findings(modules, declaration, family, target)
         findings += building
         findings += built_layer_findings(declaration, target, ckpt.config, resolved)
     if target.profile.rules is None:  # a rules file's loader table says what a shard that does not fit does (table_loads)
@@ -128,7 +130,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     said = {f.subject for f in mismatched}  # a layer declared NVFP4 stored without input_scale: said once, as a mismatch
     with ScaleValues(ckpt, modules, fmt.GLOBAL_SCALE_IS_DIVISOR, deep, progress, shared) as values:
         findings += [f for f in health_findings(ckpt, modules, built, family, fmt.GLOBAL_SCALE_IS_DIVISOR, values,
-                                                  target.profile.speaker, experts_fact(target, declaration))
+                                                  target.profile.speaker, experts_fact(target, declaration, name))
                      if not (f.code == Kind.MISSING_INPUT_SCALE and f.subject in said)]
         # a module-driven loader (TensorRT-LLM's copy_weight): its own account, from its data (scalars read as above)
         module_loads = module_load_findings(ckpt, modules, declaration, target, tp, family, values, resolved) if module_driven(target) else None
@@ -139,8 +141,8 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         excluded += unloadable_full_precision_findings(modules, precision, declaration, family, target)
         apart = said_by_fused(findings, modules, family)  # a shard stored apart: the fused-shards error says it all
         excluded = [f for f in excluded if f.subject not in apart]
-        refused = target.profile.refused.get(declaration.quant_algo or "") or any(f.code == Kind.NULL_EXCLUSIONS for f in findings)  # the config is refused before any layer is built
-        loads, first = table_loads(modules, precision, ckpt, target, family, tp, fmt.RUNTIME_LEAVES, resolved) \
+        refused = refused_algorithm(declaration, target) or any(f.code == Kind.NULL_EXCLUSIONS for f in findings)  # the config is refused before any layer is built
+        loads, first = table_loads(modules, precision, ckpt, target, family, tp, fmt.RUNTIME_LEAVES, resolved, declaration) \
             if target.profile.rules and not refused and not module_driven(target) else ([], first)
         first = _build_stops(findings, tp) if target.profile.rules and _build_stops(findings, tp) else first
         excluded = [f for f in excluded if f.subject not in {g.subject for g in loads}]  # the loader's outcome says more

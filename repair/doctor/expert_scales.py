@@ -65,30 +65,42 @@ class ExpertsRule:
         return next((rule for name, rule in self.by_precision if name == built), self)
 
 
-def experts_fact(target, declaration) -> ExpertsRule:
-    """The target release's data for the checkpoint's quant method (a rules file's own, else its vLLM profile's)."""
+def experts_fact(target, declaration, architecture: str | None = None) -> ExpertsRule:
+    """The target release's data for the checkpoint's quant method (a rules file's own, else its vLLM profile's), with
+    the MoE backend overrides of `architecture` (the class the release builds) where its data has them."""
     rules = target.profile.rules
+    overrides = rules.moe_backend_overrides.get(architecture or "", ()) if rules is not None else ()
     facts = rules.experts_gate_up_scale_2 if rules is not None else \
         target.release.experts_gate_up_scale_2 if target.release is not None else {}
     fmt = declaration.format
     repair = ("re-export it, or dequantize the layer's routed experts together (a recipe; "
               f"{fmt.NAME} cannot be requantized)") if "requantize" in fmt.UNSUPPORTED else \
         "requantize it with --original (fix --requantize)"
-    return _rule(facts.get(quant_method(declaration) or "", {}), fmt.LEAVES.get("weight_scale_2", "weight_scale_2"), repair)
+    return _rule(facts.get(quant_method(declaration) or "", {}), fmt.LEAVES.get("weight_scale_2", "weight_scale_2"), repair,
+                 tuple((architecture, o) for o in overrides))
 
 
-def _rule(fact, leaf: str, repair: str) -> ExpertsRule:
-    return ExpertsRule(fact.get("keeps"), fact.get("log"), leaf, repair, _choices(fact), fact.get("option"),
+def _rule(fact, leaf: str, repair: str, overrides: tuple = ()) -> ExpertsRule:
+    return ExpertsRule(fact.get("keeps"), fact.get("log"), leaf, repair, _choices(fact, overrides), fact.get("option"),
                        tuple(fact.get("precisions", ())), fact.get("default_note"),
                        tuple((p, _rule(f, leaf, repair)) for p, f in fact.get("by_precision", {}).items()))
 
 
-def _choices(fact) -> tuple[Choice, ...]:
-    """The data's `backends`, each with its default condition from `default` (defaults first, in the data's order)."""
+def _choices(fact, overrides: tuple = ()) -> tuple[Choice, ...]:
+    """The data's `backends`, each with its default condition from `default` (defaults first, in the data's order),
+    after the model's own overrides of the backend (`overrides`: (architecture, {"backend", "when", "where"}), applied
+    before the automatic choice; a backend the data has no entry for keeps "unrecorded")."""
     backends, default = fact.get("backends", {}), {d["backend"]: d["when"] for d in fact.get("default", ())}
     order = [*default, *(name for name in backends if name not in default)]
-    return tuple(Choice(name, backends[name].get("keeps"), backends[name].get("log"), backends[name].get("refuses"),
-                        backends[name].get("test") == "exact", default.get(name)) for name in order if name in backends)
+    own = tuple(_choice(o["backend"], backends.get(o["backend"], {"keeps": "unrecorded"}),
+                        f"for {arch} where {o['when']} (its own server-arg override, {o['where']})")
+                for arch, o in overrides) if backends else ()
+    return own + tuple(_choice(name, backends[name], default.get(name)) for name in order if name in backends)
+
+
+def _choice(name: str, backend: Mapping, when: str | None) -> Choice:
+    return Choice(name, backend.get("keeps"), backend.get("log"), backend.get("refuses"), backend.get("test") == "exact",
+                  when)
 
 
 def settled_by(subject: str, changed) -> bool:
@@ -152,6 +164,8 @@ def expert_scale_findings(scale_2: Mapping[str, float], precision: Mapping[str, 
 def _does(choice: Choice) -> str:
     if choice.refuses:
         return f"refuses to load the model ({choice.refuses})"
+    if choice.keeps == "unrecorded":
+        return "does with the pair what this release's data does not record for this quant method"
     if choice.keeps not in KEPT:
         return "keeps both"
     said = f" (it logs \"{choice.log}\" once for the whole model)" if choice.log else " and logs nothing"
@@ -174,7 +188,7 @@ def _by_choice(rule: ExpertsRule, subject: str, differ: str, export: str, close_
     others = {k: [c.name for c in rule.choices if c.when is None and c.keeps == k] for k in KEPT}
     also = "".join(f"; asked for, {' and '.join(names)} keep{'s' if len(names) == 1 else ''} {KEPT[k]} too"
                    for k, names in others.items() if names)
-    both = [c.name for c in rule.choices if c.keeps == "both"]
+    both = list(dict.fromkeys(c.name for c in rule.choices if c.keeps == "both"))
     fix = f"; {rule.option} {' or '.join(both)} keeps both where it runs" if rule.option and both else ""
     return Finding(Severity.ERROR if wrong else Severity.WARNING, Kind.EXPERTS_SCALE_2, subject,
                    f"{differ} w13 layer, and by default{flag} it uses {told}{also}{fix}; {export}")

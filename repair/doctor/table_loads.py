@@ -15,7 +15,9 @@ import re
 
 from repair.arch import Architecture
 from repair.arch.registry import Resolved
+from repair.doctor.exclusion_hint import exclusion_hint
 from repair.doctor.findings import Finding, Kind, Severity
+from repair.formats.base import Declaration
 from repair.formats.modules import FULL_PRECISIONS, StoredModule
 from repair.io.checkpoint import Checkpoint
 from repair.targets.precision import PACKED
@@ -30,10 +32,11 @@ DTYPE = {"bf16": "torch.bfloat16", "packed": "torch.uint8"}
 
 
 def table_loads(modules: dict[str, StoredModule], schemes: dict[str, str], ckpt: Checkpoint, target: Target,
-                family: Architecture, tp: int, leaves: dict[str, str], built: Resolved) -> tuple[list[Finding], tuple[Outcome, ...]]:
+                family: Architecture, tp: int, leaves: dict[str, str], built: Resolved,
+                declaration: Declaration) -> tuple[list[Finding], tuple[Outcome, ...]]:
     """(findings, the first error per rank in load order) for every stored layer the target builds; `leaves` are the
     parameter names a packed layer of the checkpoint's format has (Format.RUNTIME_LEAVES); `built`: the listed class
-    the target builds (Target.built)."""
+    the target builds (Target.built); `declaration`: as the target reads it (its hints name the entries to write)."""
     rules = target.profile.rules
     architecture = built.name or ""
     building = rules.building(architecture, family.fused_layers, ckpt.config)
@@ -48,7 +51,8 @@ def table_loads(modules: dict[str, StoredModule], schemes: dict[str, str], ckpt:
                                                                         rules.plain_layers.get(architecture, ()))
         stacked = layer if kind == "fused" and rules.raises_on_extra(architecture, layer) else None
         split = min(tp, kv) if loader == "qkv" and kv and name.endswith(("k_proj", "v_proj")) else tp
-        finding, outcomes = _one(m, built, loader, target, (tp, split), (*leaves, "bias"), stacked)
+        hint = exclusion_hint(name, modules, declaration, family, ckpt.config) if not m.is_quantized else None
+        finding, outcomes = _one(m, built, loader, target, (tp, split), (*leaves, "bias"), stacked, hint)
         findings += [finding] if finding else []
         errors += outcomes
     order = sorted(errors, key=lambda o: (located[o.tensor][0].path.name, o.tensor) if o.tensor in located else ("", o.tensor))
@@ -87,10 +91,12 @@ def _kv_heads(config: dict) -> int | None:
 
 
 def _one(m: StoredModule, built: str, loader: str, target: Target, ranks_split: tuple[int, int], packed_params: tuple[str, ...],
-         stacked: str | None = None) -> tuple[Finding | None, list[Outcome]]:
+         stacked: str | None = None, hint: str | None = None) -> tuple[Finding | None, list[Outcome]]:
     """One stored layer against the scheme built; `stacked` is the fused layer's name when its load_weights branch
-    indexes params_dict unchecked (a tensor the built layer has no parameter for raises KeyError there)."""
+    indexes params_dict unchecked (a tensor the built layer has no parameter for raises KeyError there); `hint`: the
+    entries to write to exclude a BF16 layer (exclusion_hint), where the release reads some."""
     (tp, split), rules, who = ranks_split, target.profile.rules, target.profile.speaker
+    exclude = f"{hint or 'exclude it'} (fix --target does), or store it quantized"
     ranks = tuple(range(tp))
     packed, wants_packed = m.precision == "nvfp4", built in PACKED
     params = packed_params if wants_packed else PARAMS.get(built, PARAMS["bf16"])
@@ -124,10 +130,10 @@ def _one(m: StoredModule, built: str, loader: str, target: Target, ranks_split: 
         return Finding(Severity.ERROR, Kind.SILENT_GARBAGE, m.name,
                        f"{who} casts this BF16 weight into its packed uint8 parameter without an error ({head}; its "
                        f"{loader.replace('_', '-')} loader narrows the weight to the packed width), and the block scales it needs are "
-                       "never loaded; exclude it (fix --target does), or store it quantized", None, ranks, bound,
+                       f"never loaded; {exclude}", None, ranks, bound,
                        repairs=(m.name,)), []
     text = _filled(behaviour, out, inn, packed, loader, split) if behaviour else None
-    fix = "dequantize it (fix --target does)" if m.is_quantized else "exclude it (fix --target does), or store it quantized"
+    fix = "dequantize it (fix --target does)" if m.is_quantized else exclude
     return (Finding(Severity.ERROR, Kind.LOAD_ERROR, m.name,
                     f"{head}; its {loader.replace('_', '-')} loader cannot take the stored weight, so loading stops"
                     f"{skip_text}; {fix}", text, ranks, bound, repairs=(m.name,)),

@@ -78,6 +78,10 @@ class RuntimeRules:
     registry_rule: FirstListed | None = None  # it asks only the first listed name (tools/trtllm_registry.py); None: unknown
     # quant method -> which global scale its NVFP4 MoE keeps for a routed expert's gate/up (doctor/expert_scales.py)
     experts_gate_up_scale_2: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # quant method -> {declared algorithm: {"error", "where"}} its MoE scheme choice refuses (tools/sglang_moe_schemes.py)
+    moe_scheme_refused: Mapping[str, Mapping[str, Mapping[str, str]]] = field(default_factory=dict)
+    # arch -> [{"backend", "when", "where"}]: its own server-arg override of the MoE backend (tools/sglang_moe_overrides.py)
+    moe_backend_overrides: Mapping[str, tuple[Mapping[str, str], ...]] = field(default_factory=dict)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -286,7 +290,8 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         {a: {k: tuple(v) for k, v in m.items()} for a, m in body.get("model_fusions", {}).items()},
                         body.get("missing_weights", {}), frozenset(body.get("registry", ())),
                         Backend.read(body.get("transformers_backend")), FirstListed.read(body.get("registry_rule")),
-                        body.get("experts_gate_up_scale_2", {}))
+                        body.get("experts_gate_up_scale_2", {}), body.get("moe_scheme_refused", {}),
+                        {a: tuple(v) for a, v in body.get("moe_backend_overrides", {}).items()})
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:

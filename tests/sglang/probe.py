@@ -40,6 +40,14 @@ def run_probe(*args) -> list[dict]:
     return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
 
 
+def run_tool_probe(script: str, *args: str) -> dict:
+    """A tools/ probe run in SGLang's venv, its last stdout line read as JSON."""
+    proc = subprocess.run([str(SGLANG_PY), str(REPO / "tools" / script), *args], capture_output=True, text=True,
+                          timeout=600, env=clean_env(), cwd="/")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
 def load_in_sglang(dirs: list[Path], digests: bool = False) -> dict[Path, dict]:
     lines = run_probe("load", *dirs, *(["--digests"] if digests else []))
     assert [line["dir"] for line in lines] == [str(d) for d in dirs]

@@ -6,23 +6,17 @@ a GPU's kernels: there the ast reading is the judge."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pytest
 
 from repair.targets.runtime_rules import shipped_rules
-from .probe import REPO, SGLANG_PY, clean_env, requires_sglang
+from .probe import SGLANG_PY, requires_sglang, run_tool_probe
 
 pytestmark = [pytest.mark.sglang, requires_sglang]
 
 
 @pytest.fixture(scope="module")
 def ran() -> dict:
-    proc = subprocess.run([str(SGLANG_PY), str(REPO / "tools" / "sglang_expert_probe.py")], capture_output=True,
-                          text=True, timeout=600, env=clean_env(), cwd="/")
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.splitlines()[-1])
+    return run_tool_probe("sglang_expert_probe.py")
 
 
 def fact() -> dict:

@@ -1,0 +1,72 @@
+"""A weight-only compressed-tensors NVFP4 MoE (llm-compressor's NVFP4A16: `input_activations` null) under SGLang: the
+release's `CompressedTensorsConfig.get_moe_scheme` picks the MoE layer's scheme while the model is built. 0.5.9-0.5.11
+have no weight-only NVFP4 branch, and their chain's `_is_dynamic_token_w8a8` reads the null input args' `num_bits`
+(AttributeError) before it reaches its final raise; 0.5.23 builds CompressedTensorsW4A16Nvfp4MoE. The data is the
+release's own predicates run on compressed-tensors' own preset (tools/sglang_moe_schemes.py); doctor names the refusal
+as the first error, not the ModelOpt refusal of an hf_quant_config.json the checkpoint does not have."""
+
+from __future__ import annotations
+
+import glob
+import json
+from pathlib import Path
+
+import pytest
+
+from repair.targets.runtime_rules import shipped_rules
+from tests.conftest import run_captured
+from tests.test_expert_scales import MOE, compressed_tensors_moe
+from tests.test_expert_scales_sglang import weight_only
+
+OLD = ("sglang==0.5.9", "sglang==0.5.10", "sglang==0.5.11", "sglang==0.5.12")
+ERROR = "AttributeError: 'NoneType' object has no attribute 'num_bits'"
+
+
+def doctor(capsys, src: Path, target: str) -> tuple[int, dict]:
+    code, text, err = run_captured(capsys, "doctor", src, "--target", target, "--json")
+    return code, json.loads(text)
+
+
+def test_each_release_records_whether_it_builds_a_weight_only_nvfp4_moe():
+    facts = {r.label: r.moe_scheme_refused for r in shipped_rules() if r.runtime == "sglang"}
+    for label in ("sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11", "sglang 0.5.12"):
+        fact = facts[label]["compressed-tensors"]["W4A16_NVFP4"]
+        assert fact["error"] == ERROR and "_is_dynamic_token_w8a8" in fact["where"], (label, fact)
+    assert facts["sglang 0.5.23"] == {}, facts["sglang 0.5.23"]
+
+
+@pytest.mark.parametrize("target", OLD)
+def test_older_sglang_refuses_a_weight_only_compressed_tensors_moe_while_building_it(capsys, tmp_path, target):
+    src = weight_only(compressed_tensors_moe(tmp_path, broken=()))
+    code, doc = doctor(capsys, src, target)
+    assert code == 1, doc
+    refused = [f for f in doc["findings"] if f["runtime_error"] == ERROR]
+    assert [f["subject"] for f in refused] == [MOE.rpartition(".")[0] + ".experts"], doc["findings"]
+    (f,) = refused
+    assert f["severity"] == "error" and "get_moe_scheme" in f["message"] and "W4A16_NVFP4" in f["message"], f
+    assert "while building" in f["message"] and "fix --target bf16" in f["message"], f["message"]
+    assert not any(f["subject"] == "hf_quant_config.json" for f in doc["findings"]), doc["findings"]  # none stored
+    assert doc["runtime_stops_at"] and all(e["error"] == ERROR for e in doc["runtime_stops_at"]), doc["runtime_stops_at"]
+
+
+def test_sglang_0_5_23_builds_it_and_a_w4a4_moe_is_built_by_every_release(capsys, tmp_path):
+    src = weight_only(compressed_tensors_moe(tmp_path / "a16", broken=()))
+    code, doc = doctor(capsys, src, "sglang==0.5.23")
+    assert code == 0 and not doc["findings"], doc["findings"]
+    w4a4 = compressed_tensors_moe(tmp_path / "a4", broken=())
+    for target in OLD:
+        code, doc = doctor(capsys, w4a4, target)
+        assert code == 0 and not doc["findings"], (target, doc["findings"])
+
+
+def test_the_generator_reads_the_same_facts_from_the_wheels():
+    """Where the wheels are at hand (pip download --no-deps sglang==X), the shipped block is what the tool reads."""
+    from tools.sglang_moe_schemes import read_wheel
+
+    wheels = {Path(p).name.split("-")[1]: Path(p) for p in glob.glob("/tmp/sgl*/*/sglang-*.whl")}
+    if not wheels:
+        pytest.skip("no SGLang wheel downloaded")
+    facts = {r.label: r.moe_scheme_refused for r in shipped_rules() if r.runtime == "sglang"}
+    for release, wheel in wheels.items():
+        if f"sglang {release}" in facts:
+            assert read_wheel(wheel)[2] == facts[f"sglang {release}"], release
