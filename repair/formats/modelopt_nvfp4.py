@@ -66,6 +66,11 @@ class ModelOptRule:
         """is_layer_skipped's "exact" mode, which ModelOpt's is_layer_excluded uses for fused layers."""
         return prefix in self.exact
 
+    def named(self, test: str, name: str) -> bool:
+        """One of is_layer_excluded's tests of one name (the release's `fused_exclusions` orders them for a fused
+        layer): "exact" (is_layer_skipped), "pattern" (an entry as a substring of it, or an fnmatch pattern)."""
+        return name in self.exact if test == "exact" else self.index.matches(name)
+
     def used_entries(self, prefixes: Iterable[str]) -> frozenset[str]:
         """The entries that exclude at least one of `prefixes` on their own (the others match no layer)."""
         layers = {routed_layer(p) for p in prefixes}
