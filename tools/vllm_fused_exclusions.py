@@ -23,7 +23,7 @@ MAPPING = {"qkv_proj": SHARDS, "gate_up_proj": ["gate_proj", "up_proj"]}
 # kind -> test -> {side: the entries naming that side by that test alone}
 PROBES = {
     "modelopt": {"exact": {"fused": [[FUSED]], "shards": [[f"{PARENT}.{s}" for s in SHARDS]]},
-                 "pattern": {"fused": [["layers.0.self_attn.qkv"], ["*.self_attn.qkv_*"]],  # substring, fnmatch
+                 "pattern": {"fused": [["layers.0.self_attn.qkv"], ["*.self_attn.qkv?proj"]],  # substring, fnmatch
                              "shards": [[f"layers.0.self_attn.{s}" for s in SHARDS], [f"*.self_attn.{s}" for s in SHARDS]]}},
     "compressed-tensors": {"exact": {"fused": [[FUSED]], "shards": [[f"{PARENT}.{s}" for s in SHARDS]]},
                            "pattern": {"fused": [[r"re:.*self_attn\.qkv_proj$"]],
