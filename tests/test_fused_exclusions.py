@@ -64,6 +64,24 @@ def test_fused_layer_entries_are_judged_on_the_fused_prefix(capsys, tmp_path, ca
             assert f"{ATTN}.{shard}: stored bf16, but {target} builds it nvfp4" in out, out
 
 
+# Where another runtime's rule differs (its data's matchers, tests/sglang/test_profile_vs_sglang.py asks SGLang 0.5.23's
+# own functions): case -> {target: doctor's exit}. SGLang 0.5.23 tests shards by dotted path (_module_path_match), so
+# a shard's name minus `model.` reaches it, and turns only `*` of a glob into a regex (`?` stays a regex `?`); 0.5.9 has
+# no packed mapping for Llama and asks `qkv_proj` alone, by substring (utils.py is_layer_skipped, read from its wheel)
+OTHER_RULES = {
+    "shard-substring": {"sglang==0.5.23": 0, "sglang==0.5.9": 1},
+    "fused-fnmatch": {"sglang==0.5.23": 1, "sglang==0.5.9": 1},
+    "fused-substring": {"sglang==0.5.23": 1, "sglang==0.5.9": 0},
+    "shards-exact": {"sglang==0.5.23": 0, "sglang==0.5.9": 1},
+}
+
+
+@pytest.mark.parametrize("case,target", [(c, t) for c in sorted(OTHER_RULES) for t in sorted(OTHER_RULES[c])])
+def test_other_runtimes_judge_the_same_entries_by_their_own_rules(capsys, tmp_path, case, target):
+    code, out, err = run_captured(capsys, "doctor", llama_qkv_bf16(tmp_path / "x", CASES[case][0]), "--target", target)
+    assert code == OTHER_RULES[case][target], out + err
+
+
 def ct_llama_qkv_bf16(root: Path, entries: list[str]) -> Path:
     """`llama_qkv_bf16` converted by compressed-tensors' own converter (tools/ct_export.py), `entries` its `ignore`."""
     from tools.ct_export import convert_modelopt
@@ -102,13 +120,17 @@ def test_compressed_tensors_ignore_of_a_fused_layer_per_release(capsys, tmp_path
                 "vLLM requires all to use the same scheme.") in out, out
 
 
-def test_fix_of_shard_substrings_writes_entries_vllm_reads(capsys, tmp_path):
-    """fix --target keeps its promise on entries vLLM never applies to the fused layer: the output passes doctor
-    --strict for the target (its entries name every shard exactly, which is_layer_skipped reads)."""
-    src = llama_qkv_bf16(tmp_path / "src", CASES["shard-substring"][0])
-    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "vllm==0.32.0")
+@pytest.mark.parametrize("targets", ["vllm==0.32.0", "vllm==0.32.0,sglang==0.5.23", "vllm==0.28.0,sglang==0.5.9,trtllm==1.0"])
+@pytest.mark.parametrize("case", ["shard-substring", "shard-fnmatch"])
+def test_fix_of_entries_vllm_never_applies_writes_entries_it_reads(capsys, tmp_path, case, targets):
+    """fix --target keeps its promise on entries vLLM never applies to the fused layer (SGLang 0.5.23 reads the
+    substrings as dotted paths): the output passes doctor --strict for every target (its entries name every shard
+    exactly, which is_layer_skipped reads, or the fused layer)."""
+    src = llama_qkv_bf16(tmp_path / "src", CASES[case][0])
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", targets)
     assert code == 0, out + err
     written = json.loads((tmp_path / "out" / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
     assert {f"{ATTN}.{s}" for s in SHARDS} <= set(written) or f"{ATTN}.qkv_proj" in written, written
-    code, out, err = run_captured(capsys, "doctor", tmp_path / "out", "--target", "vllm==0.32.0", "--strict")
-    assert code == 0, out + err
+    for target in targets.split(","):
+        code, out, err = run_captured(capsys, "doctor", tmp_path / "out", "--target", target, "--strict")
+        assert code == 0, out + err
