@@ -10,7 +10,8 @@ vLLM's exclusion rule (`ModelOptQuantConfigBase.is_layer_excluded`) tries, in or
 match (a fused layer such as `gate_up_proj` matches only when every shard is listed, and only
 with a packed-modules mapping, which the drafter's config never has), a plain substring test,
 then fnmatch. A trailing `X*` pattern is also tried as `X` and `X.*`. It matches the runtime's
-layer names, which the architecture maps from the checkpoint's (repair/arch/).
+layer names, which the architecture maps from the checkpoint's (repair/arch/); a layer vLLM fuses from shards is
+asked under its fused prefix, in its release's order (repair/targets/fused_exclusions.py).
 """
 
 from __future__ import annotations
