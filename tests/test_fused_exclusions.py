@@ -134,3 +134,18 @@ def test_fix_of_entries_vllm_never_applies_writes_entries_it_reads(capsys, tmp_p
     for target in targets.split(","):
         code, out, err = run_captured(capsys, "doctor", tmp_path / "out", "--target", target, "--strict")
         assert code == 0, out + err
+
+
+@pytest.mark.parametrize("entry", ["layers.0.self_attn.gate_proj", "model.layers.0.self_attn.gate_proj", "*.self_attn.gate_proj"])
+def test_a_shard_named_layer_the_class_builds_on_its_own_is_asked_by_its_own_name(entry):
+    """Afmoe's attention gate_proj is a ColumnParallelLinear of its own (vLLM 0.32's row), not a shard of a gate_up_proj:
+    is_layer_skipped sees `gate_proj`, no packed key, and tests its own name, by substring and fnmatch too."""
+    from repair.formats.base import Declaration
+    from repair.formats.modelopt_nvfp4 import MODELOPT_NVFP4
+    from repair.targets.profiles import resolve
+
+    target = resolve("vllm==0.32.0")
+    row = target.release.row("AfmoeForCausalLM")
+    declared = target.bind(Declaration("NVFP4", None, (entry,), MODELOPT_NVFP4), row, {"architectures": ["AfmoeForCausalLM"]})
+    assert declared.excludes("model.layers.0.self_attn.gate_proj")
+    assert not declared.excludes("model.layers.0.mlp.gate_proj")  # the MLP's is a shard: gate_up_proj is asked

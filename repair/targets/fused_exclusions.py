@@ -13,8 +13,10 @@ in the data's order; every other name is the format's own rule's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
+from repair.arch.base import Architecture
+from repair.arch.profiled import NUMBER, BuiltQuantized, with_drafter
 from repair.formats.base import Declaration
 
 STEP_SIDES = ("fused", "shards")
@@ -41,13 +43,14 @@ class FusedRule:
     fusions: Mapping[str, tuple[str, ...]]
     steps: tuple[tuple[str, tuple[str, ...]], ...]
     mixed: str  # the release's error for shards that disagree ({prefix}, {shards})
+    own: Callable[[str], bool] = lambda name: False  # the class builds this shard-named module as a layer of its own
     _seen: dict = field(default_factory=dict, compare=False, hash=False, repr=False)  # fused prefix -> decision
 
     def layer(self, name: str) -> tuple[str, tuple[str, ...]] | None:
         """(the fused prefix vLLM asks for `name`, its shard prefixes as vLLM makes them: `prefix.replace`), or None
         where `name` is no fused layer nor a shard of one (a routed expert: its FusedMoE asks its own name)."""
         parent, _, leaf = name.rpartition(".")
-        if ".experts." in name:
+        if ".experts." in name or self.own(name):  # Afmoe's attention gate_proj: vLLM asks its own name
             return None
         fused = leaf if leaf in self.fusions else next((f for f, shards in self.fusions.items() if leaf in shards), None)
         if fused is None:
@@ -122,14 +125,19 @@ class FusedRule:
         return used
 
 
-def bind_fused(declaration: Declaration, fusions: Mapping[str, tuple[str, ...]], facts: Mapping | None) -> Declaration:
-    """The declaration whose rules ask fused layers as the release's `fused_exclusions` facts (for this config kind)
-    say; unchanged where the data has none or the model fuses nothing."""
-    if not facts or not fusions or not declaration.quantized:
+def bind_fused(declaration: Declaration, family: Architecture, facts: Mapping | None) -> Declaration:
+    """The declaration whose rules ask the family's fused layers as the release's `fused_exclusions` facts (for this
+    config kind) say; unchanged where the data has none or the model fuses nothing."""
+    if not facts or not family.fused_layers or not declaration.quantized:
         return declaration
     steps, mixed = read_steps(facts), facts["mixed"]
-    fusions = {k: tuple(v) for k, v in fusions.items()}
+    fusions = {k: tuple(v) for k, v in family.fused_layers.items()}
+    built = family.built_quantized
+    modules = with_drafter(built.entry)[0] if isinstance(built, BuiltQuantized) else {}
+
+    def own(name: str) -> bool:  # the profile's row holds the module's own pattern: a layer, not a shard
+        return NUMBER.sub(".*", name) in modules
 
     def matcher(entries, targets):
-        return FusedRule(declaration.format.rule(entries, targets), fusions, steps, mixed)
+        return FusedRule(declaration.format.rule(entries, targets), fusions, steps, mixed, own)
     return replace(declaration, matcher=matcher)

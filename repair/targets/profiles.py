@@ -106,7 +106,7 @@ class Target:
         if rules is None and self.profile.allows_quant_config and self.release is not None:
             # vLLM's own reading: the format's rule, a fused layer asked as the release's data says
             kind = "compressed-tensors" if declaration.format.NAME == "compressed-tensors" else "modelopt"
-            return bind_fused(declaration, family.fused_layers, self.release.fused_exclusions.get(kind))
+            return bind_fused(declaration, family, self.release.fused_exclusions.get(kind))
         if rules is None or not declaration.quantized:
             return declaration
         name = (built or self.built(config)).name or ""
