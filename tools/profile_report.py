@@ -67,7 +67,7 @@ def section(doc: dict, name: str) -> list[str]:
              f"- quantization config used: `{json.dumps(doc['quantization'], sort_keys=True)}`",
              "- MTP drafters: " + (", ".join(f"`{a}` ({e['mtp'].get('architecture') or 'not built: ' + e['mtp']['unbuilt'][:60]})"
                                              for a, e in sorted(archs.items()) if "mtp" in e) or "none"),
-             *refused_lines(doc), *registry_lines(doc), "",
+             *refused_lines(doc), *registry_lines(doc), *fused_lines(doc), "",
              "Profiled: " + ", ".join(f"`{a}`" for a in sorted(archs)) + ".", "", "Not profiled, and why:", ""]
     by_category: dict[str, list[str]] = {}
     for arch, reason in sorted(missing.items()):
@@ -91,6 +91,15 @@ def registry_lines(doc: dict) -> list[str]:
             f"- none listed (absent, null or []): the class named from model_type, transformers' base model of "
             f"{len(doc['unlisted']['classes'])} model types (`unlisted`, its get_config), built as listed; any other "
             f"model_type is refused: `{doc['unlisted']['refused']}`"] if "unlisted" in doc else [])
+
+
+def fused_lines(doc: dict) -> list[str]:
+    """How the release tests an exclusion list for a layer it fuses from checkpoint shards (`fused_exclusions`,
+    tools/vllm_fused_exclusions.py, run on its own exclusion functions)."""
+    found = doc.get("fused_exclusions") or {}
+    return [f"- a layer fused from checkpoint shards (`fused_exclusions`): {kind} tests " + ", then ".join(
+        f"`{step}`" for step in facts["steps"]) + f"; shards that disagree: `{facts['mixed']}`"
+        for kind, facts in sorted(found.items())]
 
 
 def refused_lines(doc: dict) -> list[str]:

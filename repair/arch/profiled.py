@@ -97,6 +97,7 @@ class ReleaseProfile:
     # quant method -> which global scale its NVFP4 MoE keeps for a routed expert's gate/up (tools/vllm_expert_scales.py)
     experts_gate_up_scale_2: dict = field(default_factory=dict)
     modelopt_nested_refused: dict = field(default_factory=dict)  # quant_algo -> its config reading's error (nested form)
+    fused_exclusions: dict = field(default_factory=dict)  # config kind -> how it tests a fused layer (targets/fused_exclusions.py)
 
     @property
     def label(self) -> str:
@@ -143,7 +144,7 @@ def read_profiles() -> tuple[ReleaseProfile, ...]:
                                   doc.get("missing_weights", {}), doc.get("null_exclusions_refused", {}),
                                   doc.get("load_refused_checked") is True, Registry.read(doc, label, item.name),
                                   doc.get("build_refused", {}), doc.get("experts_gate_up_scale_2", {}),
-                                  doc.get("modelopt_nested_refused", {})))
+                                  doc.get("modelopt_nested_refused", {}), doc.get("fused_exclusions", {})))
     return tuple(sorted(out, key=lambda p: (p.runtime, p.release)))
 
 

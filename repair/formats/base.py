@@ -75,7 +75,7 @@ class Declaration:
         """The entries (default: the list vLLM uses) that exclude one of `prefixes` on their own: one pass over the
         names under the format's rule; a runtime's own rule (repair/targets/matchers.py, no index) is asked entry by
         entry, as it reads each one."""
-        if self.matcher is None:
+        if self.matcher is None or hasattr(self.rule(entries), "used_entries"):  # an index pass (vLLM's fused tests too)
             return self.rule(entries).used_entries(prefixes)
         return frozenset(e for e in (self.exclusions if entries is None else entries) if any(self.excludes(p, [e]) for p in prefixes))
 

@@ -75,11 +75,19 @@ class CtRule:
 
     def excludes(self, prefix: str) -> bool:
         """An ignore entry matches, or no config-group target names the layer."""
-        return self.ignore.matches(prefix) or (self.targets is not None and not self.targets.matches(prefix))
+        return self.ignore.matches(prefix) or self.untargeted(prefix)
 
     def shard_excluded(self, prefix: str) -> bool:
         """find_matching_patterns: an ignore entry equal to the shard's name or `re:` matching it."""
         return self.ignore.matches(prefix)
+
+    def named(self, test: str, name: str) -> bool:
+        """One of should_ignore_layer's tests of one name: "exact" (equal), "pattern" (a `re:` entry, re.match)."""
+        return name in self.ignore.exact if test == "exact" else self.ignore.regexes.matches(name)
+
+    def untargeted(self, prefix: str) -> bool:
+        """No config-group target names the layer (find_matched_target finds none): it is built unquantized."""
+        return self.targets is not None and not self.targets.matches(prefix)
 
     def used_entries(self, prefixes: Iterable[str]) -> frozenset[str]:
         """The ignore entries that exclude at least one of `prefixes` on their own: where a layer is one no target

@@ -10,7 +10,8 @@ vLLM's exclusion rule (`ModelOptQuantConfigBase.is_layer_excluded`) tries, in or
 match (a fused layer such as `gate_up_proj` matches only when every shard is listed, and only
 with a packed-modules mapping, which the drafter's config never has), a plain substring test,
 then fnmatch. A trailing `X*` pattern is also tried as `X` and `X.*`. It matches the runtime's
-layer names, which the architecture maps from the checkpoint's (repair/arch/).
+layer names, which the architecture maps from the checkpoint's (repair/arch/); a layer vLLM fuses from shards is
+asked under its fused prefix, in its release's order (repair/targets/fused_exclusions.py).
 """
 
 from __future__ import annotations
@@ -65,6 +66,11 @@ class ModelOptRule:
     def shard_excluded(self, prefix: str) -> bool:
         """is_layer_skipped's "exact" mode, which ModelOpt's is_layer_excluded uses for fused layers."""
         return prefix in self.exact
+
+    def named(self, test: str, name: str) -> bool:
+        """One of is_layer_excluded's tests of one name (the release's `fused_exclusions` orders them for a fused
+        layer): "exact" (is_layer_skipped), "pattern" (an entry as a substring of it, or an fnmatch pattern)."""
+        return name in self.exact if test == "exact" else self.index.matches(name)
 
     def used_entries(self, prefixes: Iterable[str]) -> frozenset[str]:
         """The entries that exclude at least one of `prefixes` on their own (the others match no layer)."""

@@ -18,6 +18,7 @@ from repair import arch
 from repair.arch.profiled import ReleaseProfile
 from repair.arch.registry import Builds, Registry, Resolved, resolve as resolve_listed
 from repair.errors import UsageError
+from repair.targets.fused_exclusions import bind_fused
 from repair.targets.runtime_rules import RuntimeRules, shipped_rules
 
 
@@ -102,6 +103,10 @@ class Target:
         """The declaration as this target reads it: a rules-file release's own matchers, else unchanged (vLLM's);
         `built`: what it builds (Target.built), when decided."""
         rules = self.profile.rules
+        if rules is None and self.profile.allows_quant_config and self.release is not None:
+            # vLLM's own reading: the format's rule, a fused layer asked as the release's data says
+            kind = "compressed-tensors" if declaration.format.NAME == "compressed-tensors" else "modelopt"
+            return bind_fused(declaration, family, self.release.fused_exclusions.get(kind))
         if rules is None or not declaration.quantized:
             return declaration
         name = (built or self.built(config)).name or ""

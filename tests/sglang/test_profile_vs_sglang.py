@@ -30,7 +30,11 @@ MLA = {"fused_qkv_a_proj_with_mqa": ["q_a_proj", "kv_a_proj_with_mqa"]}
 HOSTILE = [["*.q_proj"], ["gate"], ["0"], ["mlp.gate"], ["model.layers.1?.mlp.gate"], ["model.layers.[0-1].self_attn*"],
            ["lm_head"], ["*experts*"], ["model.layers.0.self_attn.q_proj"], ["model.layers.0.mlp.gate_proj",
            "model.layers.0.mlp.up_proj"], ["language_model.model.layers.0.mlp.down_proj"], ["kv_a_proj_with_mqa"],
-           ["model.layers.0.self_attn.kv_a_proj_with_mqa"], ["model.layers.61*"], ["re:.*self_attn.*"], ["*"], []]
+           ["model.layers.0.self_attn.kv_a_proj_with_mqa"], ["model.layers.61*"], ["re:.*self_attn.*"], ["*"], [],
+           # a fused layer named whole, or its shards by substring, glob or regex only (vLLM asks the fused prefix too)
+           ["model.layers.0.self_attn.qkv_proj"], [f"layers.0.self_attn.{s}" for s in ("q_proj", "k_proj", "v_proj")],
+           ["*.self_attn.qkv?proj"], [f"*.layers.0.self_attn.{s}" for s in ("q_proj", "k_proj", "v_proj")],
+           [r"re:.*self_attn\.q"], [r"re:.*self_attn\.qkv_proj$"], ["model.layers.0.self_attn.qkv_proj", "model.layers.0.self_attn.q_proj"]]
 PREFIXES = [("model.layers.0.self_attn.qkv_proj", "linear"), ("model.layers.0.self_attn.o_proj", "linear"),
             ("model.layers.0.mlp.gate_up_proj", "linear"), ("model.layers.0.mlp.down_proj", "linear"),
             ("model.layers.0.mlp.gate", "linear"), ("model.layers.10.mlp.gate", "linear"),
@@ -63,7 +67,11 @@ def predicted(rules: dict, case: dict) -> str:
     rule = EXCLUSION_MATCHERS[rules["matchers"][case["kind"]]](tuple(case["entries"]), None, building)
     name = f"{case['prefix']}.0.gate_proj" if case["layer"] == "moe" else case["prefix"]
     error = rule.fused_refusal(name, ())
-    return f"error: {error}" if error else ("bf16" if rule.excludes(name) else "quantized")
+    answer = f"error: {error}" if error else ("bf16" if rule.excludes(name) else "quantized")
+    leaf = name.rpartition(".")[2]
+    for shard in FUSIONS.get(leaf, ()) if error is None else ():  # doctor asks with a stored shard's name
+        assert rule.excludes(name.replace(leaf, shard)) is (answer == "bf16"), (case, shard)
+    return answer
 
 
 @pytest.fixture(scope="module")

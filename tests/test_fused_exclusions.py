@@ -1,0 +1,151 @@
+"""Exclusion entries of a layer vLLM builds fused from shards (Llama's qkv_proj from q/k/v_proj), judged as vLLM judges
+them: `is_layer_excluded` (modelopt.py:187-222, 0.28-0.32) first asks `is_layer_skipped` with the FUSED layer's prefix
+(quant_utils.py:617-690: that exact name listed, else every shard's exact name listed, a mix raising), then tests every
+entry as a substring of, and an fnmatch pattern against, the fused layer's prefix (`...qkv_proj`), never a shard's.
+compressed-tensors' `should_ignore_layer` (compressed_tensors/utils.py:53-70, config_utils.py:344-380) tests the fused
+name (equal or `re:`) first, then each shard. The release's data (`fused_exclusions`, tools/vllm_fused_exclusions.py)
+says which names each test is asked of; tests/vllm/test_asked_prefixes_vs_vllm.py judges these cases with vLLM's loader.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from repair.codec import nvfp4
+from tests.conftest import run_captured
+from tests.test_fix_runtime_prefixes import export
+
+ATTN = "model.layers.0.self_attn"
+SHARDS = ("q_proj", "k_proj", "v_proj")
+
+
+def llama_qkv_bf16(root: Path, entries: list[str]) -> Path:
+    """Layer 0's q/k/v stored BF16, layer 1's packed NVFP4 with one global scale; `entries` beside lm_head."""
+    gen = torch.Generator().manual_seed(2)
+    extra = {}
+    for layer in range(2):
+        weights = {leaf: (torch.randn(32, 32, generator=gen) * 0.05).to(torch.bfloat16) for leaf in SHARDS}
+        shared = nvfp4.global_scale(torch.cat(list(weights.values())))
+        for leaf, weight in weights.items():
+            name = f"model.layers.{layer}.self_attn.{leaf}"
+            if layer == 0:
+                extra[f"{name}.weight"] = weight
+                continue
+            codes, scale, scale_2 = nvfp4.quantize(weight, shared.clone())
+            extra.update({f"{name}.weight": codes, f"{name}.weight_scale": scale, f"{name}.weight_scale_2": scale_2,
+                          f"{name}.input_scale": torch.tensor(0.01)})
+    return export(root, "LlamaForCausalLM", "llama", extra, ["lm_head", *entries])
+
+
+# case -> (entries, whether vLLM 0.28-0.32 builds layer 0's qkv_proj BF16, so the BF16 shards load)
+CASES = {
+    "fused-exact": ([f"{ATTN}.qkv_proj"], True),  # is_layer_skipped's exact test of the fused name
+    "shards-exact": ([f"{ATTN}.{s}" for s in SHARDS], True),  # every shard's exact name
+    "fused-substring": (["layers.0.self_attn.qkv"], True),  # a substring of the fused prefix
+    "fused-fnmatch": (["*.layers.0.self_attn.qkv?proj"], True),  # fnmatch against the fused prefix (no trailing `*`:
+    # where the class has a weight mapper, vLLM rewrites `X*` as `X` and `X.*`, modelopt.py apply_vllm_mapper)
+    "shard-substring": ([f"layers.0.self_attn.{s}" for s in SHARDS], False),  # substrings of shards, not of qkv_proj
+    "shard-fnmatch": ([f"*.layers.0.self_attn.{s}" for s in SHARDS], False),  # fnmatch of shards only
+}
+
+
+@pytest.mark.parametrize("target", ["vllm==0.32.0", "vllm==0.28.0"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fused_layer_entries_are_judged_on_the_fused_prefix(capsys, tmp_path, case, target):
+    entries, loads = CASES[case]
+    code, out, err = run_captured(capsys, "doctor", llama_qkv_bf16(tmp_path / "x", entries), "--target", target)
+    assert (code == 0) is loads, out + err
+    if not loads:
+        for shard in SHARDS:
+            assert f"{ATTN}.{shard}: stored bf16, but {target} builds it nvfp4" in out, out
+
+
+# Where another runtime's rule differs (its data's matchers, tests/sglang/test_profile_vs_sglang.py asks SGLang 0.5.23's
+# own functions): case -> {target: doctor's exit}. SGLang 0.5.23 tests shards by dotted path (_module_path_match), so
+# a shard's name minus `model.` reaches it, and turns only `*` of a glob into a regex (`?` stays a regex `?`); 0.5.9 has
+# no packed mapping for Llama and asks `qkv_proj` alone, by substring (utils.py is_layer_skipped, read from its wheel)
+OTHER_RULES = {
+    "shard-substring": {"sglang==0.5.23": 0, "sglang==0.5.9": 1},
+    "fused-fnmatch": {"sglang==0.5.23": 1, "sglang==0.5.9": 1},
+    "fused-substring": {"sglang==0.5.23": 1, "sglang==0.5.9": 0},
+    "shards-exact": {"sglang==0.5.23": 0, "sglang==0.5.9": 1},
+}
+
+
+@pytest.mark.parametrize("case,target", [(c, t) for c in sorted(OTHER_RULES) for t in sorted(OTHER_RULES[c])])
+def test_other_runtimes_judge_the_same_entries_by_their_own_rules(capsys, tmp_path, case, target):
+    code, out, err = run_captured(capsys, "doctor", llama_qkv_bf16(tmp_path / "x", CASES[case][0]), "--target", target)
+    assert code == OTHER_RULES[case][target], out + err
+
+
+def ct_llama_qkv_bf16(root: Path, entries: list[str]) -> Path:
+    """`llama_qkv_bf16` converted by compressed-tensors' own converter (tools/ct_export.py), `entries` its `ignore`."""
+    from tools.ct_export import convert_modelopt
+
+    src = llama_qkv_bf16(root / "modelopt", entries)
+    config = json.loads((src / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+                                     "kv_cache_quant_algo": None, "ignore": ["lm_head", *entries]}
+    (src / "config.json").write_text(json.dumps(config))
+    out = convert_modelopt(src, root / "ct")
+    (out / "hf_quant_config.json").unlink(missing_ok=True)
+    assert json.loads((out / "config.json").read_text())["quantization_config"]["ignore"] == ["lm_head", *entries]
+    return out
+
+
+# compressed-tensors: case -> (ignore entries, {release: whether it builds layer 0's qkv_proj BF16 (None: refuses it)})
+CT_CASES = {
+    "fused-exact": ([f"{ATTN}.qkv_proj"], {"0.32.0": True, "0.28.0": True}),
+    "shards-regex": ([r"re:.*layers\.0\.self_attn\.[qkv]_proj$"], {"0.32.0": True, "0.28.0": True}),
+    # 0.28 tests the fused name for equality only (compressed_tensors/utils.py should_ignore_layer), 0.30+ `re:` too
+    "fused-regex": ([r"re:.*layers\.0\.self_attn\.qkv_proj$"], {"0.32.0": True, "0.28.0": False}),
+    # re.match: q_proj and qkv_proj, not k/v: 0.32 ignores the fused layer first, 0.28 finds its shards disagree
+    "fused-and-one-shard-regex": ([r"re:.*layers\.0\.self_attn\.q"], {"0.32.0": True, "0.28.0": None}),
+}
+
+
+@pytest.mark.parametrize("release", ["0.32.0", "0.28.0"])
+@pytest.mark.parametrize("case", sorted(CT_CASES))
+def test_compressed_tensors_ignore_of_a_fused_layer_per_release(capsys, tmp_path, case, release):
+    entries, loads = CT_CASES[case]
+    src = ct_llama_qkv_bf16(tmp_path / "x", entries)
+    code, out, err = run_captured(capsys, "doctor", src, "--target", f"vllm=={release}")
+    assert (code == 0) is bool(loads[release]), out + err
+    if loads[release] is None:
+        assert (f"Found a different quantization schemes for ['q_proj', 'k_proj', 'v_proj'] in {ATTN}.qkv_proj. "
+                "vLLM requires all to use the same scheme.") in out, out
+
+
+@pytest.mark.parametrize("targets", ["vllm==0.32.0", "vllm==0.32.0,sglang==0.5.23", "vllm==0.28.0,sglang==0.5.9,trtllm==1.0"])
+@pytest.mark.parametrize("case", ["shard-substring", "shard-fnmatch"])
+def test_fix_of_entries_vllm_never_applies_writes_entries_it_reads(capsys, tmp_path, case, targets):
+    """fix --target keeps its promise on entries vLLM never applies to the fused layer (SGLang 0.5.23 reads the
+    substrings as dotted paths): the output passes doctor --strict for every target (its entries name every shard
+    exactly, which is_layer_skipped reads, or the fused layer)."""
+    src = llama_qkv_bf16(tmp_path / "src", CASES[case][0])
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", targets)
+    assert code == 0, out + err
+    written = json.loads((tmp_path / "out" / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert {f"{ATTN}.{s}" for s in SHARDS} <= set(written) or f"{ATTN}.qkv_proj" in written, written
+    for target in targets.split(","):
+        code, out, err = run_captured(capsys, "doctor", tmp_path / "out", "--target", target, "--strict")
+        assert code == 0, out + err
+
+
+@pytest.mark.parametrize("entry", ["layers.0.self_attn.gate_proj", "model.layers.0.self_attn.gate_proj", "*.self_attn.gate_proj"])
+def test_a_shard_named_layer_the_class_builds_on_its_own_is_asked_by_its_own_name(entry):
+    """Afmoe's attention gate_proj is a ColumnParallelLinear of its own (vLLM 0.32's row), not a shard of a gate_up_proj:
+    is_layer_skipped sees `gate_proj`, no packed key, and tests its own name, by substring and fnmatch too."""
+    from repair.formats.base import Declaration
+    from repair.formats.modelopt_nvfp4 import MODELOPT_NVFP4
+    from repair.targets.profiles import resolve
+
+    target = resolve("vllm==0.32.0")
+    row = target.release.row("AfmoeForCausalLM")
+    declared = target.bind(Declaration("NVFP4", None, (entry,), MODELOPT_NVFP4), row, {"architectures": ["AfmoeForCausalLM"]})
+    assert declared.excludes("model.layers.0.self_attn.gate_proj")
+    assert not declared.excludes("model.layers.0.mlp.gate_proj")  # the MLP's is a shard: gate_up_proj is asked
