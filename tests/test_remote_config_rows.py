@@ -327,3 +327,54 @@ def test_a_recorded_refusal_is_the_same_text_whatever_order_its_set_printed_in(m
     one, two = (facts.stable_text(ValueError(head + text)) for text in ("{'a.weight', 'b.weight'}", "{'b.weight', 'a.weight'}"))
     assert one == two == f"ValueError: {head}{{...}}"
     assert facts.stable_text(KeyError("x" * 500)) == "KeyError: '" + "x" * 159
+
+
+def test_mapper_inverse_reads_the_releases_own_map_order(monkeypatch):
+    """vLLM 0.28/0.30's WeightsMapper names its one-name map `_map_name` (public `map_name` since 0.32) and applies its
+    maps in 0.32's order (utils.py _map_name_with_shard: renaming, regex, substr, stacked, prefix, suffix): Mistral
+    Large 3's row is learned there too (the 0.28 profile had recorded the tool's own AttributeError as vLLM's failure to
+    build it). A mapper applying its maps in another order is not inverted by candidates(): the tool stops and says so."""
+    import dataclasses
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "tools"))
+    inverse = importlib.import_module("vllm_mapper_inverse")
+
+    @dataclasses.dataclass
+    class Older:  # 0.28's shape: only _map_name, the maps in 0.32's order
+        orig_to_new_renaming: list = dataclasses.field(default_factory=list)
+        orig_to_new_regex: dict = dataclasses.field(default_factory=dict)
+        orig_to_new_substr: dict = dataclasses.field(default_factory=dict)
+        orig_to_new_stacked: dict = dataclasses.field(default_factory=dict)
+        orig_to_new_prefix: dict = dataclasses.field(default_factory=dict)
+        orig_to_new_suffix: dict = dataclasses.field(default_factory=dict)
+
+        def _map_name(self, key):
+            return self._map_name_with_shard(key)[0]
+
+        def _map_name_with_shard(self, key):
+            for _ in self.orig_to_new_renaming, self.orig_to_new_regex, self.orig_to_new_substr:
+                pass
+            for _ in self.orig_to_new_stacked, self.orig_to_new_prefix:
+                pass
+            for old, new in self.orig_to_new_suffix.items():
+                key = key[: -len(old)] + new if key.endswith(old) else key
+            return key, None
+
+    class Reordered(Older):  # suffixes before prefixes: candidates() would invert in the wrong order
+        def _map_name_with_shard(self, key):
+            for _ in self.orig_to_new_renaming, self.orig_to_new_regex, self.orig_to_new_substr:
+                pass
+            for _ in self.orig_to_new_stacked, self.orig_to_new_suffix, self.orig_to_new_prefix:
+                pass
+            return key, None
+
+    class Model:
+        hf_to_vllm_mapper = Older(orig_to_new_suffix={".wo": ".o_proj"})
+
+        def modules(self):
+            return [self]
+
+    assert inverse.published_names(Model(), ["layers.0.o_proj"]) == {"layers.0.o_proj": "layers.0.wo"}
+    Model.hf_to_vllm_mapper = Reordered(orig_to_new_suffix={".wo": ".o_proj"})
+    with pytest.raises(SystemExit, match="orig_to_new_suffix.*orig_to_new_prefix"):
+        inverse.published_names(Model(), ["layers.0.o_proj"])
