@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 
 from repair import arch
+from repair.targets.profiles import release_at_or_below
 from tests.conftest import run_captured
 from tools import profile_report
 from tools.real_fixture import write_real_model
 
 VLLM = arch.newest("vllm")
+VLLM28 = release_at_or_below("vllm", (0, 28, 0))
 LEARNED = sorted(a for a, e in VLLM.entries.items() if e["config"]["source"].startswith(profile_report.LEARNED))
 # vLLM 0.32 registers these under its LlamaForCausalLM class (model_executor/models/registry.py: ("llama",
 # "LlamaForCausalLM")); transformers writes Llama's config, so that row is learned from transformers' own names
@@ -155,15 +157,15 @@ def test_mimo_mtp_layers_vllm_drops_are_not_errors(capsys, llama_layout, tmp_pat
     mimo = mimo_with_mtp(llama_layout, tmp_path / "mimo")
     code, out, _ = run_captured(capsys, "doctor", mimo, "--target", "vllm==0.32.0")
     assert code == 0 and "0 error(s)" in out.splitlines()[0], out
-    assert "weight mapper drops every tensor under model.mtp_layers. unread" in out and "mtp_layers.0.self_attn.q_proj:" not in out, out
+    assert "drops every tensor under model.mtp_layers. unread (its weight mapper" in out and "mtp_layers.0.self_attn.q_proj:" not in out, out
 
 
-@pytest.mark.xfail(strict=True, reason="vLLM 0.28's MiMoForCausalLM drops model.mtp_layers. through its load_weights' "
-                   "AutoWeightsLoader skip_prefixes (mimo.py:121-125), not through a mapper as 0.32 does: the generator "
-                   "records mapper drops only (vllm_load_facts.py mapper_drops), so the 0.28 row expects the MTP q_proj "
-                   "NVFP4; measured: 0.28's own loader loads this export (tools/vllm_load.py)")
 def test_mimo_mtp_layers_vllm_028_drops_are_not_errors(capsys, llama_layout, tmp_path):
-    """The 0.32 test above, for vLLM 0.28 (whose MiMo row is new with the regenerated data)."""
+    """vLLM 0.28's MiMoForCausalLM drops model.mtp_layers. through its load_weights' AutoWeightsLoader skip_prefixes
+    (mimo.py:121-125), not a mapper: the row records it (tools/vllm_load_facts.py loader_drops; it had recorded mapper
+    drops only, and doctor called the MTP q_proj a fused-shards error). Measured: 0.28's own loader loads this export
+    (tools/vllm_load.py)."""
+    assert VLLM28.entries["MiMoForCausalLM"]["renames"].get("model.mtp_layers.", "absent") is None
     mimo = mimo_with_mtp(llama_layout, tmp_path / "mimo")
     code, out, _ = run_captured(capsys, "doctor", mimo, "--target", "vllm==0.28.0")
     assert code == 0 and "0 error(s)" in out.splitlines()[0], out

@@ -282,6 +282,32 @@ def mapper_drops(model_class) -> dict[str, None]:
     return {p: None for p, new in sorted((getattr(mapper, "orig_to_new_prefix", None) or {}).items()) if new is None}
 
 
+def loader_drops(model) -> dict[str, None]:
+    """Checkpoint name prefix -> None for each `skip_prefixes` entry the class's own load_weights hands its
+    AutoWeightsLoader under which the model builds no module: dropped unread, as `mapper_drops` (vLLM 0.28's MiMo:
+    `model.mtp_layers.`, mimo.py:121-125, where 0.32 uses its mapper). Read by running load_weights on no weights with
+    the loader's constructor recording what it is given (a shim: the loader itself decides nothing here)."""
+    from vllm.model_executor.models.utils import AutoWeightsLoader
+
+    given: list[str] = []
+    init = AutoWeightsLoader.__init__
+
+    def recording(self, module, *args, skip_prefixes=None, **kwargs):
+        if module is model:
+            given.extend(skip_prefixes or ())
+        init(self, module, *args, skip_prefixes=skip_prefixes, **kwargs)
+
+    AutoWeightsLoader.__init__ = recording
+    try:
+        model.load_weights(iter(()))
+    except Exception:  # noqa: BLE001 - a load_weights that wants weights: its loader's prefixes were read already
+        pass
+    finally:
+        AutoWeightsLoader.__init__ = init
+    built = [name for name, _ in model.named_modules()]
+    return {p: None for p in sorted(set(given)) if p.endswith(".") and not any((n + ".").startswith(p) for n in built)}
+
+
 def dropped_tensors(model, tensors: dict) -> dict[str, dict[str, str | None]]:
     """Checkpoint tensor pattern -> {"unfilled": the parameter pattern left unfilled, "refused": vLLM's error or None},
     where the class's own load_weights takes a tensor of the published layout and fills no parameter with it, and a
