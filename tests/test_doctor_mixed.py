@@ -220,24 +220,43 @@ def test_loader_knows_fp8_and_w4a16_parameters():
     assert _simulate(FP8_LAYER, "bf16")["layer.weight"] == "garbage"
 
 
-def test_vllm_032_refuses_mixed_precision_read_from_hf_quant_config(capsys, tmp_path):
+@pytest.mark.parametrize("release", ["0.28.0", "0.30.0", "0.32.0"])
+def test_vllm_refuses_mixed_precision_read_from_hf_quant_config(capsys, tmp_path, release):
     """vLLM 0.32 reads hf_quant_config.json where config.json has no quantization_config, and its config reading refuses
     ModelOpt's nested form for any quant_algo but the FP8 ones and NVFP4, before any layer is built (its data's
     `modelopt_nested_refused`, from tools/vllm_nested_algos.py; vLLM's own load of a DeepSeek-V4 export so stops:
-    tests/vllm/test_dsv4_gpu_class_vs_vllm.py). The same model with config.json's quantization_config loads."""
-    code, report = doctor(capsys, write_mixed(tmp_path / "hf-only", config_json=False), "--target", "vllm==0.32.0")
+    tests/vllm/test_dsv4_gpu_class_vs_vllm.py); 0.28 and 0.30 run the same code (model_arch_config_convertor.py,
+    their regenerated data). The same model with config.json's quantization_config loads."""
+    code, report = doctor(capsys, write_mixed(tmp_path / "hf-only", config_json=False), "--target", f"vllm=={release}")
     refused = [f for f in report["findings"] if f["code"] == "quant-config"]
     assert code == 1 and [f["runtime_error"] for f in refused] == ["ValueError: Unknown ModelOpt quant algo: MIXED_PRECISION"]
     assert refused[0]["subject"] == "hf_quant_config.json", refused
-    code, report = doctor(capsys, write_mixed(tmp_path / "both"), "--target", "vllm==0.32.0")
+    code, report = doctor(capsys, write_mixed(tmp_path / "both"), "--target", f"vllm=={release}")
     assert not [f for f in report["findings"] if f["code"] == "quant-config"], report["findings"]
 
 
+@pytest.mark.parametrize("release", ["0.28.0", "0.30.0", "0.32.0"])
 @pytest.mark.parametrize("algo", ["NVFP4_AWQ", "nvfp4_awq"])
-def test_vllm_032_refuses_an_algo_its_list_lacks_in_the_nested_form_with_its_own_words(capsys, tmp_path, algo):
+def test_vllm_refuses_an_algo_its_list_lacks_in_the_nested_form_with_its_own_words(capsys, tmp_path, algo, release):
     """NVFP4_AWQ is in no list of vLLM 0.32's ModelOpt configs: its config reading refuses the nested form declaring it
     with `Unknown ModelOpt quant algo: <as written>` (the data's "*" rule, tools/vllm_nested_algos.py; vLLM's own load
     of this checkpoint: tests/vllm/test_nested_algos_vs_vllm.py), before its ModelOpt config's list is ever asked."""
-    code, report = doctor(capsys, write_single_nested(tmp_path / "awq", algo), "--target", "vllm==0.32.0")
+    code, report = doctor(capsys, write_single_nested(tmp_path / "awq", algo), "--target", f"vllm=={release}")
     refused = [f for f in report["findings"] if f["code"] == "quant-config"]
     assert code == 1 and [f["runtime_error"] for f in refused] == [f"ValueError: Unknown ModelOpt quant algo: {algo}"], refused
+
+
+def test_nested_algos_tool_stops_on_a_release_without_the_config_step(monkeypatch):
+    """tools/vllm_nested_algos.py reads vLLM's model_arch_config_convertor (0.28-0.32); a release without it is not
+    read as refusing nothing (that had been the tool's guess): it stops and says what to read."""
+    import importlib
+    import sys
+    import types
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "tools"))
+    modelopt = types.ModuleType("vllm.model_executor.layers.quantization.modelopt")
+    modelopt.QUANT_ALGOS = ["FP8", "NVFP4"]
+    monkeypatch.setitem(sys.modules, "vllm.model_executor.layers.quantization.modelopt", modelopt)
+    monkeypatch.setitem(sys.modules, "vllm.transformers_utils.model_arch_config_convertor", None)  # import fails
+    with pytest.raises(SystemExit, match="model_arch_config_convertor"):
+        importlib.import_module("vllm_nested_algos").modelopt_nested_refused()

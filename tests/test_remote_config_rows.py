@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 
 from repair import arch
+from repair.targets.profiles import release_at_or_below
 from tests.conftest import run_captured
 from tools import profile_report
 from tools.real_fixture import write_real_model
 
 VLLM = arch.newest("vllm")
+VLLM28 = release_at_or_below("vllm", (0, 28, 0))
 LEARNED = sorted(a for a, e in VLLM.entries.items() if e["config"]["source"].startswith(profile_report.LEARNED))
 # vLLM 0.32 registers these under its LlamaForCausalLM class (model_executor/models/registry.py: ("llama",
 # "LlamaForCausalLM")); transformers writes Llama's config, so that row is learned from transformers' own names
@@ -155,7 +157,18 @@ def test_mimo_mtp_layers_vllm_drops_are_not_errors(capsys, llama_layout, tmp_pat
     mimo = mimo_with_mtp(llama_layout, tmp_path / "mimo")
     code, out, _ = run_captured(capsys, "doctor", mimo, "--target", "vllm==0.32.0")
     assert code == 0 and "0 error(s)" in out.splitlines()[0], out
-    assert "weight mapper drops every tensor under model.mtp_layers. unread" in out and "mtp_layers.0.self_attn.q_proj:" not in out, out
+    assert "drops every tensor under model.mtp_layers. unread (its weight mapper" in out and "mtp_layers.0.self_attn.q_proj:" not in out, out
+
+
+def test_mimo_mtp_layers_vllm_028_drops_are_not_errors(capsys, llama_layout, tmp_path):
+    """vLLM 0.28's MiMoForCausalLM drops model.mtp_layers. through its load_weights' AutoWeightsLoader skip_prefixes
+    (mimo.py:121-125), not a mapper: the row records it (tools/vllm_load_facts.py loader_drops; it had recorded mapper
+    drops only, and doctor called the MTP q_proj a fused-shards error). Measured: 0.28's own loader loads this export
+    (tools/vllm_load.py)."""
+    assert VLLM28.entries["MiMoForCausalLM"]["renames"].get("model.mtp_layers.", "absent") is None
+    mimo = mimo_with_mtp(llama_layout, tmp_path / "mimo")
+    code, out, _ = run_captured(capsys, "doctor", mimo, "--target", "vllm==0.28.0")
+    assert code == 0 and "0 error(s)" in out.splitlines()[0], out
 
 
 @pytest.mark.xfail(strict=True, reason="MiniCPM's row is learned from num_experts read with vLLM's default 0 (the dense "
@@ -378,3 +391,54 @@ def test_k_exaones_listed_name_gets_the_row_of_the_class_vllm_builds_for_it():
     listed = VLLM.entries["ExaoneMoEForCausalLM"]
     assert listed == VLLM.entries["ExaoneMoeForCausalLM"]
     assert "ExaoneMoEForCausalLM" not in UNPROFILED
+
+
+def test_mapper_inverse_reads_the_releases_own_map_order(monkeypatch):
+    """vLLM 0.28/0.30's WeightsMapper names its one-name map `_map_name` (public `map_name` since 0.32) and applies its
+    maps in 0.32's order (utils.py _map_name_with_shard: renaming, regex, substr, stacked, prefix, suffix): Mistral
+    Large 3's row is learned there too (the 0.28 profile had recorded the tool's own AttributeError as vLLM's failure to
+    build it). A mapper applying its maps in another order is not inverted by candidates(): the tool stops and says so."""
+    import dataclasses
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "tools"))
+    inverse = importlib.import_module("vllm_mapper_inverse")
+
+    @dataclasses.dataclass
+    class Older:  # 0.28's shape: only _map_name, the maps in 0.32's order
+        orig_to_new_renaming: list = dataclasses.field(default_factory=list)
+        orig_to_new_regex: dict = dataclasses.field(default_factory=dict)
+        orig_to_new_substr: dict = dataclasses.field(default_factory=dict)
+        orig_to_new_stacked: dict = dataclasses.field(default_factory=dict)
+        orig_to_new_prefix: dict = dataclasses.field(default_factory=dict)
+        orig_to_new_suffix: dict = dataclasses.field(default_factory=dict)
+
+        def _map_name(self, key):
+            return self._map_name_with_shard(key)[0]
+
+        def _map_name_with_shard(self, key):
+            for _ in self.orig_to_new_renaming, self.orig_to_new_regex, self.orig_to_new_substr:
+                pass
+            for _ in self.orig_to_new_stacked, self.orig_to_new_prefix:
+                pass
+            for old, new in self.orig_to_new_suffix.items():
+                key = key[: -len(old)] + new if key.endswith(old) else key
+            return key, None
+
+    class Reordered(Older):  # suffixes before prefixes: candidates() would invert in the wrong order
+        def _map_name_with_shard(self, key):
+            for _ in self.orig_to_new_renaming, self.orig_to_new_regex, self.orig_to_new_substr:
+                pass
+            for _ in self.orig_to_new_stacked, self.orig_to_new_suffix, self.orig_to_new_prefix:
+                pass
+            return key, None
+
+    class Model:
+        hf_to_vllm_mapper = Older(orig_to_new_suffix={".wo": ".o_proj"})
+
+        def modules(self):
+            return [self]
+
+    assert inverse.published_names(Model(), ["layers.0.o_proj"]) == {"layers.0.o_proj": "layers.0.wo"}
+    Model.hf_to_vllm_mapper = Reordered(orig_to_new_suffix={".wo": ".o_proj"})
+    with pytest.raises(SystemExit, match="orig_to_new_suffix.*orig_to_new_prefix"):
+        inverse.published_names(Model(), ["layers.0.o_proj"])

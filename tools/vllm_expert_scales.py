@@ -9,9 +9,9 @@ reads `w13_weight_scale_2`, compressed-tensors' `CompressedTensorsW4A4Nvfp4MoEMe
 (the stored weight_global_scale, 1/scale) and logs its own warning. This reads each method's own source (ast, not text
 matching): the column assigned and the warning logged when the two differ. A release whose method does anything else
 (rescales the block scales, takes a max, raises) is not described by this reading: the tool stops and says so, and that
-release's behaviour must be read anew. `vllm_expert_scales.py MODELOPT_PY` reads a release's modelopt.py instead (how
-the 0.30 profile, whose venv is gone, got its modelopt_fp4 entry; its mixed config and compressed-tensors method were
-not read: its data does not say, doctor warns). The vLLM
+release's behaviour must be read anew. `vllm_expert_scales.py MODELOPT_PY` reads a release's modelopt.py instead, where
+no venv of it is installed (then only ModelOpt's keys: the other methods are not read, that data does not say, doctor
+warns; every shipped vLLM profile is now read from its installed release). The vLLM
 tier (tests/vllm/test_expert_scales_vs_vllm.py) loads a checkpoint whose expert scales differ and checks the value kept.
 Imports nothing from ``repair``.
 """

@@ -47,7 +47,7 @@ def asked_prefix(modules: dict, name: str) -> str | None:
 
 def mapped_name(model_class, module: str) -> str | None:
     """The module name the class's hf_to_vllm_mapper gives a checkpoint module's weight (an exclusion entry naming the
-    module is mapped as itself: `entry_name`)."""
+    module is mapped as itself: `entry_names`)."""
     mapper = getattr(model_class, "hf_to_vllm_mapper", None)
     if mapper is None:
         return module
@@ -55,16 +55,37 @@ def mapped_name(model_class, module: str) -> str | None:
     return mapped[: -len(".weight")] if mapped and mapped.endswith(".weight") else mapped
 
 
-def entry_name(model_class, module: str) -> str | None:
-    """The name an exclusion entry naming checkpoint module `module` becomes in vLLM's quant config: the entry itself
-    mapped by the class's hf_to_vllm_mapper renames (0.32 model_loader/utils.py:379, apply_vllm_mapper with
-    get_rename_mapper(); older releases the mapper whole). Not always the module's weight's name: Mistral Large 3's
-    regex maps match `output.weight`, never the entry `output` (mistral_large_3.py: `\\Aoutput\\.weight\\Z`)."""
+def entry_names(model_class):
+    """name -> the name an exclusion entry naming checkpoint module `name` becomes in vLLM's quant config: the entry
+    mapped by the mapper variant vLLM's loader hands the quant config (`entry_variant`: no stacked maps, so `q_proj`
+    stays `q_proj`). Not always the module's weight's name: Mistral Large 3's regex maps match `output.weight`, never
+    the entry `output` (mistral_large_3.py: `\\Aoutput\\.weight\\Z`)."""
     mapper = getattr(model_class, "hf_to_vllm_mapper", None)
     if mapper is None:
-        return module
-    mapper = mapper.get_rename_mapper() if hasattr(mapper, "get_rename_mapper") else mapper
-    return (getattr(mapper, "map_name", None) or mapper._map_name)(module)
+        return lambda name: name
+    variant = entry_variant()
+    mapper = getattr(mapper, variant)() if variant else mapper
+    return getattr(mapper, "map_name", None) or mapper._map_name  # public since 0.32
+
+
+def entry_variant() -> str | None:
+    """The WeightsMapper method whose result vLLM's loader hands the quant config's apply_vllm_mapper, read (ast) from
+    model_loader/utils.py configure_quant_config: `get_rename_mapper` (0.30, 0.32: renames only), `get_unstacked_mapper`
+    (0.28: no stacked maps); None where it hands the mapper whole. Anything else stops the tool: read that release."""
+    import ast
+    import inspect
+
+    from vllm.model_executor.model_loader import utils
+
+    calls = [n for n in ast.walk(ast.parse(inspect.getsource(utils.configure_quant_config)))
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "apply_vllm_mapper"]
+    arg = calls[0].args[0] if len(calls) == 1 and len(calls[0].args) == 1 else None
+    if isinstance(arg, ast.Name):
+        return None
+    if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and not arg.args:
+        return arg.func.attr
+    raise SystemExit("model_loader/utils.py configure_quant_config hands the quant config no mapper this tool reads "
+                     f"({[ast.unparse(c) for c in calls]}): read how this release maps exclusion entries")
 
 
 def stacked_name(model_class, module: str) -> str | None:
@@ -172,8 +193,8 @@ def quant_prefixes(model, placed: dict, fused: dict) -> dict[str, str]:
     `transformer.h.*.attn.attention.q_proj` is asked as `model.h.*.attn.attention.q_proj`, exaone.py:401-403), since a
     loader that splits a tensor itself hands the recorder unnamed pieces, placed under the name last read.
     Left to their own rules: per-expert names, and names the weight mapper renames as exclusion entries (vLLM maps
-    entries through it too: `entry_name`)."""
-    modules = dict(model.named_modules())
+    entries through it too: `entry_names`)."""
+    modules, entry_name = dict(model.named_modules()), entry_names(type(model))
     shards = {s for group in fused.values() for s in group}  # also keeps out a loader writing shards it split itself
     asked = {}
     for ckpt, where in placed.items():
@@ -187,7 +208,7 @@ def quant_prefixes(model, placed: dict, fused: dict) -> dict[str, str]:
                 continue
         # a layer the mapper stacks the module into alone (Orion's q_proj -> qkv_proj, no packed mapping) is the
         # row's merged layer, asked as the layer by doctor's own rule (Architecture.asked_as)
-        if prefix in (ckpt, entry_name(type(model), ckpt), stacked_name(type(model), ckpt)):
+        if prefix in (ckpt, entry_name(ckpt), stacked_name(type(model), ckpt)):
             continue
         asked[ckpt] = prefix
     # numbers the prefix does not take from the checkpoint name (Zamba2's "3.linear": 1 hybrid layer + layer 2) do not
@@ -266,6 +287,32 @@ def mapper_drops(model_class) -> dict[str, None]:
         if new is None and part.endswith(".") and mapped_name(model_class, f"{part}0") is None:
             drops[part] = None
     return drops
+
+
+def loader_drops(model) -> dict[str, None]:
+    """Checkpoint name prefix -> None for each `skip_prefixes` entry the class's own load_weights hands its
+    AutoWeightsLoader under which the model builds no module: dropped unread, as `mapper_drops` (vLLM 0.28's MiMo:
+    `model.mtp_layers.`, mimo.py:121-125, where 0.32 uses its mapper). Read by running load_weights on no weights with
+    the loader's constructor recording what it is given (a shim: the loader itself decides nothing here)."""
+    from vllm.model_executor.models.utils import AutoWeightsLoader
+
+    given: list[str] = []
+    init = AutoWeightsLoader.__init__
+
+    def recording(self, module, *args, skip_prefixes=None, **kwargs):
+        if module is model:
+            given.extend(skip_prefixes or ())
+        init(self, module, *args, skip_prefixes=skip_prefixes, **kwargs)
+
+    AutoWeightsLoader.__init__ = recording
+    try:
+        model.load_weights(iter(()))
+    except Exception:  # noqa: BLE001 - a load_weights that wants weights: its loader's prefixes were read already
+        pass
+    finally:
+        AutoWeightsLoader.__init__ = init
+    built = [name for name, _ in model.named_modules()]
+    return {p: None for p in sorted(set(given)) if p.endswith(".") and not any((n + ".").startswith(p) for n in built)}
 
 
 def dropped_tensors(model, tensors: dict) -> dict[str, dict[str, str | None]]:

@@ -2,7 +2,7 @@
 the names vLLM's own load_weights takes (run in .venv-vllm).
 
 vLLM's WeightsMapper (model_executor/models/utils.py `_map_name_with_shard`) maps a published name through its
-regex, substring, stacked, prefix and suffix maps in that order. A vLLM name is sent back through each map in reverse
+regex, substring, stacked, prefix and suffix maps in that order (read from the release's own method: forward_map). A vLLM name is sent back through each map in reverse
 order, every inverse applied where it fits (a prefix map's new prefix, a substring map's new text at each place it
 occurs, a regex map whose replacement template the name fits, its groups put back into the pattern's own text). The
 inverse counts only where it is proven on that name: the mapper (its stacked map aside: own_checkpoint already writes a
@@ -33,6 +33,10 @@ NOT_INVERTIBLE = ("no checkpoint layout to learn: transformers has no class that
 CODE_RENAMED = ("no checkpoint layout to learn: transformers has no class that writes its names, and vLLM's own "
                 "load_weights renames them in code no mapper records")
 _GROUP_REF = re.compile(r"\\(\d+)|\\g<(\w+)>")
+# the order WeightsMapper._map_name_with_shard applies its maps in (utils.py; 0.28, 0.30, 0.32): candidates() undoes
+# them last to first
+MAP_ORDER = ("orig_to_new_renaming", "orig_to_new_regex", "orig_to_new_substr", "orig_to_new_stacked",
+             "orig_to_new_prefix", "orig_to_new_suffix")
 
 
 def renaming_maps(mapper) -> dict:
@@ -51,10 +55,10 @@ def published_names(model, names: list[str]) -> dict[str, str]:
     renamed = code_renamed_stream(model)
     if renamed:
         raise NoConfig(f"{CODE_RENAMED}: {renamed}")
-    forward = dataclasses.replace(mapper, orig_to_new_stacked={})
+    forward = forward_map(dataclasses.replace(mapper, orig_to_new_stacked={}))
     out: dict[str, str] = {}
     for name in names:
-        found = sorted(c for c in candidates(mapper, name) if forward.map_name(c) == name)
+        found = sorted(c for c in candidates(mapper, name) if forward(c) == name)
         if len(found) != 1:
             raise NoConfig(f"{NOT_INVERTIBLE}: {name} is mapped from {found or 'no name'}")
         out[name] = found[0]
@@ -64,6 +68,21 @@ def published_names(model, names: list[str]) -> dict[str, str]:
             raise NoConfig(f"{NOT_INVERTIBLE}: {seen[published]} and {name} are both mapped from {published}")
         seen[published] = name
     return out
+
+
+def forward_map(mapper):
+    """The mapper's own one-name map (`map_name`, public since 0.32; `_map_name` in 0.28/0.30), once its
+    _map_name_with_shard is read (ast) to apply the maps in the order candidates() inverts (MAP_ORDER: the same in
+    0.28, 0.30 and 0.32); a release applying them in another order stops the tool: read its mapper anew."""
+    method = type(mapper)._map_name_with_shard
+    tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
+    read = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr.startswith("orig_to_new_")
+            and isinstance(n.value, ast.Name) and n.value.id == "self"]
+    order = list(dict.fromkeys(n.attr for n in sorted(read, key=lambda n: (n.lineno, n.col_offset))))
+    if order != list(MAP_ORDER):
+        raise SystemExit(f"{type(mapper).__qualname__}._map_name_with_shard applies {order}, not {list(MAP_ORDER)}: "
+                         "tools/vllm_mapper_inverse.py candidates() does not invert this release's mapper")
+    return getattr(mapper, "map_name", None) or mapper._map_name
 
 
 def candidates(mapper, name: str) -> set[str]:

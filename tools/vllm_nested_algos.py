@@ -7,8 +7,8 @@ config.json quantization_config of that form. Before any quant config class sees
 names its quant_method from the algo and raises on any other (transformers_utils/model_arch_config_convertor.py:263-290:
 `Unknown ModelOpt quant algo`): every algo vLLM's ModelOpt configs list (modelopt.py QUANT_ALGOS) is run through that
 code, and the error of each it refuses is recorded (None: read); an algo the list lacks is asked too, and where that is
-refused its error is recorded as the rule for every other algo ("*"). A release without that step records nothing. Imports nothing from
-``repair``.
+refused its error is recorded as the rule for every other algo ("*"). 0.28 and 0.30 run the same step; a release without
+it stops the tool (its reading is not known here: no guess). Imports nothing from ``repair``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ def modelopt_nested_refused() -> dict[str, str]:
 
     try:
         from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase
-    except ImportError:  # an older release: the quant config classes read the nested form themselves
-        return {}
+    except ImportError:  # a release before 0.28's config reading: where it names the quant_method is not read here
+        raise SystemExit("vLLM has no transformers_utils/model_arch_config_convertor.py: read where this release names "
+                         "the nested form's quant_method (tools/vllm_nested_algos.py)") from None
     normalize = ModelArchConfigConvertorBase._normalize_quantization_config
     out: dict[str, str | None] = {}
     for algo in (*QUANT_ALGOS, OTHER):

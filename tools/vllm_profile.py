@@ -53,8 +53,8 @@ from vllm_drafters import has_mtp, mtp_drafter, register_drafters
 from vllm_nested_algos import modelopt_nested_refused
 from vllm_fused_exclusions import all_fused_exclusions
 from vllm_expert_scales import experts_gate_up_scale_2
-from vllm_load_facts import (dropped_tensors, log, load_renames, mapper_drops, nvfp4_refusals, pattern, placed_weights,
-                             quant_prefixes, record_asked_prefixes, renames)
+from vllm_load_facts import (dropped_tensors, loader_drops, log, load_renames, mapper_drops, nvfp4_refusals, pattern,
+                             placed_weights, quant_prefixes, record_asked_prefixes, renames)
 from vllm_saved_names import (NO_LAYOUT, UNBUILT, checkpoint_names, own_checkpoint, own_names_layout,  # noqa: F401
                               published_checkpoint, saved_tensors, saved_weights, transformers_model)  # (UNBUILT, saved_tensors, ...: imported from here too)
 
@@ -174,7 +174,7 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
     return {"config": {"source": source, "model_type": config.get("model_type"), **agrees}, **extra,
             "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
             "renames": renames(type(model), checkpoint_names(transformers_model(arch, export, "meta"))) if own is None
-            else {**renames(type(model), sorted(weights)), **mapper_drops(type(model))},
+            else {**renames(type(model), sorted(weights)), **mapper_drops(type(model)), **loader_drops(model)},
             **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
             **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}),
             **({"dropped_in_layers": layers} if layers else {}), **mtp,

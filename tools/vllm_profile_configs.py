@@ -23,6 +23,10 @@ SMALL = {  # size key -> value (only keys the class's defaults hold are set)
     "sliding_window": 64, "num_nextn_predict_layers": 1, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
     "linear_key_head_dim": 16, "linear_value_head_dim": 16, "global_head_dim": 16,
 }
+# DeepSeek-V4's published rope_parameters (tests/data/real/redhatai-deepseek-v4-flash-nvfp4-fp8/config.json), its
+# original positions shrunk so that factor * them is SMALL's max_position_embeddings
+DSV4_ROPE = {"beta_fast": 32, "beta_slow": 1, "factor": 16, "original_max_position_embeddings": 32,
+             "partial_rotary_factor": 0.125, "rope_theta": 10000, "rope_type": "yarn", "type": "yarn"}
 # Attributes vLLM's model file reads that transformers' config class does not define (published configs carry them);
 # each value is the one named in vLLM's own code path for the default case. Provenance: the vLLM 0.32 file named.
 EXTRA: dict[str, dict] = {
@@ -47,8 +51,11 @@ EXTRA: dict[str, dict] = {
     # builds the relu2 non-gated MoE of Nemotron 3 only on CUDA/ROCm/XPU (fused_moe/config.py), so those rows are absent
     "NemotronHForCausalLM": {"layers_block_type": ["linear_attention", "full_attention", "mlp"], "mamba_num_heads": 8,
                              "mamba_head_dim": 16, "n_groups": 1, "ssm_state_size": 16},
+    # models/kimi_linear.py; mla_use_nope as published (moonshotai/Kimi-Linear-48B-A3B-Instruct config.json: true; vLLM's
+    # own KimiLinearConfig defaults it False and transformers' class has no such field): vLLM 0.28's GPU class
+    # (models/kimi_k3/nvidia/model.py:891) asserts it, so a config without it judged every Kimi-Linear refused
     "KimiLinearForCausalLM": {"num_experts_per_token": 2, "linear_head_dim": 16, "linear_num_heads": 4,
-                              "num_attention_heads": 4, "num_key_value_heads": 4},  # models/kimi_linear.py
+                              "num_attention_heads": 4, "num_key_value_heads": 4, "mla_use_nope": True},
     # transformers' class builds a QSA indexer in every attention layer (modeling_qwen4_exp.py:837) from the indexer_*
     # fields, which its config leaves None, and validates them together (kv heads 1, budget a multiple of the ratio):
     # every checkpoint it writes has them. vLLM reads indexer_n_heads to choose QSA attention (qwen4_exp/nvidia/
@@ -80,10 +87,14 @@ EXTRA: dict[str, dict] = {
     # mlp_layer_types (configuration_deepseek_v4.py:236-268), which vLLM's own DeepseekV4Config
     # (transformers_utils/configs/deepseek_v4.py) hands to transformers' generic validator (configuration_utils.py:577),
     # refusing "hash_moe": so the small config is written in the published form, one layer of each attention kind.
-    # Head sizes: the published ones, the only ones vLLM's compressor takes (deepseek_v4/compressor.py:295-313)
+    # Head sizes: the published ones, the only ones vLLM's compressor takes (deepseek_v4/compressor.py:295-313).
+    # RoPE as published too: one flat rope_parameters and compress_rope_parameters (yarn; positions shrunk), not
+    # transformers' {"main", "compress"} nesting, which only vLLM 0.32's rope.py unpacks (0.28's get_rope raises
+    # `unhashable type: 'dict'` on it: models/deepseek_v4/common/rope.py, rotary_embedding/__init__.py:83)
     "DeepseekV4ForCausalLM": {"layer_types": None, "mlp_layer_types": None, "num_hidden_layers": 3,
                               "compress_ratios": [0, 4, 128], "num_hash_layers": 1, "head_dim": 512,
-                              "qk_rope_head_dim": 64, "index_head_dim": 128},
+                              "qk_rope_head_dim": 64, "index_head_dim": 128,
+                              "rope_parameters": DSV4_ROPE, "compress_rope_parameters": {**DSV4_ROPE, "rope_theta": 160000}},
     # vLLM's own config classes (vllm_config_class). chatglm.py:107 reads original_rope and :409 tie_word_embeddings,
     # which ChatGLMConfig does not set (published GLM-4 configs: true, false)
     **{a: {"original_rope": True, "tie_word_embeddings": False} for a in ("ChatGLMModel", "ChatGLMForConditionalGeneration")},
@@ -245,8 +256,11 @@ PUBLISHED: dict[str, dict] = {
     "Gemma4ForCausalLM": {"enable_moe_block": True},
     "FalconForCausalLM": {"ffn_hidden_size": None},  # falcon.py:237 builds 4 * hidden_size; transformers derives it so
     # AXK1.py:643 builds post_mlp_layernorm in every layer; transformers' class only in its MoE blocks (its conversion
-    # mapping renames post_mlp_layernorm into mlp.): an all-MoE stack is the layout both hold
-    "AXK1ForCausalLM": {"first_k_dense_replace": 0},
+    # mapping renames post_mlp_layernorm into mlp.): an all-MoE stack is the layout both hold. transformers 5.25's
+    # AXK1Config derives its layers from first_k_dense_replace only where mlp_layer_types is null
+    # (configuration_axk1.py:125-129): the shrunk config's list (layer 0 dense) is dropped, else its class writes a
+    # dense layer 0 that vLLM's own AXK1Config (first_k_dense_replace 0) builds MoE: a KeyError, not the release's
+    "AXK1ForCausalLM": {"first_k_dense_replace": 0, "mlp_layer_types": None},
     # zamba2.py:165 builds the shared attention's qkv_proj with as many K/V heads as query heads (no kv-head count)
     "Zamba2ForCausalLM": {"num_key_value_heads": 4},  # = SMALL's num_attention_heads
     # vLLM 0.28/0.30 phi.py build qkv_proj with as many K/V heads as query heads (:94) and fc1 4 * hidden_size wide

@@ -110,7 +110,7 @@ class Architecture:
     merged_layers: dict[str, tuple[str, ...]] = field(default_factory=dict)
     nvfp4_load_refused: tuple[tuple[str, str], ...] = ()  # (re.search on checkpoint names, why): load_weights fails on NVFP4
     dropped_tensors: tuple[DroppedTensor, ...] = ()  # tensors load_weights takes and fills no parameter with
-    # (checkpoint name prefix, why): the weight mapper drops every tensor under it unread (MiMo's model.mtp_layers.)
+    # (checkpoint name prefix, why): load_weights drops every tensor under it unread (MiMo's model.mtp_layers.)
     unread_prefixes: tuple[tuple[str, str], ...] = ()
     dropped_in_layers: tuple[LayerDrop, ...] = ()  # modules the runtime builds in some layers only (arch/layer_rules.py)
     load_refused: RefusedLoad | None = None  # the release loads no checkpoint of it (its load_weights fails)

@@ -214,8 +214,8 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
     dropped = tuple(DroppedTensor(pattern_regex([p]), fact["unfilled"], fact["refused"],
                                   f"{profile.label}'s {name} load_weights fills no parameter with it (its own code, "
                                   f"recorded in {profile.source})") for p, fact in sorted(entry.get("dropped", {}).items()))
-    unread = tuple((p, f"{profile.label}'s {name} weight mapper drops every tensor under {p} unread (its own code, "
-                       f"recorded in {profile.source})") for p, new in sorted(entry.get("renames", {}).items())
+    unread = tuple((p, f"{profile.label}'s {name} drops every tensor under {p} unread (its weight mapper or its "
+                       f"loader's skip_prefixes: its own code, recorded in {profile.source})") for p, new in sorted(entry.get("renames", {}).items())
                    if new is None and p.endswith("."))
     drops = tuple(drop for module, rule in sorted(entry.get("dropped_in_layers", {}).items())
                   for drop in layer_drops(module, rule, profile.source))
