@@ -19,7 +19,7 @@ from repair.arch.profiled import ReleaseProfile
 from repair.arch.registry import Builds, Registry, Resolved, resolve as resolve_listed
 from repair.errors import UsageError
 from repair.targets.fused_exclusions import bind_fused
-from repair.targets.runtime_rules import RuntimeRules, shipped_rules
+from repair.targets.runtime_rules import CONFIG_KINDS, RuntimeRules, shipped_rules
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,9 @@ class Target:
         rules = self.profile.rules
         if rules is None and self.profile.allows_quant_config and self.release is not None:
             # vLLM's own reading: the format's rule, a fused layer asked as the release's data says
-            kind = "compressed-tensors" if declaration.format.NAME == "compressed-tensors" else "modelopt"
-            return bind_fused(declaration, family, self.release.fused_exclusions.get(kind))
+            # (a form the data records no fused tests for, DeepSeek-V4's fp8, keeps its format's own rule)
+            kind = CONFIG_KINDS.get(declaration.format.NAME)
+            return bind_fused(declaration, family, self.release.fused_exclusions.get(kind) if kind else None)
         if rules is None or not declaration.quantized:
             return declaration
         name = (built or self.built(config)).name or ""
