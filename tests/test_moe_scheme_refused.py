@@ -67,6 +67,29 @@ def test_the_generator_reads_the_same_facts_from_the_wheels():
     if not wheels:
         pytest.skip("no SGLang wheel downloaded")
     facts = {r.label: r.moe_scheme_refused for r in shipped_rules() if r.runtime == "sglang"}
+    shipped = sorted(tuple(map(int, label.split()[1].split("."))) for label in facts)
     for release, wheel in wheels.items():
-        if f"sglang {release}" in facts:
-            assert read_wheel(wheel)[2] == facts[f"sglang {release}"], release
+        block = read_wheel(wheel)[2]
+        if f"sglang {release}" in facts:  # its own file: the block as read, less the later releases that build it
+            own = {m: {a: {k: v for k, v in f.items() if k != "built_by"} for a, f in algos.items()}
+                   for m, algos in facts[f"sglang {release}"].items()}
+            assert block == own, release
+            continue
+        below = max(v for v in shipped if v <= tuple(map(int, release.split("."))))
+        for method, algos in facts["sglang " + ".".join(map(str, below))].items():
+            for algo, fact in algos.items():  # a release falling back to that file: built_by says whether it builds it
+                assert (algo not in block.get(method, {})) == (release in fact.get("built_by", ())), (release, algo)
+
+
+def test_a_release_read_past_the_newest_file_that_builds_it_is_not_told_it_refuses(capsys, tmp_path):
+    """0.5.13-0.5.22 fall back to 0.5.12's file; their wheels were read for this fact: 0.5.13-0.5.21 ask
+    `_is_dynamic_token_w8a8` of the null input args as 0.5.12 does, 0.5.22 has the weight-only branch (compressed_tensors.py
+    `elif self._is_fp4a16_nvfp4(...)`: CompressedTensorsW4A16Nvfp4MoE). The fallback must not call 0.5.22's build refused."""
+    fact = {r.label: r.moe_scheme_refused for r in shipped_rules()}["sglang 0.5.12"]["compressed-tensors"]["W4A16_NVFP4"]
+    assert fact["built_by"] == ["0.5.22"], fact
+    src = weight_only(compressed_tensors_moe(tmp_path, broken=()))
+    for target in ("sglang==0.5.22", "sglang==0.5.22.post1"):
+        code, doc = doctor(capsys, src, target)
+        assert code == 0 and not doc["findings"], (target, doc["findings"])
+    code, doc = doctor(capsys, src, "sglang==0.5.21")
+    assert code == 1 and [f["runtime_error"] for f in doc["findings"]] == [ERROR], doc["findings"]

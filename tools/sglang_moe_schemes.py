@@ -3,6 +3,10 @@
     pip download --no-deps sglang==0.5.9 -d /tmp/sgl
     python -m tools.sglang_moe_schemes /tmp/sgl/sglang-0.5.9-*.whl [...]   (rewrites that block of each release's file)
 
+A wheel of a release no file ships (0.5.13-0.5.22, which fall back to the newest file at or below) is read too: each
+fact of that file its release does not refuse gets the release in its `built_by` (doctor tells that release nothing);
+give those wheels in the same run as the file's own (rewriting the file's block drops its `built_by`).
+
 SGLang builds a compressed-tensors MoE layer with the scheme `CompressedTensorsConfig.get_moe_scheme` picks from the
 layer's config group (compressed_tensors.py): one `if self._is_X(weight_quant, input_quant): ... elif ...: ... else:
 raise RuntimeError(...)` chain. A config the chain has no scheme for stops the model while it is built, before any
@@ -20,12 +24,13 @@ from __future__ import annotations
 import __future__
 import ast
 import hashlib
+import json
 import re
 import sys
 import zipfile
 from pathlib import Path
 
-from tools.sglang_expert_scales import write_from_wheels
+from tools.sglang_expert_scales import DATA, write_from_wheels
 
 CT = "sglang/srt/layers/quantization/compressed_tensors/compressed_tensors.py"
 CLASS, METHOD = "CompressedTensorsConfig", "get_moe_scheme"
@@ -153,8 +158,32 @@ def read_wheel(path: Path) -> tuple[str, str, dict]:
     return release, hashlib.sha256(path.read_bytes()).hexdigest(), read_tree(tree)
 
 
+def _version(release: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in release.split("."))
+
+
+def mark_built(argv: list[str]) -> None:
+    """Each wheel's release (one no file ships) into `built_by` of every fact of the newest file below it it builds."""
+    shipped = sorted((_version(p.stem.split("-", 1)[1]), p) for p in DATA.glob("sglang-*.json"))
+    for arg in sorted(argv, key=lambda a: _version(re.search(r"sglang-([0-9.]+)-", Path(a).name).group(1))):
+        release, _, block = read_wheel(Path(arg))
+        below = [p for v, p in shipped if v <= _version(release)]
+        if not below:
+            raise SystemExit(f"{arg}: no sglang file ships at or below {release}")
+        doc = json.loads(below[-1].read_text(encoding="utf-8"))
+        for method, algos in doc["rules"].get("moe_scheme_refused", {}).items():
+            for algo, fact in algos.items():
+                if algo not in block.get(method, {}):
+                    fact["built_by"] = sorted({*fact.get("built_by", ()), release}, key=_version)
+        below[-1].write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+        print(f"read {release} against {below[-1].name}: {json.dumps(block)[:200]}")
+
+
 def main(argv: list[str]) -> int:
-    return write_from_wheels(argv, "moe_scheme_refused", read_wheel)
+    own = [a for a in argv if (DATA / f"sglang-{re.search(r'sglang-([0-9.]+)-', Path(a).name).group(1)}.json").exists()]
+    code = write_from_wheels(own, "moe_scheme_refused", read_wheel)
+    mark_built([a for a in argv if a not in own])
+    return code
 
 
 if __name__ == "__main__":
