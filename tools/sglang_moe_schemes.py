@@ -14,7 +14,9 @@ weight loads. For each declared algorithm in ALGORITHMS, this tool takes the pro
 (compressed-tensors' preset, as llm-compressor writes them), and asks the release's own predicates in the chain's order:
 each `_is_X` method's source is compiled from the wheel and called, and an exception it raises on those args (0.5.9-0.5.11's
 `_is_dynamic_token_w8a8` reads `input_quant.num_bits` of a weight-only config's `None`) is the release's refusal, as
-is the chain's final `raise`. A predicate needing anything but compressed-tensors' enums, or a chain of another shape,
+is the chain's final `raise`. A predicate needing anything but compressed-tensors' enums and a few pure builtins (PURE:
+no other builtin is in scope), one with a decorator or default (evaluated when defined), one reading the config
+instance (`self.X`: the tool builds none, so its AttributeError is not the release's), or a chain of another shape,
 stops the tool (read it anew). Recorded: {"compressed-tensors": {algorithm: {"error", "where"}}}, the algorithms the
 release refuses; a branch taken that returns a scheme records nothing. Imports nothing from ``repair``.
 """
@@ -71,11 +73,24 @@ def predicates(cls: ast.ClassDef) -> type:
     from pydantic import BaseModel
 
     space = {"QuantizationArgs": QuantizationArgs, "QuantizationStrategy": QuantizationStrategy,
-             "QuantizationType": QuantizationType, "BaseModel": BaseModel}
+             "QuantizationType": QuantizationType, "BaseModel": BaseModel, "__builtins__": PURE}
     for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name.startswith("_is_")):
+        if fn.decorator_list or fn.args.defaults or any(fn.args.kw_defaults):  # evaluated when defined: nothing runs
+            raise SystemExit(f"{CT}:{fn.lineno}: {fn.name} has a decorator or default: read it anew")
         code = compile(ast.Module([fn], []), CT, "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True)
         exec(code, space)  # the release's predicate, as written (its line numbers kept for the traceback)
-    return type("Predicates", (), {k: v for k, v in space.items() if k.startswith("_is_")})
+    return type("Predicates", (), {**{k: v for k, v in space.items() if k.startswith("_is_")}, "__getattr__": _unbuilt})
+
+
+PURE = {"bool": bool, "str": str, "int": int, "isinstance": isinstance, "len": len, "any": any, "all": all}
+
+
+class Unbuilt(Exception):
+    """A predicate read an attribute of the config instance, which the tool does not build."""
+
+
+def _unbuilt(self, attr: str):
+    raise Unbuilt(attr)
 
 
 def _raised(body: list[ast.stmt]) -> str | None:
@@ -98,10 +113,12 @@ def preset_args(preset: str):
 
 def ask(asked, name: str, weight_quant, input_quant) -> str:
     """One predicate of the release on the args: "holds", "fails", or "raises <its error>"."""
-    if not hasattr(asked, name):
+    if not any(name in vars(k) for k in type(asked).__mro__):
         raise SystemExit(f"{CT}: {METHOD} asks {name}, which {CLASS} does not define")
     try:
         return "holds" if getattr(asked, name)(weight_quant, input_quant) else "fails"
+    except Unbuilt as exc:
+        raise SystemExit(f"{CT}: {name} reads the config's self.{exc} (the tool builds no config): read it anew") from None
     except NameError as exc:
         raise SystemExit(f"{CT}: {name} needs more than compressed-tensors' enums ({exc}): read it anew") from None
     except (AttributeError, TypeError) as exc:
