@@ -195,8 +195,9 @@ RULES_FORM = [
     "  each SGLang wheel by `tools/sglang_expert_scales.py` (ast), read by `doctor/expert_scales.py`;",
     "- optional `moe_scheme_refused`: quant method -> {declared algorithm: `error`, `where`}: a routed-experts layer the",
     "  release's MoE scheme choice has no scheme for, so it refuses the model while building it (SGLang's compressed-",
-    "  tensors `get_moe_scheme`: its own predicates, compiled from the wheel, asked of compressed-tensors' preset); written",
-    "  by `tools/sglang_moe_schemes.py`, read by `doctor/moe_schemes.py`;",
+    "  tensors `get_moe_scheme`: its own predicates, compiled from the wheel, asked of compressed-tensors' preset), and",
+    "  `built_by`, the later releases (read from their wheels) that fall back to this file but build it; written by",
+    "  `tools/sglang_moe_schemes.py`, read by `doctor/moe_schemes.py`;",
     "- optional `moe_backend_overrides`: architecture -> [{`backend`, `when`, `where`}]: a model's own server-arg",
     "  override of the MoE runner backend, applied before the quant method's automatic choice, its conditions quoted as",
     "  SGLang writes them (srt/arg_groups/model_overrides/); written by `tools/sglang_moe_overrides.py` (ast), named by",
@@ -219,6 +220,7 @@ def rules_section(doc: dict, name: str) -> list[str]:
             + (f" (asks the first listed name only: `{rules['registry_rule']['unsupported']}`)" if 'registry_rule' in rules else ""),
             *expert_lines(rules.get("experts_gate_up_scale_2", {})),
             *(f"- refuses to build a {method} {algo} MoE: `{fact['error']}` ({fact['where']})"
+              + (f"; built by {', '.join(fact['built_by'])}, which fall back to this file" if fact.get("built_by") else "")
               for method, algos in rules.get("moe_scheme_refused", {}).items() for algo, fact in algos.items()),
             *([f"- model-specific MoE backend overrides: {len(rules['moe_backend_overrides'])} architectures"]
               if rules.get("moe_backend_overrides") else []), ""]

@@ -3,6 +3,10 @@
     pip download --no-deps sglang==0.5.9 -d /tmp/sgl
     python -m tools.sglang_moe_schemes /tmp/sgl/sglang-0.5.9-*.whl [...]   (rewrites that block of each release's file)
 
+A wheel of a release no file ships (0.5.13-0.5.22, which fall back to the newest file at or below) is read too: each
+fact of that file its release does not refuse gets the release in its `built_by` (doctor tells that release nothing);
+give those wheels in the same run as the file's own (rewriting the file's block drops its `built_by`).
+
 SGLang builds a compressed-tensors MoE layer with the scheme `CompressedTensorsConfig.get_moe_scheme` picks from the
 layer's config group (compressed_tensors.py): one `if self._is_X(weight_quant, input_quant): ... elif ...: ... else:
 raise RuntimeError(...)` chain. A config the chain has no scheme for stops the model while it is built, before any
@@ -10,7 +14,9 @@ weight loads. For each declared algorithm in ALGORITHMS, this tool takes the pro
 (compressed-tensors' preset, as llm-compressor writes them), and asks the release's own predicates in the chain's order:
 each `_is_X` method's source is compiled from the wheel and called, and an exception it raises on those args (0.5.9-0.5.11's
 `_is_dynamic_token_w8a8` reads `input_quant.num_bits` of a weight-only config's `None`) is the release's refusal, as
-is the chain's final `raise`. A predicate needing anything but compressed-tensors' enums, or a chain of another shape,
+is the chain's final `raise`. A predicate needing anything but compressed-tensors' enums and a few pure builtins (PURE:
+no other builtin is in scope), one with a decorator or default (evaluated when defined), one reading the config
+instance (`self.X`: the tool builds none, so its AttributeError is not the release's), or a chain of another shape,
 stops the tool (read it anew). Recorded: {"compressed-tensors": {algorithm: {"error", "where"}}}, the algorithms the
 release refuses; a branch taken that returns a scheme records nothing. Imports nothing from ``repair``.
 """
@@ -20,12 +26,13 @@ from __future__ import annotations
 import __future__
 import ast
 import hashlib
+import json
 import re
 import sys
 import zipfile
 from pathlib import Path
 
-from tools.sglang_expert_scales import write_from_wheels
+from tools.sglang_expert_scales import DATA, write_from_wheels
 
 CT = "sglang/srt/layers/quantization/compressed_tensors/compressed_tensors.py"
 CLASS, METHOD = "CompressedTensorsConfig", "get_moe_scheme"
@@ -66,11 +73,24 @@ def predicates(cls: ast.ClassDef) -> type:
     from pydantic import BaseModel
 
     space = {"QuantizationArgs": QuantizationArgs, "QuantizationStrategy": QuantizationStrategy,
-             "QuantizationType": QuantizationType, "BaseModel": BaseModel}
+             "QuantizationType": QuantizationType, "BaseModel": BaseModel, "__builtins__": PURE}
     for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name.startswith("_is_")):
+        if fn.decorator_list or fn.args.defaults or any(fn.args.kw_defaults):  # evaluated when defined: nothing runs
+            raise SystemExit(f"{CT}:{fn.lineno}: {fn.name} has a decorator or default: read it anew")
         code = compile(ast.Module([fn], []), CT, "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True)
         exec(code, space)  # the release's predicate, as written (its line numbers kept for the traceback)
-    return type("Predicates", (), {k: v for k, v in space.items() if k.startswith("_is_")})
+    return type("Predicates", (), {**{k: v for k, v in space.items() if k.startswith("_is_")}, "__getattr__": _unbuilt})
+
+
+PURE = {"bool": bool, "str": str, "int": int, "isinstance": isinstance, "len": len, "any": any, "all": all}
+
+
+class Unbuilt(Exception):
+    """A predicate read an attribute of the config instance, which the tool does not build."""
+
+
+def _unbuilt(self, attr: str):
+    raise Unbuilt(attr)
 
 
 def _raised(body: list[ast.stmt]) -> str | None:
@@ -93,10 +113,12 @@ def preset_args(preset: str):
 
 def ask(asked, name: str, weight_quant, input_quant) -> str:
     """One predicate of the release on the args: "holds", "fails", or "raises <its error>"."""
-    if not hasattr(asked, name):
+    if not any(name in vars(k) for k in type(asked).__mro__):
         raise SystemExit(f"{CT}: {METHOD} asks {name}, which {CLASS} does not define")
     try:
         return "holds" if getattr(asked, name)(weight_quant, input_quant) else "fails"
+    except Unbuilt as exc:
+        raise SystemExit(f"{CT}: {name} reads the config's self.{exc} (the tool builds no config): read it anew") from None
     except NameError as exc:
         raise SystemExit(f"{CT}: {name} needs more than compressed-tensors' enums ({exc}): read it anew") from None
     except (AttributeError, TypeError) as exc:
@@ -153,8 +175,32 @@ def read_wheel(path: Path) -> tuple[str, str, dict]:
     return release, hashlib.sha256(path.read_bytes()).hexdigest(), read_tree(tree)
 
 
+def _version(release: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in release.split("."))
+
+
+def mark_built(argv: list[str]) -> None:
+    """Each wheel's release (one no file ships) into `built_by` of every fact of the newest file below it it builds."""
+    shipped = sorted((_version(p.stem.split("-", 1)[1]), p) for p in DATA.glob("sglang-*.json"))
+    for arg in sorted(argv, key=lambda a: _version(re.search(r"sglang-([0-9.]+)-", Path(a).name).group(1))):
+        release, _, block = read_wheel(Path(arg))
+        below = [p for v, p in shipped if v <= _version(release)]
+        if not below:
+            raise SystemExit(f"{arg}: no sglang file ships at or below {release}")
+        doc = json.loads(below[-1].read_text(encoding="utf-8"))
+        for method, algos in doc["rules"].get("moe_scheme_refused", {}).items():
+            for algo, fact in algos.items():
+                if algo not in block.get(method, {}):
+                    fact["built_by"] = sorted({*fact.get("built_by", ()), release}, key=_version)
+        below[-1].write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+        print(f"read {release} against {below[-1].name}: {json.dumps(block)[:200]}")
+
+
 def main(argv: list[str]) -> int:
-    return write_from_wheels(argv, "moe_scheme_refused", read_wheel)
+    own = [a for a in argv if (DATA / f"sglang-{re.search(r'sglang-([0-9.]+)-', Path(a).name).group(1)}.json").exists()]
+    code = write_from_wheels(own, "moe_scheme_refused", read_wheel)
+    mark_built([a for a in argv if a not in own])
+    return code
 
 
 if __name__ == "__main__":
