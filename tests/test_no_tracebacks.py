@@ -107,3 +107,39 @@ def test_the_parent_lookup_takes_the_first_key_in_file_order():
     assert algos.lookup("a.b") == ("FP8", None) and algos.lookup("a") == ("FP8", None)
     assert algos.lookup("") == ("NVFP4", None) and algos.lookup(".x") == ("NVFP4", None) and algos.lookup("a.") == ("FP8", None)
     assert algos.lookup("a.b.c.d") == (None, None) and algos.lookup("b") == (None, None)
+
+
+@pytest.mark.parametrize("exc", [ValueError("a stored value we never expected"), AttributeError("'X' has no 'y'"),
+                                 RuntimeError("not an interrupt")])
+def test_a_bug_of_ours_is_one_line_and_exit_3_with_the_traceback_saved(broken, capsys, monkeypatch, tmp_path, exc):
+    """An exception no check raised (the merge of two streams once left doctor with an AttributeError on DeepSeek-V4's
+    published form) is a bug in ckpt-repair: one line naming it, exit 3, nothing written, and the traceback in a file
+    the line names, never on the user's terminal."""
+    import repair.doctor.inspection as inspection
+
+    def broken_inspect(*args, **kwargs):
+        raise exc
+    monkeypatch.setattr(inspection, "inspect_checkpoint", broken_inspect)
+    monkeypatch.delenv("CKPT_REPAIR_TRACEBACK")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    code, out, err = run_captured(capsys, "inspect", broken)
+    assert code == 3 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: internal error: {type(exc).__name__}: {exc}; this is a bug in ckpt-repair"), err
+    assert "nothing was written" in err
+    saved = Path(err.strip().rsplit(" ", 1)[1])
+    assert saved.parent == tmp_path and "Traceback" in saved.read_text() and "broken_inspect" in saved.read_text()
+
+
+def test_with_ckpt_repair_traceback_set_a_bug_is_raised_as_it_is(broken, monkeypatch):
+    import repair.doctor.inspection as inspection
+
+    def broken_inspect(*args, **kwargs):
+        raise ValueError("seen whole")
+    monkeypatch.setattr(inspection, "inspect_checkpoint", broken_inspect)
+    monkeypatch.setenv("CKPT_REPAIR_TRACEBACK", "1")
+    from repair.cli import main
+
+    with pytest.raises(ValueError, match="seen whole"):
+        main(["inspect", str(broken)])

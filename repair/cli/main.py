@@ -70,8 +70,36 @@ def _run(argv: list[str] | None) -> None:
             _ran_out("the system refused to start a thread (can't start new thread: out of memory, or of the threads "
                      "ulimit -u or a container's pids limit allows)")
         if not interrupted(err):
-            raise
+            _bug(err)
         _interrupted()
+    except Exception as err:  # noqa: BLE001 - no check raised it: a bug of ours, said as the README promises
+        _bug(err)
+
+
+def _bug(err: Exception) -> None:
+    """An exception no check of ours raised is a bug in ckpt-repair: one line and exit 3, never a traceback on the
+    terminal of someone whose input is fine. The traceback goes to a file the line names, for the report;
+    CKPT_REPAIR_TRACEBACK=1 raises it as it is instead (the test suite, debugging)."""
+    if os.environ.get("CKPT_REPAIR_TRACEBACK"):
+        raise err
+    click.echo(f"error: internal error: {type(err).__name__}: {one_line(str(err))[:300]}; this is a bug in ckpt-repair, "
+               f"not in the input; {_written()}; please report it with the command line you ran{_saved(err)}", err=True)
+    sys.exit(3)
+
+
+def _saved(err: Exception) -> str:
+    """Where the traceback was written (never the command line itself: it may hold a token)."""
+    import tempfile
+    import traceback
+
+    try:
+        fd, path = tempfile.mkstemp(prefix="ckpt-repair-bug-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as out:
+            out.write(f"ckpt-repair {__version__}, Python {sys.version.split()[0]}\n")
+            traceback.print_exception(err, file=out)
+    except OSError:
+        return " (CKPT_REPAIR_TRACEBACK=1 prints where it happened)"
+    return f" and the traceback saved in {path}"
 
 
 def _ran_out(what: str) -> None:
