@@ -132,3 +132,40 @@ def test_an_architecture_this_host_cannot_build_is_not_called_refused(tmp_path, 
     (folder / "config.json").write_text(json.dumps(config))
     report = doctor(capsys, folder, "vllm==0.32.0")[1]
     assert not [f for f in report["findings"] + report["notes"] if f["code"] == "build-refused"], report
+
+
+DSV4 = "DeepseekV4ForCausalLM"
+FP8_KV = {"dynamic": False, "num_bits": 8, "type": "float"}  # ModelOpt's config.json kv_cache_scheme (tools/real_fixture qwen36)
+
+
+def dsv4_modelopt(folder, kv_cache_scheme):
+    """tools/dsv4_fixture.py's checkpoint under a ModelOpt config.json quantization_config (the form ModelOpt 0.31+
+    writes), with or without its FP8 KV-cache declaration: only the config is read by the build refusal."""
+    from tools.dsv4_fixture import write as write_dsv4
+
+    write_dsv4(folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+                                     "ignore": ["lm_head"], **({"kv_cache_scheme": kv_cache_scheme} if kv_cache_scheme else {})}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_vllm_028_refuses_deepseek_v4_without_an_fp8_kv_cache(tmp_path, capsys):
+    """0.28's DeepSeek-V4 attention (FlashMLA, the class a non-SM12 CUDA host builds: nvidia/model.py:770-801) asserts
+    an fp8 KV cache (attention.py:106); with none declared and no --kv-cache-dtype the cache dtype stays `auto`."""
+    report = doctor(capsys, dsv4_modelopt(tmp_path / "dsv4", None), "vllm==0.28.0")[1]
+    assert [f["subject"] for f in report["findings"] if f["code"] == "build-refused"] == [DSV4], report["findings"]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "vLLM 0.28 resolves --kv-cache-dtype auto from a ModelOpt config.json's kv_cache_scheme (engine/arg_utils.py:1986, "
+    "utils/torch_utils.py:427-507 resolve_kv_cache_dtype_string: {num_bits 8, type float} -> fp8), and then its "
+    "DeepSeek-V4 attention takes the fp8_ds_mla layout (attention.py:104-114); measured in /work/venvs/vllm-0.28 on the "
+    "profile's small config: without the scheme 'got auto', with it the build passes attention.py and stops at this "
+    "host's `requires a CUDA device` (ops/o_proj.py:22). The generator records the refusal with no condition (its "
+    "QUANTIZATION declares no KV cache, refusal_condition varies config fields only), so doctor calls every DeepSeek-V4 "
+    "checkpoint refused by 0.28, and says no change to the files helps (a declared FP8 KV cache, or --kv-cache-dtype fp8, does)"))
+def test_vllm_028_builds_deepseek_v4_whose_config_declares_an_fp8_kv_cache(tmp_path, capsys):
+    report = doctor(capsys, dsv4_modelopt(tmp_path / "dsv4", FP8_KV), "vllm==0.28.0")[1]
+    assert not [f for f in report["findings"] + report["notes"] if f["code"] == "build-refused"], report["findings"]

@@ -54,8 +54,14 @@ EXTRA: dict[str, dict] = {
     # models/kimi_linear.py; mla_use_nope as published (moonshotai/Kimi-Linear-48B-A3B-Instruct config.json: true; vLLM's
     # own KimiLinearConfig defaults it False and transformers' class has no such field): vLLM 0.28's GPU class
     # (models/kimi_k3/nvidia/model.py:891) asserts it, so a config without it judged every Kimi-Linear refused
+    # Its layers as published too: vLLM 0.28/0.30's KimiLinearConfig reads linear_attn_config (1-based kda_layers /
+    # full_attn_layers, None: every layer MLA) and first_k_dense_replace (default 0: every layer MoE), which transformers'
+    # class does not write (its layer_types / mlp_layer_types: SMALL's 3 layers, linear, linear, full; dense, sparse, sparse)
     "KimiLinearForCausalLM": {"num_experts_per_token": 2, "linear_head_dim": 16, "linear_num_heads": 4,
-                              "num_attention_heads": 4, "num_key_value_heads": 4, "mla_use_nope": True},
+                              "num_attention_heads": 4, "num_key_value_heads": 4, "mla_use_nope": True,
+                              "first_k_dense_replace": 1, "moe_layer_freq": 1,
+                              "linear_attn_config": {"kda_layers": [1, 2], "full_attn_layers": [3], "num_heads": 4,
+                                                     "head_dim": 16, "short_conv_kernel_size": 4}},
     # transformers' class builds a QSA indexer in every attention layer (modeling_qwen4_exp.py:837) from the indexer_*
     # fields, which its config leaves None, and validates them together (kv heads 1, budget a multiple of the ratio):
     # every checkpoint it writes has them. vLLM reads indexer_n_heads to choose QSA attention (qwen4_exp/nvidia/

@@ -34,3 +34,49 @@ def test_what_the_release_refuses_to_build_is_what_its_profile_records(tmp_path,
         assert (name in regenerated["architectures"]) == (name in profile.entries), name
         assert regenerated["unprofiled"].get(name) == profile.unprofiled.get(name), name
     assert "KimiLinearForCausalLM" not in regenerated.get("build_refused", {})
+
+
+KV_CACHE_BUILD = """
+import sys
+import vllm_profile as vp
+from vllm_runtime import emit, enable_cpu_nvfp4, nvfp4_moe_emulation_fallback, torchvision_stand_in, kernel_stand_ins
+from vllm_profile_configs import model_types, small_config
+from vllm_gpu_stand_ins import cuda_classes
+enable_cpu_nvfp4(); nvfp4_moe_emulation_fallback(); torchvision_stand_in(); kernel_stand_ins(); vp.no_triton_allocator()
+arch = sys.argv[1]
+cuda_classes(arch)
+config = small_config(arch, model_types())[0]
+base = dict(vp.QUANTIZATION)
+for scheme in (None, {"dynamic": False, "num_bits": 8, "type": "float"}):
+    vp.QUANTIZATION = dict(base, **({"kv_cache_scheme": scheme} if scheme else {}))
+    try:
+        vp.built_from(arch, config, True)
+        emit({"scheme": scheme, "error": None})
+    except Exception as e:
+        emit({"scheme": scheme, "error": f"{type(e).__name__}: {e}"[:300]})
+"""
+
+
+def test_an_fp8_kv_cache_declared_in_config_lifts_deepseek_v4s_refusal(tmp_path, release):
+    """The release whose profile records DeepSeek-V4 refused (0.28: its FlashMLA attention asserts an fp8 KV cache,
+    attention.py:106) is asked again with ModelOpt's config.json kv_cache_scheme (FP8) added to the profile's
+    quantization config: its own arg_utils.py resolves `auto` to fp8 from it, and the refusal is gone (this host then
+    stops at a CUDA-only kernel, not the refusal). tests/test_build_refused.py holds doctor's side (a known gap)."""
+    import os
+    import subprocess
+
+    from .probe import REPO, VLLM_PY
+
+    profile = {p.label: p for p in arch.PROFILES if p.runtime == "vllm"}[f"vllm {release}"]
+    refused = profile.build_refused.get("DeepseekV4ForCausalLM")
+    if refused is None:
+        pytest.skip(f"vllm {release} records no DeepSeek-V4 build refusal")
+    script = tmp_path / "kv_cache_build.py"
+    script.write_text(KV_CACHE_BUILD)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    proc = subprocess.run([str(VLLM_PY), str(script), "DeepseekV4ForCausalLM"], capture_output=True, text=True,
+                          timeout=900, cwd="/", env={**env, "PYTHONPATH": str(REPO / "tools")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    without, declared = (json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{"))
+    assert without["error"].startswith(refused["error"]), without
+    assert declared["error"] is None or refused["error"] not in declared["error"], declared
