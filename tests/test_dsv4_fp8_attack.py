@@ -24,6 +24,9 @@ def _doctor(capsys, folder: Path, *extra: str) -> tuple[int, dict | str]:
     return code, (json.loads(out) if code in (0, 1) else err)
 
 
+WQ_B = "layers.0.attn.wq_b"
+
+
 def _float32_scale(factor: float):
     def edit(tensors):
         tensors["layers.0.attn.wq_b.scale"] = tensors["layers.0.attn.wq_b.scale"].to(torch.float32) * factor
@@ -105,3 +108,28 @@ def test_an_entry_that_only_contains_the_experts_layer_name_does_not_exclude_it(
     folder = _with_ignored(dsv4_fp8_fixture.write(tmp_path / "dsv4", edit=_bf16_experts_of_layer_0), ["xlayers.0.ffn.experts"])
     code, report = _doctor(capsys, folder)
     assert code == 1 and [f for f in report["findings"] if f["severity"] == "error"], report
+
+
+def test_a_weight_stored_as_e8m0_is_an_error_not_a_clean_bill(capsys, tmp_path):
+    """F8_E8M0 is read for block scales; a `.weight` in it (powers of two only) is no layer any runtime builds: vLLM
+    would copy it into its float8_e4m3fn parameter. doctor had said `no problems found` (a warning only) while fix
+    refused the same module in one line."""
+    def edit(tensors):
+        tensors[f"{WQ_B}.weight"] = tensors[f"{WQ_B}.weight"].view(torch.uint8).view(torch.float8_e8m0fnu)
+    folder = dsv4_fp8_fixture.write(tmp_path / "dsv4", edit=edit)
+    code, report = _doctor(capsys, folder)
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    assert code == 1 and [f["subject"] for f in errors] == [WQ_B], report
+    assert "float8_e8m0fnu" in errors[0]["message"], errors[0]["message"]
+
+
+def test_a_block_scale_of_the_wrong_shape_is_named_against_the_shape_it_needs(capsys, tmp_path):
+    """wo_a [256, 1024] needs a scale per 128x128 block, [2, 8]; a transposed [8, 2] one (as many bytes) is not read as
+    its block scale, and the error says which shape it needed, not only that no per-tensor scale was found."""
+    def edit(tensors):
+        tensors["layers.0.attn.wo_a.scale"] = tensors["layers.0.attn.wo_a.scale"].t().contiguous()
+    folder = dsv4_fp8_fixture.write(tmp_path / "dsv4", edit=edit)
+    code, report = _doctor(capsys, folder)
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    assert code == 1 and [f["subject"] for f in errors] == ["layers.0.attn.wo_a"], report
+    assert "128x128 block [2, 8] (it has F8_E8M0 [8, 2])" in errors[0]["message"], errors[0]["message"]
