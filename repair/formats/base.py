@@ -132,6 +132,7 @@ class Format(ABC):
     GLOBAL_SCALE_IS_DIVISOR: ClassVar[bool]
     RUNTIME_LEAVES: ClassVar[dict[str, str]]  # stored leaf name -> role, for the parameters vLLM allocates for a packed layer
     UNSUPPORTED: ClassVar[dict[str, str]] = {}  # operation ("requantize", "original", "tp") -> why it cannot run
+    NEEDS_LAYER_ROWS: ClassVar[bool] = False  # its schemes are per layer of the class: judged only with the release's rows
     FUSED_REFUSAL: ClassVar[str]  # vLLM's exact error when a fused layer's shards differ in precision ({prefix}: the fused layer)
 
     def __repr__(self) -> str:

@@ -174,6 +174,7 @@ class DeepseekV4Fp8(nvfp4_packed.PackedNvfp4):
     RUNTIME_LEAVES = {"weight": "weight", "weight_scale": "weight_scale", "weight_scale_2": "weight_scale_2",
                       "input_scale": "input_scale", "scale": "weight_scale", "weight_scale_inv": "weight_scale"}
     UNSUPPORTED = UNSUPPORTED
+    NEEDS_LAYER_ROWS = True  # "every linear built with the quant config": embed, head, gate, compressors are not
     FUSED_REFUSAL = ("Detected some but not all shards of {prefix} are quantized. All shards of fused layers "
                      "to have the same precision.")  # quant_utils.py:676-681
 
