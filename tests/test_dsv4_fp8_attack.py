@@ -147,3 +147,11 @@ def test_a_vllm_release_whose_profile_lacks_the_class_refuses_the_form_in_one_li
     assert code == 2 and len(err.strip().splitlines()) == 1 and "DeepseekV4ForCausalLM" in err, (out, err)
     code, _, err = run_captured(capsys, "fix", str(folder), "-o", str(tmp_path / "out"), "--target", target)
     assert code == 2 and len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists(), err
+
+
+def test_the_tp_refusal_does_not_promise_a_resharding_compressed_tensors_gets_refused_too(capsys, tmp_path):
+    """compressed-tensors refuses --tp too (formats/compressed_tensors.py: `--tp reshards ModelOpt names only`): the
+    line had told a DeepSeek-V4 user that compressed-tensors checkpoints are resharded."""
+    folder = dsv4_fp8_fixture.write(tmp_path / "dsv4")
+    code, _, err = run_captured(capsys, "fix", str(folder), "-o", str(tmp_path / "out"), "--target", "bf16", "--tp", "2")
+    assert code == 2 and "compressed-tensors" not in err and "ModelOpt" in err, err

@@ -40,7 +40,7 @@ WRITES = "this tool writes no FP8 block weights"
 UNSUPPORTED = {"requantize": f"{WRITES}, and requantizes NVFP4 into ModelOpt's own formats only",
                "original": "--original verifies modules requantized with ModelOpt's math; this form's FP8 block layers are "
                            "DeepSeek's own",
-               "tp": "--tp reshards ModelOpt and compressed-tensors checkpoints only; run without --tp"}
+               "tp": "--tp reshards ModelOpt checkpoints only; run without --tp"}
 
 
 # The renames of the class's hf_to_vllm_mapper that apply to a module name (nvidia/model.py:1741-1758); vLLM maps every
