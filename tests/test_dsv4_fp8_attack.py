@@ -155,3 +155,13 @@ def test_the_tp_refusal_does_not_promise_a_resharding_compressed_tensors_gets_re
     folder = dsv4_fp8_fixture.write(tmp_path / "dsv4")
     code, _, err = run_captured(capsys, "fix", str(folder), "-o", str(tmp_path / "out"), "--target", "bf16", "--tp", "2")
     assert code == 2 and "compressed-tensors" not in err and "ModelOpt" in err, err
+
+
+def test_the_fused_refusal_quotes_vllms_error_with_vllms_prefix(capsys, tmp_path):
+    """ignored_layers naming wq_a alone: vLLM stops building fused_wqa_wkv with its error on the prefix it builds,
+    `model.layers.1.attn.fused_wqa_wkv` (quant_utils.py:676-681); doctor quoted it with the checkpoint's spelling."""
+    folder = _with_ignored(dsv4_fp8_fixture.write(tmp_path / "dsv4", edit=_bf16("layers.1.attn.wq_a")), ["layers.1.attn.wq_a"])
+    code, report = _doctor(capsys, folder)
+    said = [f["runtime_error"] for f in report["findings"] if f["code"] == "fused-shards" and f["runtime_error"]]
+    assert code == 1 and said == ["Detected some but not all shards of model.layers.1.attn.fused_wqa_wkv are quantized. All "
+                                  "shards of fused layers to have the same precision."], report["findings"]

@@ -46,6 +46,8 @@ UNSUPPORTED = {"requantize": f"{WRITES}, and requantizes NVFP4 into ModelOpt's o
 # The renames of the class's hf_to_vllm_mapper that apply to a module name (nvidia/model.py:1741-1758); vLLM maps every
 # ignored_layers entry through them (model_loader/utils.py:379, get_rename_mapper) before comparing it with a layer's
 # prefix, which is the checkpoint module's name mapped the same way.
+FUSED_REFUSAL = ("Detected some but not all shards of {prefix} are quantized. All shards of fused layers "
+                 "to have the same precision.")  # quant_utils.py:676-681
 VLLM_SUBSTR = ((".shared_experts.w2", ".shared_experts.down_proj"),)
 VLLM_PREFIXES = ("layers.", "embed.", "norm.", "hc_head", "mtp.")  # each gains `model.`
 
@@ -86,6 +88,12 @@ class ExactRule:
 
     def used_entries(self, prefixes: Iterable[str]) -> frozenset[str]:
         return frozenset(e for p in prefixes for e in self._hits(p))
+
+    def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
+        """vLLM's error when the fused name is not listed and its shards disagree, on the prefix it builds."""
+        if self.shard_excluded(fused) or len({self.shard_excluded(s) for s in shards}) < 2:
+            return None
+        return FUSED_REFUSAL.format(prefix=vllm_spelling(fused))
 
 
 @dataclass(frozen=True)
@@ -175,8 +183,7 @@ class DeepseekV4Fp8(nvfp4_packed.PackedNvfp4):
                       "input_scale": "input_scale", "scale": "weight_scale", "weight_scale_inv": "weight_scale"}
     UNSUPPORTED = UNSUPPORTED
     NEEDS_LAYER_ROWS = True  # "every linear built with the quant config": embed, head, gate, compressors are not
-    FUSED_REFUSAL = ("Detected some but not all shards of {prefix} are quantized. All shards of fused layers "
-                     "to have the same precision.")  # quant_utils.py:676-681
+    FUSED_REFUSAL = FUSED_REFUSAL
 
     def claims(self, ckpt: Checkpoint) -> bool:
         return claims(ckpt)
