@@ -128,7 +128,7 @@ def test_fix_turns_a_fused_layer_bf16_whole_dequantizing_its_fp8_block_shard(cap
 
 
 def test_fix_refuses_what_it_cannot_do_in_one_line(capsys, tmp_path):
-    """--tp reshards ModelOpt and compressed-tensors names only: one line, exit 2, nothing written."""
+    """--tp reshards ModelOpt checkpoints only: one line, exit 2, nothing written."""
     folder = dsv4_fp8_fixture.write(tmp_path / "dsv4", edit=_bf16_wq_a)
     out = tmp_path / "out"
     code, _, err = run_captured(capsys, "fix", str(folder), "-o", str(out), "--target", "vllm==0.32.0", "--tp", "2")

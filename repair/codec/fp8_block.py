@@ -45,6 +45,14 @@ def scale_problem(values: np.ndarray, out_dtype: str) -> str | None:
     return None
 
 
+def e8m0_inexact(values: np.ndarray) -> int:
+    """How many positive finite float32 scales a float8_e8m0fnu parameter cannot hold: not a power of two, or outside
+    2^-127..2^127 (a dtype-converting copy rounds them: torch 2.13 measured 1.3 * 2^-9 -> 2^-9, 1.5 * 2^-9 -> 2^-8)."""
+    held = values[np.isfinite(values) & (values > 0)]
+    mantissa, exponent = np.frexp(held)  # value = mantissa * 2^exponent, mantissa in [0.5, 1)
+    return int(np.count_nonzero((mantissa != 0.5) | (exponent - 1 < -127) | (exponent - 1 > 127)))
+
+
 def dequantize(codes: np.ndarray, block_scales: np.ndarray, out_dtype: str) -> np.ndarray:
     """float8_e4m3fn codes (uint8 [out, in]) and float32 block scales -> output bits [out, in] (uint16 or uint32)."""
     float_bits.check(out_dtype)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from functools import partial
 
 import numpy as np
 
 from repair.arch import Architecture, ModuleSpec
-from repair.codec import float_bits, scale_values
+from repair.codec import float_bits, fp8_block, scale_values
 from repair.doctor.expert_scales import ExpertsRule, expert_scale_findings
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.base import Declaration
@@ -132,17 +133,19 @@ def fused_findings(declaration: Declaration, modules: dict[str, StoredModule], f
 
 def health_findings(ckpt: Checkpoint, modules: dict[str, StoredModule], precision: dict[str, str], family: Architecture,
                     divisor: bool = False, values: ScaleValues | None = None, who: str = "vLLM",
-                    experts: ExpertsRule | None = None) -> list[Finding]:
+                    experts: ExpertsRule | None = None, block_scale_dtype: str = "F32") -> list[Finding]:
     """Scale counts, shapes and values of every packed module, and the shared scale of siblings the target's class
     fuses (`family`: its row, whose fused layers are its release's own) and of each routed expert's gate/up (`experts`:
     which one the release keeps, its data) (the scale bytes come from `values`: what doctor decided to read, see
-    doctor/scales.py); `who`: the target runtime, as messages name it."""
+    doctor/scales.py); `who`: the target runtime, as messages name it; `block_scale_dtype`: its FP8 block scale
+    parameter's dtype (Declaration.block_scale_dtype)."""
     located = ckpt.locate()
     findings = []
     scale_2: dict[str, float] = {}
+    checks = HEALTH | {"fp8_block": partial(_fp8_block_health, held_as=block_scale_dtype)}
     with values or ScaleValues(ckpt, modules, divisor) as read:
         for m in sorted((m for m in modules.values() if m.is_quantized), key=lambda m: m.name):
-            health = HEALTH.get(m.precision, _module_health)
+            health = checks.get(m.precision, _module_health)
             findings += health(m, located, precision, scale_2, read, divisor)
     for _, siblings in family.scale_groups(scale_2):
         values = {name: scale_2[name] for name in siblings}
@@ -236,27 +239,29 @@ def _fp8_health(m: StoredModule, located, precision, scale_2, read, divisor: boo
     return out
 
 
-def _fp8_block_health(m: StoredModule, located, precision, scale_2, read, divisor: bool) -> list[Finding]:
-    """An FP8 block layer: every 128x128 block's float32 scale positive and finite (the runtime multiplies the block's
-    codes by it; the layout itself, one scale per block, is how the module was recognised). A ue8m0 scale (e8m0fnu, a
-    biased exponent per byte) is 2^(b-127), always positive and finite, except 0xFF, its NaN."""
+def _fp8_block_health(m: StoredModule, located, precision, scale_2, read, divisor: bool, held_as: str = "F32") -> list[Finding]:
+    """An FP8 block layer: every 128x128 block's scale positive, finite and not past BF16 times the largest code (the
+    runtime multiplies the block's codes by it; fix's dequantize refuses the same: codec/fp8_block.scale_problem), and,
+    where the runtime's parameter is e8m0 (`held_as`) and the layer is built FP8 block, one it holds as stored. A ue8m0
+    scale (e8m0fnu, a biased exponent per byte) is 2^(b-127); 0xFF is its NaN."""
     name = m.tensor("weight_scale")
     shard, info = located[name]
-    raw = bytes(read(shard.path, info))
-    if info.dtype == "F8_E8M0":
-        values = np.frombuffer(raw, dtype=np.uint8)
-        bad = int(np.count_nonzero(values == 0xFF))
-    else:
-        values = np.frombuffer(raw, dtype="<f4")
-        bad = int(np.count_nonzero(~(np.isfinite(values) & (values > 0))))
-    if not bad:
+    raw = np.frombuffer(bytes(read(shard.path, info)), dtype=np.uint8 if info.dtype == "F8_E8M0" else "<f4")
+    values = fp8_block.scales(raw, info.dtype)
+    problem = fp8_block.scale_problem(values, "BF16")
+    if problem:
+        return [Finding(Severity.ERROR, Kind.FP8_SCALE, name, f"{name}: {problem}; those 128x128 blocks of the FP8 layer "
+                        "compute garbage (re-export, or take the layer from the original)")]
+    rounded = fp8_block.e8m0_inexact(values) if held_as == "F8_E8M0" and info.dtype != "F8_E8M0" else 0
+    if not rounded or precision.get(m.name) != "fp8_block":
         return []
-    return [Finding(Severity.ERROR, Kind.FP8_SCALE, name, f"{name}: {bad} of {values.size} block scales are NaN, infinite, zero "
-                    "or negative; those 128x128 blocks of the FP8 layer compute garbage (re-export, or take the layer from the "
-                    "original)")]
+    return [Finding(Severity.ERROR, Kind.FP8_SCALE, name, f"{name}: {rounded} of {values.size} {info.dtype} block scales are not a "
+                    "power of two in e8m0's range, but the runtime's block scale parameter is float8_e8m0fnu (DeepSeek-V4 "
+                    "expert_dtype fp4) and the load rounds each to one, so those blocks compute with another scale than "
+                    "the export's; store the scales the export computed with, or dequantize the layer (fix --target bf16)")]
 
 
-HEALTH = {"fp8": _fp8_health, "fp8_block": _fp8_block_health}
+HEALTH = {"fp8": _fp8_health, "fp8_block": _fp8_block_health}  # by stored precision
 
 
 def _f32_scalar(located_scale, read) -> tuple[float, str | None]:

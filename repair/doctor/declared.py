@@ -195,6 +195,10 @@ def float8_findings(modules: dict[str, StoredModule], infos: dict[str, TensorInf
     out = unscaled_float8_findings(modules, infos)
     for m in modules.values():
         weight = m.tensor("weight")
+        if weight is not None and infos[weight].dtype == "F8_E8M0":  # read for block scales; never a weight
+            out.append(Finding(Severity.ERROR, Kind.FP8_SCALE, m.name, f"{m.name}: weight stored float8_e8m0fnu (powers of two "
+                               "only, a block-scale dtype): no runtime builds a layer from it (vLLM would cast it into "
+                               "float8_e4m3fn codes); re-download or re-export it, or take the layer from the original"))
         if weight is None or m.precision in ("fp8", "fp8_block") or infos[weight].dtype != "F8_E4M3":
             continue
         scale, shape = m.tensor("weight_scale"), list(infos[weight].shape)
@@ -205,8 +209,8 @@ def float8_findings(modules: dict[str, StoredModule], infos: dict[str, TensorInf
             continue
         has = "it has none" if scale is None else f"it has {infos[scale].dtype} {list(infos[scale].shape)}"
         out.append(Finding(Severity.ERROR, Kind.FP8_SCALE, m.name,
-                           f"{m.name}: float8_e4m3 weight {shape} without a float32 per-tensor weight_scale "
-                           f"({has}); a runtime building it FP8 runs with an unloaded scale or fails to load it, one building it "
+                           f"{m.name}: float8_e4m3 weight {shape} without a float32 per-tensor weight_scale or a "
+                           f"float32/e8m0 one per 128x128 block {[-(-d // 128) for d in shape]} ({has}); a runtime building it FP8 runs with an unloaded scale or fails to load it, one building it "
                            "BF16 reads the float8 codes without their scale (re-download or re-export it, or take the layer "
                            "from the original)"))
     return out

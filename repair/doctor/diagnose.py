@@ -130,7 +130,8 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     said = {f.subject for f in mismatched}  # a layer declared NVFP4 stored without input_scale: said once, as a mismatch
     with ScaleValues(ckpt, modules, fmt.GLOBAL_SCALE_IS_DIVISOR, deep, progress, shared) as values:
         findings += [f for f in health_findings(ckpt, modules, built, family, fmt.GLOBAL_SCALE_IS_DIVISOR, values,
-                                                  target.profile.speaker, experts_fact(target, declaration, name))
+                                                  target.profile.speaker, experts_fact(target, declaration, name),
+                                                  declaration.block_scale_dtype)
                      if not (f.code == Kind.MISSING_INPUT_SCALE and f.subject in said)]
         # a module-driven loader (TensorRT-LLM's copy_weight): its own account, from its data (scalars read as above)
         module_loads = module_load_findings(ckpt, modules, declaration, target, tp, family, values, resolved) if module_driven(target) else None

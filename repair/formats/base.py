@@ -47,6 +47,7 @@ class Declaration:
     hf_layer_algos: LayerAlgorithms | None = None  # hf_quant_config.json's quantized_layers (doctor compares the two)
     kv_cache: str | None = None  # the KV-cache quantization declared ("FP8"), None when none is
     group_algos: object | None = None  # compressed-tensors groups of different schemes (formats/ct_groups.GroupSchemes)
+    block_scale_dtype: str = "F32"  # the dtype the runtime's FP8 block scale parameter has (DeepSeek-V4 fp4: F8_E8M0)
     # a target runtime's own rules (repair/targets/runtime_rules.py bind); None: the format's, as vLLM applies them
     matcher: Callable | None = field(default=None, compare=False, hash=False, repr=False)  # (entries, targets) -> Rule
     layer_lookup: Callable | None = field(default=None, compare=False, hash=False, repr=False)  # (algos, name) -> (algo, error)
@@ -131,6 +132,7 @@ class Format(ABC):
     GLOBAL_SCALE_IS_DIVISOR: ClassVar[bool]
     RUNTIME_LEAVES: ClassVar[dict[str, str]]  # stored leaf name -> role, for the parameters vLLM allocates for a packed layer
     UNSUPPORTED: ClassVar[dict[str, str]] = {}  # operation ("requantize", "original", "tp") -> why it cannot run
+    NEEDS_LAYER_ROWS: ClassVar[bool] = False  # its schemes are per layer of the class: judged only with the release's rows
     FUSED_REFUSAL: ClassVar[str]  # vLLM's exact error when a fused layer's shards differ in precision ({prefix}: the fused layer)
 
     def __repr__(self) -> str:

@@ -6,7 +6,7 @@ NVIDIA's export, `moe_quant_algo: NVFP4`); on model_type deepseek_v4 vLLM 0.32 b
   * every linear layer built with the quant config is FP8 block (Fp8LinearMethod: float8_e4m3fn weight, a scale per
     128x128 block registered as `weight_scale_inv`, float8_e8m0fnu when `expert_dtype` is fp4: quant_config.py:80-84,
     fp8.py:329-339); the checkpoint stores it as DeepSeek's `.scale` (nvidia/model.py:1718-1724 maps it), in e8m0 or
-    float32 (a float32 power of two copies into the e8m0 parameter exactly);
+    float32 (a float32 power of two copies into the e8m0 parameter exactly, any other is rounded: doctor says so);
   * routed experts are ModelOpt NVFP4 when `moe_quant_algo` is NVFP4 and expert_dtype fp4 (:186-195, a
     ModelOptNvFp4Config with no exclusions), MXFP4 without it (:196), FP8 block for expert_dtype fp8 (:197-199);
   * exclusions are Fp8Config's `ignored_layers` (else `modules_to_not_convert`), matched exactly, a fused layer by its
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable
 
 from repair.errors import BadInput
@@ -39,29 +40,60 @@ WRITES = "this tool writes no FP8 block weights"
 UNSUPPORTED = {"requantize": f"{WRITES}, and requantizes NVFP4 into ModelOpt's own formats only",
                "original": "--original verifies modules requantized with ModelOpt's math; this form's FP8 block layers are "
                            "DeepSeek's own",
-               "tp": "--tp reshards ModelOpt and compressed-tensors checkpoints only; run without --tp"}
+               "tp": "--tp reshards ModelOpt checkpoints only; run without --tp"}
+
+
+# The renames of the class's hf_to_vllm_mapper that apply to a module name (nvidia/model.py:1741-1758); vLLM maps every
+# ignored_layers entry through them (model_loader/utils.py:379, get_rename_mapper) before comparing it with a layer's
+# prefix, which is the checkpoint module's name mapped the same way.
+FUSED_REFUSAL = ("Detected some but not all shards of {prefix} are quantized. All shards of fused layers "
+                 "to have the same precision.")  # quant_utils.py:676-681
+VLLM_SUBSTR = ((".shared_experts.w2", ".shared_experts.down_proj"),)
+VLLM_PREFIXES = ("layers.", "embed.", "norm.", "hc_head", "mtp.")  # each gains `model.`
+
+
+def vllm_spelling(name: str) -> str:
+    """`name` (a checkpoint module or an ignored_layers entry) as vLLM 0.32's rename mapper leaves it: substrings
+    first, then the prefix (WeightsMapper._map_name_with_shard's order)."""
+    for old, new in VLLM_SUBSTR:
+        name = name.replace(old, new, 1)
+    return f"model.{name}" if name.startswith(VLLM_PREFIXES) else name
 
 
 @dataclass(frozen=True)
 class ExactRule:
-    """Fp8Config's `exact` is_layer_skipped over one list (quant_utils.py:617-690)."""
+    """Fp8Config's `exact` is_layer_skipped over one list (quant_utils.py:617-690), compared as vLLM compares: entry
+    and layer both in vLLM's spelling (`layers.1.attn.wq_b` and `model.layers.1.attn.wq_b` name the same layer)."""
 
     entries: frozenset[str]
 
+    @cached_property
+    def spelled(self) -> dict[str, str]:
+        return {e: vllm_spelling(e) for e in self.entries}
+
     def excludes(self, prefix: str) -> bool:
         """An expert is asked as its routed-experts layer (`...ffn.experts`, the prefix vLLM's FusedMoE hands the
-        config: fused_moe/layer.py:227), skipped when an entry naming experts holds it; any other layer by equality."""
-        if ".experts" in prefix:
-            layer = routed_layer(prefix)
-            return any(layer in e for e in self.entries if "experts" in e)
-        return prefix in self.entries
+        config: fused_moe/layer.py:227); a prefix holding `experts` (the shared experts' down_proj too) is skipped when
+        an entry naming experts holds it (quant_utils.py:682-686); any other layer by equality."""
+        return bool(self._hits(prefix))
 
     def shard_excluded(self, prefix: str) -> bool:
-        return prefix in self.entries
+        return vllm_spelling(prefix) in self.spelled.values()
+
+    def _hits(self, prefix: str) -> list[str]:
+        asked = vllm_spelling(routed_layer(prefix))
+        if "experts" in asked:
+            return [e for e, mapped in self.spelled.items() if "experts" in mapped and asked in mapped]
+        return [e for e, mapped in self.spelled.items() if mapped == asked]
 
     def used_entries(self, prefixes: Iterable[str]) -> frozenset[str]:
-        return frozenset(e for p in prefixes for e in self.entries
-                         if p == e or (".experts" in p and "experts" in e and routed_layer(p) in e))
+        return frozenset(e for p in prefixes for e in self._hits(p))
+
+    def fused_refusal(self, fused: str, shards: tuple[str, ...]) -> str | None:
+        """vLLM's error when the fused name is not listed and its shards disagree, on the prefix it builds."""
+        if self.shard_excluded(fused) or len({self.shard_excluded(s) for s in shards}) < 2:
+            return None
+        return FUSED_REFUSAL.format(prefix=vllm_spelling(fused))
 
 
 @dataclass(frozen=True)
@@ -124,7 +156,8 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
                        "\"NVFP4\"")
     key = read_key(quant_cfg)
     ignore = nvfp4_packed.name_list(quant_cfg.get(key), path, f"quantization_config.{key}")
-    return Declaration("FP8_BLOCK", ignore, None, DEEPSEEK_V4_FP8, group_algos=Schemes(experts))
+    scale_dtype = "F8_E8M0" if expert_dtype == "fp4" else "F32"  # is_scale_e8m0 (quant_config.py:80-84, fp8.py:336)
+    return Declaration("FP8_BLOCK", ignore, None, DEEPSEEK_V4_FP8, group_algos=Schemes(experts), block_scale_dtype=scale_dtype)
 
 
 def group_modules(infos: dict[str, TensorInfo]) -> list[StoredModule]:
@@ -149,8 +182,8 @@ class DeepseekV4Fp8(nvfp4_packed.PackedNvfp4):
     RUNTIME_LEAVES = {"weight": "weight", "weight_scale": "weight_scale", "weight_scale_2": "weight_scale_2",
                       "input_scale": "input_scale", "scale": "weight_scale", "weight_scale_inv": "weight_scale"}
     UNSUPPORTED = UNSUPPORTED
-    FUSED_REFUSAL = ("Detected some but not all shards of {prefix} are quantized. All shards of fused layers "
-                     "to have the same precision.")  # quant_utils.py:676-681
+    NEEDS_LAYER_ROWS = True  # "every linear built with the quant config": embed, head, gate, compressors are not
+    FUSED_REFUSAL = FUSED_REFUSAL
 
     def claims(self, ckpt: Checkpoint) -> bool:
         return claims(ckpt)

@@ -17,7 +17,7 @@ from typing import Mapping
 from repair import arch
 from repair.arch.profiled import ReleaseProfile
 from repair.arch.registry import Builds, Registry, Resolved, resolve as resolve_listed
-from repair.errors import UsageError
+from repair.errors import BadInput, UsageError
 from repair.targets.fused_exclusions import bind_fused
 from repair.targets.runtime_rules import CONFIG_KINDS, RuntimeRules, shipped_rules
 
@@ -103,6 +103,11 @@ class Target:
         """The declaration as this target reads it: a rules-file release's own matchers, else unchanged (vLLM's);
         `built`: what it builds (Target.built), when decided."""
         rules = self.profile.rules
+        name = (built or self.built(config)).name or ""
+        if declaration.format.NEEDS_LAYER_ROWS and self.release is not None and name not in self.release.entries:
+            raise BadInput(f"{self.release.label}'s generated profile does not cover {name or 'this architecture'}, and a "
+                           f"{declaration.format.NAME} checkpoint's schemes are per layer of the class it builds, so doctor "
+                           "cannot judge it for this target; judge it with a release whose profile covers it (vllm==0.32.0)")
         if rules is None and self.profile.allows_quant_config and self.release is not None:
             # vLLM's own reading: the format's rule, a fused layer asked as the release's data says
             # (a form the data records no fused tests for, DeepSeek-V4's fp8, keeps its format's own rule)
@@ -110,7 +115,6 @@ class Target:
             return bind_fused(declaration, family, self.release.fused_exclusions.get(kind) if kind else None)
         if rules is None or not declaration.quantized:
             return declaration
-        name = (built or self.built(config)).name or ""
         return rules.bind(declaration, rules.building(name, family.fused_layers, config), config)
 
     @property
