@@ -149,3 +149,37 @@ def test_a_shard_named_layer_the_class_builds_on_its_own_is_asked_by_its_own_nam
     declared = target.bind(Declaration("NVFP4", None, (entry,), MODELOPT_NVFP4), row, {"architectures": ["AfmoeForCausalLM"]})
     assert declared.excludes("model.layers.0.self_attn.gate_proj")
     assert not declared.excludes("model.layers.0.mlp.gate_proj")  # the MLP's is a shard: gate_up_proj is asked
+
+
+# A shard leaf two fused layers of one class share (vLLM 0.32's packed_modules_mapping): OlmoHybrid's q/k/v_proj are
+# shards of self_attn.qkv_proj and of linear_attn.in_proj_qkvg (olmo_hybrid.py:385-389), DeepSeek-V4's wkv of
+# attn.fused_wqa_wkv and of attn.compressor.fused_wkv_wgate (deepseek_v41/nvidia/model.py:1550-1553). vLLM asks the
+# layer the class builds (its prefix), so the shard is asked under the fused layer its parent holds, as the row says.
+SHARED_SHARDS = {
+    "olmo-fused-exact": ("OlmoHybridForCausalLM", ["model.layers.0.self_attn.qkv_proj"],
+                         {"model.layers.0.self_attn.q_proj": True, "model.layers.0.linear_attn.q_proj": False}),
+    "olmo-shards-exact": ("OlmoHybridForCausalLM", [f"model.layers.0.self_attn.{s}" for s in SHARDS],
+                          {"model.layers.0.self_attn.v_proj": True, "model.layers.0.linear_attn.v_proj": False}),
+    "olmo-linear-fused": ("OlmoHybridForCausalLM", ["model.layers.0.linear_attn.in_proj_qkvg"],
+                          {"model.layers.0.linear_attn.q_proj": True, "model.layers.0.self_attn.q_proj": False}),
+    "dsv4-attn-fused": ("DeepseekV4ForCausalLM", ["model.layers.0.attn.fused_wqa_wkv"],
+                        {"model.layers.0.attn.wkv": True, "model.layers.0.attn.wq_a": True,
+                         "model.layers.0.attn.compressor.wkv": False}),
+    "dsv4-compressor-fused": ("DeepseekV4ForCausalLM", ["model.layers.0.attn.compressor.fused_wkv_wgate"],
+                              {"model.layers.0.attn.compressor.wkv": True, "model.layers.0.attn.wkv": False}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHARED_SHARDS))
+def test_a_shard_leaf_of_two_fused_layers_is_asked_under_the_one_its_parent_builds(case):
+    from repair.formats.base import Declaration
+    from repair.formats.modelopt_nvfp4 import MODELOPT_NVFP4
+    from repair.targets.profiles import resolve
+
+    arch, entries, want = SHARED_SHARDS[case]
+    target = resolve("vllm==0.32.0")
+    declared = target.bind(Declaration("NVFP4", None, tuple(entries), MODELOPT_NVFP4), target.release.row(arch),
+                           {"architectures": [arch]})
+    assert {name: declared.excludes(name) for name in want} == want
+    rule = declared.rule()
+    assert all(rule.fused_refusal(*rule.layer(name)) is None for name in want)
