@@ -183,3 +183,19 @@ def test_a_shard_leaf_of_two_fused_layers_is_asked_under_the_one_its_parent_buil
     assert {name: declared.excludes(name) for name in want} == want
     rule = declared.rule()
     assert all(rule.fused_refusal(*rule.layer(name)) is None for name in want)
+
+
+@pytest.mark.parametrize("targets", ["vllm==0.28.0,sglang==0.5.9", "vllm==0.32.0,sglang==0.5.9", "vllm==0.32.0"])
+@pytest.mark.parametrize("entry", ["v_proj", "*v_proj"])
+def test_fix_writes_every_shard_of_a_fused_layer_when_one_is_covered_by_a_substring_of_the_fused_name(capsys, tmp_path,
+                                                                                                    entry, targets):
+    """`v_proj` is a substring of `...qkv_proj` (vLLM excludes every qkv_proj by it, layer 1's stored NVFP4 too) and of
+    `...v_proj`, not of q/k_proj: a target reading shard names (SGLang 0.5.9) needs q/k_proj's exact entries, and exact
+    entries for q and k without v are a mix vLLM's is_layer_skipped refuses before its substring test. fix had stopped
+    on its own self-check (exit 3); it writes every shard of the layer, or none."""
+    src = llama_qkv_bf16(tmp_path / "src", [entry])
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", targets)
+    assert code == 0, out + err
+    for target in targets.split(","):
+        code, out, err = run_captured(capsys, "doctor", tmp_path / "out", "--target", target, "--strict")
+        assert code == 0, out + err
