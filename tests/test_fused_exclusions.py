@@ -199,3 +199,21 @@ def test_fix_writes_every_shard_of_a_fused_layer_when_one_is_covered_by_a_substr
     for target in targets.split(","):
         code, out, err = run_captured(capsys, "doctor", tmp_path / "out", "--target", target, "--strict")
         assert code == 0, out + err
+
+
+@pytest.mark.xfail(strict=True, reason="vLLM 0.32 builds DeepSeek-V2's fused_qkv_a_proj only where q_lora_rank is set "
+                   "(deepseek_v2.py:1051-1065); with q_lora_rank null (DeepSeek-V2-Lite) kv_a_proj_with_mqa is a "
+                   "ReplicatedLinear of its own, asked by its own name. The profile's row is built with q_lora_rank set, so "
+                   "FusedRule asks the shard as fused_qkv_a_proj (found by attack-fusedexcl, not fixed: the row needs the "
+                   "q_lora_rank-null build's modules, a profile change)")
+def test_deepseek_v2_lite_kv_a_proj_is_asked_by_its_own_name():
+    from repair.formats.base import Declaration
+    from repair.formats.modelopt_nvfp4 import MODELOPT_NVFP4
+    from repair.targets.profiles import resolve
+
+    target = resolve("vllm==0.32.0")
+    config = {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "q_lora_rank": None}
+    entry = ("layers.0.self_attn.kv_a_proj_with_mqa",)  # modelopt.py:206-215: a substring of the layer's own prefix
+    declared = target.bind(Declaration("NVFP4", None, entry, MODELOPT_NVFP4), target.release.row("DeepseekV2ForCausalLM"),
+                           config)
+    assert declared.excludes("model.layers.0.self_attn.kv_a_proj_with_mqa")
