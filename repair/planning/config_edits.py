@@ -11,7 +11,8 @@ from repair.io.checkpoint import Checkpoint
 from repair.planning.built import target_rows
 from repair.planning.recipe import Action, Recipe
 from repair.planning.runtime_entries import (coverage, entry_names, flat_read, plain_entries, read_where_targets_read,
-                                             refuse_colliding_names, refuse_pattern_names, runtime_names, unread_fused, whole_layer_names)
+                                             refuse_colliding_names, refuse_pattern_names, runtime_names, shards_alike, unread_fused,
+                                             whole_layer_names)
 from repair.targets.config_lists import null_exclusion_list
 
 __all__ = ["config_edits", "unlisted_layers"]
@@ -43,14 +44,15 @@ def config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recipe
     remove = _redeclared(declaration, packed, modules, families)
     read_before = flat_read(ckpt.config, remove)
     for _ in range(2):  # again with the fused names a target reads instead of the shards', where one does
-        config, hf_quant = fmt.with_exclusions(ckpt, bf16, covers, remove=remove)
+        config, hf_quant = fmt.with_exclusions(ckpt, bf16, shards_alike(covers, families, bf16), remove=remove)
         config = read_where_targets_read(config, targets, declaration, read_before, [fmt.exclusion_entry(n) for n in bf16])
         extra = unread_fused(targets, declaration, families, config, fmt.exclusion_lists(config, hf_quant), bf16, modules)
         if not extra:
             break
         bf16 = sorted(set(bf16) | set(extra))
     entries = {n: fmt.exclusion_entry(n) for n in bf16}  # an entry already listed is not added (it covers for some target)
-    added = tuple(e for n, e in entries.items() if not all(covers(x, n) or e in x for x in lists))
+    alike = shards_alike(covers, families, bf16)
+    added = tuple(e for n, e in entries.items() if not all(alike(x, n) or e in x for x in lists))
     reads_plain = [bool(t.profile.rules and t.profile.rules.matchers.get("entries") == "plain") for t in targets]
     if any(reads_plain):  # a release whose matcher has no `re:` (TensorRT-LLM < 1.3): each module's plain name too
         plain = {e: n for n in bf16 if (e := fmt.exclusion_entry(n)) != n}

@@ -22,6 +22,23 @@ def coverage(targets, families, declaration, config):
     return (lambda entries, name: all(m(entries, name) for m in matchers)), (lambda entries, name: any(m(entries, name) for m in matchers))
 
 
+def shards_alike(covers, families, names: list[str]):
+    """`covers` asked of a fused layer's shards together: a shard among `names` counts as covered when it is, and it is
+    listed by its exact name or every one of its siblings there is covered. Exact entries for some shards only are a mix vLLM's
+    is_layer_skipped refuses before its substring test of the fused name (`v_proj` in `...qkv_proj` covers v_proj,
+    not q/k_proj, for a target that reads shard names): so every shard gets its exact entry, or none does."""
+    siblings: dict[str, set[str]] = {}
+    for family in families:
+        for _, members in family.fused_groups(names):
+            for m in members:
+                siblings.setdefault(m, set()).update(members)
+
+    def alike(entries, name: str) -> bool:
+        group = siblings.get(name, ())
+        return covers(entries, name) and (name in entries or all(covers(entries, n) for n in sorted(group)))
+    return alike
+
+
 def entry_names(families, made) -> list[str]:
     """The names exclusion entries use for the modules `made` BF16: each targeted release's own (the prefix its layer
     hands the quant config, where an entry naming the checkpoint module cannot reach it: the profile's `prefixes`; the

@@ -43,7 +43,7 @@ class FusedRule:
     fusions: Mapping[str, tuple[str, ...]]
     steps: tuple[tuple[str, tuple[str, ...]], ...]
     mixed: str  # the release's error for shards that disagree ({prefix}, {shards})
-    own: Callable[[str], bool] = lambda name: False  # the class builds this shard-named module as a layer of its own
+    own: Callable[[str], bool] = lambda name: False  # the class builds a layer at this name (a shard's: of its own)
     _seen: dict = field(default_factory=dict, compare=False, hash=False, repr=False)  # fused prefix -> decision
 
     def layer(self, name: str) -> tuple[str, tuple[str, ...]] | None:
@@ -52,10 +52,14 @@ class FusedRule:
         parent, _, leaf = name.rpartition(".")
         if ".experts." in name or self.own(name):  # Afmoe's attention gate_proj: vLLM asks its own name
             return None
-        fused = leaf if leaf in self.fusions else next((f for f, shards in self.fusions.items() if leaf in shards), None)
-        if fused is None:
+        fused = [leaf] if leaf in self.fusions else [f for f, shards in self.fusions.items() if leaf in shards]
+        if not fused:
             return None
-        prefix = name if fused == leaf else (f"{parent}.{fused}" if parent else fused)
+        # a leaf two fused layers share (OlmoHybrid's q_proj: self_attn.qkv_proj, linear_attn.in_proj_qkvg): the one
+        # the class builds under this parent
+        at = [f"{parent}.{f}" if parent else f for f in fused]
+        prefix = name if fused[0] == leaf else next((p for p in at if self.own(p)), at[0])
+        fused = prefix.rpartition(".")[2]
         return prefix, tuple(prefix.replace(fused, s) for s in self.fusions[fused])
 
     def decide(self, prefix: str, shards: tuple[str, ...]) -> tuple[bool, str | None]:
