@@ -95,28 +95,26 @@ def test_a_release_read_past_the_newest_file_that_builds_it_is_not_told_it_refus
     assert code == 1 and [f["runtime_error"] for f in doc["findings"]] == [ERROR], doc["findings"]
 
 
-def dense_weight_only(root: Path) -> Path:
-    """Qwen3 (dense) as llm-compressor's NVFP4A16 writes it: the real ModelOpt fixture converted by compressed-tensors'
+def dense_weight_only(root: Path, key: str = "qwen3-32b") -> Path:
+    """Qwen3 (dense; `key` another real layout) as llm-compressor's NVFP4A16 writes it: the real ModelOpt fixture converted by compressed-tensors'
     own converter (tools/ct_export.py), `input_activations` null, no input_global_scale."""
     from safetensors.torch import load_file, save_file
 
     from tools.ct_export import convert_modelopt
     from tools.real_fixture import write_real_model
 
-    src = write_real_model(root / "modelopt", "qwen3-32b")
+    src = write_real_model(root / "modelopt", key)
     tensors = {k: v for k, v in load_file(src / "model.safetensors").items() if not k.endswith(("k_scale", "v_scale"))}
     save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
     config = json.loads((src / "config.json").read_text())
     config["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
-                                     "ignore": ["lm_head"]}
+                                     "ignore": ["lm_head", *(["re:.*mlp.gate$"] if "a3b" in key else [])]}
     (src / "config.json").write_text(json.dumps(config))
     out = convert_modelopt(src, root / "ct")
     (out / "hf_quant_config.json").unlink(missing_ok=True)
     return weight_only(out)
 
 
-@pytest.mark.xfail(strict=True, reason="not read yet: SGLang 0.5.9-0.5.21's linear scheme choice (_get_scheme_from_parts) "
-                   "has no weight-only NVFP4 branch either; left for a stream")
 @pytest.mark.parametrize("target", ["sglang==0.5.9", "sglang==0.5.21"])
 def test_older_sglang_refuses_a_weight_only_compressed_tensors_linear_while_building_it(capsys, tmp_path, target):
     """Measured on each wheel 0.5.9-0.5.21 (their `_is_*` predicates compiled as tools/sglang_moe_schemes.py does, asked
@@ -131,3 +129,35 @@ def test_older_sglang_refuses_a_weight_only_compressed_tensors_linear_while_buil
     code, doc = doctor(capsys, src, target)
     assert code == 1 and doc["runtime_stops_at"] and all(e["error"] == ERROR for e in doc["runtime_stops_at"]), doc
     assert all(".self_attn." in s["tensor"] for s in doc["runtime_stops_at"]), doc["runtime_stops_at"]
+    (f,) = [f for f in doc["findings"] if f["runtime_error"] == ERROR]  # the first Linear the build meets, once
+    assert f["subject"].startswith("model.layers.0.self_attn.") and "_get_scheme_from_parts" in f["message"], f
+    assert "W4A16_NVFP4" in f["message"] and "fix --target bf16" in f["message"], f["message"]
+
+
+def test_each_release_records_whether_it_builds_a_weight_only_nvfp4_linear():
+    """0.5.9-0.5.12's files (0.5.13-0.5.21 fall back to 0.5.12's and refuse as it does; 0.5.22 builds it) and 0.5.23's."""
+    facts = {r.label: r.linear_scheme_refused for r in shipped_rules() if r.runtime == "sglang"}
+    for label in ("sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11", "sglang 0.5.12"):
+        fact = facts[label]["compressed-tensors"]["W4A16_NVFP4"]
+        assert fact["error"] == ERROR and "_is_static_tensor_w8a8" in fact["where"], (label, fact)
+    assert facts["sglang 0.5.12"]["compressed-tensors"]["W4A16_NVFP4"]["built_by"] == ["0.5.22"]
+    assert facts["sglang 0.5.23"] == {}, facts["sglang 0.5.23"]
+
+
+def test_sglang_0_5_22_and_0_5_23_build_a_dense_weight_only_model(capsys, tmp_path):
+    src = dense_weight_only(tmp_path)
+    for target in ("sglang==0.5.22", "sglang==0.5.23"):
+        code, doc = doctor(capsys, src, target)
+        assert code == 0 and not doc["findings"], (target, doc["findings"])
+
+
+@pytest.mark.parametrize("target", ["sglang==0.5.9", "sglang==0.5.21"])
+def test_a_moe_stops_at_its_first_attention_layer_before_its_experts(capsys, tmp_path, target):
+    """Qwen3-30B-A3B's layout exported weight-only: the decoder layer builds self_attn before its mlp, so the build stops
+    at layer 0's attention (the Linear scheme choice) before it asks get_moe_scheme about layer 0's experts."""
+    src = dense_weight_only(tmp_path, "qwen3-30b-a3b")
+    code, doc = doctor(capsys, src, target)
+    refused = [f for f in doc["findings"] if f["runtime_error"] == ERROR]
+    assert code == 1 and refused[0]["subject"].startswith("model.layers.0.self_attn."), doc["findings"]
+    assert any(f["subject"].endswith(".experts") for f in refused), doc["findings"]  # still said, after it
+    assert [s["tensor"] for s in doc["runtime_stops_at"]] == [refused[0]["subject"]], doc["runtime_stops_at"]

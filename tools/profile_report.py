@@ -198,6 +198,10 @@ RULES_FORM = [
     "  tensors `get_moe_scheme`: its own predicates, compiled from the wheel, asked of compressed-tensors' preset), and",
     "  `built_by`, the later releases (read from their wheels) that fall back to this file but build it; written by",
     "  `tools/sglang_moe_schemes.py`, read by `doctor/moe_schemes.py`;",
+    "- optional `linear_scheme_refused`: the same for every other quantized layer (SGLang's `_get_scheme_from_parts`, its",
+    "  predicates asked in order, inside its activation-format gate as the wheel's utils.py reads the format the producer",
+    "  writes); written by `tools/sglang_linear_schemes.py`, read by `doctor/moe_schemes.py`, which names the first",
+    "  layer the build meets (layer 0's attention before its experts);",
     "- optional `moe_backend_overrides`: architecture -> [{`backend`, `when`, `where`}]: a model's own server-arg",
     "  override of the MoE runner backend, applied before the quant method's automatic choice, its conditions quoted as",
     "  SGLang writes them (srt/arg_groups/model_overrides/); written by `tools/sglang_moe_overrides.py` (ast), named by",
@@ -222,6 +226,9 @@ def rules_section(doc: dict, name: str) -> list[str]:
             *(f"- refuses to build a {method} {algo} MoE: `{fact['error']}` ({fact['where']})"
               + (f"; built by {', '.join(fact['built_by'])}, which fall back to this file" if fact.get("built_by") else "")
               for method, algos in rules.get("moe_scheme_refused", {}).items() for algo, fact in algos.items()),
+            *(f"- refuses to build a {method} {algo} Linear: `{fact['error']}` ({fact['where']})"
+              + (f"; built by {', '.join(fact['built_by'])}, which fall back to this file" if fact.get("built_by") else "")
+              for method, algos in rules.get("linear_scheme_refused", {}).items() for algo, fact in algos.items()),
             *([f"- model-specific MoE backend overrides: {len(rules['moe_backend_overrides'])} architectures"]
               if rules.get("moe_backend_overrides") else []), ""]
 

@@ -179,16 +179,17 @@ def _version(release: str) -> tuple[int, ...]:
     return tuple(int(p) for p in release.split("."))
 
 
-def mark_built(argv: list[str]) -> None:
-    """Each wheel's release (one no file ships) into `built_by` of every fact of the newest file below it it builds."""
+def mark_built(argv: list[str], key: str = "moe_scheme_refused", read=None) -> None:
+    """Each wheel's release (one no file ships) into `built_by` of every fact of the `key` block of the newest file
+    below it it builds (`read`: the wheel reader of that block, this tool's by default)."""
     shipped = sorted((_version(p.stem.split("-", 1)[1]), p) for p in DATA.glob("sglang-*.json"))
     for arg in sorted(argv, key=lambda a: _version(re.search(r"sglang-([0-9.]+)-", Path(a).name).group(1))):
-        release, _, block = read_wheel(Path(arg))
+        release, _, block = (read or read_wheel)(Path(arg))
         below = [p for v, p in shipped if v <= _version(release)]
         if not below:
             raise SystemExit(f"{arg}: no sglang file ships at or below {release}")
         doc = json.loads(below[-1].read_text(encoding="utf-8"))
-        for method, algos in doc["rules"].get("moe_scheme_refused", {}).items():
+        for method, algos in doc["rules"].get(key, {}).items():
             for algo, fact in algos.items():
                 if algo not in block.get(method, {}):
                     fact["built_by"] = sorted({*fact.get("built_by", ()), release}, key=_version)

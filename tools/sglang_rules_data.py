@@ -212,9 +212,10 @@ def profile(path: Path, wheels: dict[str, Path] | None = None) -> dict:
 # backend gate on every name its registry lacks; tools/sglang_layer_names.py: the names its
 # exclusion rules ask for the layers checkpoint modules load into; tools/sglang_expert_scales.py, from the same wheel:
 # what its NVFP4 MoE methods keep of a routed expert's gate/up global scales; tools/sglang_moe_schemes.py and
-# tools/sglang_moe_overrides.py, from the same wheel: the MoE schemes it refuses, the models' own MoE backend overrides)
+# tools/sglang_moe_overrides.py, from the same wheel: the MoE schemes it refuses, the models' own MoE backend overrides;
+# tools/sglang_linear_schemes.py: the Linear schemes it refuses)
 GENERATED_FROM_INSTALLED = ("built_layers", "layer_names", "transformers_backend", "experts_gate_up_scale_2",
-                            "moe_scheme_refused", "moe_backend_overrides")
+                            "moe_scheme_refused", "moe_backend_overrides", "linear_scheme_refused")
 
 
 def main(argv: list[str]) -> int:

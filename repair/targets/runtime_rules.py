@@ -83,6 +83,8 @@ class RuntimeRules:
     moe_scheme_refused: Mapping[str, Mapping[str, Mapping[str, str]]] = field(default_factory=dict)
     # arch -> [{"backend", "when", "where"}]: its own server-arg override of the MoE backend (tools/sglang_moe_overrides.py)
     moe_backend_overrides: Mapping[str, tuple[Mapping[str, str], ...]] = field(default_factory=dict)
+    # quant method -> {declared algorithm: {"error", "where"}} its Linear scheme choice refuses (sglang_linear_schemes.py)
+    linear_scheme_refused: Mapping[str, Mapping[str, Mapping[str, str]]] = field(default_factory=dict)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -221,7 +223,8 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         body.get("missing_weights", {}), frozenset(body.get("registry", ())),
                         Backend.read(body.get("transformers_backend")), FirstListed.read(body.get("registry_rule")),
                         body.get("experts_gate_up_scale_2", {}), body.get("moe_scheme_refused", {}),
-                        {a: tuple(v) for a, v in body.get("moe_backend_overrides", {}).items()})
+                        {a: tuple(v) for a, v in body.get("moe_backend_overrides", {}).items()},
+                        body.get("linear_scheme_refused", {}))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:

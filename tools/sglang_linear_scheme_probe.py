@@ -1,0 +1,65 @@
+"""Run SGLang's own compressed-tensors Linear scheme choice on a weight-only NVFP4 config (CPU) and print, as one JSON
+line, what tools/sglang_linear_schemes.py needs judged: each predicate `_get_scheme_from_parts` asks, in its order up
+to the first that answers, as the release's own method answers it and as the tool's compiled copy does; the scheme (or
+error) the method gives, as shipped and with its weight-only branch's predicate answering False (what a release
+without that branch runs); and the tool's own reading of the installed source. Runs in SGLang's venv; imports nothing
+from the repo's `repair`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tools import sglang_stubs  # noqa: E402
+
+sglang_stubs.install()
+
+from tools.sglang_linear_schemes import ALGORITHMS, METHOD, refusal  # noqa: E402
+from tools.sglang_moe_schemes import CLASS, _predicate, ask, predicates, preset_args  # noqa: E402
+
+WEIGHT_ONLY = "_is_fp4a16_nvfp4"  # the branch 0.5.22+ has and 0.5.9-0.5.21 lack
+
+
+def scheme(config, weights, inputs) -> str:
+    try:
+        return type(getattr(config, METHOD)(weights, inputs)).__name__
+    except Exception as exc:  # noqa: BLE001 - the release's own refusal is the answer
+        return f"raises {type(exc).__name__}: {exc}"
+
+
+def main() -> dict:
+    from sglang.srt.layers.quantization.compressed_tensors import compressed_tensors as module
+    from sglang.srt.layers.quantization.compressed_tensors import utils
+
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+    utils_tree = ast.parse(Path(utils.__file__).read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == CLASS)
+    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == METHOD)
+    order = list(dict.fromkeys(p for n in ast.walk(fn) if isinstance(n, ast.If) and (p := _predicate(n.test))))
+    out = {}
+    for algo, (preset, fmt) in ALGORITHMS.items():
+        weights, inputs = preset_args(preset)
+        config = module.CompressedTensorsConfig.from_config({
+            "quant_method": "compressed-tensors", "format": fmt, "ignore": ["lm_head"],
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights.model_dump(mode="json"),
+                                          "input_activations": inputs, "format": fmt}}})
+        compiled, real = {}, {}
+        for name in order:
+            real[name] = ask(config, name, weights, inputs)
+            compiled[name] = ask(predicates(cls)(), name, weights, inputs)
+            if real[name] != "fails":
+                break
+        shipped = scheme(config, weights, inputs)
+        setattr(config, WEIGHT_ONLY, lambda *args: False)  # this instance only: the method without that branch
+        out[algo] = {"real": real, "compiled": compiled, "scheme": shipped, "without": scheme(config, weights, inputs),
+                     "read": refusal(tree, utils_tree, preset, fmt), "stubs_called": list(sglang_stubs.CALLED)}
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(main()))
