@@ -134,12 +134,14 @@ class ShardWriter:
 
     def place_part(self, name: str, offset: int, data: Bytes) -> None:
         """Write part of a computed tensor at `offset` inside it now, from any thread (3-D experts: one expert's bytes,
-        made one at a time); `written_in_place(name)` hashes the tensor in turn once every byte of it is placed."""
+        made one at a time, in order); `written_in_place(name)` hashes the tensor in turn once every byte of it is placed."""
         (at, size), view = self._places.get(name, (None, 0)), memoryview(data).cast("B")
-        if at is None or offset < 0 or offset + view.nbytes > size:
-            raise InternalError(WRITER, f"{self.path}: {name}: {view.nbytes} bytes placed at {offset}, header says {size}")
+        done = self._parts.get(name, 0)  # parts come in order, each where the last ended: their sum proves coverage
+        if at is None or offset != done or offset + view.nbytes > size:
+            raise InternalError(WRITER, f"{self.path}: {name}: {view.nbytes} bytes placed at {offset} after {done}, "
+                                f"header says {size}")
         self._out.place(view, at + offset)
-        self._parts[name] = self._parts.get(name, 0) + view.nbytes  # one thread places a tensor's parts
+        self._parts[name] = done + view.nbytes  # one thread places a tensor's parts
 
     def written_in_place(self, name: str) -> None:
         """Account for a tensor `place_part` wrote, in the header's order: hashed as it now is in the file."""
