@@ -141,9 +141,6 @@ RULES = {
         "matchers": {"modelopt": "sglang_modelopt_dotted", "compressed-tensors": "sglang_ct_suffix",
                      "quantized_layers": "sglang_layers_aliases"},
         "fallback_fused": True,
-        # compressed-tensors/utils.py find_matched_target: name, then class name, then fused shards (vLLM 0.32: name,
-        # fused, class); tests/sglang/test_ct_groups_vs_sglang.py asks SGLang's own function
-        "ct_target_order": ["name", "class", "fused"],
         "refused_algorithms": {},
         # model_loader/loader.py loads what the checkpoint stores and checks nothing left unfilled: a fused layer's
         # absent shard (its rows) or an absent norm keeps torch.empty memory, no error (the SGLang tier,
