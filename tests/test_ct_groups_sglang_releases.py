@@ -43,13 +43,18 @@ def test_each_release_file_records_its_find_matched_target_order():
 def mixed_qwen3(root: Path) -> Path:
     """Qwen3 (dense, the real layout) as compressed-tensors writes groups of two formats: attention FP8 block 128x128
     (group_0 of RedHatAI's real DeepSeek-V4-Flash config), MLP NVFP4 W4A4 (its group_1), top-level `mixed-precision`."""
+    from tests.test_moe_scheme_refused import dense_weight_only
+
+    return mixed_groups(dense_weight_only(root))
+
+
+def mixed_groups(out: Path) -> Path:
+    """A compressed-tensors NVFP4 checkpoint rewritten so: attention FP8 block, MLP NVFP4 W4A4, `mixed-precision`."""
     import torch
     from safetensors.torch import load_file, save_file
 
-    from tests.test_moe_scheme_refused import dense_weight_only
     from tools.dsv4_fixture import _fp8_block
 
-    out = dense_weight_only(root)
     tensors = load_file(out / "model.safetensors")
     gen = torch.Generator().manual_seed(0)
     for module in sorted({k.rsplit(".", 1)[0] for k in tensors if ".self_attn." in k and k.endswith(".weight_packed")}):
@@ -120,3 +125,24 @@ def test_the_order_is_read_from_the_wheels_find_matched_target_and_another_shape
     for other in (f"{name} or _find_first_match(layer_name, targets, True)", name):
         with pytest.raises(SystemExit, match="read it anew"):
             target_order(utils(other))
+
+
+def test_older_sglang_names_the_experts_of_a_mixed_precision_moe_too(capsys, tmp_path):
+    """get_moe_scheme has no format gate, but the scheme map 0.5.9-0.5.16 build stores the NVFP4 group without its
+    input activations, and their chain's `_is_dynamic_token_w8a8` reads that None (tools/sglang_moe_schemes.py on each
+    wheel); 0.5.17+ keep the group's inputs and build CompressedTensorsW4A4Nvfp4MoE."""
+    from tests.test_expert_scales import MOE, compressed_tensors_moe
+
+    src = mixed_groups(compressed_tensors_moe(tmp_path, broken=()))
+    code, doc = doctor(capsys, src, "sglang==0.5.12")
+    subjects = {f["subject"]: f["runtime_error"] for f in doc["findings"]}
+    experts = MOE.rpartition(".")[0] + ".experts"  # the fixture stores the MoE layers only (no attention)
+    assert code == 1 and subjects == {experts: "AttributeError: 'NoneType' object has no attribute 'num_bits'"}, doc["findings"]
+    assert "NVFP4 in mixed-precision" in doc["findings"][0]["message"], doc["findings"]
+    code, doc = doctor(capsys, src, "sglang==0.5.23")
+    assert code == 0 and not doc["findings"], doc["findings"]
+
+
+def test_fix_for_an_older_release_refuses_in_one_line_and_writes_nothing(capsys, mixed, tmp_path):
+    code, _, err = run_captured(capsys, "fix", mixed, "-o", tmp_path / "out", "--target", "sglang==0.5.12", "--quiet")
+    assert code == 2 and err.count("\n") == 1 and "mixed-precision" in err and not (tmp_path / "out").exists(), err

@@ -143,7 +143,7 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
     algo = ct_groups.MIXED_GROUPS if mixed else scheme_algo(groups)
     return Declaration(algo, ignore, None, COMPRESSED_TENSORS, tuple(targets) if groups else None,
                        kv_cache=kv_cache_declared(quant_cfg, None),
-                       group_algos=ct_groups.GroupSchemes.from_groups(groups, algos, where) if mixed else None)
+                       group_algos=ct_groups.GroupSchemes.from_groups(groups, algos, where, quant_cfg.get("format")) if mixed else None)
 
 
 def _single_format(quant_cfg: dict, groups: dict, path: object) -> None:
