@@ -51,7 +51,7 @@ def mixed_qwen3(root: Path) -> Path:
 def mixed_groups(out: Path) -> Path:
     """A compressed-tensors NVFP4 checkpoint rewritten so: attention FP8 block, MLP NVFP4 W4A4, `mixed-precision`."""
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     from tools.dsv4_fixture import _fp8_block
 
@@ -64,17 +64,24 @@ def mixed_groups(out: Path) -> Path:
         tensors |= _fp8_block(module, rows, 2 * half, gen)
     for module in sorted({k.rsplit(".", 1)[0] for k in tensors if ".mlp." in k and k.endswith(".weight_packed")}):
         tensors[module + ".input_global_scale"] = torch.tensor(100.0)
+    rewrite(out, tensors)
+    config = json.loads((out / "config.json").read_text())
+    config["quantization_config"].update(format="mixed-precision", config_groups={
+        "group_0": _group(FP8, "re:.*self_attn.*"), "group_1": _group(NVFP4, "re:.*mlp.*")})
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def rewrite(out: Path, tensors: dict) -> None:
+    """The one-file checkpoint's tensors replaced (its index, where there is one, listing them)."""
+    from safetensors.torch import save_file
+
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     index = out / "model.safetensors.index.json"
     if index.exists():
         doc = json.loads(index.read_text())
         doc["weight_map"] = {k: "model.safetensors" for k in tensors}
         index.write_text(json.dumps(doc))
-    config = json.loads((out / "config.json").read_text())
-    config["quantization_config"].update(format="mixed-precision", config_groups={
-        "group_0": _group(FP8, "re:.*self_attn.*"), "group_1": _group(NVFP4, "re:.*mlp.*")})
-    (out / "config.json").write_text(json.dumps(config))
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -138,3 +138,17 @@ class GroupSchemes:
     @property
     def algorithms(self) -> frozenset[str]:
         return frozenset(a for _, a in self.targets)
+
+
+@dataclass(frozen=True)
+class Sparsity:
+    """A compressed-tensors `sparsity_config`: its structure ("2:4") and compression format, and the layers it targets:
+    its targets less its ignore list (SGLang's get_linear_scheme removes the ignored entries from the targets, then
+    asks find_matched_target: a layer is sparse when any target matches it by any pass)."""
+
+    structure: str | None
+    format: str | None
+    targets: GroupSchemes
+
+    def covers(self, prefix: str, packed: Mapping[str, tuple[str, ...]] | None = None) -> bool:
+        return self.targets.resolve(prefix, packed) is not None
