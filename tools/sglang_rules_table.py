@@ -129,8 +129,8 @@ RULES = {
         "markers": {UTILS: "is_skipped = any(ignored in prefix for ignored in ignored_layers)",
                     CT_UTILS: "check_contains=True", MODELOPT: "def _resolve_quant_algo"},
     },
-    "0.5.11": {
-        "matchers": {"modelopt": "sglang_modelopt_dotted", "compressed-tensors": "sglang_ct_contains",
+    "0.5.11": {  # _module_path_match compares entry and prefix as written (utils.py:46-55; 0.5.13 strips a trailing .)
+        "matchers": {"modelopt": "sglang_modelopt_dotted_as_written", "compressed-tensors": "sglang_ct_contains",
                      "quantized_layers": "sglang_layers_exact"},
         "fallback_fused": True,
         "refused_algorithms": {"MIXED_PRECISION": W4AFP8.format(release="0.5.11")},
