@@ -67,3 +67,39 @@ def test_the_shipped_block_is_what_the_tool_reads_from_each_wheel():
                 else:
                     assert (algo not in block.get(method, {})) == (release in fact.get("built_by", ())), release
         assert version not in facts or all(a in below.get(m, {}) for m, algos in block.items() for a in algos), release
+
+
+def _mapped(gate_arg: str, body: str) -> ast.Module:
+    return ast.parse(f"class CompressedTensorsConfig:\n{PRED}"
+                     f"    def _quantization_scheme_map_from_config(cls, config):\n"
+                     f"        if is_activation_quantization_format({gate_arg}):\n            pass\n"
+                     f"    def _get_scheme_from_parts(self, weight_quant, input_quant, format=None):\n{body}")
+
+
+def test_a_group_in_a_mixed_precision_config_is_asked_with_the_format_the_releases_scheme_map_reads():
+    """0.5.9-0.5.16's map gates on the config's format (`mixed-precision`: not admitted, the input args dropped, the
+    method's gate shut); 0.5.17+'s on the group's own, and the method then picks that format too."""
+    gated = ("        if is_activation_quantization_format(self.quant_format):\n"
+             "            if self._is_w(weight_quant, input_quant):\n                return 1\n"
+             "        raise NotImplementedError('none')\n")
+    assert refusal(_mapped("quant_format", gated), UTILS, "NVFP4", "nvfp4-pack-quantized") is None  # its own format
+    fact = refusal(_mapped("quant_format", gated), UTILS, "NVFP4", "nvfp4-pack-quantized", "mixed-precision")
+    assert fact["error"] == "NotImplementedError: none", fact
+    chosen = "        quant_format = format if format is not None else self.quant_format\n" + gated.replace("self.quant_format", "quant_format")
+    group = "group_format if group_format is not None else quant_format"
+    assert refusal(_mapped(group, chosen), UTILS, "NVFP4", "nvfp4-pack-quantized", "mixed-precision") is None
+    with pytest.raises(SystemExit, match="read it anew"):  # the map reads the group's format, the method does not
+        refusal(_mapped(group, gated), UTILS, "NVFP4", "nvfp4-pack-quantized", "mixed-precision")
+    with pytest.raises(SystemExit, match="not one format this tool reads"):
+        refusal(_mapped("config['format']", gated), UTILS, "NVFP4", "nvfp4-pack-quantized", "mixed-precision")
+
+
+def test_a_flag_of_the_args_then_raise_is_read_and_anything_more_stops_it():
+    """0.5.22's `is_non_nvfp4_fp4a4 = weight_quant is not None and ... ; if is_non_nvfp4_fp4a4: raise ...`."""
+    flag = ("        f = weight_quant is not None and weight_quant.num_bits == 8\n"
+            "        if f:\n            raise NotImplementedError('eight')\n")
+    assert refusal(source(flag + "        raise ValueError('x')\n"), UTILS, "FP8", "float-quantized")["error"] == \
+        "NotImplementedError: eight"
+    assert refusal(source(flag + "        raise ValueError('x')\n"), UTILS, "NVFP4", "nvfp4-pack-quantized")["error"] == "ValueError: x"
+    with pytest.raises(SystemExit, match="before it answers"):  # a flag that calls something is not read
+        refusal(source("        f = len(str(weight_quant))\n        raise ValueError('x')\n"), UTILS, "FP8", "float-quantized")

@@ -61,3 +61,17 @@ def test_substring_releases_let_a_router_entry_swallow_a_dense_gate_up_proj():
     entry, no_fallback = ["model.layers.0.mlp.gate"], Building(QWEN3_MOE.fusions, QWEN3_MOE.packed, fallback=False)  # <= 0.5.10
     assert sglang(entry, "sglang_modelopt_substring", no_fallback).excludes("model.layers.0.mlp.gate_proj")
     assert not sglang(entry, "sglang_modelopt_dotted").excludes("model.layers.0.mlp.gate_proj")
+
+
+def test_a_trailing_dot_entry_is_a_path_for_0_5_13_on_and_matches_nothing_before():
+    """_module_path_match (quantization/utils.py) strips a trailing `.` from the entry and the prefix from 0.5.13 on
+    (0.5.13 utils.py:53-54, 0.5.23 the same); 0.5.11/0.5.12's compare them as written (0.5.12 utils.py:48-57), so
+    `model.layers.0.self_attn.` is no module path of `model.layers.0.self_attn.o_proj`, and is_layer_excluded's
+    fullmatch of the escaped entry fails too."""
+    from repair.targets.runtime_rules import shipped_rules
+
+    matchers = {r.label: r.matchers["modelopt"] for r in shipped_rules() if r.runtime == "sglang"}
+    entry, prefix = ["model.layers.0.self_attn."], "model.layers.0.self_attn.o_proj"
+    for label, excludes in (("sglang 0.5.11", False), ("sglang 0.5.12", False), ("sglang 0.5.23", True)):
+        assert sglang(entry, matchers[label]).excludes(prefix) is excludes, label
+    assert sglang(["model.layers.0.self_attn"], matchers["sglang 0.5.12"]).excludes(prefix)

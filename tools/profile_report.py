@@ -201,7 +201,17 @@ RULES_FORM = [
     "- optional `linear_scheme_refused`: the same for every other quantized layer (SGLang's `_get_scheme_from_parts`, its",
     "  predicates asked in order, inside its activation-format gate as the wheel's utils.py reads the format the producer",
     "  writes); written by `tools/sglang_linear_schemes.py`, read by `doctor/moe_schemes.py`, which names the first",
-    "  layer the build meets (layer 0's attention before its experts);",
+    "  layer the build meets (layer 0's attention before its experts); in both, `<algorithm> in mixed-precision`: a config",
+    "  group carrying its own format in a config whose top-level format is `mixed-precision` (compressed-tensors' when",
+    "  the groups' formats differ), asked with the format the release's scheme map reads for it (`map_reads`: 0.5.9-0.5.16",
+    "  the top-level one, so the group's input activations are dropped and the Linear gate is shut; 0.5.17+ the group's);",
+    "- `ct_target_order`: the passes compressed-tensors' `find_matched_target` tries a config-group target in (`name`,",
+    "  `class`, `fused`; formats/ct_groups.py), read from the wheel's compressed_tensors/utils.py by",
+    "  `tools/sglang_rules_data.py`;",
+    "- optional `sparse_24_refused`: quant method -> {`error`, `where`, `refused` {sparsity format: schemes}}: a Linear a",
+    "  2:4 `sparsity_config` targets, built with one of those schemes (`BF16`: one the quantization config ignores), is",
+    "  refused while built (SGLang's `get_linear_scheme` where its own `supports_cutlass_24` holds, compiled from the",
+    "  wheel and asked by `tools/sglang_sparse24.py`); read by `doctor/sparse_24.py`;",
     "- optional `moe_backend_overrides`: architecture -> [{`backend`, `when`, `where`}]: a model's own server-arg",
     "  override of the MoE runner backend, applied before the quant method's automatic choice, its conditions quoted as",
     "  SGLang writes them (srt/arg_groups/model_overrides/); written by `tools/sglang_moe_overrides.py` (ast), named by",
@@ -229,6 +239,9 @@ def rules_section(doc: dict, name: str) -> list[str]:
             *(f"- refuses to build a {method} {algo} Linear: `{fact['error']}` ({fact['where']})"
               + (f"; built by {', '.join(fact['built_by'])}, which fall back to this file" if fact.get("built_by") else "")
               for method, algos in rules.get("linear_scheme_refused", {}).items() for algo, fact in algos.items()),
+            *(f"- refuses to build a 2:4 sparse {method} Linear built {' or '.join(schemes)} ({fmt}): `{fact['error']}` "
+              f"({fact['where']})" for method, fact in rules.get("sparse_24_refused", {}).items()
+              for fmt, schemes in fact["refused"].items()),
             *([f"- model-specific MoE backend overrides: {len(rules['moe_backend_overrides'])} architectures"]
               if rules.get("moe_backend_overrides") else []), ""]
 

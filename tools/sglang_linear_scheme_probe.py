@@ -19,7 +19,7 @@ from tools import sglang_stubs  # noqa: E402
 
 sglang_stubs.install()
 
-from tools.sglang_linear_schemes import ALGORITHMS, METHOD, refusal  # noqa: E402
+from tools.sglang_linear_schemes import ALGORITHMS, GROUPS, METHOD, MIXED, gate_formats, refusal, walk  # noqa: E402
 from tools.sglang_moe_schemes import CLASS, _predicate, ask, predicates, preset_args  # noqa: E402
 
 WEIGHT_ONLY = "_is_fp4a16_nvfp4"  # the branch 0.5.22+ has and 0.5.9-0.5.21 lack
@@ -40,7 +40,6 @@ def main() -> dict:
     utils_tree = ast.parse(Path(utils.__file__).read_text(encoding="utf-8"))
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == CLASS)
     fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == METHOD)
-    order = list(dict.fromkeys(p for n in ast.walk(fn) if isinstance(n, ast.If) and (p := _predicate(n.test))))
     out = {}
     for algo, (preset, fmt) in ALGORITHMS.items():
         weights, inputs = preset_args(preset)
@@ -49,7 +48,7 @@ def main() -> dict:
             "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights.model_dump(mode="json"),
                                           "input_activations": inputs, "format": fmt}}})
         compiled, real = {}, {}
-        for name in order:
+        for name in order(fn):
             real[name] = ask(config, name, weights, inputs)
             compiled[name] = ask(predicates(cls)(), name, weights, inputs)
             if real[name] != "fails":
@@ -58,7 +57,43 @@ def main() -> dict:
         setattr(config, WEIGHT_ONLY, lambda *args: False)  # this instance only: the method without that branch
         out[algo] = {"real": real, "compiled": compiled, "scheme": shipped, "without": scheme(config, weights, inputs),
                      "read": refusal(tree, utils_tree, preset, fmt), "stubs_called": list(sglang_stubs.CALLED)}
+    out["mixed"] = {algo: mixed(module, tree, utils_tree, cls, fn, preset, fmt) for algo, (preset, fmt) in GROUPS.items()}
     return out
+
+
+def mixed(module, tree, utils_tree, cls, fn, preset: str, fmt: str) -> dict:
+    """One group scheme in a `mixed-precision` config, through the release's own from_config: with the group's own
+    format (what 0.5.23's scheme map reads), the input args its map stores and the predicate that answers, against the
+    tool's reading; without it (the top-level format read, as 0.5.9-0.5.16 read every group), the args its map stores
+    and what its `_get_scheme_from_parts` does with them, against the tool's walk with the gate shut."""
+    weights, inputs = preset_args(preset)
+    group = {"targets": ["Linear"], "weights": weights.model_dump(mode="json"),
+             "input_activations": inputs.model_dump(mode="json") if inputs is not None else None}
+    out = {}
+    for reads, own in (("group", {"format": fmt}), ("config", {})):
+        config = module.CompressedTensorsConfig.from_config({"quant_method": "compressed-tensors", "format": MIXED,
+                                                             "config_groups": {"group_0": {**group, **own}}, "ignore": []})
+        stored = config.target_scheme_map["Linear"]
+        args = (stored["weights"], stored["input_activations"])
+        answer = next((f"{name} {said}" for name in order(fn) if (said := ask(config, name, *args)) != "fails"), "none holds")
+        admitted = (fmt if reads == "group" else MIXED) in gate_formats(utils_tree)
+        out[reads] = {"inputs_kept": args[1] is not None, "answers": answer,
+                      "real": scheme_of(config, *args, stored.get("format")),
+                      "tool": refusal(tree, utils_tree, preset, fmt, MIXED) if reads == "group"
+                      else walk(fn.body, predicates(cls)(), (weights, None), admitted)}
+    return out
+
+
+def order(fn) -> list[str]:
+    """The predicates the method asks, in its order."""
+    return list(dict.fromkeys(p for n in ast.walk(fn) if isinstance(n, ast.If) and (p := _predicate(n.test))))
+
+
+def scheme_of(config, weights, inputs, fmt) -> str:
+    try:
+        return type(getattr(config, METHOD)(weights, inputs, format=fmt)).__name__
+    except Exception as exc:  # noqa: BLE001 - the release's own refusal (or this host's CUDA query) is the answer
+        return f"raises {type(exc).__name__}: {exc}"
 
 
 if __name__ == "__main__":

@@ -141,17 +141,19 @@ def outcomes(tree: ast.Module, preset: str) -> dict[str, str]:
     return {name: ask(asked, name, *preset_args(preset)) for name, _, _ in chain(fn) if name is not None}
 
 
-def refusal(tree: ast.Module, preset: str) -> dict | None:
-    """{"error", "where"} where the release's chain refuses the preset's weight-only config, else None."""
+def refusal(tree: ast.Module, preset: str, admitted: bool = True) -> dict | None:
+    """{"error", "where"} where the release's chain refuses the preset's config, else None (`admitted` False: as the
+    release's scheme map stores a group whose format its gate does not admit, without input activations)."""
     cls, fn = method(tree)
     asked = predicates(cls)()
+    args = preset_args(preset) if admitted else (preset_args(preset)[0], None)
     for name, body, line in chain(fn):
         if name is None:
             error = _raised(body)
             if error is None:
                 raise SystemExit(f"{CT}:{line}: {METHOD}'s final else raises nothing readable: read it anew")
             return {"error": error, "where": f"{CT}:{line} {CLASS}.{METHOD} (no predicate of its chain holds)"}
-        said = ask(asked, name, *preset_args(preset))
+        said = ask(asked, name, *args)
         if said.startswith("raises "):
             return {"error": said[len("raises "):], "where": f"{CT}:{line} {CLASS}.{METHOD} asks {name}"}
         if said == "holds":
@@ -161,18 +163,28 @@ def refusal(tree: ast.Module, preset: str) -> dict | None:
     raise AssertionError("the chain ends with its else")
 
 
-def read_tree(tree: ast.Module) -> dict:
-    """{"compressed-tensors": {algorithm: refusal}} for one release's compressed_tensors.py."""
+def read_tree(tree: ast.Module, utils: ast.Module | None = None) -> dict:
+    """{"compressed-tensors": {algorithm: refusal}} for one release's compressed_tensors.py; with its compressed-tensors
+    utils.py, also each group scheme of a `mixed-precision` config ("<algorithm> in mixed-precision", as
+    tools/sglang_linear_schemes.py: the format the release's scheme map reads for the group, its gate asked of it)."""
+    from tools.sglang_linear_schemes import GROUPS, MIXED, gate_formats, map_reads
+
     facts = {algo: r for algo, preset in ALGORITHMS.items() if (r := refusal(tree, preset)) is not None}
+    if utils is not None:
+        reads, admits = map_reads(method(tree)[0]), gate_formats(utils)
+        facts |= {f"{algo} in {MIXED}": r for algo, (preset, fmt) in GROUPS.items()
+                  if (r := refusal(tree, preset, (fmt if reads == "group" else MIXED) in admits)) is not None}
     return {"compressed-tensors": facts} if facts else {}
 
 
 def read_wheel(path: Path) -> tuple[str, str, dict]:
     """(release, the wheel's sha256, the block) of one SGLang wheel."""
+    from tools.sglang_linear_schemes import UTILS
+
     release = re.search(r"sglang-([0-9.]+)-", path.name).group(1)
     with zipfile.ZipFile(path) as wheel:
-        tree = ast.parse(wheel.read(CT).decode())
-    return release, hashlib.sha256(path.read_bytes()).hexdigest(), read_tree(tree)
+        tree, utils = ast.parse(wheel.read(CT).decode()), ast.parse(wheel.read(UTILS).decode())
+    return release, hashlib.sha256(path.read_bytes()).hexdigest(), read_tree(tree, utils)
 
 
 def _version(release: str) -> tuple[int, ...]:

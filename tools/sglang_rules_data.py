@@ -23,8 +23,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tools.sglang_rules_table import (COMMON, CONFIG_PACKED, NESTED_CONFIG_JSON, NULL_EXCLUSIONS, PLAIN_LAYERS, RULE_CODE,
-                                      RULES)
+from tools.sglang_rules_table import (COMMON, CONFIG_PACKED, CT_UTILS, NESTED_CONFIG_JSON, NULL_EXCLUSIONS, PLAIN_LAYERS,
+                                      RULE_CODE, RULES)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "repair" / "targets" / "data"
@@ -145,6 +145,26 @@ def packed_mappings(wheel: zipfile.ZipFile) -> tuple[dict[str, dict], list[str],
     return out, sorted({a for a, _ in entries}), when, unchecked
 
 
+# find_matched_target's passes, each call of its `matched_target = a or b or c` as the wheel writes it
+TARGET_PASSES = {"_find_first_match(layer_name, targets)": "name",
+                 "_find_first_match(module.__class__.__name__, targets, True)": "class",
+                 "_match_fused_layer(layer_name, targets, fused_mapping)": "fused"}
+
+
+def target_order(utils: ast.Module) -> list[str]:
+    """The order compressed-tensors/utils.py's find_matched_target tries a config-group target in (formats/ct_groups.py
+    ORDERS' pass names), read from its `matched_target = ... or ... or ...`; any other shape stops the tool."""
+    fn = next((n for n in utils.body if isinstance(n, ast.FunctionDef) and n.name == "find_matched_target"), None)
+    found = [n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1
+             and getattr(n.targets[0], "id", None) == "matched_target"] if fn else []
+    if len(found) != 1 or not isinstance(found[0], ast.BoolOp) or not isinstance(found[0].op, ast.Or):
+        raise SystemExit(f"{CT_UTILS}: find_matched_target has no one `matched_target = a or b or c`: read it anew")
+    calls = [ast.unparse(v) for v in found[0].values]
+    if any(c not in TARGET_PASSES for c in calls):
+        raise SystemExit(f"{CT_UTILS}: find_matched_target tries {calls}, not the passes this tool reads: read it anew")
+    return [TARGET_PASSES[c] for c in calls]
+
+
 def rule_code(wheel: zipfile.ZipFile) -> dict[str, str]:
     """Each RULE_CODE unit of a wheel (`file` or `file Class.method`) -> its ast dump ('absent' where it has none)."""
     out = {}
@@ -189,6 +209,7 @@ def profile(path: Path, wheels: dict[str, Path] | None = None) -> dict:
         packed, registered, packed_when, unchecked = packed_mappings(wheel)
         text = {n: wheel.read(n).decode() for n in {NESTED_CONFIG_JSON["file"], NULL_EXCLUSIONS["file"],
                                                      *(r["file"] for r in PLAIN_LAYERS.values())} if n in wheel.namelist()}
+        order = target_order(ast.parse(wheel.read(CT_UTILS).decode()))
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     body = {**COMMON, **{k: v for k, v in rules.items() if k not in ("markers", "loaders_added")}}
     body["loaders"] = {**COMMON["loaders"], **rules.get("loaders_added", {})}  # a release's loaders beside the common
@@ -200,6 +221,7 @@ def profile(path: Path, wheels: dict[str, Path] | None = None) -> dict:
                                        if NULL_EXCLUSIONS["marker"] in text.get(NULL_EXCLUSIONS["file"], "") else {})
     body["plain_layers"] = {a: r["layers"] for a, r in PLAIN_LAYERS.items() if r["marker"] in text.get(r["file"], "")}
     body["stacked_unchecked"] = unchecked  # arch -> stacked names whose loader branch raises KeyError on extra tensors
+    body["ct_target_order"] = order  # compressed-tensors/utils.py find_matched_target's passes, in its order
     body["registry"] = sorted(set(registered))  # every EntryClass: the names resolve_model_cls takes, first listed one it has
     return {"runtime": "sglang", "release": release,
             "source": {"wheel": path.name, "sha256": digest, "index": "https://pypi.org/project/sglang/",
@@ -213,9 +235,9 @@ def profile(path: Path, wheels: dict[str, Path] | None = None) -> dict:
 # exclusion rules ask for the layers checkpoint modules load into; tools/sglang_expert_scales.py, from the same wheel:
 # what its NVFP4 MoE methods keep of a routed expert's gate/up global scales; tools/sglang_moe_schemes.py and
 # tools/sglang_moe_overrides.py, from the same wheel: the MoE schemes it refuses, the models' own MoE backend overrides;
-# tools/sglang_linear_schemes.py: the Linear schemes it refuses)
+# tools/sglang_linear_schemes.py: the Linear schemes it refuses; tools/sglang_sparse24.py: the 2:4 sparse Linears it refuses)
 GENERATED_FROM_INSTALLED = ("built_layers", "layer_names", "transformers_backend", "experts_gate_up_scale_2",
-                            "moe_scheme_refused", "moe_backend_overrides", "linear_scheme_refused")
+                            "moe_scheme_refused", "moe_backend_overrides", "linear_scheme_refused", "sparse_24_refused")
 
 
 def main(argv: list[str]) -> int:

@@ -129,8 +129,8 @@ RULES = {
         "markers": {UTILS: "is_skipped = any(ignored in prefix for ignored in ignored_layers)",
                     CT_UTILS: "check_contains=True", MODELOPT: "def _resolve_quant_algo"},
     },
-    "0.5.11": {
-        "matchers": {"modelopt": "sglang_modelopt_dotted", "compressed-tensors": "sglang_ct_contains",
+    "0.5.11": {  # _module_path_match compares entry and prefix as written (utils.py:46-55; 0.5.13 strips a trailing .)
+        "matchers": {"modelopt": "sglang_modelopt_dotted_as_written", "compressed-tensors": "sglang_ct_contains",
                      "quantized_layers": "sglang_layers_exact"},
         "fallback_fused": True,
         "refused_algorithms": {"MIXED_PRECISION": W4AFP8.format(release="0.5.11")},
@@ -141,9 +141,6 @@ RULES = {
         "matchers": {"modelopt": "sglang_modelopt_dotted", "compressed-tensors": "sglang_ct_suffix",
                      "quantized_layers": "sglang_layers_aliases"},
         "fallback_fused": True,
-        # compressed-tensors/utils.py find_matched_target: name, then class name, then fused shards (vLLM 0.32: name,
-        # fused, class); tests/sglang/test_ct_groups_vs_sglang.py asks SGLang's own function
-        "ct_target_order": ["name", "class", "fused"],
         "refused_algorithms": {},
         # model_loader/loader.py loads what the checkpoint stores and checks nothing left unfilled: a fused layer's
         # absent shard (its rows) or an absent norm keeps torch.empty memory, no error (the SGLang tier,

@@ -24,6 +24,7 @@ from repair.doctor.fix_hints import true_hints
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
 from repair.doctor.fused import fused_storage_findings, said_by_fused
 from repair.doctor.moe_schemes import moe_scheme_findings
+from repair.doctor.sparse_24 import sparse_24_findings
 from repair.doctor.missing import consequence, missing_findings, unbuilt
 from repair.doctor.module_loads import load_stops, module_driven, module_load_findings, replaced_by_loads
 from repair.doctor.scales import BlockReads, Progress, ScaleValues
@@ -119,7 +120,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     findings += kv_cache + kv_scale_health(ckpt, declaration)
     if target.profile.allows_quant_config:
         building = fused_findings(declaration, modules, family, target) + fused_algorithm_findings(declaration, modules, family, target)
-        building += moe_scheme_findings(modules, declaration, family, target)
+        building += moe_scheme_findings(modules, declaration, family, target) + sparse_24_findings(modules, declaration, family, target)
         findings += building
         findings += built_layer_findings(declaration, target, ckpt.config, resolved)
     if target.profile.rules is None:  # a rules file's loader table says what a shard that does not fit does (table_loads)

@@ -6,8 +6,9 @@ A release picks a quantized layer's method from the layer's config group when it
 algorithm, the build stops at the first such layer it meets, before any weight loads. The release data's
 `moe_scheme_refused` and `linear_scheme_refused` (quant method -> {algorithm: the error and where}) say which: generated
 by running the release's own predicates (tools/sglang_moe_schemes.py, tools/sglang_linear_schemes.py). SGLang
-0.5.9-0.5.21 refuse a weight-only compressed-tensors NVFP4 MoE and Linear so. A fact's `built_by` lists the later
-releases, read from their wheels, that fall back to this file but build it (0.5.22).
+0.5.9-0.5.21 refuse a weight-only compressed-tensors NVFP4 MoE and Linear so; 0.5.9-0.5.16 every group of a config
+whose top-level format is `mixed-precision` (facts `<algorithm> in mixed-precision`: they read only that format). A
+fact's `built_by` lists the later releases, read from their wheels, that fall back to this file but build it (0.5.22).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import re
 from repair.arch import Architecture
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.formats.base import Declaration, routed_layer
+from repair.formats.ct_groups import MIXED_FORMAT
 from repair.formats.modules import StoredModule
 from repair.targets.precision import declared_algorithm
 from repair.targets.profiles import Target
@@ -50,12 +52,16 @@ def moe_scheme_findings(modules: dict[str, StoredModule], declaration: Declarati
     linear = rules.linear_scheme_refused.get(method, {}) if rules is not None else {}
     asked, who = ".".join(map(str, target.version or ())), target.profile.speaker
     refused: dict[str, tuple[str, dict, bool]] = {}
+    # a layer of a config group under compressed-tensors' top-level `mixed-precision`: its own facts (the releases that read
+    # only the top-level format drop the group's input activations; tools/sglang_linear_schemes.py, sglang_moe_schemes.py)
+    mixed = getattr(declaration.group_algos, "config_format", None) == MIXED_FORMAT
     for name in sorted(modules) if moe or linear else ():
         layer, fused = built_layer(family, name)
         facts = moe if ".experts." in name else linear
         if layer in refused or family.declared(name, declaration) != "quantized":
             continue
         algo = declared_algorithm(declaration, family, name)
+        algo = f"{algo} in {MIXED_FORMAT}" if algo and mixed else algo
         fact = facts.get(algo or "")
         if fact is not None and asked not in fact.get("built_by", ()):
             refused[layer] = (algo, fact, fused)

@@ -47,6 +47,7 @@ class Declaration:
     hf_layer_algos: LayerAlgorithms | None = None  # hf_quant_config.json's quantized_layers (doctor compares the two)
     kv_cache: str | None = None  # the KV-cache quantization declared ("FP8"), None when none is
     group_algos: object | None = None  # compressed-tensors groups of different schemes (formats/ct_groups.GroupSchemes)
+    sparsity: object | None = None  # compressed-tensors' sparsity_config (formats/ct_groups.Sparsity); None: none
     block_scale_dtype: str = "F32"  # the dtype the runtime's FP8 block scale parameter has (DeepSeek-V4 fp4: F8_E8M0)
     # a target runtime's own rules (repair/targets/runtime_rules.py bind); None: the format's, as vLLM applies them
     matcher: Callable | None = field(default=None, compare=False, hash=False, repr=False)  # (entries, targets) -> Rule

@@ -143,7 +143,23 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
     algo = ct_groups.MIXED_GROUPS if mixed else scheme_algo(groups)
     return Declaration(algo, ignore, None, COMPRESSED_TENSORS, tuple(targets) if groups else None,
                        kv_cache=kv_cache_declared(quant_cfg, None),
-                       group_algos=ct_groups.GroupSchemes.from_groups(groups, algos, where) if mixed else None)
+                       group_algos=ct_groups.GroupSchemes.from_groups(groups, algos, where, quant_cfg.get("format")) if mixed else None,
+                       sparsity=_sparsity(quant_cfg.get("sparsity_config"), path))
+
+
+def _sparsity(config: object, path: object) -> ct_groups.Sparsity | None:
+    """quantization_config.sparsity_config (null or {}: none), its targets compiled as config-group targets are."""
+    if config is None or config == {}:
+        return None
+    key = "quantization_config.sparsity_config"
+    if not isinstance(config, dict):
+        raise BadInput(f"{path}: {key} is not an object; fix the config")
+    ignored = set(nvfp4_packed.name_list(config.get("ignore"), path, f"{key}.ignore"))
+    targets = [t for t in nvfp4_packed.name_list(config.get("targets"), path, f"{key}.targets") if t not in ignored]
+    structure, fmt = (v if isinstance(v, str) else None for v in (config.get("sparsity_structure"), config.get("format")))
+    schemes = ct_groups.GroupSchemes.from_groups({"sparsity": {"targets": targets}}, {"sparsity": "sparse"},
+                                                 f"{path}: {key} entry")
+    return ct_groups.Sparsity(structure, fmt, schemes)
 
 
 def _single_format(quant_cfg: dict, groups: dict, path: object) -> None:

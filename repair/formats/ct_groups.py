@@ -21,6 +21,7 @@ from repair.errors import BadInput
 from repair.io.patterns import MATCH, RegexSet
 
 NVFP4_FORMAT, FP8_FORMAT = "nvfp4-pack-quantized", "float-quantized"
+MIXED_FORMAT = "mixed-precision"  # compressed-tensors' top-level format when its groups' formats differ
 FP8_BLOCK = "FP8_BLOCK"  # float8_e4m3fn weight [out, in] with a float32 scale per 128x128 block
 MIXED_GROUPS = "MIXED_GROUPS"  # the declaration's quant_algo when config groups name different schemes
 ORDERS = {"vllm": ("name", "fused", "class"), "sglang": ("name", "class", "fused")}
@@ -84,9 +85,11 @@ class GroupSchemes:
     order: tuple[str, ...] = ORDERS["vllm"]
     _regexes: FirstMatch | None = None
     _exact: dict = field(default_factory=dict)  # plain target -> its first position
+    config_format: str | None = None  # the top-level `format` (compressed-tensors': `mixed-precision` when groups differ)
 
     @classmethod
-    def from_groups(cls, groups: Mapping[str, dict], algos: Mapping[str, str], where: object) -> "GroupSchemes":
+    def from_groups(cls, groups: Mapping[str, dict], algos: Mapping[str, str], where: object,
+                    config_format: str | None = None) -> "GroupSchemes":
         flat: dict[str, str] = {}
         for name, group in groups.items():
             for target in group.get("targets") or ():
@@ -95,7 +98,7 @@ class GroupSchemes:
         found = [(i, t[3:]) for i, t in enumerate(listed) if t.startswith("re:")]
         regexes = FirstMatch.compile([p for _, p in found], [i for i, _ in found], where)
         exact = {t: i for i, t in reversed(list(enumerate(listed))) if not t.startswith("re:")}
-        return cls(tuple(flat.items()), ORDERS["vllm"], regexes, exact)
+        return cls(tuple(flat.items()), ORDERS["vllm"], regexes, exact, config_format if isinstance(config_format, str) else None)
 
     def ordered(self, order: tuple[str, ...]) -> "GroupSchemes":
         """The same map tried in another runtime's pass order."""
@@ -135,3 +138,17 @@ class GroupSchemes:
     @property
     def algorithms(self) -> frozenset[str]:
         return frozenset(a for _, a in self.targets)
+
+
+@dataclass(frozen=True)
+class Sparsity:
+    """A compressed-tensors `sparsity_config`: its structure ("2:4") and compression format, and the layers it targets:
+    its targets less its ignore list (SGLang's get_linear_scheme removes the ignored entries from the targets, then
+    asks find_matched_target: a layer is sparse when any target matches it by any pass)."""
+
+    structure: str | None
+    format: str | None
+    targets: GroupSchemes
+
+    def covers(self, prefix: str, packed: Mapping[str, tuple[str, ...]] | None = None) -> bool:
+        return self.targets.resolve(prefix, packed) is not None

@@ -25,9 +25,10 @@ LayerMatcher = Callable[[LayerAlgorithms, str, Building], "tuple[str | None, str
 KINDS = ("modelopt", "compressed-tensors", "quantized_layers")
 
 
-def _sglang_modelopt(dotted: bool, experts_or: bool) -> ExclusionMatcher:
+def _sglang_modelopt(dotted: bool, experts_or: bool, strip: bool = True) -> ExclusionMatcher:
     def build(entries: tuple[str, ...], targets, building: Building) -> SglangModelOptRule:
-        return SglangModelOptRule(SkippedList(tuple(entries), dotted, experts_or), ExcludedGlobs.compile(tuple(entries)), building)
+        return SglangModelOptRule(SkippedList(tuple(entries), dotted, experts_or, strip), ExcludedGlobs.compile(tuple(entries)),
+                                  building)
     return build
 
 
@@ -53,7 +54,8 @@ EXCLUSION_MATCHERS: dict[str, ExclusionMatcher] = {
     # is_layer_skipped substring, experts entries replace the plain match (0.5.9); + is_layer_excluded globs
     "sglang_modelopt_substring_experts_only": _sglang_modelopt(dotted=False, experts_or=False),
     "sglang_modelopt_substring": _sglang_modelopt(dotted=False, experts_or=True),  # 0.5.10
-    "sglang_modelopt_dotted": _sglang_modelopt(dotted=True, experts_or=True),  # 0.5.11+: _module_path_match
+    "sglang_modelopt_dotted_as_written": _sglang_modelopt(dotted=True, experts_or=True, strip=False),  # 0.5.11/0.5.12
+    "sglang_modelopt_dotted": _sglang_modelopt(dotted=True, experts_or=True),  # 0.5.13+: _module_path_match, `.` stripped
     "sglang_ct_contains": _sglang_ct(suffix=False),  # check_contains=True: case-insensitive substring
     "sglang_ct_suffix": _sglang_ct(suffix=True),  # exact or dotted suffix, never a parent
     **trtllm_match.EXCLUSION_MATCHERS,  # TensorRT-LLM's, in their own module

@@ -85,6 +85,8 @@ class RuntimeRules:
     moe_backend_overrides: Mapping[str, tuple[Mapping[str, str], ...]] = field(default_factory=dict)
     # quant method -> {declared algorithm: {"error", "where"}} its Linear scheme choice refuses (sglang_linear_schemes.py)
     linear_scheme_refused: Mapping[str, Mapping[str, Mapping[str, str]]] = field(default_factory=dict)
+    # quant method -> {"error", "where", "refused": {sparsity format: schemes}}: a Linear its 2:4 sparsity check refuses
+    sparse_24_refused: Mapping[str, Mapping] = field(default_factory=dict)  # (tools/sglang_sparse24.py)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -224,7 +226,7 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         Backend.read(body.get("transformers_backend")), FirstListed.read(body.get("registry_rule")),
                         body.get("experts_gate_up_scale_2", {}), body.get("moe_scheme_refused", {}),
                         {a: tuple(v) for a, v in body.get("moe_backend_overrides", {}).items()},
-                        body.get("linear_scheme_refused", {}))
+                        body.get("linear_scheme_refused", {}), body.get("sparse_24_refused", {}))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:

@@ -93,16 +93,18 @@ class ExcludedGlobs:
 @dataclass(frozen=True)
 class SkippedList:
     """is_layer_skipped: `dotted` (0.5.11+: equal, an ancestor, or a dotted run inside) or substring (<= 0.5.10);
-    `experts_or` (0.5.10+) keeps the plain match for a prefix naming experts, 0.5.9 replaces it."""
+    `experts_or` (0.5.10+) keeps the plain match for a prefix naming experts, 0.5.9 replaces it; `strip` (0.5.13+)
+    drops a trailing `.` from entry and prefix first (0.5.11/0.5.12 compare them as written)."""
 
     entries: tuple[str, ...]
     dotted: bool
     experts_or: bool
+    strip: bool = True
     stripped: frozenset[str] = field(init=False)
     _seen: dict = field(default_factory=dict, compare=False, hash=False, repr=False)  # prefix -> listed
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "stripped", frozenset(e.rstrip(".") for e in self.entries))
+        object.__setattr__(self, "stripped", frozenset(e.rstrip(".") if self.strip else e for e in self.entries))
 
     def listed(self, prefix: str) -> bool:
         found = self._seen.get(prefix)
@@ -113,7 +115,7 @@ class SkippedList:
     def _listed(self, prefix: str) -> bool:
         if not self.dotted:
             return any(e in prefix for e in self.entries)
-        name = prefix.rstrip(".")
+        name = prefix.rstrip(".") if self.strip else prefix
         if len(self.stripped) <= 16:  # _module_path_match itself, entry by entry (one entry: the unused-entry question)
             dotted = f".{name}."
             return any(name == e or name.startswith(e + ".") or f".{e}." in dotted for e in self.stripped)

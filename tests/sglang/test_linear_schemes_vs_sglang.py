@@ -39,3 +39,21 @@ def test_doctor_on_a_dense_weight_only_model(tmp_path, ran):
     assert code == 0 and not doc["findings"], doc
     code, doc = repair_json("doctor", src, "--target", "sglang==0.5.11")
     assert code == 1 and [s["tensor"] for s in doc["runtime_stops_at"]] == ["model.layers.0.self_attn.qkv_proj"], doc
+
+
+@pytest.fixture(scope="module")
+def mixed() -> dict:
+    return run_tool_probe("sglang_linear_scheme_probe.py")["mixed"]
+
+
+@pytest.mark.parametrize("algo", ["NVFP4", "W4A16_NVFP4", "FP8", "FP8_BLOCK"])
+def test_a_group_in_a_mixed_precision_config_as_0_5_23_reads_it_and_as_0_5_16_did(mixed, algo):
+    """0.5.23's own from_config on a `mixed-precision` config: with the group's own format its scheme map keeps the
+    group's input args and a built branch answers (the tool reads no refusal; on this host the scheme's CUDA capability
+    query follows); without it (the top-level format read, what 0.5.9-0.5.16 do for every group) the map drops them and
+    the method raises what the tool's walk with the gate shut says."""
+    group, config = mixed[algo]["group"], mixed[algo]["config"]
+    assert group["inputs_kept"] == (algo != "W4A16_NVFP4") and group["answers"].endswith(" holds"), group
+    assert group["tool"] is None and (group["real"].startswith("CompressedTensors")
+                                      or group["real"] == "raises AssertionError: Torch not compiled with CUDA enabled"), group
+    assert not config["inputs_kept"] and config["real"] == "raises " + config["tool"]["error"], config
