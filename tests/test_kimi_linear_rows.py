@@ -36,3 +36,19 @@ def test_the_row_holds_the_layers_a_published_config_builds(release):
     every layer MLA + MoE); 0.30's row, regenerated the same way, equals 0.28's."""
     modules = row(release)["modules"]
     assert not [m for m in PUBLISHED_ONLY if m not in modules], sorted(modules)
+
+
+@pytest.mark.parametrize("release", [(0, 28, 0), (0, 30, 0)])
+def test_the_row_holds_the_load_facts_vllms_load_weights_gives(release):
+    """Failed before: tools/vllm_load_facts.py placed_weights swallowed vLLM's KeyError on the one name of
+    transformers' save it has no parameter for (layer 0's dense MLP saved as `block_sparse_moe.*`: kimi_k3/nvidia/
+    model.py looks it up in params_dict) and recorded nothing placed, so the row had no prefixes and no loads_into.
+    Each module fed alone, the KDA layer's q/k/v, f_a and b projections load into `in_proj_qkvgfab` (the prefix vLLM
+    asks the quant config about) and the refused names are recorded with vLLM's line."""
+    entry = row(release)
+    assert entry["prefixes"]["model.layers.*.self_attn.q_proj"] == "model.layers.*.self_attn.in_proj_qkvgfab", entry
+    assert entry["loads_into"]["model.layers.*.self_attn.q_conv1d"] == "model.layers.*.self_attn.conv1d", entry
+    refused = entry["weight_refused"]
+    assert sorted(refused) == [f"model.layers.*.block_sparse_moe.{p}_proj" for p in ("down", "gate", "up")], refused
+    assert all(why.startswith("KeyError: 'layers.0.block_sparse_moe.") and "kimi_k3/nvidia/model.py:" in why
+               for why in refused.values()), refused

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from raised_by import reraise_ours
 
 
 def _config_class(runtime: str):
@@ -35,6 +36,7 @@ def answer(config, layer, prefix: str):
     try:
         found = config.get_scheme_dict(layer, prefix)
     except Exception as exc:  # noqa: BLE001 - the runtime's own refusal is the answer
+        reraise_ours(exc)
         return {"error": f"{type(exc).__name__}: {exc}"}
     if not found or found.get("weights") is None:
         return None

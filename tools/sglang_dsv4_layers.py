@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools.raised_by import reraise_ours  # noqa: E402
 
 
 def _answer(quant_config, module, prefix: str) -> dict:
@@ -29,6 +30,7 @@ def _answer(quant_config, module, prefix: str) -> dict:
     try:
         method = quant_config.get_quant_method(module, prefix)
     except Exception as exc:  # noqa: BLE001 - the runtime's own refusal is the answer
+        reraise_ours(exc)
         return {"class": type(module).__name__, "method": f"{type(exc).__name__}: {exc}"}
     scheme = getattr(module, "scheme", None)
     name = type(scheme if scheme is not None and type(method).__name__.startswith("CompressedTensors") else method).__name__

@@ -21,6 +21,7 @@ sglang_stubs.install()
 
 from tools.sglang_linear_schemes import ALGORITHMS, GROUPS, METHOD, MIXED, gate_formats, refusal, walk  # noqa: E402
 from tools.sglang_moe_schemes import CLASS, _predicate, ask, predicates, preset_args  # noqa: E402
+from tools.raised_by import reraise_ours  # noqa: E402
 
 WEIGHT_ONLY = "_is_fp4a16_nvfp4"  # the branch 0.5.22+ has and 0.5.9-0.5.21 lack
 
@@ -29,6 +30,7 @@ def scheme(config, weights, inputs) -> str:
     try:
         return type(getattr(config, METHOD)(weights, inputs)).__name__
     except Exception as exc:  # noqa: BLE001 - the release's own refusal is the answer
+        reraise_ours(exc)
         return f"raises {type(exc).__name__}: {exc}"
 
 

@@ -21,6 +21,7 @@ sglang_stubs.install()
 import torch  # noqa: E402
 
 from tools.sglang_moe_schemes import ALGORITHMS, ask, chain, method, outcomes, preset_args  # noqa: E402
+from tools.raised_by import reraise_ours  # noqa: E402
 
 WEIGHT_ONLY = "_is_fp4a16_nvfp4"  # the branch 0.5.23 has and 0.5.9-0.5.11 lack
 
@@ -30,6 +31,7 @@ def scheme(config) -> str:
     try:
         return type(config.get_moe_scheme(fused, "model.layers.0.mlp.experts")).__name__
     except Exception as exc:  # noqa: BLE001 - the release's own refusal is the answer
+        reraise_ours(exc)
         return f"raises {type(exc).__name__}: {exc}"
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tools import sglang_runtime  # noqa: E402,F401  (GPU-only imports stood in, as every SGLang tool does)
+from tools.raised_by import reraise_ours  # noqa: E402
 
 OUT = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
 os.dup2(2, 1)  # SGLang's prints go to stderr: stdout is the JSON lines
@@ -47,6 +48,7 @@ def resolved(folder: str) -> dict:
     try:
         _, arch = get_model_architecture(ModelConfig(folder))
     except Exception as e:  # noqa: BLE001 - SGLang's refusal is the answer
+        reraise_ours(e)
         return {"folder": folder, "error": f"{type(e).__name__}: {str(e)[:2000]}"}
     return {"folder": folder, "architecture": arch}
 
@@ -69,6 +71,7 @@ def gate(names: list[str], folder: str, auto_map: dict | None = None) -> str | N
     try:
         resolve_transformers_arch(config, names)
     except Exception as e:  # noqa: BLE001 - the gate's refusal (ValueError, or a class's ImportError here) is the answer
+        reraise_ours(e)
         return f"{type(e).__name__}: {e}"
     return None
 

@@ -12,6 +12,7 @@ Each answer is "bf16", "quantized" or "error: <Type>: <message>" (a fused layer 
 from __future__ import annotations
 
 from tools import sglang_runtime  # noqa: F401  (stand-ins, environment)
+from tools.raised_by import reraise_ours
 
 
 def _modelopt(case: dict) -> bool:
@@ -50,7 +51,8 @@ def packed_mappings() -> dict[str, dict]:
     for arch in sorted(ModelRegistry.get_supported_archs()):
         try:
             cls = ModelRegistry.resolve_model_cls(arch)[0]
-        except Exception:  # a model module that does not import here (CUDA-only kernels): not answerable
+        except Exception as e:  # a model module that does not import here (CUDA-only kernels): not answerable
+            reraise_ours(e)
             continue
         mapping = getattr(cls, "packed_modules_mapping", None)
         if mapping:

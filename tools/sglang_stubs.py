@@ -22,6 +22,9 @@ STUBBED = ("torchvision", "sgl_kernel", "flashinfer", "vllm")
 CALLED: list[str] = []  # qualified names of the placeholders called, in order (a decorator use included)
 
 
+RAISED_FOR_THE_CALLER = ("__getattr__",)  # their AttributeError is the caller's lookup failing (tools/raised_by.py)
+
+
 class StubCalled(RuntimeError):
     """A GPU-only function was reached: the probe's result would not be SGLang's CPU behaviour."""
 

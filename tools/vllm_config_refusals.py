@@ -24,6 +24,7 @@ import os
 import re
 import tempfile
 import traceback
+from raised_by import reraise_ours
 
 NOT_REFUSALS = (ImportError,)  # an import failing here is a package this host lacks (cutlass, a GPU-only kernel)
 
@@ -70,6 +71,7 @@ def config_error(folder: str) -> str | None:
         EngineArgs(model=folder, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128, enforce_eager=True,
                    load_format="dummy", trust_remote_code=False, enable_prefix_caching=False).create_engine_config()
     except Exception as e:  # noqa: BLE001 - recorded: the release refuses such a config while reading it
+        reraise_ours(e)
         return f"{type(e).__name__}: {e}"
     return None
 

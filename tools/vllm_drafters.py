@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from vllm_load_facts import pattern
 from vllm_runtime import inspect_in_process, world_of_one
+from raised_by import reraise_ours
 
 
 def has_mtp(config: dict) -> bool:
@@ -23,6 +24,7 @@ def mtp_drafter(folder: str, initialize_model) -> dict:
     try:
         model, vc = build_model(folder, initialize_model, drafter=True)
     except Exception as e:  # noqa: BLE001 - recorded: the main model's profile stands without it
+        reraise_ours(e)
         return {"mtp": {"unbuilt": f"{type(e).__name__}: {str(e)[:200]}"}}
     with world_of_one(vc):  # DeepSeek-V4's drafter load_weights asks the TP group (nvidia/mtp.py:383-385)
         renames = drafter_renames(model)
@@ -47,7 +49,8 @@ def drafter_renames(model) -> dict[str, str]:
         for candidate in published(name, layers):
             try:
                 placed = placements(model, {candidate: (candidate + ".weight", list(weight.shape), str(weight.dtype)[6:])})
-            except Exception:  # noqa: BLE001 - this loader does not take the name: no rename
+            except Exception as e:  # noqa: BLE001 - this loader does not take the name: no rename
+                reraise_ours(e)
                 continue
             if placed.get(candidate, {}).get("vllm_module") == name:
                 out[pattern(candidate)] = pattern(name)

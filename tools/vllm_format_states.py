@@ -19,6 +19,7 @@ import re
 import tempfile
 
 from vllm_load_facts import log, pattern
+from raised_by import reraise_ours
 
 # compressed-tensors' NVFP4 preset (llm-compressor's "NVFP4" scheme, as its exports write it: tests/data's ct configs)
 _FP4 = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": True, "dynamic": False,
@@ -50,6 +51,7 @@ def modelopt_fp4_only(arch: str, config: dict, refused: list[str], modules: dict
         try:
             model = build(folder, initialize_model, drafter=drafter)[0]
         except Exception as e:  # noqa: BLE001 - no compressed-tensors build: the rows stay format-blind, as before
+            reraise_ours(e)
             log(f"{arch}: no compressed-tensors build ({type(e).__name__}: {str(e)[:120]})")
             return []
     # by module, not by `weight`: a compressed-tensors NVFP4 layer holds `weight_packed`

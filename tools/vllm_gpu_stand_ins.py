@@ -111,6 +111,7 @@ def sparse_mla_stand_in() -> bool:
 
 
 
+RAISED_FOR_THE_CALLER = ("__getattr__",)  # their AttributeError is the caller's lookup failing (tools/raised_by.py)
 CUDA_SYNC_CLASSES = ("Event", "Stream")  # torch.cuda's: what DeepSeek-V4's and Inkling's layers construct when built
 
 

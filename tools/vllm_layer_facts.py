@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from typing import Callable
+from raised_by import reraise_ours
 
 STACK = re.compile(r"(.+?\.layers)\.(\d+)\.(.+)")
 LAYER = re.compile(r"((?:.*?\.)?layers)\.(\d+)\.(.+)")  # a stack may be the top level (DeepSeek-V4's `layers.N.`)
@@ -50,7 +51,8 @@ def dropped_layers(model, tensors: dict[str, tuple[list[int], str]], depth: int)
             name = f"{stack}.{layer}.{rest}"
             try:
                 placed = placements(model, {name: (name, shape, dtype)})
-            except Exception:  # noqa: BLE001 - refused: no claim that vLLM drops it
+            except Exception as e:  # noqa: BLE001 - refused: no claim that vLLM drops it
+                reraise_ours(e)
                 placed = {name: None}
             if name in placed:
                 kept[module].add(layer)
@@ -80,7 +82,8 @@ def layer_rules(model, tensors: dict, config: dict, rebuild: Callable[[dict], ob
                     changed = dict(config, text_config=grown) if part is not config else grown
                     try:
                         confirmed[(run, field)] = dropped_layers(rebuild(changed), tensors, depth)
-                    except Exception:  # noqa: BLE001 - vLLM refuses the changed config: the field is not confirmed
+                    except Exception as e:  # noqa: BLE001 - vLLM refuses the changed config: the field is not confirmed
+                        reraise_ours(e)
                         confirmed[(run, field)] = {}
                 if confirmed[(run, field)].get(module) == layers_of(k + 1, depth):
                     fits.append({run: field})
@@ -132,7 +135,8 @@ def where_rules(model, tensors: dict, config: dict, rebuild: Callable[[dict], ob
                 try:
                     rebuilt[field] = built_absent(rebuild(dict(config, text_config=changed) if part is not config
                                                           else changed), depth)
-                except Exception:  # noqa: BLE001 - vLLM refuses the rotated list: the field is not confirmed
+                except Exception as e:  # noqa: BLE001 - vLLM refuses the rotated list: the field is not confirmed
+                    reraise_ours(e)
                     rebuilt[field] = {}
             if any(rebuilt[field].get(p) == moved for p, s in built.items() if s == layers):
                 fits.append({"where": field, "in": sorted(without, key=lambda x: (type(x).__name__, x))})

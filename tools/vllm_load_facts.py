@@ -4,6 +4,7 @@ Imports nothing from ``repair``."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 
@@ -100,16 +101,42 @@ def stacked_name(model_class, module: str) -> str | None:
     return mapped_name(type("Stacked", (), {"hf_to_vllm_mapper": dataclasses.replace(mapper, **others)}), module)
 
 
-def placed_weights(model, weights: dict) -> dict[str, dict]:
-    """Checkpoint module -> where vLLM's own load_weights puts it ({} when it refuses these names: then no prefixes
-    and no load renames are recorded; the module states stand without them)."""
+def placed_weights(model, weights: dict) -> tuple[dict[str, dict], dict[str, str]]:
+    """(checkpoint module -> where vLLM's own load_weights puts it, module pattern -> vLLM's error where it refuses
+    that module's weight). Where load_weights refuses the names fed at once, each module is fed alone, so one name it
+    has no parameter for (transformers 5.25 saves Kimi-Linear's dense layer 0 as `block_sparse_moe.*`, which vLLM 0.28's
+    kimi_k3/nvidia/model.py:1547 looks up as a parameter: KeyError) does not void every other module's facts; those
+    were recorded as nothing placed, and the row read as if its load facts had been learned. A pattern refused in some
+    layers and placed in others (A.X K1's layer 0, which transformers writes MoE and vLLM builds dense) says nothing
+    of the pattern: logged, not recorded."""
+    from raised_by import reraise_ours  # (a sibling: tools/ on the path where the tool runs)
     from vllm_declared import placements
 
     try:
-        return placements(model, weights)
-    except Exception as e:  # noqa: BLE001 - recorded as nothing placed
-        log(f"load_weights on the checkpoint names failed ({type(e).__name__}: {str(e)[:120]})")
-        return {}
+        return placements(model, weights), {}
+    except Exception as e:  # noqa: BLE001 - vLLM's refusal of one name: each module fed alone below
+        reraise_ours(e)
+        log(f"load_weights on the checkpoint names failed ({type(e).__name__}: {str(e)[:120]}): one module at a time")
+    placed: dict[str, dict] = {}
+    refused: dict[str, str] = {}
+    for ckpt, weight in weights.items():
+        try:
+            placed.update(placements(model, {ckpt: weight}))
+        except Exception as e:  # noqa: BLE001 - vLLM's own refusal of this module's weight, recorded
+            reraise_ours(e)
+            refused.setdefault(pattern(ckpt), stable_text(e) + where(e))
+    partly = {pattern(n) for n in placed} & set(refused)  # refused in some layers only (A.X K1's layer 0): no claim
+    if partly:
+        log(f"refused in some layers only, not recorded: {sorted(partly)}")
+    return placed, {k: v for k, v in sorted(refused.items()) if k not in partly}
+
+
+def where(error: BaseException) -> str:
+    """` (vllm/...py:LINE)`: the line of vLLM that raised `error` (its innermost vllm frame), or ""."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f"{os.sep}vllm{os.sep}" in f.filename]
+    return f" (vllm/{frames[-1].filename.rpartition(os.sep + 'vllm' + os.sep)[2]}:{frames[-1].lineno})" if frames else ""
 
 
 def load_renames(model, placed: dict, fused: dict) -> dict[str, str]:
@@ -140,6 +167,7 @@ def nvfp4_refusals(model, weights: dict, placed: dict, tensors: dict | None = No
     keeps beside it, up among the NVFP4 FusedMoE's parameters, which have no bias). Each leaf is fed alone, as a meta
     tensor, through the recording loaders (nothing is copied: an error is load_weights' own); a module whose BF16 weight
     alone fails makes no claim. `tensors` (name -> (shape, dtype)): the saved checkpoint, for a 3-D tensor's siblings."""
+    from raised_by import reraise_ours  # (a sibling: tools/ on the path where the tool runs)
     from vllm_declared import placements
 
     out: dict[str, str] = {}
@@ -157,6 +185,7 @@ def nvfp4_refusals(model, weights: dict, placed: dict, tensors: dict | None = No
             try:
                 placements(model, {leaf[0]: leaf})
             except Exception as e:  # noqa: BLE001 - vLLM's own refusal of this leaf, recorded
+                reraise_ours(e)
                 if i:
                     out[pattern(ckpt)] = stable_text(e)
                 break
@@ -293,22 +322,25 @@ def loader_drops(model) -> dict[str, None]:
     """Checkpoint name prefix -> None for each `skip_prefixes` entry the class's own load_weights hands its
     AutoWeightsLoader under which the model builds no module: dropped unread, as `mapper_drops` (vLLM 0.28's MiMo:
     `model.mtp_layers.`, mimo.py:121-125, where 0.32 uses its mapper). Read by running load_weights on no weights with
-    the loader's constructor recording what it is given (a shim: the loader itself decides nothing here)."""
+    the loader's constructor recording what it is given (a shim: the loader itself decides nothing here). The shim
+    once handed `skip_prefixes=None` on to 0.30/0.32's constructor, which has no such parameter: the TypeError was ours,
+    swallowed as "a load_weights that wants weights" (the facts came out empty, as they are: those releases take none)."""
+    from raised_by import reraise_ours  # (a sibling: tools/ on the path where the tool runs)
     from vllm.model_executor.models.utils import AutoWeightsLoader
 
     given: list[str] = []
     init = AutoWeightsLoader.__init__
 
-    def recording(self, module, *args, skip_prefixes=None, **kwargs):
+    def recording(self, module, *args, **kwargs):  # handing on only what it was given: 0.30/0.32 take no skip_prefixes
         if module is model:
-            given.extend(skip_prefixes or ())
-        init(self, module, *args, skip_prefixes=skip_prefixes, **kwargs)
+            given.extend(kwargs.get("skip_prefixes") or ())
+        init(self, module, *args, **kwargs)
 
     AutoWeightsLoader.__init__ = recording
     try:
         model.load_weights(iter(()))
-    except Exception:  # noqa: BLE001 - a load_weights that wants weights: its loader's prefixes were read already
-        pass
+    except Exception as e:  # noqa: BLE001 - a load_weights that wants weights: its loader's prefixes were read already
+        reraise_ours(e)
     finally:
         AutoWeightsLoader.__init__ = init
     built = [name for name, _ in model.named_modules()]
@@ -325,12 +357,14 @@ def dropped_tensors(model, tensors: dict) -> dict[str, dict[str, str | None]]:
     every parameter of a module with a post-processing quant method: then None, the parameter keeps its initial value).
     Every tensor is fed at once, as meta tensors, through the recording loaders; a dropped tensor no unfilled parameter
     pairs with (a buffer vLLM recomputes) makes no claim."""
+    from raised_by import reraise_ours  # (a sibling: tools/ on the path where the tool runs)
     loaded: set[str] = set()
     try:
         from vllm_declared import placements
 
         placed = placements(model, tensors, loaded)
     except Exception as e:  # noqa: BLE001 - load_weights refuses these names: nothing recorded
+        reraise_ours(e)
         log(f"load_weights on every checkpoint tensor failed ({type(e).__name__}: {str(e)[:120]})")
         return {}
     unfilled = {n for n, _ in model.named_parameters()} - loaded  # what track_weights_loading starts from

@@ -22,6 +22,7 @@ import sys
 import tempfile
 
 from vllm_profile_configs import PUBLISHED, NoConfig, small_config, written_as
+from raised_by import reraise_ours
 
 LIMIT = 300  # characters of vLLM's error kept (the error names tensors; the head says which and why)
 # AutoWeightsLoader's refusal of a name it has no module or parameter for (model_executor/models/utils.py:443, 0.32)
@@ -125,11 +126,16 @@ def load_refused(arch: str, names: dict[str, str], loader, small: dict | None = 
     model_class = ModelRegistry._try_load_model_cls(arch)
     if model_class is None:
         return None
+    import transformers
+
+    if getattr(transformers, written_as(arch), None) is None:
+        return None  # no class writes its checkpoint: nothing to claim (bf16_export's LookupError is not reached)
     config = export_config(arch, names, small)
     with tempfile.TemporaryDirectory() as folder:
         try:
             tensors = bf16_export(arch, config, folder)[0]
         except Exception as e:  # noqa: BLE001 - no transformers checkpoint: nothing to claim
+            reraise_ours(e)
             print(f"[vllm_load_refused] {arch}: no transformers checkpoint ({type(e).__name__}: {str(e)[:200]})", file=sys.stderr)
             return None
         with open(os.path.join(folder, "config.json"), "w") as f:
@@ -144,6 +150,7 @@ def load_refused(arch: str, names: dict[str, str], loader, small: dict | None = 
                 load(folder, loader)
                 return None
             except Exception as e:  # noqa: BLE001 - vLLM's own refusal, judged below
+                reraise_ours(e)
                 if not in_model_load_weights(e, model_class):
                     return None
                 error = error_text(e)

@@ -20,6 +20,7 @@ import json
 import sys
 
 from vllm_runtime import emit
+from raised_by import reraise_ours
 
 PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
 LINEARS = {"self_attn.qkv_proj": "QKVParallelLinear", "self_attn.o_proj": "RowParallelLinear",
@@ -46,6 +47,7 @@ def schemes(folder: str) -> dict:
             try:
                 method = cfg.get_quant_method(layer, prefix)
             except Exception as err:  # noqa: BLE001 - the runtime's own refusal is the result
+                reraise_ours(err)
                 out[prefix] = {"error": f"{type(err).__name__}: {err}"}
                 continue
             out[prefix] = {"method": name_of(method), "scheme": name_of(getattr(method, "wkey", None)),

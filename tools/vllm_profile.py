@@ -57,6 +57,7 @@ from vllm_load_facts import (dropped_tensors, loader_drops, log, load_renames, m
                              placed_weights, quant_prefixes, record_asked_prefixes, renames)
 from vllm_saved_names import (NO_LAYOUT, UNBUILT, checkpoint_names, own_checkpoint, own_names_layout,  # noqa: F401
                               published_checkpoint, saved_tensors, saved_weights, transformers_model)  # (UNBUILT, saved_tensors, ...: imported from here too)
+from raised_by import reraise_ours
 
 # no KV-cache scheme: older releases' CPU attention refuses an FP8 KV cache at these head sizes, and no linear depends on it
 QUANTIZATION = {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": [], "group_size": 16}
@@ -159,7 +160,7 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
     with world_of_one(vc), set_current_vllm_config(vc):
         tensors = saved_tensors(arch, export) if own is None else {n: (shape, "bfloat16") for n, shape in own.items()}
         weights = saved_weights(tensors)
-        placed = placed_weights(model, weights)
+        placed, unplaced = placed_weights(model, weights)
         refusals = nvfp4_refusals(model, weights, placed, tensors)
         dropped = dropped_tensors(model, {n: (n, *kind) for n, kind in tensors.items()})
     layers = export_layer_rules(arch, model if export == config else None, tensors, export, refused)
@@ -177,6 +178,7 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
             else {**renames(type(model), sorted(weights)), **mapper_drops(type(model)), **loader_drops(model)},
             **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
             **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}),
+            **({"weight_refused": unplaced} if unplaced else {}),
             **({"dropped_in_layers": layers} if layers else {}), **mtp,
             **({"load_refused": refused_load} if refused_load else {}), **({"without": without} if without else {}),
             **({"modelopt_fp4_only": nvfp4_only} if nvfp4_only else {})}
@@ -214,6 +216,7 @@ def builds(arch: str, config: dict) -> bool:
         try:
             build_model(folder, initialize_model)
         except Exception as e:  # noqa: BLE001 - any failure: it does not build
+            reraise_ours(e)
             log(f"{arch}: not built without the refused field ({type(e).__name__}: {str(e)[:160]})")
             return False
     return True
@@ -258,6 +261,7 @@ def export_layer_rules(arch: str, model, tensors: dict, export: dict, refused: l
         built = model if model is not None else rebuild(export)
         return {**where_rules(built, tensors, export, rebuild), **layer_rules(built, tensors, export, rebuild)}
     except Exception as e:  # noqa: BLE001 - vLLM refuses the export's config here: no per-layer facts
+        reraise_ours(e)
         log(f"{arch}: no per-layer facts ({type(e).__name__}: {str(e)[:120]})")
         return {}
 
@@ -338,6 +342,7 @@ def main(argv: list[str]) -> int:
             result["unprofiled"][arch] = str(e) + (f" ({LEARNED}: its class comes with remote code)"
                                                    if small[1].startswith(LEARNED) else "")
         except Exception as e:  # noqa: BLE001 - recorded as the reason; vLLM's own refusal also as a fact (`refused`)
+            reraise_ours(e)
             traceback.print_exc(file=sys.stderr)
             said, site = f"{type(e).__name__}: {str(e)[:200]}", refusal_site(e)
             result["unprofiled"][arch] = (f"vLLM refuses the config transformers writes for it ({site}): {said}" if site

@@ -10,6 +10,7 @@ Imports nothing from the repo's ``repair`` package.
 from __future__ import annotations
 
 from vllm_mistral_config import mistral_format
+from raised_by import reraise_ours
 
 SMALL = {  # size key -> value (only keys the class's defaults hold are set)
     "hidden_size": 64, "intermediate_size": 128, "ffn_hidden_size": 128, "num_hidden_layers": 2, "num_layers": 2,
@@ -351,6 +352,7 @@ def _remote(arch: str) -> tuple[dict, str, dict]:
             try:
                 model, _ = build_model(folder, initialize_model)
             except Exception as e:  # noqa: BLE001 - the learner reads the error: a field to answer, or the reason
+                reraise_ours(e)
                 return e, {}
         return None, modules_of(model)
 
@@ -388,6 +390,7 @@ def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str, dict]:
     try:
         config = _shrunk(cls, EXTRA.get(arch))
     except Exception as e:  # noqa: BLE001 - the class refused our sizes: a reason, not a crash
+        reraise_ours(e)
         raise NoConfig(f"{owner} {cls.__name__} refuses the shrunk sizes: {type(e).__name__}: {str(e)[:160]}") from None
     config["model_type"] = model_type
     for key, value in EXTRA.get(arch, {}).items():  # "sub.key": a field of a sub-config (text_config)

@@ -26,6 +26,7 @@ import sys
 import tempfile
 
 from vllm_runtime import emit, torchvision_stand_in
+from raised_by import reraise_ours
 
 UNKNOWN = ["NotARegisteredNameForCausalLM"]  # a name no registry and no transformers has: vLLM's refusal, asked of vLLM
 MALFORMED = {"list": "LlamaForCausalLM", "string": ["LlamaForCausalLM", 7]}  # `architectures` a string; a non-string entry
@@ -98,7 +99,8 @@ def fallback_names(registered: set[str]) -> list[str]:
             continue
         try:
             cls = getattr(transformers, name)
-        except Exception:  # noqa: BLE001 - a lazily imported class whose dependency is missing here: not importable
+        except Exception as e:  # noqa: BLE001 - a lazily imported class whose dependency is missing here: not importable
+            reraise_ours(e)
             continue
         if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel) and backend_takes(cls):
             out.append(name)
@@ -108,7 +110,8 @@ def fallback_names(registered: set[str]) -> list[str]:
 def backend_takes(cls) -> bool:
     try:
         return bool(cls.is_backend_compatible() or cls._can_set_attn_implementation())
-    except Exception:  # noqa: BLE001 - vLLM's own test raises too: no fallback for it
+    except Exception as e:  # noqa: BLE001 - vLLM's own test raises too: no fallback for it
+        reraise_ours(e)
         return False
 
 
@@ -132,6 +135,7 @@ def resolved(folder: str) -> dict:
         vc = EngineArgs(model=folder, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128, enforce_eager=True,
                         load_format="dummy", trust_remote_code=False).create_engine_config()
     except Exception as e:  # noqa: BLE001 - vLLM's refusal is the answer
+        reraise_ours(e)
         return {"folder": folder, "error": f"{type(e).__name__}: {str(e)[:2000]}"}
     return {"folder": folder, "architecture": vc.model_config.architecture, "runner": vc.model_config.runner_type}
 

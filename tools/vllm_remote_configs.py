@@ -54,6 +54,9 @@ def model_type(arch: str) -> str:
     return f"ckpt_repair_remote_{arch.lower()}"
 
 
+RAISED_FOR_THE_CALLER = ("_noted_miss",)  # its AttributeError is vLLM's read of a field the config lacks (tools/raised_by.py)
+
+
 def register(arch: str) -> str:
     """Register (once) a plain PretrainedConfig subclass for `arch` with transformers' AutoConfig; its model_type.
     Its `reads` (a list on the class, emptied by remote_config before each build) collects (field, file, line) for

@@ -13,6 +13,7 @@ import tempfile
 
 from vllm_load_facts import log
 from vllm_profile_configs import NoConfig, written_as
+from raised_by import reraise_ours
 
 NO_LAYOUT = ("no checkpoint layout to learn: transformers has no class that writes its names, and vLLM's own names of "
              "its fused experts are none (FusedMoE's weight loader takes one expert per tensor)")
@@ -33,6 +34,7 @@ def transformers_model(arch: str, config: dict, device: str):
         with torch.device(device):
             return cls(cls.config_class(**{k: v for k, v in config.items() if k != "model_type"}))
     except Exception as e:  # noqa: BLE001 - a row learned from no names would read as healthy: unprofiled, and why
+        reraise_ours(e)
         log(f"{arch}: transformers build on {device} failed ({type(e).__name__}: {str(e)[:120]})")
         raise NoConfig(f"{UNBUILT} (built on {device}): {type(e).__name__}: {str(e)[:160]}") from None
 
@@ -59,6 +61,7 @@ def own_names_refused(model) -> str | None:
     try:
         placed = placements(model, weights)
     except Exception as e:  # noqa: BLE001 - the refusal is the fact
+        reraise_ours(e)
         return f"{type(e).__name__}: {str(e)[:160]}"
     missed = sorted(set(weights) - set(placed))
     return f"{missed[0]} placed nowhere" if missed else None
@@ -201,6 +204,7 @@ def saved_tensors(arch: str, config: dict) -> dict[str, tuple[list[int], str]]:
         try:
             model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
         except Exception as e:  # noqa: BLE001 - no names, no facts: unprofiled, and why
+            reraise_ours(e)
             log(f"{arch}: save_pretrained failed ({type(e).__name__}: {str(e)[:120]})")
             raise NoConfig(f"{UNBUILT} (save_pretrained): {type(e).__name__}: {str(e)[:160]}") from None
         for file in sorted(f for f in os.listdir(folder) if f.endswith(".safetensors")):

@@ -15,6 +15,7 @@ Imports nothing from ``repair``.
 from __future__ import annotations
 
 from vllm_load_facts import pattern
+from raised_by import reraise_ours
 
 
 def loads_only_with(model, vc, other, other_vc, tensors: dict[str, tuple[list[int], str]]) -> tuple[list[str], dict[str, str]]:
@@ -53,5 +54,6 @@ def _placed(model, vc, by_module: dict[str, dict]) -> dict[str, tuple[int, str]]
             try:
                 out[module] = (len(placements(model, weights)), "")
             except Exception as e:  # noqa: BLE001 - the build's own load_weights refused the names: none placed
+                reraise_ours(e)
                 out[module] = (0, f"{type(e).__name__}: {e}")
     return out
