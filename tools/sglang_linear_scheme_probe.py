@@ -95,6 +95,7 @@ def scheme_of(config, weights, inputs, fmt) -> str:
     try:
         return type(getattr(config, METHOD)(weights, inputs, format=fmt)).__name__
     except Exception as exc:  # noqa: BLE001 - the release's own refusal (or this host's CUDA query) is the answer
+        reraise_ours(exc)
         return f"raises {type(exc).__name__}: {exc}"
 
 

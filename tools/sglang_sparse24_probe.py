@@ -20,6 +20,7 @@ sglang_stubs.install()
 
 from tools.sglang_linear_schemes import GROUPS, NVFP4_FORMAT  # noqa: E402
 from tools.sglang_moe_schemes import preset_args  # noqa: E402
+from tools.raised_by import reraise_ours  # noqa: E402
 from tools.sglang_sparse24 import FORMATS, SCHEMES, read_tree  # noqa: E402
 
 LAYER = "model.layers.0.mlp.down_proj"
@@ -44,6 +45,7 @@ def main() -> dict:
             try:
                 said = type(config.get_linear_scheme(layer=layer, layer_name=LAYER)).__name__
             except Exception as exc:  # noqa: BLE001 - the release's own refusal (or this host's CUDA query) is the answer
+                reraise_ours(exc)
                 said = f"raises {type(exc).__name__}: {exc}"
             out[f"{scheme} {fmt}"] = said
     out["stubs_called"] = list(sglang_stubs.CALLED)
