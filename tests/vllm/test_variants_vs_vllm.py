@@ -48,3 +48,22 @@ def test_kv_a_proj_excluded_by_its_own_name_loads_only_where_vllm_builds_it_alon
     assert (code == 0) is loads, out
     if not loads:
         assert "[fused-shards] model.layers.0.self_attn.fused_qkv_a_proj:" in out and f"{SHARD} is stored bf16" in out, out
+
+
+@pytest.mark.parametrize("build", sorted(BUILDS))
+def test_fix_keeps_its_promise_on_either_build(capsys, exports, tmp_path, build):
+    """fix --target vllm==0.32.0: nothing to fix where vLLM loads it (Lite); where it does not (the fused build), a copy
+    vLLM loads (every shard of fused_qkv_a_proj written alike) or a one-line refusal."""
+    from tests.conftest import run_captured
+
+    folder = bf16_excluded(exports[build], tmp_path / build, (SHARD,), [ENTRY])
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--target", "vllm==0.32.0")
+    if build == "lite":
+        assert code == 0 and "nothing to fix" in out + err and not (tmp_path / "out").exists(), out + err
+        return
+    assert code in (0, 2), out + err
+    if code == 2:
+        assert err.count("\n") == 1 and not (tmp_path / "out").exists(), err
+        return
+    [loaded] = in_vllm("vllm_load.py", tmp_path / "out", "--moe-emulation")
+    assert loaded["ok"], loaded
