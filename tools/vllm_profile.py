@@ -174,18 +174,17 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
                                      drafter=True) if mtp else []
     mtp = {"mtp": dict(mtp["mtp"], modelopt_fp4_only=drafter_only)} if drafter_only else mtp
     agrees = {"agrees_with": deciding} if deciding else {}  # a config.json setting another value builds other layers
-    row = {"modules": modules, "fused": fused, **extra, **({"without": without} if without else {}), **mtp,
-           **({"dropped_in_layers": layers} if layers else {}), **({"prefixes": prefixes} if prefixes else {})}
-    varied = variants(arch, config, row, lambda c: built_facts(arch, c, refused, reset), log)
-    return {"config": {"source": source, "model_type": config.get("model_type"), **agrees}, **extra,
-            "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
-            "renames": renames(type(model), checkpoint_names(transformers_model(arch, export, "meta"))) if own is None
-            else {**renames(type(model), sorted(weights)), **mapper_drops(type(model)), **loader_drops(model)},
-            **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
-            **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}),
-            **({"dropped_in_layers": layers} if layers else {}), **mtp,
-            **({"load_refused": refused_load} if refused_load else {}), **({"without": without} if without else {}),
-            **({"modelopt_fp4_only": nvfp4_only} if nvfp4_only else {}), **({"variants": varied} if varied else {})}
+    row = {"config": {"source": source, "model_type": config.get("model_type"), **agrees}, **extra,
+           "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
+           "renames": renames(type(model), checkpoint_names(transformers_model(arch, export, "meta"))) if own is None
+           else {**renames(type(model), sorted(weights)), **mapper_drops(type(model)), **loader_drops(model)},
+           **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
+           **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}),
+           **({"dropped_in_layers": layers} if layers else {}), **mtp,
+           **({"load_refused": refused_load} if refused_load else {}), **({"without": without} if without else {}),
+           **({"modelopt_fp4_only": nvfp4_only} if nvfp4_only else {})}
+    varied = variants(arch, config, row, lambda c: built_facts(arch, c, refused, reset), log)  # last: it builds again
+    return {**row, **({"variants": varied} if varied else {})}
 
 
 def built_facts(arch: str, config: dict, refused: list[str], reset: Callable[[], None]) -> dict:
