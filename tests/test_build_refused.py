@@ -158,14 +158,31 @@ def test_vllm_028_refuses_deepseek_v4_without_an_fp8_kv_cache(tmp_path, capsys):
     assert [f["subject"] for f in report["findings"] if f["code"] == "build-refused"] == [DSV4], report["findings"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "vLLM 0.28 resolves --kv-cache-dtype auto from a ModelOpt config.json's kv_cache_scheme (engine/arg_utils.py:1986, "
-    "utils/torch_utils.py:427-507 resolve_kv_cache_dtype_string: {num_bits 8, type float} -> fp8), and then its "
-    "DeepSeek-V4 attention takes the fp8_ds_mla layout (attention.py:104-114); measured in /work/venvs/vllm-0.28 on the "
-    "profile's small config: without the scheme 'got auto', with it the build passes attention.py and stops at this "
-    "host's `requires a CUDA device` (ops/o_proj.py:22). The generator records the refusal with no condition (its "
-    "QUANTIZATION declares no KV cache, refusal_condition varies config fields only), so doctor calls every DeepSeek-V4 "
-    "checkpoint refused by 0.28, and says no change to the files helps (a declared FP8 KV cache, or --kv-cache-dtype fp8, does)"))
 def test_vllm_028_builds_deepseek_v4_whose_config_declares_an_fp8_kv_cache(tmp_path, capsys):
+    """vLLM 0.28 resolves --kv-cache-dtype auto from a ModelOpt config.json's kv_cache_scheme or kv_cache_quant_algo
+    (engine/arg_utils.py:1986, utils/torch_utils.py:427-509 resolve_kv_cache_dtype_string: {num_bits 8, type float,
+    dynamic false} -> fp8), and then its DeepSeek-V4 attention takes the fp8_ds_mla layout (attention.py:104-114). The
+    generator builds the model again with each declaration (tools/vllm_variants.py QUANT_VARIANTS): the refusal is gone
+    (the build stops later at this host's CUDA-only o_proj kernel), so the refusal is recorded `unless` either."""
+    unless = recorded((0, 28, 0))[DSV4]["unless"]
+    assert [(u["field"], u["is"]) for u in unless] == [("quantization_config.kv_cache_scheme", FP8_KV),
+                                                       ("quantization_config.kv_cache_quant_algo", "FP8")], unless
+    assert all("attention.py:106" not in u["then"] for u in unless), unless
     report = doctor(capsys, dsv4_modelopt(tmp_path / "dsv4", FP8_KV), "vllm==0.28.0")[1]
     assert not [f for f in report["findings"] + report["notes"] if f["code"] == "build-refused"], report["findings"]
+
+
+@pytest.mark.parametrize("scheme", [{"dynamic": False, "num_bits": 4, "type": "float"}, dict(FP8_KV, num_bits="8"),
+                                    "fp8-not-a-dict", None])
+def test_vllm_028_still_refuses_deepseek_v4_whose_kv_cache_is_not_the_recorded_fp8(tmp_path, capsys, scheme):
+    """Any other declaration (NVFP4, a string where 0.28 compares num_bits == 8, no declaration) keeps the refusal, and
+    its line says which declaration the release builds with, as recorded."""
+    folder = dsv4_modelopt(tmp_path / "dsv4", None)
+    config = json.loads((folder / "config.json").read_text())
+    if scheme is not None:
+        config["quantization_config"]["kv_cache_scheme"] = scheme
+    (folder / "config.json").write_text(json.dumps(config))
+    report = doctor(capsys, folder, "vllm==0.28.0")[1]
+    [found] = [f for f in report["findings"] if f["code"] == "build-refused"]
+    assert "quantization_config.kv_cache_scheme is {\"dynamic\": false, \"num_bits\": 8, \"type\": \"float\"}" in found["message"], found
+    assert "no change to the files" not in found["message"], found

@@ -201,19 +201,24 @@ def test_fix_writes_every_shard_of_a_fused_layer_when_one_is_covered_by_a_substr
         assert code == 0, out + err
 
 
-@pytest.mark.xfail(strict=True, reason="vLLM 0.32 builds DeepSeek-V2's fused_qkv_a_proj only where q_lora_rank is set "
-                   "(deepseek_v2.py:1051-1065); with q_lora_rank null (DeepSeek-V2-Lite) kv_a_proj_with_mqa is a "
-                   "ReplicatedLinear of its own, asked by its own name. The profile's row is built with q_lora_rank set, so "
-                   "FusedRule asks the shard as fused_qkv_a_proj (found by attack-fusedexcl, not fixed: the row needs the "
-                   "q_lora_rank-null build's modules, a profile change)")
-def test_deepseek_v2_lite_kv_a_proj_is_asked_by_its_own_name():
+@pytest.mark.parametrize("target", ["vllm==0.32.0", "vllm==0.30.0", "vllm==0.28.0"])
+@pytest.mark.parametrize("q_lora_rank, own", [(None, True), (8, False), ("absent", False)])
+def test_deepseek_v2_lite_kv_a_proj_is_asked_by_its_own_name(target, q_lora_rank, own):
+    """vLLM builds DeepSeek-V2's fused_qkv_a_proj only where q_lora_rank is set (0.32 deepseek_v2.py:1051-1065, and adds
+    it to the packed mapping at :1903-1909); with q_lora_rank null (DeepSeek-V2-Lite) kv_a_proj_with_mqa is a
+    ReplicatedLinear of its own, asked by its own name, so an entry naming it (a substring of its prefix,
+    modelopt.py:206-215) excludes it. The profile's row is the q_lora_rank build; the null build is its `variants`
+    (tools/vllm_variants.py, built again with the field null). Absent, transformers' DeepseekV2Config defaults it to
+    1536: the fused build, whose prefix `...fused_qkv_a_proj` the entry is no substring of."""
     from repair.formats.base import Declaration
     from repair.formats.modelopt_nvfp4 import MODELOPT_NVFP4
     from repair.targets.profiles import resolve
 
-    target = resolve("vllm==0.32.0")
-    config = {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "q_lora_rank": None}
+    target = resolve(target)
+    config = {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "num_hidden_layers": 2}
+    config |= {} if q_lora_rank == "absent" else {"q_lora_rank": q_lora_rank}
     entry = ("layers.0.self_attn.kv_a_proj_with_mqa",)  # modelopt.py:206-215: a substring of the layer's own prefix
-    declared = target.bind(Declaration("NVFP4", None, entry, MODELOPT_NVFP4), target.release.row("DeepseekV2ForCausalLM"),
-                           config)
-    assert declared.excludes("model.layers.0.self_attn.kv_a_proj_with_mqa")
+    family = target.release.row("DeepseekV2ForCausalLM", config=config)
+    declared = target.bind(Declaration("NVFP4", None, entry, MODELOPT_NVFP4), family, config)
+    assert declared.excludes("model.layers.0.self_attn.kv_a_proj_with_mqa") is own
+    assert ("fused_qkv_a_proj" in family.fused_layers) is not own

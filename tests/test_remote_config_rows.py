@@ -169,13 +169,9 @@ def test_mimo_mtp_layers_vllm_028_drops_are_not_errors(capsys, llama_layout, tmp
     assert code == 0 and "0 error(s)" in out.splitlines()[0], out
 
 
-@pytest.mark.xfail(strict=True, reason="MiniCPM's row is learned from num_experts read with vLLM's default 0 (the dense "
-                   "branch, minicpm.py:419); a config with experts now gets the generic row (test below), which knows no "
-                   "router; the MoE branch is not learned: MiniCPMMoE stacks every expert into its own ws / w2s "
-                   "parameters, not FusedMoE's, so own_checkpoint finds no names to learn (NO_LAYOUT)")
-def test_minicpm_moe_router_is_not_called_built_nvfp4(capsys, llama_layout, tmp_path):
-    """MiniCPM-MoE-8x2B's config says num_experts: 8 under MiniCPMForCausalLM; vLLM 0.32's MiniCPMMoE builds its
-    router `mlp.gate` unquantized (GateLinear, no quant_config), so a BF16 router is no error."""
+def minicpm_moe(src, dst):
+    """`src` (a Llama-layout NVFP4 export) as MiniCPM-MoE-8x2B stores it: num_experts 2, each MLP's gate/up/down as every
+    expert's w1/w3/w2 (NVFP4), and a BF16 router `mlp.gate` listed in no exclusion."""
     import torch
 
     def edit(tensors):
@@ -191,9 +187,25 @@ def test_minicpm_moe_router_is_not_called_built_nvfp4(capsys, llama_layout, tmp_
             out[f"model.layers.{layer}.mlp.gate.weight"] = torch.zeros(2, 64, dtype=torch.bfloat16)
         return out
 
-    moe = _restored(llama_layout, tmp_path / "moe", "MiniCPMForCausalLM", edit, num_experts=2, num_experts_per_tok=1)
+    return _restored(src, dst, "MiniCPMForCausalLM", edit, num_experts=2, num_experts_per_tok=1)
+
+
+def test_minicpm_moe_router_is_not_called_built_nvfp4(capsys, llama_layout, tmp_path):
+    """MiniCPM-MoE-8x2B's config says num_experts: 8 under MiniCPMForCausalLM; vLLM 0.32's MiniCPMMoE builds its
+    router `mlp.gate` unquantized (GateLinear, no quant_config, minicpm.py:115-120), so a BF16 router is no error. The
+    row is learned on the dense branch (num_experts read with default 0, minicpm.py:353); the MoE build is its
+    `variants` entry (tools/vllm_variants.py: built again with num_experts 2 and 4, the same layers), which holds for
+    a config setting num_experts to an int other than 0. It had got the generic row, which knows no router."""
+    moe = minicpm_moe(llama_layout, tmp_path / "moe")
     code, out, _ = run_captured(capsys, "doctor", moe, "--target", "vllm==0.32.0")
     assert "mlp.gate: stored bf16, but vllm==0.32.0 builds it nvfp4" not in out, out
+    assert "its layer roles and fused layers are vllm 0.32.0's own (generated profile)" in out, out
+    from repair.arch import architecture
+
+    config = json.loads((moe / "config.json").read_text())
+    row = architecture(config)
+    assert not row.not_covered and "model.layers.*.mlp.gate" in row.built_quantized.entry["modules"], row.name
+    assert "model.layers.*.mlp.gate_up_proj" not in row.built_quantized.entry["modules"]
 
 
 def test_learned_rows_record_every_defaulted_read_with_the_value_used():
@@ -208,21 +220,22 @@ def test_learned_rows_record_every_defaulted_read_with_the_value_used():
 
 
 def test_a_config_of_another_branch_gets_the_generic_row_and_doctor_says_why(capsys, llama_layout, tmp_path):
-    """MiniCPM's row is the dense build (num_experts read with default 0); a config.json with num_experts: 2 is
-    another build, so the row does not apply: generic roles, and doctor's line names the field and both values.
-    The same config with num_experts: 0 written out is the row's own build."""
+    """DeepseekForCausalLM's row is learned with moe_layer_freq read with default 1 (deepseek.py); a config.json with
+    moe_layer_freq: 2 is another build, no variant of which the profile records, so the row does not apply: generic
+    roles, and doctor's line names the field and both values. The same config with moe_layer_freq: 1 written out is
+    the row's own build. (MiniCPM's num_experts, which had been this case, now has its MoE build recorded: above.)"""
     from repair.arch import architecture
 
     config = json.loads((llama_layout / "config.json").read_text())
-    moe = dict(config, architectures=["MiniCPMForCausalLM"], num_experts=2)
-    assert architecture(moe).not_covered and architecture(dict(moe, num_experts=0)).name.startswith("MiniCPMForCausalLM")
+    other = dict(config, architectures=["DeepseekForCausalLM"], moe_layer_freq=2)
+    assert architecture(other).not_covered and architecture(dict(other, moe_layer_freq=1)).name.startswith("DeepseekForCausalLM")
+    assert architecture(dict(config, architectures=["MiniCPMForCausalLM"], num_experts="2")).not_covered  # no int: no variant
     out_dir = tmp_path / "m"
     shutil.copytree(llama_layout, out_dir)
-    (out_dir / "config.json").write_text(json.dumps(moe))
+    (out_dir / "config.json").write_text(json.dumps(other))
     code, out, _ = run_captured(capsys, "doctor", out_dir, "--target", "vllm==0.32.0")
-    assert "does not cover this config (its row was learned where vLLM's model code read num_experts = 0 by default, " \
-        "which chose the layers it builds; config.json sets num_experts = 2), so generic layer roles were used" in out, out
-
+    assert "does not cover this config (its row was learned where vLLM's model code read moe_layer_freq = 1 by default, " \
+        "which chose the layers it builds; config.json sets moe_layer_freq = 2), so generic layer roles were used" in out, out
 
 
 @pytest.mark.parametrize("name, module, asked", [

@@ -67,7 +67,7 @@ def section(doc: dict, name: str) -> list[str]:
              f"- quantization config used: `{json.dumps(doc['quantization'], sort_keys=True)}`",
              "- MTP drafters: " + (", ".join(f"`{a}` ({e['mtp'].get('architecture') or 'not built: ' + e['mtp']['unbuilt'][:60]})"
                                              for a, e in sorted(archs.items()) if "mtp" in e) or "none"),
-             *refused_lines(doc), *registry_lines(doc), *fused_lines(doc), "",
+             *refused_lines(doc), *variant_lines(doc), *registry_lines(doc), *fused_lines(doc), "",
              "Profiled: " + ", ".join(f"`{a}`" for a in sorted(archs)) + ".", "", "Not profiled, and why:", ""]
     by_category: dict[str, list[str]] = {}
     for arch, reason in sorted(missing.items()):
@@ -109,6 +109,20 @@ def refused_lines(doc: dict) -> list[str]:
     refused = {a: e["load_refused"] for a, e in sorted(doc["architectures"].items()) if "load_refused" in e}
     return ["- loads no checkpoint of (its own loader on transformers' BF16 checkpoint fails in the model's load_weights, "
             "`load_refused`): " + (", ".join(f"`{a}` (`{why[:100]}`)" for a, why in refused.items()) or "none")]
+
+
+def variant_lines(doc: dict) -> list[str]:
+    """Rows with another build for another value of a config field (`variants`), and build refusals a config field
+    lifts (`build_refused` `unless`): tools/vllm_variants.py, the model built again with the field varied."""
+    def said(c: dict) -> str:
+        return f"`{c['field']}` " + (f"is `{json.dumps(c['is'], sort_keys=True)}`" if "is" in c else f"is not `{c['other_than']}`")
+    built = [f"`{a}` where {said(v)} (built: " + ", ".join(f"`{m.rpartition('.')[2]}`" for m in sorted(set(v["modules"]) - set(e["modules"])))
+             + ")" for a, e in sorted(doc["architectures"].items()) for v in e.get("variants", ())]
+    lifted = [f"`{a}`'s refusal lifted where " + " or ".join(said(u) for u in f["unless"])
+              for a, f in sorted(doc.get("build_refused", {}).items()) if f.get("unless")]
+    return (["- another build for another value of a config field (`variants`, tools/vllm_variants.py): " + "; ".join(built)]
+            if built else []) + (["- a build refusal a config field lifts (`build_refused` `unless`): " + "; ".join(lifted)]
+                                 if lifted else [])
 
 
 def render() -> str:

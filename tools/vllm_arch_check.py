@@ -1,7 +1,10 @@
 #!/usr/bin/env python
 """A tiny NVFP4 export per profiled architecture, and what vLLM does with it (run in .venv-vllm).
 
-    vllm_arch_check.py ROOT ARCH [ARCH ...]
+    vllm_arch_check.py ROOT ARCH [ARCH ...] [--set FIELDS.json]
+
+--set: fields written over every export's config (a build the profile records as a row's `variants`,
+tools/vllm_variants.py: DeepSeek-V2 with q_lora_rank null).
 
 For each ARCH, one JSON line on stdout, in the order given:
 
@@ -162,8 +165,8 @@ def broken_choice(placed: dict, tensors: dict, quantized: set[str]) -> tuple[str
     return (sorted(reached or alone or quantized)[0], "excluded") if (alone or quantized) else None
 
 
-def check(arch: str, root: str, names: dict, loader: Loader) -> dict:
-    config = export_config(arch, names)
+def check(arch: str, root: str, names: dict, loader: Loader, fields: dict | None = None) -> dict:
+    config = {**export_config(arch, names), **(fields or {})}
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", arch):  # a class name: it names a folder this tool removes
         raise ValueError(f"not an architecture name: {arch!r}")
     base = os.path.join(root, arch)
@@ -240,6 +243,12 @@ meta_build, vllm_declared.build = vllm_declared.build, build_on_meta_else_cpu  #
 
 
 def main(argv: list[str]) -> int:
+    fields = {}
+    if "--set" in argv:
+        at = argv.index("--set")
+        with open(argv[at + 1], encoding="utf-8") as f:
+            fields = json.load(f)
+        argv = argv[:at] + argv[at + 2:]
     root, archs = argv[0], argv[1:]
     try:
         setup()
@@ -258,7 +267,7 @@ def main(argv: list[str]) -> int:
             ModelRegistry.register_model(arch, model_class)  # in-process: no inspection subprocess per architecture
         calls = len(STAND_IN_CALLS)
         try:
-            line = check(arch, root, names, loader)
+            line = check(arch, root, names, loader, fields)
         except Exception as e:  # noqa: BLE001 - no checkpoint for it: the reason is the result
             traceback.print_exc(file=sys.stderr)
             line = {"arch": arch, "ok": False, "why": f"{type(e).__name__}: {str(e)[:300]}"}

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import traceback
+from typing import Callable
 
 from vllm_runtime import (Loader, enable_cpu_nvfp4, kernel_stand_ins, nvfp4_moe_emulation_fallback,
                           torchvision_stand_in, world_of_one)
@@ -41,6 +42,7 @@ from vllm_profile_configs import (PUBLISHED, MAPPER_LAYOUT, VALUE_RULES, WITHOUT
 from vllm_remote_configs import LEARNED
 from vllm_config_refusals import null_refused, refusal_condition, refusal_site, value_refused
 from vllm_layer_facts import layer_rules, where_rules
+from vllm_variants import refusal_lifted, variants
 from vllm_format_states import modelopt_fp4_only
 from vllm_without_loads import loads_only_with
 from vllm_load_refused import load_refused
@@ -112,7 +114,8 @@ def build_model(folder: str, initialize_model, drafter: bool = False):
     raise AssertionError("unreachable")
 
 
-def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict, str, dict]) -> dict:
+def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict, str, dict],
+            reset: Callable[[], None] = lambda: None) -> dict:
     import transformers
     from vllm import ModelRegistry
     from vllm.config import set_current_vllm_config
@@ -172,16 +175,34 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
                                      drafter=True) if mtp else []
     mtp = {"mtp": dict(mtp["mtp"], modelopt_fp4_only=drafter_only)} if drafter_only else mtp
     agrees = {"agrees_with": deciding} if deciding else {}  # a config.json setting another value builds other layers
-    return {"config": {"source": source, "model_type": config.get("model_type"), **agrees}, **extra,
-            "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
-            "renames": renames(type(model), checkpoint_names(transformers_model(arch, export, "meta"))) if own is None
-            else {**renames(type(model), sorted(weights)), **mapper_drops(type(model)), **loader_drops(model)},
-            **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
-            **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}),
-            **({"weight_refused": unplaced} if unplaced else {}),
-            **({"dropped_in_layers": layers} if layers else {}), **mtp,
-            **({"load_refused": refused_load} if refused_load else {}), **({"without": without} if without else {}),
-            **({"modelopt_fp4_only": nvfp4_only} if nvfp4_only else {})}
+    row = {"config": {"source": source, "model_type": config.get("model_type"), **agrees}, **extra,
+           "quant_config": type(vc.quant_config).__name__, "modules": modules, "fused": fused,
+           "renames": renames(type(model), checkpoint_names(transformers_model(arch, export, "meta"))) if own is None
+           else {**renames(type(model), sorted(weights)), **mapper_drops(type(model)), **loader_drops(model)},
+           **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
+           **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}),
+           **({"weight_refused": unplaced} if unplaced else {}),
+           **({"dropped_in_layers": layers} if layers else {}), **mtp,
+           **({"load_refused": refused_load} if refused_load else {}), **({"without": without} if without else {}),
+           **({"modelopt_fp4_only": nvfp4_only} if nvfp4_only else {})}
+    varied = variants(arch, config, row, lambda c: built_facts(arch, c, refused, reset), log)  # last: it builds again
+    return {**row, **({"variants": varied} if varied else {})}
+
+
+def built_facts(arch: str, config: dict, refused: list[str], reset: Callable[[], None]) -> dict:
+    """{"modules", "fused"} of vLLM's build of `config` (tools/vllm_variants.py), its class's packed mappings as before
+    the profiled build (`reset`: DeepSeek-V2's __init__ adds fused_qkv_a_proj to its class's own dict) and after."""
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    reset()
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            write_config(folder, arch, config, refused)
+            model = build_model(folder, initialize_model)[0]
+        packed = {k: list(v) for k, v in (getattr(model, "packed_modules_mapping", None) or {}).items()}
+        return {"modules": modules_of(model), "fused": {k: v for k, v in sorted(packed.items()) if v != [k]}}
+    finally:
+        reset()
 
 
 def built_without(arch: str, config: dict, refused: list[str], built: tuple, tensors: dict) -> dict:
@@ -209,6 +230,14 @@ def built_without(arch: str, config: dict, refused: list[str], built: tuple, ten
 
 def builds(arch: str, config: dict) -> bool:
     """Whether vLLM builds `arch` from `config` (on the meta device, as the profile does)."""
+    error = attempt(arch, config)
+    if error is not None:
+        log(f"{arch}: not built without the refused field ({type(error).__name__}: {str(error)[:160]})")
+    return error is None
+
+
+def attempt(arch: str, config: dict) -> BaseException | None:
+    """The exception vLLM's build of `arch` from `config` raises (on the meta device, as the profile builds), or None."""
     from vllm.model_executor.model_loader.utils import initialize_model
 
     with tempfile.TemporaryDirectory() as folder:
@@ -217,14 +246,14 @@ def builds(arch: str, config: dict) -> bool:
             build_model(folder, initialize_model)
         except Exception as e:  # noqa: BLE001 - any failure: it does not build
             reraise_ours(e)
-            log(f"{arch}: not built without the refused field ({type(e).__name__}: {str(e)[:160]})")
-            return False
-    return True
+            return e
+    return None
 
 
 def write_config(folder: str, arch: str, config: dict, refused: list[str]) -> None:
     with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(dict(config, architectures=[arch], quantization_config=dict(QUANTIZATION, ignore=refused),
+        json.dump(dict(config, architectures=[arch],  # a variant's quantization fields (vllm_variants.py) added
+                       quantization_config=dict(QUANTIZATION, **(config.get("quantization_config") or {}), ignore=refused),
                        torch_dtype="bfloat16"), f)
 
 
@@ -300,12 +329,15 @@ def class_mappings_kept(arch: str):
     model_class = ModelRegistry._try_load_model_cls(arch)
     kept = {id(d): (d, dict(d)) for c in getattr(model_class, "__mro__", ())
             if isinstance(d := c.__dict__.get("packed_modules_mapping"), dict)}
-    try:
-        yield
-    finally:
+
+    def reset() -> None:
         for mapping, before in kept.values():
             mapping.clear()
             mapping.update(before)
+    try:
+        yield reset  # called again before another build of the class (tools/vllm_variants.py)
+    finally:
+        reset()
 
 
 def main(argv: list[str]) -> int:
@@ -335,9 +367,9 @@ def main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         small: tuple[dict, str, dict] = ({}, "", {})
         try:
-            with class_mappings_kept(arch):
+            with class_mappings_kept(arch) as reset:
                 small = small_config(arch, names)
-                result["architectures"][arch] = profile(arch, names, loader, small)
+                result["architectures"][arch] = profile(arch, names, loader, small, reset)
         except NoConfig as e:  # a config learned from vLLM's own code (remote code only) says so: no class ships one
             result["unprofiled"][arch] = str(e) + (f" ({LEARNED}: its class comes with remote code)"
                                                    if small[1].startswith(LEARNED) else "")
@@ -349,7 +381,9 @@ def main(argv: list[str]) -> int:
                                           else f"vLLM cannot build it from the small config: {said}")
             if site:
                 when = refusal_condition(small[0], e, lambda c, a=arch: builds(a, c))
-                result["build_refused"][arch] = {"error": said, "raised_at": site, **({"when": when} if when else {})}
+                unless = refusal_lifted(small[0], e, site, lambda c, a=arch: attempt(a, c), refusal_site)
+                result["build_refused"][arch] = {"error": said, "raised_at": site, **({"when": when} if when else {}),
+                                                 **({"unless": unless} if unless else {})}
         log(f"{arch}: {'ok' if arch in result['architectures'] else result['unprofiled'][arch][:100]} ({time.perf_counter() - t0:.1f} s)")
     refused = {k: v for k, v in [("build_refused", result.pop("build_refused"))] if v}  # only where one is refused
     rows = {k: result.pop(k) for k in ("architectures", "unprofiled")}  # last: transformers' whole model zoo imported

@@ -11,16 +11,19 @@ quoted, never composed here.
 from __future__ import annotations
 
 from repair.arch.layer_rules import text_part
+from repair.arch.variants import varied
 
 SHOWN = 40  # characters of a config value a message shows
 
 
 def as_configured(entry: dict | None, config: dict | None) -> dict | None:
-    """The entry as vLLM builds the model for `config`: its `without` modules (Qwen4Exp without indexer_*: no QSA,
+    """The entry as vLLM builds the model for `config`: a recorded variant's modules and fused layers where its
+    condition holds (arch/variants.py: DeepSeek-V2 with q_lora_rank null); its `without` modules (Qwen4Exp without indexer_*: no QSA,
     q/k/v quantized) when every field that build lacks is absent or null in the config's text part, with what its
     load_weights raises on (`refused_only_with`: QSA's indexer); else as profiled, with the modules only that build
     loads (`loads_only_with`) and how the release refuses the config where it does (`config_refused`: {"fields",
     "problem", "remedy", "error"}, the error None where the profile records no text for it)."""
+    entry = varied(entry, config)
     without = (entry or {}).get("without")
     if not without or config is None:
         return entry
@@ -89,8 +92,9 @@ def _shown(value: int) -> str:
 def disagreement(entry: dict | None, config: dict | None) -> str | None:
     """Why a learned row does not describe this config, None when it does: config.json sets a field the row's build
     read with a default (`config.agrees_with`, tools/vllm_remote_configs.py) to another value, and vLLM builds other
-    layers for another value (MiniCPM's num_experts: 0 builds the dense MLP, 8 the MoE with an unquantized router)."""
-    agreed = ((entry or {}).get("config") or {}).get("agrees_with") or {}
+    layers for another value (MiniCPM's num_experts: 0 builds the dense MLP, 8 the MoE with an unquantized router),
+    unless the profile records that other build (`variants`, arch/variants.py)."""
+    agreed = ((varied(entry, config) or {}).get("config") or {}).get("agrees_with") or {}
     part = text_part(config) if config is not None else {}
     for field, value in sorted(agreed.items()):
         if field in part and part[field] != value:

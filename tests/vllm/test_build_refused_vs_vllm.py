@@ -61,7 +61,8 @@ def test_an_fp8_kv_cache_declared_in_config_lifts_deepseek_v4s_refusal(tmp_path,
     """The release whose profile records DeepSeek-V4 refused (0.28: its FlashMLA attention asserts an fp8 KV cache,
     attention.py:106) is asked again with ModelOpt's config.json kv_cache_scheme (FP8) added to the profile's
     quantization config: its own arg_utils.py resolves `auto` to fp8 from it, and the refusal is gone (this host then
-    stops at a CUDA-only kernel, not the refusal). tests/test_build_refused.py holds doctor's side (a known gap)."""
+    stops at a CUDA-only kernel, not the refusal). The profile records it as the refusal's `unless` (tools/vllm_variants.py,
+    compared with the release's own run above); tests/test_build_refused.py holds doctor's side."""
     import os
     import subprocess
 

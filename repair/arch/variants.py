@@ -1,0 +1,68 @@
+"""A profiled row's facts that depend on one config.json field (the profile's `variants`, and `build_refused`'s `unless`).
+
+The generator builds each class from one small config; where another value of a field builds other layers, it builds
+the model again with the field varied and records that build's modules and fused layers with the condition
+(tools/vllm_variants.py): vLLM 0.32's DeepSeek-V2 builds kv_a_proj_with_mqa as a layer of its own, not as a shard of
+fused_qkv_a_proj, where q_lora_rank is null (DeepSeek-V2-Lite); MiniCPM builds an MoE with an unquantized router where
+num_experts is not 0. A build refusal may be lifted the same way: vLLM 0.28 builds DeepSeek-V4's attention where
+config.json declares an FP8 KV cache. A condition:
+  {"field": F, "is": V}          F is set to V (null included; absent is the config class's default, not V);
+  {"field": F, "other_than": V}  F is set to a value of V's type (an int: not a bool) other than V.
+F with a dot is a path from config.json's top; else a field of its text part. Hostile values hold nothing.
+"""
+
+from __future__ import annotations
+
+from repair.arch.layer_rules import text_part
+
+ABSENT = object()
+
+
+def lookup(config: dict | None, field: str):
+    """config.json's value at `field` (see the module docstring), ABSENT where it holds none."""
+    top, _, leaf = field.partition(".")
+    if not leaf:
+        return text_part(config).get(field, ABSENT)
+    parent = config.get(top) if isinstance(config, dict) else None
+    return parent.get(leaf, ABSENT) if isinstance(parent, dict) else ABSENT
+
+
+def same(a, b) -> bool:
+    """JSON equality with types kept (True is not 1, 1.0 is not 1), recursively."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def holds(condition, config: dict | None) -> bool:
+    """Whether config.json meets a recorded condition (a malformed condition meets nothing)."""
+    field = condition.get("field") if isinstance(condition, dict) else None
+    if not isinstance(field, str):
+        return False
+    value = lookup(config, field)
+    if value is ABSENT:
+        return False
+    if "is" in condition:
+        return same(value, condition["is"])
+    if "other_than" in condition:
+        other = condition["other_than"]
+        return type(value) is type(other) and not same(value, other)
+    return False
+
+
+def varied(entry: dict | None, config: dict | None) -> dict | None:
+    """The entry as the release builds it for `config`: the first recorded variant whose condition holds overlays its
+    modules and fused layers, and its field no longer disagrees (`config.agrees_with`); else the entry."""
+    found = next((v for v in (entry or {}).get("variants") or () if holds(v, config)), None)
+    if found is None:
+        return entry
+    own = entry.get("config") or {}
+    agreed = {k: v for k, v in (own.get("agrees_with") or {}).items() if k != found["field"]}
+    said = f"; built again with {found['field']} as config.json sets it (the profile's variants)"
+    return {**entry, "modules": found["modules"], "fused": found["fused"],
+            "config": {**{k: v for k, v in own.items() if k != "agrees_with"}, "source": f"{own.get('source', '')}{said}",
+                       **({"agrees_with": agreed} if agreed else {})}}

@@ -1,0 +1,94 @@
+"""A row's facts that depend on one config field, learned by building vLLM's model again with the field varied (run in
+.venv-vllm; tools/vllm_profile.py records the answers). Imports nothing from ``repair``.
+
+The profile builds each class once, from one small config, so a class that builds other layers for another value of a
+field gets a row of one branch: vLLM 0.32's DeepSeek-V2 builds fused_qkv_a_proj (and adds it to its packed mapping)
+only where q_lora_rank is set (deepseek_v2.py:1051-1065, 1903-1909), a ReplicatedLinear kv_a_proj_with_mqa of its own
+where it is null (DeepSeek-V2-Lite's published config); MiniCPM builds MiniCPMMoE (router GateLinear, no quant config;
+experts stacked in its own ws / w2s parameters) where num_experts is not 0 (minicpm.py:353-369). `VARIANTS` names the
+field and how it is varied; `variants` builds the model with it and records the modules and fused layers that build
+has, with the condition, where they differ from the profiled build's:
+  {"field": F, "is": V}          config.json sets F to V (null included; an absent F is the config class's default);
+  {"field": F, "other_than": V}  config.json sets F to a value of V's type other than V (the profiled build's value);
+                                 measured with two such values, both of which must build the same layers.
+A field with a dot is a path from config.json's top (`quantization_config.kv_cache_scheme`), else the text part's.
+
+`refusal_lifted`: the same condition form for a build refusal (the profile's `build_refused`): vLLM 0.28 resolves
+--kv-cache-dtype auto from a ModelOpt config.json's kv_cache_scheme (engine/arg_utils.py:1986), and its DeepSeek-V4
+attention asserts an fp8 KV cache (attention.py:106): the model is built again with each of `QUANT_VARIANTS`, and the
+refusal is recorded `unless` any of those under which the build no longer raises the same error at the same line (`then`:
+what the build does instead, in its words: on this host 0.28 stops at a CUDA-only kernel, a host limit).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+FP8_KV = {"dynamic": False, "num_bits": 8, "type": "float"}  # ModelOpt's config.json kv_cache_scheme for an FP8 KV cache
+# architecture -> ({"field", "is" | "other_than", "probes"}, ...): each probe is the fields written for one build
+VARIANTS: dict[str, tuple[dict, ...]] = {
+    "DeepseekV2ForCausalLM": ({"field": "q_lora_rank", "is": None, "probes": [{"q_lora_rank": None}]},),
+    "MiniCPMForCausalLM": ({"field": "num_experts", "other_than": 0,
+                            "probes": [{"num_experts": 2, "num_experts_per_tok": 1},
+                                       {"num_experts": 4, "num_experts_per_tok": 2}]},),
+}
+# the KV-cache declarations vLLM 0.28's resolve_kv_cache_dtype_string reads from config.json's ModelOpt block
+# (utils/torch_utils.py:427-470: kv_cache_scheme's dict, or kv_cache_quant_algo's name), each asked of the build
+QUANT_VARIANTS = ({"field": "quantization_config.kv_cache_scheme", "is": FP8_KV},
+                  {"field": "quantization_config.kv_cache_quant_algo", "is": "FP8"})
+# facts the profile learns by loading transformers' checkpoint into the profiled build: a variant records none of
+# them, so none is recorded for a row holding one (they could differ in the other build)
+LOAD_FACTS = ("prefixes", "loads_into", "nvfp4_load_refused", "dropped", "dropped_in_layers", "without", "mtp",
+              "load_refused", "modelopt_fp4_only", "nvfp4_refused")
+
+
+def condition(rule: dict) -> dict:
+    return {k: v for k, v in rule.items() if k != "probes"}
+
+
+def varied(config: dict, probe: dict) -> dict:
+    """`config` with the probe's fields written (a dotted field under its top-level dict; else the text part's)."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
+    out = dict(config, text_config=dict(text)) if text is not None else dict(config)
+    for field, value in probe.items():
+        top, _, leaf = field.partition(".")
+        if leaf:
+            out[top] = dict(out.get(top) or {}, **{leaf: value})
+        else:
+            (out["text_config"] if text is not None else out)[field] = value
+    return out
+
+
+def variants(arch: str, config: dict, row: dict, built: Callable[[dict], dict], log) -> list[dict]:
+    """[{**condition, "modules", "fused"}]: the facts vLLM's build of `config` varied per VARIANTS[arch] has where they
+    differ from the profiled `row`'s (`built(config)`: {"modules", "fused"} of that build)."""
+    held = [k for k in LOAD_FACTS if row.get(k)]
+    out = []
+    for rule in VARIANTS.get(arch, ()):
+        if held:
+            log(f"{arch}: no variant for {rule['field']} (the row holds load facts a variant does not learn: {held})")
+            continue
+        if "other_than" in rule and config.get(rule["field"], rule["other_than"]) != rule["other_than"]:
+            raise ValueError(f"{arch}: VARIANTS' {rule['field']} other_than is not the profiled build's value")
+        facts = [built(varied(config, probe)) for probe in rule["probes"]]
+        if any(f != facts[0] for f in facts[1:]):
+            log(f"{arch}: no variant for {rule['field']} (its probes build different layers)")
+            continue
+        if {k: row.get(k) for k in facts[0]} != facts[0]:
+            out.append({**condition(rule), **facts[0]})
+    return out
+
+
+def refusal_lifted(config: dict, error: BaseException, site: str, attempt: Callable[[dict], BaseException | None],
+                   refusal_site: Callable[[BaseException], str | None]) -> list[dict]:
+    """The QUANT_VARIANTS conditions under which vLLM's build of `config` no longer raises `error` at `site`
+    (`attempt(config)`: the exception the build raises, None when it builds), each with what the build did then."""
+    said, out = f"{type(error).__name__}: {error}", []
+    for rule in QUANT_VARIANTS:
+        other = attempt(varied(config, {rule["field"]: rule["is"]}))
+        if other is None:
+            out.append({**rule, "then": "it builds"})
+        elif (f"{type(other).__name__}: {other}", refusal_site(other)) != (said, site):
+            where = refusal_site(other) or "outside vLLM's code: this host"
+            out.append({**rule, "then": f"the build stops later, at {where}: {type(other).__name__}: {str(other)[:120]}"})
+    return out
