@@ -50,6 +50,10 @@ CASES = {
     # where the class has a weight mapper, vLLM rewrites `X*` as `X` and `X.*`, modelopt.py apply_vllm_mapper)
     "shard-substring": ([f"layers.0.self_attn.{s}" for s in SHARDS], False),  # substrings of shards, not of qkv_proj
     "shard-fnmatch": ([f"*.layers.0.self_attn.{s}" for s in SHARDS], False),  # fnmatch of shards only
+    # LlamaForCausalLM has a mapper (llama.py:473), so vLLM splits `X*` into `X` and `X.*` (modelopt.py:262-281; 256-275
+    # in 0.28): `...qkv_` and `...qkv_.*` reach nothing; `layers.0.self_attn.q` is a substring of `...qkv_proj`
+    "fused-trailing-star": (["*.layers.0.self_attn.qkv_*"], False),
+    "split-trailing-star": (["layers.0.self_attn.q*"], True),
 }
 
 
