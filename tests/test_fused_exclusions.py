@@ -221,3 +221,33 @@ def test_deepseek_v2_lite_kv_a_proj_is_asked_by_its_own_name():
     declared = target.bind(Declaration("NVFP4", None, entry, MODELOPT_NVFP4), target.release.row("DeepseekV2ForCausalLM"),
                            config)
     assert declared.excludes("model.layers.0.self_attn.kv_a_proj_with_mqa")
+
+
+def llama_fused_qkv_bf16(root: Path, entries: list[str]) -> Path:
+    """`llama_qkv_bf16` with each layer's q/k/v stored as one `qkv_proj` (a fused export, as Phi-3's are; layer 1's
+    shards share one global scale): vLLM's QKVParallelLinear loads it whole (no shard id), and asks is_layer_skipped
+    for `...qkv_proj` all the same."""
+    from safetensors.torch import load_file, save_file
+
+    folder = llama_qkv_bf16(root, entries)
+    tensors = load_file(folder / "model.safetensors")
+    for attn in (ATTN, ATTN.replace(".0.", ".1.")):
+        for leaf in ("weight", "weight_scale", "weight_scale_2", "input_scale"):
+            parts = [tensors.pop(f"{attn}.{s}.{leaf}") for s in SHARDS if f"{attn}.{s}.{leaf}" in tensors]
+            if parts:
+                tensors[f"{attn}.qkv_proj.{leaf}"] = torch.cat(parts) if parts[0].dim() else parts[0]
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+# case -> (entries, whether vLLM 0.28-0.32 builds the stored qkv_proj BF16): is_layer_skipped keys on the leaf
+# `qkv_proj` (quant_utils.py:662-681), stored fused or not: the fused name, then every shard's exact name
+FUSED_STORED = {"fused-exact": ([f"{ATTN}.qkv_proj"], True), "shards-exact": ([f"{ATTN}.{s}" for s in SHARDS], True),
+                "shard-substring": ([f"layers.0.self_attn.{s}" for s in SHARDS], False)}
+
+
+@pytest.mark.parametrize("case", sorted(FUSED_STORED))
+def test_a_layer_stored_under_its_fused_name_is_asked_as_vllm_asks_a_fused_layer(capsys, tmp_path, case):
+    entries, loads = FUSED_STORED[case]
+    code, out, err = run_captured(capsys, "doctor", llama_fused_qkv_bf16(tmp_path / "x", entries), "--target", "vllm==0.32.0")
+    assert (code == 0) is loads, out + err
