@@ -50,6 +50,10 @@ CASES = {
     # where the class has a weight mapper, vLLM rewrites `X*` as `X` and `X.*`, modelopt.py apply_vllm_mapper)
     "shard-substring": ([f"layers.0.self_attn.{s}" for s in SHARDS], False),  # substrings of shards, not of qkv_proj
     "shard-fnmatch": ([f"*.layers.0.self_attn.{s}" for s in SHARDS], False),  # fnmatch of shards only
+    # LlamaForCausalLM has a mapper (llama.py:473), so vLLM splits `X*` into `X` and `X.*` (modelopt.py:262-281; 256-275
+    # in 0.28): `...qkv_` and `...qkv_.*` reach nothing; `layers.0.self_attn.q` is a substring of `...qkv_proj`
+    "fused-trailing-star": (["*.layers.0.self_attn.qkv_*"], False),
+    "split-trailing-star": (["layers.0.self_attn.q*"], True),
 }
 
 
@@ -222,3 +226,33 @@ def test_deepseek_v2_lite_kv_a_proj_is_asked_by_its_own_name(target, q_lora_rank
     declared = target.bind(Declaration("NVFP4", None, entry, MODELOPT_NVFP4), family, config)
     assert declared.excludes("model.layers.0.self_attn.kv_a_proj_with_mqa") is own
     assert ("fused_qkv_a_proj" in family.fused_layers) is not own
+
+
+def llama_fused_qkv_bf16(root: Path, entries: list[str]) -> Path:
+    """`llama_qkv_bf16` with each layer's q/k/v stored as one `qkv_proj` (a fused export, as Phi-3's are; layer 1's
+    shards share one global scale): vLLM's QKVParallelLinear loads it whole (no shard id), and asks is_layer_skipped
+    for `...qkv_proj` all the same."""
+    from safetensors.torch import load_file, save_file
+
+    folder = llama_qkv_bf16(root, entries)
+    tensors = load_file(folder / "model.safetensors")
+    for attn in (ATTN, ATTN.replace(".0.", ".1.")):
+        for leaf in ("weight", "weight_scale", "weight_scale_2", "input_scale"):
+            parts = [tensors.pop(f"{attn}.{s}.{leaf}") for s in SHARDS if f"{attn}.{s}.{leaf}" in tensors]
+            if parts:
+                tensors[f"{attn}.qkv_proj.{leaf}"] = torch.cat(parts) if parts[0].dim() else parts[0]
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+# case -> (entries, whether vLLM 0.28-0.32 builds the stored qkv_proj BF16): is_layer_skipped keys on the leaf
+# `qkv_proj` (quant_utils.py:662-681), stored fused or not: the fused name, then every shard's exact name
+FUSED_STORED = {"fused-exact": ([f"{ATTN}.qkv_proj"], True), "shards-exact": ([f"{ATTN}.{s}" for s in SHARDS], True),
+                "shard-substring": ([f"layers.0.self_attn.{s}" for s in SHARDS], False)}
+
+
+@pytest.mark.parametrize("case", sorted(FUSED_STORED))
+def test_a_layer_stored_under_its_fused_name_is_asked_as_vllm_asks_a_fused_layer(capsys, tmp_path, case):
+    entries, loads = FUSED_STORED[case]
+    code, out, err = run_captured(capsys, "doctor", llama_fused_qkv_bf16(tmp_path / "x", entries), "--target", "vllm==0.32.0")
+    assert (code == 0) is loads, out + err

@@ -67,7 +67,7 @@ def section(doc: dict, name: str) -> list[str]:
              f"- quantization config used: `{json.dumps(doc['quantization'], sort_keys=True)}`",
              "- MTP drafters: " + (", ".join(f"`{a}` ({e['mtp'].get('architecture') or 'not built: ' + e['mtp']['unbuilt'][:60]})"
                                              for a, e in sorted(archs.items()) if "mtp" in e) or "none"),
-             *refused_lines(doc), *variant_lines(doc), *registry_lines(doc), *fused_lines(doc), "",
+             *refused_lines(doc), *variant_lines(doc), *registry_lines(doc), *fused_lines(doc), *mapper_lines(doc), "",
              "Profiled: " + ", ".join(f"`{a}`" for a in sorted(archs)) + ".", "", "Not profiled, and why:", ""]
     by_category: dict[str, list[str]] = {}
     for arch, reason in sorted(missing.items()):
@@ -100,6 +100,18 @@ def fused_lines(doc: dict) -> list[str]:
     return [f"- a layer fused from checkpoint shards (`fused_exclusions`): {kind} tests " + ", then ".join(
         f"`{step}`" for step in facts["steps"]) + f"; shards that disagree: `{facts['mixed']}`"
         for kind, facts in sorted(found.items())]
+
+
+def mapper_lines(doc: dict) -> list[str]:
+    """The classes whose build hands the quant config a weight-name mapper (`exclusion_mappers`, tools/
+    vllm_exclusion_mappers.py): ModelOpt then splits an entry `X*` into `X` and `X.*`; those whose mapper renames."""
+    with_mapper = {a: e["exclusion_mappers"] for a, e in sorted(doc["architectures"].items()) if "exclusion_mappers" in e}
+    if not with_mapper:
+        return []
+    renaming = [a for a, maps in with_mapper.items() if any(maps)]
+    return [f"- hand their quant config a weight-name mapper, which rewrites its lists (`exclusion_mappers`; ModelOpt "
+            f"splits `X*` into `X` and `X.*`): {len(with_mapper)} of {len(doc['architectures'])}; renaming: "
+            + ", ".join(f"`{a}`" for a in renaming)]
 
 
 def refused_lines(doc: dict) -> list[str]:

@@ -15,7 +15,8 @@ the quant config). Every module holding a 2-D weight is recorded under its name 
 Also: the class's packed_modules_mapping (fused layers) and what its hf_to_vllm_mapper does to each checkpoint
 weight name transformers' own model class gives the config (name patterns); and `load_refused`, vLLM's error where its
 loader takes no BF16 checkpoint of transformers' names at all (tools/vllm_load_refused.py); and `modelopt_fp4_only`,
-the layers built unquantized under ModelOpt's NVFP4 config alone (tools/vllm_format_states.py); and which listed name
+the layers built unquantized under ModelOpt's NVFP4 config alone (tools/vllm_format_states.py); and
+`exclusion_mappers`, the mappers the build hands its quant config to rewrite its lists with (tools/vllm_exclusion_mappers.py); and which listed name
 of a config the release builds (`registry`, `transformers_fallback`, `unsupported`, `retired`, `malformed`, `suffixes`:
 tools/vllm_registry.py); and, for a row built two ways (`without`), the modules only the full build loads
 (`loads_only_with`: tools/vllm_without_loads.py) and which null fields and values its config loading refuses
@@ -55,6 +56,7 @@ from vllm_drafters import has_mtp, mtp_drafter, register_drafters
 from vllm_nested_algos import modelopt_nested_refused
 from vllm_fused_exclusions import all_fused_exclusions
 from vllm_expert_scales import experts_gate_up_scale_2
+from vllm_exclusion_mappers import recorded
 from vllm_load_facts import (dropped_tensors, loader_drops, log, load_renames, mapper_drops, nvfp4_refusals, pattern,
                              placed_weights, quant_prefixes, record_asked_prefixes, renames)
 from vllm_saved_names import (NO_LAYOUT, UNBUILT, checkpoint_names, own_checkpoint, own_names_layout,  # noqa: F401
@@ -137,7 +139,8 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
         with tempfile.TemporaryDirectory() as folder:
             write_config(folder, arch, config, refused)
             try:
-                model, vc = build_model(folder, initialize_model)
+                with recorded([]) as mappers:  # what the build hands its quant config to rewrite its lists with
+                    model, vc = build_model(folder, initialize_model)
                 mtp = mtp_drafter(folder, initialize_model) if has_mtp(config) else {}
                 break
             except ValueError as e:
@@ -184,7 +187,8 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
            **({"weight_refused": unplaced} if unplaced else {}),
            **({"dropped_in_layers": layers} if layers else {}), **mtp,
            **({"load_refused": refused_load} if refused_load else {}), **({"without": without} if without else {}),
-           **({"modelopt_fp4_only": nvfp4_only} if nvfp4_only else {})}
+           **({"modelopt_fp4_only": nvfp4_only} if nvfp4_only else {}),
+           **({"exclusion_mappers": mappers} if mappers else {})}
     varied = variants(arch, config, row, lambda c: built_facts(arch, c, refused, reset), log)  # last: it builds again
     return {**row, **({"variants": varied} if varied else {})}
 

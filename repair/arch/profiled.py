@@ -35,7 +35,7 @@ PLACED = re.compile(r"\{(\d{1,3})\}")
 # what the profiled runtime's own model code does with names, not which layers it builds: the prefix a layer hands its
 # quant config (Afmoe's lm_head: "" in vLLM 0.32, "lm_head" in SGLang 0.5.23's afmoe.py), what load_weights refuses or drops
 OWN_CODE = frozenset({"prefixes", "nvfp4_load_refused", "dropped", "load_refused", "loads_only_with", "refused_only_with",
-                      "config_refused"})
+                      "config_refused", "exclusion_mappers"})
 # but 3-D experts (GraniteMoe's input_linear, Llama4's experts.gate_up_proj) load into the routed experts' FusedMoE, which
 # each runtime's model asks about under its `experts` module: SGLang 0.5.23 granitemoe.py:142-151, llama4.py:120-129
 ROUTED_EXPERTS = ".experts"

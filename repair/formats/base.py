@@ -135,6 +135,8 @@ class Format(ABC):
     UNSUPPORTED: ClassVar[dict[str, str]] = {}  # operation ("requantize", "original", "tp") -> why it cannot run
     NEEDS_LAYER_ROWS: ClassVar[bool] = False  # its schemes are per layer of the class: judged only with the release's rows
     FUSED_REFUSAL: ClassVar[str]  # vLLM's exact error when a fused layer's shards differ in precision ({prefix}: the fused layer)
+    # how vLLM's config of this form rewrites its lists with a class's weight-name mapper (targets/entry_mappers.py)
+    ENTRY_MAPPING: ClassVar[str | None] = None
 
     def __repr__(self) -> str:
         return f"<format {self.NAME}>"

@@ -241,6 +241,7 @@ class CompressedTensors(nvfp4_packed.PackedNvfp4):
     UNSUPPORTED = UNSUPPORTED
     # vllm/model_executor/layers/quantization/compressed_tensors/utils.py should_ignore_layer (0.32)
     FUSED_REFUSAL = "Found different quantization schemes for the shards of {prefix}. vLLM requires all to use the same scheme."
+    ENTRY_MAPPING = "paths"  # compressed_tensors.py:129-158 apply_vllm_mapper: entries with a `.`, not `re:`, mapped
 
     def claims(self, ckpt: Checkpoint) -> bool:
         """config.json says compressed-tensors, or (no quantization config) the tensors are named `weight_packed`."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Iterable
 
 from repair.errors import BadInput
@@ -43,33 +42,18 @@ UNSUPPORTED = {"requantize": f"{WRITES}, and requantizes NVFP4 into ModelOpt's o
                "tp": "--tp reshards ModelOpt checkpoints only; run without --tp"}
 
 
-# The renames of the class's hf_to_vllm_mapper that apply to a module name (nvidia/model.py:1741-1758); vLLM maps every
-# ignored_layers entry through them (model_loader/utils.py:379, get_rename_mapper) before comparing it with a layer's
-# prefix, which is the checkpoint module's name mapped the same way.
 FUSED_REFUSAL = ("Detected some but not all shards of {prefix} are quantized. All shards of fused layers "
                  "to have the same precision.")  # quant_utils.py:676-681
-VLLM_SUBSTR = ((".shared_experts.w2", ".shared_experts.down_proj"),)
-VLLM_PREFIXES = ("layers.", "embed.", "norm.", "hc_head", "mtp.")  # each gains `model.`
-
-
-def vllm_spelling(name: str) -> str:
-    """`name` (a checkpoint module or an ignored_layers entry) as vLLM 0.32's rename mapper leaves it: substrings
-    first, then the prefix (WeightsMapper._map_name_with_shard's order)."""
-    for old, new in VLLM_SUBSTR:
-        name = name.replace(old, new, 1)
-    return f"model.{name}" if name.startswith(VLLM_PREFIXES) else name
 
 
 @dataclass(frozen=True)
 class ExactRule:
-    """Fp8Config's `exact` is_layer_skipped over one list (quant_utils.py:617-690), compared as vLLM compares: entry
-    and layer both in vLLM's spelling (`layers.1.attn.wq_b` and `model.layers.1.attn.wq_b` name the same layer)."""
+    """Fp8Config's `exact` is_layer_skipped over one list (quant_utils.py:617-690). vLLM compares entry and layer in
+    its own spelling: the list is mapped with the class's mapper first (Fp8Config.apply_vllm_mapper, fp8.py:153-155),
+    which a vLLM target's binding does from the release's data (targets/entry_mappers.py: `layers.1.attn.wq_b` and
+    `model.layers.1.attn.wq_b` name the same layer), so this rule compares the names it is given."""
 
     entries: frozenset[str]
-
-    @cached_property
-    def spelled(self) -> dict[str, str]:
-        return {e: vllm_spelling(e) for e in self.entries}
 
     def excludes(self, prefix: str) -> bool:
         """An expert is asked as its routed-experts layer (`...ffn.experts`, the prefix vLLM's FusedMoE hands the
@@ -78,13 +62,13 @@ class ExactRule:
         return bool(self._hits(prefix))
 
     def shard_excluded(self, prefix: str) -> bool:
-        return vllm_spelling(prefix) in self.spelled.values()
+        return prefix in self.entries
 
     def _hits(self, prefix: str) -> list[str]:
-        asked = vllm_spelling(routed_layer(prefix))
+        asked = routed_layer(prefix)
         if "experts" in asked:
-            return [e for e, mapped in self.spelled.items() if "experts" in mapped and asked in mapped]
-        return [e for e, mapped in self.spelled.items() if mapped == asked]
+            return [e for e in self.entries if "experts" in e and asked in e]
+        return [asked] if asked in self.entries else []
 
     def used_entries(self, prefixes: Iterable[str]) -> frozenset[str]:
         return frozenset(e for p in prefixes for e in self._hits(p))
@@ -93,7 +77,7 @@ class ExactRule:
         """vLLM's error when the fused name is not listed and its shards disagree, on the prefix it builds."""
         if self.shard_excluded(fused) or len({self.shard_excluded(s) for s in shards}) < 2:
             return None
-        return FUSED_REFUSAL.format(prefix=vllm_spelling(fused))
+        return FUSED_REFUSAL.format(prefix=fused)
 
 
 @dataclass(frozen=True)
@@ -184,6 +168,7 @@ class DeepseekV4Fp8(nvfp4_packed.PackedNvfp4):
     UNSUPPORTED = UNSUPPORTED
     NEEDS_LAYER_ROWS = True  # "every linear built with the quant config": embed, head, gate, compressors are not
     FUSED_REFUSAL = FUSED_REFUSAL
+    ENTRY_MAPPING = "every"  # Fp8Config.apply_vllm_mapper (fp8.py:153-155), which DeepseekV4FP8Config inherits
 
     def claims(self, ckpt: Checkpoint) -> bool:
         return claims(ckpt)

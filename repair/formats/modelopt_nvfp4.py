@@ -9,8 +9,9 @@ config.json `quantization_config.ignore` (read first by vLLM) and hf_quant_confi
 vLLM's exclusion rule (`ModelOptQuantConfigBase.is_layer_excluded`) tries, in order: an exact
 match (a fused layer such as `gate_up_proj` matches only when every shard is listed, and only
 with a packed-modules mapping, which the drafter's config never has), a plain substring test,
-then fnmatch. A trailing `X*` pattern is also tried as `X` and `X.*`. It matches the runtime's
-layer names, which the architecture maps from the checkpoint's (repair/arch/); a layer vLLM fuses from shards is
+then fnmatch. It matches the runtime's layer names, which the architecture maps from the checkpoint's (repair/arch/),
+against the list as vLLM rewrote it for the class it builds: where the class has a weight-name mapper, an entry `X*`
+became `X` and `X.*` and every entry was mapped (repair/targets/entry_mappers.py); a layer vLLM fuses from shards is
 asked under its fused prefix, in its release's order (repair/targets/fused_exclusions.py).
 """
 
@@ -40,7 +41,7 @@ class ModelOptRule:
 
     exact: frozenset[str]
     patterns: tuple[str, ...]
-    index: PatternIndex  # owner i: patterns[i]'s substring test and fnmatch tests (a trailing `*` also as nothing and `.*`)
+    index: PatternIndex  # owner i: patterns[i]'s substring test and fnmatch test
     _experts: dict = field(default_factory=dict, compare=False, hash=False, repr=False)  # layer -> an entry contains it
 
     def excludes(self, prefix: str) -> bool:
@@ -101,8 +102,7 @@ _GLOB_CHARS = frozenset("*?[")  # without them fnmatch is equality, which the su
 
 def modelopt_rule(exclusions: Iterable[str]) -> ModelOptRule:
     patterns = tuple(exclusions)
-    alternatives = [alt for i, p in enumerate(patterns) for alt in [substring(i, p)] + [
-        glob(i, v) for v in ([p] + ([p[:-1], p[:-1] + ".*"] if p.endswith("*") else []) if _GLOB_CHARS.intersection(p) else [])]]
+    alternatives = [alt for i, p in enumerate(patterns) for alt in [substring(i, p)] + ([glob(i, p)] if _GLOB_CHARS.intersection(p) else [])]
     return ModelOptRule(frozenset(patterns), patterns, PatternIndex.build(len(patterns), alternatives))
 
 
@@ -230,6 +230,7 @@ class ModelOptNvfp4(nvfp4_packed.PackedNvfp4):
     # vllm/model_executor/layers/quantization/utils/quant_utils.py is_layer_skipped (0.32)
     FUSED_REFUSAL = ("Detected some but not all shards of {prefix} are quantized. All shards of fused layers "
                      "to have the same precision.")
+    ENTRY_MAPPING = "modelopt"  # modelopt.py:262-281 apply_vllm_mapper: `X*` split into `X` and `X.*`, then mapped
 
     def claims(self, ckpt: Checkpoint) -> bool:
         """The default format: any checkpoint no other format claims (plain BF16 ones included)."""

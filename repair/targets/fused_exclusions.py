@@ -50,15 +50,19 @@ class FusedRule:
         """(the fused prefix vLLM asks for `name`, its shard prefixes as vLLM makes them: `prefix.replace`), or None
         where `name` is no fused layer nor a shard of one (a routed expert: its FusedMoE asks its own name)."""
         parent, _, leaf = name.rpartition(".")
-        if ".experts." in name or self.own(name):  # Afmoe's attention gate_proj: vLLM asks its own name
+        if ".experts." in name:
             return None
-        fused = [leaf] if leaf in self.fusions else [f for f, shards in self.fusions.items() if leaf in shards]
+        if leaf in self.fusions:  # a fused layer by its own name, stored so or not: is_layer_skipped keys on the leaf
+            return name, tuple(name.replace(leaf, s) for s in self.fusions[leaf])
+        if self.own(name):  # a shard's leaf the class builds as a layer of its own (Afmoe's attention gate_proj)
+            return None
+        fused = [f for f, shards in self.fusions.items() if leaf in shards]
         if not fused:
             return None
         # a leaf two fused layers share (OlmoHybrid's q_proj: self_attn.qkv_proj, linear_attn.in_proj_qkvg): the one
         # the class builds under this parent
         at = [f"{parent}.{f}" if parent else f for f in fused]
-        prefix = name if fused[0] == leaf else next((p for p in at if self.own(p)), at[0])
+        prefix = next((p for p in at if self.own(p)), at[0])
         fused = prefix.rpartition(".")[2]
         return prefix, tuple(prefix.replace(fused, s) for s in self.fusions[fused])
 

@@ -18,6 +18,7 @@ from repair import arch
 from repair.arch.profiled import ReleaseProfile
 from repair.arch.registry import Builds, Registry, Resolved, resolve as resolve_listed
 from repair.errors import BadInput, UsageError
+from repair.targets.entry_mappers import bind_mappers
 from repair.targets.fused_exclusions import bind_fused
 from repair.targets.runtime_rules import CONFIG_KINDS, RuntimeRules, shipped_rules
 
@@ -110,9 +111,11 @@ class Target:
                            "cannot judge it for this target; judge it with a release whose profile covers it (vllm==0.32.0)")
         if rules is None and self.profile.allows_quant_config and self.release is not None:
             # vLLM's own reading: the format's rule, a fused layer asked as the release's data says
-            # (a form the data records no fused tests for, DeepSeek-V4's fp8, keeps its format's own rule)
+            # (a form the data records no fused tests for, DeepSeek-V4's fp8, keeps its format's own rule), the list
+            # rewritten first with the mappers the class hands its quant config (targets/entry_mappers.py)
             kind = CONFIG_KINDS.get(declaration.format.NAME)
-            return bind_fused(declaration, family, self.release.fused_exclusions.get(kind) if kind else None)
+            fused = bind_fused(declaration, family, self.release.fused_exclusions.get(kind) if kind else None)
+            return bind_mappers(fused, family, self.release.entries.get(name, {}).get("exclusion_mappers"))
         if rules is None or not declaration.quantized:
             return declaration
         return rules.bind(declaration, rules.building(name, family.fused_layers, config), config)

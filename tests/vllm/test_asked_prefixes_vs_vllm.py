@@ -35,7 +35,7 @@ CASES = {
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory) -> dict[str, Path]:
     lines = in_vllm("vllm_arch_check.py", tmp_path_factory.mktemp("prefixes"), "ExaoneForCausalLM", "FalconH1ForCausalLM",
-                    "LlamaForCausalLM")
+                    "LlamaForCausalLM", "HrmTextForCausalLM", "Phi3ForCausalLM")
     for line in lines:
         assert line["ok"] and line["healthy_load"]["ok"], line
     return {line["arch"]: Path(line["healthy"]) for line in lines}
@@ -120,13 +120,11 @@ FUSED_PREFIX_CASES = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="vLLM replaces an entry `X*` (X not ending in `.`) by `X` and `X.*` where the class "
-                   "has an hf_to_vllm_mapper (modelopt.py:262-281 apply_vllm_mapper, model_loader/utils.py:379, interfaces.py:"
-                   "1258), so `...qkv_*` no longer matches `...qkv_proj` (measured: the load fails); doctor also tries `X*` "
-                   "itself (formats/modelopt_nvfp4.py modelopt_rule): whether a class has a mapper is not in the profile")
 def test_a_trailing_star_entry_is_rewritten_where_the_class_has_a_mapper(capsys, exports, tmp_path):
-    """`*.layers.0.self_attn.qkv_*` on Llama (LlamaModel.hf_to_vllm_mapper): vLLM 0.32 builds qkv_proj NVFP4 and the
-    BF16 shards do not load; doctor should say so."""
+    """`*.layers.0.self_attn.qkv_*` on Llama (LlamaModel.hf_to_vllm_mapper): vLLM replaces an entry `X*` (X not ending
+    in `.`) by `X` and `X.*` where the class has a mapper (modelopt.py:262-281 apply_vllm_mapper, model_loader/utils.py:
+    379, interfaces.py:1258), so it no longer matches `...qkv_proj`: vLLM 0.32 builds qkv_proj NVFP4 and the BF16
+    shards do not load; doctor says so (the profile's `exclusion_mappers`, targets/entry_mappers.py)."""
     folder = bf16_excluded(exports["LlamaForCausalLM"], tmp_path / "x", LLAMA_QKV, ["*.layers.0.self_attn.qkv_*"])
     (loaded,) = in_vllm("vllm_load.py", folder)
     assert not loaded["ok"], loaded
@@ -139,12 +137,18 @@ def test_fused_layer_entries_are_judged_on_the_fused_prefix_as_vllm_does(capsys,
     """BF16 q/k/v with entries naming the fused layer, or a shard's name minus its first part, or globs of either:
     doctor agrees with vLLM 0.32's loader (0 errors where it loads, an error where it does not; the profile's
     `fused_exclusions`, tools/vllm_fused_exclusions.py)."""
-    name, modules, entries, loads = FUSED_PREFIX_CASES[case]
+    judged(capsys, exports, tmp_path, *FUSED_PREFIX_CASES[case])
+
+
+def judged(capsys, exports, tmp_path, name: str, modules: tuple[str, ...], entries: list[str], loads: bool) -> Path:
+    """The export of `name` with `modules` BF16 and `entries` listed: vLLM 0.32 loads it exactly where measured, and
+    doctor errs exactly where it does not."""
     folder = bf16_excluded(exports[name], tmp_path / "x", modules, entries)
     (loaded,) = in_vllm("vllm_load.py", folder)
     assert loaded["ok"] is loads, loaded
     code, out = doctor(capsys, folder)
     assert (code == 0) is loads, out
+    return folder
 
 
 # compressed-tensors' `ignore` on the same BF16 q/k/v: case -> (entries, whether vLLM 0.32 loads it: measured).
@@ -179,3 +183,45 @@ def test_compressed_tensors_ignore_of_a_fused_layer_as_vllm_reads_it(capsys, exp
     assert loaded["ok"] is loads, loaded
     code, out = doctor(capsys, folder)
     assert (code == 0) is loads, out
+
+
+PHI3_QKV = ("model.layers.0.self_attn.qkv_proj",)
+HRM_O = ("model.H_module.layers.0.attn.o_proj",)
+# case -> (architecture, modules stored BF16, the entries written, whether vLLM 0.32 loads it: measured)
+MAPPED_CASES = {
+    # HrmText's mapper renames `.attn.` to `.self_attn.` (hrm_text.py:469-471; transformers writes `attn`):
+    # the entry is mapped before vLLM tests it against `model.H_module.layers.0.self_attn.o_proj`, so both spellings
+    # reach it ...
+    "hrm-checkpoint-spelling": ("HrmTextForCausalLM", HRM_O, list(HRM_O), True),
+    "hrm-vllm-spelling": ("HrmTextForCausalLM", HRM_O, ["model.H_module.layers.0.self_attn.o_proj"], True),
+    # ... and an entry ending in `*` is split first, then mapped: `model.H_module.layers.0.self_attn.o_` is a substring
+    # of the layer's name, `*.H_module.layers.0.self_attn.o_` (and its `.*` form) matches nothing
+    "hrm-trailing-star-substring": ("HrmTextForCausalLM", HRM_O, ["model.H_module.layers.0.attn.o_*"], True),
+    "hrm-trailing-star-glob": ("HrmTextForCausalLM", HRM_O, ["*.H_module.layers.0.attn.o_*"], False),
+    # Phi-3 stores qkv_proj itself; its packed mapping maps qkv_proj to itself (phi3.py), so is_layer_skipped asks
+    # the stored name, and the shard names no layer; Phi3ForCausalLM inherits Llama's mapper: `X*` is split
+    "phi3-fused-exact": ("Phi3ForCausalLM", PHI3_QKV, list(PHI3_QKV), True),
+    "phi3-fused-substring": ("Phi3ForCausalLM", PHI3_QKV, ["layers.0.self_attn.qkv"], True),
+    "phi3-shards-exact": ("Phi3ForCausalLM", PHI3_QKV, [f"model.layers.0.self_attn.{p}" for p in ("q_proj", "k_proj", "v_proj")], False),
+    "phi3-trailing-star": ("Phi3ForCausalLM", PHI3_QKV, ["*.layers.0.self_attn.qkv_*"], False),
+    "phi3-parent-star": ("Phi3ForCausalLM", PHI3_QKV + ("model.layers.0.self_attn.o_proj",), ["layers.0.self_attn*"], True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MAPPED_CASES))
+def test_entries_are_judged_as_the_class_mapper_rewrites_them(capsys, exports, tmp_path, case):
+    """Entries in the checkpoint's spelling, in vLLM's, or ending in `*`, on classes whose mapper renames (HrmText) or
+    whose checkpoint stores a fused layer itself (Phi-3): doctor agrees with vLLM 0.32's loader."""
+    folder = judged(capsys, exports, tmp_path, *MAPPED_CASES[case])
+    if MAPPED_CASES[case][3]:
+        return
+    code, out, err = run_fix(capsys, folder, tmp_path / "fixed")  # fix keeps its promise: a copy vLLM loads
+    assert code == 0, out + err
+    (loaded,) = in_vllm("vllm_load.py", tmp_path / "fixed")
+    assert loaded["ok"], loaded
+
+
+def run_fix(capsys, folder: Path, out: Path) -> tuple[int, str, str]:
+    from tests.conftest import run_captured
+
+    return run_captured(capsys, "fix", folder, "-o", out, "--target", "vllm==0.32.0")
