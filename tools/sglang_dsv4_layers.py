@@ -36,17 +36,24 @@ def _answer(quant_config, module, prefix: str) -> dict:
     return {"class": type(module).__name__, "method": name, "strategy": str(getattr(weights, "strategy", "") or "") or None}
 
 
+def cpu_rope() -> None:
+    """The one stand-in beyond tools/sglang_runtime's: DeepSeek-V4's rotary embedding asks get_device() for an
+    accelerator; it answers "cpu"."""
+    import sglang.srt.layers.rotary_embedding.rope_variant as rope_variant
+    import sglang.srt.utils.common as common
+
+    rope_variant.get_device = common.get_device = lambda *args, **kwargs: "cpu"
+
+
 def main(argv: list[str]) -> int:
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     from tools import sglang_runtime as runtime
-    import sglang.srt.layers.rotary_embedding.rope_variant as rope_variant
-    import sglang.srt.utils.common as common
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_loader.loader import _get_quantization_config
 
-    rope_variant.get_device = common.get_device = lambda *args, **kwargs: "cpu"
+    cpu_rope()
     model, _ = runtime.build(argv[0])
     if len(argv) == 1:  # the layers alone: every prefix SGLang's constructor asks its quant config about, and its class
         layers = {prefix: type(module).__name__ for prefix, module in model.named_modules() if hasattr(module, "quant_method")}

@@ -15,6 +15,7 @@ from importlib.resources import files
 from types import MappingProxyType
 from typing import Mapping
 
+from repair.arch.layer_rules import LayerDrop, layer_drops
 from repair.arch.registry import Backend, Registry
 from repair.arch.resolved import FirstListed
 from repair.errors import BadInput
@@ -85,6 +86,8 @@ class RuntimeRules:
     moe_backend_overrides: Mapping[str, tuple[Mapping[str, str], ...]] = field(default_factory=dict)
     # quant method -> {declared algorithm: {"error", "where"}} its Linear scheme choice refuses (sglang_linear_schemes.py)
     linear_scheme_refused: Mapping[str, Mapping[str, Mapping[str, str]]] = field(default_factory=dict)
+    # arch -> modules its model builds in some layers only, by config.json (tools/sglang_layer_drops.py; arch/layer_rules.py)
+    dropped_in_layers: Mapping[str, tuple[LayerDrop, ...]] = field(default_factory=dict)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -224,7 +227,9 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         Backend.read(body.get("transformers_backend")), FirstListed.read(body.get("registry_rule")),
                         body.get("experts_gate_up_scale_2", {}), body.get("moe_scheme_refused", {}),
                         {a: tuple(v) for a, v in body.get("moe_backend_overrides", {}).items()},
-                        body.get("linear_scheme_refused", {}))
+                        body.get("linear_scheme_refused", {}),
+                        {a: tuple(d for module, rule in sorted(rules.items()) for d in layer_drops(module, rule, source))
+                         for a, rules in body.get("dropped_in_layers", {}).items()})
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:
