@@ -2,6 +2,8 @@
 """What SGLang 0.5.23's own quant config gives each layer of its own DeepSeek-V4 model (.venv-sglang; CPU, meta device).
 
     sglang_dsv4_layers.py PLAIN_DIR  ->  {"dir", "layers": {prefix: layer class}}: every layer that asks a quant method
+    sglang_dsv4_layers.py --built QUANT_DIR  ->  {"dir", "quant_config", "layers": tools/sglang_runtime.layers()}: the
+        model built with QUANT_DIR's own quant config (where no layer refuses it: DeepSeek-V4's published fp8 form)
     sglang_dsv4_layers.py PLAIN_DIR QUANT_DIR [QUANT_DIR ...]  ->  one JSON line per QUANT_DIR:
         {"dir", "quant_config": class, "layers": {prefix: {"class": layer class, "method": class or
          "<Type>: <message>" where get_quant_method raises, "strategy": the weights' strategy of a compressed-tensors scheme}}}
@@ -54,6 +56,11 @@ def main(argv: list[str]) -> int:
     from sglang.srt.model_loader.loader import _get_quantization_config
 
     cpu_rope()
+    if argv[0] == "--built":  # the model built WITH the folder's quant config: each layer's method as its constructor chose
+        model, quant_config = runtime.build(argv[1])
+        out.write(json.dumps({"dir": argv[1], "quant_config": type(quant_config).__name__,
+                              "layers": runtime.layers(model, quant_config)}) + "\n")
+        return 0
     model, _ = runtime.build(argv[0])
     if len(argv) == 1:  # the layers alone: every prefix SGLang's constructor asks its quant config about, and its class
         layers = {prefix: type(module).__name__ for prefix, module in model.named_modules() if hasattr(module, "quant_method")}

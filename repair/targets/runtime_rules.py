@@ -21,7 +21,7 @@ from repair.arch.resolved import FirstListed
 from repair.errors import BadInput
 from repair.formats.base import Declaration
 from repair.targets.config_lists import flat_exclusions, list_sources, source_named
-from repair.targets.matchers import KINDS, exclusion_matcher, layer_matcher
+from repair.targets.matchers import KINDS, READING_REFUSALS, exclusion_matcher, layer_matcher
 from repair.targets.rule_wrappers import DraftBf16, MtpLayers, UnreadList
 from repair.targets.sglang_match import Building, CtTargets
 
@@ -30,7 +30,8 @@ LLAMA_FUSIONS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("g
 
 
 # checkpoint format (Format.NAME) -> the config kind a rules file's `matchers` describe it under
-CONFIG_KINDS = {"compressed-tensors": "compressed-tensors", "modelopt-nvfp4": "modelopt", "modelopt-mixed": "modelopt"}
+CONFIG_KINDS = {"compressed-tensors": "compressed-tensors", "modelopt-nvfp4": "modelopt", "modelopt-mixed": "modelopt",
+                "deepseek_v4_fp8": "deepseek_v4_fp8"}
 
 
 @dataclass(frozen=True)
@@ -131,11 +132,15 @@ class RuntimeRules:
         if kind not in self.matchers:  # a form this file does not describe: judged as another runtime reads it, it lies
             raise BadInput(f"{self.speaker}: how it reads a {declaration.format.NAME} checkpoint is not described in {self.source}, "
                            "so doctor cannot judge it for this target; judge it with a vllm target (--target vllm==0.32.0)")
+        names = (config or {}).get("architectures") if isinstance((config or {}).get("architectures"), list) else []
+        refuse = READING_REFUSALS.get(self.matchers[kind])
+        said = refuse(config, next((self.built_layers[a] for a in names if a in self.built_layers), {}), self.speaker) if refuse else None
+        if said:
+            raise BadInput(f"config.json: {said}; doctor cannot judge it for this target; judge it with --target vllm==0.32.0")
         flat = flat_exclusions(config) if kind == "modelopt" and quant_method(declaration) in self.nested_drops else None
         excl = source_named(exclusion_matcher(self.matchers[kind]), list_sources(declaration, config, flat))
         layers = layer_matcher(self.matchers["quantized_layers"])
         dropped = self.draft_bf16_prefixes(declaration, config)
-        names = (config or {}).get("architectures") if isinstance((config or {}).get("architectures"), list) else []
         plain = frozenset(p for a in names if isinstance(a, str) for p in self.plain_layers.get(a, ()))
 
         mtp = tuple(self.mtp_layers(config))
