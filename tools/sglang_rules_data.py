@@ -216,7 +216,8 @@ def profile(path: Path, wheels: dict[str, Path] | None = None) -> dict:
 # tools/sglang_linear_schemes.py: the Linear schemes it refuses; tools/sglang_layer_drops.py: the modules its model
 # builds in some layers only)
 GENERATED_FROM_INSTALLED = ("built_layers", "layer_names", "transformers_backend", "experts_gate_up_scale_2",
-                            "moe_scheme_refused", "moe_backend_overrides", "linear_scheme_refused", "dropped_in_layers")
+                            "moe_scheme_refused", "moe_backend_overrides", "linear_scheme_refused", "dropped_in_layers",
+                            "config_model_types")  # the last from the wheels and their pinned transformers (sglang_config_types)
 
 
 def main(argv: list[str]) -> int:

@@ -89,6 +89,8 @@ class RuntimeRules:
     linear_scheme_refused: Mapping[str, Mapping[str, Mapping[str, str]]] = field(default_factory=dict)
     # arch -> modules its model builds in some layers only, by config.json (tools/sglang_layer_drops.py; arch/layer_rules.py)
     dropped_in_layers: Mapping[str, tuple[LayerDrop, ...]] = field(default_factory=dict)
+    # {"transformers", "known", "error", "where"}: the model_types its config reader knows (tools/sglang_config_types.py)
+    config_model_types: Mapping = field(default_factory=dict)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -234,7 +236,9 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         {a: tuple(v) for a, v in body.get("moe_backend_overrides", {}).items()},
                         body.get("linear_scheme_refused", {}),
                         {a: tuple(d for module, rule in sorted(rules.items()) for d in layer_drops(module, rule, source))
-                         for a, rules in body.get("dropped_in_layers", {}).items()})
+                         for a, rules in body.get("dropped_in_layers", {}).items()},
+                        {**body["config_model_types"], "known": frozenset(body["config_model_types"]["known"])}
+                        if "config_model_types" in body else {})
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:
