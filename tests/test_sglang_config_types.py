@@ -49,3 +49,17 @@ def test_releases_that_read_it_record_it():
 
         known = resolve(f"sglang=={release}").profile.rules.config_model_types
         assert "deepseek_v4" in known["known"], release
+
+
+def test_a_release_read_with_an_older_file_is_not_refused_by_its_pin(capsys, tmp_path):
+    """SGLang 0.5.13-0.5.22 fall back to 0.5.12's rules file, but each pins its own transformers: 0.5.12's list of
+    model types is its own only."""
+    folder = modelopt(tmp_path / "dsv4")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"model_type": "not_a_transformers_type"}))
+    said = {}
+    for release in ("0.5.12", "0.5.21"):
+        code, out, err = run_captured(capsys, "doctor", str(folder), "--target", f"sglang=={release}", "--json")
+        assert code in (0, 1), err
+        said[release] = [f["code"] for f in json.loads(out)["findings"]]
+    assert said["0.5.12"] == ["config-refused"] and "config-refused" not in said["0.5.21"], said

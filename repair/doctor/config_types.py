@@ -26,6 +26,8 @@ def model_type_refusal(config: dict | None, target: Target, tp: int) -> Finding 
     if not fact or not isinstance(model_type, str) or model_type in fact["known"] or (
             isinstance(auto_map, dict) and "AutoConfig" in auto_map):
         return None
+    if target.version is not None and target.version != rules.release:  # a later release read with this file pins
+        return None  # its own transformers, which may know more (0.5.13-0.5.22 fall back to 0.5.12's file)
     error = one_line(fact["error"].replace("{model_type}", model_type))
     readers = [p.rules.speaker for p in DATA_PROFILES if p.rules.runtime == rules.runtime
                and model_type in p.rules.config_model_types.get("known", ())]
