@@ -149,12 +149,12 @@ def test_fix_target_bf16_dequantizes_every_layer(capsys, tmp_path):
     assert dtypes == {"BF16"}, dtypes
 
 
-@pytest.mark.parametrize("target", ["sglang==0.5.23", "trtllm==1.4"])
+@pytest.mark.parametrize("target", ["sglang==0.5.12", "sglang==0.5.21", "trtllm==1.4"])
 def test_a_rules_release_that_does_not_describe_the_form_says_so_in_one_line(capsys, tmp_path, target):
-    """SGLang 0.5.23 reads this form its own way (model_config.py:774-794: `moe_quant_algo` NVFP4 under ModelOpt's
-    MIXED_PRECISION keys, `ignore` as the MoE's exclusions), which its rules file does not describe; judged with
-    vLLM's reading through SGLang's matchers it got 35 errors no run of SGLang was shown to raise (`.scale` dropped,
-    compressors missing). One line, exit 2, naming the file and the target that can judge it."""
+    """A rules file that does not describe the form (SGLang 0.5.12's, which 0.5.13-0.5.22 fall back to; TensorRT-LLM's):
+    judged with vLLM's reading through its matchers it got 35 errors no run of SGLang was shown to raise (`.scale`
+    dropped, compressors missing). One line, exit 2, naming the file and the target that can judge it. SGLang 0.5.23's
+    file describes it (tests/test_sglang_dsv4_fp8.py)."""
     folder = dsv4_fp8_fixture.write(tmp_path / "dsv4")
     code, out, err = run_captured(capsys, "doctor", str(folder), "--target", target)
     assert code == 2 and len(err.strip().splitlines()) == 1, out + err

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from repair.targets import profiles
+from repair.targets.matchers import EXCLUSION_MATCHERS, KINDS
 from tests.conftest import run_captured
 from tools.real_fixture import REAL_MODELS, write_real_model
 
@@ -133,7 +134,10 @@ def test_every_release_file_names_registered_matchers_and_its_source(release):
     assert rules.release == tuple(int(p) for p in release.split("."))
     doc = json.loads((Path(profiles.__file__).parent / "data" / f"sglang-{release}.json").read_text())
     assert {"runtime", "release", "source", "rules"} <= set(doc) and doc["source"]["sha256"]
-    assert set(doc["rules"]["matchers"]) == {"modelopt", "compressed-tensors", "quantized_layers"}
+    assert {"modelopt", "compressed-tensors", "quantized_layers"} <= set(doc["rules"]["matchers"])
+    assert set(doc["rules"]["matchers"]) - set(KINDS) <= {"deepseek_v4_fp8"}  # 0.5.23: DeepSeek-V4's published fp8 form
+    for kind in set(doc["rules"]["matchers"]) - {"quantized_layers"}:
+        assert doc["rules"]["matchers"][kind] in EXCLUSION_MATCHERS, kind
 
 
 def test_deepseek_q_lora_rank_adds_the_mla_fused_layer_sglang_0_5_23_refuses_when_split(capsys, tmp_path):

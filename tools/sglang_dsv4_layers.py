@@ -2,6 +2,8 @@
 """What SGLang 0.5.23's own quant config gives each layer of its own DeepSeek-V4 model (.venv-sglang; CPU, meta device).
 
     sglang_dsv4_layers.py PLAIN_DIR  ->  {"dir", "layers": {prefix: layer class}}: every layer that asks a quant method
+    sglang_dsv4_layers.py --built QUANT_DIR  ->  {"dir", "quant_config", "layers": tools/sglang_runtime.layers()}: the
+        model built with QUANT_DIR's own quant config (where no layer refuses it: DeepSeek-V4's published fp8 form)
     sglang_dsv4_layers.py PLAIN_DIR QUANT_DIR [QUANT_DIR ...]  ->  one JSON line per QUANT_DIR:
         {"dir", "quant_config": class, "layers": {prefix: {"class": layer class, "method": class or
          "<Type>: <message>" where get_quant_method raises, "strategy": the weights' strategy of a compressed-tensors scheme}}}
@@ -38,17 +40,29 @@ def _answer(quant_config, module, prefix: str) -> dict:
     return {"class": type(module).__name__, "method": name, "strategy": str(getattr(weights, "strategy", "") or "") or None}
 
 
+def cpu_rope() -> None:
+    """The one stand-in beyond tools/sglang_runtime's: DeepSeek-V4's rotary embedding asks get_device() for an
+    accelerator; it answers "cpu"."""
+    import sglang.srt.layers.rotary_embedding.rope_variant as rope_variant
+    import sglang.srt.utils.common as common
+
+    rope_variant.get_device = common.get_device = lambda *args, **kwargs: "cpu"
+
+
 def main(argv: list[str]) -> int:
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     from tools import sglang_runtime as runtime
-    import sglang.srt.layers.rotary_embedding.rope_variant as rope_variant
-    import sglang.srt.utils.common as common
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_loader.loader import _get_quantization_config
 
-    rope_variant.get_device = common.get_device = lambda *args, **kwargs: "cpu"
+    cpu_rope()
+    if argv[0] == "--built":  # the model built WITH the folder's quant config: each layer's method as its constructor chose
+        model, quant_config = runtime.build(argv[1])
+        out.write(json.dumps({"dir": argv[1], "quant_config": type(quant_config).__name__,
+                              "layers": runtime.layers(model, quant_config)}) + "\n")
+        return 0
     model, _ = runtime.build(argv[0])
     if len(argv) == 1:  # the layers alone: every prefix SGLang's constructor asks its quant config about, and its class
         layers = {prefix: type(module).__name__ for prefix, module in model.named_modules() if hasattr(module, "quant_method")}

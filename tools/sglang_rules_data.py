@@ -235,9 +235,12 @@ def profile(path: Path, wheels: dict[str, Path] | None = None) -> dict:
 # exclusion rules ask for the layers checkpoint modules load into; tools/sglang_expert_scales.py, from the same wheel:
 # what its NVFP4 MoE methods keep of a routed expert's gate/up global scales; tools/sglang_moe_schemes.py and
 # tools/sglang_moe_overrides.py, from the same wheel: the MoE schemes it refuses, the models' own MoE backend overrides;
-# tools/sglang_linear_schemes.py: the Linear schemes it refuses; tools/sglang_sparse24.py: the 2:4 sparse Linears it refuses)
+# tools/sglang_linear_schemes.py: the Linear schemes it refuses; tools/sglang_sparse24.py: the 2:4 sparse Linears it
+# refuses; tools/sglang_layer_drops.py: the modules its model builds in some layers only)
 GENERATED_FROM_INSTALLED = ("built_layers", "layer_names", "transformers_backend", "experts_gate_up_scale_2",
-                            "moe_scheme_refused", "moe_backend_overrides", "linear_scheme_refused", "sparse_24_refused")
+                            "moe_scheme_refused", "moe_backend_overrides", "linear_scheme_refused", "sparse_24_refused",
+                            "dropped_in_layers",
+                            "config_model_types")  # the last from the wheels and their pinned transformers (sglang_config_types)
 
 
 def main(argv: list[str]) -> int:

@@ -10,6 +10,7 @@ UTILS = "sglang/srt/layers/quantization/utils.py"
 MODELOPT = "sglang/srt/layers/quantization/modelopt_quant.py"
 CT_UTILS = "sglang/srt/layers/quantization/compressed_tensors/utils.py"
 MODEL_CONFIG = "sglang/srt/configs/model_config.py"
+LOADER = "sglang/srt/model_loader/loader.py"  # where the DeepSeek-V4 fp8 form becomes HybridFp8NvFp4Config
 MOE_LAYER = "sglang/srt/layers/moe/fused_moe_triton/layer.py"
 SKIP_MIX = ("ValueError: Detected some but not all shards of {prefix} are quantized. All shards of fused layers to "
             "have the same precision.")
@@ -138,8 +139,10 @@ RULES = {
     },
     "0.5.12": {"same_as": "0.5.11"},  # every RULE_CODE unit as 0.5.11's (modelopt_quant.py differs elsewhere)
     "0.5.23": {
+        # deepseek_v4_fp8: DeepSeek-V4's published fp8 form, HybridFp8NvFp4Config (model_loader/loader.py:222-247;
+        # repair/targets/sglang_dsv4_fp8.py cites the rest; tests/sglang/test_dsv4_fp8_vs_sglang.py builds the model)
         "matchers": {"modelopt": "sglang_modelopt_dotted", "compressed-tensors": "sglang_ct_suffix",
-                     "quantized_layers": "sglang_layers_aliases"},
+                     "quantized_layers": "sglang_layers_aliases", "deepseek_v4_fp8": "sglang_dsv4_fp8_hybrid"},
         "fallback_fused": True,
         "refused_algorithms": {},
         # model_loader/loader.py loads what the checkpoint stores and checks nothing left unfilled: a fused layer's
@@ -157,6 +160,7 @@ RULES = {
                           "moe_w2": {"packed_into_bf16": "zero_pad", "bf16_into_packed": "silent_cast"}},
         "markers": {UTILS: "_FALLBACK_FUSED_SHARDS", CT_UTILS: 'layer_name.endswith("." + target)',
                     MODELOPT: "def _quantized_layer_prefix_candidates",
-                    MOE_LAYER: "expert_data, loaded_weight = narrow_padded_param_and_loaded_weight("},
+                    MOE_LAYER: "expert_data, loaded_weight = narrow_padded_param_and_loaded_weight(",
+                    LOADER: '+ ["model.decoder.*", "stages.*"]'},
     },
 }

@@ -27,7 +27,7 @@ from collections import defaultdict
 from typing import Iterable
 
 from repair.arch import Architecture, ModuleSpec, ReleaseProfile
-from repair.arch.layer_rules import MOST_LAYERS, decoder_depth, text_part
+from repair.arch.layer_rules import MOST_LAYERS, decoder_depth, dropped_modules, text_part
 from repair.doctor.findings import Finding, Kind, Severity
 from repair.targets.profiles import Target
 
@@ -47,9 +47,14 @@ def own_loader(target: Target) -> ReleaseProfile | None:
 
 
 def unbuilt(target: Target, family: Architecture, config: dict | None) -> frozenset[str]:
-    """Modules the target builds in no layer of that name (`bf16` reads the newest vLLM rows as its runtime's)."""
-    lent = target.release is not None and own_loader(target) is None
-    return frozenset() if lent else family.dropped(config)
+    """Modules the target builds in no layer of that name (`bf16` reads the newest vLLM rows as its runtime's); rows
+    lent to another runtime are not its build: its rules file's own `dropped_in_layers` (SGLang 0.5.23's DeepSeek-V4
+    compressors, learned from its model) say, or nothing does."""
+    rules = target.profile.rules
+    if target.release is not None and own_loader(target) is None:
+        own = rules.dropped_in_layers if rules is not None else {}
+        return dropped_modules(tuple(d for a in family.architectures for d in own.get(a, ())), config)
+    return family.dropped(config)
 
 
 def consequence(target: Target, quantized: bool) -> str:

@@ -52,7 +52,8 @@ def table_loads(modules: dict[str, StoredModule], schemes: dict[str, str], ckpt:
         stacked = layer if kind == "fused" and rules.raises_on_extra(architecture, layer) else None
         split = min(tp, kv) if loader == "qkv" and kv and name.endswith(("k_proj", "v_proj")) else tp
         hint = exclusion_hint(name, modules, declaration, family, ckpt.config) if not m.is_quantized else None
-        finding, outcomes = _one(m, built, loader, target, (tp, split), (*leaves, "bias"), stacked, hint)
+        finding, outcomes = _one(m, built, loader, target, (tp, split), (*leaves, "bias"), stacked, hint,
+                                 tuple(leaf for leaf, role in leaves.items() if role == "weight_scale"))
         findings += [finding] if finding else []
         errors += outcomes
     order = sorted(errors, key=lambda o: (located[o.tensor][0].path.name, o.tensor) if o.tensor in located else ("", o.tensor))
@@ -91,15 +92,18 @@ def _kv_heads(config: dict) -> int | None:
 
 
 def _one(m: StoredModule, built: str, loader: str, target: Target, ranks_split: tuple[int, int], packed_params: tuple[str, ...],
-         stacked: str | None = None, hint: str | None = None) -> tuple[Finding | None, list[Outcome]]:
+         stacked: str | None = None, hint: str | None = None,
+         scales: tuple[str, ...] = ()) -> tuple[Finding | None, list[Outcome]]:
     """One stored layer against the scheme built; `stacked` is the fused layer's name when its load_weights branch
     indexes params_dict unchecked (a tensor the built layer has no parameter for raises KeyError there); `hint`: the
-    entries to write to exclude a BF16 layer (exclusion_hint), where the release reads some."""
+    entries to write to exclude a BF16 layer (exclusion_hint), where the release reads some; `scales`: the format's
+    names of an FP8 layer's weight scale (DeepSeek-V4's `scale`, which the model's own load_weights renames to the
+    parameter: SGLang 0.5.23 deepseek_v4.py:5168-5179)."""
     (tp, split), rules, who = ranks_split, target.profile.rules, target.profile.speaker
     exclude = f"{hint or 'exclude it'} (fix --target does), or store it quantized"
     ranks = tuple(range(tp))
     packed, wants_packed = m.precision == "nvfp4", built in PACKED
-    params = packed_params if wants_packed else PARAMS.get(built, PARAMS["bf16"])
+    params = packed_params if wants_packed else PARAMS.get(built, PARAMS["bf16"]) + (scales if built in FP8_KINDS else ())
     skipped = [t for t in m.tensors if t.rpartition(".")[2] not in params]
     raised = [(t, f"KeyError: '{stacked}.{t.rpartition('.')[2]}'") for t in skipped] if stacked else []
     skip_text = (f"; it skips {', '.join(skipped)} ('{rules.unknown_tensors['text'].format(name=skipped[0])}', logged "

@@ -18,7 +18,7 @@ from repair.formats.algorithms import LayerAlgorithms
 from repair.io.patterns import MATCH, RegexSet
 from repair.targets.sglang_match import (Building, CtTargets, ExcludedGlobs, SglangCtRule, SglangModelOptRule, SkippedList,
                                          resolve_layer)
-from repair.targets import trtllm_match
+from repair.targets import sglang_dsv4_fp8, trtllm_match
 
 ExclusionMatcher = Callable[[tuple[str, ...], "tuple[str, ...] | None", Building], object]
 LayerMatcher = Callable[[LayerAlgorithms, str, Building], "tuple[str | None, str | None]"]
@@ -58,6 +58,7 @@ EXCLUSION_MATCHERS: dict[str, ExclusionMatcher] = {
     "sglang_modelopt_dotted": _sglang_modelopt(dotted=True, experts_or=True),  # 0.5.13+: _module_path_match, `.` stripped
     "sglang_ct_contains": _sglang_ct(suffix=False),  # check_contains=True: case-insensitive substring
     "sglang_ct_suffix": _sglang_ct(suffix=True),  # exact or dotted suffix, never a parent
+    "sglang_dsv4_fp8_hybrid": sglang_dsv4_fp8.hybrid,  # 0.5.23's HybridFp8NvFp4Config, where `reading_refusal` is None
     **trtllm_match.EXCLUSION_MATCHERS,  # TensorRT-LLM's, in their own module
 }
 LAYER_MATCHERS: dict[str, LayerMatcher] = {
@@ -66,6 +67,12 @@ LAYER_MATCHERS: dict[str, LayerMatcher] = {
     "none": _unsupported,
     **trtllm_match.LAYER_MATCHERS,
 }
+
+
+# matcher -> (config.json, the class's built_layers, the release's name) -> why its reading is not the one the matcher
+# answers for (None: it is); bound before the matcher (RuntimeRules.bind), refused in one line
+READING_REFUSALS: dict[str, Callable[[dict | None, dict, str], str | None]] = {
+    "sglang_dsv4_fp8_hybrid": sglang_dsv4_fp8.refusal}
 
 
 def exclusion_matcher(name: str) -> ExclusionMatcher:

@@ -15,12 +15,13 @@ from importlib.resources import files
 from types import MappingProxyType
 from typing import Mapping
 
+from repair.arch.layer_rules import LayerDrop, layer_drops
 from repair.arch.registry import Backend, Registry
 from repair.arch.resolved import FirstListed
 from repair.errors import BadInput
 from repair.formats.base import Declaration
 from repair.targets.config_lists import flat_exclusions, list_sources, source_named
-from repair.targets.matchers import KINDS, exclusion_matcher, layer_matcher
+from repair.targets.matchers import KINDS, READING_REFUSALS, exclusion_matcher, layer_matcher
 from repair.targets.rule_wrappers import DraftBf16, MtpLayers, UnreadList
 from repair.targets.sglang_match import Building, CtTargets
 
@@ -29,7 +30,8 @@ LLAMA_FUSIONS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("g
 
 
 # checkpoint format (Format.NAME) -> the config kind a rules file's `matchers` describe it under
-CONFIG_KINDS = {"compressed-tensors": "compressed-tensors", "modelopt-nvfp4": "modelopt", "modelopt-mixed": "modelopt"}
+CONFIG_KINDS = {"compressed-tensors": "compressed-tensors", "modelopt-nvfp4": "modelopt", "modelopt-mixed": "modelopt",
+                "deepseek_v4_fp8": "deepseek_v4_fp8"}
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,10 @@ class RuntimeRules:
     linear_scheme_refused: Mapping[str, Mapping[str, Mapping[str, str]]] = field(default_factory=dict)
     # quant method -> {"error", "where", "refused": {sparsity format: schemes}}: a Linear its 2:4 sparsity check refuses
     sparse_24_refused: Mapping[str, Mapping] = field(default_factory=dict)  # (tools/sglang_sparse24.py)
+    # arch -> modules its model builds in some layers only, by config.json (tools/sglang_layer_drops.py; arch/layer_rules.py)
+    dropped_in_layers: Mapping[str, tuple[LayerDrop, ...]] = field(default_factory=dict)
+    # {"transformers", "known", "error", "where"}: the model_types its config reader knows (tools/sglang_config_types.py)
+    config_model_types: Mapping = field(default_factory=dict)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -130,11 +136,15 @@ class RuntimeRules:
         if kind not in self.matchers:  # a form this file does not describe: judged as another runtime reads it, it lies
             raise BadInput(f"{self.speaker}: how it reads a {declaration.format.NAME} checkpoint is not described in {self.source}, "
                            "so doctor cannot judge it for this target; judge it with a vllm target (--target vllm==0.32.0)")
+        names = (config or {}).get("architectures") if isinstance((config or {}).get("architectures"), list) else []
+        refuse = READING_REFUSALS.get(self.matchers[kind])
+        said = refuse(config, next((self.built_layers[a] for a in names if a in self.built_layers), {}), self.speaker) if refuse else None
+        if said:
+            raise BadInput(f"config.json: {said}; doctor cannot judge it for this target; judge it with --target vllm==0.32.0")
         flat = flat_exclusions(config) if kind == "modelopt" and quant_method(declaration) in self.nested_drops else None
         excl = source_named(exclusion_matcher(self.matchers[kind]), list_sources(declaration, config, flat))
         layers = layer_matcher(self.matchers["quantized_layers"])
         dropped = self.draft_bf16_prefixes(declaration, config)
-        names = (config or {}).get("architectures") if isinstance((config or {}).get("architectures"), list) else []
         plain = frozenset(p for a in names if isinstance(a, str) for p in self.plain_layers.get(a, ()))
 
         mtp = tuple(self.mtp_layers(config))
@@ -226,7 +236,11 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         Backend.read(body.get("transformers_backend")), FirstListed.read(body.get("registry_rule")),
                         body.get("experts_gate_up_scale_2", {}), body.get("moe_scheme_refused", {}),
                         {a: tuple(v) for a, v in body.get("moe_backend_overrides", {}).items()},
-                        body.get("linear_scheme_refused", {}), body.get("sparse_24_refused", {}))
+                        body.get("linear_scheme_refused", {}), body.get("sparse_24_refused", {}),
+                        {a: tuple(d for module, rule in sorted(rules.items()) for d in layer_drops(module, rule, source))
+                         for a, rules in body.get("dropped_in_layers", {}).items()},
+                        {**body["config_model_types"], "known": frozenset(body["config_model_types"]["known"])}
+                        if "config_model_types" in body else {})
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:
