@@ -32,15 +32,19 @@ def group_algorithm(group: dict, default_format: object, where: str) -> str:
     """The ModelOpt-style name of one config group's scheme, by its real fields, or the one-line refusal.
 
     `nvfp4-pack-quantized` 4-bit float weights in groups of 16: NVFP4, or W4A16_NVFP4 without input_activations;
-    `float-quantized` 8-bit float weights: FP8 per tensor, or FP8_BLOCK in 128x128 blocks (DeepSeek's layout)."""
+    `float-quantized` 8-bit float weights: FP8 per tensor with input activations (W8A8), or FP8_BLOCK in 128x128 blocks
+    (DeepSeek's layout)."""
     fmt = group.get("format") or default_format
     weights = group.get("weights") if isinstance(group.get("weights"), dict) else {}
     bits, kind, strategy = weights.get("num_bits"), weights.get("type"), weights.get("strategy")
     if fmt == NVFP4_FORMAT and (bits, kind, weights.get("group_size")) == (4, "float", 16):
         return "NVFP4" if group.get("input_activations") else "W4A16_NVFP4"
     if fmt == FP8_FORMAT and (bits, kind) == (8, "float"):
+        if strategy == "tensor" and isinstance(group.get("input_activations"), dict):
+            return "FP8"  # W8A8; weights alone (W8A16) build another scheme: no input_scale, not refused under 2:4
         if strategy == "tensor":
-            return "FP8"
+            raise BadInput(f"{where}: FP8 per-tensor weights without input_activations (weight-only FP8) are not "
+                           "supported; this tool reads FP8 per tensor with its input activations (W8A8)")
         if strategy == "block" and weights.get("block_structure") == [128, 128]:
             return FP8_BLOCK
     raise BadInput(f"{where}: format {repr(fmt)[:80]} with {repr(bits)[:20]}-bit {repr(kind)[:20]} weights ({repr(strategy)[:20]}) "
