@@ -75,3 +75,26 @@ def test_vllm_refuses_any_sparsity_config_with_targets(capsys, tmp_path):
     code, out, _ = run_captured(capsys, "doctor", sparse_qwen3(tmp_path, {**SPARSE, "sparsity_structure": "unstructured"}),
                                 "--target", "vllm==0.32.0")
     assert code == 1 and "Sparsity support has been removed" in out, out
+
+
+@pytest.mark.parametrize("value", [{"sparsity_structure": "2:4", "targets": ["Linear"]},
+                                   {"format": ["dense"], "sparsity_structure": "2:4", "targets": ["Linear"]},
+                                   {"format": "dense", "sparsity_structure": 24, "targets": ["Linear"]}])
+def test_a_sparsity_config_the_runtimes_config_class_refuses_is_refused_in_one_line(capsys, tmp_path, value):
+    """SGLang (0.5.23 compressed_tensors.py:334) and vLLM validate it as compressed-tensors' SparsityCompressionConfig,
+    whose `format` is a required string and `sparsity_structure` an optional one (pydantic's ValidationError otherwise,
+    measured with the SGLang venv's compressed-tensors); doctor had said nothing (exit 0)."""
+    from tests.test_sparse24_sglang import sparse_qwen3
+
+    code, _, err = run_captured(capsys, "doctor", sparse_qwen3(tmp_path, value), "--target", "sglang==0.5.23")
+    assert code == 2 and err.count("\n") == 1 and "sparsity_config" in err, err
+
+
+@pytest.mark.parametrize("value", [[], False, "", 0])
+def test_a_falsy_sparsity_config_is_none_as_the_runtimes_read_it(capsys, tmp_path, value):
+    """`if not (sparsity_config := config.get("sparsity_config"))` (SGLang 0.5.23 compressed_tensors.py:331, vLLM alike):
+    any falsy value is no sparsity config, so the model is built as without one; doctor had refused it (exit 2)."""
+    from tests.test_sparse24_sglang import sparse_qwen3
+
+    code, out, err = run_captured(capsys, "doctor", sparse_qwen3(tmp_path, value), "--target", "sglang==0.5.23")
+    assert code == 0 and not err, (out, err)
