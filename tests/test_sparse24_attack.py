@@ -98,3 +98,14 @@ def test_a_falsy_sparsity_config_is_none_as_the_runtimes_read_it(capsys, tmp_pat
 
     code, out, err = run_captured(capsys, "doctor", sparse_qwen3(tmp_path, value), "--target", "sglang==0.5.23")
     assert code == 0 and not err, (out, err)
+
+
+def test_a_class_name_regex_sparsity_target_covers_the_layers_it_names(capsys, tmp_path):
+    """find_matched_target's class pass re.match'es a `re:` target on the module's class name (SGLang 0.5.23
+    compressed_tensors/utils.py:139, 180-183), so `re:.*Linear$` makes every Linear sparse, the ignored BF16 down_proj
+    too, which 0.5.23 refuses; doctor had read `re:` targets against names only and said nothing (exit 0)."""
+    from tests.test_sparse24_sglang import IGNORED, SPARSE, sparse_qwen3
+
+    src = sparse_qwen3(tmp_path, {**SPARSE, "targets": ["re:.*Linear$"]})
+    code, out, _ = run_captured(capsys, "doctor", src, "--target", "sglang==0.5.23")
+    assert code == 1 and "ImportError: CompressedTensors24 is not supported now" in out and IGNORED in out, out

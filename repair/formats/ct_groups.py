@@ -120,8 +120,12 @@ class GroupSchemes:
         return found[0] if found and all(i is not None for i in found) else None
 
     def _by_class(self, layer_class: str) -> int | None:
-        return next((i for i, (t, _) in enumerate(self.targets)
-                     if not t.startswith("re:") and t.lower() in layer_class.lower()), None)
+        """The class pass (utils.py `_is_equal_or_regex_match(..., check_contains=True)`): a plain target as a
+        case-blind substring of the class name, a `re:` one re.match'ed on it."""
+        found = [next((i for i, (t, _) in enumerate(self.targets)
+                       if not t.startswith("re:") and t.lower() in layer_class.lower()), None),
+                 self._regexes.first(layer_class)]
+        return min((i for i in found if i is not None), default=None)
 
     def matched(self, prefix: str, packed: Mapping[str, tuple[str, ...]] | None = None,
                 layer_class: str = LINEAR_CLASS) -> tuple[str, str] | None:
