@@ -162,9 +162,9 @@ def _sparsity(config: object, path: object) -> ct_groups.Sparsity | None:
     ignored = set(nvfp4_packed.name_list(config.get("ignore"), path, f"{key}.ignore"))
     targets = [t for t in nvfp4_packed.name_list(config.get("targets"), path, f"{key}.targets") if t not in ignored]
     structure, fmt = config.get("sparsity_structure"), config["format"]
-    schemes = ct_groups.GroupSchemes.from_groups({"sparsity": {"targets": targets}}, {"sparsity": "sparse"},
-                                                 f"{path}: {key} entry")
-    return ct_groups.Sparsity(structure, fmt, schemes)
+    names, cls = entries(targets, f"{path}: {key} entry"), ct_groups.LINEAR_CLASS
+    by_class = names.matches(cls) or any(t.lower() in cls.lower() for t in names.exact)
+    return ct_groups.Sparsity(structure, fmt, names, by_class)
 
 
 def _single_format(quant_cfg: dict, groups: dict, path: object) -> None:

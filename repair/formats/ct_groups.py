@@ -152,11 +152,17 @@ class GroupSchemes:
 class Sparsity:
     """A compressed-tensors `sparsity_config`: its structure ("2:4") and compression format, and the layers it targets:
     its targets less its ignore list (SGLang's get_linear_scheme removes the ignored entries from the targets, then
-    asks find_matched_target: a layer is sparse when any target matches it by any pass)."""
+    asks find_matched_target: a layer is sparse when any target matches it by any pass, so one compiled set serves)."""
 
     structure: str | None
     format: str | None
-    targets: GroupSchemes
+    names: object  # the targets compiled (compressed_tensors.Entries: equal, or `re:` under re.match)
+    by_class: bool  # the class pass matches (the same for every Linear here: LINEAR_CLASS)
 
     def covers(self, prefix: str, packed: Mapping[str, tuple[str, ...]] | None = None) -> bool:
-        return self.targets.resolve(prefix, packed) is not None
+        """find_matched_target's passes: by name, by class name, or by every shard of a fused layer."""
+        packed = packed or {}
+        fused = next((k for k in packed if prefix.endswith(k)), None)
+        shards = packed[fused] if fused is not None else ()
+        return self.by_class or self.names.matches(prefix) or (
+            bool(shards) and all(self.names.matches(prefix.replace(fused, s)) for s in shards))
