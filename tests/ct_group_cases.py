@@ -49,6 +49,11 @@ CASES: dict[str, tuple[dict, dict[str, str | None], dict, list[str]]] = {
         ["re:.*up_proj$"]),
     "weight-only-nvfp4": ({"group_0": _group(W4A16, "re:.*mlp.*"), "group_1": _group(FP8, "re:.*self_attn.*")}, {
         "model.layers.0.mlp.down_proj": "W4A16_NVFP4", "model.layers.0.self_attn.o_proj": "FP8_BLOCK"}, LLAMA_PACKED, []),
+    # the class pass re.match'es a `re:` target on the class name too (vLLM 0.32 / SGLang 0.5.23 utils.py
+    # _is_equal_or_regex_match): `re:.*Linear$` names every Linear's class
+    "class-regex-target": ({"group_0": _group(FP8, "re:.*o_proj$"), "group_1": _group(NVFP4, "re:.*Linear$")}, {
+        "model.layers.0.self_attn.o_proj": "FP8_BLOCK", "model.layers.0.mlp.down_proj": "NVFP4",
+        "model.layers.0.self_attn.qkv_proj": "NVFP4"}, LLAMA_PACKED, []),
 }
 
 # where the runtimes' pass orders differ (ct_groups.ORDERS): shards matched by group_0, every Linear by group_1

@@ -148,18 +148,23 @@ def read_declaration(ckpt: Checkpoint) -> Declaration:
 
 
 def _sparsity(config: object, path: object) -> ct_groups.Sparsity | None:
-    """quantization_config.sparsity_config (null or {}: none), its targets compiled as config-group targets are."""
-    if config is None or config == {}:
+    """quantization_config.sparsity_config (any falsy value: none, as the runtimes' `if not (...)` reads it), its fields
+    as compressed-tensors' SparsityCompressionConfig validates them, its targets compiled as config-group targets are."""
+    if not config:
         return None
     key = "quantization_config.sparsity_config"
     if not isinstance(config, dict):
         raise BadInput(f"{path}: {key} is not an object; fix the config")
+    for field, required in (("format", True), ("sparsity_structure", False)):
+        if not isinstance(config.get(field), str) and (required or config.get(field) is not None):
+            raise BadInput(f"{path}: {key}.{field} is not a string (the runtimes' SparsityCompressionConfig refuses "
+                           f"the config); fix the config")
     ignored = set(nvfp4_packed.name_list(config.get("ignore"), path, f"{key}.ignore"))
     targets = [t for t in nvfp4_packed.name_list(config.get("targets"), path, f"{key}.targets") if t not in ignored]
-    structure, fmt = (v if isinstance(v, str) else None for v in (config.get("sparsity_structure"), config.get("format")))
-    schemes = ct_groups.GroupSchemes.from_groups({"sparsity": {"targets": targets}}, {"sparsity": "sparse"},
-                                                 f"{path}: {key} entry")
-    return ct_groups.Sparsity(structure, fmt, schemes)
+    structure, fmt = config.get("sparsity_structure"), config["format"]
+    names, cls = entries(targets, f"{path}: {key} entry"), ct_groups.LINEAR_CLASS
+    by_class = names.matches(cls) or any(t.lower() in cls.lower() for t in names.exact)
+    return ct_groups.Sparsity(structure, fmt, names, by_class)
 
 
 def _single_format(quant_cfg: dict, groups: dict, path: object) -> None:

@@ -32,15 +32,19 @@ def group_algorithm(group: dict, default_format: object, where: str) -> str:
     """The ModelOpt-style name of one config group's scheme, by its real fields, or the one-line refusal.
 
     `nvfp4-pack-quantized` 4-bit float weights in groups of 16: NVFP4, or W4A16_NVFP4 without input_activations;
-    `float-quantized` 8-bit float weights: FP8 per tensor, or FP8_BLOCK in 128x128 blocks (DeepSeek's layout)."""
+    `float-quantized` 8-bit float weights: FP8 per tensor with input activations (W8A8), or FP8_BLOCK in 128x128 blocks
+    (DeepSeek's layout)."""
     fmt = group.get("format") or default_format
     weights = group.get("weights") if isinstance(group.get("weights"), dict) else {}
     bits, kind, strategy = weights.get("num_bits"), weights.get("type"), weights.get("strategy")
     if fmt == NVFP4_FORMAT and (bits, kind, weights.get("group_size")) == (4, "float", 16):
         return "NVFP4" if group.get("input_activations") else "W4A16_NVFP4"
     if fmt == FP8_FORMAT and (bits, kind) == (8, "float"):
+        if strategy == "tensor" and isinstance(group.get("input_activations"), dict):
+            return "FP8"  # W8A8; weights alone (W8A16) build another scheme: no input_scale, not refused under 2:4
         if strategy == "tensor":
-            return "FP8"
+            raise BadInput(f"{where}: FP8 per-tensor weights without input_activations (weight-only FP8) are not "
+                           "supported; this tool reads FP8 per tensor with its input activations (W8A8)")
         if strategy == "block" and weights.get("block_structure") == [128, 128]:
             return FP8_BLOCK
     raise BadInput(f"{where}: format {repr(fmt)[:80]} with {repr(bits)[:20]}-bit {repr(kind)[:20]} weights ({repr(strategy)[:20]}) "
@@ -116,8 +120,12 @@ class GroupSchemes:
         return found[0] if found and all(i is not None for i in found) else None
 
     def _by_class(self, layer_class: str) -> int | None:
-        return next((i for i, (t, _) in enumerate(self.targets)
-                     if not t.startswith("re:") and t.lower() in layer_class.lower()), None)
+        """The class pass (utils.py `_is_equal_or_regex_match(..., check_contains=True)`): a plain target as a
+        case-blind substring of the class name, a `re:` one re.match'ed on it."""
+        found = [next((i for i, (t, _) in enumerate(self.targets)
+                       if not t.startswith("re:") and t.lower() in layer_class.lower()), None),
+                 self._regexes.first(layer_class)]
+        return min((i for i in found if i is not None), default=None)
 
     def matched(self, prefix: str, packed: Mapping[str, tuple[str, ...]] | None = None,
                 layer_class: str = LINEAR_CLASS) -> tuple[str, str] | None:
@@ -144,11 +152,17 @@ class GroupSchemes:
 class Sparsity:
     """A compressed-tensors `sparsity_config`: its structure ("2:4") and compression format, and the layers it targets:
     its targets less its ignore list (SGLang's get_linear_scheme removes the ignored entries from the targets, then
-    asks find_matched_target: a layer is sparse when any target matches it by any pass)."""
+    asks find_matched_target: a layer is sparse when any target matches it by any pass, so one compiled set serves)."""
 
     structure: str | None
     format: str | None
-    targets: GroupSchemes
+    names: object  # the targets compiled (compressed_tensors.Entries: equal, or `re:` under re.match)
+    by_class: bool  # the class pass matches (the same for every Linear here: LINEAR_CLASS)
 
     def covers(self, prefix: str, packed: Mapping[str, tuple[str, ...]] | None = None) -> bool:
-        return self.targets.resolve(prefix, packed) is not None
+        """find_matched_target's passes: by name, by class name, or by every shard of a fused layer."""
+        packed = packed or {}
+        fused = next((k for k in packed if prefix.endswith(k)), None)
+        shards = packed[fused] if fused is not None else ()
+        return self.by_class or self.names.matches(prefix) or (
+            bool(shards) and all(self.names.matches(prefix.replace(fused, s)) for s in shards))
