@@ -65,16 +65,28 @@ def test_the_w8a8_fp8_group_under_2_4_is_still_refused(capsys, tmp_path):
     assert code == 1 and "ImportError: CompressedTensors24 is not supported now" in out, out
 
 
-@pytest.mark.xfail(strict=True, reason="vLLM 0.28/0.30/0.32 raise DeprecationWarning('Sparsity support has been removed "
-                   "from compressed-tensors...') in CompressedTensorsConfig._parse_sparsity_config for any sparsity_config "
-                   "with targets (0.32 compressed_tensors.py:286-300); no vLLM release file records it, doctor says "
-                   "nothing to do")
-def test_vllm_refuses_any_sparsity_config_with_targets(capsys, tmp_path):
+@pytest.mark.parametrize("target", ["vllm==0.28.0", "vllm==0.30.0", "vllm==0.32.0"])
+@pytest.mark.parametrize("structure, fmt", [("unstructured", "dense"), ("2:4", "sparse-24-bitmask")])
+def test_vllm_refuses_any_sparsity_config_with_targets(capsys, tmp_path, target, structure, fmt):
+    """vLLM 0.28/0.30/0.32 raise DeprecationWarning('Sparsity support has been removed from compressed-tensors...') in
+    CompressedTensorsConfig._parse_sparsity_config for any sparsity_config with targets (0.32 compressed_tensors.py:
+    286-300), while reading the config: the release's `ct_sparsity_refused` (tools/vllm_ct_sparsity.py)."""
     from tests.test_sparse24_sglang import SPARSE, sparse_qwen3
 
-    code, out, _ = run_captured(capsys, "doctor", sparse_qwen3(tmp_path, {**SPARSE, "sparsity_structure": "unstructured"}),
-                                "--target", "vllm==0.32.0")
-    assert code == 1 and "Sparsity support has been removed" in out, out
+    folder = sparse_qwen3(tmp_path, {**SPARSE, "sparsity_structure": structure, "format": fmt})
+    code, out, _ = run_captured(capsys, "doctor", folder, "--target", target)
+    assert code == 1 and "Sparsity support has been removed" in out and "0 error" not in out, out
+    assert ("remove it from config.json" in out) is (fmt == "dense"), out
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--target", target)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists(), out + err
+
+
+def test_vllm_reads_a_sparsity_config_whose_targets_are_empty(capsys, tmp_path):
+    """An empty targets list builds an empty sparse scheme map, which the same method returns without raising."""
+    from tests.test_sparse24_sglang import SPARSE, sparse_qwen3
+
+    code, out, _ = run_captured(capsys, "doctor", sparse_qwen3(tmp_path, {**SPARSE, "targets": []}), "--target", "vllm==0.32.0")
+    assert "Sparsity support" not in out, out
 
 
 @pytest.mark.parametrize("value", [{"sparsity_structure": "2:4", "targets": ["Linear"]},

@@ -67,7 +67,8 @@ def section(doc: dict, name: str) -> list[str]:
              f"- quantization config used: `{json.dumps(doc['quantization'], sort_keys=True)}`",
              "- MTP drafters: " + (", ".join(f"`{a}` ({e['mtp'].get('architecture') or 'not built: ' + e['mtp']['unbuilt'][:60]})"
                                              for a, e in sorted(archs.items()) if "mtp" in e) or "none"),
-             *refused_lines(doc), *variant_lines(doc), *registry_lines(doc), *fused_lines(doc), *mapper_lines(doc), "",
+             *refused_lines(doc), *variant_lines(doc), *registry_lines(doc), *fused_lines(doc), *mapper_lines(doc),
+             *sparsity_lines(doc), "",
              "Profiled: " + ", ".join(f"`{a}`" for a in sorted(archs)) + ".", "", "Not profiled, and why:", ""]
     by_category: dict[str, list[str]] = {}
     for arch, reason in sorted(missing.items()):
@@ -100,6 +101,14 @@ def fused_lines(doc: dict) -> list[str]:
     return [f"- a layer fused from checkpoint shards (`fused_exclusions`): {kind} tests " + ", then ".join(
         f"`{step}`" for step in facts["steps"]) + f"; shards that disagree: `{facts['mixed']}`"
         for kind, facts in sorted(found.items())]
+
+
+def sparsity_lines(doc: dict) -> list[str]:
+    """A compressed-tensors sparsity_config the release refuses while reading the config (`ct_sparsity_refused`,
+    tools/vllm_ct_sparsity.py, its own `_parse_sparsity_config` asked)."""
+    fact = doc.get("ct_sparsity_refused") or {}
+    return [f"- refuses a compressed-tensors `sparsity_config` whose targets name anything, while reading the config "
+            f"(`ct_sparsity_refused`): `{fact['error']}` ({fact['where']})"] if fact else []
 
 
 def mapper_lines(doc: dict) -> list[str]:

@@ -94,10 +94,10 @@ class ReleaseProfile:
     load_checked: bool = False  # every row records whether the release loads any checkpoint of it (`load_refused`)
     registry: Registry | None = None  # which listed name of a config it builds (arch/registry.py); None: not recorded
     build_refused: dict = field(default_factory=dict)  # architecture -> {"error", "raised_at"}: its own code refuses it
-    # quant method -> which global scale its NVFP4 MoE keeps for a routed expert's gate/up (tools/vllm_expert_scales.py)
-    experts_gate_up_scale_2: dict = field(default_factory=dict)
+    experts_gate_up_scale_2: dict = field(default_factory=dict)  # quant method -> a routed gate/up's kept global scale
     modelopt_nested_refused: dict = field(default_factory=dict)  # quant_algo -> its config reading's error (nested form)
     fused_exclusions: dict = field(default_factory=dict)  # config kind -> how it tests a fused layer (targets/fused_exclusions.py)
+    ct_sparsity_refused: dict = field(default_factory=dict)  # its config reading's error on sparsity targets (vllm_ct_sparsity.py)
 
     @property
     def label(self) -> str:
@@ -144,7 +144,7 @@ def read_profiles() -> tuple[ReleaseProfile, ...]:
                                   doc.get("missing_weights", {}), doc.get("null_exclusions_refused", {}),
                                   doc.get("load_refused_checked") is True, Registry.read(doc, label, item.name),
                                   doc.get("build_refused", {}), doc.get("experts_gate_up_scale_2", {}),
-                                  doc.get("modelopt_nested_refused", {}), doc.get("fused_exclusions", {})))
+                                  *(doc.get(k, {}) for k in ("modelopt_nested_refused", "fused_exclusions", "ct_sparsity_refused"))))
     return tuple(sorted(out, key=lambda p: (p.runtime, p.release)))
 
 

@@ -5,12 +5,15 @@ sparsity config's targets and raises while building it where its own `supports_c
 scheme: an unquantized layer or an 8-bit per-tensor one under a 2:4 structure, in the formats that check admits. The
 release data's `sparse_24_refused` (tools/sglang_sparse24.py: the release's function compiled and asked) says for which
 schemes; the build stops at the first such layer it meets (doctor/moe_schemes.py `build_order`), before any weight loads.
+vLLM 0.28-0.32 go no further than reading the config: a sparsity_config whose targets name anything is refused there
+(the release's `ct_sparsity_refused`, tools/vllm_ct_sparsity.py: its own `_parse_sparsity_config` asked).
 """
 
 from __future__ import annotations
 
 from repair.arch import Architecture
 from repair.doctor.findings import Finding, Kind, Severity
+from repair.doctor.missing import own_loader
 from repair.doctor.moe_schemes import build_order, built_layer
 from repair.formats.base import Declaration
 from repair.formats.modules import StoredModule
@@ -21,8 +24,13 @@ from repair.targets.runtime_rules import quant_method
 
 def sparse_24_findings(modules: dict[str, StoredModule], declaration: Declaration, family: Architecture,
                        target: Target) -> list[Finding]:
-    """One error for the first Linear (in build order) the sparsity config targets whose scheme the release refuses."""
+    """One error for the first Linear (in build order) the sparsity config targets whose scheme the release refuses;
+    one for the config where the release refuses it while reading it."""
     rules, sparsity = target.profile.rules, declaration.sparsity
+    release = own_loader(target)
+    read = release.ct_sparsity_refused if release is not None and sparsity is not None and sparsity.targeted else {}
+    if read:
+        return [_refused_while_read(sparsity, read, f"{target.profile.speaker} {'.'.join(map(str, release.release))}")]
     fact = rules.sparse_24_refused.get(quant_method(declaration) or "", {}) if rules is not None and sparsity else {}
     refused = set(fact.get("refused", {}).get(sparsity.format, ())) if fact and sparsity.structure == "2:4" else set()
     hits: dict[str, tuple[str, bool]] = {}
@@ -46,3 +54,14 @@ def sparse_24_findings(modules: dict[str, StoredModule], declaration: Declaratio
                     f"({sparsity.format}), and {target.profile.speaker} has no kernel for it ({fact['where']}; "
                     f"{len(hits) - 1} other layers alike), so it refuses the model while building this layer, before "
                     f"any weight loads; {advice}", fact["error"])]
+
+
+def _refused_while_read(sparsity, fact: dict, speaker: str) -> Finding:
+    where = "quantization_config.sparsity_config"
+    advice = ("its weights are stored dense, so without the sparsity_config the layers load as they are declared; "
+              "remove it from config.json" if sparsity.format == "dense" else
+              "its weights are stored compressed (sparse), so serve it with a runtime that reads them")
+    return Finding(Severity.ERROR, Kind.QUANT_CONFIG, where,
+                   f"{where} names targets ({sparsity.structure} sparse, {sparsity.format}), and {speaker} refuses any "
+                   f"sparsity config that does while reading the config, before building any layer ({fact['where']}); "
+                   f"{advice}", fact["error"])

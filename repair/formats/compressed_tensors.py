@@ -160,11 +160,12 @@ def _sparsity(config: object, path: object) -> ct_groups.Sparsity | None:
             raise BadInput(f"{path}: {key}.{field} is not a string (the runtimes' SparsityCompressionConfig refuses "
                            f"the config); fix the config")
     ignored = set(nvfp4_packed.name_list(config.get("ignore"), path, f"{key}.ignore"))
-    targets = [t for t in nvfp4_packed.name_list(config.get("targets"), path, f"{key}.targets") if t not in ignored]
+    written = nvfp4_packed.name_list(config.get("targets"), path, f"{key}.targets")
+    targets = [t for t in written if t not in ignored]
     structure, fmt = config.get("sparsity_structure"), config["format"]
     names, cls = entries(targets, f"{path}: {key} entry"), ct_groups.LINEAR_CLASS
     by_class = names.matches(cls) or any(t.lower() in cls.lower() for t in names.exact)
-    return ct_groups.Sparsity(structure, fmt, names, by_class)
+    return ct_groups.Sparsity(structure, fmt, names, by_class, bool(written))
 
 
 def _single_format(quant_cfg: dict, groups: dict, path: object) -> None:

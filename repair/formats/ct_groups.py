@@ -158,6 +158,7 @@ class Sparsity:
     format: str | None
     names: object  # the targets compiled (compressed_tensors.Entries: equal, or `re:` under re.match)
     by_class: bool  # the class pass matches (the same for every Linear here: LINEAR_CLASS)
+    targeted: bool = False  # its targets list, as written, names something (vLLM refuses any such config while reading it)
 
     def covers(self, prefix: str, packed: Mapping[str, tuple[str, ...]] | None = None) -> bool:
         """find_matched_target's passes: by name, by class name, or by every shard of a fused layer."""
