@@ -61,3 +61,20 @@ def test_an_attention_layer_stored_bf16_is_an_error_sglang_builds_it_fp8_block(c
 def test_a_config_sglang_reads_otherwise_is_refused_in_one_line(capsys, tmp_path, quant, said):
     code, err = doctor(capsys, edited(dsv4_fp8_fixture.write(tmp_path / "dsv4"), **quant))
     assert code == 2 and len(err.strip().splitlines()) == 1 and said in err, err
+
+
+def test_fix_cannot_exclude_a_bf16_layer_for_sglang_and_says_so(capsys, tmp_path):
+    """fix --target sglang==0.5.23 on a BF16 attention layer refused with `config.json: SGLang 0.5.23 matches
+    quantization_config.ignored_layers ...; doctor cannot judge it`: the list it named is the one fix would write (the
+    input has none). SGLang matches that list against its
+    own layer names (fp8.py:354-364), so no entry fix writes both runtimes read: fix says it cannot, and what does."""
+    def bf16(tensors):
+        del tensors["layers.1.attn.wo_b.scale"]
+        tensors["layers.1.attn.wo_b.weight"] = tensors["layers.1.attn.wo_b.weight"].to(torch.bfloat16)
+
+    folder = dsv4_fp8_fixture.write(tmp_path / "dsv4", edit=bf16)
+    code, out, err = run_captured(capsys, "fix", str(folder), "-o", str(tmp_path / "out"), "--target", SGLANG)
+    assert code == 2 and not (tmp_path / "out").exists(), err
+    [line] = err.strip().splitlines()
+    assert "layers.1.attn.wo_b" in line and "cannot exclude" in line and "store it quantized" in line, line
+    assert "doctor cannot judge" not in line, line

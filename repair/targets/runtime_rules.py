@@ -127,6 +127,13 @@ class RuntimeRules:
         return Building(MappingProxyType(named), MappingProxyType(packed), self.fallback_fused,
                         self.own_layers.get(architecture, ()))
 
+    def reading_refusal(self, declaration: Declaration, config: dict | None) -> str | None:
+        """Why this release reads `config` otherwise than its matcher for the form answers (READING_REFUSALS), or None."""
+        refuse = READING_REFUSALS.get(self.matchers.get(CONFIG_KINDS.get(declaration.format.NAME), ""))
+        names = (config or {}).get("architectures") if isinstance((config or {}).get("architectures"), list) else []
+        built = next((self.built_layers[a] for a in names if isinstance(a, str) and a in self.built_layers), {})
+        return refuse(config, built, self.speaker) if refuse else None
+
     def bind(self, declaration: Declaration, building: Building, config: dict | None) -> Declaration:
         """The declaration whose exclusion and per-layer questions this release's matchers answer; layers of an
         MTP/NextN draft whose model code drops the quant config (`draft.mtp`) are built BF16 whatever the lists say."""
@@ -135,8 +142,7 @@ class RuntimeRules:
             raise BadInput(f"{self.speaker}: how it reads a {declaration.format.NAME} checkpoint is not described in {self.source}, "
                            "so doctor cannot judge it for this target; judge it with a vllm target (--target vllm==0.32.0)")
         names = (config or {}).get("architectures") if isinstance((config or {}).get("architectures"), list) else []
-        refuse = READING_REFUSALS.get(self.matchers[kind])
-        said = refuse(config, next((self.built_layers[a] for a in names if a in self.built_layers), {}), self.speaker) if refuse else None
+        said = self.reading_refusal(declaration, config)
         if said:
             raise BadInput(f"config.json: {said}; doctor cannot judge it for this target; judge it with --target vllm==0.32.0")
         flat = flat_exclusions(config) if kind == "modelopt" and quant_method(declaration) in self.nested_drops else None
