@@ -66,7 +66,7 @@ def test_a_config_sglang_reads_otherwise_is_refused_in_one_line(capsys, tmp_path
 def test_fix_cannot_exclude_a_bf16_layer_for_sglang_and_says_so(capsys, tmp_path):
     """fix --target sglang==0.5.23 on a BF16 attention layer refused with `config.json: SGLang 0.5.23 matches
     quantization_config.ignored_layers ...; doctor cannot judge it`: the list it named is the one fix would write (the
-    input has none). SGLang matches that list against its
+    input has none), and doctor's advice was `exclude it (fix --target does)`. SGLang matches that list against its
     own layer names (fp8.py:354-364), so no entry fix writes both runtimes read: fix says it cannot, and what does."""
     def bf16(tensors):
         del tensors["layers.1.attn.wo_b.scale"]
@@ -78,3 +78,6 @@ def test_fix_cannot_exclude_a_bf16_layer_for_sglang_and_says_so(capsys, tmp_path
     [line] = err.strip().splitlines()
     assert "layers.1.attn.wo_b" in line and "cannot exclude" in line and "store it quantized" in line, line
     assert "doctor cannot judge" not in line, line
+    code, report = doctor(capsys, folder)
+    [finding] = [f for f in report["findings"] if f["severity"] == "error"]
+    assert "(fix --target does)" not in finding["message"] and "store it quantized" in finding["message"], finding["message"]

@@ -21,7 +21,7 @@ from repair.arch.resolved import FirstListed
 from repair.errors import BadInput
 from repair.formats.base import Declaration
 from repair.targets.config_lists import flat_exclusions, list_sources, source_named
-from repair.targets.matchers import KINDS, READING_REFUSALS, exclusion_matcher, layer_matcher
+from repair.targets.matchers import KINDS, READING_REFUSALS, UNREAD_ENTRIES, exclusion_matcher, layer_matcher
 from repair.targets.rule_wrappers import DraftBf16, MtpLayers, UnreadList
 from repair.targets.sglang_match import Building, CtTargets
 
@@ -133,6 +133,11 @@ class RuntimeRules:
         names = (config or {}).get("architectures") if isinstance((config or {}).get("architectures"), list) else []
         built = next((self.built_layers[a] for a in names if isinstance(a, str) and a in self.built_layers), {})
         return refuse(config, built, self.speaker) if refuse else None
+
+    def entries_unread(self, declaration: Declaration) -> str | None:
+        """Why no exclusion entry fix could write for the form is read by this release (UNREAD_ENTRIES), or None."""
+        said = UNREAD_ENTRIES.get(self.matchers.get(CONFIG_KINDS.get(declaration.format.NAME), ""))
+        return said(self.speaker) if said else None
 
     def bind(self, declaration: Declaration, building: Building, config: dict | None) -> Declaration:
         """The declaration whose exclusion and per-layer questions this release's matchers answer; layers of an

@@ -50,6 +50,12 @@ def hybrid(entries: tuple[str, ...], targets, building) -> NothingExcluded:
     return NothingExcluded()
 
 
+def unread_entries(who: str) -> str:
+    """Why fix writes no exclusion for this form: any entry is refused above, and SGLang would not read it anyway."""
+    return (f"fix --target cannot exclude it for {who}, which matches the exclusion lists against its own layer names "
+            "(fp8.py:354-364, `model.layers.N.self_attn.wq_b`), not the checkpoint's")
+
+
 def refusal(config: dict | None, built_layers: Mapping[str, str], who: str) -> str | None:
     """Why SGLang's reading of this config is not the one doctor judges (None: it is); `built_layers`: the release's
     own layer names of the class (`*` a layer number) and their classes."""
