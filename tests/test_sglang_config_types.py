@@ -92,3 +92,14 @@ def test_every_model_type_sglang_registers_outside_its_list_is_recorded():
 
     known = resolve("sglang==0.5.23").profile.rules.config_model_types["known"]
     assert [t for t in REGISTERED_ELSEWHERE if t not in known] == []
+
+
+def test_a_huge_model_type_is_shown_cut(capsys, tmp_path):
+    """config.json's model_type is hostile: 100,000 characters of it made three output lines of ~100,000 characters
+    (the release's refusal repeated it whole); it is shown cut, as every listed name is (arch/resolved.py shown)."""
+    folder = modelopt(tmp_path / "dsv4")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"model_type": "a" * 100_000}))
+    code, out, err = run_captured(capsys, "doctor", str(folder), "--target", "sglang==0.5.23")
+    assert code == 1, err
+    assert max(map(len, (out + err).splitlines())) < 2000
