@@ -81,3 +81,13 @@ def test_fix_cannot_exclude_a_bf16_layer_for_sglang_and_says_so(capsys, tmp_path
     code, report = doctor(capsys, folder)
     [finding] = [f for f in report["findings"] if f["severity"] == "error"]
     assert "(fix --target does)" not in finding["message"] and "store it quantized" in finding["message"], finding["message"]
+
+
+@pytest.mark.parametrize("release", ["0.5.12", "0.5.17"])
+def test_a_release_whose_file_does_not_describe_the_form_names_the_one_that_does(capsys, tmp_path, release):
+    """sglang==0.5.17 (read with 0.5.12's file, which does not describe the form) sent the user to a vLLM target only;
+    the shipped sglang-0.5.23.json judges the form, so the line names it too."""
+    code, said = doctor(capsys, dsv4_fp8_fixture.write(tmp_path / "dsv4"), f"sglang=={release}")
+    assert code == 2, said
+    [line] = said.strip().splitlines()
+    assert "not described" in line and "--target sglang==0.5.23" in line, line

@@ -127,6 +127,12 @@ class RuntimeRules:
         return Building(MappingProxyType(named), MappingProxyType(packed), self.fallback_fused,
                         self.own_layers.get(architecture, ()))
 
+    def undescribed(self, declaration: Declaration, readers: tuple[str, ...] = ()) -> str:
+        """The one line for a form this file does not describe; `readers`: targets of this runtime whose files do."""
+        others = "".join(f"--target {r} or " for r in readers)
+        return (f"{self.speaker}: how it reads a {declaration.format.NAME} checkpoint is not described in {self.source}, so "
+                f"doctor cannot judge it for this target; judge it with {others}a vllm target (--target vllm==0.32.0)")
+
     def reading_refusal(self, declaration: Declaration, config: dict | None) -> str | None:
         """Why this release reads `config` otherwise than its matcher for the form answers (READING_REFUSALS), or None."""
         refuse = READING_REFUSALS.get(self.matchers.get(CONFIG_KINDS.get(declaration.format.NAME), ""))
@@ -144,8 +150,7 @@ class RuntimeRules:
         MTP/NextN draft whose model code drops the quant config (`draft.mtp`) are built BF16 whatever the lists say."""
         kind = CONFIG_KINDS.get(declaration.format.NAME)
         if kind not in self.matchers:  # a form this file does not describe: judged as another runtime reads it, it lies
-            raise BadInput(f"{self.speaker}: how it reads a {declaration.format.NAME} checkpoint is not described in {self.source}, "
-                           "so doctor cannot judge it for this target; judge it with a vllm target (--target vllm==0.32.0)")
+            raise BadInput(self.undescribed(declaration))
         names = (config or {}).get("architectures") if isinstance((config or {}).get("architectures"), list) else []
         said = self.reading_refusal(declaration, config)
         if said:
