@@ -91,3 +91,20 @@ def test_a_release_whose_file_does_not_describe_the_form_names_the_one_that_does
     assert code == 2, said
     [line] = said.strip().splitlines()
     assert "not described" in line and "--target sglang==0.5.23" in line, line
+
+
+@pytest.mark.parametrize("group_size, said", [
+    (32, "group_size 32"), (0, "group_size 0"), (True, "group_size 1"),
+    ("abc", "not a whole number"), ([16], "not a whole number"), ("1" * 5000, "not a whole number"),
+])
+def test_a_group_size_sglang_reads_otherwise_is_refused_in_one_line(capsys, tmp_path, group_size, said):
+    """SGLang 0.5.23 builds the experts' ModelOptFp4Config with int(group_size) (model_config.py:786, loader.py:243):
+    32 (or True, 1) is another NVFP4 grouping, "abc" or [16] stops it reading the config; doctor said 'nothing to do'."""
+    code, err = doctor(capsys, edited(dsv4_fp8_fixture.write(tmp_path / "dsv4"), group_size=group_size))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and said in err and len(err) < 1500, err
+
+
+@pytest.mark.parametrize("group_size", [16, "16", 16.5])
+def test_a_group_size_sglang_reads_as_16_is_judged(capsys, tmp_path, group_size):
+    code, report = doctor(capsys, edited(dsv4_fp8_fixture.write(tmp_path / "dsv4"), group_size=group_size))
+    assert code == 0, report
