@@ -63,3 +63,43 @@ def test_a_release_read_with_an_older_file_is_not_refused_by_its_pin(capsys, tmp
         assert code in (0, 1), err
         said[release] = [f["code"] for f in json.loads(out)["findings"]]
     assert said["0.5.12"] == ["config-refused"] and "config-refused" not in said["0.5.21"], said
+
+
+# SGLang 0.5.23 registers these model types outside `_CONFIG_REGISTRY`'s list (asked of the installed release: its
+# CONFIG_MAPPING after sglang.srt.utils.hf_transformers.common is imported): `_CONFIG_REGISTRY.update` over a tuple of
+# classes (deepseek_v41: common.py:225, configs/deepseek_v41.py:84), an annotated `model_type: str =` (jet_nemotron.py:27),
+# AutoConfig/CONFIG_MAPPING.register in the config modules (qwen3_asr.py:168, unlimited_ocr.py:627, a loop over classes:
+# muse_spark.py:253-259, cosmos3_edge_projector: common.py:312-319).
+REGISTERED_ELSEWHERE = ("deepseek_v41", "deepseek_v41_text", "deepseek_v41_vision", "jet_nemotron", "qwen3_asr_thinker",
+                        "unlimited-ocr", "muse_spark", "muse_spark_text", "muse_spark_vision", "muse_spark_audio",
+                        "cosmos3_edge_projector")
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v41", "jet_nemotron", "unlimited-ocr"])
+def test_a_model_type_sglang_registers_outside_its_list_is_read(capsys, tmp_path, model_type):
+    """DeepSeek-V4.1's config (model_type deepseek_v41, SGLang 0.5.23 reads it and renames its architecture to
+    DeepseekV4ForCausalLM) was called refused: 'no change to the weights helps'."""
+    folder = modelopt(tmp_path / "dsv4")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"model_type": model_type}))
+    code, out, err = run_captured(capsys, "doctor", str(folder), "--target", "sglang==0.5.23", "--json")
+    assert code in (0, 1), err
+    assert "config-refused" not in [f["code"] for f in json.loads(out)["findings"]]
+
+
+def test_every_model_type_sglang_registers_outside_its_list_is_recorded():
+    from repair.targets.profiles import resolve
+
+    known = resolve("sglang==0.5.23").profile.rules.config_model_types["known"]
+    assert [t for t in REGISTERED_ELSEWHERE if t not in known] == []
+
+
+def test_a_huge_model_type_is_shown_cut(capsys, tmp_path):
+    """config.json's model_type is hostile: 100,000 characters of it made three output lines of ~100,000 characters
+    (the release's refusal repeated it whole); it is shown cut, as every listed name is (arch/resolved.py shown)."""
+    folder = modelopt(tmp_path / "dsv4")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"model_type": "a" * 100_000}))
+    code, out, err = run_captured(capsys, "doctor", str(folder), "--target", "sglang==0.5.23")
+    assert code == 1, err
+    assert max(map(len, (out + err).splitlines())) < 2000

@@ -29,6 +29,7 @@ GET_CONFIG = ("sglang/srt/utils/hf_transformers_utils.py", "sglang/srt/utils/hf_
               "sglang/srt/utils/hf_transformers/config.py")  # 0.5.9/0.5.10; 0.5.11+ split it
 AUTO = ("transformers/models/auto/configuration_auto.py", "transformers/models/auto/auto_mappings.py")
 MARKER = "does not recognize this architecture"
+REGISTERS_CONFIGS = ("AutoConfig", "CONFIG_MAPPING")  # `.register(model_type, class)` on either adds a model type
 
 
 def pinned_transformers(wheel: zipfile.ZipFile) -> str:
@@ -67,29 +68,60 @@ def transformers_facts(path: Path) -> tuple[set[str], str]:
     return types, error
 
 
+def _names(node: ast.AST | None) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} if node is not None else set()
+
+
+def _registrations(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """(model types, class names) one module registers with AutoConfig/CONFIG_MAPPING.register: a constant first
+    argument, the class passed (`register(Cls.model_type, Cls)`), the classes a loop around the call walks over
+    (0.5.23 muse_spark.py:253-259, inkling.py:431-437)."""
+    types, classes = set(), set()
+    calls = lambda node: [c for c in ast.walk(node) if isinstance(c, ast.Call) and getattr(c.func, "attr", None) == "register"
+                          and getattr(c.func.value, "id", None) in REGISTERS_CONFIGS and len(c.args) >= 2]
+    for call in calls(tree):
+        first = call.args[0]
+        types |= {first.value} if isinstance(first, ast.Constant) and isinstance(first.value, str) else set()
+        classes |= _names(call.args[1]) | _names(first)
+    for loop in (n for n in ast.walk(tree) if isinstance(n, ast.For) and calls(n)):
+        classes |= _names(loop.iter)
+    return types, classes
+
+
 def sglang_facts(wheel: zipfile.ZipFile) -> tuple[set[str], set[str]]:
     """(model types of SGLang's own registered config classes, model types get_config loads after AutoConfig refused):
-    `_CONFIG_REGISTRY`'s classes (a list, 0.5.9/0.5.10, or a dict built from one, 0.5.11+) and its keys set one by one
-    (0.5.12: `_CONFIG_REGISTRY["deepseek_v4"] = ...`)."""
+    `_CONFIG_REGISTRY`'s classes (a list, 0.5.9/0.5.10, or a dict built from one, 0.5.11+), its keys set one by one
+    (0.5.12: `_CONFIG_REGISTRY["deepseek_v4"] = ...`), the classes its `update` adds (0.5.23: a tuple of DeepSeek-V4.1's,
+    common.py:225), and what the config modules register with AutoConfig themselves (0.5.23 qwen3_asr.py:168)."""
     trees = [ast.parse(wheel.read(m).decode()) for m in GET_CONFIG if m in wheel.namelist()]
+    modules = [ast.parse(wheel.read(n).decode()) for n in wheel.namelist()
+               if n.startswith("sglang/srt/configs/") and n.endswith(".py")]
     classes, own, caught = set(), set(), set()
     for node in (n for t in trees for n in ast.walk(t) if isinstance(n, (ast.Assign, ast.AnnAssign))):
         for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
             if getattr(target, "id", None) == "_CONFIG_REGISTRY" and node.value is not None:
-                classes |= {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id.endswith("Config")}
+                classes |= {n for n in _names(node.value) if n.endswith("Config")}
             if isinstance(target, ast.Subscript) and getattr(target.value, "id", None) == "_CONFIG_REGISTRY" \
                     and isinstance(target.slice, ast.Constant) and isinstance(target.slice.value, str):
                 own.add(target.slice.value)
-    for name in (n for n in wheel.namelist() if n.startswith("sglang/srt/configs/") and n.endswith(".py")):
-        for cls in (c for c in ast.parse(wheel.read(name).decode()).body if isinstance(c, ast.ClassDef) and c.name in classes):
-            own |= {s.value.value for s in cls.body if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant)
-                    and any(getattr(t, "id", None) == "model_type" for t in s.targets)}
+    for call in (n for t in trees for n in ast.walk(t) if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "update"
+                 and getattr(n.func.value, "id", None) == "_CONFIG_REGISTRY"):
+        classes |= _names(call)
+    if not classes:
+        raise SystemExit(f"no _CONFIG_REGISTRY in {GET_CONFIG}: read get_config anew")
+    for types, named in map(_registrations, (*trees, *modules)):
+        own, classes = own | types, classes | named
+    tuples = {t.id: _names(s.value) for m in modules for s in m.body if isinstance(s, ast.Assign)
+              and isinstance(s.value, (ast.Tuple, ast.List)) for t in s.targets if isinstance(t, ast.Name)}
+    classes |= {c for name in classes for c in tuples.get(name, ())}
+    for cls in (c for m in modules for c in ast.walk(m) if isinstance(c, ast.ClassDef) and c.name in classes):
+        own |= {s.value.value for s in cls.body if isinstance(s, (ast.Assign, ast.AnnAssign)) and isinstance(s.value, ast.Constant)
+                and isinstance(s.value.value, str) and any(getattr(t, "id", None) == "model_type"
+                                                           for t in (s.targets if isinstance(s, ast.Assign) else [s.target]))}
     for get_config in (f for t in trees for f in t.body if isinstance(f, ast.FunctionDef) and f.name == "get_config"):
         caught |= {n.left.value for n in ast.walk(get_config) if isinstance(n, ast.Compare) and isinstance(n.left, ast.Constant)
                    and isinstance(n.left.value, str) and any(isinstance(c, ast.Call) and getattr(c.func, "id", None) == "str"
                                                              for c in n.comparators)}
-    if not classes:
-        raise SystemExit(f"no _CONFIG_REGISTRY in {GET_CONFIG}: read get_config anew")
     return own, caught
 
 

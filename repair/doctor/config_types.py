@@ -28,10 +28,10 @@ def model_type_refusal(config: dict | None, target: Target, tp: int) -> Finding 
         return None
     if target.version is not None and target.version != rules.release:  # a later release read with this file pins
         return None  # its own transformers, which may know more (0.5.13-0.5.22 fall back to 0.5.12's file)
-    error = one_line(fact["error"].replace("{model_type}", model_type))
+    name = shown(model_type)  # hostile: cut, as every name a message repeats
+    error = one_line(fact["error"].replace("{model_type}", name))
     readers = [p.rules.speaker for p in DATA_PROFILES if p.rules.runtime == rules.runtime
                and model_type in p.rules.config_model_types.get("known", ())]
-    name = shown(model_type)
     return Finding(Severity.ERROR, Kind.CONFIG_REFUSED, "model_type",
                    f"config.json's model_type `{name}`: {rules.speaker} reads config.json with transformers "
                    f"{fact['transformers']}, the release it pins, and its own config classes, and neither knows "

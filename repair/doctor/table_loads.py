@@ -44,6 +44,7 @@ def table_loads(modules: dict[str, StoredModule], schemes: dict[str, str], ckpt:
     located = ckpt.locate()
     kv = _kv_heads(ckpt.config or {})  # fewer KV heads than ranks: QKVParallelLinear replicates them (k/v rows whole heads)
     findings, errors = [], []
+    unread = rules.entries_unread(declaration)  # no entry fix writes is read there: the only advice is to store it quantized
     for name, built in sorted(schemes.items()):
         m = modules[name]
         layer, kind = building.built_layer(family.runtime_name(name))
@@ -51,7 +52,8 @@ def table_loads(modules: dict[str, StoredModule], schemes: dict[str, str], ckpt:
                                                                         rules.plain_layers.get(architecture, ()))
         stacked = layer if kind == "fused" and rules.raises_on_extra(architecture, layer) else None
         split = min(tp, kv) if loader == "qkv" and kv and name.endswith(("k_proj", "v_proj")) else tp
-        hint = exclusion_hint(name, modules, declaration, family, ckpt.config) if not m.is_quantized else None
+        hint = None if m.is_quantized else f"store it quantized ({unread})" if unread else \
+            f"{exclusion_hint(name, modules, declaration, family, ckpt.config) or 'exclude it'} (fix --target does), or store it quantized"
         finding, outcomes = _one(m, built, loader, target, (tp, split), (*leaves, "bias"), stacked, hint,
                                  tuple(leaf for leaf, role in leaves.items() if role == "weight_scale"))
         findings += [finding] if finding else []
@@ -95,12 +97,12 @@ def _one(m: StoredModule, built: str, loader: str, target: Target, ranks_split: 
          stacked: str | None = None, hint: str | None = None,
          scales: tuple[str, ...] = ()) -> tuple[Finding | None, list[Outcome]]:
     """One stored layer against the scheme built; `stacked` is the fused layer's name when its load_weights branch
-    indexes params_dict unchecked (a tensor the built layer has no parameter for raises KeyError there); `hint`: the
-    entries to write to exclude a BF16 layer (exclusion_hint), where the release reads some; `scales`: the format's
-    names of an FP8 layer's weight scale (DeepSeek-V4's `scale`, which the model's own load_weights renames to the
+    indexes params_dict unchecked (a tensor the built layer has no parameter for raises KeyError there); `hint`: what
+    to do with a BF16 layer (the entries to write to exclude it, exclusion_hint, where the release reads some); `scales`:
+    the format's names of an FP8 layer's weight scale (DeepSeek-V4's `scale`, which the model's own load_weights renames to the
     parameter: SGLang 0.5.23 deepseek_v4.py:5168-5179)."""
     (tp, split), rules, who = ranks_split, target.profile.rules, target.profile.speaker
-    exclude = f"{hint or 'exclude it'} (fix --target does), or store it quantized"
+    exclude = hint or "exclude it (fix --target does), or store it quantized"
     ranks = tuple(range(tp))
     packed, wants_packed = m.precision == "nvfp4", built in PACKED
     params = packed_params if wants_packed else PARAMS.get(built, PARAMS["bf16"]) + (scales if built in FP8_KINDS else ())

@@ -46,6 +46,7 @@ def config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recipe
     for _ in range(2):  # again with the fused names a target reads instead of the shards', where one does
         config, hf_quant = fmt.with_exclusions(ckpt, bf16, shards_alike(covers, families, bf16), remove=remove)
         config = read_where_targets_read(config, targets, declaration, read_before, [fmt.exclusion_entry(n) for n in bf16])
+        refuse_unread_lists(ckpt.root, targets, declaration, config, bf16)
         extra = unread_fused(targets, declaration, families, config, fmt.exclusion_lists(config, hf_quant), bf16, modules)
         if not extra:
             break
@@ -94,3 +95,16 @@ def unlisted_layers(declaration: Declaration, config: dict | None, hf_quant: dic
     if after is None:
         return ()
     return tuple(k for k, _ in declaration.layer_algos.entries if k not in after)
+
+
+def refuse_unread_lists(root, targets, declaration: Declaration, config: dict | None, bf16: list[str]) -> None:
+    """A release that reads the exclusions fix writes otherwise than it judges them (SGLang 0.5.23 matches DeepSeek-V4's
+    Fp8Config lists against its own layer names: READING_REFUSALS) gets no exclusion from fix: said in one line."""
+    for target in (t for t in targets if t.profile.rules is not None and bf16):
+        said = target.profile.rules.reading_refusal(declaration, config)
+        if said:
+            shown = ", ".join(bf16[:3]) + (f" (+{len(bf16) - 3} more)" if len(bf16) > 3 else "")
+            raise UsageError(f"{root}: fix cannot exclude {shown} for {target.profile.rules.speaker}: the entries it would "
+                             f"write are not read there ({said}); store it quantized (FP8 block, as the config declares it), "
+                             "or repair for vLLM (--target vllm==0.32.0), which reads them")
+

@@ -73,6 +73,8 @@ LAYER_MATCHERS: dict[str, LayerMatcher] = {
 # answers for (None: it is); bound before the matcher (RuntimeRules.bind), refused in one line
 READING_REFUSALS: dict[str, Callable[[dict | None, dict, str], str | None]] = {
     "sglang_dsv4_fp8_hybrid": sglang_dsv4_fp8.refusal}
+# matcher -> (the release's name) -> why no exclusion entry fix could write is read there (doctor's advice for a BF16 layer)
+UNREAD_ENTRIES: dict[str, Callable[[str], str]] = {"sglang_dsv4_fp8_hybrid": sglang_dsv4_fp8.unread_entries}
 
 
 def exclusion_matcher(name: str) -> ExclusionMatcher:

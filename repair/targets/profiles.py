@@ -118,6 +118,11 @@ class Target:
             return bind_mappers(fused, family, self.release.entries.get(name, {}).get("exclusion_mappers"))
         if rules is None or not declaration.quantized:
             return declaration
+        kind = CONFIG_KINDS.get(declaration.format.NAME)
+        if kind not in rules.matchers:  # name the shipped releases of this runtime whose files describe the form
+            raise BadInput(rules.undescribed(declaration, tuple(
+                f"{p.rules.runtime}=={'.'.join(map(str, p.rules.release))}" for p in DATA_PROFILES
+                if p.rules.runtime == rules.runtime and kind in p.rules.matchers)))
         return rules.bind(declaration, rules.building(name, family.fused_layers, config), config)
 
     @property

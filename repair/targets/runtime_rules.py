@@ -21,7 +21,7 @@ from repair.arch.resolved import FirstListed
 from repair.errors import BadInput
 from repair.formats.base import Declaration
 from repair.targets.config_lists import flat_exclusions, list_sources, source_named
-from repair.targets.matchers import KINDS, READING_REFUSALS, exclusion_matcher, layer_matcher
+from repair.targets.matchers import KINDS, READING_REFUSALS, UNREAD_ENTRIES, exclusion_matcher, layer_matcher
 from repair.targets.rule_wrappers import DraftBf16, MtpLayers, UnreadList
 from repair.targets.sglang_match import Building, CtTargets
 
@@ -129,16 +129,32 @@ class RuntimeRules:
         return Building(MappingProxyType(named), MappingProxyType(packed), self.fallback_fused,
                         self.own_layers.get(architecture, ()))
 
+    def undescribed(self, declaration: Declaration, readers: tuple[str, ...] = ()) -> str:
+        """The one line for a form this file does not describe; `readers`: targets of this runtime whose files do."""
+        others = "".join(f"--target {r} or " for r in readers)
+        return (f"{self.speaker}: how it reads a {declaration.format.NAME} checkpoint is not described in {self.source}, so "
+                f"doctor cannot judge it for this target; judge it with {others}a vllm target (--target vllm==0.32.0)")
+
+    def reading_refusal(self, declaration: Declaration, config: dict | None) -> str | None:
+        """Why this release reads `config` otherwise than its matcher for the form answers (READING_REFUSALS), or None."""
+        refuse = READING_REFUSALS.get(self.matchers.get(CONFIG_KINDS.get(declaration.format.NAME), ""))
+        names = (config or {}).get("architectures") if isinstance((config or {}).get("architectures"), list) else []
+        built = next((self.built_layers[a] for a in names if isinstance(a, str) and a in self.built_layers), {})
+        return refuse(config, built, self.speaker) if refuse else None
+
+    def entries_unread(self, declaration: Declaration) -> str | None:
+        """Why no exclusion entry fix could write for the form is read by this release (UNREAD_ENTRIES), or None."""
+        said = UNREAD_ENTRIES.get(self.matchers.get(CONFIG_KINDS.get(declaration.format.NAME), ""))
+        return said(self.speaker) if said else None
+
     def bind(self, declaration: Declaration, building: Building, config: dict | None) -> Declaration:
         """The declaration whose exclusion and per-layer questions this release's matchers answer; layers of an
         MTP/NextN draft whose model code drops the quant config (`draft.mtp`) are built BF16 whatever the lists say."""
         kind = CONFIG_KINDS.get(declaration.format.NAME)
         if kind not in self.matchers:  # a form this file does not describe: judged as another runtime reads it, it lies
-            raise BadInput(f"{self.speaker}: how it reads a {declaration.format.NAME} checkpoint is not described in {self.source}, "
-                           "so doctor cannot judge it for this target; judge it with a vllm target (--target vllm==0.32.0)")
+            raise BadInput(self.undescribed(declaration))
         names = (config or {}).get("architectures") if isinstance((config or {}).get("architectures"), list) else []
-        refuse = READING_REFUSALS.get(self.matchers[kind])
-        said = refuse(config, next((self.built_layers[a] for a in names if a in self.built_layers), {}), self.speaker) if refuse else None
+        said = self.reading_refusal(declaration, config)
         if said:
             raise BadInput(f"config.json: {said}; doctor cannot judge it for this target; judge it with --target vllm==0.32.0")
         flat = flat_exclusions(config) if kind == "modelopt" and quant_method(declaration) in self.nested_drops else None

@@ -11,8 +11,8 @@ head without the quant config (deepseek_v4.py:1449-1476, indexer.py:1186-1198). 
 layer names (`model.layers.N.self_attn.wqkv_a`, `model.layers.N.mlp.experts`: the rules file's `built_layers`).
 
 That is the declaration's own reading (every asked Linear FP8 block, routed experts NVFP4: formats/deepseek_v4_fp8.py)
-when SGLang makes nvfp4_moe_meta, its `ignore` excludes no routed-experts layer under SGLang's name, and the list
-Fp8Config reads is empty; doctor judges those. Any other config is refused in one line: SGLang builds its experts
+when SGLang makes nvfp4_moe_meta with int(group_size) 16, its `ignore` excludes no routed-experts layer under
+SGLang's name, and the list Fp8Config reads is empty; doctor judges those. Any other config is refused in one line: SGLang builds its experts
 otherwise (not a form this tool reads), or matches list entries against its own layer names, which the checkpoint's
 names are not (an entry naming `layers.1.attn.wq_b` never meets SGLang's `model.layers.1.self_attn.wq_b`).
 """
@@ -22,9 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from repair.arch.resolved import shown
 from repair.targets.sglang_match import ExcludedGlobs
 
 ADDED_EXCLUSIONS = ("model.decoder.*", "stages.*")  # model_loader/loader.py:236-239: draft experts stay MXFP4
+NVFP4_GROUP = 16  # the experts' grouping the declaration's NVFP4 reads
 FP8_LISTS = ("ignored_layers", "modules_to_not_convert")  # fp8.py:354-356, the first one present
 
 
@@ -50,6 +52,12 @@ def hybrid(entries: tuple[str, ...], targets, building) -> NothingExcluded:
     return NothingExcluded()
 
 
+def unread_entries(who: str) -> str:
+    """Why fix writes no exclusion for this form: any entry is refused above, and SGLang would not read it anyway."""
+    return (f"fix --target cannot exclude it for {who}, which matches the exclusion lists against its own layer names "
+            "(fp8.py:354-364, `model.layers.N.self_attn.wq_b`), not the checkpoint's")
+
+
 def refusal(config: dict | None, built_layers: Mapping[str, str], who: str) -> str | None:
     """Why SGLang's reading of this config is not the one doctor judges (None: it is); `built_layers`: the release's
     own layer names of the class (`*` a layer number) and their classes."""
@@ -60,6 +68,14 @@ def refusal(config: dict | None, built_layers: Mapping[str, str], who: str) -> s
         return (f"{who} builds its NVFP4 experts from this form only where quantization_config says quant_algo "
                 "MIXED_PRECISION, moe_quant_algo NVFP4 and a group_size (model_config.py:775-794); otherwise its Fp8Config "
                 "builds the routed experts FP8 or MXFP4, a form this tool does not read")
+    try:  # model_config.py:786 `int(group_size)`, the experts' ModelOptFp4Config's grouping (loader.py:243)
+        group = int(quant["group_size"])
+    except (TypeError, ValueError, OverflowError):
+        return (f"{who} reads quantization_config.group_size with int() (model_config.py:786), and "
+                f"{shown(repr(quant['group_size']))} is not a whole number: it stops reading the config")
+    if group != NVFP4_GROUP:
+        return (f"{who} builds its NVFP4 experts with group_size {group} (int() of the config's, model_config.py:786; "
+                f"loader.py:243), a form this tool does not read (NVFP4's {NVFP4_GROUP})")
     key = next((k for k in FP8_LISTS if k in quant), None)
     if key is not None and quant[key]:
         return (f"{who} matches quantization_config.{key} against its own layer names (fp8.py:354-364, is_layer_skipped: "
