@@ -46,22 +46,13 @@ def test_each_config_kind_rewrites_its_list_as_its_apply_vllm_mapper_does():
 
 
 def test_each_apply_vllm_mapper_call_splits_the_list_it_is_handed_again():
-    """A build that hands its config two mappers (Apertus: [{}, {}] in 0.28-0.32; Gemma3n) calls ModelOpt's
+    """A build that hands its config two mappers (Gemma3nForCausalLM's own and its inner module's) calls ModelOpt's
     apply_vllm_mapper twice, and each call splits the list the previous one left (modelopt.py:262-281): vLLM 0.32's own
     config, handed two rename mappers, turns `layers.1**` into `layers.1`, `layers.1.*`, `layers.1*.*` (measured), so
     `layers.1` is a substring test that excludes `model.layers.1.self_attn.o_proj`."""
     twice = (NameMapper.read({}), NameMapper.read({}))
     assert list(rewritten(["layers.1**"], twice, "modelopt")) == ["layers.1", "layers.1.*", "layers.1*.*"]
     assert list(rewritten(["layers.1**"], twice[:1], "modelopt")) == ["layers.1*", "layers.1*.*"]
-
-
-@pytest.mark.parametrize("target", ["vllm==0.28.0", "vllm==0.30.0", "vllm==0.32.0"])
-def test_an_entry_split_by_the_second_mapper_call_excludes_as_vllm_reads_it(capsys, tmp_path, target):
-    """Apertus's build hands its ModelOpt config a mapper twice: `layers.0.self_attn.o_proj**` ends as the substring
-    `layers.0.self_attn.o_proj`, which excludes layer 0's o_proj (stored BF16): vLLM loads it unquantized."""
-    folder = gpt_oss_o_proj_bf16(tmp_path / "x", ["layers.0.self_attn.o_proj**"], "ApertusForCausalLM", "apertus")
-    code, out, err = run_captured(capsys, "doctor", folder, "--target", target, "--strict")
-    assert code == 0, out + err
 
 
 def test_every_shipped_row_spells_its_own_layer_names_as_they_are_and_the_checkpoints_as_vllm_does():
@@ -87,9 +78,18 @@ def test_every_profiled_release_records_llamas_mapper():
             assert profile.entries["LlamaForCausalLM"].get("exclusion_mappers") == [{}], profile.label
 
 
-def gpt_oss_o_proj_bf16(root, entries: list[str], arch_name: str = "GptOssForCausalLM", model_type: str = "gpt_oss"):
+def test_a_class_built_once_records_one_mapper_call():
+    """ApertusForCausalLM is no SupportsQuant: initialize_model hands its mapper to the quant config once
+    (configure_quant_config, model_loader/utils.py:88 in 0.32). Its XIELU activation calls .item() while built, so the
+    profiler's meta-device build fails and it builds again on CPU with a fresh config: only that build's calls count."""
+    for profile in arch.PROFILES:
+        if profile.runtime == "vllm":
+            assert profile.entries["ApertusForCausalLM"].get("exclusion_mappers") == [{}], profile.label
+
+
+def gpt_oss_o_proj_bf16(root, entries: list[str]):
     """A GptOss export (o_proj NVFP4 in both layers) with layer 0's o_proj stored BF16 and `entries` listed."""
-    folder = export(root, arch_name, model_type, {}, ["lm_head", *entries])
+    folder = export(root, "GptOssForCausalLM", "gpt_oss", {}, ["lm_head", *entries])
     tensors = load_file(folder / "model.safetensors")
     name = "model.layers.0.self_attn.o_proj"
     for leaf in [n for n in tensors if n.startswith(name + ".")]:
