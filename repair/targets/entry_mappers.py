@@ -76,8 +76,9 @@ class NameMapper:
 
 def rewritten(entries: Iterable[str], mappers: tuple[NameMapper, ...], how: str) -> dict[str, tuple[str, ...]]:
     """Each entry as the release's list holds it after the rewrite -> the entries it came from (list order kept).
-    Each mapper is one apply_vllm_mapper call on the list the previous call left, ModelOpt's split included: Apertus's
-    build makes two, so `X**` ends as `X`, `X.*` and `X*.*` (vLLM 0.32's own config, handed two mappers)."""
+    Each mapper is one apply_vllm_mapper call on the list the previous call left, ModelOpt's split included:
+    Gemma3nForCausalLM's build makes two (its own, its inner module's), so `X**` ends as `X`, `X.*` and `X*.*`
+    (vLLM 0.32's own config, handed two mappers)."""
     out: dict[str, list[str]] = {}
     for entry in entries:
         names = [entry]
