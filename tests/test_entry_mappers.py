@@ -41,7 +41,18 @@ def test_each_config_kind_rewrites_its_list_as_its_apply_vllm_mapper_does():
         "re:.*self_attn.q.*": ("re:.*self_attn.q.*",), "lm_head": ("lm_head",)}
     paths = rewritten(entries, (GPT_OSS,), "paths")  # compressed-tensors: no split, `re:` and dotless names kept
     assert list(paths) == ["model.layers.0.attn.qkv_*", "model.layers.0.attn.*", "*", "re:.*self_attn.q.*", "lm_head"]
-    assert rewritten(["a*"], (), "modelopt") == {"a": ("a*",), "a.*": ("a*",)}  # a mapper renaming nothing still splits
+    assert rewritten(["a*"], (NameMapper.read({}),), "modelopt") == {"a": ("a*",), "a.*": ("a*",)}  # a mapper renaming nothing still splits
+    assert rewritten(["a*"], (), "modelopt") == {"a*": ("a*",)}  # no apply_vllm_mapper call, no split
+
+
+def test_each_apply_vllm_mapper_call_splits_the_list_it_is_handed_again():
+    """A build that hands its config two mappers (Gemma3nForCausalLM's own and its inner module's) calls ModelOpt's
+    apply_vllm_mapper twice, and each call splits the list the previous one left (modelopt.py:262-281): vLLM 0.32's own
+    config, handed two rename mappers, turns `layers.1**` into `layers.1`, `layers.1.*`, `layers.1*.*` (measured), so
+    `layers.1` is a substring test that excludes `model.layers.1.self_attn.o_proj`."""
+    twice = (NameMapper.read({}), NameMapper.read({}))
+    assert list(rewritten(["layers.1**"], twice, "modelopt")) == ["layers.1", "layers.1.*", "layers.1*.*"]
+    assert list(rewritten(["layers.1**"], twice[:1], "modelopt")) == ["layers.1*", "layers.1*.*"]
 
 
 def test_every_shipped_row_spells_its_own_layer_names_as_they_are_and_the_checkpoints_as_vllm_does():
@@ -65,6 +76,15 @@ def test_every_profiled_release_records_llamas_mapper():
     for profile in arch.PROFILES:
         if profile.runtime == "vllm":
             assert profile.entries["LlamaForCausalLM"].get("exclusion_mappers") == [{}], profile.label
+
+
+def test_a_class_built_once_records_one_mapper_call():
+    """ApertusForCausalLM is no SupportsQuant: initialize_model hands its mapper to the quant config once
+    (configure_quant_config, model_loader/utils.py:88 in 0.32). Its XIELU activation calls .item() while built, so the
+    profiler's meta-device build fails and it builds again on CPU with a fresh config: only that build's calls count."""
+    for profile in arch.PROFILES:
+        if profile.runtime == "vllm":
+            assert profile.entries["ApertusForCausalLM"].get("exclusion_mappers") == [{}], profile.label
 
 
 def gpt_oss_o_proj_bf16(root, entries: list[str]):

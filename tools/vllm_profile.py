@@ -90,11 +90,13 @@ def modules_of(model) -> dict[str, dict]:
     return {k: {"state": "|".join(sorted(v["states"])), "layer": v["layer"]} for k, v in sorted(out.items())}
 
 
-def build_model(folder: str, initialize_model, drafter: bool = False):
+def build_model(folder: str, initialize_model, drafter: bool = False, mappers: list | None = None):
     """(model, its VllmConfig): on the meta device (no prefix caching: on CPU vLLM turns it off for MLA models after
     its hybrid hook sized the mamba blocks for it, and then refuses its own config); a class whose __init__ copies data (buffers filled from tensors)
     is built again on CPU, from a fresh config (layer names register once per config), a few MB at these sizes.
-    `drafter`: the MTP draft model vLLM builds for `speculative_config={"method": "mtp"}` on this checkpoint instead."""
+    `drafter`: the MTP draft model vLLM builds for `speculative_config={"method": "mtp"}` on this checkpoint instead.
+    `mappers`: the recorded apply_vllm_mapper calls, emptied before each build (a failed meta build's calls are not
+    the build vLLM makes: Apertus's XIELU calls .item() and recorded its one call twice)."""
     import contextlib
 
     import torch
@@ -102,6 +104,8 @@ def build_model(folder: str, initialize_model, drafter: bool = False):
     from vllm.engine.arg_utils import EngineArgs
 
     for device in ("meta", None):
+        if mappers is not None:
+            mappers.clear()
         vc = EngineArgs(model=folder, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=128, enforce_eager=True,
                         load_format="dummy", trust_remote_code=False,
                         enable_prefix_caching=False,
@@ -141,7 +145,7 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
             write_config(folder, arch, config, refused)
             try:
                 with recorded([]) as mappers:  # what the build hands its quant config to rewrite its lists with
-                    model, vc = build_model(folder, initialize_model)
+                    model, vc = build_model(folder, initialize_model, mappers=mappers)
                 mtp = mtp_drafter(folder, initialize_model) if has_mtp(config) else {}
                 break
             except ValueError as e:

@@ -75,17 +75,26 @@ class NameMapper:
 
 
 def rewritten(entries: Iterable[str], mappers: tuple[NameMapper, ...], how: str) -> dict[str, tuple[str, ...]]:
-    """Each entry as the release's list holds it after the rewrite -> the entries it came from (list order kept)."""
+    """Each entry as the release's list holds it after the rewrite -> the entries it came from (list order kept).
+    Each mapper is one apply_vllm_mapper call on the list the previous call left, ModelOpt's split included:
+    Gemma3nForCausalLM's build makes two (its own, its inner module's), so `X**` ends as `X`, `X.*` and `X*.*`
+    (vLLM 0.32's own config, handed two mappers)."""
     out: dict[str, list[str]] = {}
     for entry in entries:
-        made = [entry[:-1], entry[:-1] + ".*"] if how == "modelopt" and len(entry) >= 2 and entry[-1] == "*" \
-            and entry[-2] != "." else [entry]
-        for name in made:
-            for mapper in mappers if how != "paths" or ("." in name and not name.startswith("re:")) else ():
-                name = mapper(name) if name is not None else None
-            if name is not None:
-                out.setdefault(name, []).append(entry)
+        names = [entry]
+        for mapper in mappers:
+            names = [m for name in names for m in _one_call(name, mapper, how)]
+        for name in names:
+            out.setdefault(name, []).append(entry)
     return {k: tuple(dict.fromkeys(v)) for k, v in out.items()}
+
+
+def _one_call(name: str, mapper: NameMapper, how: str) -> list[str]:
+    """`name` after one apply_vllm_mapper call of the config kind `how` (a name the mapper drops is gone)."""
+    made = [name[:-1], name[:-1] + ".*"] if how == "modelopt" and len(name) >= 2 and name[-1] == "*" \
+        and name[-2] != "." else [name]
+    mapped = [mapper(n) if how != "paths" or ("." in n and not n.startswith("re:")) else n for n in made]
+    return [n for n in mapped if n is not None]
 
 
 @dataclass(frozen=True)
