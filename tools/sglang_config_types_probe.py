@@ -12,6 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tools import sglang_stubs  # noqa: E402
+from tools.raised_by import reraise_ours  # noqa: E402
 
 sglang_stubs.install()
 
@@ -24,7 +25,8 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: 
 def said(folder: str) -> str:
     try:
         return f"read: {type(get_config(folder, trust_remote_code=False)).__name__}"
-    except Exception as exc:  # the release's own refusal, in its words
+    except Exception as exc:  # noqa: BLE001 - the release's own refusal, in its words
+        reraise_ours(exc)
         return f"{type(exc).__name__}: {exc}"
 
 
