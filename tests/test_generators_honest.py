@@ -34,6 +34,20 @@ def through_library(fn):
 
 def imports_missing():
     import a_kernel_package_this_host_lacks  # noqa: F401
+
+def rewraps(callback):
+    try:
+        return callback()
+    except KeyError as e:                  # the release catching what our callback raised and raising its own
+        raise ValueError("the release could not read the layer") from e
+
+def copies(param, loaded):
+    param.data.copy_(loaded)               # default_weight_loader's copy, handed the harness's meta tensor
+'''
+
+LIBRARY = '''
+def loads(fn):
+    return fn()["a key"]                   # a library (torch, safetensors) raising on what our code handed it
 '''
 
 
@@ -42,7 +56,11 @@ def vllm(tmp_path):
     folder = tmp_path / "lib" / "python3.12" / "site-packages" / "vllm" / "models"
     folder.mkdir(parents=True)
     (folder / "model.py").write_text(RUNTIME)
-    spec = importlib.util.spec_from_file_location("stand_in_vllm_model", folder / "model.py")
+    return load("vllm.models.model", folder / "model.py")  # the name it has installed
+
+
+def load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -140,3 +158,51 @@ def test_every_broad_catch_of_a_generator_lets_our_own_bugs_through():
              if p.name.startswith(("vllm_", "sglang_", "ct_groups"))
              for name, line in broad_catches(p) if (p.name, name) not in HARNESS]
     assert not found, found
+
+
+def test_a_library_in_a_venv_named_like_a_runtime_is_not_the_runtime(tmp_path):
+    """Failed before: any folder named vllm/sglang/transformers in a frame's path made it the runtime's, and the SGLang
+    tier's venv is /work/venvs/sglang: torch (any library) there raising on what our stand-in handed it read as
+    SGLang's refusal. The runtime is the package a frame's module belongs to, not a folder's name."""
+    folder = tmp_path / "venvs" / "sglang" / "lib" / "python3.12" / "site-packages" / "a_library"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(LIBRARY)
+    library = load("a_library", folder / "__init__.py")
+    error = caught(lambda: library.loads(dict))
+    assert raised_by(error) == "ours", error
+
+
+def test_the_runtime_rewrapping_our_bug_is_ours(vllm):
+    """Failed before: the release catching our callback's KeyError and raising its own ValueError `from` it was counted
+    the release's (its frame is the innermost of the last exception); the chain says whose bug it is."""
+    error = caught(lambda: vllm.rewraps(our_bug))
+    assert isinstance(error, ValueError) and raised_by(error) == "ours", error
+    assert raised_by(caught(lambda: vllm.rewraps(_config_lacks))) == "runtime"  # not a KeyError: vLLM's own raise
+
+
+def test_torch_refusing_the_harness_meta_tensor_in_the_runtime_is_ours(vllm):
+    """Failed before: torch's "Cannot copy out of meta tensor" inside vLLM's default_weight_loader (Apertus's xIELU
+    buffers, which no recorder stood for) was counted vLLM's refusal; the meta tensors are the harness's, not the
+    checkpoint's, so no such error says anything of vLLM."""
+    import torch
+
+    error = caught(lambda: vllm.copies(torch.zeros(2), torch.empty(2, device="meta")))
+    assert "meta tensor" in str(error) and raised_by(error) == "ours", error
+
+
+def _config_lacks_broken():
+    return {}["a field our stand-in computed wrong"]
+
+
+def test_a_stand_in_passed_over_only_for_the_lookup_it_answers(vllm):
+    """Failed before: a function listed in RAISED_FOR_THE_CALLER was passed over whatever it raised, so a bug of ours
+    inside a stand-in's `__getattr__` (a KeyError, a TypeError) read as vLLM's refusal. Only its AttributeError is the
+    caller's failed lookup."""
+    global RAISED_FOR_THE_CALLER
+    listed = RAISED_FOR_THE_CALLER
+    RAISED_FOR_THE_CALLER = (*listed, "_config_lacks_broken")
+    try:
+        assert raised_by(caught(lambda: vllm.calls(_config_lacks_broken))) == "ours"
+        assert raised_by(caught(lambda: vllm.calls(_config_lacks))) == "runtime"
+    finally:
+        RAISED_FOR_THE_CALLER = listed

@@ -115,6 +115,8 @@ def placements(model, weights: dict, loaded: set | None = None) -> dict[str, dic
         else:
             p.weight_loader = recorder(p)
         p.copy_ = copier(p)
+    for _, b in model.named_buffers():  # AutoWeightsLoader loads persistent buffers too (`_add_loadable_non_param_tensors`)
+        b.weight_loader = meta_copy(b)
 
     def tensors():
         for module, (name, shape, dtype) in weights.items():
@@ -134,6 +136,19 @@ def placements(model, weights: dict, loaded: set | None = None) -> dict[str, dic
                        "method": method_name,
                        "quantized": method_name is not None and not method_name.startswith("Unquantized")}
     return out
+
+
+def meta_copy(buffer):
+    """A buffer's loader: vLLM's default_weight_loader (its size check) into a meta stand-in of the buffer, so a
+    CPU-built model's buffer (Apertus's xIELU beta/eps: built on the CPU, it reads them with .item()) is not handed our
+    meta tensor to copy ("Cannot copy out of meta tensor": the harness's, no refusal of vLLM's). Not recorded as placed,
+    as a meta-built model's buffer never was."""
+    def load(param, loaded_weight, *args, **kwargs):
+        import torch
+        from vllm.model_executor.model_loader.weight_utils import default_weight_loader
+
+        default_weight_loader(torch.empty_like(buffer, device="meta"), loaded_weight)
+    return load
 
 
 def build(vc, model_config):

@@ -40,3 +40,40 @@ def test_our_own_bug_stops_the_generator(tmp_path, where):
     assert proc.returncode != 0 and not out.exists(), proc.stderr[-3000:]
     tail = proc.stderr[proc.stderr.rfind("Traceback"):]
     assert "in broken" in tail and "KeyError: 'a name our own tool computed wrong'" in tail, tail[-3000:]
+
+
+BUFFER = """
+import sys, torch
+from vllm.config import VllmConfig, set_current_vllm_config
+from vllm.model_executor.layers.activation import XIELU
+from vllm.model_executor.models.utils import AutoWeightsLoader
+from vllm_declared import placements
+
+class Mlp(torch.nn.Module):  # Apertus's MLP: its xIELU's beta/eps are persistent buffers transformers saves
+    def __init__(self):
+        super().__init__()
+        self.act_fn = XIELU(dtype=torch.bfloat16)
+
+    def load_weights(self, weights):
+        return AutoWeightsLoader(self).load_weights(weights)
+
+with set_current_vllm_config(VllmConfig()):
+    mlp = Mlp()  # on the CPU, as the profile builds Apertus (xIELU reads its buffers with .item(): no meta build)
+loaded = set()
+placements(mlp, {"act_fn": ("act_fn.beta", [], "bfloat16")}, loaded)
+open(sys.argv[1], "w").write(repr(sorted(loaded)))  # (stdout: the tools send it to stderr)
+"""
+
+
+def test_a_persistent_buffer_is_fed_without_copying_the_harness_meta_tensor(tmp_path):
+    """Failed before: vllm_declared.placements stood a recorder in for every parameter's weight loader but for no buffer,
+    so AutoWeightsLoader (utils.py `_add_loadable_non_param_tensors`) handed a CPU-built model's buffer and our meta
+    tensor to vLLM's default_weight_loader: "Cannot copy out of meta tensor", which tools/raised_by.py counted vLLM's
+    and dropped_tensors swallowed into no facts for Apertus. Now the buffer takes vLLM's own checks on a meta copy."""
+    script, out = tmp_path / "buffer.py", tmp_path / "loaded.txt"
+    script.write_text(BUFFER)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    proc = subprocess.run([str(VLLM_PY), str(script), str(out)], capture_output=True, text=True, timeout=600, cwd="/",
+                          env={**env, "PYTHONPATH": str(REPO / "tools")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert out.read_text() == "['act_fn.beta']", proc.stderr[-3000:]
