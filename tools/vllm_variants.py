@@ -28,6 +28,8 @@ FP8_KV = {"dynamic": False, "num_bits": 8, "type": "float"}  # ModelOpt's config
 # architecture -> ({"field", "is" | "other_than", "probes"}, ...): each probe is the fields written for one build
 VARIANTS: dict[str, tuple[dict, ...]] = {
     "DeepseekV2ForCausalLM": ({"field": "q_lora_rank", "is": None, "probes": [{"q_lora_rank": None}]},),
+    # V2's class body (deepseek_v2.py:2005-2006): Moonlight-16B-A3B and Kimi-VL-A3B's text part set q_lora_rank null
+    "DeepseekV3ForCausalLM": ({"field": "q_lora_rank", "is": None, "probes": [{"q_lora_rank": None}]},),
     "MiniCPMForCausalLM": ({"field": "num_experts", "other_than": 0,
                             "probes": [{"num_experts": 2, "num_experts_per_tok": 1},
                                        {"num_experts": 4, "num_experts_per_tok": 2}]},),
@@ -37,9 +39,12 @@ VARIANTS: dict[str, tuple[dict, ...]] = {
 QUANT_VARIANTS = ({"field": "quantization_config.kv_cache_scheme", "is": FP8_KV},
                   {"field": "quantization_config.kv_cache_quant_algo", "is": "FP8"})
 # facts the profile learns by loading transformers' checkpoint into the profiled build: a variant records none of
-# them, so none is recorded for a row holding one (they could differ in the other build)
-LOAD_FACTS = ("prefixes", "loads_into", "nvfp4_load_refused", "dropped", "dropped_in_layers", "without", "mtp",
+# them, so none is recorded for a row holding one (they could differ in the other build). The MTP drafter's build
+# (`mtp`: its architecture, modules, renames) a variant records again (`built` builds it too: DeepSeekMTP's layer
+# reads q_lora_rank as the main model's does); a drafter's load facts it does not.
+LOAD_FACTS = ("prefixes", "loads_into", "nvfp4_load_refused", "dropped", "dropped_in_layers", "without",
               "load_refused", "modelopt_fp4_only", "nvfp4_refused")
+DRAFTER_BUILT = {"architecture", "modules", "renames", "unbuilt"}
 
 
 def condition(rule: dict) -> dict:
@@ -60,9 +65,10 @@ def varied(config: dict, probe: dict) -> dict:
 
 
 def variants(arch: str, config: dict, row: dict, built: Callable[[dict], dict], log) -> list[dict]:
-    """[{**condition, "modules", "fused"}]: the facts vLLM's build of `config` varied per VARIANTS[arch] has where they
-    differ from the profiled `row`'s (`built(config)`: {"modules", "fused"} of that build)."""
-    held = [k for k in LOAD_FACTS if row.get(k)]
+    """[{**condition, "modules", "fused"[, "mtp"]}]: the facts vLLM's build of `config` varied per VARIANTS[arch] has
+    where they differ from the profiled `row`'s (`built(config)`: {"modules", "fused"} of that build, and "mtp", its
+    drafter's build, where the config has MTP layers)."""
+    held = [k for k in LOAD_FACTS if row.get(k)] + [f"mtp.{k}" for k in sorted(set(row.get("mtp") or {}) - DRAFTER_BUILT)]
     out = []
     for rule in VARIANTS.get(arch, ()):
         if held:

@@ -56,13 +56,15 @@ def holds(condition, config: dict | None) -> bool:
 
 def varied(entry: dict | None, config: dict | None) -> dict | None:
     """The entry as the release builds it for `config`: the first recorded variant whose condition holds overlays its
-    modules and fused layers, and its field no longer disagrees (`config.agrees_with`); else the entry."""
+    modules and fused layers (and its MTP drafter's build, where it records one), and its field no longer disagrees
+    (`config.agrees_with`); else the entry."""
     found = next((v for v in (entry or {}).get("variants") or () if holds(v, config)), None)
     if found is None:
         return entry
     own = entry.get("config") or {}
     agreed = {k: v for k, v in (own.get("agrees_with") or {}).items() if k != found["field"]}
     said = f"; built again with {found['field']} as config.json sets it (the profile's variants)"
-    return {**entry, "modules": found["modules"], "fused": found["fused"],
+    drafter = {"mtp": found["mtp"]} if "mtp" in found else {}
+    return {**entry, "modules": found["modules"], "fused": found["fused"], **drafter,
             "config": {**{k: v for k, v in own.items() if k != "agrees_with"}, "source": f"{own.get('source', '')}{said}",
                        **({"agrees_with": agreed} if agreed else {})}}
