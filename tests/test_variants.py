@@ -8,7 +8,7 @@ import pytest
 
 from repair import arch
 from repair.arch.variants import holds, varied
-from tools.vllm_variants import QUANT_VARIANTS, VARIANTS, condition
+from tools.vllm_variants import QUANT_METHOD, QUANT_VARIANTS, VARIANTS, condition
 
 NULL = {"field": "q_lora_rank", "is": None}
 OTHER = {"field": "num_experts", "other_than": 0}
@@ -34,6 +34,10 @@ DOTTED = {"field": "quantization_config.kv_cache_scheme", "is": {"num_bits": 8, 
     (DOTTED, {"kv_cache_scheme": {"type": "float", "num_bits": 8}}, False),
     ({"field": 3, "is": None}, {3: None}, False),
     ({"field": "q_lora_rank"}, {"q_lora_rank": None}, False),
+    (dict(NULL, **{"with": [OTHER]}), {"q_lora_rank": None, "num_experts": 2}, True),  # each `with` holds too
+    (dict(NULL, **{"with": [OTHER]}), {"q_lora_rank": None}, False),
+    (dict(NULL, **{"with": OTHER}), {"q_lora_rank": None, "num_experts": 2}, False),  # malformed: no list
+    (dict(NULL, **{"with": [dict(OTHER, **{"with": "x"})]}), {"q_lora_rank": None, "num_experts": 2}, False),
     ("q_lora_rank", {"q_lora_rank": None}, False),
     (NULL, None, False),
     (NULL, [], False),
@@ -68,7 +72,9 @@ def test_every_shipped_variant_is_its_generators_and_differs_from_its_row():
                 seen.add(name)
         for name, fact in profile.build_refused.items():
             for u in fact.get("unless", ()):
-                assert {k: v for k, v in u.items() if k != "then"} in QUANT_VARIANTS and u["then"], (profile.label, name)
+                assert {k: v for k, v in u.items() if k not in ("then", "with")} in QUANT_VARIANTS and u["then"], \
+                    (profile.label, name)
+                assert u["with"] == [QUANT_METHOD], (profile.label, name)  # the quant method it was built with
     assert seen == set(VARIANTS)
 
 

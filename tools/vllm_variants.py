@@ -17,7 +17,8 @@ A field with a dot is a path from config.json's top (`quantization_config.kv_cac
 --kv-cache-dtype auto from a ModelOpt config.json's kv_cache_scheme (engine/arg_utils.py:1986), and its DeepSeek-V4
 attention asserts an fp8 KV cache (attention.py:106): the model is built again with each of `QUANT_VARIANTS`, and the
 refusal is recorded `unless` any of those under which the build no longer raises the same error at the same line (`then`:
-what the build does instead, in its words: on this host 0.28 stops at a CUDA-only kernel, a host limit).
+what the build does instead, in its words: on this host 0.28 stops at a CUDA-only kernel, a host limit), `with` the
+quant method it was built with (each a condition that must hold too).
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ VARIANTS: dict[str, tuple[dict, ...]] = {
 }
 # the KV-cache declarations vLLM 0.28's resolve_kv_cache_dtype_string reads from config.json's ModelOpt block
 # (utils/torch_utils.py:427-470: kv_cache_scheme's dict, or kv_cache_quant_algo's name), each asked of the build
+# the quant method the declaration was built with, recorded beside it (`with`): vLLM 0.28 reads a KV-cache declaration
+# only where quant_method starts with "modelopt" (torch_utils.py:436-437), so a compressed-tensors config's is not it
+QUANT_METHOD = {"field": "quantization_config.quant_method", "is": "modelopt"}
 QUANT_VARIANTS = ({"field": "quantization_config.kv_cache_scheme", "is": FP8_KV},
                   {"field": "quantization_config.kv_cache_quant_algo", "is": "FP8"})
 # facts the profile learns by loading transformers' checkpoint into the profiled build: a variant records none of
@@ -90,11 +94,13 @@ def refusal_lifted(config: dict, error: BaseException, site: str, attempt: Calla
     """The QUANT_VARIANTS conditions under which vLLM's build of `config` no longer raises `error` at `site`
     (`attempt(config)`: the exception the build raises, None when it builds), each with what the build did then."""
     said, out = f"{type(error).__name__}: {error}", []
+    method = (config.get("quantization_config") or {}).get("quant_method", QUANT_METHOD["is"])
     for rule in QUANT_VARIANTS:
         other = attempt(varied(config, {rule["field"]: rule["is"]}))
+        built = {**rule, "with": [{**QUANT_METHOD, "is": method}]}  # 0.28 reads it of a ModelOpt config only
         if other is None:
-            out.append({**rule, "then": "it builds"})
+            out.append({**built, "then": "it builds"})
         elif (f"{type(other).__name__}: {other}", refusal_site(other)) != (said, site):
             where = refusal_site(other) or "outside vLLM's code: this host"
-            out.append({**rule, "then": f"the build stops later, at {where}: {type(other).__name__}: {str(other)[:120]}"})
+            out.append({**built, "then": f"the build stops later, at {where}: {type(other).__name__}: {str(other)[:120]}"})
     return out

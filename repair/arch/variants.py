@@ -8,7 +8,8 @@ num_experts is not 0. A build refusal may be lifted the same way: vLLM 0.28 buil
 config.json declares an FP8 KV cache. A condition:
   {"field": F, "is": V}          F is set to V (null included; absent is the config class's default, not V);
   {"field": F, "other_than": V}  F is set to a value of V's type (an int: not a bool) other than V.
-F with a dot is a path from config.json's top; else a field of its text part. Hostile values hold nothing.
+F with a dot is a path from config.json's top; else a field of its text part. A condition's `with` lists conditions that
+must hold too (vLLM 0.28 reads a declared KV cache of a ModelOpt quant_method only). Hostile values hold nothing.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def holds(condition, config: dict | None) -> bool:
     if not isinstance(field, str):
         return False
     value = lookup(config, field)
-    if value is ABSENT:
+    also = condition.get("with", [])
+    if value is ABSENT or not isinstance(also, list) or not all(isinstance(c, dict) and "with" not in c and holds(c, config)
+                                                                for c in also):
         return False
     if "is" in condition:
         return same(value, condition["is"])
