@@ -186,3 +186,20 @@ def test_vllm_028_still_refuses_deepseek_v4_whose_kv_cache_is_not_the_recorded_f
     [found] = [f for f in report["findings"] if f["code"] == "build-refused"]
     assert "quantization_config.kv_cache_scheme is {\"dynamic\": false, \"num_bits\": 8, \"type\": \"float\"}" in found["message"], found
     assert "no change to the files" not in found["message"], found
+
+
+@pytest.mark.parametrize("method, refused", [("compressed-tensors", True), ("modelopt", False)])
+def test_vllm_028_reads_a_declared_fp8_kv_cache_of_modelopt_only(method, refused):
+    """vLLM 0.28's get_kv_cache_quant_algo_string reads kv_cache_scheme / kv_cache_quant_algo only where quant_method
+    starts with "modelopt" (utils/torch_utils.py:436-437), else --kv-cache-dtype auto stays auto and DeepSeek-V4's
+    attention refuses (attention.py:106): RedHatAI's compressed-tensors DeepSeek-V4-Flash config with ModelOpt's FP8
+    declaration written in is still refused; the same with quant_method modelopt is not."""
+    from pathlib import Path
+
+    from repair.doctor.refused_load import build_refused_findings
+    from repair.targets.profiles import resolve
+
+    config = json.loads((Path(__file__).parent / "data/real/redhatai-deepseek-v4-flash-nvfp4-fp8/config.json").read_text())
+    config["quantization_config"] = dict(config["quantization_config"], quant_method=method, kv_cache_scheme=FP8_KV)
+    errors, _ = build_refused_findings(resolve("vllm==0.28.0"), DSV4, config, 1)
+    assert bool(errors) is refused, errors

@@ -241,3 +241,24 @@ def test_a_null_exclusion_list_is_sglangs_config_error_and_fix_writes_a_list(cap
     code, _, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--target", SGLANG)
     assert code == 0, err
     assert run_captured(capsys, "doctor", tmp_path / "out", "--target", SGLANG, "--strict")[0] == 0
+
+
+
+@pytest.mark.parametrize("release", ["0.5.9", "0.5.23"])
+@pytest.mark.parametrize("model_type", ["deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa"])
+def test_an_absent_packed_when_key_is_the_config_class_default(release, model_type):
+    """SGLang's DeepseekV2ForCausalLM adds fused_qkv_a_proj_with_mqa where `hasattr(config, "q_lora_rank") and
+    config.q_lora_rank is not None` (0.5.23 models/deepseek_v2.py:3261-3263), asked of transformers' config class: a
+    config.json without q_lora_rank gets the class default, which transformers' classes for these model types set
+    (DeepseekV2Config 1536, GlmMoeDsaConfig 2048), so the fusion is built; only a config.json writing null
+    (DeepSeek-V2-Lite) builds the shards alone. (The sglang venv's transformers has no sarvam_mla, whose default is null.)"""
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    rules = profiles.resolve(f"sglang=={release}").profile.rules
+    architecture = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
+    [(key, added)] = rules.packed_when[architecture].items()
+    assert getattr(CONFIG_MAPPING[model_type](), key) is not None
+    config = {"architectures": [architecture], "model_type": model_type}
+    assert set(added) <= set(rules.building(architecture, None, config).packed), (architecture, key)
+    assert not set(added) & set(rules.building(architecture, None, {**config, key: None}).packed), (architecture, key)

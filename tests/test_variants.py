@@ -8,7 +8,7 @@ import pytest
 
 from repair import arch
 from repair.arch.variants import holds, varied
-from tools.vllm_variants import QUANT_VARIANTS, VARIANTS, condition
+from tools.vllm_variants import QUANT_METHOD, QUANT_VARIANTS, VARIANTS, condition
 
 NULL = {"field": "q_lora_rank", "is": None}
 OTHER = {"field": "num_experts", "other_than": 0}
@@ -34,6 +34,10 @@ DOTTED = {"field": "quantization_config.kv_cache_scheme", "is": {"num_bits": 8, 
     (DOTTED, {"kv_cache_scheme": {"type": "float", "num_bits": 8}}, False),
     ({"field": 3, "is": None}, {3: None}, False),
     ({"field": "q_lora_rank"}, {"q_lora_rank": None}, False),
+    (dict(NULL, **{"with": [OTHER]}), {"q_lora_rank": None, "num_experts": 2}, True),  # each `with` holds too
+    (dict(NULL, **{"with": [OTHER]}), {"q_lora_rank": None}, False),
+    (dict(NULL, **{"with": OTHER}), {"q_lora_rank": None, "num_experts": 2}, False),  # malformed: no list
+    (dict(NULL, **{"with": [dict(OTHER, **{"with": "x"})]}), {"q_lora_rank": None, "num_experts": 2}, False),
     ("q_lora_rank", {"q_lora_rank": None}, False),
     (NULL, None, False),
     (NULL, [], False),
@@ -50,6 +54,9 @@ def test_a_variant_overlays_its_build_and_nothing_else():
     assert got["modules"] == {"b": {}} and got["fused"] == {"g": ["h"]} and got["renames"] == {"x": "y"}
     assert got["config"]["agrees_with"] == {"other": 1} and "variants" in got["config"]["source"]
     assert varied({"variants": "hostile"}, {}) == {"variants": "hostile"}
+    drafted = dict(entry, mtp={"modules": {"d": {}}}, variants=[dict(OTHER, modules={}, fused={}, mtp={"modules": {"e": {}}})])
+    assert varied(drafted, {"num_experts": 2})["mtp"] == {"modules": {"e": {}}}  # its drafter built again too
+    assert varied(dict(drafted, variants=entry["variants"]), {"num_experts": 2})["mtp"] == {"modules": {"d": {}}}
 
 
 def test_every_shipped_variant_is_its_generators_and_differs_from_its_row():
@@ -59,25 +66,33 @@ def test_every_shipped_variant_is_its_generators_and_differs_from_its_row():
     for profile in arch.PROFILES:
         for name, entry in profile.entries.items():
             for variant in entry.get("variants", ()):
-                assert {k: v for k, v in variant.items() if k not in ("modules", "fused")} in \
+                assert {k: v for k, v in variant.items() if k not in ("modules", "fused", "mtp")} in \
                     [condition(r) for r in VARIANTS.get(name, ())], (profile.label, name)
                 assert (variant["modules"], variant["fused"]) != (entry["modules"], entry["fused"])
                 seen.add(name)
         for name, fact in profile.build_refused.items():
             for u in fact.get("unless", ()):
-                assert {k: v for k, v in u.items() if k != "then"} in QUANT_VARIANTS and u["then"], (profile.label, name)
+                assert {k: v for k, v in u.items() if k not in ("then", "with")} in QUANT_VARIANTS and u["then"], \
+                    (profile.label, name)
+                assert u["with"] == [QUANT_METHOD], (profile.label, name)  # the quant method it was built with
     assert seen == set(VARIANTS)
 
 
 @pytest.mark.parametrize("release", [(0, 28, 0), (0, 30, 0), (0, 32, 0)])
-def test_deepseek_v2_without_q_lora_rank_builds_kv_a_proj_alone(release):
-    """vLLM 0.28-0.32 build q_proj and kv_a_proj_with_mqa, no fused_qkv_a_proj, where q_lora_rank is null."""
+@pytest.mark.parametrize("name", ["DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"])
+def test_deepseek_without_q_lora_rank_builds_kv_a_proj_alone(release, name):
+    """vLLM 0.28-0.32 build q_proj and kv_a_proj_with_mqa, no fused_qkv_a_proj, where q_lora_rank is null.
+    DeepseekV3ForCausalLM is DeepseekV2ForCausalLM's class body (0.32 deepseek_v2.py:2005-2006), so it reads
+    q_lora_rank the same way (:1318, :1904-1909): V3-architecture configs with q_lora_rank null are published
+    (Moonlight-16B-A3B; Kimi-VL-A3B's deepseek_v3 text part); its MTP drafter's layer is built again too."""
     [profile] = [p for p in arch.PROFILES if p.runtime == "vllm" and p.release == release]
-    row = profile.row("DeepseekV2ForCausalLM", config={"q_lora_rank": None})
+    row = profile.row(name, config={"q_lora_rank": None})
     modules = row.built_quantized.entry["modules"]
     assert "model.layers.*.self_attn.kv_a_proj_with_mqa" in modules and "model.layers.*.self_attn.q_proj" in modules
     assert "fused_qkv_a_proj" not in row.fused_layers
-    assert "fused_qkv_a_proj" in profile.row("DeepseekV2ForCausalLM", config={"q_lora_rank": 8}).fused_layers
+    assert "fused_qkv_a_proj" in profile.row(name, config={"q_lora_rank": 8}).fused_layers
+    drafter = row.built_quantized.entry.get("mtp", {}).get("modules", {})
+    assert not [m for m in drafter if m.endswith("fused_qkv_a_proj")], drafter
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -95,3 +110,4 @@ def test_minicpm_moe_nvfp4_experts_are_called_unloadable(capsys, tmp_path):
     moe = minicpm_moe(write_real_model(tmp_path / "qwen3", "qwen3-32b"), tmp_path / "moe")
     code, out, _ = run_captured(capsys, "doctor", moe, "--target", "vllm==0.32.0")
     assert code == 1 and "mlp.experts.0.w1" in out, out
+

@@ -199,7 +199,8 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
 
 
 def built_facts(arch: str, config: dict, refused: list[str], reset: Callable[[], None]) -> dict:
-    """{"modules", "fused"} of vLLM's build of `config` (tools/vllm_variants.py), its class's packed mappings as before
+    """{"modules", "fused"[, "mtp"]} of vLLM's build of `config` (tools/vllm_variants.py; its MTP drafter's build where
+    the config has MTP layers, as the profile records it), its class's packed mappings as before
     the profiled build (`reset`: DeepSeek-V2's __init__ adds fused_qkv_a_proj to its class's own dict) and after."""
     from vllm.model_executor.model_loader.utils import initialize_model
 
@@ -208,8 +209,9 @@ def built_facts(arch: str, config: dict, refused: list[str], reset: Callable[[],
         with tempfile.TemporaryDirectory() as folder:
             write_config(folder, arch, config, refused)
             model = build_model(folder, initialize_model)[0]
+            mtp = mtp_drafter(folder, initialize_model) if has_mtp(config) else {}
         packed = {k: list(v) for k, v in (getattr(model, "packed_modules_mapping", None) or {}).items()}
-        return {"modules": modules_of(model), "fused": {k: v for k, v in sorted(packed.items()) if v != [k]}}
+        return {"modules": modules_of(model), "fused": {k: v for k, v in sorted(packed.items()) if v != [k]}, **mtp}
     finally:
         reset()
 

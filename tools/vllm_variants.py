@@ -17,7 +17,8 @@ A field with a dot is a path from config.json's top (`quantization_config.kv_cac
 --kv-cache-dtype auto from a ModelOpt config.json's kv_cache_scheme (engine/arg_utils.py:1986), and its DeepSeek-V4
 attention asserts an fp8 KV cache (attention.py:106): the model is built again with each of `QUANT_VARIANTS`, and the
 refusal is recorded `unless` any of those under which the build no longer raises the same error at the same line (`then`:
-what the build does instead, in its words: on this host 0.28 stops at a CUDA-only kernel, a host limit).
+what the build does instead, in its words: on this host 0.28 stops at a CUDA-only kernel, a host limit), `with` the
+quant method it was built with (each a condition that must hold too).
 """
 
 from __future__ import annotations
@@ -28,18 +29,26 @@ FP8_KV = {"dynamic": False, "num_bits": 8, "type": "float"}  # ModelOpt's config
 # architecture -> ({"field", "is" | "other_than", "probes"}, ...): each probe is the fields written for one build
 VARIANTS: dict[str, tuple[dict, ...]] = {
     "DeepseekV2ForCausalLM": ({"field": "q_lora_rank", "is": None, "probes": [{"q_lora_rank": None}]},),
+    # V2's class body (deepseek_v2.py:2005-2006): Moonlight-16B-A3B and Kimi-VL-A3B's text part set q_lora_rank null
+    "DeepseekV3ForCausalLM": ({"field": "q_lora_rank", "is": None, "probes": [{"q_lora_rank": None}]},),
     "MiniCPMForCausalLM": ({"field": "num_experts", "other_than": 0,
                             "probes": [{"num_experts": 2, "num_experts_per_tok": 1},
                                        {"num_experts": 4, "num_experts_per_tok": 2}]},),
 }
 # the KV-cache declarations vLLM 0.28's resolve_kv_cache_dtype_string reads from config.json's ModelOpt block
 # (utils/torch_utils.py:427-470: kv_cache_scheme's dict, or kv_cache_quant_algo's name), each asked of the build
+# the quant method the declaration was built with, recorded beside it (`with`): vLLM 0.28 reads a KV-cache declaration
+# only where quant_method starts with "modelopt" (torch_utils.py:436-437), so a compressed-tensors config's is not it
+QUANT_METHOD = {"field": "quantization_config.quant_method", "is": "modelopt"}
 QUANT_VARIANTS = ({"field": "quantization_config.kv_cache_scheme", "is": FP8_KV},
                   {"field": "quantization_config.kv_cache_quant_algo", "is": "FP8"})
 # facts the profile learns by loading transformers' checkpoint into the profiled build: a variant records none of
-# them, so none is recorded for a row holding one (they could differ in the other build)
-LOAD_FACTS = ("prefixes", "loads_into", "nvfp4_load_refused", "dropped", "dropped_in_layers", "without", "mtp",
+# them, so none is recorded for a row holding one (they could differ in the other build). The MTP drafter's build
+# (`mtp`: its architecture, modules, renames) a variant records again (`built` builds it too: DeepSeekMTP's layer
+# reads q_lora_rank as the main model's does); a drafter's load facts it does not.
+LOAD_FACTS = ("prefixes", "loads_into", "nvfp4_load_refused", "dropped", "dropped_in_layers", "without",
               "load_refused", "modelopt_fp4_only", "nvfp4_refused")
+DRAFTER_BUILT = {"architecture", "modules", "renames", "unbuilt"}
 
 
 def condition(rule: dict) -> dict:
@@ -60,9 +69,10 @@ def varied(config: dict, probe: dict) -> dict:
 
 
 def variants(arch: str, config: dict, row: dict, built: Callable[[dict], dict], log) -> list[dict]:
-    """[{**condition, "modules", "fused"}]: the facts vLLM's build of `config` varied per VARIANTS[arch] has where they
-    differ from the profiled `row`'s (`built(config)`: {"modules", "fused"} of that build)."""
-    held = [k for k in LOAD_FACTS if row.get(k)]
+    """[{**condition, "modules", "fused"[, "mtp"]}]: the facts vLLM's build of `config` varied per VARIANTS[arch] has
+    where they differ from the profiled `row`'s (`built(config)`: {"modules", "fused"} of that build, and "mtp", its
+    drafter's build, where the config has MTP layers)."""
+    held = [k for k in LOAD_FACTS if row.get(k)] + [f"mtp.{k}" for k in sorted(set(row.get("mtp") or {}) - DRAFTER_BUILT)]
     out = []
     for rule in VARIANTS.get(arch, ()):
         if held:
@@ -84,11 +94,13 @@ def refusal_lifted(config: dict, error: BaseException, site: str, attempt: Calla
     """The QUANT_VARIANTS conditions under which vLLM's build of `config` no longer raises `error` at `site`
     (`attempt(config)`: the exception the build raises, None when it builds), each with what the build did then."""
     said, out = f"{type(error).__name__}: {error}", []
+    method = (config.get("quantization_config") or {}).get("quant_method", QUANT_METHOD["is"])
     for rule in QUANT_VARIANTS:
         other = attempt(varied(config, {rule["field"]: rule["is"]}))
+        built = {**rule, "with": [{**QUANT_METHOD, "is": method}]}  # 0.28 reads it of a ModelOpt config only
         if other is None:
-            out.append({**rule, "then": "it builds"})
+            out.append({**built, "then": "it builds"})
         elif (f"{type(other).__name__}: {other}", refusal_site(other)) != (said, site):
             where = refusal_site(other) or "outside vLLM's code: this host"
-            out.append({**rule, "then": f"the build stops later, at {where}: {type(other).__name__}: {str(other)[:120]}"})
+            out.append({**built, "then": f"the build stops later, at {where}: {type(other).__name__}: {str(other)[:120]}"})
     return out

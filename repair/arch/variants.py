@@ -8,7 +8,8 @@ num_experts is not 0. A build refusal may be lifted the same way: vLLM 0.28 buil
 config.json declares an FP8 KV cache. A condition:
   {"field": F, "is": V}          F is set to V (null included; absent is the config class's default, not V);
   {"field": F, "other_than": V}  F is set to a value of V's type (an int: not a bool) other than V.
-F with a dot is a path from config.json's top; else a field of its text part. Hostile values hold nothing.
+F with a dot is a path from config.json's top; else a field of its text part. A condition's `with` lists conditions that
+must hold too (vLLM 0.28 reads a declared KV cache of a ModelOpt quant_method only). Hostile values hold nothing.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def holds(condition, config: dict | None) -> bool:
     if not isinstance(field, str):
         return False
     value = lookup(config, field)
-    if value is ABSENT:
+    also = condition.get("with", [])
+    if value is ABSENT or not isinstance(also, list) or not all(isinstance(c, dict) and "with" not in c and holds(c, config)
+                                                                for c in also):
         return False
     if "is" in condition:
         return same(value, condition["is"])
@@ -56,13 +59,15 @@ def holds(condition, config: dict | None) -> bool:
 
 def varied(entry: dict | None, config: dict | None) -> dict | None:
     """The entry as the release builds it for `config`: the first recorded variant whose condition holds overlays its
-    modules and fused layers, and its field no longer disagrees (`config.agrees_with`); else the entry."""
+    modules and fused layers (and its MTP drafter's build, where it records one), and its field no longer disagrees
+    (`config.agrees_with`); else the entry."""
     found = next((v for v in (entry or {}).get("variants") or () if holds(v, config)), None)
     if found is None:
         return entry
     own = entry.get("config") or {}
     agreed = {k: v for k, v in (own.get("agrees_with") or {}).items() if k != found["field"]}
     said = f"; built again with {found['field']} as config.json sets it (the profile's variants)"
-    return {**entry, "modules": found["modules"], "fused": found["fused"],
+    drafter = {"mtp": found["mtp"]} if "mtp" in found else {}
+    return {**entry, "modules": found["modules"], "fused": found["fused"], **drafter,
             "config": {**{k: v for k, v in own.items() if k != "agrees_with"}, "source": f"{own.get('source', '')}{said}",
                        **({"agrees_with": agreed} if agreed else {})}}

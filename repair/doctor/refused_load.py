@@ -81,11 +81,15 @@ def lifting(unless: list[dict]) -> str:
     """What lifts the refusal, as its `unless` records it (arch/variants.py: each field and value the release's build
     was run again with, and what that build did then, said once where alike), in the conditions' words."""
     thens = list(dict.fromkeys(str(u.get("then", "recorded")) for u in unless))
-    said = " or ".join(f"config.json's {u.get('field')} is "
-                       + (json.dumps(u["is"], sort_keys=True) if "is" in u else f"set to other than {u.get('other_than')!r}")
+    said = " or ".join(_said(u) + "".join(f" and {_said(w)}" for w in u.get("with") or () if isinstance(w, dict))
                        + ("" if len(thens) == 1 else f" (built again so: {u.get('then', 'recorded')})") for u in unless)
     again = f" (built again so: {thens[0]})" if len(thens) == 1 else ""
     return f"the release's build passes this point where {said}{again}; declare it there if the checkpoint was made for it"
+
+
+def _said(condition: dict) -> str:
+    return f"config.json's {condition.get('field')} is " + (json.dumps(condition["is"], sort_keys=True) if "is" in condition
+                                                             else f"set to other than {condition.get('other_than')!r}")
 
 
 def holds(when, config: dict | None) -> bool:

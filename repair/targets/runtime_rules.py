@@ -121,8 +121,8 @@ class RuntimeRules:
         built = {p.rpartition(".")[2] for p in self.built_layers.get(architecture, {})}
         fusions = {k: v for k, v in (fusions or LLAMA_FUSIONS).items() if not built or self.fusion_names.get(k, k) in built}
         text = (config or {}).get("text_config") if isinstance((config or {}).get("text_config"), dict) else {}
-        for key, added in self.packed_when.get(architecture, {}).items():
-            if (config or {}).get(key, text.get(key)) is not None:
+        for key, added in self.packed_when.get(architecture, {}).items():  # absent: its config class's default, set
+            if (config or {}).get(key, text.get(key, True)) is not None:    # in transformers' (DeepseekV2Config 1536)
                 packed |= added
         named = ({self.fusion_names.get(k, k): tuple(v) for k, v in fusions.items()} | packed
                  | dict(self.model_fusions.get(architecture, {})))
