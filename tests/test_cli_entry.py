@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -79,6 +81,31 @@ def test_fast_exit_runs_atexit_handlers_flushes_and_waits_for_worker_threads(tmp
     assert (done.returncode, done.stdout) == (3, "x" * 100_000), done.stderr
     assert (tmp_path / "atexit").read_text() == "ran"
     assert (tmp_path / "worker").exists() == worker and (not worker or (tmp_path / "worker").read_text() == "done")
+
+
+def test_a_ctrl_c_while_the_exit_waits_for_a_worker_is_one_line_and_exit_130(tmp_path):
+    """The command has finished and printed; the exit waits for a worker thread. A Ctrl-C then (seen at load ~12: it
+    landed in threading's own code) ends the wait with one line and exit 130, the printed output kept, no traceback."""
+    code = (
+        "import sys, threading, time\n"
+        "from pathlib import Path\n"
+        "from repair.cli.console import leave\n"
+        "threading.Thread(target=time.sleep, args=(30,)).start()\n"
+        "print('summary')\n"
+        "print('buffered', end='')\n"
+        "Path(sys.argv[1]).write_text('leaving')\n"
+        "leave(0)\n"
+    )
+    marker = tmp_path / "leaving"
+    process = subprocess.Popen([sys.executable, "-c", code, str(marker)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=20)
+    assert (process.returncode, out) == (130, "summary\nbuffered"), err
+    assert "Traceback" not in err and err.strip().splitlines() == ["interrupted; the command had already finished"], err
 
 
 def test_in_process_main_raises_system_exit(broken, tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 import threading
 from typing import NoReturn
@@ -54,7 +55,10 @@ def exit_code(code: object) -> int:
 
 def leave(code: int) -> NoReturn:
     """Exit with `code` without the interpreter's teardown, once nothing can be lost by it."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _finished)
     if _worker_alive() or not hasattr(atexit, "_run_exitfuncs"):
+        _flush()
         sys.exit(code)  # the ordinary shutdown joins the worker (or we cannot run the handlers)
     atexit._run_exitfuncs()
     try:
@@ -63,6 +67,23 @@ def leave(code: int) -> NoReturn:
     except (OSError, ValueError):  # e.g. a closed pipe: let the ordinary shutdown report it as before
         sys.exit(code)
     os._exit(code)
+
+
+def _finished(signum: int, frame: object) -> NoReturn:
+    """A Ctrl-C once the command has finished (its output complete, its lines printed): it only cuts the exit short,
+    e.g. the wait for a worker thread, so one line and exit 130, never a KeyboardInterrupt out of threading's code."""
+    _flush()
+    os.write(2, b"interrupted; the command had already finished\n")
+    os._exit(130)
+
+
+def _flush() -> None:
+    """Best effort: a flush cut short by the Ctrl-C itself (a reentrant call) or a closed pipe loses what it held."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, RuntimeError):
+            pass
 
 
 def _worker_alive() -> bool:
