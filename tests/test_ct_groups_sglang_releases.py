@@ -109,12 +109,23 @@ def test_sglang_0_5_23_builds_each_group_as_its_own_format(capsys, mixed):
     assert doc["schemes"]["model.layers.0.mlp.down_proj"] == "nvfp4", doc["schemes"]
 
 
-def test_the_later_releases_that_fall_back_to_0_5_12_and_build_it_are_named():
-    """0.5.17-0.5.22 read the group's own format (tools/sglang_linear_schemes.py on each wheel): built_by."""
-    block = {r.label: r.linear_scheme_refused for r in shipped_rules()}["sglang 0.5.12"]["compressed-tensors"]
-    for algo in ("FP8_BLOCK", "NVFP4"):
-        fact = block[f"{algo} in mixed-precision"]
-        assert fact["error"] == REFUSED and fact["built_by"] == [f"0.5.{n}" for n in range(17, 23)], fact
+def test_each_release_records_whether_it_reads_the_groups_own_format():
+    """0.5.9-0.5.16 read the top-level format only, 0.5.17+ the group's (tools/sglang_linear_schemes.py on each wheel):
+    each release's own file says so (before, 0.5.13-0.5.22 fell back to 0.5.12's, whose built_by named 0.5.17-0.5.22)."""
+    blocks = {r.label: r.linear_scheme_refused for r in shipped_rules() if r.runtime == "sglang"}
+    for n in range(9, 24):
+        block = blocks[f"sglang 0.5.{n}"].get("compressed-tensors", {})
+        for algo in ("FP8_BLOCK", "NVFP4"):
+            fact = block.get(f"{algo} in mixed-precision")
+            assert (fact is not None) == (n <= 16) and (fact is None or fact["error"] == REFUSED and "built_by" not in fact), (n, fact)
+
+
+@pytest.mark.parametrize("release,refused", [("0.5.16", True), ("0.5.17", False)])
+def test_0_5_16_and_0_5_17_judge_a_mixed_precision_config_each_by_its_own_reading(capsys, mixed, release, refused):
+    code, doc = doctor(capsys, mixed, f"sglang=={release}")
+    assert (code == 1) == refused and bool(doc["findings"]) == refused, (release, doc["findings"])
+    if refused:
+        assert any(f["runtime_error"] == REFUSED for f in doc["findings"]), doc["findings"]
 
 
 def test_the_order_is_read_from_the_wheels_find_matched_target_and_another_shape_stops_the_tool():

@@ -29,8 +29,10 @@ def findings(capsys, src: Path, target: str, *args: str) -> dict[str, dict]:
 
 def test_every_sglang_release_records_what_its_nvfp4_moe_keeps():
     facts = {r.label: r.experts_gate_up_scale_2 for r in shipped_rules() if r.runtime == "sglang"}
-    assert set(facts) == {"sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11", "sglang 0.5.12", "sglang 0.5.23"}, facts
-    for label in ("sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11", "sglang 0.5.12"):
+    # 0.5.14-0.5.20: the generator stops on their wheels (tests/test_sglang_release_files.py): no block, no claim
+    read = {f"sglang 0.5.{n}" for n in (*range(9, 14), 21, 22, 23)}
+    assert {label for label, fact in facts.items() if fact} == read, facts
+    for label in ("sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11", "sglang 0.5.12", "sglang 0.5.13"):
         assert facts[label]["modelopt_fp4"]["keeps"] == "gate" and facts[label]["modelopt_fp4"]["log"] == WARNING
         assert facts[label]["compressed-tensors"]["keeps"] == "gate", facts[label]
     new = facts["sglang 0.5.23"]["modelopt_fp4"]

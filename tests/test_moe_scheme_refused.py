@@ -81,12 +81,17 @@ def test_the_generator_reads_the_same_facts_from_the_wheels():
                 assert (algo not in block.get(method, {})) == (release in fact.get("built_by", ())), (release, algo)
 
 
-def test_a_release_read_past_the_newest_file_that_builds_it_is_not_told_it_refuses(capsys, tmp_path):
-    """0.5.13-0.5.22 fall back to 0.5.12's file; their wheels were read for this fact: 0.5.13-0.5.21 ask
-    `_is_dynamic_token_w8a8` of the null input args as 0.5.12 does, 0.5.22 has the weight-only branch (compressed_tensors.py
-    `elif self._is_fp4a16_nvfp4(...)`: CompressedTensorsW4A16Nvfp4MoE). The fallback must not call 0.5.22's build refused."""
-    fact = {r.label: r.moe_scheme_refused for r in shipped_rules()}["sglang 0.5.12"]["compressed-tensors"]["W4A16_NVFP4"]
-    assert fact["built_by"] == ["0.5.22"], fact
+def test_each_release_0_5_13_to_0_5_22_is_judged_by_its_own_file(capsys, tmp_path):
+    """0.5.13-0.5.22 each ship their own file, read from their wheel: 0.5.13-0.5.21 ask `_is_dynamic_token_w8a8` of the
+    null input args as 0.5.12 does, 0.5.22 has the weight-only branch (compressed_tensors.py `elif
+    self._is_fp4a16_nvfp4(...)`: CompressedTensorsW4A16Nvfp4MoE). Before, they fell back to 0.5.12's file, whose
+    `built_by` had to list 0.5.22; now 0.5.22's own file records no refusal and nothing lists it."""
+    facts = {r.label: r.moe_scheme_refused for r in shipped_rules()}
+    for n in range(13, 22):
+        fact = facts[f"sglang 0.5.{n}"]["compressed-tensors"]["W4A16_NVFP4"]
+        assert fact["error"] == ERROR and "built_by" not in fact, (n, fact)
+    assert facts["sglang 0.5.22"] == {}, facts["sglang 0.5.22"]
+    assert "built_by" not in facts["sglang 0.5.12"]["compressed-tensors"]["W4A16_NVFP4"]
     src = weight_only(compressed_tensors_moe(tmp_path, broken=()))
     for target in ("sglang==0.5.22", "sglang==0.5.22.post1"):
         code, doc = doctor(capsys, src, target)
@@ -135,13 +140,12 @@ def test_older_sglang_refuses_a_weight_only_compressed_tensors_linear_while_buil
 
 
 def test_each_release_records_whether_it_builds_a_weight_only_nvfp4_linear():
-    """0.5.9-0.5.12's files (0.5.13-0.5.21 fall back to 0.5.12's and refuse as it does; 0.5.22 builds it) and 0.5.23's."""
+    """Every release's own file: 0.5.9-0.5.21 refuse it, 0.5.22 and 0.5.23 build it."""
     facts = {r.label: r.linear_scheme_refused for r in shipped_rules() if r.runtime == "sglang"}
-    for label in ("sglang 0.5.9", "sglang 0.5.10", "sglang 0.5.11", "sglang 0.5.12"):
-        fact = facts[label]["compressed-tensors"]["W4A16_NVFP4"]
-        assert fact["error"] == ERROR and "_is_static_tensor_w8a8" in fact["where"], (label, fact)
-    assert facts["sglang 0.5.12"]["compressed-tensors"]["W4A16_NVFP4"]["built_by"] == ["0.5.22"]
-    assert facts["sglang 0.5.23"] == {}, facts["sglang 0.5.23"]
+    for n in range(9, 22):
+        fact = facts[f"sglang 0.5.{n}"]["compressed-tensors"]["W4A16_NVFP4"]
+        assert fact["error"] == ERROR and "_is_static_tensor_w8a8" in fact["where"] and "built_by" not in fact, (n, fact)
+    assert facts["sglang 0.5.22"] == facts["sglang 0.5.23"] == {}, facts["sglang 0.5.22"]
 
 
 def test_sglang_0_5_22_and_0_5_23_build_a_dense_weight_only_model(capsys, tmp_path):

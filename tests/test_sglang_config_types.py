@@ -52,17 +52,18 @@ def test_releases_that_read_it_record_it():
 
 
 def test_a_release_read_with_an_older_file_is_not_refused_by_its_pin(capsys, tmp_path):
-    """SGLang 0.5.13-0.5.22 fall back to 0.5.12's rules file, but each pins its own transformers: 0.5.12's list of
-    model types is its own only."""
+    """A release past the newest file (0.5.24, read with 0.5.23's) pins its own transformers: 0.5.23's list of model
+    types is its own only. 0.5.13-0.5.22 once fell back to 0.5.12's file this way; each now has its own (0.5.21:
+    transformers 5.12.1, which does not know the type either)."""
     folder = modelopt(tmp_path / "dsv4")
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps(config | {"model_type": "not_a_transformers_type"}))
     said = {}
-    for release in ("0.5.12", "0.5.21"):
+    for release in ("0.5.12", "0.5.21", "0.5.24"):
         code, out, err = run_captured(capsys, "doctor", str(folder), "--target", f"sglang=={release}", "--json")
         assert code in (0, 1), err
         said[release] = [f["code"] for f in json.loads(out)["findings"]]
-    assert said["0.5.12"] == ["config-refused"] and "config-refused" not in said["0.5.21"], said
+    assert said["0.5.12"] == said["0.5.21"] == ["config-refused"] and "config-refused" not in said["0.5.24"], said
 
 
 # SGLang 0.5.23 registers these model types outside `_CONFIG_REGISTRY`'s list (asked of the installed release: its

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "repair" / "targets" / "data"
-TRANSFORMERS_WHEELS = Path("/tmp/sglwheels/transformers")
+TRANSFORMERS_WHEELS = Path(os.environ.get("TRANSFORMERS_WHEELS", "/tmp/sglwheels/transformers"))  # a folder per release
 GET_CONFIG = ("sglang/srt/utils/hf_transformers_utils.py", "sglang/srt/utils/hf_transformers/common.py",
               "sglang/srt/utils/hf_transformers/config.py")  # 0.5.9/0.5.10; 0.5.11+ split it
 AUTO = ("transformers/models/auto/configuration_auto.py", "transformers/models/auto/auto_mappings.py")

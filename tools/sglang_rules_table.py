@@ -17,6 +17,9 @@ SKIP_MIX = ("ValueError: Detected some but not all shards of {prefix} are quanti
 W4AFP8 = "SGLang {release} reads quant_algo MIXED_PRECISION as w4afp8 (W4A8 experts), not as per-layer NVFP4/FP8"
 ONLY_FP8_NVFP4 = ("ValueError: ModelOpt currently only supports: FP8, NVFP4 quantizations in sglang. Please check the "
                   "quantization config for your model's configuration.")
+# ModelOptFp4Config.from_config's `if quant_method not in [...]: raise ValueError(...)` (0.5.17 modelopt_quant.py:1356)
+ONLY_FP8_NVFP4_AWQ = ("ValueError: ModelOpt currently only supports: FP8, NVFP4, NVFP4_AWQ quantizations in sglang. Please "
+                      "check the quantization config for your model's configuration.")
 
 LM_HEAD_COPY = ("RuntimeError: The size of tensor a ({param_cols}) must match the size of tensor b ({loaded_cols}) at "
                 "non-singleton dimension 1")
@@ -101,8 +104,8 @@ PLAIN_LAYERS = {"LlamaForCausalLMEagle3": {"layers": ["fc"], "file": "sglang/srt
 # `{"same_as": R}` takes R's row only where every unit is the same code (ast) in both wheels (tools/sglang_rules_data.py
 # checks it, given both; anything else stops the tool: read that release anew).
 RULE_CODE = {UTILS: None, CT_UTILS: None,
-             MODEL_CONFIG: ("_parse_quant_hf_config", "_parse_modelopt_quant_config", "_get_modelopt_quant_type",
-                            "_verify_quantization"),
+             MODEL_CONFIG: ("ModelConfig._parse_quant_hf_config", "ModelConfig._parse_modelopt_quant_config",
+                            "ModelConfig._get_modelopt_quant_type", "ModelConfig._verify_quantization"),
              MODELOPT: ("ModelOptQuantConfig.is_layer_excluded", "ModelOptQuantConfig._get_quant_method",
                         "ModelOptQuantConfig.__init__", "ModelOptFp8Config.from_config", "ModelOptFp4Config.__init__",
                         "ModelOptFp4Config.from_config", "ModelOptFp4Config.get_quant_method",
@@ -111,6 +114,16 @@ RULE_CODE = {UTILS: None, CT_UTILS: None,
                         "ModelOptMixedPrecisionConfig._quantized_layer_prefix_candidates",
                         "ModelOptMixedPrecisionConfig.resolve_quant_algo",
                         "ModelOptMixedPrecisionConfig.get_quant_method")}
+
+
+def _later_row(ct: str, layers: str, refused: dict, modelopt_marker: str,
+               config_marker: str = "has_modelopt_nvfp4_layers") -> dict:
+    """A 0.5.13-0.5.22 row: the stripping dotted ModelOpt rule and the fused fallback of every one of them, the
+    compressed-tensors and quantized_layers rules and refusals that change, each marker checked against the wheel."""
+    return {"matchers": {"modelopt": "sglang_modelopt_dotted", "compressed-tensors": ct, "quantized_layers": layers},
+            "fallback_fused": True, "refused_algorithms": refused,
+            "markers": {UTILS: 'ignored = ignored.rstrip(".")', MODELOPT: modelopt_marker, MODEL_CONFIG: config_marker,
+                        CT_UTILS: 'layer_name.endswith("." + target)' if ct == "sglang_ct_suffix" else "check_contains=True"}}
 
 RULES = {
     "0.5.9": {
@@ -138,6 +151,31 @@ RULES = {
         "markers": {UTILS: "_FALLBACK_FUSED_SHARDS", CT_UTILS: "check_contains=True", MODELOPT: "def _resolve_quant_algo"},
     },
     "0.5.12": {"same_as": "0.5.11"},  # every RULE_CODE unit as 0.5.11's (modelopt_quant.py differs elsewhere)
+    # 0.5.13-0.5.22, each read anew from its wheel (every one's RULE_CODE differs from the release before it: see
+    # docs/runtime_profiles.md "SGLang 0.5.13-0.5.22"). Rules that change, with the release that changes them:
+    # - is_layer_skipped: _module_path_match strips a trailing `.` (0.5.13 utils.py:53-54), as 0.5.23;
+    # - ModelOptFp4Config.from_config refuses a quant_algo outside its list: [FP8, NVFP4] to 0.5.16 (0.5.13
+    #   modelopt_quant.py:1305), + NVFP4_AWQ in 0.5.17/0.5.18 (0.5.17:1356), + W4A16_NVFP4 from 0.5.19;
+    # - model_config.py _parse_modelopt_quant_config reads MIXED_PRECISION as w4afp8 to 0.5.14 (NemotronH aside), as
+    #   modelopt_mixed from 0.5.15 where a quantized_layers entry is NVFP4/W4A16_NVFP4 (0.5.15 model_config.py);
+    # - _resolve_quant_algo asks _quantized_layer_prefix_candidates from 0.5.15 (lm_head, the VL text stack's two
+    #   spellings), + `model.` <-> `model.language_model.` from 0.5.20;
+    # - should_ignore_layer: plain entries as a substring to 0.5.16, exact or dotted suffix from 0.5.17
+    #   (compressed_tensors/utils.py check_equal_or_regex_match).
+    # is_layer_excluded's globs are the same function in every one (0.5.22 compiles them through an lru_cache).
+    **{r: _later_row("sglang_ct_contains", "sglang_layers_exact",
+                     {"MIXED_PRECISION": W4AFP8.format(release=r), "NVFP4_AWQ": ONLY_FP8_NVFP4, "W4A16_NVFP4": ONLY_FP8_NVFP4},
+                     'if not quant_method in ["FP8", "NVFP4"]:', marker)
+       for r, marker in (("0.5.13", '"quant_method": "w4afp8"'),
+                         ("0.5.14", 'arch.startswith("NemotronH") for arch in architectures'))},
+    **{r: _later_row("sglang_ct_contains", "sglang_layers_language_swaps",
+                     {"NVFP4_AWQ": ONLY_FP8_NVFP4, "W4A16_NVFP4": ONLY_FP8_NVFP4}, 'if quant_method not in ["FP8", "NVFP4"]:')
+       for r in ("0.5.15", "0.5.16")},
+    **{r: _later_row("sglang_ct_suffix", "sglang_layers_language_swaps", {"W4A16_NVFP4": ONLY_FP8_NVFP4_AWQ},
+                     'if quant_method not in ["FP8", "NVFP4", "NVFP4_AWQ"]:') for r in ("0.5.17", "0.5.18")},
+    "0.5.19": _later_row("sglang_ct_suffix", "sglang_layers_language_swaps", {}, '"W4A16_NVFP4"]:'),
+    **{r: _later_row("sglang_ct_suffix", "sglang_layers_aliases", {},
+                     'candidates.append("model.language_model." + prefix[len("model.") :])') for r in ("0.5.20", "0.5.21", "0.5.22")},
     "0.5.23": {
         # deepseek_v4_fp8: DeepSeek-V4's published fp8 form, HybridFp8NvFp4Config (model_loader/loader.py:222-247;
         # repair/targets/sglang_dsv4_fp8.py cites the rest; tests/sglang/test_dsv4_fp8_vs_sglang.py builds the model)

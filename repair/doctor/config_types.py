@@ -27,7 +27,7 @@ def model_type_refusal(config: dict | None, target: Target, tp: int) -> Finding 
             isinstance(auto_map, dict) and "AutoConfig" in auto_map):
         return None
     if target.version is not None and target.version != rules.release:  # a later release read with this file pins
-        return None  # its own transformers, which may know more (0.5.13-0.5.22 fall back to 0.5.12's file)
+        return None  # its own transformers, which may know more (0.5.24+ read with 0.5.23's file)
     name = shown(model_type)  # hostile: cut, as every name a message repeats
     error = one_line(fact["error"].replace("{model_type}", name))
     readers = [p.rules.speaker for p in DATA_PROFILES if p.rules.runtime == rules.runtime

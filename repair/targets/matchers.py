@@ -16,8 +16,8 @@ from typing import Callable
 from repair.errors import UsageError
 from repair.formats.algorithms import LayerAlgorithms
 from repair.io.patterns import MATCH, RegexSet
-from repair.targets.sglang_match import (Building, CtTargets, ExcludedGlobs, SglangCtRule, SglangModelOptRule, SkippedList,
-                                         resolve_layer)
+from repair.targets.sglang_match import (ALIAS_SWAPS, LANGUAGE_SWAPS, Building, CtTargets, ExcludedGlobs, SglangCtRule,
+                                         SglangModelOptRule, SkippedList, resolve_layer)
 from repair.targets import sglang_dsv4_fp8, trtllm_match
 
 ExclusionMatcher = Callable[[tuple[str, ...], "tuple[str, ...] | None", Building], object]
@@ -40,7 +40,7 @@ def _sglang_ct(suffix: bool) -> ExclusionMatcher:
     return build
 
 
-def _sglang_layers(aliases: bool) -> LayerMatcher:
+def _sglang_layers(aliases: tuple) -> LayerMatcher:
     def lookup(layers: LayerAlgorithms, name: str, building: Building):
         return resolve_layer(layers, name, building, aliases)
     return lookup
@@ -62,8 +62,9 @@ EXCLUSION_MATCHERS: dict[str, ExclusionMatcher] = {
     **trtllm_match.EXCLUSION_MATCHERS,  # TensorRT-LLM's, in their own module
 }
 LAYER_MATCHERS: dict[str, LayerMatcher] = {
-    "sglang_layers_exact": _sglang_layers(aliases=False),  # 0.5.10/0.5.11: the prefix itself
-    "sglang_layers_aliases": _sglang_layers(aliases=True),  # 0.5.23: lm_head, language_model. swaps
+    "sglang_layers_exact": _sglang_layers(aliases=()),  # 0.5.10-0.5.14: the prefix itself
+    "sglang_layers_language_swaps": _sglang_layers(aliases=LANGUAGE_SWAPS),  # 0.5.15-0.5.19: lm_head, VL text stack
+    "sglang_layers_aliases": _sglang_layers(aliases=ALIAS_SWAPS),  # 0.5.20+: also model. <-> model.language_model.
     "none": _unsupported,
     **trtllm_match.LAYER_MATCHERS,
 }

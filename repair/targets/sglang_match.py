@@ -258,21 +258,27 @@ class SglangCtRule:
         return self._decide(shards[0] if shards else fused)[1]
 
 
-def layer_candidates(prefix: str, aliases: bool) -> tuple[str, ...]:
-    """_quantized_layer_prefix_candidates (0.5.23; before it the prefix alone)."""
+# _quantized_layer_prefix_candidates' prefix swaps, by release: 0.5.15-0.5.19 swap the two VL spellings of the text
+# stack (0.5.15 modelopt_quant.py); 0.5.20+ also try `model.` as `model.language_model.` and back (0.5.20, 0.5.23)
+LANGUAGE_SWAPS = (("language_model.model.", ("model.language_model.",)), ("model.language_model.", ("language_model.model.",)))
+ALIAS_SWAPS = (("language_model.model.", ("model.language_model.",)),
+               ("model.language_model.", ("language_model.model.", "model.")), ("model.", ("model.language_model.",)))
+
+
+def layer_candidates(prefix: str, swaps: tuple) -> tuple[str, ...]:
+    """_quantized_layer_prefix_candidates (0.5.15+; before it the prefix alone: no `swaps`)."""
     out = [prefix]
-    if aliases:
+    if swaps:
         if prefix.endswith(".lm_head"):
             out.append("lm_head")
-        for old, new in (("language_model.model.", ("model.language_model.",)),
-                         ("model.language_model.", ("language_model.model.", "model.")), ("model.", ("model.language_model.",))):
+        for old, new in swaps:
             if prefix.startswith(old):
                 out += [n + prefix[len(old):] for n in new]
                 break
     return tuple(dict.fromkeys(out))
 
 
-def resolve_layer(layers: LayerAlgorithms, name: str, building: Building, aliases: bool) -> tuple[str | None, str | None]:
+def resolve_layer(layers: LayerAlgorithms, name: str, building: Building, aliases: tuple) -> tuple[str | None, str | None]:
     """(algorithm, SGLang's error) for the layer `name` is built into, in _resolve_quant_algo's order: a candidate
     key; a packed layer's shard keys (which must agree); the first key under a candidate (file order)."""
     prefix, _ = building.built_layer(name)
