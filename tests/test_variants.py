@@ -61,12 +61,13 @@ def test_a_variant_overlays_its_build_and_nothing_else():
 
 def test_every_shipped_variant_is_its_generators_and_differs_from_its_row():
     """Each `variants` entry is one of VARIANTS' conditions for that architecture, with the modules and fused layers of
-    the other build, which differ from the row's; each `unless` is one of QUANT_VARIANTS' with what the build did."""
+    the other build, which differ from the row's (and what its load_weights raises on: `weight_refused`, MiniCPMMoE's
+    NVFP4 expert scales); each `unless` is one of QUANT_VARIANTS' with what the build did."""
     seen = set()
     for profile in arch.PROFILES:
         for name, entry in profile.entries.items():
             for variant in entry.get("variants", ()):
-                assert {k: v for k, v in variant.items() if k not in ("modules", "fused", "mtp")} in \
+                assert {k: v for k, v in variant.items() if k not in ("modules", "fused", "mtp", "weight_refused")} in \
                     [condition(r) for r in VARIANTS.get(name, ())], (profile.label, name)
                 assert (variant["modules"], variant["fused"]) != (entry["modules"], entry["fused"])
                 seen.add(name)
@@ -95,14 +96,12 @@ def test_deepseek_without_q_lora_rank_builds_kv_a_proj_alone(release, name):
     assert not [m for m in drafter if m.endswith("fused_qkv_a_proj")], drafter
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A variant records its build's modules and fused layers, not what its load_weights does with the checkpoint's "
-    "tensors (the profile's nvfp4_load_refused needs a checkpoint layout, and MiniCPMMoE's stacked ws / w2s have none "
-    "own_checkpoint can learn: NO_LAYOUT). vLLM 0.32's MiniCPMMoE holds its experts in BF16 ws / w2s parameters "
-    "(minicpm.py:122-139, no quant method) and its expert mapping rewrites `experts.0.w1.weight` inside "
-    "`experts.0.w1.weight_scale` too (minicpm.py:495-530): measured in .venv-vllm, load_weights raises KeyError "
-    "'layers.0.mlp.ws_scale'. doctor says nothing to do for NVFP4-stored experts; left for a stream"))
 def test_minicpm_moe_nvfp4_experts_are_called_unloadable(capsys, tmp_path):
+    """vLLM 0.32's MiniCPMMoE holds its experts in BF16 ws / w2s parameters (minicpm.py:122-139, no quant method) and
+    its expert mapping rewrites `experts.0.w1.weight` inside `experts.0.w1.weight_scale` too (minicpm.py:495-537):
+    load_weights raises KeyError 'layers.0.mlp.ws_scale'. Was a strict xfail (doctor said nothing to do for NVFP4-stored
+    experts): the variant now records what its load_weights raises on (tools/vllm_expert_refusals.py, the profile's
+    variants `weight_refused`), and doctor reports it as vLLM's error."""
     from tests.conftest import run_captured
     from tests.test_remote_config_rows import minicpm_moe
     from tools.real_fixture import write_real_model
@@ -110,4 +109,5 @@ def test_minicpm_moe_nvfp4_experts_are_called_unloadable(capsys, tmp_path):
     moe = minicpm_moe(write_real_model(tmp_path / "qwen3", "qwen3-32b"), tmp_path / "moe")
     code, out, _ = run_captured(capsys, "doctor", moe, "--target", "vllm==0.32.0")
     assert code == 1 and "mlp.experts.0.w1" in out, out
+    assert "it raises KeyError: 'layers.0.mlp.ws_scale'" in out, out
 

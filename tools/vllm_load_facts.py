@@ -11,6 +11,7 @@ import sys
 LAYER_NUMBER = re.compile(r"\.\d+(?=\.|$)")
 TRAILING_NUMBER = re.compile(r"\.\d+$")
 UNCARRIED = "<not carried over>"  # by_pattern's value for a name whose fact does not carry over to another config
+QUOTED = re.compile(r"'[^'\n]{1,300}'")  # a name an error quotes
 EXPERT = re.compile(r"\.experts\.\d+\.")  # one routed expert's own module (its FusedMoE layer's rule applies)
 
 
@@ -124,11 +125,23 @@ def placed_weights(model, weights: dict) -> tuple[dict[str, dict], dict[str, str
             placed.update(placements(model, {ckpt: weight}))
         except Exception as e:  # noqa: BLE001 - vLLM's own refusal of this module's weight, recorded
             reraise_ours(e)
-            refused.setdefault(pattern(ckpt), stable_text(e) + where(e))
+            refused.setdefault(pattern(ckpt), refusal_text(e, ckpt))
     partly = {pattern(n) for n in placed} & set(refused)  # refused in some layers only (A.X K1's layer 0): no claim
     if partly:
         log(f"refused in some layers only, not recorded: {sorted(partly)}")
     return placed, {k: v for k, v in sorted(refused.items()) if k not in partly}
+
+
+def refusal_text(error: BaseException, name: str) -> str:
+    """vLLM's words for its refusal of checkpoint tensor or module `name` and the line that raised it, a quoted name's
+    layer numbers `*` where they are `name`'s own in order (doctor puts the stored module's back: 'layers.*.mlp.ws_scale')."""
+    numbers = LAYER_NUMBER.findall(name)
+
+    def starred(quoted: re.Match) -> str:
+        found = LAYER_NUMBER.findall(quoted.group(0))
+        return LAYER_NUMBER.sub(".*", quoted.group(0)) if found and found == numbers[: len(found)] else quoted.group(0)
+
+    return QUOTED.sub(starred, stable_text(error)) + where(error)
 
 
 def where(error: BaseException) -> str:
@@ -347,36 +360,67 @@ def loader_drops(model) -> dict[str, None]:
     return {p: None for p in sorted(set(given)) if p.endswith(".") and not any((n + ".").startswith(p) for n in built)}
 
 
-def dropped_tensors(model, tensors: dict) -> dict[str, dict[str, str | None]]:
-    """Checkpoint tensor pattern -> {"unfilled": the parameter pattern left unfilled, "refused": vLLM's error or None},
-    where the class's own load_weights takes a tensor of the published layout and fills no parameter with it, and a
-    parameter of the same leaf and layer numbers stays unfilled (laguna.py registers the routed experts'
-    `e_score_correction_bias` on `mlp.experts.routed_experts`, its AutoWeightsLoader ignores `_bias` suffixes, so the
-    checkpoint's `mlp.experts.e_score_correction_bias` goes nowhere). "refused": the words of the release's own
+def dropped_tensors(model, tensors: dict) -> tuple[dict[str, dict[str, str | None]], dict[str, str]]:
+    """(checkpoint tensor pattern -> {"unfilled": the parameter pattern left unfilled, "refused": vLLM's error or None},
+    tensor pattern -> vLLM's error where its load_weights raises on that tensor). A dropped tensor: the class's own
+    load_weights takes a tensor of the published layout and fills no parameter with it, and a parameter of the same
+    leaf and layer numbers stays unfilled (laguna.py registers the routed experts' `e_score_correction_bias` on
+    `mlp.experts.routed_experts`, its AutoWeightsLoader ignores `_bias` suffixes, so the checkpoint's
+    `mlp.experts.e_score_correction_bias` goes nowhere). "refused": the words of the release's own
     track_weights_loading, asked as for a quantized checkpoint, when it names that parameter (0.32 does; 0.28 exempts
     every parameter of a module with a post-processing quant method: then None, the parameter keeps its initial value).
-    Every tensor is fed at once, as meta tensors, through the recording loaders; a dropped tensor no unfilled parameter
-    pairs with (a buffer vLLM recomputes) makes no claim."""
-    from raised_by import reraise_ours  # (a sibling: tools/ on the path where the tool runs)
+    Every tensor is fed at once, as meta tensors, through the recording loaders; where load_weights raises, module by
+    module (`fed_apart`), so one name it has no parameter for (Dbrx's, GptOss's) does not void every other tensor's
+    facts. A dropped tensor no unfilled parameter pairs with (a buffer vLLM recomputes) makes no claim."""
     loaded: set[str] = set()
-    try:
-        from vllm_declared import placements
-
-        placed = placements(model, tensors, loaded)
-    except Exception as e:  # noqa: BLE001 - load_weights refuses these names: nothing recorded
-        reraise_ours(e)
-        log(f"load_weights on every checkpoint tensor failed ({type(e).__name__}: {str(e)[:120]})")
-        return {}
+    placed, refused = fed_apart(model, tensors, loaded)
     unfilled = {n for n, _ in model.named_parameters()} - loaded  # what track_weights_loading starts from
     out: dict[str, set[str]] = {}
-    for name in sorted(set(tensors) - set(placed)):
+    raised = {n for n in tensors if pattern(n) in refused}
+    for name in sorted(set(tensors) - set(placed) - raised):
         leaf, numbers = name.rpartition(".")[2], LAYER_NUMBER.findall(name)
         pairs = [u for u in unfilled if u.rpartition(".")[2] == leaf and LAYER_NUMBER.findall(u) == numbers]
         if len(pairs) == 1:
             out.setdefault(pattern(name), set()).add(pairs[0])
-    refused = tracking_refusal(model, loaded)
-    return {k: {"unfilled": pattern(next(iter(v))), "refused": refused[0] if v & refused[1] else None}
-            for k, v in sorted(out.items()) if len({pattern(u) for u in v}) == 1}
+    tracked = tracking_refusal(model, loaded)
+    return ({k: {"unfilled": pattern(next(iter(v))), "refused": tracked[0] if v & tracked[1] else None}
+             for k, v in sorted(out.items()) if len({pattern(u) for u in v}) == 1}, refused)
+
+
+def fed_apart(model, tensors: dict, loaded: set[str]) -> tuple[dict[str, dict], dict[str, str]]:
+    """(tensor -> where load_weights puts it, tensor pattern -> vLLM's error): every tensor fed at once; where
+    load_weights raises, each module's tensors together, and a refused module's each alone, so the tensor vLLM raises
+    on is recorded as a refusal with its words and the rest is learned. A pattern refused in some layers and taken in
+    others says nothing of the pattern (as in placed_weights): logged, not recorded."""
+    from raised_by import reraise_ours  # (a sibling: tools/ on the path where the tool runs)
+    from vllm_declared import placements
+
+    try:
+        return placements(model, tensors, loaded), {}
+    except Exception as e:  # noqa: BLE001 - vLLM's refusal of one name: each module fed alone below
+        reraise_ours(e)
+        log(f"load_weights on every checkpoint tensor failed ({type(e).__name__}: {str(e)[:120]}): one module at a time")
+    modules: dict[str, dict] = {}
+    for name, tensor in tensors.items():
+        modules.setdefault(name.rpartition(".")[0], {})[name] = tensor
+    placed: dict[str, dict] = {}
+    refused: dict[str, str] = {}
+    for group in modules.values():
+        try:
+            placed.update(placements(model, group, loaded))
+            continue
+        except Exception as e:  # noqa: BLE001 - vLLM's refusal of one of them: each fed alone below
+            reraise_ours(e)
+        for name, tensor in group.items():
+            try:
+                placed.update(placements(model, {name: tensor}, loaded))
+            except Exception as e:  # noqa: BLE001 - vLLM's own refusal of this tensor, recorded
+                reraise_ours(e)
+                refused.setdefault(pattern(name), refusal_text(e, name))
+    partly = {pattern(n) for n in placed} & set(refused)
+    if partly:
+        log(f"refused in some layers only, not recorded: {sorted(partly)}")
+    return placed, {k: v for k, v in sorted(refused.items()) if k not in partly}
 
 
 def tracking_refusal(model, loaded: set[str]) -> tuple[str | None, set[str]]:

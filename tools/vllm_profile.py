@@ -58,6 +58,7 @@ from vllm_nested_algos import modelopt_nested_refused
 from vllm_fused_exclusions import all_fused_exclusions
 from vllm_expert_scales import experts_gate_up_scale_2
 from vllm_exclusion_mappers import recorded
+from vllm_expert_refusals import expert_refusals
 from vllm_build_shims import class_mappings_kept, no_triton_allocator, refused_layer  # noqa: F401 (importers of both)
 from vllm_load_facts import (dropped_tensors, loader_drops, log, load_renames, mapper_drops, nvfp4_refusals, pattern,
                              placed_weights, quant_prefixes, record_asked_prefixes, renames)
@@ -174,7 +175,7 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
         weights = saved_weights(tensors)
         placed, unplaced = placed_weights(model, weights)
         refusals = nvfp4_refusals(model, weights, placed, tensors)
-        dropped = dropped_tensors(model, {n: (n, *kind) for n, kind in tensors.items()})
+        dropped, raised = dropped_tensors(model, {n: (n, *kind) for n, kind in tensors.items()})
     layers = export_layer_rules(arch, model if export == config else None, tensors, export, refused)
     prefixes, loads = quant_prefixes(model, placed, fused), load_renames(model, placed, fused)
     refused_load = load_refused(arch, names, loader, config, own if arch in MAPPER_LAYOUT else None)
@@ -190,7 +191,7 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
            else {**renames(type(model), sorted(weights)), **mapper_drops(type(model)), **loader_drops(model)},
            **({"prefixes": prefixes} if prefixes else {}), **({"loads_into": loads} if loads else {}),
            **({"nvfp4_load_refused": refusals} if refusals else {}), **({"dropped": dropped} if dropped else {}),
-           **({"weight_refused": unplaced} if unplaced else {}),
+           **({"weight_refused": unplaced} if unplaced else {}), **tensors_refused(unplaced, raised),
            **({"dropped_in_layers": layers} if layers else {}), **mtp,
            **({"load_refused": refused_load} if refused_load else {}), **({"without": without} if without else {}),
            **({"modelopt_fp4_only": nvfp4_only} if nvfp4_only else {}),
@@ -199,20 +200,34 @@ def profile(arch: str, names: dict[str, str], loader: Loader, small: tuple[dict,
     return {**row, **({"variants": varied} if varied else {})}
 
 
+def tensors_refused(modules: dict[str, str], tensors: dict[str, str]) -> dict:
+    """{"tensors_refused": tensor pattern -> vLLM's error} where load_weights raised on a tensor of transformers'
+    save fed with its module's others (dropped_tensors) and no `weight_refused` module holds it; {} where none. Facts of
+    the small config's build, which doctor does not read: they may hang on fields a published config sets otherwise
+    (DeepSeek-V3's e_score_correction_bias is a parameter only with topk_method noaux_tc, deepseek_v2.py:327-332)."""
+    kept = {k: v for k, v in tensors.items() if not any(k.startswith(m + ".") for m in modules)}
+    return {"tensors_refused": kept} if kept else {}
+
+
 def built_facts(arch: str, config: dict, refused: list[str], reset: Callable[[], None]) -> dict:
-    """{"modules", "fused"[, "mtp"]} of vLLM's build of `config` (tools/vllm_variants.py; its MTP drafter's build where
-    the config has MTP layers, as the profile records it), its class's packed mappings as before
+    """{"modules", "fused"[, "mtp", "weight_refused"]} of vLLM's build of `config` (tools/vllm_variants.py; its MTP
+    drafter's build where the config has MTP layers, as the profile records it; what its load_weights raises on NVFP4
+    experts it stacks in parameters of its own: tools/vllm_expert_refusals.py), its class's packed mappings as before
     the profiled build (`reset`: DeepSeek-V2's __init__ adds fused_qkv_a_proj to its class's own dict) and after."""
+    from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.utils import initialize_model
 
     reset()
     try:
         with tempfile.TemporaryDirectory() as folder:
             write_config(folder, arch, config, refused)
-            model = build_model(folder, initialize_model)[0]
+            model, vc = build_model(folder, initialize_model)
             mtp = mtp_drafter(folder, initialize_model) if has_mtp(config) else {}
         packed = {k: list(v) for k, v in (getattr(model, "packed_modules_mapping", None) or {}).items()}
-        return {"modules": modules_of(model), "fused": {k: v for k, v in sorted(packed.items()) if v != [k]}, **mtp}
+        with world_of_one(vc), set_current_vllm_config(vc):
+            raised = expert_refusals(model)  # stacked experts of the loader's own names (MiniCPMMoE's ws / w2s)
+        return {"modules": modules_of(model), "fused": {k: v for k, v in sorted(packed.items()) if v != [k]}, **mtp,
+                **({"weight_refused": raised} if raised else {})}
     finally:
         reset()
 

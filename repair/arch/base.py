@@ -120,10 +120,10 @@ class Architecture:
     # (checkpoint module pattern, `*` a layer number; why): loaded in every layer that stores a module of its block
     # (Qwen4Exp's QSA indexer under self_attn: the profile's `without.loads_only_with`)
     required_modules: tuple[tuple[str, str], ...] = ()
-    # (checkpoint module pattern, `*` a layer number; the release's error, its layer numbers `*`; why): load_weights
-    # raises on any tensor stored under it (Qwen4Exp without QSA has no parameter for the indexer: the module the
-    # profile's `without.refused_only_with` errors name)
-    refused_modules: tuple[tuple[str, str, str], ...] = ()
+    # (checkpoint module or tensor pattern, `*` a layer number; the release's error, its layer numbers `*`; why; what
+    # to do): load_weights raises on any tensor stored under it (Qwen4Exp without QSA has no parameter for the indexer:
+    # the module the profile's `without.refused_only_with` errors name; the profile's `weight_refused`)
+    refused_modules: tuple[tuple[str, str, str, str], ...] = ()
     refused_config: RefusedConfig | None = None  # the release refuses this config.json while reading it
     # why the release's row of the class was not used for this config.json (GENERIC's, arch/configured.py disagreement)
     not_covered: str = ""

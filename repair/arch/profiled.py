@@ -23,6 +23,7 @@ from importlib.resources import files
 from repair.arch.base import Architecture, DroppedTensor, RefusedConfig, RefusedLoad
 from repair.arch.configured import as_configured, disagreement
 from repair.arch.layer_rules import layer_drops
+from repair.arch.load_refusals import refused_loads
 from repair.arch.registry import Registry
 from repair.arch.roles import GENERIC_ROLES, UnquantizedRole
 
@@ -35,7 +36,7 @@ PLACED = re.compile(r"\{(\d{1,3})\}")
 # what the profiled runtime's own model code does with names, not which layers it builds: the prefix a layer hands its
 # quant config (Afmoe's lm_head: "" in vLLM 0.32, "lm_head" in SGLang 0.5.23's afmoe.py), what load_weights refuses or drops
 OWN_CODE = frozenset({"prefixes", "nvfp4_load_refused", "dropped", "load_refused", "loads_only_with", "refused_only_with",
-                      "config_refused", "exclusion_mappers"})
+                      "config_refused", "exclusion_mappers", "weight_refused", "tensors_refused"})
 # but 3-D experts (GraniteMoe's input_linear, Llama4's experts.gate_up_proj) load into the routed experts' FusedMoE, which
 # each runtime's model asks about under its `experts` module: SGLang 0.5.23 granitemoe.py:142-151, llama4.py:120-129
 ROUTED_EXPERTS = ".experts"
@@ -114,15 +115,6 @@ class ReleaseProfile:
             moe = {k: v for k, v in entry.get("prefixes", {}).items() if v.endswith(ROUTED_EXPERTS)}
             entry = {k: v for k, v in entry.items() if k not in OWN_CODE} | ({"prefixes": moe} if moe else {})
         return None if entry is None else generated_row(self, name, entry)
-
-
-def named_module(pattern: str, error: str) -> str:
-    """The checkpoint module pattern the release's error names (vLLM's weights loader: "There is no module or parameter
-    named 'layers.*.self_attn.indexer'"), the part of `pattern` ending with it: every tensor under it raises the same;
-    `pattern` itself where the error quotes no part of it."""
-    quoted = re.search(r"'([^']+)'", error)
-    at = f".{pattern}.".find(f".{quoted.group(1)}.") if quoted else -1
-    return pattern[:at + len(quoted.group(1))] if at >= 0 else pattern
 
 
 def release_of(text: str) -> tuple[int, ...]:
@@ -228,10 +220,7 @@ def generated_row(profile: ReleaseProfile, name: str, entry: dict) -> Architectu
     said = entry.get("config_refused")
     config = RefusedConfig(tuple(said["fields"]), said["problem"], said["remedy"], said["error"], profile.label,
                            profile.source) if said else None
-    refused_modules = tuple((p, error, f"{profile.label} builds {name} without the layers {fields} configures where "
-                                       f"config.json leaves it null, as this one does, and that build's load_weights has no "
-                                       f"parameter for it (recorded in {profile.source})")
-                            for p, error in sorted({(named_module(p, e), e) for p, e in entry.get("refused_only_with", {}).items()}))
+    refused_modules = refused_loads(profile.label, profile.source, name, entry, fields, load_refused is not None)
     return Architecture(f"{name} ({profile.label} profile)", architectures=(name,),
                         unquantized_roles=(*GENERIC_ROLES, *never_quantized_roles(profile, entry)), fused_layers=fused,
                         merged_layers=merged_layers(entry),

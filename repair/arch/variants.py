@@ -59,8 +59,8 @@ def holds(condition, config: dict | None) -> bool:
 
 def varied(entry: dict | None, config: dict | None) -> dict | None:
     """The entry as the release builds it for `config`: the first recorded variant whose condition holds overlays its
-    modules and fused layers (and its MTP drafter's build, where it records one), and its field no longer disagrees
-    (`config.agrees_with`); else the entry."""
+    modules and fused layers (and its MTP drafter's build, and what its load_weights raises on, where it records them:
+    MiniCPMMoE's NVFP4 expert scales), and its field no longer disagrees (`config.agrees_with`); else the entry."""
     found = next((v for v in (entry or {}).get("variants") or () if holds(v, config)), None)
     if found is None:
         return entry
@@ -68,6 +68,7 @@ def varied(entry: dict | None, config: dict | None) -> dict | None:
     agreed = {k: v for k, v in (own.get("agrees_with") or {}).items() if k != found["field"]}
     said = f"; built again with {found['field']} as config.json sets it (the profile's variants)"
     drafter = {"mtp": found["mtp"]} if "mtp" in found else {}
-    return {**entry, "modules": found["modules"], "fused": found["fused"], **drafter,
+    refused = {"weight_refused": found["weight_refused"]} if isinstance(found.get("weight_refused"), dict) else {}
+    return {**entry, "modules": found["modules"], "fused": found["fused"], **drafter, **refused,
             "config": {**{k: v for k, v in own.items() if k != "agrees_with"}, "source": f"{own.get('source', '')}{said}",
                        **({"agrees_with": agreed} if agreed else {})}}

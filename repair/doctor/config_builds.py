@@ -40,28 +40,29 @@ def refused_config_findings(family: Architecture, target: Target, tp: int) -> li
 
 def unexpected_tensor_findings(ckpt: Checkpoint, family: Architecture, target: Target, tp: int,
                                dropped: frozenset[str] = frozenset()) -> list[Finding]:
-    """One error per error text the release raises on the stored modules of the recorded patterns that its build for
-    this config has no parameter for (QSA's indexer projection and norms: one `...self_attn.indexer` error per layer),
-    in the release's load order (the first is where it stops): named by its first such module, with that module's
-    layer numbers in the release's words. `dropped`: modules a plan leaves out of the output."""
+    """One error per recorded error text (layer numbers `*`) the release raises on the stored modules of the recorded
+    patterns that its build for this config has no parameter for (QSA's indexer projection and norms; the profile's
+    `weight_refused`: MiniCPMMoE's NVFP4 expert scales, one error for every layer's and expert's `ws_scale`), in the
+    release's load order (the first is where it stops): named by its first such module, with that module's layer
+    numbers in the release's words. `dropped`: modules a plan leaves out of the output."""
     if not family.refused_modules or not target.profile.knows_layer_roles:
         return []
-    regexes = [(re.compile(under(pattern)), error, why) for pattern, error, why in family.refused_modules]
+    regexes = [(re.compile(under(pattern)), error, (why, remedy)) for pattern, error, why, remedy in family.refused_modules]
     named = re.compile("|".join(r.pattern for r, _, _ in regexes))
     located = ckpt.locate()
     stored = [n for n in ckpt.infos() if named.match(n) and n.rpartition(".")[0] not in dropped]
-    raised: dict[str, list[tuple[str, str]]] = {}
+    raised: dict[str, list[tuple[str, str, tuple[str, str]]]] = {}
     for name in sorted(stored, key=lambda n: (shard_order(located[n][0].path.name), n)):
         for regex, error, why in regexes:
             if hit := regex.match(name):
                 numbers = iter(LAYER_NUMBER.findall(hit.group(0)))
-                raised.setdefault(LAYER_STAR.sub(lambda _: next(numbers, "*"), error), []).append((name.rpartition(".")[0], why))
+                said = LAYER_STAR.sub(lambda _: next(numbers, "*"), error)
+                raised.setdefault(error, []).append((name.rpartition(".")[0], said, why))
     out = []
-    for said, hits in raised.items():  # in load order: the first raises first
-        (first, why), more = hits[0], len({m for m, _ in hits}) - 1
+    for hits in raised.values():  # in load order: the first raises first
+        (first, said, (why, remedy)), more = hits[0], len({m for m, _, _ in hits}) - 1
         out.append(Finding(Severity.ERROR, Kind.UNEXPECTED_TENSOR, first,
-                           f"{first}{f' (and {more} more)' if more else ''}: stored, but {why}: it raises {said}; remove those "
-                           "modules' tensors, or set those fields if the model was trained with the layers they configure",
+                           f"{first}{f' (and {more} more)' if more else ''}: stored, but {why}: it raises {said}; {remedy}",
                            said, tuple(range(tp))))
     return out
 

@@ -1,0 +1,92 @@
+"""The profile's `weight_refused`: what a release's own load_weights raises on, fed one module at a time
+(tools/vllm_load_facts.py placed_weights), read by doctor as the error vLLM raises where the checkpoint stores those
+tensors (arch/load_refusals.py, doctor/config_builds.py unexpected_tensor_findings). vLLM 0.28 and 0.30 build
+Kimi-Linear's layer 0 as a dense MLP (`mlp.*`, first_k_dense_replace) and look transformers 5.25's `block_sparse_moe.*`
+names of that layer up in params_dict (kimi_k3/nvidia/model.py): KeyError. It was recorded, and read by no check.
+(MiniCPM-MoE's NVFP4 experts in 0.32: tests/test_variants.py; judged by vLLM's loader in
+tests/vllm/test_weight_refused_vs_vllm.py.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from repair import arch
+from tests.conftest import run_captured
+
+HIDDEN = 64
+
+
+def kimi_linear(folder: Path, layer0: str) -> Path:
+    """A one-layer BF16 Kimi-Linear checkpoint whose layer 0 MLP is stored under `layer0` (`block_sparse_moe`:
+    transformers 5.25's save; `mlp`: the published one), every module listed in the NVFP4 config's ignore."""
+    folder.mkdir(parents=True)
+    tensors = {"model.embed_tokens.weight": torch.zeros(128, HIDDEN, dtype=torch.bfloat16),
+               "lm_head.weight": torch.zeros(128, HIDDEN, dtype=torch.bfloat16),
+               "model.norm.weight": torch.ones(HIDDEN, dtype=torch.bfloat16)}
+    for proj, shape in (("gate_proj", (128, HIDDEN)), ("up_proj", (128, HIDDEN)), ("down_proj", (HIDDEN, 128))):
+        tensors[f"model.layers.0.{layer0}.{proj}.weight"] = torch.zeros(*shape, dtype=torch.bfloat16)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    modules = sorted({n.rpartition(".")[0] for n, t in tensors.items() if t.dim() == 2})
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear", "hidden_size": HIDDEN,
+        "num_hidden_layers": 1, "vocab_size": 128, "torch_dtype": "bfloat16",
+        "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": modules, "group_size": 16}}))
+    return folder
+
+
+def report(capsys, folder: Path, target: str) -> tuple[int, dict]:
+    code, out, err = run_captured(capsys, "doctor", folder, "--target", target, "--json")
+    assert code in (0, 1), err
+    return code, json.loads(out)
+
+
+@pytest.mark.parametrize("release", ["0.28.0", "0.30.0"])
+def test_layer0_stored_as_moe_is_the_error_vllm_raises(capsys, tmp_path, release):
+    """Failed before: doctor read no `weight_refused` and said nothing to do (exit 0)."""
+    code, found = report(capsys, kimi_linear(tmp_path / "moe", "block_sparse_moe"), f"vllm=={release}")
+    refused = [f for f in found["findings"] if f["code"] == "unexpected-tensor"]
+    assert code == 1 and sorted(f["subject"] for f in refused) == [
+        f"model.layers.0.block_sparse_moe.{p}" for p in ("down_proj", "gate_proj", "up_proj")], found["findings"]
+    said = "KeyError: 'layers.0.block_sparse_moe.down_proj.weight' (vllm/models/kimi_k3/nvidia/model.py:"
+    assert [s["error"][:len(said)] for s in found["runtime_stops_at"]] == [said], found["runtime_stops_at"]
+
+
+@pytest.mark.parametrize("release", ["0.28.0", "0.30.0"])
+def test_layer0_stored_dense_is_no_refusal(capsys, tmp_path, release):
+    _, found = report(capsys, kimi_linear(tmp_path / "dense", "mlp"), f"vllm=={release}")
+    assert not [f for f in found["findings"] if f["code"] == "unexpected-tensor"], found["findings"]
+
+
+def test_another_runtime_borrowing_the_row_takes_none_of_it():
+    """`weight_refused` is what vLLM's own load_weights does (OWN_CODE): a row borrowed for another runtime has none."""
+    [profile] = [p for p in arch.PROFILES if p.runtime == "vllm" and p.release == (0, 28, 0)]
+    assert profile.row("KimiLinearForCausalLM").refused_modules
+    assert not profile.row("KimiLinearForCausalLM", borrowed=True).refused_modules
+
+
+@pytest.mark.parametrize("recorded", [["x"], {"model.layers.*.a": 3}, {"model.layers.*.a": None}, "text"])
+def test_a_malformed_record_refuses_nothing(recorded):
+    from repair.arch.load_refusals import refused_loads
+
+    assert refused_loads("vllm 0.28.0", "f.json", "A", {"weight_refused": recorded}, "", False) == ()
+
+
+@pytest.mark.parametrize("error, name, said", [
+    (KeyError("layers.0.mlp.ws_scale"), "model.layers.0.mlp.experts.0.w1.weight_scale", "KeyError: 'layers.*.mlp.ws_scale'"),
+    (KeyError("layers.3.mlp.experts.1.w1.input_scale"), "model.layers.3.mlp.experts.1.w1.input_scale",
+     "KeyError: 'layers.*.mlp.experts.*.w1.input_scale'"),
+    (KeyError("layers.1.mlp.ws_scale"), "model.layers.0.mlp.experts.1.w1.weight_scale", "KeyError: 'layers.1.mlp.ws_scale'"),
+    (ValueError("no parameter named 'layers.0.x' in M"), "model.layers.0.x.weight", "ValueError: no parameter named 'layers.*.x' in M"),
+])
+def test_a_refusal_is_recorded_with_the_names_own_layer_numbers_starred(error, name, said):
+    """tools/vllm_load_facts.py refusal_text: a quoted name's numbers become `*` only where they are the fed tensor's own,
+    in order (doctor puts the stored module's back); any other number is vLLM's and stays."""
+    from tools.vllm_load_facts import refusal_text
+
+    assert refusal_text(error, name) == said
