@@ -120,7 +120,15 @@ def mapper_lines(doc: dict) -> list[str]:
     renaming = [a for a, maps in with_mapper.items() if any(maps)]
     return [f"- hand their quant config a weight-name mapper, which rewrites its lists (`exclusion_mappers`; ModelOpt "
             f"splits `X*` into `X` and `X.*`): {len(with_mapper)} of {len(doc['architectures'])}; renaming: "
-            + ", ".join(f"`{a}`" for a in renaming)]
+            + ", ".join(f"`{a}`" for a in renaming)] + mixed_key_lines(doc)
+
+
+def mixed_key_lines(doc: dict) -> list[str]:
+    """Whether a ModelOpt MIXED_PRECISION config's quantized_layers keys are renamed by that mapper too
+    (`modelopt_mixed_keys`, tools/vllm_mixed_keys.py, its own ModelOptMixedPrecisionConfig asked)."""
+    fact = doc.get("modelopt_mixed_keys") or {}
+    return [f"- renames a ModelOpt MIXED_PRECISION config's `quantized_layers` keys with that mapper (`modelopt_mixed_keys`): "
+            f"`{fact['mapped']}` ({fact['at']})"] if fact else []
 
 
 def refused_lines(doc: dict) -> list[str]:
