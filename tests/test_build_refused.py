@@ -165,15 +165,34 @@ def test_vllm_028_builds_deepseek_v4_whose_config_declares_an_fp8_kv_cache(tmp_p
     generator builds the model again with each declaration (tools/vllm_variants.py QUANT_VARIANTS): the refusal is gone
     (the build stops later at this host's CUDA-only o_proj kernel), so the refusal is recorded `unless` either."""
     unless = recorded((0, 28, 0))[DSV4]["unless"]
-    assert [(u["field"], u["is"]) for u in unless] == [("quantization_config.kv_cache_scheme", FP8_KV),
-                                                       ("quantization_config.kv_cache_quant_algo", "FP8")], unless
+    assert [(u["field"], u.get("includes", u.get("any_case"))) for u in unless] == [
+        ("quantization_config.kv_cache_scheme", FP8_KV), ("quantization_config.kv_cache_quant_algo", "FP8")], unless
+    assert all(u["with"] == [{"field": "quantization_config.quant_method", "starts_with": "modelopt"}] for u in unless)
     assert all("attention.py:106" not in u["then"] for u in unless), unless
     report = doctor(capsys, dsv4_modelopt(tmp_path / "dsv4", FP8_KV), "vllm==0.28.0")[1]
     assert not [f for f in report["findings"] + report["notes"] if f["code"] == "build-refused"], report["findings"]
 
 
+@pytest.mark.parametrize("fields", [{"kv_cache_scheme": dict(FP8_KV, num_bits=8.0)},
+                                    {"kv_cache_scheme": dict(FP8_KV, strategy="tensor")},
+                                    {"kv_cache_quant_algo": "fp8"}, {"kv_cache_quant_algo": "Fp8"},
+                                    {"kv_cache_scheme": FP8_KV, "quant_method": "modelopt_fp4"}])
+def test_vllm_028_builds_deepseek_v4_from_each_fp8_declaration_its_reading_takes(tmp_path, capsys, fields):
+    """0.28's get_kv_cache_quant_algo_string (utils/torch_utils.py:436-469) reads a quant_method starting with
+    "modelopt", a kv_cache_scheme by `dynamic is False and num_bits == 8 and type == "float"` (8.0 == 8, other keys
+    unread) and a kv_cache_quant_algo lowered: each of these is fp8 to it, so its DeepSeek-V4 attention passes
+    (doctor called them refused: the conditions compared the recorded values strictly). The generator builds the model
+    with such values (tools/vllm_variants.py read_alike) and records the conditions as wide (tier: 0.28's own reader)."""
+    folder = dsv4_modelopt(tmp_path / "dsv4", None)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"].update(fields)
+    (folder / "config.json").write_text(json.dumps(config))
+    report = doctor(capsys, folder, "vllm==0.28.0")[1]
+    assert not [f for f in report["findings"] + report["notes"] if f["code"] == "build-refused"], report["findings"]
+
+
 @pytest.mark.parametrize("scheme", [{"dynamic": False, "num_bits": 4, "type": "float"}, dict(FP8_KV, num_bits="8"),
-                                    "fp8-not-a-dict", None])
+                                    dict(FP8_KV, num_bits=True), dict(FP8_KV, dynamic=0), "fp8-not-a-dict", None])
 def test_vllm_028_still_refuses_deepseek_v4_whose_kv_cache_is_not_the_recorded_fp8(tmp_path, capsys, scheme):
     """Any other declaration (NVFP4, a string where 0.28 compares num_bits == 8, no declaration) keeps the refusal, and
     its line says which declaration the release builds with, as recorded."""
@@ -184,7 +203,7 @@ def test_vllm_028_still_refuses_deepseek_v4_whose_kv_cache_is_not_the_recorded_f
     (folder / "config.json").write_text(json.dumps(config))
     report = doctor(capsys, folder, "vllm==0.28.0")[1]
     [found] = [f for f in report["findings"] if f["code"] == "build-refused"]
-    assert "quantization_config.kv_cache_scheme is {\"dynamic\": false, \"num_bits\": 8, \"type\": \"float\"}" in found["message"], found
+    assert "quantization_config.kv_cache_scheme holds {\"dynamic\": false, \"num_bits\": 8, \"type\": \"float\"}" in found["message"], found
     assert "no change to the files" not in found["message"], found
 
 

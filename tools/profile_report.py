@@ -120,7 +120,19 @@ def mapper_lines(doc: dict) -> list[str]:
     renaming = [a for a, maps in with_mapper.items() if any(maps)]
     return [f"- hand their quant config a weight-name mapper, which rewrites its lists (`exclusion_mappers`; ModelOpt "
             f"splits `X*` into `X` and `X.*`): {len(with_mapper)} of {len(doc['architectures'])}; renaming: "
-            + ", ".join(f"`{a}`" for a in renaming)]
+            + ", ".join(f"`{a}`" for a in renaming)] + mixed_key_lines(doc)
+
+
+WORDS = {"is": "is", "includes": "holds", "any_case": "is, in any case,", "starts_with": "starts with",
+         "other_than": "is not"}  # tools/vllm_variants.py's condition kinds
+
+
+def mixed_key_lines(doc: dict) -> list[str]:
+    """Whether a ModelOpt MIXED_PRECISION config's quantized_layers keys are renamed by that mapper too
+    (`modelopt_mixed_keys`, tools/vllm_mixed_keys.py, its own ModelOptMixedPrecisionConfig asked)."""
+    fact = doc.get("modelopt_mixed_keys") or {}
+    return [f"- renames a ModelOpt MIXED_PRECISION config's `quantized_layers` keys with that mapper (`modelopt_mixed_keys`): "
+            f"`{fact['mapped']}` ({fact['at']})"] if fact else []
 
 
 def refused_lines(doc: dict) -> list[str]:
@@ -136,7 +148,8 @@ def variant_lines(doc: dict) -> list[str]:
     """Rows with another build for another value of a config field (`variants`), and build refusals a config field
     lifts (`build_refused` `unless`): tools/vllm_variants.py, the model built again with the field varied."""
     def said(c: dict) -> str:
-        return f"`{c['field']}` " + (f"is `{json.dumps(c['is'], sort_keys=True)}`" if "is" in c else f"is not `{c['other_than']}`")
+        kind = next((k for k in WORDS if k in c), "other_than")
+        return f"`{c['field']}` {WORDS[kind]} `{json.dumps(c[kind], sort_keys=True)}`"
     built = [f"`{a}` where {said(v)} (built: " + ", ".join(f"`{m.rpartition('.')[2]}`" for m in sorted(set(v["modules"]) - set(e["modules"])))
              + ")" for a, e in sorted(doc["architectures"].items()) for v in e.get("variants", ())]
     lifted = [f"`{a}`'s refusal lifted where " + " or ".join(said(u) for u in f["unless"])

@@ -54,6 +54,7 @@ from vllm_mapper_inverse import renaming_maps
 from vllm_null_lists import null_exclusions_refused
 from vllm_drafters import has_mtp, mtp_drafter, register_drafters
 from vllm_ct_sparsity import ct_sparsity_refused
+from vllm_mixed_keys import modelopt_mixed_keys
 from vllm_nested_algos import modelopt_nested_refused
 from vllm_fused_exclusions import all_fused_exclusions
 from vllm_expert_scales import experts_gate_up_scale_2
@@ -342,6 +343,7 @@ def main(argv: list[str]) -> int:
               "null_exclusions_refused": null_exclusions_refused(),
               "modelopt_nested_refused": modelopt_nested_refused(),
               "ct_sparsity_refused": ct_sparsity_refused(),
+              "modelopt_mixed_keys": modelopt_mixed_keys(),
               "fused_exclusions": all_fused_exclusions(),
               "experts_gate_up_scale_2": experts_gate_up_scale_2(),
               "load_refused_checked": True,  # every row says whether vLLM loads any checkpoint of it (`load_refused`)

@@ -18,7 +18,11 @@ A field with a dot is a path from config.json's top (`quantization_config.kv_cac
 attention asserts an fp8 KV cache (attention.py:106): the model is built again with each of `QUANT_VARIANTS`, and the
 refusal is recorded `unless` any of those under which the build no longer raises the same error at the same line (`then`:
 what the build does instead, in its words: on this host 0.28 stops at a CUDA-only kernel, a host limit), `with` the
-quant method it was built with (each a condition that must hold too).
+quant method it was built with (each a condition that must hold too). Each condition is then built again with values the
+release may read alike (`respellings`): where every one lifts the refusal too, it is recorded as wide as that reading
+(`includes`: 0.28's get_kv_cache_quant_algo_string, torch_utils.py:445-450, tests `dynamic is False`, `num_bits == 8`,
+`type == "float"` and reads no other key; `any_case`: it lowers a kv_cache_quant_algo, 465; `starts_with`: it reads a
+quant_method starting with "modelopt", 436-437).
 """
 
 from __future__ import annotations
@@ -92,15 +96,47 @@ def variants(arch: str, config: dict, row: dict, built: Callable[[dict], dict], 
 def refusal_lifted(config: dict, error: BaseException, site: str, attempt: Callable[[dict], BaseException | None],
                    refusal_site: Callable[[BaseException], str | None]) -> list[dict]:
     """The QUANT_VARIANTS conditions under which vLLM's build of `config` no longer raises `error` at `site`
-    (`attempt(config)`: the exception the build raises, None when it builds), each with what the build did then."""
+    (`attempt(config)`: the exception the build raises, None when it builds), each with what the build did then; each
+    condition as wide as the release's reading, `read_alike`."""
     said, out = f"{type(error).__name__}: {error}", []
     method = (config.get("quantization_config") or {}).get("quant_method", QUANT_METHOD["is"])
+
+    def lifted(probe: dict) -> BaseException | None | bool:
+        other = attempt(varied(config, probe))
+        return other if other is None or (f"{type(other).__name__}: {other}", refusal_site(other)) != (said, site) else False
     for rule in QUANT_VARIANTS:
-        other = attempt(varied(config, {rule["field"]: rule["is"]}))
-        built = {**rule, "with": [{**QUANT_METHOD, "is": method}]}  # 0.28 reads it of a ModelOpt config only
+        other = lifted({rule["field"]: rule["is"]})
+        if other is False:
+            continue
+        built = {**read_alike(rule, lambda v, f=rule["field"]: lifted({f: v}) is not False),
+                 "with": [read_alike({**QUANT_METHOD, "is": method}, lambda v: lifted({rule["field"]: rule["is"],
+                                                                                    QUANT_METHOD["field"]: v}) is not False)]}
         if other is None:
             out.append({**built, "then": "it builds"})
-        elif (f"{type(other).__name__}: {other}", refusal_site(other)) != (said, site):
+        else:
             where = refusal_site(other) or "outside vLLM's code: this host"
             out.append({**built, "then": f"the build stops later, at {where}: {type(other).__name__}: {str(other)[:120]}"})
     return out
+
+
+def respellings(value) -> tuple[str, list] | None:
+    """(the wider condition, the values it adds, each asked of the build) for a value a reader may read alike:
+    `includes` for an object (a number as a float, one more key), `starts_with` for a quant_method (ModelOpt's other
+    method names), `any_case` for any other string; None for anything else."""
+    if isinstance(value, dict):
+        floats = {k: float(v) for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
+        return "includes", [{**value, **floats}, {**value, "probe_extra_key": 1}]
+    if isinstance(value, str) and value == QUANT_METHOD["is"]:
+        return "starts_with", [value + "_fp4", value + "_mixed"]
+    if isinstance(value, str):
+        return "any_case", sorted({value.lower(), value.upper(), value.title()} - {value})
+    return None
+
+
+def read_alike(rule: dict, lifts: Callable[[object], bool]) -> dict:
+    """`rule` ({"field", "is"}) widened to {"field", kind: value} where the release's build reads every value
+    `respellings` adds as it reads the recorded one (`lifts`: the refusal is lifted with it); else as it is."""
+    wider = respellings(rule["is"])
+    if wider is None or not all(lifts(v) for v in wider[1]):
+        return rule
+    return {"field": rule["field"], wider[0]: rule["is"]}

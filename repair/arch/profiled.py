@@ -99,6 +99,7 @@ class ReleaseProfile:
     modelopt_nested_refused: dict = field(default_factory=dict)  # quant_algo -> its config reading's error (nested form)
     fused_exclusions: dict = field(default_factory=dict)  # config kind -> how it tests a fused layer (targets/fused_exclusions.py)
     ct_sparsity_refused: dict = field(default_factory=dict)  # its config reading's error on sparsity targets (vllm_ct_sparsity.py)
+    modelopt_mixed_keys: dict = field(default_factory=dict)  # how it maps quantized_layers keys (vllm_mixed_keys.py); {}: not
 
     @property
     def label(self) -> str:
@@ -131,12 +132,13 @@ def read_profiles() -> tuple[ReleaseProfile, ...]:
         if "architectures" not in doc:
             continue  # a rules-only release file (repair/targets/runtime_rules.py reads it)
         release = release_of(doc["release"])
-        label = f"{doc['runtime']} {'.'.join(map(str, release))}"
+        label, facts = f"{doc['runtime']} {'.'.join(map(str, release))}", ("modelopt_nested_refused", "fused_exclusions",
+                                                                          "ct_sparsity_refused", "modelopt_mixed_keys")
         out.append(ReleaseProfile(doc["runtime"], release, item.name, doc["architectures"], doc["unprofiled"],
                                   doc.get("missing_weights", {}), doc.get("null_exclusions_refused", {}),
                                   doc.get("load_refused_checked") is True, Registry.read(doc, label, item.name),
                                   doc.get("build_refused", {}), doc.get("experts_gate_up_scale_2", {}),
-                                  *(doc.get(k, {}) for k in ("modelopt_nested_refused", "fused_exclusions", "ct_sparsity_refused"))))
+                                  *(doc.get(k, {}) for k in facts)))
     return tuple(sorted(out, key=lambda p: (p.runtime, p.release)))
 
 
@@ -260,8 +262,7 @@ def releases_loading(profiles: tuple[ReleaseProfile, ...], runtime: str, name: s
 
 def load_refusal_holds(profiles: tuple[ReleaseProfile, ...], runtime: str, version: tuple[int, ...] | None, name: str) -> bool:
     """Whether a profiled release of `runtime` at or after `version` (None: the newest) records that it loads no
-    checkpoint of architecture `name`. A model's loader fixed in some release stays fixed, so such a refusal holds for
-    the asked release."""
+    checkpoint of architecture `name` (a loader fixed in some release stays fixed: `refusal_holds`)."""
     return refusal_holds(profiles, runtime, version, lambda p: p.load_checked and p.entries.get(name, {}).get("load_refused"))
 
 
@@ -279,8 +280,7 @@ def module_state(entry: dict, module: str) -> str | None:
     """What the release builds a checkpoint module as ("quantized", "unquantized", "none"), None when not recorded:
     the module's pattern, renamed by the weight mapper, else folded into its fused layer."""
     modules, renames = with_drafter(entry)
-    found = NUMBER.sub(".*", module)
-    found = renames.get(name_key(renames, module), found)
+    found = renames.get(name_key(renames, module), NUMBER.sub(".*", module))
     if found is None:
         return None
     parent, _, leaf = found.rpartition(".")

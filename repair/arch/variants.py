@@ -7,7 +7,12 @@ fused_qkv_a_proj, where q_lora_rank is null (DeepSeek-V2-Lite); MiniCPM builds a
 num_experts is not 0. A build refusal may be lifted the same way: vLLM 0.28 builds DeepSeek-V4's attention where
 config.json declares an FP8 KV cache. A condition:
   {"field": F, "is": V}          F is set to V (null included; absent is the config class's default, not V);
-  {"field": F, "other_than": V}  F is set to a value of V's type (an int: not a bool) other than V.
+  {"field": F, "other_than": V}  F is set to a value of V's type (an int: not a bool) other than V;
+  {"field": F, "includes": V}    F is an object holding V's keys, numbers compared by value (8.0 is 8), others as `is`;
+  {"field": F, "any_case": V}    F is a string equal to V but for case; {"field": F, "starts_with": V}: one starting so.
+The wider forms are what a release's reading accepts, as its build measured them (tools/vllm_variants.py `read_alike`:
+vLLM 0.28 reads an FP8 KV cache from {"dynamic": false, "num_bits": 8.0, "type": "float", ...}, "fp8" and
+quant_method "modelopt_fp4").
 F with a dot is a path from config.json's top; else a field of its text part. A condition's `with` lists conditions that
 must hold too (vLLM 0.28 reads a declared KV cache of a ModelOpt quant_method only). Hostile values hold nothing.
 """
@@ -39,6 +44,16 @@ def same(a, b) -> bool:
     return a == b
 
 
+def alike(value, want) -> bool:
+    """`value` as a release reading `want`'s keys compares it (`includes`): a number by value (8.0 is 8; a bool is no
+    number), an object holding at least `want`'s keys, each alike; anything else JSON-equal, types kept."""
+    if isinstance(want, (int, float)) and not isinstance(want, bool):
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value == want
+    if isinstance(want, dict):
+        return isinstance(value, dict) and all(k in value and alike(value[k], w) for k, w in want.items())
+    return same(value, want)
+
+
 def holds(condition, config: dict | None) -> bool:
     """Whether config.json meets a recorded condition (a malformed condition meets nothing)."""
     field = condition.get("field") if isinstance(condition, dict) else None
@@ -51,6 +66,13 @@ def holds(condition, config: dict | None) -> bool:
         return False
     if "is" in condition:
         return same(value, condition["is"])
+    if "includes" in condition:
+        return alike(value, condition["includes"])
+    if "any_case" in condition or "starts_with" in condition:
+        want = condition.get("any_case", condition.get("starts_with"))
+        if not isinstance(value, str) or not isinstance(want, str):
+            return False
+        return value.lower() == want.lower() if "any_case" in condition else value.startswith(want)
     if "other_than" in condition:
         other = condition["other_than"]
         return type(value) is type(other) and not same(value, other)

@@ -88,8 +88,12 @@ def lifting(unless: list[dict]) -> str:
 
 
 def _said(condition: dict) -> str:
-    return f"config.json's {condition.get('field')} is " + (json.dumps(condition["is"], sort_keys=True) if "is" in condition
-                                                             else f"set to other than {condition.get('other_than')!r}")
+    kind = next((k for k in SAID if k in condition), "other_than")
+    return f"config.json's {condition.get('field')} {SAID[kind]} {json.dumps(condition.get(kind), sort_keys=True)[:200]}"
+
+
+SAID = {"is": "is", "includes": "holds", "any_case": "is, in any case,", "starts_with": "starts with",
+        "other_than": "is set to other than"}  # arch/variants.py's condition kinds, in words
 
 
 def holds(when, config: dict | None) -> bool:

@@ -52,6 +52,9 @@ class Declaration:
     # a target runtime's own rules (repair/targets/runtime_rules.py bind); None: the format's, as vLLM applies them
     matcher: Callable | None = field(default=None, compare=False, hash=False, repr=False)  # (entries, targets) -> Rule
     layer_lookup: Callable | None = field(default=None, compare=False, hash=False, repr=False)  # (algos, name) -> (algo, error)
+    # a runtime reading the per-layer map's keys mapped (targets/entry_mappers.py): name -> the written keys it reads as
+    # that layer or one under it, whatever their spelling; None: the keys are read as written
+    layer_keys: Callable | None = field(default=None, compare=False, hash=False, repr=False)
     _rules: dict = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)  # list -> its compiled Rule
 
     def rule(self, exclusions: tuple[str, ...] | list[str] | None = None) -> Rule:

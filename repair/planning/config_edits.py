@@ -10,7 +10,7 @@ from repair.formats.modules import StoredModule
 from repair.io.checkpoint import Checkpoint
 from repair.planning.built import target_rows
 from repair.planning.recipe import Action, Recipe
-from repair.planning.runtime_entries import (coverage, entry_names, flat_read, plain_entries, read_where_targets_read,
+from repair.planning.runtime_entries import (coverage, entry_names, flat_read, plain_entries, read_keys, read_where_targets_read,
                                              refuse_colliding_names, refuse_pattern_names, runtime_names, shards_alike, unread_fused,
                                              whole_layer_names)
 from repair.targets.config_lists import null_exclusion_list
@@ -44,7 +44,8 @@ def config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recipe
     remove = _redeclared(declaration, packed, modules, families)
     read_before = flat_read(ckpt.config, remove)
     for _ in range(2):  # again with the fused names a target reads instead of the shards', where one does
-        config, hf_quant = fmt.with_exclusions(ckpt, bf16, shards_alike(covers, families, bf16), remove=remove)
+        keyed = bf16 + read_keys(targets, families, declaration, ckpt.config, bf16) if declaration.layer_algos else bf16
+        config, hf_quant = fmt.with_exclusions(ckpt, keyed, shards_alike(covers, families, bf16), remove=remove)
         config = read_where_targets_read(config, targets, declaration, read_before, [fmt.exclusion_entry(n) for n in bf16])
         refuse_unread_lists(ckpt.root, targets, declaration, config, bf16)
         extra = unread_fused(targets, declaration, families, config, fmt.exclusion_lists(config, hf_quant), bf16, modules)

@@ -22,6 +22,17 @@ def coverage(targets, families, declaration, config):
     return (lambda entries, name: all(m(entries, name) for m in matchers)), (lambda entries, name: any(m(entries, name) for m in matchers))
 
 
+def read_keys(targets, families, declaration, config, names: list[str]) -> list[str]:
+    """The per-layer map's keys, as written, that a target reads as one of `names` or a layer under it where it maps the
+    keys first (`Declaration.layer_keys`: vLLM's apply_dict), other than those names: they leave the map too."""
+    out: set[str] = set()
+    for target, family in zip(targets, families):
+        bound = target.bind(declaration, family, config)
+        if bound.layer_keys is not None:
+            out.update(k for n in names for k in bound.layer_keys(n))
+    return sorted(out - set(names))
+
+
 def shards_alike(covers, families, names: list[str]):
     """`covers` asked of a fused layer's shards together: a shard among `names` counts as covered when it is, and it is
     listed by its exact name or every one of its siblings there is covered. Exact entries for some shards only are a mix vLLM's

@@ -17,12 +17,14 @@ tests included) over the rewritten list, with the asked name in vLLM's spelling 
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 from repair.arch.base import Architecture
 from repair.arch.profiled import NUMBER, BuiltQuantized, with_drafter
-from repair.formats.base import Declaration
+from repair.formats.algorithms import LayerAlgorithms
+from repair.formats.base import Declaration, routed_layer
 
 KINDS = ("regex", "substr", "stacked", "prefix", "suffix")  # WeightsMapper._map_name_with_shard's order (utils.py:89-144)
 
@@ -163,9 +165,21 @@ def spelling(entry: Mapping) -> Spelling:
                     {k: tuple(v) for k, v in entry.get("fused", {}).items()})
 
 
-def bind_mappers(declaration: Declaration, family: Architecture, data: list | None) -> Declaration:
+def mapped_layers(algos: LayerAlgorithms, mappers: tuple[NameMapper, ...]) -> LayerAlgorithms:
+    """A MIXED_PRECISION map as WeightsMapper.apply_dict leaves it after each apply_vllm_mapper call: every key mapped as
+    a weight name (no `X*` split), a dropped key gone, keys mapped alike one key at the first one's place holding the
+    last one's algorithm (a dict comprehension's)."""
+    entries = algos.entries
+    for mapper in mappers:
+        entries = tuple({m: algo for key, algo in entries if (m := mapper(key)) is not None}.items())
+    return LayerAlgorithms(entries)
+
+
+def bind_mappers(declaration: Declaration, family: Architecture, data: list | None, keys: Mapping | None = None) -> Declaration:
     """The declaration whose rules read the list as the release rewrites it for this class (`data`: the row's
-    `exclusion_mappers`); unchanged where the class hands its quant config no mapper, or the format says none."""
+    `exclusion_mappers`); unchanged where the class hands its quant config no mapper, or the format says none. Where
+    the release maps a MIXED_PRECISION map's keys too (`keys`: its `modelopt_mixed_keys`), each layer resolves from
+    the mapped keys under the name vLLM asks (`spell`), the map itself kept as written (the plan edits its keys)."""
     how = getattr(declaration.format, "ENTRY_MAPPING", None)
     built = family.built_quantized
     if not data or how is None or not declaration.quantized or not isinstance(built, BuiltQuantized):
@@ -177,4 +191,30 @@ def bind_mappers(declaration: Declaration, family: Architecture, data: list | No
         origins = rewritten(entries, spell.mappers, how)
         spelled = None if targets is None else tuple(rewritten(targets, spell.mappers, "paths"))
         return MappedRule(base(tuple(origins), spelled), spell, origins)
-    return replace(declaration, matcher=matcher)
+    if declaration.layer_algos is None or (keys or {}).get("mapped") != "apply_dict":
+        return replace(declaration, matcher=matcher)
+    read, written = mapped_layers(declaration.layer_algos, spell.mappers), declaration.layer_algos.entries
+    origins: dict[str, list[str]] = {}
+    for key, _ in written:  # each key mapped once: a name's keys are a range of the sorted mapped keys
+        mapped = _mapped(key, spell.mappers)
+        if mapped is not None:
+            origins.setdefault(mapped, []).append(key)
+    ordered = sorted(origins)
+
+    def lookup(algos, name):
+        return read.lookup(spell(routed_layer(name)), family.fused_layers)
+
+    def keys(name):
+        asked = spell(name)
+        under = ordered[bisect_left(ordered, asked + "."):bisect_left(ordered, asked + "/")]  # "/" follows "."
+        return tuple(k for m in ([asked] if asked in origins else []) + under for k in origins[m])
+    return replace(declaration, matcher=matcher, layer_lookup=lookup, layer_keys=keys)
+
+
+def _mapped(name: str, mappers: tuple[NameMapper, ...]) -> str | None:
+    """`name` after each mapper in turn (None: one drops it)."""
+    for mapper in mappers:
+        name = mapper(name)
+        if name is None:
+            return None
+    return name

@@ -115,7 +115,8 @@ class Target:
             # rewritten first with the mappers the class hands its quant config (targets/entry_mappers.py)
             kind = CONFIG_KINDS.get(declaration.format.NAME)
             fused = bind_fused(declaration, family, self.release.fused_exclusions.get(kind) if kind else None)
-            return bind_mappers(fused, family, self.release.entries.get(name, {}).get("exclusion_mappers"))
+            return bind_mappers(fused, family, self.release.entries.get(name, {}).get("exclusion_mappers"),
+                                self.release.modelopt_mixed_keys)
         if rules is None or not declaration.quantized:
             return declaration
         kind = CONFIG_KINDS.get(declaration.format.NAME)

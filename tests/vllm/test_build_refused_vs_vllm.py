@@ -81,3 +81,72 @@ def test_an_fp8_kv_cache_declared_in_config_lifts_deepseek_v4s_refusal(tmp_path,
     without, declared = (json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{"))
     assert without["error"].startswith(refused["error"]), without
     assert declared["error"] is None or refused["error"] not in declared["error"], declared
+
+
+KV_READING = """
+import json, sys
+from vllm.utils.torch_utils import get_kv_cache_quant_algo_string
+for cfg in json.loads(sys.argv[1]):
+    print(json.dumps(get_kv_cache_quant_algo_string(cfg)))
+"""
+FP8_KV = {"dynamic": False, "num_bits": 8, "type": "float"}
+READ_ALIKE = [  # quantization_config values whose KV-cache dtype 0.28 reads one way and the recorded `unless` alike
+    {"quant_method": "modelopt", "kv_cache_scheme": FP8_KV}, {"quant_method": "modelopt", "kv_cache_quant_algo": "FP8"},
+    {"quant_method": "modelopt", "kv_cache_scheme": dict(FP8_KV, num_bits=8.0)},
+    {"quant_method": "modelopt", "kv_cache_scheme": dict(FP8_KV, strategy="tensor", symmetric=True)},
+    {"quant_method": "modelopt", "kv_cache_quant_algo": "fp8"}, {"quant_method": "modelopt", "kv_cache_quant_algo": "fP8"},
+    {"quant_method": "modelopt_fp4", "kv_cache_scheme": FP8_KV}, {"quant_method": "modelopt_mixed", "kv_cache_quant_algo": "FP8"},
+    {"quant_method": "compressed-tensors", "kv_cache_scheme": FP8_KV}, {"quant_method": "Modelopt", "kv_cache_quant_algo": "FP8"},
+    {"quant_method": "modelopt", "kv_cache_scheme": dict(FP8_KV, num_bits=True)},
+    {"quant_method": "modelopt", "kv_cache_scheme": dict(FP8_KV, num_bits="8")},
+    {"quant_method": "modelopt", "kv_cache_scheme": dict(FP8_KV, dynamic=0)},
+    {"quant_method": "modelopt", "kv_cache_scheme": {"num_bits": 8, "type": "float"}},
+    {"quant_method": "modelopt", "kv_cache_scheme": {"dynamic": False, "num_bits": 4, "type": "float"}},
+    {"quant_method": "modelopt", "kv_cache_quant_algo": "fp8_e4m3"}, {"quant_method": "modelopt", "kv_cache_quant_algo": "NVFP4"},
+    {"quant_method": "modelopt"},
+]
+
+
+def kv_read(quant_configs: list[dict]) -> list[str | None]:
+    """vLLM's own get_kv_cache_quant_algo_string (0.28 utils/torch_utils.py:427) on each quantization_config."""
+    import os
+    import subprocess
+
+    from .probe import VLLM_PY
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    proc = subprocess.run([str(VLLM_PY), "-c", KV_READING, json.dumps(quant_configs)], capture_output=True, text=True,
+                          timeout=600, cwd="/", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()[:1] in ('"', "n")]
+
+
+def lifted_by_doctor(release: str, quant_config: dict) -> bool:
+    from repair.doctor.refused_load import lifted
+
+    refused = {p.label: p for p in arch.PROFILES if p.runtime == "vllm"}[f"vllm {release}"].build_refused
+    return any(lifted(u, {"quantization_config": quant_config}) for u in refused["DeepseekV4ForCausalLM"]["unless"])
+
+
+def test_the_recorded_fp8_kv_cache_conditions_read_as_the_releases_own_reader(release):
+    """Each `unless` condition (as wide as tools/vllm_variants.py read_alike measured it) holds exactly where 0.28's own
+    reader resolves an fp8 KV cache, which its DeepSeek-V4 attention takes (attention.py:106: startswith("fp8"))."""
+    if "DeepseekV4ForCausalLM" not in {p.label: p for p in arch.PROFILES}[f"vllm {release}"].build_refused:
+        pytest.skip(f"vllm {release} records no DeepSeek-V4 build refusal")
+    for quant_config, read in zip(READ_ALIKE, kv_read(READ_ALIKE), strict=True):
+        assert lifted_by_doctor(release, quant_config) is str(read).startswith("fp8"), (quant_config, read)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "0.28 reads kv_cache_scheme OR ELSE kv_cache_quant_algo (torch_utils.py:439-444: the first truthy one, a string "
+    "scheme lowered too), and the nested {\"quantization\": {...}} form; each recorded condition tests one field "
+    "alone: an NVFP4 kv_cache_scheme beside kv_cache_quant_algo FP8 reads nvfp4 (doctor: lifted), a string "
+    "kv_cache_scheme \"fp8\" and kv_cache_quant_algo \"fp8_e4m3\" (the map's value, not a key) read fp8 / auto; left: "
+    "the condition form has no precedence between fields"))
+def test_fields_read_in_the_releases_order(release):
+    if "DeepseekV4ForCausalLM" not in {p.label: p for p in arch.PROFILES}[f"vllm {release}"].build_refused:
+        pytest.skip(f"vllm {release} records no DeepSeek-V4 build refusal")
+    order = [{"quant_method": "modelopt", "kv_cache_scheme": {"dynamic": False, "num_bits": 4, "type": "float"},
+              "kv_cache_quant_algo": "FP8"}, {"quant_method": "modelopt", "kv_cache_scheme": "fp8"}]
+    for quant_config, read in zip(order, kv_read(order), strict=True):
+        assert lifted_by_doctor(release, quant_config) is str(read).startswith("fp8"), (quant_config, read)

@@ -2,7 +2,8 @@
 (VLLM_VENV=/work/venvs/vllm-0.28 or -0.30 judges those releases' files): vLLM's ModelOpt NVFP4 and compressed-tensors
 configs, handed the class's mapper by vLLM's own configure_quant_config / SupportsQuant (tools/
 vllm_entry_mapper_probe.py), rewrite a list of the row's checkpoint names, its vLLM names, each with a trailing `*`,
-and `re:` entries; repair's `rewritten` over the recorded mapper gives the same list. A class with a mapper records
+and `re:` entries; repair's `rewritten` over the recorded mapper gives the same list; a ModelOpt MIXED_PRECISION
+config's quantized_layers of those names (both spellings) is mapped as repair's `mapped_layers` maps it. A class with a mapper records
 it; one whose build also hands over an inner module's mapper (Gemma3n) or only that (ChatGLM) is not compared here.
 """
 
@@ -12,7 +13,8 @@ import json
 
 import pytest
 
-from repair.targets.entry_mappers import NameMapper, rewritten
+from repair.formats.algorithms import LayerAlgorithms
+from repair.targets.entry_mappers import NameMapper, mapped_layers, rewritten
 from repair.targets.profiles import release_at_or_below
 from repair.arch.profiled import release_of
 
@@ -28,10 +30,18 @@ def probe_entries(entry: dict) -> list[str]:
     return names + [n + "*" for n in names] + [n.rpartition(".")[0] + ".*" for n in names] + ["re:.*self_attn.*", "lm_head"]
 
 
+def probe_keys(entry: dict) -> dict[str, str]:
+    """A MIXED_PRECISION map of the row's names in both spellings, algorithms alternating, so keys vLLM maps alike show
+    whose algorithm it keeps (apply_dict: the last one's, at the first one's place)."""
+    names = [n for n in probe_entries(entry) if not n.startswith("re:")]
+    return {n: ("NVFP4", "FP8")[i % 2] for i, n in enumerate(names)}
+
+
 def test_recorded_mappers_rewrite_lists_as_vllm_does(tmp_path, release):
     profile = release_at_or_below("vllm", release_of(release))
     assert profile is not None and profile.release == release_of(release)
-    request = {name: {"modelopt": probe_entries(e), "compressed-tensors": probe_entries(e)} for name, e in profile.entries.items()}
+    request = {name: {"modelopt": probe_entries(e), "compressed-tensors": probe_entries(e), "mixed": probe_keys(e)}
+               for name, e in profile.entries.items()}
     (tmp_path / "request.json").write_text(json.dumps(request))
     lines = {line["arch"]: line for line in in_vllm("vllm_entry_mapper_probe.py", tmp_path / "request.json")}
     assert set(lines) == set(request)
@@ -46,5 +56,7 @@ def test_recorded_mappers_rewrite_lists_as_vllm_does(tmp_path, release):
         for kind, how in (("modelopt", "modelopt"), ("compressed-tensors", "paths")):
             ours = list(rewritten(request[name][kind], mappers, how))
             assert ours == list(dict.fromkeys(said[kind])), (name, kind)
+        written = LayerAlgorithms(tuple(request[name]["mixed"].items()))
+        assert [list(e) for e in mapped_layers(written, mappers).entries] == said["mixed"], (name, "mixed")
         compared += 1
     assert compared >= 50, compared
