@@ -178,3 +178,23 @@ def test_a_w4a16_nvfp4_modelopt_checkpoint_is_refused_by_the_releases_whose_from
     code, text, err = run_captured(capsys, "doctor", src, "--target", f"sglang=={release}", "--json")
     errors = [f["runtime_error"] for f in json.loads(text)["findings"] if f["subject"] == "hf_quant_config.json"]
     assert bool(errors and "only supports: FP8, NVFP4, NVFP4_AWQ quantizations" in errors[0]) is refused, (release, errors)
+
+
+@pytest.mark.parametrize("release", ["0.5.10", "0.5.12", "0.5.13", "0.5.14"])
+@pytest.mark.parametrize("how", ["architecture", "model_type"])
+def test_a_nemotron_h_mixed_precision_checkpoint_is_not_called_w4afp8(capsys, tmp_path, release, how):
+    """0.5.10-0.5.14 model_config.py _parse_modelopt_quant_config reads MIXED_PRECISION as w4afp8 except for NemotronH
+    (`model_type == "nemotron_h"` or an architecture starting `NemotronH`: 0.5.13 model_config.py:1022-1028), which
+    it reads as modelopt_mixed (nvidia's Nemotron-3 NVFP4 exports are MIXED_PRECISION). The files' refusal is one
+    entry per quant_algo, whatever the class: doctor told a NemotronH user SGLang reads it as w4afp8. Either test
+    alone spares it; any other class (the same config, Qwen3.5's) is still read as w4afp8."""
+    from tools.real_fixture import write_qwen36
+
+    folder = write_qwen36(tmp_path / "nemotron")
+    config = json.loads((folder / "config.json").read_text())
+    code, text, err = run_captured(capsys, "doctor", folder, "--target", f"sglang=={release}", "--json")
+    assert any("w4afp8" in f["message"] for f in json.loads(text)["findings"]), release
+    config.update(architectures=["NemotronHForCausalLM"]) if how == "architecture" else config.update(model_type="nemotron_h")
+    (folder / "config.json").write_text(json.dumps(config))
+    code, text, err = run_captured(capsys, "doctor", folder, "--target", f"sglang=={release}", "--json")
+    assert not any("w4afp8" in f["message"] for f in json.loads(text)["findings"]), release

@@ -15,6 +15,10 @@ MOE_LAYER = "sglang/srt/layers/moe/fused_moe_triton/layer.py"
 SKIP_MIX = ("ValueError: Detected some but not all shards of {prefix} are quantized. All shards of fused layers to "
             "have the same precision.")
 W4AFP8 = "SGLang {release} reads quant_algo MIXED_PRECISION as w4afp8 (W4A8 experts), not as per-layer NVFP4/FP8"
+# 0.5.10-0.5.14 _parse_modelopt_quant_config: MIXED_PRECISION is modelopt_mixed where `hf_config.model_type == "nemotron_h"`
+# or an architecture starts with NemotronH (0.5.13 model_config.py:1022-1028), w4afp8 for every other class
+NEMOTRON_H = {"MIXED_PRECISION": {"model_types": ["nemotron_h"], "architecture_prefixes": ["NemotronH"]}}
+NEMOTRON_H_MARKER = 'arch.startswith("NemotronH") for arch in architectures'
 ONLY_FP8_NVFP4 = ("ValueError: ModelOpt currently only supports: FP8, NVFP4 quantizations in sglang. Please check the "
                   "quantization config for your model's configuration.")
 # ModelOptFp4Config.from_config's `if quant_method not in [...]: raise ValueError(...)` (0.5.17 modelopt_quant.py:1356)
@@ -122,6 +126,7 @@ def _later_row(ct: str, layers: str, refused: dict, modelopt_marker: str,
     compressed-tensors and quantized_layers rules and refusals that change, each marker checked against the wheel."""
     return {"matchers": {"modelopt": "sglang_modelopt_dotted", "compressed-tensors": ct, "quantized_layers": layers},
             "fallback_fused": True, "refused_algorithms": refused,
+            **({"refused_spared": NEMOTRON_H} if config_marker == NEMOTRON_H_MARKER else {}),
             "markers": {UTILS: 'ignored = ignored.rstrip(".")', MODELOPT: modelopt_marker, MODEL_CONFIG: config_marker,
                         CT_UTILS: 'layer_name.endswith("." + target)' if ct == "sglang_ct_suffix" else "check_contains=True"}}
 
@@ -140,15 +145,18 @@ RULES = {
                      "quantized_layers": "sglang_layers_exact"},
         "fallback_fused": False,
         "refused_algorithms": {"MIXED_PRECISION": W4AFP8.format(release="0.5.10")},
+        "refused_spared": NEMOTRON_H,
         "markers": {UTILS: "is_skipped = any(ignored in prefix for ignored in ignored_layers)",
-                    CT_UTILS: "check_contains=True", MODELOPT: "def _resolve_quant_algo"},
+                    CT_UTILS: "check_contains=True", MODELOPT: "def _resolve_quant_algo", MODEL_CONFIG: NEMOTRON_H_MARKER},
     },
     "0.5.11": {  # _module_path_match compares entry and prefix as written (utils.py:46-55; 0.5.13 strips a trailing .)
         "matchers": {"modelopt": "sglang_modelopt_dotted_as_written", "compressed-tensors": "sglang_ct_contains",
                      "quantized_layers": "sglang_layers_exact"},
         "fallback_fused": True,
         "refused_algorithms": {"MIXED_PRECISION": W4AFP8.format(release="0.5.11")},
-        "markers": {UTILS: "_FALLBACK_FUSED_SHARDS", CT_UTILS: "check_contains=True", MODELOPT: "def _resolve_quant_algo"},
+        "refused_spared": NEMOTRON_H,
+        "markers": {UTILS: "_FALLBACK_FUSED_SHARDS", CT_UTILS: "check_contains=True", MODELOPT: "def _resolve_quant_algo",
+                    MODEL_CONFIG: NEMOTRON_H_MARKER},
     },
     "0.5.12": {"same_as": "0.5.11"},  # every RULE_CODE unit as 0.5.11's (modelopt_quant.py differs elsewhere)
     # 0.5.13-0.5.22, each read anew from its wheel (every one's RULE_CODE differs from the release before it: see
@@ -165,9 +173,8 @@ RULES = {
     # is_layer_excluded's globs are the same function in every one (0.5.22 compiles them through an lru_cache).
     **{r: _later_row("sglang_ct_contains", "sglang_layers_exact",
                      {"MIXED_PRECISION": W4AFP8.format(release=r), "NVFP4_AWQ": ONLY_FP8_NVFP4, "W4A16_NVFP4": ONLY_FP8_NVFP4},
-                     'if not quant_method in ["FP8", "NVFP4"]:', marker)
-       for r, marker in (("0.5.13", '"quant_method": "w4afp8"'),
-                         ("0.5.14", 'arch.startswith("NemotronH") for arch in architectures'))},
+                     'if not quant_method in ["FP8", "NVFP4"]:', NEMOTRON_H_MARKER)
+       for r in ("0.5.13", "0.5.14")},
     **{r: _later_row("sglang_ct_contains", "sglang_layers_language_swaps",
                      {"NVFP4_AWQ": ONLY_FP8_NVFP4, "W4A16_NVFP4": ONLY_FP8_NVFP4}, 'if quant_method not in ["FP8", "NVFP4"]:')
        for r in ("0.5.15", "0.5.16")},

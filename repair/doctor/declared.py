@@ -121,16 +121,18 @@ def kv_cache_findings(declaration: Declaration, infos: dict[str, TensorInfo]) ->
     return [], []
 
 
-def refused_algorithm(declaration: Declaration, target: Target) -> str | None:
+def refused_algorithm(declaration: Declaration, target: Target, config: dict | None) -> str | None:
     """The error the target raises reading a ModelOpt config's single quant_algo (its data, `refused`, names ModelOpt's
-    algorithms: a compressed-tensors config declaring the same scheme is read by another config class)."""
-    modelopt = (quant_method(declaration) or "").startswith("modelopt")
-    return target.profile.refused.get(declaration.quant_algo or "") if modelopt else None
+    algorithms: a compressed-tensors config declaring the same scheme is read by another config class), unless its
+    rules spare config.json's class that reading."""
+    modelopt, algo, rules = (quant_method(declaration) or "").startswith("modelopt"), declaration.quant_algo or "", target.profile.rules
+    spared = rules is not None and rules.spares(algo, config)
+    return target.profile.refused.get(algo) if modelopt and not spared else None
 
 
-def runtime_refusal_findings(declaration: Declaration, target: Target) -> list[Finding]:
+def runtime_refusal_findings(declaration: Declaration, target: Target, config: dict | None) -> list[Finding]:
     """A single quant_algo the target vLLM refuses while reading the config (before building any layer)."""
-    error = refused_algorithm(declaration, target)
+    error = refused_algorithm(declaration, target, config)
     if error is None or not target.profile.follows_draft_config:
         return []
     raised = error.split(":")[0].endswith("Error")  # the runtime's exception, else what it does instead (data's words)

@@ -101,7 +101,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     if not target.profile.allows_quant_config:
         findings += _bf16_findings(ckpt, modules)
     findings += _handshake_findings(modules, precision, target, family)
-    findings += [] if nested else runtime_refusal_findings(declaration, target)  # its ModelOpt config never reads it
+    findings += [] if nested else runtime_refusal_findings(declaration, target, ckpt.config)  # its ModelOpt config never reads it
     findings += null
     config, config_notes = config_findings(ckpt, declaration, modules, specs, family, module_driven(target), target, builds)
     findings += config
@@ -148,7 +148,7 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
         excluded += unloadable_full_precision_findings(modules, precision, declaration, family, target)
         apart = said_by_fused(findings, modules, family)  # a shard stored apart: the fused-shards error says it all
         excluded = [f for f in excluded if f.subject not in apart]
-        refused = refused_algorithm(declaration, target) or any(f.code == Kind.NULL_EXCLUSIONS for f in findings)  # the config is refused before any layer is built
+        refused = refused_algorithm(declaration, target, ckpt.config) or any(f.code == Kind.NULL_EXCLUSIONS for f in findings)  # the config is refused before any layer is built
         loads, first = table_loads(modules, precision, ckpt, target, family, tp, fmt.RUNTIME_LEAVES, resolved, declaration) \
             if target.profile.rules and not refused and not module_driven(target) else ([], first)
         first = _build_stops(findings, tp) if target.profile.rules and _build_stops(findings, tp) else first

@@ -93,6 +93,16 @@ class RuntimeRules:
     dropped_in_layers: Mapping[str, tuple[LayerDrop, ...]] = field(default_factory=dict)
     # {"transformers", "known", "error", "where"}: the model_types its config reader knows (tools/sglang_config_types.py)
     config_model_types: Mapping = field(default_factory=dict)
+    # quant_algo -> {"model_types", "architecture_prefixes"}: the classes its config reader spares a `refused_algorithms`
+    # reading (0.5.10-0.5.14 read MIXED_PRECISION as modelopt_mixed for NemotronH only; tools/sglang_rules_table.py)
+    refused_spared: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
+
+    def spares(self, algorithm: str, config: dict | None) -> bool:
+        """Whether config.json's model_type or an architecture is one its reader spares `algorithm`'s refusal."""
+        spared, config = self.refused_spared.get(algorithm), config if isinstance(config, dict) else {}
+        archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
+        return spared is not None and (config.get("model_type") in spared["model_types"] or any(
+            isinstance(a, str) and a.startswith(tuple(spared["architecture_prefixes"])) for a in archs))
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -256,7 +266,8 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         {a: tuple(d for module, rule in sorted(rules.items()) for d in layer_drops(module, rule, source))
                          for a, rules in body.get("dropped_in_layers", {}).items()},
                         {**body["config_model_types"], "known": frozenset(body["config_model_types"]["known"])}
-                        if "config_model_types" in body else {})
+                        if "config_model_types" in body else {},
+                        {a: {k: tuple(v) for k, v in m.items()} for a, m in body.get("refused_spared", {}).items()})
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:

@@ -1,6 +1,6 @@
 """SGLang's rules for which layers a config's lists leave unquantized, release by release, as functions of the data.
 
-Derived from the SGLang wheels on PyPI (0.5.9, 0.5.10, 0.5.11, 0.5.23; repair/targets/data/sglang-*.json name
+Derived from the SGLang wheels on PyPI (0.5.9 to 0.5.23; repair/targets/data/sglang-*.json name
 the files): `ModelOptQuantConfig.is_layer_excluded` and `is_layer_skipped` (layers/quantization/modelopt_quant.py,
 utils.py), `should_ignore_layer` (quantization/compressed_tensors/utils.py) and
 `ModelOptMixedPrecisionConfig._resolve_quant_algo`. A rule is asked with checkpoint-side runtime names (a shard
@@ -195,8 +195,8 @@ class CtTargets:
 
 @dataclass(frozen=True)
 class SglangCtRule:
-    """should_ignore_layer: a plain entry is a case-insensitive substring (<= 0.5.11) or the name or a dotted suffix
-    (0.5.23); `re:` entries re.match. A fused layer not itself listed takes its shards' answer, which must agree.
+    """should_ignore_layer: a plain entry is a case-insensitive substring (<= 0.5.16) or the name or a dotted suffix
+    (0.5.17+); `re:` entries re.match. A fused layer not itself listed takes its shards' answer, which must agree.
     A layer not ignored needs a config-group target (find_matched_target: its name, its class name, or every shard),
     else SGLang stops building the model."""
 
