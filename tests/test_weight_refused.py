@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 from repair import arch
+from repair.arch.load_refusals import WEIGHT_REMEDY
 from tests.conftest import run_captured
 
 HIDDEN = 64
@@ -90,3 +91,17 @@ def test_a_refusal_is_recorded_with_the_names_own_layer_numbers_starred(error, n
     from tools.vllm_load_facts import refusal_text
 
     assert refusal_text(error, name) == said
+
+
+@pytest.mark.parametrize("release", ["0.28.0", "0.30.0"])
+def test_fix_refuses_in_one_line_with_the_refusals_own_remedy(capsys, tmp_path, release):
+    """fix --target on a checkpoint whose tensors the release's load_weights raises on: one line, exit 2, nothing
+    written, and the advice is the finding's own. Failed before: the line advised "set the config fields that build
+    them (doctor says which)", QSA's remedy (the profile's `without`); no config field builds Kimi-Linear's layer 0
+    `block_sparse_moe` (its first_k_dense_replace builds `mlp` there) and doctor names none."""
+    folder = kimi_linear(tmp_path / "moe", "block_sparse_moe")
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--target", f"vllm=={release}")
+    assert code == 2 and not (tmp_path / "out").exists(), (out, err)
+    [line] = [s for s in err.splitlines() if s.strip()]
+    assert "block_sparse_moe" in line and "config fields" not in line, line
+    assert line.endswith(WEIGHT_REMEDY), line
