@@ -105,3 +105,30 @@ def test_fix_refuses_in_one_line_with_the_refusals_own_remedy(capsys, tmp_path, 
     [line] = [s for s in err.splitlines() if s.strip()]
     assert "block_sparse_moe" in line and "config fields" not in line, line
     assert line.endswith(WEIGHT_REMEDY), line
+
+
+class _Experts(torch.nn.Module):
+    """A load_weights whose `expert_params_mapping` reads `self` inside the comprehension's element, not only in its
+    outermost iterable (MiniCPMMoE's reads `self.num_experts` there alone, minicpm.py:497-506)."""
+
+    def __init__(self):
+        super().__init__()
+        self.num_experts, self.stacked = 2, "ws"
+
+    def load_weights(self, weights):
+        expert_params_mapping = [(self.stacked, f"experts.{e}.{w}.weight", e) for e in range(self.num_experts)
+                                 for w in ("w1", "w3")]
+        return expert_params_mapping
+
+
+def test_the_mapping_evaluates_as_its_function_would():
+    """tools/vllm_expert_refusals.py mapping_of evaluates the list with the module as `self`: the same list its own
+    load_weights builds. Failed before: `self` was handed as eval's locals, which a comprehension's own scope does not
+    see on Python 3.11 (vLLM 0.32's venv), so NameError, and the module's refusals were silently not learned."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from vllm_expert_refusals import mapping_of
+
+    module = _Experts()
+    assert mapping_of(module) == [(p, w) for p, w, _ in module.load_weights(())]

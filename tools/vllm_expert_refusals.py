@@ -56,7 +56,7 @@ def mapping_of(module) -> list[tuple[str, str]]:
             continue
         try:
             items = eval(compile(ast.Expression(node.value), "<expert_params_mapping>", "eval"),  # noqa: S307 - vLLM's own
-                         {"__builtins__": {}, "range": range}, {"self": module})
+                         {"__builtins__": {}, "range": range, "self": module})  # globals: a comprehension's own scope sees them
         except (NameError, AttributeError, TypeError):
             continue
         out += [(i[0], i[1]) for i in items if isinstance(i, tuple) and len(i) >= 2
