@@ -132,3 +132,31 @@ def test_the_mapping_evaluates_as_its_function_would():
 
     module = _Experts()
     assert mapping_of(module) == [(p, w) for p, w, _ in module.load_weights(())]
+
+
+class _Unevaluable(torch.nn.Module):
+    """Mappings that need more than `self` and range (a local of load_weights; an index vLLM's own code would raise on)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def load_weights(self, weights):
+        count = 2
+        expert_params_mapping = [("ws", f"experts.{e}.w1.weight", e) for e in range(count)]
+        expert_params_mapping = [(self.names[0], "experts.0.w1.weight", 0)]
+        return expert_params_mapping
+
+
+def test_a_mapping_it_cannot_evaluate_is_said_and_learns_nothing(capsys):
+    """No claim where the expression needs the function's other locals or raises: logged, so a regenerated profile that
+    lost a row's refusals says why. Failed before: the local's NameError was passed over in silence, and the
+    IndexError escaped mapping_of and stopped the whole generation."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from vllm_expert_refusals import mapping_of
+
+    assert mapping_of(_Unevaluable()) == []
+    said = capsys.readouterr().err
+    assert said.count("expert_params_mapping") == 2 and "NameError" in said and "IndexError" in said, said
