@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from repair import arch
 from repair.arch.load_refusals import WEIGHT_REMEDY
@@ -160,3 +160,39 @@ def test_a_mapping_it_cannot_evaluate_is_said_and_learns_nothing(capsys):
     assert mapping_of(_Unevaluable()) == []
     said = capsys.readouterr().err
     assert said.count("expert_params_mapping") == 2 and "NameError" in said and "IndexError" in said, said
+
+
+@pytest.mark.parametrize("release", ["0.28.0", "0.30.0"])
+def test_a_quantized_refused_module_is_named_by_the_tensor_vllm_meets_first(capsys, tmp_path, release):
+    """Layer 0 stored as `block_sparse_moe` NVFP4 (not ignored): vLLM reads input_scale first (safetensors' sorted
+    names) and looks that raw name up in params_dict (kimi_k3/nvidia/model.py load_weights: no packed or expert mapping
+    takes it, maybe_remap_kv_scale_name returns it untouched), so its KeyError quotes `...down_proj.input_scale`.
+    Failed before: doctor quoted the recorded `...down_proj.weight`, the tensor the profile fed, for every leaf."""
+    folder = kimi_linear(tmp_path / "moe", "block_sparse_moe")
+    tensors = load_file(folder / "model.safetensors")
+    for proj in ("gate_proj", "up_proj", "down_proj"):
+        module = f"model.layers.0.block_sparse_moe.{proj}"
+        rows, cols = tensors[f"{module}.weight"].shape
+        tensors[f"{module}.weight"] = torch.zeros(rows, cols // 2, dtype=torch.uint8)
+        tensors[f"{module}.weight_scale"] = torch.ones(rows, cols // 16).to(torch.float8_e4m3fn)
+        tensors[f"{module}.weight_scale_2"] = torch.tensor(1.0)
+        tensors[f"{module}.input_scale"] = torch.tensor(1.0)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"]["ignore"] = [m for m in config["quantization_config"]["ignore"] if "block_sparse" not in m]
+    (folder / "config.json").write_text(json.dumps(config))
+    _, found = report(capsys, folder, f"vllm=={release}")
+    said = "KeyError: 'layers.0.block_sparse_moe.down_proj.input_scale' (vllm/models/kimi_k3/nvidia/model.py:"
+    assert [s["error"][:len(said)] for s in found["runtime_stops_at"]] == [said], found["runtime_stops_at"]
+
+
+def test_a_hostile_leaf_never_reaches_the_error_text(capsys, tmp_path):
+    """A stored leaf holding a quote and a newline, first in load order under a refused module: the error stays the
+    recorded one, on one line (no text of the file's is spliced into vLLM's words)."""
+    folder = kimi_linear(tmp_path / "moe", "block_sparse_moe")
+    tensors = load_file(folder / "model.safetensors")
+    tensors["model.layers.0.block_sparse_moe.down_proj.a'b\nc"] = torch.zeros(2)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    _, found = report(capsys, folder, "vllm==0.28.0")
+    said = "KeyError: 'layers.0.block_sparse_moe.down_proj.weight' (vllm/models/kimi_k3/nvidia/model.py:"
+    assert [s["error"][:len(said)] for s in found["runtime_stops_at"]] == [said], found["runtime_stops_at"]
