@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from repair import arch
+from repair.arch.load_refusals import WEIGHT_REMEDY
 from tests.conftest import run_captured
 
 HIDDEN = 64
@@ -90,3 +91,108 @@ def test_a_refusal_is_recorded_with_the_names_own_layer_numbers_starred(error, n
     from tools.vllm_load_facts import refusal_text
 
     assert refusal_text(error, name) == said
+
+
+@pytest.mark.parametrize("release", ["0.28.0", "0.30.0"])
+def test_fix_refuses_in_one_line_with_the_refusals_own_remedy(capsys, tmp_path, release):
+    """fix --target on a checkpoint whose tensors the release's load_weights raises on: one line, exit 2, nothing
+    written, and the advice is the finding's own. Failed before: the line advised "set the config fields that build
+    them (doctor says which)", QSA's remedy (the profile's `without`); no config field builds Kimi-Linear's layer 0
+    `block_sparse_moe` (its first_k_dense_replace builds `mlp` there) and doctor names none."""
+    folder = kimi_linear(tmp_path / "moe", "block_sparse_moe")
+    code, out, err = run_captured(capsys, "fix", folder, "-o", tmp_path / "out", "--target", f"vllm=={release}")
+    assert code == 2 and not (tmp_path / "out").exists(), (out, err)
+    [line] = [s for s in err.splitlines() if s.strip()]
+    assert "block_sparse_moe" in line and "config fields" not in line, line
+    assert line.endswith(WEIGHT_REMEDY), line
+
+
+class _Experts(torch.nn.Module):
+    """A load_weights whose `expert_params_mapping` reads `self` inside the comprehension's element, not only in its
+    outermost iterable (MiniCPMMoE's reads `self.num_experts` there alone, minicpm.py:497-506)."""
+
+    def __init__(self):
+        super().__init__()
+        self.num_experts, self.stacked = 2, "ws"
+
+    def load_weights(self, weights):
+        expert_params_mapping = [(self.stacked, f"experts.{e}.{w}.weight", e) for e in range(self.num_experts)
+                                 for w in ("w1", "w3")]
+        return expert_params_mapping
+
+
+def test_the_mapping_evaluates_as_its_function_would():
+    """tools/vllm_expert_refusals.py mapping_of evaluates the list with the module as `self`: the same list its own
+    load_weights builds. Failed before: `self` was handed as eval's locals, which a comprehension's own scope does not
+    see on Python 3.11 (vLLM 0.32's venv), so NameError, and the module's refusals were silently not learned."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from vllm_expert_refusals import mapping_of
+
+    module = _Experts()
+    assert mapping_of(module) == [(p, w) for p, w, _ in module.load_weights(())]
+
+
+class _Unevaluable(torch.nn.Module):
+    """Mappings that need more than `self` and range (a local of load_weights; an index vLLM's own code would raise on)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def load_weights(self, weights):
+        count = 2
+        expert_params_mapping = [("ws", f"experts.{e}.w1.weight", e) for e in range(count)]
+        expert_params_mapping = [(self.names[0], "experts.0.w1.weight", 0)]
+        return expert_params_mapping
+
+
+def test_a_mapping_it_cannot_evaluate_is_said_and_learns_nothing(capsys):
+    """No claim where the expression needs the function's other locals or raises: logged, so a regenerated profile that
+    lost a row's refusals says why. Failed before: the local's NameError was passed over in silence, and the
+    IndexError escaped mapping_of and stopped the whole generation."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from vllm_expert_refusals import mapping_of
+
+    assert mapping_of(_Unevaluable()) == []
+    said = capsys.readouterr().err
+    assert said.count("expert_params_mapping") == 2 and "NameError" in said and "IndexError" in said, said
+
+
+@pytest.mark.parametrize("release", ["0.28.0", "0.30.0"])
+def test_a_quantized_refused_module_is_named_by_the_tensor_vllm_meets_first(capsys, tmp_path, release):
+    """Layer 0 stored as `block_sparse_moe` NVFP4 (not ignored): vLLM reads input_scale first (safetensors' sorted
+    names) and looks that raw name up in params_dict (kimi_k3/nvidia/model.py load_weights: no packed or expert mapping
+    takes it, maybe_remap_kv_scale_name returns it untouched), so its KeyError quotes `...down_proj.input_scale`.
+    Failed before: doctor quoted the recorded `...down_proj.weight`, the tensor the profile fed, for every leaf."""
+    folder = kimi_linear(tmp_path / "moe", "block_sparse_moe")
+    tensors = load_file(folder / "model.safetensors")
+    for proj in ("gate_proj", "up_proj", "down_proj"):
+        module = f"model.layers.0.block_sparse_moe.{proj}"
+        rows, cols = tensors[f"{module}.weight"].shape
+        tensors[f"{module}.weight"] = torch.zeros(rows, cols // 2, dtype=torch.uint8)
+        tensors[f"{module}.weight_scale"] = torch.ones(rows, cols // 16).to(torch.float8_e4m3fn)
+        tensors[f"{module}.weight_scale_2"] = torch.tensor(1.0)
+        tensors[f"{module}.input_scale"] = torch.tensor(1.0)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"]["ignore"] = [m for m in config["quantization_config"]["ignore"] if "block_sparse" not in m]
+    (folder / "config.json").write_text(json.dumps(config))
+    _, found = report(capsys, folder, f"vllm=={release}")
+    said = "KeyError: 'layers.0.block_sparse_moe.down_proj.input_scale' (vllm/models/kimi_k3/nvidia/model.py:"
+    assert [s["error"][:len(said)] for s in found["runtime_stops_at"]] == [said], found["runtime_stops_at"]
+
+
+def test_a_hostile_leaf_never_reaches_the_error_text(capsys, tmp_path):
+    """A stored leaf holding a quote and a newline, first in load order under a refused module: the error stays the
+    recorded one, on one line (no text of the file's is spliced into vLLM's words)."""
+    folder = kimi_linear(tmp_path / "moe", "block_sparse_moe")
+    tensors = load_file(folder / "model.safetensors")
+    tensors["model.layers.0.block_sparse_moe.down_proj.a'b\nc"] = torch.zeros(2)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    _, found = report(capsys, folder, "vllm==0.28.0")
+    said = "KeyError: 'layers.0.block_sparse_moe.down_proj.weight' (vllm/models/kimi_k3/nvidia/model.py:"
+    assert [s["error"][:len(said)] for s in found["runtime_stops_at"]] == [said], found["runtime_stops_at"]

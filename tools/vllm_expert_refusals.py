@@ -17,7 +17,7 @@ import ast
 import inspect
 import textwrap
 
-from vllm_load_facts import NVFP4_LEAVES, pattern, refusal_text
+from vllm_load_facts import NVFP4_LEAVES, log, pattern, refusal_text
 
 MAPPING = "expert_params_mapping"
 
@@ -41,7 +41,7 @@ def loader_experts(model) -> dict[str, list[str]]:
 def mapping_of(module) -> list[tuple[str, str]]:
     """(param leaf, weight name) pairs of the `expert_params_mapping` list the module's own load_weights assigns as a
     list display or comprehension, evaluated with `self` = the module; [] where it assigns none or the expression needs
-    more than `self` and range."""
+    more than `self` and range (logged)."""
     function = type(module).__dict__.get("load_weights")
     if function is None:
         return []
@@ -56,8 +56,9 @@ def mapping_of(module) -> list[tuple[str, str]]:
             continue
         try:
             items = eval(compile(ast.Expression(node.value), "<expert_params_mapping>", "eval"),  # noqa: S307 - vLLM's own
-                         {"__builtins__": {}, "range": range}, {"self": module})
-        except (NameError, AttributeError, TypeError):
+                         {"__builtins__": {}, "range": range, "self": module})  # globals: a comprehension's own scope sees them
+        except (NameError, AttributeError, TypeError, LookupError, ValueError, ArithmeticError) as e:  # no claim, said
+            log(f"{type(module).__name__}.load_weights' {MAPPING} not evaluated ({type(e).__name__}: {e}): no refusal learned")
             continue
         out += [(i[0], i[1]) for i in items if isinstance(i, tuple) and len(i) >= 2
                 and isinstance(i[0], str) and isinstance(i[1], str)]

@@ -22,6 +22,7 @@ from repair.targets.vllm_loader import shard_order
 
 LAYER_STAR = re.compile(r"(?<=\.)\*(?=\.|$)")
 LAYER_NUMBER = re.compile(r"\.([0-9]+)(?=\.|$)")  # ASCII: vLLM's layer list names its layers str(i)
+QUOTED = re.compile(r"'([^']+)'")  # the name an error quotes
 
 
 def refused_config_findings(family: Architecture, target: Target, tp: int) -> list[Finding]:
@@ -56,7 +57,7 @@ def unexpected_tensor_findings(ckpt: Checkpoint, family: Architecture, target: T
         for regex, error, why in regexes:
             if hit := regex.match(name):
                 numbers = iter(LAYER_NUMBER.findall(hit.group(0)))
-                said = LAYER_STAR.sub(lambda _: next(numbers, "*"), error)
+                said = as_met(LAYER_STAR.sub(lambda _: next(numbers, "*"), error), name)
                 raised.setdefault(error, []).append((name.rpartition(".")[0], said, why))
     out = []
     for hits in raised.values():  # in load order: the first raises first
@@ -65,6 +66,20 @@ def unexpected_tensor_findings(ckpt: Checkpoint, family: Architecture, target: T
                            f"{first}{f' (and {more} more)' if more else ''}: stored, but {why}: it raises {said}; {remedy}",
                            said, tuple(range(tp))))
     return out
+
+
+def as_met(said: str, name: str) -> str:
+    """The release's error where it quotes the weight the profile fed for the stored tensor's module, as raw names are
+    looked up (vLLM's `params_dict[name]`: Kimi-Linear's layer 0 `block_sparse_moe`), quoting the stored tensor: the leaf
+    it meets first (input_scale before weight) is the one it raises on. Any other error, or a leaf Python would quote
+    otherwise, as recorded."""
+    module, _, leaf = name.rpartition(".")
+    quoted = QUOTED.search(said)
+    if quoted is None or leaf == "weight" or not f".{module}.weight".endswith(f".{quoted.group(1)}"):
+        return said
+    met = f"{quoted.group(1).removesuffix('weight')}{leaf}"
+    plain = repr(met) == f"'{met}'"  # a quote, backslash or control character in a stored name: as recorded
+    return f"{said[:quoted.start(1)]}{met}{said[quoted.end(1):]}" if plain else said
 
 
 def under(pattern: str) -> str:

@@ -13,6 +13,7 @@ matches nothing, two quantized_layers maps that disagree). The writer checks doc
 from __future__ import annotations
 
 from repair import arch
+from repair.arch.load_refusals import WEIGHT_REMEDY, WITHOUT_REMEDY
 from repair.doctor.config_builds import unexpected_tensor_findings
 from repair.doctor.declared import UNSCALED_ADVICE
 from repair.doctor.expert_scales import settled_by
@@ -49,6 +50,9 @@ ADVICE = {Kind.UNUSED_EXCLUSION: "remove the entries that match nothing from the
 UNSETTLED = (Kind.MISSING_MODULE, Kind.DROPPED_TENSOR, Kind.LOAD_REFUSED, Kind.UNREGISTERED, Kind.CONFIG_REFUSED,
              Kind.UNEXPECTED_TENSOR, Kind.BUILD_REFUSED, Kind.UNSCALED_FLOAT8)  # no plan's change settles these
 FIRST = (Kind.UNREGISTERED, Kind.CONFIG_REFUSED, Kind.BUILD_REFUSED, Kind.LOAD_REFUSED, Kind.UNEXPECTED_TENSOR)  # the model is refused whole: named first
+# findings that end with their own remedy (arch/load_refusals.py: QSA's `without` fields, or storing a `weight_refused`
+# module as the release loads it: no config field builds MiniCPMMoE's NVFP4 expert scales), said in place of ADVICE's
+OWN_REMEDIES = {Kind.UNEXPECTED_TENSOR: (WITHOUT_REMEDY, WEIGHT_REMEDY)}
 DEFAULT_ADVICE = ("re-download or re-export the checkpoint, or repair those modules with a recipe (--original to take or "
                   "requantize them)")
 
@@ -246,7 +250,8 @@ def _advice(left: list[Finding]) -> str:
     """What settles the findings left: the first one's alone when it refuses the model whole (nothing else helps
     then), else each kind's own, in order, so a user who follows it does not meet the next kind's refusal."""
     if left[0].code in FIRST:
-        return ADVICE[left[0].code]
+        own = [r for r in OWN_REMEDIES.get(left[0].code, ()) if left[0].message.endswith(f"; {r}")]
+        return own[0] if own else ADVICE[left[0].code]
     kinds = {f.code: ADVICE.get(f.code, DEFAULT_ADVICE) for f in left}  # in order, each kind once
     said = list(dict.fromkeys(kinds.values()))
     if len(said) == 1:

@@ -77,3 +77,27 @@ def test_bf16_experts_load_and_doctor_reports_no_refusal(capsys, moe, tmp_path):
     assert loaded["ok"], loaded
     code, report = doctor_report(capsys, folder)
     assert not [f for f in report["findings"] if f["code"] == "unexpected-tensor"], report["findings"]
+
+
+def test_refused_tensors_over_shards_name_the_shard_vllm_reads_first(capsys, moe, tmp_path):
+    """The same files split in two shards, layer 1 in the one vLLM reads first (weight_utils.py _natural_sort_key):
+    vLLM raises on layer 1's scale; doctor's first error is that one, not layer 0's (first by name)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "shards"
+    shutil.copytree(moe, folder)
+    tensors = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    names = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+    first = {n: t for n, t in tensors.items() if n.startswith("model.layers.1.")}
+    save_file(first, folder / names[0], metadata={"format": "pt"})
+    save_file({n: t for n, t in tensors.items() if n not in first}, folder / names[1], metadata={"format": "pt"})
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {n: names[n not in first] for n in tensors}}))
+    [loaded] = in_vllm("vllm_load.py", folder)
+    assert not loaded["ok"] and "layers.1." in loaded["error"], loaded
+    code, report = doctor_report(capsys, folder)
+    said = f"{loaded['error_type']}: {loaded['error']}"
+    assert code == 1 and [s["error"].partition(" (vllm/")[0] for s in report["runtime_stops_at"]] == [said], (said, report)
