@@ -171,10 +171,10 @@ def write_plain(folder: Path, v41: bool = False, layout: dict | None = None) -> 
     return folder, names
 
 
-def in_sglang(venv: Path, *args: str) -> list:
-    """This tool run in SGLang's venv with `args`: the JSON rows it prints."""
+def in_sglang(venv: Path, *args: str, tool: Path = Path(__file__)) -> list:
+    """`tool` (this one) run in SGLang's venv with `args`: the JSON rows it prints."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "SGLANG_USE_CPU_ENGINE")}
-    proc = subprocess.run([str(venv / "bin" / "python"), str(ROOT / "tools" / "sglang_layer_drops.py"), *args],
+    proc = subprocess.run([str(venv / "bin" / "python"), str(tool), *args],
                           capture_output=True, text=True, timeout=1800, env=env, cwd="/")
     if proc.returncode != 0:
         raise SystemExit(f"SGLang's build failed:\n{proc.stderr[-4000:]}")

@@ -93,6 +93,9 @@ class RuntimeRules:
     dropped_in_layers: Mapping[str, tuple[LayerDrop, ...]] = field(default_factory=dict)
     # {"transformers", "known", "error", "where"}: the model_types its config reader knows (tools/sglang_config_types.py)
     config_model_types: Mapping = field(default_factory=dict)
+    # arch -> {"field", "by_model_type": {model_type: {"accepts", "refused", "past_depth", "short"}}}: per-layer values
+    # its build refuses (tools/sglang_layer_values.py; doctor/layer_values.py)
+    layer_values_refused: Mapping[str, Mapping] = field(default_factory=dict)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -256,7 +259,7 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         {a: tuple(d for module, rule in sorted(rules.items()) for d in layer_drops(module, rule, source))
                          for a, rules in body.get("dropped_in_layers", {}).items()},
                         {**body["config_model_types"], "known": frozenset(body["config_model_types"]["known"])}
-                        if "config_model_types" in body else {})
+                        if "config_model_types" in body else {}, body.get("layer_values_refused", {}))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:
