@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from repair.arch.layer_rules import dropped_modules, layer_drops
+from tests.conftest import run_captured
 from tests.test_sglang_dsv4_drops import DATA, NVIDIA, SGLANG, missing
 from tools import dsv41_fixture
 
@@ -81,3 +82,26 @@ def test_a_kv_source_losing_its_compressor_is_still_missing(capsys, tmp_path, la
     than the generic layer-gap rule of doctor/missing.py calls a gap: not said)."""
     lost = v41(tmp_path / "lost", dsv41_fixture.PUBLISHED, lose=f"layers.{layer}.attn.compressor")
     assert missing(capsys, lost) == [f"layers.{layer}.attn.compressor{leaf}" for leaf in (".norm", ".wkv")]
+
+
+def test_the_published_class_name_is_built_as_sglang_renames_it(capsys, tmp_path):
+    """config.json lists `DeepseekV41ForCausalLM`, which SGLang registers no class of; its config class writes
+    `DeepseekV4ForCausalLM` over it (its data's `registry_renamed`), so the model is built and judged by its rules:
+    no unregistered-architecture error (there was one, and the generic layer gaps' 1 false missing module)."""
+    folder = dsv41_fixture.write(tmp_path / "v41", dsv41_fixture.PUBLISHED)
+    shutil.copy(NVIDIA, folder / "hf_quant_config.json")
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["DeepseekV41ForCausalLM"]
+    code, out, err = run_captured(capsys, "doctor", str(folder), "--target", SGLANG, "--json")
+    codes = [f["code"] for f in json.loads(out)["findings"]]
+    assert "unregistered-architecture" not in codes and "missing-module" not in codes, codes
+
+
+@pytest.mark.parametrize("listed, model_type", [(["DeepseekV41ForCausalLM", "X"], "deepseek_v41"),
+                                                (["DeepseekV41ForCausalLM"], "deepseek_v4"), (["DeepseekV41ForCausalLM"], 7)])
+def test_only_what_the_config_class_was_seen_to_rename_is_renamed(listed, model_type):
+    """A list of two names, or another model_type's class (hostile: not a string), renames nothing."""
+    from repair.arch.registry import resolve
+    from repair.targets.profiles import resolve as target
+
+    registry = target(SGLANG).profile.rules.model_registry
+    assert resolve({"architectures": listed, "model_type": model_type}, registry).name != "DeepseekV4ForCausalLM"

@@ -96,6 +96,8 @@ class RuntimeRules:
     # arch -> {"field", "by_model_type": {model_type: {"accepts", "refused", "past_depth", "short"}}}: per-layer values
     # its build refuses (tools/sglang_layer_values.py; doctor/layer_values.py)
     layer_values_refused: Mapping[str, Mapping] = field(default_factory=dict)
+    # model_type -> {listed name: the name its config class writes} (tools/sglang_registry_renames.py; arch/registry.py)
+    registry_renamed: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def raises_on_extra(self, architecture: str, layer: str) -> bool:
         """Whether `architecture`'s load_weights raises KeyError for a tensor fused `layer` has no parameter for."""
@@ -108,7 +110,7 @@ class RuntimeRules:
     @property
     def model_registry(self) -> Registry | None:
         """Its `registry` as arch/registry.py reads it (None: not recorded, the first listed name is built)."""
-        return Registry.named(self.registry, self.label, self.source, self.backend, self.registry_rule)
+        return Registry.named(self.registry, self.label, self.source, self.backend, self.registry_rule, self.registry_renamed)
 
     @property
     def speaker(self) -> str:
@@ -259,7 +261,8 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                         {a: tuple(d for module, rule in sorted(rules.items()) for d in layer_drops(module, rule, source))
                          for a, rules in body.get("dropped_in_layers", {}).items()},
                         {**body["config_model_types"], "known": frozenset(body["config_model_types"]["known"])}
-                        if "config_model_types" in body else {}, body.get("layer_values_refused", {}))
+                        if "config_model_types" in body else {}, body.get("layer_values_refused", {}),
+                        body.get("registry_renamed", {}))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:
