@@ -59,7 +59,7 @@ def missing(capsys, folder: Path, target: str = SGLANG) -> list[str]:
 def test_the_release_records_where_it_builds_no_compressor():
     rules = json.loads(DATA.read_text())["rules"]["dropped_in_layers"]["DeepseekV4ForCausalLM"]
     assert rules["layers.*.attn.compressor"] == {"where": "compress_ratios", "in": [0]}
-    assert rules["layers.*.attn.indexer.wq_b"] == {"where": "compress_ratios", "in": [0, 128]}
+    assert rules["layers.*.attn.indexer.wq_b"][0] == {"where": "compress_ratios", "in": [0, 128]}  # then V4.1's lists
 
 
 def test_no_compressor_is_missing_where_the_ratio_builds_none(capsys, tmp_path):

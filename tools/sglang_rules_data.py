@@ -236,10 +236,11 @@ def profile(path: Path, wheels: dict[str, Path] | None = None) -> dict:
 # what its NVFP4 MoE methods keep of a routed expert's gate/up global scales; tools/sglang_moe_schemes.py and
 # tools/sglang_moe_overrides.py, from the same wheel: the MoE schemes it refuses, the models' own MoE backend overrides;
 # tools/sglang_linear_schemes.py: the Linear schemes it refuses; tools/sglang_sparse24.py: the 2:4 sparse Linears it
-# refuses; tools/sglang_layer_drops.py: the modules its model builds in some layers only)
+# refuses; tools/sglang_layer_drops.py: the modules its model builds in some layers only; tools/sglang_layer_values.py:
+# the per-layer config values its build refuses; tools/sglang_registry_renames.py: the names its config classes write)
 GENERATED_FROM_INSTALLED = ("built_layers", "layer_names", "transformers_backend", "experts_gate_up_scale_2",
                             "moe_scheme_refused", "moe_backend_overrides", "linear_scheme_refused", "sparse_24_refused",
-                            "dropped_in_layers",
+                            "dropped_in_layers", "layer_values_refused", "registry_renamed",
                             "config_model_types")  # the last from the wheels and their pinned transformers (sglang_config_types)
 
 

@@ -6,7 +6,10 @@ k_proj/v_proj/k_norm in vLLM 0.30+: the last `num_kv_shared_layers`). Here a rul
 for one config.json: hostile values (not a whole number between 0 and the stack's depth) drop nothing. A rule may
 also name a per-layer list of config.json (`where`): vLLM 0.32 builds DeepSeek-V4's attention compressor in no layer
 whose `compress_ratios[i]` is 0, its indexer in none whose entry is 0 or 128; a list that is not one entry per layer
-drops nothing.
+drops nothing. A `where` rule may name lists of layer numbers (`unless_listed`) in whose common layers it keeps the
+module: SGLang 0.5.23 builds DeepSeek-V4.1's ratio-1/2 compressor only in the layers `kv_source_layer_ids` lists, its
+indexer's keys only in those both it and `index_source_layer_ids` list (a list that is not whole numbers drops
+nothing). A module may have several rules, each dropping its own layers.
 """
 
 from __future__ import annotations
@@ -27,12 +30,16 @@ class LayerDrop:
     field: str
     source: str
     values: tuple[int | str, ...] = ()
+    unless_listed: tuple[str, ...] = ()  # config.json lists of layer numbers: their common layers keep the module
 
 
-def layer_drops(module: str, rule: dict, source: str) -> tuple[LayerDrop, ...]:
-    """A profile's per-layer rule of one module: {"first" | "last": field}, or {"where": list field, "in": values}."""
+def layer_drops(module: str, rule: dict | list, source: str) -> tuple[LayerDrop, ...]:
+    """A profile's per-layer rule of one module: {"first" | "last": field}, or {"where": list field, "in": values,
+    optionally "unless_listed": list field}; or a list of such rules."""
+    if isinstance(rule, list):
+        return tuple(d for one in rule for d in layer_drops(module, one, source))
     if "where" in rule:
-        return (LayerDrop(module, "where", rule["where"], source, tuple(rule["in"])),)
+        return (LayerDrop(module, "where", rule["where"], source, tuple(rule["in"]), tuple(rule.get("unless_listed", ()))),)
     return tuple(LayerDrop(module, run, field, source) for run, field in sorted(rule.items()))
 
 
@@ -71,4 +78,17 @@ def _where(rule: LayerDrop, part: dict, depth: int, values: tuple) -> list[int]:
     entries = part.get(rule.field)
     if not isinstance(entries, list) or len(entries) != depth or rule.module.count("*") != 1:
         return []
-    return [i for i, v in enumerate(entries) if type(v) in (int, str) and any(type(v) is type(x) and v == x for x in values)]
+    lists = [_listed(part.get(field)) for field in rule.unless_listed]
+    if None in lists:
+        return []
+    kept = frozenset.intersection(*lists) if lists else frozenset()
+    return [i for i, v in enumerate(entries) if type(v) in (int, str) and any(type(v) is type(x) and v == x for x in values)
+            and i not in kept]
+
+
+def _listed(entries: object) -> frozenset[int] | None:
+    """The layer numbers a config.json list names (hostile: anything but a list of at most MOST_LAYERS whole numbers,
+    bools excluded, names nothing provable: None)."""
+    if not isinstance(entries, list) or len(entries) > MOST_LAYERS or any(type(v) is not int for v in entries):
+        return None
+    return frozenset(entries)

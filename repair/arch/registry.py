@@ -12,7 +12,9 @@ registry (tools/vllm_registry.py). SGLang 0.5.23 builds the first listed name it
 `resolve_model_cls`; its rules file's `registry`, the wheel's EntryClass lists); with none registered its Transformers
 backend asks about EVERY listed name in order (model_loader/utils.py:108-191 `resolve_transformers_arch`), refusing at
 the first one transformers lacks or whose class is not backend-compatible: the rules file's `transformers_backend`,
-asked of that function itself (tools/sglang_backend.py), read as a `Backend`. A release with no such data (SGLang
+asked of that function itself (tools/sglang_backend.py), read as a `Backend`. Before its registry is asked, SGLang's
+own config class may write another name over a one-name list (its `registry_renamed`, tools/sglang_registry_renames.py:
+DeepSeek-V4.1's `DeepseekV41ForCausalLM` is built as `DeepseekV4ForCausalLM`). A release with no such data (SGLang
 0.5.9-0.5.11) is read as before: the first listed name.
 """
 
@@ -43,6 +45,8 @@ class Registry:
     unlisted_refused: str | None = None  # its refusal of a list still empty then; None: what it does is not recorded
     backend: Backend | None = None  # its Transformers backend's gate name by name, where recorded (SGLang's)
     first: FirstListed | None = None  # it asks only the first listed name (TensorRT-LLM's), where recorded
+    # model_type -> {a one-name `architectures`: the name its config class writes instead} (SGLang's registry_renamed)
+    renamed: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, doc: dict, label: str, source: str) -> Registry | None:
@@ -56,10 +60,11 @@ class Registry:
 
     @classmethod
     def named(cls, names: frozenset[str], label: str, source: str, backend: Backend | None = None,
-              first: FirstListed | None = None) -> Registry | None:
-        """The registered names (a rules file's `registry`) and, where recorded, its backend's gate or its first-name
-        rule; without either what the release does with none listed is not known."""
-        return cls(names, frozenset(), None, {}, {}, label, source, backend=backend, first=first) if names else None
+              first: FirstListed | None = None, renamed: Mapping | None = None) -> Registry | None:
+        """The registered names (a rules file's `registry`) and, where recorded, its backend's gate, its first-name
+        rule or its config classes' renames; without either what the release does with none listed is not known."""
+        return cls(names, frozenset(), None, {}, {}, label, source, backend=backend, first=first,
+                   renamed=MappingProxyType(dict(renamed or {}))) if names else None
 
     def defaults(self, name: str, runner: str | None = None, convert: str | None = None) -> tuple[str, str, str] | None:
         """(suffix, runner, convert) of the first task suffix `name` ends with, of this runner and convert type where
@@ -141,6 +146,10 @@ def resolve(config: dict | None, registry: Registry | None, names: tuple[str, ..
     """The listed name `registry`'s release builds (model_impl="auto", no --convert); without a registry the first
     listed name, as every reader did before the registry was recorded. `names`: listed_names(config), when read."""
     names = listed_names(config) if names is None else names
+    if registry is not None and registry.renamed and len(names) == 1 and isinstance(config, dict):
+        model_type = config.get("model_type")  # its config class writes another name over a one-name list
+        rule = registry.renamed.get(model_type) if isinstance(model_type, str) else None
+        names = (rule.get(names[0], names[0]),) if isinstance(rule, Mapping) else names
     bad = malformed(config, registry.malformed, names) if registry is not None else None
     if bad is None and registry is not None and registry.backend is not None:
         bad = registry.backend.refused_unlisted(config)

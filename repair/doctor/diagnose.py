@@ -20,6 +20,7 @@ from repair.doctor.dropped import dropped_tensor_findings, unread_tensors
 from repair.doctor.expert_scales import experts_fact
 from repair.doctor.config_builds import refused_config_findings, unexpected_tensor_findings
 from repair.doctor.config_types import model_type_refusal
+from repair.doctor.layer_values import layer_value_refusal
 from repair.doctor.refused_load import build_refused_findings, load_refused_findings, registry_findings
 from repair.doctor.fix_hints import true_hints
 from repair.doctor.findings import Diagnosis, Finding, Kind, Severity
@@ -73,8 +74,9 @@ def _diagnose(ckpt: Checkpoint, target: Target, tp: int, deep: bool, progress: P
     fmt = formats.detect(ckpt)
     modules = {m.name: m for m in fmt.group_modules(infos)}
     refusal = model_type_refusal(ckpt.config, target, tp)  # its config reader refuses it: nothing else is ever asked
+    refusal = refusal or layer_value_refusal(ckpt.config, target, resolved, tp)  # so does a per-layer value it cannot build
     if refusal is not None:
-        return Diagnosis(target, tp, (refusal,), _build_stops([refusal], tp, (Kind.CONFIG_REFUSED,)), {}, stored_bits(
+        return Diagnosis(target, tp, (refusal,), _build_stops([refusal], tp, (refusal.code,)), {}, stored_bits(
             [m for m in modules.values() if m.tensor("weight")], infos), architecture_name(builds, resolved, ckpt.config), family=family)
     declaration = target.bind(fmt.read_declaration(ckpt), family, ckpt.config, resolved)
     specs = arch.expected_modules(ckpt.config, str(ckpt.root / "config.json"), family) or {}

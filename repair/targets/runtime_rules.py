@@ -96,6 +96,11 @@ class RuntimeRules:
     # quant_algo -> {"model_types", "architecture_prefixes"}: the classes its config reader spares a `refused_algorithms`
     # reading (0.5.10-0.5.14 read MIXED_PRECISION as modelopt_mixed for NemotronH only; tools/sglang_rules_table.py)
     refused_spared: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
+    # arch -> {"field", "by_model_type": {model_type: {"accepts", "refused", "past_depth", "short"}}}: per-layer values
+    # its build refuses (tools/sglang_layer_values.py; doctor/layer_values.py)
+    layer_values_refused: Mapping[str, Mapping] = field(default_factory=dict)
+    # model_type -> {listed name: the name its config class writes} (tools/sglang_registry_renames.py; arch/registry.py)
+    registry_renamed: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def spares(self, algorithm: str, config: dict | None) -> bool:
         """Whether config.json's model_type or an architecture is one its reader spares `algorithm`'s refusal."""
@@ -115,7 +120,7 @@ class RuntimeRules:
     @property
     def model_registry(self) -> Registry | None:
         """Its `registry` as arch/registry.py reads it (None: not recorded, the first listed name is built)."""
-        return Registry.named(self.registry, self.label, self.source, self.backend, self.registry_rule)
+        return Registry.named(self.registry, self.label, self.source, self.backend, self.registry_rule, self.registry_renamed)
 
     @property
     def speaker(self) -> str:
@@ -267,7 +272,8 @@ def read_rules(doc: dict, source: str) -> RuntimeRules:
                          for a, rules in body.get("dropped_in_layers", {}).items()},
                         {**body["config_model_types"], "known": frozenset(body["config_model_types"]["known"])}
                         if "config_model_types" in body else {},
-                        {a: {k: tuple(v) for k, v in m.items()} for a, m in body.get("refused_spared", {}).items()})
+                        {a: {k: tuple(v) for k, v in m.items()} for a, m in body.get("refused_spared", {}).items()},
+                        body.get("layer_values_refused", {}), body.get("registry_renamed", {}))
 
 
 def shipped_rules() -> tuple[RuntimeRules, ...]:
