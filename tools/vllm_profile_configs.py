@@ -437,10 +437,12 @@ def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str, dict]:
         cls = CONFIG_MAPPING[model_type]
     else:
         raise NoConfig(f"transformers has no config class for model_type {model_type!r}")
+    towers = multimodal(arch)
     try:
-        config = _shrunk(cls, EXTRA.get(arch), multimodal(arch))
+        config = _shrunk(cls, EXTRA.get(arch), towers)
     except Exception as e:  # noqa: BLE001 - the class refused our sizes: a reason, not a crash
-        reraise_ours(e)
+        if not (towers and type(e).__name__ == "StrictDataclassClassValidationError"):  # (as UNSHRUNK's, said so)
+            reraise_ours(e)
         raise NoConfig(f"{owner} {cls.__name__} refuses the shrunk sizes: {type(e).__name__}: {str(e)[:160]}") from None
     config["model_type"] = model_type
     for key, value in EXTRA.get(arch, {}).items():  # "sub.key": a field of a sub-config (text_config)
