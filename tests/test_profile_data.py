@@ -92,8 +92,8 @@ def test_doctor_says_whether_the_profile_covered_the_architecture(tmp_path, caps
                                                "Qwen3ForCausalLM (no loader simulation for it)") in out
     out = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", draft)[1]
     assert "no loader profile for LlamaForCausalLMEagle3: checked format health" in out
-    assert ("vllm 0.32.0's generated profile does not cover it (not among its registered text-generation "
-            "architectures), so generic layer roles were used") in out
+    assert ("vllm 0.32.0's generated profile does not cover it (not among its registered text-generation or "
+            "multimodal generation architectures), so generic layer roles were used") in out
 
 
 @pytest.mark.parametrize("name,checkpoint,fmt,never", [

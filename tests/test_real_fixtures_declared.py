@@ -34,7 +34,8 @@ EXPECTED = {
                          "model.layers.0.self_attn.q_a_proj": "excluded"},
     "gemma-4-31b-it": {"model.language_model.embed_tokens": "-", "model.language_model.layers.0.self_attn.q_proj": "excluded",
                        "model.language_model.layers.1.mlp.gate_proj": "quantized",
-                       "model.vision_tower.encoder.layers.0.mlp.up_proj.linear": "excluded"},
+                       # vLLM 0.32 builds the vision tower unquantized under ModelOpt NVFP4 (its generated row)
+                       "model.vision_tower.encoder.layers.0.mlp.up_proj.linear": "-"},
     "ct-laguna-moe": {"model.embed_tokens": "-", "lm_head": "-", "model.layers.1.mlp.gate": "-",
                       "model.layers.1.mlp.experts.0.gate_proj": "quantized", "model.layers.0.self_attn.g_proj": "excluded"},
     "qwen3-32b": {"model.embed_tokens": "-", "lm_head": "excluded", "model.layers.1.self_attn.k_proj": "quantized"},

@@ -62,11 +62,13 @@ def test_fix_for_vllm_and_sglang_writes_the_names_sglang_asks(tmp_path, capsys):
 
 
 def test_fix_for_vllm_alone_writes_no_sglang_names(tmp_path, capsys):
+    """vLLM 0.32 builds Gemma 4's whole vision tower BF16 under ModelOpt NVFP4 (its generated row's modelopt_fp4_only,
+    patch embedder included), so this layout needs nothing for vLLM: fix writes nothing, SGLang's names least of all.
+    (From GENERIC roles it used to exclude the patch embedder, and wrote only that.)"""
     src, out = gemma4_vision_linear(tmp_path / "in"), tmp_path / "out"
-    code, _, err = run_captured(capsys, "fix", str(src), "-o", str(out), "--target", VLLM)
+    code, text, err = run_captured(capsys, "fix", str(src), "-o", str(out), "--target", VLLM)
     assert code == 0, err
-    listed = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
-    assert not set(FUSED_SHARDS) & set(listed)
+    assert "nothing to fix for vllm==0.32.0" in text + err and not out.exists()
 
 
 def test_fix_for_three_targets_keeps_the_names_each_one_reads(tmp_path, capsys):

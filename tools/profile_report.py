@@ -57,9 +57,12 @@ def section(doc: dict, name: str) -> list[str]:
     remote = len(learned) + sum(1 for r in missing.values()
                                 if category(r).startswith("no config class") or LEARNED in r or r.startswith(REMOTE))
     with_config = shipped + len(missing) - (remote - len(learned))
+    asked = doc["registered"] + doc.get("registered_multimodal", 0)
     lines = [f"## {doc['runtime']} {doc['release']} (`repair/targets/data/{name}`)", "",
              f"- registered text-generation architectures: {doc['registered']}",
-             f"- profiled: **{len(archs)} of {doc['registered']}**; of the {with_config} whose config class ships with "
+             *([f"- multimodal *ForConditionalGeneration classes (built with their towers): {doc['registered_multimodal']}"]
+               if "registered_multimodal" in doc else []),
+             f"- profiled: **{len(archs)} of {asked}**; of the {with_config} whose config class ships with "
              f"transformers or vLLM: **{shipped} of {with_config} ({100 * shipped // max(with_config, 1)}%)**",
              *([f"- of the {remote} whose config class comes with remote code only, learned from vLLM's own model code "
                 f"(tools/vllm_remote_configs.py): **{len(learned)} of {remote}**: " + ", ".join(f"`{a}`" for a in learned)]

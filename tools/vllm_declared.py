@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import struct
 import sys
@@ -120,7 +121,9 @@ def placements(model, weights: dict, loaded: set | None = None) -> dict[str, dic
 
     def tensors():
         for module, (name, shape, dtype) in weights.items():
-            t = torch.empty(shape, dtype=getattr(torch, dtype), device="meta")
+            # a scalar (an NVFP4 weight_scale_2, input_scale) on CPU: mllama4.py:1214 broadcasts one to every expert
+            # with `.item()`, which a meta tensor refuses (a limit of ours, not vLLM's); any such read raised before
+            t = torch.zeros(shape, dtype=getattr(torch, dtype), device="meta" if math.prod(shape) > 1 else "cpu")
             t._ckpt_name = module
             current["name"] = module
             yield name, t

@@ -87,6 +87,9 @@ EXTRA: dict[str, dict] = {
     # build); 4x4 patches over 4 layers (no fewer than its scales, where it would ask scipy) are a few KB
     "InklingForConditionalGeneration": {"vision_config.patch_size": 4, "vision_config.n_layers": 4,
                                         "vision_config.hidden_size": 32, "vision_config.num_attention_heads": 2},
+    # gemma4.py:630 builds the MoE block when num_experts is set (the text defaults set it), transformers' class only
+    # with enable_moe_block (as Gemma4ForCausalLM's PUBLISHED): both build it, as published Gemma 4 MoE configs do
+    "Gemma4ForConditionalGeneration": {"text_config.enable_moe_block": True},
     "Zamba2ForCausalLM": {"head_dim": 32, "attention_head_dim": 32},  # models/zamba2.py: head_dim * heads == 2 * hidden_size
     # published DeepSeek-V4 configs give the per-layer kinds as `compress_ratios` (0 / 4 / 128, one per layer) and
     # `num_hash_layers` (tests/data/real/redhatai-deepseek-v4-flash-nvfp4-fp8/config.json): what vLLM reads
@@ -140,6 +143,24 @@ VALUE_RULES: dict[str, tuple[dict, ...]] = {
 }
 DROP = ("architectures", "auto_map", "transformers_version", "dtype", "torch_dtype", "quantization_config")
 SUB_CONFIGS = ("text_config", "language_config", "llm_config", "thinker_config")
+# a multimodal class's (vLLM's _MULTIMODAL_MODELS) other sub-configs, shrunk too: its towers and projector are built
+# and profiled with the language model. A vision_config the class defaults to None (Gemma 4) is built from its class
+# (published image-text checkpoints carry one: tests/data/real/gemma-4-31b-it-nvfp4); an audio_config left None stays
+TOWERS = ("vision_config",)
+# multimodal classes the small config does not fit: their config class refuses the sizes SMALL shrinks its sub-configs
+# to (its validator, raised in huggingface_hub's strict dataclass: our sizes' fault, so the generator would stop on
+# it), or they stay too large to build here: not profiled, said so.
+# Measured with transformers 5.19 (vLLM 0.32 venv)
+UNSHRUNK: dict[str, str] = {
+    "Cosmos3EdgeForConditionalGeneration": "its text config's mrope_section [24, 20, 20] must sum to half of head_dim",
+    "Glm5NextForConditionalGeneration": "its text config asks num_attention_heads == num_key_value_heads",
+    # not a refusal: its talker and token2wav sub-configs' own sub-configs keep their sizes, and the build took 15 GB
+    "Qwen2_5OmniForConditionalGeneration": "its talker / token2wav sub-configs are not shrunk: building it takes 15 GB",
+}
+# size keys only a tower's config spells so (Qwen-VL's depth / num_heads / out_hidden_size, Whisper-style audio
+# encoders' d_model / encoder_*), set in those sub-configs alone: the text rows' configs keep SMALL's keys only
+TOWER_SMALL = {"depth": 2, "num_heads": 4, "out_hidden_size": 64, "d_model": 64, "encoder_layers": 2,
+               "encoder_attention_heads": 4, "encoder_ffn_dim": 128, "embed_dim": 64}
 
 
 # architecture -> the transformers class that writes its checkpoints and whose config class reads its config.json, where
@@ -176,14 +197,17 @@ def model_types() -> dict[str, str]:
     return out
 
 
-def _shrunk(cls, overrides: dict | None = None) -> dict:
+def _shrunk(cls, overrides: dict | None = None, towers: bool = False, tower: bool = False) -> dict:
+    """`towers`: a multimodal class's, whose tower sub-configs are shrunk too; `tower`: one of those (TOWER_SMALL)."""
     defaults = cls().to_dict()
-    kwargs = {k: v for k, v in SMALL.items() if k in defaults and (defaults[k] is None or isinstance(defaults[k], int))
+    kwargs = {k: v for k, v in (SMALL | TOWER_SMALL if tower else SMALL).items() if k in defaults
+              and (defaults[k] is None or isinstance(defaults[k], int))
               and not (defaults[k] is None and k in ("q_lora_rank", "sliding_window", "num_nextn_predict_layers"))}
-    for key in SUB_CONFIGS:
-        sub = getattr(cls, "sub_configs", {}).get(key)
-        if sub is not None:
-            kwargs[key] = _shrunk(sub)
+    for key, sub in getattr(cls, "sub_configs", {}).items():
+        if key in SUB_CONFIGS:  # (a text-generation class's AutoConfig sub-config stays refused, as it was)
+            kwargs[key] = _shrunk(_sub_class(sub, defaults.get(key)) if towers else sub)
+        elif towers and (defaults.get(key) is not None or key in TOWERS):
+            kwargs[key] = _shrunk(_sub_class(sub, defaults.get(key)), tower=True)
     if "num_hidden_layers" in kwargs and defaults.get("full_attention_interval"):
         kwargs["num_hidden_layers"] = defaults["full_attention_interval"]  # one full-attention layer among them
     kwargs.update(_per_layer_lists(defaults, kwargs, overrides or {}))
@@ -196,6 +220,16 @@ def _shrunk(cls, overrides: dict | None = None) -> dict:
     for key in DROP:
         config.pop(key, None)
     return config
+
+
+def _sub_class(sub, default):
+    """The config class of a sub-config: its own, or, where the class names AutoConfig (Mistral 3's vision_config), the
+    one transformers registers for the default's model_type."""
+    from transformers import CONFIG_MAPPING
+
+    if sub.__name__ == "AutoConfig" and isinstance(default, dict) and default.get("model_type") in CONFIG_MAPPING:
+        return CONFIG_MAPPING[default["model_type"]]
+    return sub
 
 
 def _per_layer_lists(defaults: dict, kwargs: dict, overrides: dict) -> dict:
@@ -299,7 +333,6 @@ def vllm_config_class(arch: str) -> tuple[type | None, dict]:
     import importlib.util
     from pathlib import Path
 
-    from vllm.model_executor.models.registry import _TEXT_GENERATION_MODELS
     from vllm.transformers_utils import configs
     from vllm.transformers_utils.config import _CONFIG_REGISTRY
 
@@ -311,7 +344,7 @@ def vllm_config_class(arch: str) -> tuple[type | None, dict]:
             continue
         if cls.__module__.startswith(f"{configs.__name__}."):
             registered.setdefault(cls, model_type)
-    module_name = _TEXT_GENERATION_MODELS[arch][0]
+    module_name = registered_module(arch)
     spec = importlib.util.find_spec(module_name if module_name.startswith("vllm.")
                                     else f"vllm.model_executor.models.{module_name}")
     imported: set[tuple[str, str]] = set()  # (the module imported from, absolute; the name imported)
@@ -362,6 +395,20 @@ def _remote(arch: str) -> tuple[dict, str, dict]:
         raise NoConfig(f"{REMOTE}; {e}") from None
 
 
+def multimodal(arch: str) -> bool:
+    """Whether vLLM registers `arch` as a multimodal model (its towers are profiled too)."""
+    from vllm.model_executor.models.registry import _MULTIMODAL_MODELS
+
+    return arch in _MULTIMODAL_MODELS
+
+
+def registered_module(arch: str) -> str:
+    """The module vLLM's registry names for `arch` (text-generation or multimodal)."""
+    from vllm.model_executor.models.registry import _MULTIMODAL_MODELS, _TEXT_GENERATION_MODELS
+
+    return {**_MULTIMODAL_MODELS, **_TEXT_GENERATION_MODELS}[arch][0]
+
+
 def _listed(value) -> tuple:
     """A config class's `architectures` as names: a list or tuple of them, never a string to search in."""
     return tuple(value) if isinstance(value, (list, tuple)) else ()
@@ -374,6 +421,9 @@ def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str, dict]:
     import transformers
     from transformers import CONFIG_MAPPING
 
+    if arch in UNSHRUNK:
+        raise NoConfig(f"not profiled here: {UNSHRUNK[arch]} (a limit of tools/vllm_profile_configs.py's small "
+                       "config, not vLLM's)")
     model_type, owner = names.get(written_as(arch)), f"transformers {transformers.__version__}"
     if model_type is None:
         cls, registered = vllm_config_class(arch)
@@ -387,10 +437,12 @@ def small_config(arch: str, names: dict[str, str]) -> tuple[dict, str, dict]:
         cls = CONFIG_MAPPING[model_type]
     else:
         raise NoConfig(f"transformers has no config class for model_type {model_type!r}")
+    towers = multimodal(arch)
     try:
-        config = _shrunk(cls, EXTRA.get(arch))
+        config = _shrunk(cls, EXTRA.get(arch), towers)
     except Exception as e:  # noqa: BLE001 - the class refused our sizes: a reason, not a crash
-        reraise_ours(e)
+        if not (towers and type(e).__name__ == "StrictDataclassClassValidationError"):  # (as UNSHRUNK's, said so)
+            reraise_ours(e)
         raise NoConfig(f"{owner} {cls.__name__} refuses the shrunk sizes: {type(e).__name__}: {str(e)[:160]}") from None
     config["model_type"] = model_type
     for key, value in EXTRA.get(arch, {}).items():  # "sub.key": a field of a sub-config (text_config)

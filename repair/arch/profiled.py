@@ -21,6 +21,7 @@ from functools import cached_property
 from importlib.resources import files
 
 from repair.arch.base import Architecture, DroppedTensor, RefusedConfig, RefusedLoad
+from repair.arch.borrowed import borrowed_entry
 from repair.arch.configured import as_configured, disagreement
 from repair.arch.layer_rules import layer_drops
 from repair.arch.load_refusals import refused_loads
@@ -106,15 +107,14 @@ class ReleaseProfile:
         return f"{self.runtime} {'.'.join(map(str, self.release))}"
 
     def row(self, name: str, borrowed: bool = False, config: dict | None = None) -> Architecture | None:
-        """The architecture's row; `borrowed`: for another runtime whose rules take this release's layer roles and fused
-        layers (`layer_rows`), without what only this runtime's code says (`OWN_CODE`) but the routed experts' prefix.
-        `config`: a config lacking the fields the profiled build read (`without`) takes the modules vLLM builds then."""
+        """The architecture's row; `borrowed`: for another runtime whose rules take its layer roles and fused layers, without
+        what only this runtime's code says (`OWN_CODE`, borrowed.py) but the routed experts' prefix. `config`: a config
+        lacking the fields the profiled build read (`without`) takes the modules vLLM builds then."""
         if disagreement(self.entries.get(name), config):  # a learned row of another branch: `arch.architecture` says so
             return None
         entry = as_configured(self.entries.get(name), config)
         if entry is not None and borrowed:
-            moe = {k: v for k, v in entry.get("prefixes", {}).items() if v.endswith(ROUTED_EXPERTS)}
-            entry = {k: v for k, v in entry.items() if k not in OWN_CODE} | ({"prefixes": moe} if moe else {})
+            entry = borrowed_entry(entry, OWN_CODE, ROUTED_EXPERTS)
         return None if entry is None else generated_row(self, name, entry)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 
+from repair import arch
 from repair.doctor.findings import Diagnosis, Severity
 from repair.doctor.grouping import finding_lines
 from repair.doctor.schemes import scheme_counts
@@ -110,7 +111,10 @@ def _rows(d: Diagnosis) -> str:
         return ""
     if d.family is not None and d.family.not_covered:
         return f"; {release.label}'s generated profile does not cover this config ({d.family.not_covered}), so generic layer roles were used"
+    if d.family is not None and any(d.family.name == hand.name for hand in arch.ARCHITECTURES):
+        return f"; its layer roles and fused layers are this project's hand row {d.family.name} (repair/arch/)"
     if d.architecture in release.entries:
         return f"; its layer roles and fused layers are {release.label}'s own (generated profile)"
-    why = release.unprofiled.get(d.architecture, "not among its registered text-generation architectures")
+    why = release.unprofiled.get(d.architecture, "not among its registered text-generation or multimodal "
+                                 "generation architectures")
     return f"; {release.label}'s generated profile does not cover it ({why.splitlines()[0][:160]}), so generic layer roles were used"

@@ -34,7 +34,12 @@ from .test_profiles_vs_vllm import SHIPPED, in_vllm
 pytestmark = [pytest.mark.vllm, requires_vllm]
 
 ROWS = json.loads(SHIPPED.read_text())["architectures"]
-ARCHS = sorted(ROWS)
+# the multimodal *ForConditionalGeneration rows (every such row but the two vLLM 0.32 registers as text generation):
+# not exported here (CI time; tests/vllm/test_multimodal_rows_vs_vllm.py judges Gemma 4's on the 31B-shaped export).
+# Measured for Gemma 4's (its small MoE config): vLLM loads transformers' BF16 export, but its NVFP4 export stops in
+# routed_experts.py _load_w2 ("The size of tensor a (16) must match the size of tensor b (32)"), not yet explained
+TEXT_CONDITIONAL = {"ChatGLMForConditionalGeneration", "InklingForConditionalGeneration"}
+ARCHS = sorted(a for a in ROWS if not a.endswith("ForConditionalGeneration") or a in TEXT_CONDITIONAL)
 LOAD_REFUSED_LIMIT = 300  # tools/vllm_load_refused.py LIMIT: the characters of vLLM's error the profile keeps
 # architecture -> why no tiny export is written for it (the tool's reason must contain it); strict: fixed = failure here
 NO_EXPORT: dict[str, str] = {}
