@@ -102,3 +102,28 @@ def test_fix_target_turns_a_bf16_layer_out_of_the_map_in_either_spelling(capsys,
     assert run_captured(capsys, "doctor", tmp_path / "out", "--target", "vllm==0.32.0", "--strict")[0] == 0
     layers = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]["quantized_layers"]
     assert list(layers) == [f"model.layers.1.{spelling}.o_proj"], layers
+
+
+@pytest.mark.parametrize("spelling", ["self_attn", "attn"])
+def test_requantizing_a_layer_declared_fp8_in_vllms_spelling_keeps_it_fp8(capsys, tmp_path, spelling):
+    """Layer 0's o_proj stored FP8 (ModelOpt's FP8 export of the original's weight) and keyed FP8 in either spelling:
+    vLLM reads both as FP8 (doctor exits 0), so --requantize from --original keeps it FP8 and declared as it was (fix
+    refused vLLM's spelling: "quantized_layers does not declare it", asking the keys unmapped)."""
+    import torch  # noqa: F401 - safetensors.torch's
+    from safetensors.torch import load_file, save_file
+
+    from tools.modelopt_oracles import fp8_export
+
+    layers = {f"model.layers.0.{spelling}.o_proj": FP8, f"model.layers.1.{spelling}.o_proj": NVFP4}
+    src, name = gpt_oss_mixed(tmp_path / "src", layers), "model.layers.0.self_attn.o_proj"
+    assert run_captured(capsys, "fix", src, "-o", tmp_path / "orig", "--target", "bf16", "--quiet")[0] == 0
+    tensors = {k: v for k, v in load_file(src / "model.safetensors").items() if not k.startswith(name + ".")}
+    tensors.update({f"{name}.{leaf}": v for leaf, v in fp8_export(load_file(tmp_path / "orig" / "model.safetensors")
+                                                                     [f"{name}.weight"]).items()})
+    save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
+    assert run_captured(capsys, "doctor", src, "--target", "vllm==0.32.0")[0] == 0
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--original", tmp_path / "orig",
+                                  "--requantize", name, "--target", "vllm==0.32.0")
+    assert code == 0, out + err
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]["quantized_layers"] == layers
+    assert run_captured(capsys, "doctor", tmp_path / "out", "--target", "vllm==0.32.0", "--strict")[0] == 0
