@@ -127,3 +127,15 @@ def test_requantizing_a_layer_declared_fp8_in_vllms_spelling_keeps_it_fp8(capsys
     assert code == 0, out + err
     assert json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]["quantized_layers"] == layers
     assert run_captured(capsys, "doctor", tmp_path / "out", "--target", "vllm==0.32.0", "--strict")[0] == 0
+
+
+def test_requantizing_a_layer_keyed_in_vllms_spelling_adds_no_second_key(capsys, tmp_path):
+    """An NVFP4 layer keyed in vLLM's spelling, requantized from --original: the map stays as written (fix added a
+    second key in the checkpoint's spelling, `model.layers.0.self_attn.o_proj`, reading the layer as undeclared)."""
+    layers = {f"model.layers.{n}.attn.o_proj": NVFP4 for n in range(2)}
+    src = gpt_oss_mixed(tmp_path / "src", layers)
+    assert run_captured(capsys, "fix", src, "-o", tmp_path / "orig", "--target", "bf16", "--quiet")[0] == 0
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--original", tmp_path / "orig",
+                                  "--requantize", "model.layers.0.self_attn.o_proj", "--target", "vllm==0.32.0")
+    assert code == 0, out + err
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]["quantized_layers"] == layers
