@@ -139,3 +139,32 @@ def test_requantizing_a_layer_keyed_in_vllms_spelling_adds_no_second_key(capsys,
                                   "--requantize", "model.layers.0.self_attn.o_proj", "--target", "vllm==0.32.0")
     assert code == 0, out + err
     assert json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]["quantized_layers"] == layers
+
+
+def with_bf16_qkv(folder):
+    """`folder` with BF16 q/k/v_proj weights stored in both layers (vLLM fuses them into `attn.qkv_proj`)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(folder / "model.safetensors")
+    tensors.update({f"model.layers.{n}.self_attn.{p}.weight": torch.zeros(32, 32, dtype=torch.bfloat16)
+                    for n in range(2) for p in ("q_proj", "k_proj", "v_proj")})
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+@pytest.mark.parametrize("key", ["model.layers.0.attn.qkv_proj", "model.layers.0.self_attn.qkv_proj"])
+def test_a_key_naming_the_fused_layer_vllm_builds_declares_its_shards(capsys, tmp_path, key):
+    """A key naming the layer vLLM builds from q/k/v_proj (`attn.qkv_proj`, a name no checkpoint module has): vLLM
+    0.32 asks `model.layers.0.attn.qkv_proj` and finds it directly (modelopt.py _resolve_quant_algo step 1, after
+    is_layer_excluded), so it builds the layer NVFP4 and cannot load the stored BF16 q/k/v weights. Doctor asked each
+    shard alone, found no key and called them excluded (exit 0)."""
+    layers = {key: NVFP4, **{f"model.layers.{n}.attn.o_proj": NVFP4 for n in range(2)}}
+    src = with_bf16_qkv(gpt_oss_mixed(tmp_path / "src", layers))
+    code, out, _ = run_captured(capsys, "doctor", src, "--target", "vllm==0.32.0")
+    assert code == 1 and "model.layers.0.self_attn.q_proj: stored bf16" in out, out
+    assert "model.layers.1.self_attn.q_proj" not in out, out
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "vllm==0.32.0")
+    assert code == 0, out + err
+    assert run_captured(capsys, "doctor", tmp_path / "out", "--target", "vllm==0.32.0", "--strict")[0] == 0
+    assert key not in json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]["quantized_layers"]
