@@ -168,3 +168,12 @@ def test_a_key_naming_the_fused_layer_vllm_builds_declares_its_shards(capsys, tm
     assert code == 0, out + err
     assert run_captured(capsys, "doctor", tmp_path / "out", "--target", "vllm==0.32.0", "--strict")[0] == 0
     assert key not in json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]["quantized_layers"]
+
+
+def test_shards_keyed_in_vllms_spelling_that_disagree_are_named_with_their_algorithms(capsys, tmp_path):
+    """q/k/v_proj keyed in vLLM's spelling with NVFP4, FP8, NVFP4: vLLM refuses the fused layer (shards that
+    disagree), and doctor's line says each shard's algorithm as vLLM reads it (it said `-`, reading the keys unmapped)."""
+    algos = {"q_proj": NVFP4, "k_proj": FP8, "v_proj": NVFP4}
+    layers = {**{f"model.layers.0.attn.{p}": a for p, a in algos.items()}, **{f"model.layers.{n}.attn.o_proj": NVFP4 for n in range(2)}}
+    code, out, _ = run_captured(capsys, "doctor", with_bf16_qkv(gpt_oss_mixed(tmp_path / "src", layers)), "--target", "vllm==0.32.0")
+    assert code == 1 and "(q_proj NVFP4, k_proj FP8, v_proj NVFP4)" in out, out
