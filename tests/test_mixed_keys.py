@@ -177,3 +177,19 @@ def test_shards_keyed_in_vllms_spelling_that_disagree_are_named_with_their_algor
     layers = {**{f"model.layers.0.attn.{p}": a for p, a in algos.items()}, **{f"model.layers.{n}.attn.o_proj": NVFP4 for n in range(2)}}
     code, out, _ = run_captured(capsys, "doctor", with_bf16_qkv(gpt_oss_mixed(tmp_path / "src", layers)), "--target", "vllm==0.32.0")
     assert code == 1 and "(q_proj NVFP4, k_proj FP8, v_proj NVFP4)" in out, out
+
+
+def test_many_keys_under_a_bf16_layer_in_both_spellings_leave_in_linear_time(capsys, tmp_path):
+    """50,000 keys under layer 0's o_proj, half in each spelling, the layer stored BF16: fix takes every one out (vLLM
+    reads them all as under `model.layers.0.attn.o_proj`). Each key was tested against every name taken out, the
+    keys vLLM reads included (quadratic: 10^5 keys took 4.5 minutes); now a set of names and each key's dotted prefixes."""
+    import time
+
+    layers = {f"model.layers.0.{s}.o_proj.x{j}": NVFP4 for j in range(25_000) for s in ("self_attn", "attn")}
+    src = gpt_oss_mixed(tmp_path / "src", {**layers, "model.layers.1.attn.o_proj": NVFP4}, bf16_o_proj=True)
+    start = time.monotonic()
+    code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "vllm==0.32.0", "--quiet")
+    assert code == 0, out + err
+    assert time.monotonic() - start < 20, time.monotonic() - start
+    kept = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]["quantized_layers"]
+    assert list(kept) == ["model.layers.1.attn.o_proj"]
