@@ -187,6 +187,9 @@ def test_many_keys_under_a_bf16_layer_in_both_spellings_leave_in_linear_time(cap
 
     layers = {f"model.layers.0.{s}.o_proj.x{j}": NVFP4 for j in range(25_000) for s in ("self_attn", "attn")}
     src = gpt_oss_mixed(tmp_path / "src", {**layers, "model.layers.1.attn.o_proj": NVFP4}, bf16_o_proj=True)
+    config = json.loads((src / "config.json").read_text())  # ModelOpt's config_groups name the same layers
+    config["quantization_config"]["config_groups"] = {"group_0": {"targets": [*layers, "model.layers.1.attn.o_proj"]}}
+    (src / "config.json").write_text(json.dumps(config))
     start = time.monotonic()
     code, out, err = run_captured(capsys, "fix", src, "-o", tmp_path / "out", "--target", "vllm==0.32.0", "--quiet")
     assert code == 0, out + err

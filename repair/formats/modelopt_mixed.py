@@ -96,7 +96,7 @@ def emptied_parents(keys, quantized: set[str], names: set[str]) -> list[str]:
 
 def _taken(key: str, named: set[str], longest: int) -> bool:
     """`key` is one of `named` or under one: a set lookup per dot within the longest name (not a test per name)."""
-    return key in named or any(c == "." and key[:i] in named for i, c in enumerate(key[:longest + 1]))
+    return isinstance(key, str) and (key in named or any(c == "." and key[:i] in named for i, c in enumerate(key[:longest + 1])))
 
 
 def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]:
@@ -140,9 +140,10 @@ def _regroup(cfg: dict, names: list[str], remove: list[str]) -> None:
     groups = cfg.get("config_groups")
     if not isinstance(groups, dict):
         return
+    named, longest = set(names), max(map(len, names), default=0)
     for key in list(groups):
         targets = groups[key].get("targets") or []
-        kept = [t for t in targets if not any(t == n or t.startswith(n + ".") for n in names)]
+        kept = [t for t in targets if not _taken(t, named, longest)]
         if kept:
             groups[key]["targets"] = kept
         else:
