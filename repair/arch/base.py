@@ -165,7 +165,17 @@ class Architecture:
         or "-" (no quantization declared, or a role vLLM never quantizes)."""
         if not declaration.quantized or self.unquantized_role(module, declaration) is not None:
             return "-"
-        return "excluded" if declaration.excludes(self.asked_name(module)) else "quantized"
+        asked = self.asked_name(module)
+        return "excluded" if declaration.excludes(asked) and not self._fused_declared(asked, declaration) else "quantized"
+
+    def _fused_declared(self, shard: str, declaration: Declaration) -> bool:
+        """Whether a per-layer map declares the fused layer vLLM builds a shard no exclusion names into (a key naming
+        `...qkv_proj` itself, or another shard: vLLM asks the fused name, modelopt.py _resolve_quant_algo)."""
+        parent, _, leaf = shard.rpartition(".")
+        fused = next((f for f, shards in self.fused_layers.items() if leaf in shards), None)
+        if declaration.layer_algos is None or not fused or not parent or declaration.rule().excludes(shard):
+            return False
+        return declaration.algorithm(f"{parent}.{fused}", self.fused_layers) is not None
 
     def asked_as(self, module: str) -> str:
         """The checkpoint-side name vLLM asks its quant config about for `module`: a shard of a layer built from 2+

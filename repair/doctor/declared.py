@@ -235,7 +235,8 @@ def fused_algorithm_findings(declaration: Declaration, modules: dict[str, Stored
         if error is None:
             continue
         leaf = [s.rpartition(".")[2] for s in shards]
-        algos = ", ".join(f"{s.rpartition('.')[2]} {declaration.layer_algos.resolve(family.runtime_name(s)) or '-'}" for s in shards)
+        lookup = declaration.layer_lookup or (lambda algos, name: algos.lookup(name))  # as the target reads the keys
+        algos = ", ".join(f"{s.rpartition('.')[2]} {lookup(declaration.layer_algos, family.runtime_name(s))[0] or '-'}" for s in shards)
         out.append(Finding(Severity.ERROR, Kind.FUSED_SHARDS, fused,
                            f"{fused}: {who} builds {', '.join(leaf[:-1])} and {leaf[-1]} as one layer, but quantized_layers "
                            f"declares them with different algorithms ({algos}), so {who} refuses the model while building "

@@ -94,6 +94,11 @@ def emptied_parents(keys, quantized: set[str], names: set[str]) -> list[str]:
     return [k for k, under in parents.items() if under and under <= names]
 
 
+def _taken(key: str, named: set[str], longest: int) -> bool:
+    """`key` is one of `named` or under one: a set lookup per dot within the longest name (not a test per name)."""
+    return isinstance(key, str) and (key in named or any(c == "." and key[:i] in named for i, c in enumerate(key[:longest + 1])))
+
+
 def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: list[str] = ()) -> tuple[dict | None, dict | None]:
     """New (config.json, hf_quant_config.json) contents where `names` are unquantized and `remove` NVFP4 again.
 
@@ -110,8 +115,9 @@ def with_exclusions(ckpt: Checkpoint, names: list[str], covers: Covers, remove: 
     section = hf_quant.get("quantization") if hf_quant is not None else None
     maps = [part["quantized_layers"] for part in (cfg, section) if isinstance(part, dict) and isinstance(part.get("quantized_layers"), dict)]
     quantized = {split_name(t)[0] for t in ckpt.infos() if split_name(t)[1] == "weight_scale"}
+    named, longest = set(names), max(map(len, names), default=0)
     for layers in maps:
-        for key in [k for k in layers if any(k == n or k.startswith(n + ".") for n in names)] + emptied_parents(layers, quantized, set(names)):
+        for key in [k for k in layers if _taken(k, named, longest)] + emptied_parents(layers, quantized, named):
             del layers[key]
         layers.update({n: dict(NVFP4_ENTRY) for n in remove})
     if maps and not maps[0]:
@@ -134,9 +140,10 @@ def _regroup(cfg: dict, names: list[str], remove: list[str]) -> None:
     groups = cfg.get("config_groups")
     if not isinstance(groups, dict):
         return
+    named, longest = set(names), max(map(len, names), default=0)
     for key in list(groups):
         targets = groups[key].get("targets") or []
-        kept = [t for t in targets if not any(t == n or t.startswith(n + ".") for n in names)]
+        kept = [t for t in targets if not _taken(t, named, longest)]
         if kept:
             groups[key]["targets"] = kept
         else:

@@ -41,7 +41,8 @@ def config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recipe
     null = null_exclusion_list(ckpt.config, ckpt.hf_quant_config) is not None  # a list is written in its place
     if not bf16 and not packed and not null and not (len(lists) == 2 and set(lists[0]) != set(lists[1])):
         return ckpt.config, ckpt.hf_quant_config, ()  # nothing to declare or align: a MIXED_PRECISION export gains no empty list
-    remove = _redeclared(declaration, packed, modules, families)
+    remove = _redeclared([t.bind(declaration, f, ckpt.config) for t, f in zip(targets, families)] or [declaration], packed,
+                         modules, families)
     read_before = flat_read(ckpt.config, remove)
     for _ in range(2):  # again with the fused names a target reads instead of the shards', where one does
         keyed = bf16 + read_keys(targets, families, declaration, ckpt.config, bf16) if declaration.layer_algos else bf16
@@ -70,13 +71,15 @@ def config_edits(ckpt: Checkpoint, fmt: Format, declaration: Declaration, recipe
     return config, hf_quant, added
 
 
-def _redeclared(declaration: Declaration, packed: list[str], modules: dict[str, StoredModule], families) -> list[str]:
+def _redeclared(bound: list[Declaration], packed: list[str], modules: dict[str, StoredModule], families) -> list[str]:
     """The requantized modules whose declaration changes: all of them (their exact exclusion entries go), except,
-    under a per-layer map, those it already declares (an FP8 layer stays FP8). A per-layer map puts a layer
+    under a per-layer map, those it already declares (an FP8 layer stays FP8) as each target reads it (`bound`, one
+    per target: vLLM maps the keys first, so a key in its spelling declares the layer). A per-layer map puts a layer
     back as NVFP4, so an undeclared FP8 one is refused rather than declared wrong."""
+    declaration = bound[0]
     if declaration.layer_algos is None:
         return packed
-    undeclared = [n for n in packed if any(declaration.algorithm(f.runtime_name(n)) is None for f in families)]
+    undeclared = [n for n in packed if any(d.algorithm(f.runtime_name(n)) is None for d, f in zip(bound, families))]
     for name in undeclared:
         if modules[name].algorithm == "FP8":
             raise UsageError(f"{name} is stored FP8 but {declaration.quant_algo} quantized_layers does not declare it; requantizing "

@@ -8,7 +8,10 @@ MIXED_PRECISION in config.json with the NVFP4 attention layers keyed
   vllm      in vLLM's spelling (`model.layers.N.attn.q_proj`): vLLM leaves them (doctor read them as BF16 before);
   unread    without `model.` (`layers.N.self_attn.q_proj`): no key vLLM asks, so it builds them BF16 and the load stops;
   bf16      as `vllm`, layer 0's o_proj stored BF16: vLLM builds it NVFP4 and the load stops; `fixed` is fix --target's
-            output of it (the key vLLM reads it by out of the map).
+            output of it (the key vLLM reads it by out of the map);
+  qkv       as `vllm`, layer 0's q/k/v_proj stored BF16 and keyed by the layer vLLM builds of them (`attn.qkv_proj`, a
+            name no stored module has): vLLM finds that key directly and builds it NVFP4, so the load stops;
+            `qkv_fixed` is fix --target's output of it.
 doctor --target vllm==0.32.0 exits 0 exactly where vLLM loads the folder.
 """
 
@@ -27,7 +30,7 @@ pytestmark = [pytest.mark.vllm, requires_vllm]
 
 TARGET = "vllm==0.32.0"
 SPELLINGS = {"ckpt": "model.layers.{}.self_attn.", "vllm": "model.layers.{}.attn.", "unread": "layers.{}.self_attn.",
-             "bf16": "model.layers.{}.attn."}
+             "bf16": "model.layers.{}.attn.", "qkv": "model.layers.{}.attn."}
 PROJ = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
@@ -45,17 +48,29 @@ def declared_mixed(src: Path, out: Path, key: str) -> Path:
     return out
 
 
-def with_bf16_o_proj(folder: Path) -> Path:
-    """Layer 0's o_proj replaced by its BF16 dequantization (fix --target bf16's bytes of it)."""
+def with_bf16(folder: Path, projs: tuple[str, ...] = ("o_proj",)) -> Path:
+    """Layer 0's `projs` replaced by their BF16 dequantization (fix --target bf16's bytes of them)."""
     from safetensors.torch import load_file, save_file
 
-    whole = folder.parent / "whole-bf16"
+    whole = folder.parent / f"whole-bf16-{folder.name}"
     assert ckpt_repair("fix", folder, "-o", whole, "--target", "bf16", "--quiet").returncode == 0
-    name, tensors = "model.layers.0.self_attn.o_proj", load_file(folder / "model.safetensors")
-    for leaf in ("weight", "weight_scale", "weight_scale_2", "input_scale"):  # its bias stays
-        tensors.pop(f"{name}.{leaf}")
-    tensors[f"{name}.weight"] = load_file(whole / "model.safetensors")[f"{name}.weight"]
+    tensors, dense = load_file(folder / "model.safetensors"), load_file(whole / "model.safetensors")
+    for name in (f"model.layers.0.self_attn.{p}" for p in projs):
+        for leaf in ("weight", "weight_scale", "weight_scale_2", "input_scale"):  # its bias stays
+            tensors.pop(f"{name}.{leaf}")
+        tensors[f"{name}.weight"] = dense[f"{name}.weight"]
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+def keyed_by_qkv_proj(folder: Path) -> Path:
+    """Layer 0's q/k/v_proj keys replaced by one key naming the layer vLLM builds of them, `attn.qkv_proj`."""
+    config = json.loads((folder / "config.json").read_text())
+    layers = config["quantization_config"]["quantized_layers"]
+    for p in PROJ[:3]:
+        layers.pop(f"model.layers.0.attn.{p}")
+    layers["model.layers.0.attn.qkv_proj"] = {"quant_algo": "NVFP4", "group_size": 16}
+    (folder / "config.json").write_text(json.dumps(config))
     return folder
 
 
@@ -68,10 +83,12 @@ def folders(tmp_path_factory) -> dict[str, Path]:
     loadable = root / "loadable"
     assert ckpt_repair("fix", "--target", TARGET, src, "-o", loadable, "--quiet").returncode == 0
     out = {name: declared_mixed(loadable, root / name, key) for name, key in SPELLINGS.items()}
-    with_bf16_o_proj(out["bf16"])
-    fixed = ckpt_repair("fix", out["bf16"], "-o", root / "fixed", "--target", TARGET, "--quiet")
-    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-    out["fixed"] = root / "fixed"
+    with_bf16(out["bf16"])
+    keyed_by_qkv_proj(with_bf16(out["qkv"], PROJ[:3]))
+    for name, made in (("bf16", "fixed"), ("qkv", "qkv_fixed")):
+        fixed = ckpt_repair("fix", out[name], "-o", root / made, "--target", TARGET, "--quiet")
+        assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+        out[made] = root / made
     return out
 
 
@@ -81,15 +98,15 @@ def loaded(folders) -> dict[str, dict]:
 
 
 def test_vllm_loads_keys_in_either_spelling_and_not_keys_it_never_asks(loaded):
-    assert loaded["ckpt"]["ok"] and loaded["vllm"]["ok"] and loaded["fixed"]["ok"], loaded
-    assert not loaded["unread"]["ok"] and not loaded["bf16"]["ok"]
+    assert loaded["ckpt"]["ok"] and loaded["vllm"]["ok"] and loaded["fixed"]["ok"] and loaded["qkv_fixed"]["ok"], loaded
+    assert not loaded["unread"]["ok"] and not loaded["bf16"]["ok"] and not loaded["qkv"]["ok"]
     for name in ("ckpt", "vllm"):  # the attention built NVFP4 from the mapped keys, the experts unquantized
         methods = loaded[name]["methods"]
         assert {m["method"] for k, m in methods.items() if k.endswith(("attn.qkv_proj", "attn.o_proj"))} != \
             {"UnquantizedLinearMethod"}, methods
 
 
-@pytest.mark.parametrize("name", list(SPELLINGS) + ["fixed"])
+@pytest.mark.parametrize("name", list(SPELLINGS) + ["fixed", "qkv_fixed"])
 def test_doctor_passes_exactly_where_vllm_loads(folders, loaded, name):
     said = ckpt_repair("doctor", folders[name], "--target", TARGET)
     assert said.returncode == (0 if loaded[name]["ok"] else 1), (name, said.stdout, loaded[name].get("error"))
