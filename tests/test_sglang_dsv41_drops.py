@@ -122,3 +122,14 @@ def test_a_v41_list_longer_than_the_decoder_has_none_missing(capsys, tmp_path):
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps(config | {"compress_ratios": config["compress_ratios"] + [1]}))
     assert missing(capsys, folder) == []
+
+
+def test_a_config_class_that_writes_a_list_where_none_is_given_is_read_so():
+    """SGLang 0.5.23's Olmo3Config writes `["Olmo2ForCausalLM"]` when config.json has no `architectures`
+    (configs/olmo3.py:61-62) and builds Olmo2ForCausalLM; doctor said SGLang raises TypeError on the missing list."""
+    from repair.arch.registry import resolve
+    from repair.targets.profiles import resolve as target
+
+    registry = target(SGLANG).profile.rules.model_registry
+    assert resolve({"model_type": "olmo3"}, registry).name == "Olmo2ForCausalLM"
+    assert resolve({"model_type": "olmo3", "architectures": []}, registry).name != "Olmo2ForCausalLM"  # [] kept
