@@ -133,3 +133,4 @@ def test_a_config_class_that_writes_a_list_where_none_is_given_is_read_so():
     registry = target(SGLANG).profile.rules.model_registry
     assert resolve({"model_type": "olmo3"}, registry).name == "Olmo2ForCausalLM"
     assert resolve({"model_type": "olmo3", "architectures": []}, registry).name != "Olmo2ForCausalLM"  # [] kept
+    assert resolve({"model_type": "olmo3", "architectures": [""]}, registry).name != "Olmo2ForCausalLM"  # a name ""

@@ -151,7 +151,7 @@ def resolve(config: dict | None, registry: Registry | None, names: tuple[str, ..
     if registry is not None and registry.renamed and (len(names) == 1 or unlisted) and isinstance(config, dict):
         model_type = config.get("model_type")  # its config class writes another name over a one-name list
         rule = registry.renamed.get(model_type) if isinstance(model_type, str) else None
-        said = names[0] if names else ""
+        said = "" if unlisted else names[0] or None  # a listed name "" is no absent list
         names = (rule[said],) if isinstance(rule, Mapping) and said in rule else names
         config = dict(config, architectures=list(names)) if unlisted and names else config  # the list SGLang then reads
     bad = malformed(config, registry.malformed, names) if registry is not None else None
