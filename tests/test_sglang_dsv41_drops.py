@@ -105,3 +105,32 @@ def test_only_what_the_config_class_was_seen_to_rename_is_renamed(listed, model_
 
     registry = target(SGLANG).profile.rules.model_registry
     assert resolve({"architectures": listed, "model_type": model_type}, registry).name != "DeepseekV4ForCausalLM"
+
+
+def test_an_entry_past_the_decoder_changes_no_layer_it_drops():
+    """SGLang and vLLM read `compress_ratios[layer_id]` (SGLang models/deepseek_v4.py:1044-1047; vLLM 0.32
+    models/deepseek_v41/attention.py:312, deepseek_v4/attention.py:233): a longer list builds as its first `depth`."""
+    drops = layer_drops("layers.*.m", [{"where": "compress_ratios", "in": [0]}], "test")
+    assert dropped_modules(drops, {"num_hidden_layers": 2, "compress_ratios": [0, 4, 0]}) == {"layers.0.m"}
+    assert dropped_modules(drops, {"num_hidden_layers": 2, "compress_ratios": [0]}) == set()  # short: nothing proven
+
+
+def test_a_v41_list_longer_than_the_decoder_has_none_missing(capsys, tmp_path):
+    """SGLang 0.5.23 builds the tiny V4.1 layout with one more ratio-1 entry exactly as without it (its own build,
+    tools/sglang_layer_drops.py --unbuilt, measured); doctor said the ratio-1 KV source's wgate was missing."""
+    folder = v41(tmp_path / "long", dsv41_fixture.PUBLISHED)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"compress_ratios": config["compress_ratios"] + [1]}))
+    assert missing(capsys, folder) == []
+
+
+def test_a_config_class_that_writes_a_list_where_none_is_given_is_read_so():
+    """SGLang 0.5.23's Olmo3Config writes `["Olmo2ForCausalLM"]` when config.json has no `architectures`
+    (configs/olmo3.py:61-62) and builds Olmo2ForCausalLM; doctor said SGLang raises TypeError on the missing list."""
+    from repair.arch.registry import resolve
+    from repair.targets.profiles import resolve as target
+
+    registry = target(SGLANG).profile.rules.model_registry
+    assert resolve({"model_type": "olmo3"}, registry).name == "Olmo2ForCausalLM"
+    assert resolve({"model_type": "olmo3", "architectures": []}, registry).name != "Olmo2ForCausalLM"  # [] kept
+    assert resolve({"model_type": "olmo3", "architectures": [""]}, registry).name != "Olmo2ForCausalLM"  # a name ""

@@ -9,8 +9,8 @@ utils/hf_transformers/common.py), and some of them rewrite `architectures` befor
 DeepseekV41Config makes the published `["DeepseekV41ForCausalLM"]` `["DeepseekV4ForCausalLM"]`
 (configs/deepseek_v41.py:38-39), the class it registers; others write their one class over any list. Each registered
 class is built (in SGLang's venv) with `architectures` a one-name list, for every name a shipped release's registry
-holds and SGLang's lacks (the names a config.json may list that SGLang does not build itself): model_type -> {listed
-name: the one name it writes}, where it writes another. A class that cannot be built so is not recorded, nor a list of
+holds and SGLang's lacks (the names a config.json may list that SGLang does not build itself), and without the list
+(key ""): model_type -> {listed name: the one name it writes}, where it writes another. A class that cannot be built so is not recorded, nor a list of
 more than one name (arch/registry.py reads only one-name lists through it).
 """
 
@@ -43,9 +43,9 @@ def probe(candidates: list[str]) -> dict[str, dict[str, str]]:
             inspect.signature(cls.__init__).bind(None, architectures=[])
         except TypeError:
             continue
-        for name in candidates:
+        for name in ("", *candidates):  # "": config.json without `architectures` (Olmo3Config writes one then)
             try:
-                written = cls(architectures=[name]).architectures
+                written = (cls(architectures=[name]) if name else cls()).architectures
             except Exception as exc:  # noqa: BLE001 - a class needing more than the list: not asked
                 reraise_ours(exc)
                 break

@@ -5,8 +5,8 @@ load_weights drops in the first or the last `config[field]` layers of the stack 
 k_proj/v_proj/k_norm in vLLM 0.30+: the last `num_kv_shared_layers`). Here a rule becomes the module names it drops
 for one config.json: hostile values (not a whole number between 0 and the stack's depth) drop nothing. A rule may
 also name a per-layer list of config.json (`where`): vLLM 0.32 builds DeepSeek-V4's attention compressor in no layer
-whose `compress_ratios[i]` is 0, its indexer in none whose entry is 0 or 128; a list that is not one entry per layer
-drops nothing. A `where` rule may name lists of layer numbers (`unless_listed`) in whose common layers it keeps the
+whose `compress_ratios[i]` is 0, its indexer in none whose entry is 0 or 128; a list shorter than the stack drops
+nothing, entries past it are not read (both runtimes index it by layer number). A `where` rule may name lists of layer numbers (`unless_listed`) in whose common layers it keeps the
 module: SGLang 0.5.23 builds DeepSeek-V4.1's ratio-1/2 compressor only in the layers `kv_source_layer_ids` lists, its
 indexer's keys only in those both it and `index_source_layer_ids` list (a list that is not whole numbers drops
 nothing). A module may have several rules, each dropping its own layers.
@@ -73,16 +73,16 @@ def dropped_modules(rules: tuple[LayerDrop, ...], config: dict | None) -> frozen
 
 
 def _where(rule: LayerDrop, part: dict, depth: int, values: tuple) -> list[int]:
-    """The layers whose entry of the rule's per-layer list is one of `values` (hostile: a list that is not one whole
-    number or string per layer, or a pattern without one `*`, names none)."""
+    """The layers whose entry of the rule's per-layer list is one of `values` (hostile: a list shorter than the stack,
+    or a pattern without one `*`, names none; an entry not a whole number or string names no layer)."""
     entries = part.get(rule.field)
-    if not isinstance(entries, list) or len(entries) != depth or rule.module.count("*") != 1:
+    if not isinstance(entries, list) or len(entries) < depth or rule.module.count("*") != 1:
         return []
     lists = [_listed(part.get(field)) for field in rule.unless_listed]
     if None in lists:
         return []
     kept = frozenset.intersection(*lists) if lists else frozenset()
-    return [i for i, v in enumerate(entries) if type(v) in (int, str) and any(type(v) is type(x) and v == x for x in values)
+    return [i for i, v in enumerate(entries[:depth]) if type(v) in (int, str) and any(type(v) is type(x) and v == x for x in values)
             and i not in kept]
 
 

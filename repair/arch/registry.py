@@ -13,9 +13,10 @@ registry (tools/vllm_registry.py). SGLang 0.5.23 builds the first listed name it
 backend asks about EVERY listed name in order (model_loader/utils.py:108-191 `resolve_transformers_arch`), refusing at
 the first one transformers lacks or whose class is not backend-compatible: the rules file's `transformers_backend`,
 asked of that function itself (tools/sglang_backend.py), read as a `Backend`. Before its registry is asked, SGLang's
-own config class may write another name over a one-name list (its `registry_renamed`, tools/sglang_registry_renames.py:
-DeepSeek-V4.1's `DeepseekV41ForCausalLM` is built as `DeepseekV4ForCausalLM`). A release with no such data (SGLang
-0.5.9-0.5.11) is read as before: the first listed name.
+own config class may write another name over a one-name list, or one where config.json has none (its
+`registry_renamed`, tools/sglang_registry_renames.py: DeepSeek-V4.1's `DeepseekV41ForCausalLM` is built as
+`DeepseekV4ForCausalLM`; Olmo3Config writes `Olmo2ForCausalLM` where none is listed). A release with no such data
+(SGLang 0.5.9-0.5.11) is read as before: the first listed name.
 """
 
 from __future__ import annotations
@@ -146,10 +147,13 @@ def resolve(config: dict | None, registry: Registry | None, names: tuple[str, ..
     """The listed name `registry`'s release builds (model_impl="auto", no --convert); without a registry the first
     listed name, as every reader did before the registry was recorded. `names`: listed_names(config), when read."""
     names = listed_names(config) if names is None else names
-    if registry is not None and registry.renamed and len(names) == 1 and isinstance(config, dict):
+    unlisted = not names and isinstance(config, dict) and "architectures" not in config  # its config class may write one
+    if registry is not None and registry.renamed and (len(names) == 1 or unlisted) and isinstance(config, dict):
         model_type = config.get("model_type")  # its config class writes another name over a one-name list
         rule = registry.renamed.get(model_type) if isinstance(model_type, str) else None
-        names = (rule.get(names[0], names[0]),) if isinstance(rule, Mapping) else names
+        said = "" if unlisted else names[0] or None  # a listed name "" is no absent list
+        names = (rule[said],) if isinstance(rule, Mapping) and said in rule else names
+        config = dict(config, architectures=list(names)) if unlisted and names else config  # the list SGLang then reads
     bad = malformed(config, registry.malformed, names) if registry is not None else None
     if bad is None and registry is not None and registry.backend is not None:
         bad = registry.backend.refused_unlisted(config)
