@@ -34,12 +34,17 @@ from .test_profiles_vs_vllm import SHIPPED, in_vllm
 pytestmark = [pytest.mark.vllm, requires_vllm]
 
 ROWS = json.loads(SHIPPED.read_text())["architectures"]
-# the multimodal *ForConditionalGeneration rows (every such row but the two vLLM 0.32 registers as text generation):
-# not exported here (CI time; tests/vllm/test_multimodal_rows_vs_vllm.py judges Gemma 4's on the 31B-shaped export).
-# Measured for Gemma 4's (its small MoE config): vLLM loads transformers' BF16 export, but its NVFP4 export stops in
-# routed_experts.py _load_w2 ("The size of tensor a (16) must match the size of tensor b (32)"), not yet explained
+# the multimodal *ForConditionalGeneration rows (every such row but the two vLLM 0.32 registers as text generation) are
+# exported here only for the families with published NVFP4/FP8 checkpoints (CI time: each is a whole model with its
+# towers; tests/vllm/test_multimodal_rows_vs_vllm.py judges Gemma 4's on the 31B-shaped export). Gemma 4's and Llama 4's
+# healthy exports do not load: the tool writes transformers' fused 3-D experts (`experts.gate_up_proj`/`down_proj`) BF16
+# and unexcluded while vLLM builds routed experts NVFP4 (Gemma 4: routed_experts.py _load_w2 "The size of tensor a (16)
+# must match the size of tensor b (32)", a BF16 [E, 64, 32] into the packed [E, 64, 16]); doctor names each such tensor
+# and fix's exclusions make a copy vLLM loads, as for the text rows' fused 3-D experts (GraniteMoe, Llama4ForCausalLM)
 TEXT_CONDITIONAL = {"ChatGLMForConditionalGeneration", "InklingForConditionalGeneration"}
-ARCHS = sorted(a for a in ROWS if not a.endswith("ForConditionalGeneration") or a in TEXT_CONDITIONAL)
+MULTIMODAL_JUDGED = {"Gemma4ForConditionalGeneration", "Llama4ForConditionalGeneration", "Mistral3ForConditionalGeneration",
+                     "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration"}
+ARCHS = sorted(a for a in ROWS if not a.endswith("ForConditionalGeneration") or a in TEXT_CONDITIONAL | MULTIMODAL_JUDGED)
 LOAD_REFUSED_LIMIT = 300  # tools/vllm_load_refused.py LIMIT: the characters of vLLM's error the profile keeps
 # architecture -> why no tiny export is written for it (the tool's reason must contain it); strict: fixed = failure here
 NO_EXPORT: dict[str, str] = {}
@@ -280,3 +285,68 @@ def test_fix_is_a_noop_on_the_healthy_export(checked, arch, tmp_path, request, c
     assert dst.exists(), f"vLLM 0.32 fails on it ({line['healthy_load']['error']}) but fix writes nothing: {out}"
     loaded = in_vllm("vllm_load.py", dst, "--moe-emulation")[0]
     assert loaded["ok"], f"fix's output: vLLM 0.32 fails: {loaded['error_type']}: {loaded['error']}"
+
+
+def with_tower_rewritten(healthy: Path, folder: Path, tower: str, pack: bool, entry: str | None = None) -> list[str]:
+    """A copy of the healthy export whose linears under `tower` are stored NVFP4 and not excluded (`pack`), or BF16
+    and excluded by the one wildcard `entry` alone (as published multimodal exports exclude their vision tower); the
+    modules rewritten are returned."""
+    shutil.copytree(healthy, folder)
+    tensors = load_file(folder / "model.safetensors")
+    quant = json.loads((folder / "hf_quant_config.json").read_text())
+    exclude = quant["quantization"]["exclude_modules"]
+    if pack:
+        modules = sorted(n[: -len(".weight")] for n, t in tensors.items() if n.startswith(tower) and n.endswith(".weight")
+                         and t.dim() == 2 and t.shape[1] % 16 == 0 and n[: -len(".weight")] in exclude)
+        for m in modules:
+            packed, scale, scale_2 = nvfp4.quantize(tensors[f"{m}.weight"])
+            tensors.update({f"{m}.weight": packed, f"{m}.weight_scale": scale, f"{m}.weight_scale_2": scale_2,
+                            f"{m}.input_scale": torch.tensor(0.02)})
+        exclude = [e for e in exclude if e not in modules]
+    else:
+        modules = sorted(n[: -len(".weight_scale_2")] for n in tensors if n.startswith(tower) and n.endswith(".weight_scale_2"))
+        for m in modules:
+            leaves = [tensors.pop(f"{m}.{leaf}", None) for leaf in ("weight", "weight_scale", "weight_scale_2", "input_scale")]
+            tensors[f"{m}.weight"] = nvfp4.dequantize(*leaves[:3])
+        exclude = [e for e in exclude if not e.startswith(tower)] + [entry]
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    quant["quantization"]["exclude_modules"] = exclude
+    (folder / "hf_quant_config.json").write_text(json.dumps(quant, indent=1))
+    return modules
+
+
+@pytest.mark.parametrize("arch, tower", [("Mistral3ForConditionalGeneration", "vision_tower.")])
+def test_vision_tower_stored_packed_under_modelopt(checked, arch, tower, request, tmp_path, capsys):
+    """vLLM 0.32's ModelOpt config builds every layer whose prefix holds "vision_tower" unquantized (modelopt.py:243,
+    the row's `modelopt_fp4_only`): Pixtral's tower stored NVFP4 and not excluded fails its load; doctor names each
+    linear, and fix dequantizes them into a copy vLLM loads."""
+    line = exported(checked, arch, request, "broken")
+    modules = with_tower_rewritten(Path(line["healthy"]), tmp_path / "packed", tower, pack=True)
+    assert len(modules) >= 8, modules
+    loaded = in_vllm("vllm_load.py", tmp_path / "packed")[0]
+    assert not loaded["ok"] and loaded["stand_in_calls"] == [], loaded
+    code, out, err = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", tmp_path / "packed", "--json")
+    named = {f["subject"] for f in json.loads(out)["findings"] if f["severity"] == "error"}
+    assert code == 1 and set(modules) <= named, (modules, named)
+    code, out, err = run_captured(capsys, "fix", "--target", "vllm==0.32.0", tmp_path / "packed", "-o", tmp_path / "out")
+    assert code == 0, out + err
+    loaded = in_vllm("vllm_load.py", tmp_path / "out")[0]
+    assert loaded["ok"] and loaded["stand_in_calls"] == [], loaded
+
+
+@pytest.mark.parametrize("arch, tower, entry", [
+    ("Qwen2_5_VLForConditionalGeneration", "visual.", "visual*"),
+    # the mapper rewrites this entry to `language_model.model.visual*` (its `model.` prefix rule), yet vLLM 0.32 loads it
+    ("Qwen2_5_VLForConditionalGeneration", "visual.", "model.visual*"),
+    ("Qwen3VLForConditionalGeneration", "model.visual.", "model.visual*"),
+    ("Qwen3VLForConditionalGeneration", "model.visual.", "visual*"),
+])
+def test_vision_tower_excluded_by_one_wildcard_loads(checked, arch, tower, entry, request, tmp_path, capsys):
+    """Qwen's vision towers are built quantized under ModelOpt (no "vision_tower" in their prefix): an export that
+    stores the tower BF16 and excludes it by one wildcard, in either spelling, loads in vLLM 0.32, and doctor agrees."""
+    line = exported(checked, arch, request, "healthy")
+    assert with_tower_rewritten(Path(line["healthy"]), tmp_path / "bf16", tower, pack=False, entry=entry)
+    loaded = in_vllm("vllm_load.py", tmp_path / "bf16")[0]
+    assert loaded["ok"] and loaded["stand_in_calls"] == [], loaded
+    code, out, err = run_captured(capsys, "doctor", "--target", "vllm==0.32.0", tmp_path / "bf16")
+    assert code == 0, out + err
