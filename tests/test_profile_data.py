@@ -205,3 +205,13 @@ def test_qwen4exp_rows_are_its_qsa_build(checkpoint):
     row = arch.architecture({"architectures": ["Qwen4ExpForCausalLM"], "indexer_n_heads": 4})
     assert [r for r in row.unquantized_roles if r.covers(checkpoint, "modelopt-nvfp4", "NVFP4")], row.unquantized_roles
     assert not [r for r in row.unquantized_roles if r.covers("model.layers.3.self_attn.o_proj", "modelopt-nvfp4", "NVFP4")]
+
+
+def test_no_data_file_holds_a_temp_folder_name():
+    """A generator's run-local temp folder (`/tmp/tmpXXXX`) in a recorded reason makes the file differ on every
+    regeneration (vLLM 0.30's Qwen2-VL rows quoted the small config's folder), so the data is not reproducible."""
+    from pathlib import Path
+
+    data = Path(profiles.__file__).parent / "data"
+    found = {f.name: re.findall(r"/tmp/tmp\w+", f.read_text()) for f in sorted(data.glob("*.json"))}
+    assert not {name: names for name, names in found.items() if names}

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -258,6 +259,12 @@ def built_without(arch: str, config: dict, refused: list[str], built: tuple, ten
             **({"value_refused": values} if values else {})}
 
 
+def said_by(e: BaseException) -> str:
+    """The error as data: its type and first 200 characters, the name of our run's temp folder (random) taken out."""
+    text = re.sub(re.escape(tempfile.gettempdir()) + r"/tmp\w+", "<the small config's folder>", str(e))
+    return f"{type(e).__name__}: {text[:200]}"
+
+
 def builds(arch: str, config: dict) -> bool:
     """Whether vLLM builds `arch` from `config` (on the meta device, as the profile does)."""
     error = attempt(arch, config)
@@ -366,7 +373,7 @@ def main(argv: list[str]) -> int:
             traceback.print_exc(file=sys.stderr)
             # a multimodal class's towers are shrunk by size keys alone: vLLM refusing that config is no fact about
             # the configs published (Glm4v's vision heads left at 12 for a width of 64), so never a `build_refused`
-            said, site = f"{type(e).__name__}: {str(e)[:200]}", None if arch in generation else refusal_site(e)
+            said, site = said_by(e), None if arch in generation else refusal_site(e)
             result["unprofiled"][arch] = (f"vLLM refuses the config transformers writes for it ({site}): {said}" if site
                                           else f"vLLM cannot build it from the small config: {said}")
             if site:
