@@ -9,7 +9,7 @@ build, tools/vllm_profile.py built_from) on the profile's small config and on th
 (first_k_dense_replace 1, linear_attn_config kda_layers [1, 2, 3], full_attn_layers [4]): the first builds only MLA +
 MoE layers (the shipped row); the second also layer 0's dense `mlp.gate_up_proj`/`mlp.down_proj` (kimi_k3/nvidia/
 model.py:915-935) and the KDA layers' `self_attn.in_proj_qkvgfab`, `f_b_proj`, `g_a_proj`, `g_b_proj`. The profile's
-small config now writes both fields in the published form (tools/vllm_profile_configs.py EXTRA).
+small config now writes both fields in the published form (tools/vllm_small_extras.py EXTRA).
 """
 
 from __future__ import annotations
