@@ -1,7 +1,7 @@
 """A tensor the runtime's own load_weights takes and fills nothing with (#26): vLLM 0.32's laguna.py registers the
 routed experts' `e_score_correction_bias` on `mlp.experts.routed_experts` (the MoE runner) and its AutoWeightsLoader
 ignores `_bias` suffixes, so the published `mlp.experts.e_score_correction_bias` goes nowhere. The profile records it
-from vLLM's own load_weights and track_weights_loading (tools/vllm_load_facts.py `dropped_tensors`); doctor names the
+from vLLM's own load_weights and track_weights_loading (tools/vllm_dropped.py `dropped_tensors`); doctor names the
 tensor, the parameter left at its initial value, and vLLM's own error where its weights check stops the load; fix
 refuses in one line (no change to the files makes that release read the tensor). The vLLM tier checks the verdict
 against vLLM 0.32's real loader (tests/vllm/test_generated_archs_vs_vllm.py, LagunaForCausalLM)."""

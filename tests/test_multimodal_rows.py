@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.real_fixture import write_gemma4_vision_packed, write_real_model
+from tools.real_fixture import write_real_model
+from tools.real_fixture_variants import write_gemma4_vision_packed
 
 from tests.conftest import run_captured
 

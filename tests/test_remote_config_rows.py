@@ -160,7 +160,7 @@ def test_mimo_mtp_layers_vllm_drops_are_not_errors(capsys, llama_layout, tmp_pat
 
 def test_mimo_mtp_layers_vllm_028_drops_are_not_errors(capsys, llama_layout, tmp_path):
     """vLLM 0.28's MiMoForCausalLM drops model.mtp_layers. through its load_weights' AutoWeightsLoader skip_prefixes
-    (mimo.py:121-125), not a mapper: the row records it (tools/vllm_load_facts.py loader_drops; it had recorded mapper
+    (mimo.py:121-125), not a mapper: the row records it (tools/vllm_dropped.py loader_drops; it had recorded mapper
     drops only, and doctor called the MTP q_proj a fused-shards error). Measured: 0.28's own loader loads this export
     (tools/vllm_load.py)."""
     assert VLLM28.entries["MiMoForCausalLM"]["renames"].get("model.mtp_layers.", "absent") is None

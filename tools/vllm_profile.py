@@ -64,8 +64,9 @@ from vllm_expert_scales import experts_gate_up_scale_2
 from vllm_exclusion_mappers import recorded
 from vllm_expert_refusals import expert_refusals
 from vllm_build_shims import class_mappings_kept, no_triton_allocator, refused_layer  # noqa: F401 (importers of both)
-from vllm_load_facts import (dropped_tensors, loader_drops, log, load_renames, mapper_drops, nvfp4_refusals, pattern,
-                             placed_weights, quant_prefixes, record_asked_prefixes, renames)
+from vllm_load_facts import (log, load_renames, nvfp4_refusals, pattern, placed_weights, quant_prefixes,
+                             record_asked_prefixes, renames)
+from vllm_dropped import dropped_tensors, loader_drops, mapper_drops
 from vllm_saved_names import (NO_LAYOUT, UNBUILT, checkpoint_names, own_checkpoint, own_names_layout,  # noqa: F401
                               published_checkpoint, saved_tensors, saved_weights, transformers_model)  # (UNBUILT, saved_tensors, ...: imported from here too)
 from raised_by import reraise_ours

@@ -13,7 +13,8 @@ import json
 import pytest
 
 from tests.conftest import run_captured
-from tools.real_fixture import write_gemma4_vision_packed, write_real_model
+from tools.real_fixture import write_real_model
+from tools.real_fixture_variants import write_gemma4_vision_packed
 
 from .probe import requires_vllm
 from .test_profiles_vs_vllm import in_vllm
