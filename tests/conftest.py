@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,12 @@ from tools import modelopt_export
 # An exception no check raised is one line and exit 3 for a user (cli/main.py _bug); here it is raised as it is, so a
 # failing test shows where (tests/test_no_tracebacks.py asks the user's form with this unset)
 os.environ.setdefault("CKPT_REPAIR_TRACEBACK", "1")
+
+# A suite started in the background by a non-interactive shell (`nohup pytest ... &`) inherits SIGINT ignored, and the
+# CLI rightly keeps a parent's SIG_IGN (cli/main.py): every Ctrl-C test would then see no interrupt. The tests ask what
+# a user at a terminal gets, so they start from Python's own handler, which their child processes inherit as default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 LLAMA_31 = "llama-3.1-8b-instruct-fp4"
 

@@ -77,13 +77,16 @@ def test_every_profiled_release_records_vllms_own_error(name, error, release):
     assert row.load_refused is not None and row.load_refused.error == error
 
 
-def test_only_those_two_are_recorded_refused():
-    """The fact comes from vLLM's load of each architecture, not a list: every other profiled one loads."""
+def test_only_those_are_recorded_refused():
+    """The fact comes from vLLM's load of each architecture, not a list: every other profiled one loads. vLLM 0.28's
+    HunYuanVL (a multimodal row since the profiler builds those) takes none of transformers' names: KeyError
+    'language_model.embed_tokens.weight'; 0.30 and 0.32 load them."""
     for profile in arch.PROFILES:
         if profile.runtime == "vllm":
             assert profile.load_checked, profile.source
             refused = {n for n, e in profile.entries.items() if "load_refused" in e}
-            assert refused == {"DbrxForCausalLM", "OlmoHybridForCausalLM"}, profile.source
+            also = {"HunYuanVLForConditionalGeneration"} if profile.release == (0, 28, 0) else set()
+            assert refused == {"DbrxForCausalLM", "OlmoHybridForCausalLM"} | also, profile.source
 
 
 @pytest.mark.parametrize("release", RELEASES)

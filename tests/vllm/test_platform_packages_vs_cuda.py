@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -96,7 +97,14 @@ def test_dsa_rows_from_the_generic_and_the_cuda_class_are_the_shipped_ones(tmp_p
     for arch in DSA:
         assert arch in cuda["architectures"], cuda["unprofiled"]
         assert cuda["architectures"][arch] == shipped[arch], arch
-        assert generic["architectures"][arch] == cuda["architectures"][arch], arch
+        assert _sites_apart(generic["architectures"][arch]) == _sites_apart(cuda["architectures"][arch]), arch
+
+
+def _sites_apart(row: dict) -> dict:
+    """A row with each refusal's raising line taken out: vLLM's own words are the same from either class, but the
+    generic class raises at deepseek_v2.py and the CUDA one at deepseek_v32/nvidia/model.py (`tensors_refused`)."""
+    refused = {k: re.sub(r" \([\w/.]+\.py:\d+\)$", "", v) for k, v in row.get("tensors_refused", {}).items()}
+    return {**row, **({"tensors_refused": refused} if refused else {})}
 
 
 def test_the_tiny_dsa_exports_load_in_the_cuda_class(tmp_path):
